@@ -1,0 +1,106 @@
+"""Streams and static tables known to a session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from mangonel.catalog.types import SqlType
+from mangonel.errors import CatalogError
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: SqlType
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class Schema:
+    columns: tuple[Column, ...]
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def find(self, name: str) -> Column | None:
+        """Columns resolve case-insensitively, as in Spark's default configuration."""
+        lowered = name.lower()
+        for column in self.columns:
+            if column.name.lower() == lowered:
+                return column
+        return None
+
+    def to_arrow(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type.info.arrow, c.nullable) for c in self.columns])
+
+
+@dataclass(frozen=True)
+class Stream:
+    """An unbounded input. `watermark_delay_us` is the declared out-of-orderness bound."""
+
+    name: str
+    schema: Schema
+    event_time: str
+    watermark_delay_us: int = 0
+    options: tuple[tuple[str, str], ...] = ()
+
+    def option(self, key: str, default: str | None = None) -> str | None:
+        return dict(self.options).get(key, default)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A static relation (for joins in a later wave)."""
+
+    name: str
+    schema: Schema
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Catalog:
+    streams: dict[str, Stream] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
+
+    def _taken(self, name: str) -> bool:
+        return name.lower() in self.streams or name.lower() in self.tables
+
+    def add_stream(self, stream: Stream, *, replace: bool = False) -> None:
+        if self._taken(stream.name) and not replace:
+            raise CatalogError(
+                f"a stream or table named {stream.name!r} already exists",
+                hint=f"DROP STREAM {stream.name} first, or choose another name",
+            )
+        self.tables.pop(stream.name.lower(), None)
+        self.streams[stream.name.lower()] = stream
+
+    def add_table(self, table: Table, *, replace: bool = False) -> None:
+        if self._taken(table.name) and not replace:
+            raise CatalogError(
+                f"a stream or table named {table.name!r} already exists",
+                hint=f"DROP TABLE {table.name} first, or choose another name",
+            )
+        self.streams.pop(table.name.lower(), None)
+        self.tables[table.name.lower()] = table
+
+    def stream(self, name: str) -> Stream | None:
+        return self.streams.get(name.lower())
+
+    def table(self, name: str) -> Table | None:
+        return self.tables.get(name.lower())
+
+    def drop(self, kind: str, name: str, *, if_exists: bool = False) -> None:
+        registry = self.streams if kind == "STREAM" else self.tables
+        if name.lower() not in registry:
+            if if_exists:
+                return
+            raise CatalogError(
+                f"no {kind.lower()} named {name!r}",
+                hint=f"known: {', '.join(sorted(self.known_names())) or 'none'}",
+            )
+        del registry[name.lower()]
+
+    def known_names(self) -> list[str]:
+        return [s.name for s in self.streams.values()] + [t.name for t in self.tables.values()]

@@ -1,0 +1,117 @@
+"""The SQL types mangonel supports and their one map to Arrow, NumPy, CUDA C and Spark.
+
+Every other module asks this table; no second copy of the mapping exists.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+
+class SqlType(enum.Enum):
+    TIMESTAMP = "TIMESTAMP"
+    BIGINT = "BIGINT"
+    INT = "INT"
+    DOUBLE = "DOUBLE"
+    FLOAT = "FLOAT"
+    STRING = "STRING"
+    BOOLEAN = "BOOLEAN"
+
+    @property
+    def info(self) -> TypeInfo:
+        return TYPE_INFO[self]
+
+    @property
+    def is_integer(self) -> bool:
+        return self in (SqlType.BIGINT, SqlType.INT)
+
+    @property
+    def is_floating(self) -> bool:
+        return self in (SqlType.DOUBLE, SqlType.FLOAT)
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.is_integer or self.is_floating
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    arrow: pa.DataType
+    numpy: np.dtype  # the in-memory element type of a column on CPU and GPU
+    cuda: str  # the CUDA C type of one element; STRING travels as int32 dictionary ids
+    spark: str  # Spark SQL DDL name
+    size: int  # bytes per element on the wire to the device
+
+
+TYPE_INFO: dict[SqlType, TypeInfo] = {
+    SqlType.TIMESTAMP: TypeInfo(
+        pa.timestamp("us", tz="UTC"), np.dtype("int64"), "long long", "TIMESTAMP", 8
+    ),
+    SqlType.BIGINT: TypeInfo(pa.int64(), np.dtype("int64"), "long long", "BIGINT", 8),
+    SqlType.INT: TypeInfo(pa.int32(), np.dtype("int32"), "int", "INT", 4),
+    SqlType.DOUBLE: TypeInfo(pa.float64(), np.dtype("float64"), "double", "DOUBLE", 8),
+    SqlType.FLOAT: TypeInfo(pa.float32(), np.dtype("float32"), "float", "FLOAT", 4),
+    SqlType.STRING: TypeInfo(pa.string(), np.dtype("int32"), "int", "STRING", 4),
+    SqlType.BOOLEAN: TypeInfo(pa.bool_(), np.dtype("bool"), "bool", "BOOLEAN", 1),
+}
+
+# Spellings accepted in DDL and CAST, mapped to the canonical type.
+TYPE_NAMES: dict[str, SqlType] = {
+    "TIMESTAMP": SqlType.TIMESTAMP,
+    "TIMESTAMP_LTZ": SqlType.TIMESTAMP,
+    "BIGINT": SqlType.BIGINT,
+    "LONG": SqlType.BIGINT,
+    "INT": SqlType.INT,
+    "INTEGER": SqlType.INT,
+    "DOUBLE": SqlType.DOUBLE,
+    "FLOAT": SqlType.FLOAT,
+    "REAL": SqlType.FLOAT,
+    "STRING": SqlType.STRING,
+    "VARCHAR": SqlType.STRING,
+    "TEXT": SqlType.STRING,
+    "BOOLEAN": SqlType.BOOLEAN,
+    "BOOL": SqlType.BOOLEAN,
+}
+
+
+def type_from_name(name: str) -> SqlType | None:
+    """The SqlType spelled `name` (case-insensitive), or None if unsupported."""
+    return TYPE_NAMES.get(name.upper())
+
+
+def type_from_arrow(arrow_type: pa.DataType) -> SqlType | None:
+    """The SqlType an Arrow column of this type is read as, or None if unsupported."""
+    if pa.types.is_timestamp(arrow_type):
+        return SqlType.TIMESTAMP
+    if pa.types.is_int64(arrow_type):
+        return SqlType.BIGINT
+    if pa.types.is_integer(arrow_type):
+        return SqlType.INT if arrow_type.bit_width <= 32 else SqlType.BIGINT
+    if pa.types.is_float64(arrow_type):
+        return SqlType.DOUBLE
+    if pa.types.is_floating(arrow_type):
+        return SqlType.FLOAT
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return SqlType.STRING
+    if pa.types.is_dictionary(arrow_type):
+        return type_from_arrow(arrow_type.value_type)
+    if pa.types.is_boolean(arrow_type):
+        return SqlType.BOOLEAN
+    return None
+
+
+def common_numeric_type(left: SqlType, right: SqlType) -> SqlType:
+    """The type binary arithmetic on two numeric operands yields (Spark's widening)."""
+    order = [SqlType.INT, SqlType.BIGINT, SqlType.FLOAT, SqlType.DOUBLE]
+    if left is SqlType.TIMESTAMP:
+        left = SqlType.BIGINT
+    if right is SqlType.TIMESTAMP:
+        right = SqlType.BIGINT
+    return order[max(order.index(left), order.index(right))]

@@ -1,0 +1,90 @@
+"""Logical plan: what the query computes, independent of how.
+
+A closed set of small frozen nodes. Expressions inside them are sqlglot expressions whose
+columns are resolved to the schema's spelling (exp.Column with one identifier), plus the
+nodes of `mangonel.compiler.nodes` (WindowBound, AggregateRef).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Union
+
+from sqlglot import exp
+
+from mangonel.catalog.catalog import Column, Stream
+from mangonel.catalog.types import SqlType
+
+
+class WindowKind(enum.Enum):
+    TIME = "time"
+    COUNT = "count"
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """size/slide in microseconds (TIME) or rows (COUNT); tumbling when size == slide."""
+
+    kind: WindowKind
+    size: int
+    slide: int
+    watermark_delay_us: int
+
+
+class AggregateFunction(enum.Enum):
+    COUNT_STAR = "COUNT(*)"
+    COUNT = "COUNT"
+    SUM = "SUM"
+    MIN = "MIN"
+    MAX = "MAX"
+    AVG = "AVG"
+    VAR_POP = "VAR_POP"
+    VAR_SAMP = "VAR_SAMP"
+    STDDEV_POP = "STDDEV_POP"
+    STDDEV_SAMP = "STDDEV_SAMP"
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One aggregate call. `argument` is None only for COUNT(*)."""
+
+    function: AggregateFunction
+    argument: exp.Expression | None
+    result_type: SqlType
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    name: str
+    expression: exp.Expression
+    type: SqlType
+
+
+@dataclass(frozen=True)
+class StreamScan:
+    stream: Stream
+    columns: tuple[Column, ...]  # only the columns the query reads, in schema order
+
+
+@dataclass(frozen=True)
+class Filter:
+    child: LogicalNode
+    predicate: exp.Expression
+
+
+@dataclass(frozen=True)
+class WindowAggregate:
+    child: LogicalNode
+    window: WindowSpec
+    keys: tuple[Column, ...]
+    aggregates: tuple[Aggregate, ...]
+
+
+@dataclass(frozen=True)
+class Project:
+    child: LogicalNode
+    outputs: tuple[OutputColumn, ...]
+
+
+LogicalNode = Union[StreamScan, Filter, WindowAggregate, Project]

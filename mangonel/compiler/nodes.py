@@ -1,0 +1,45 @@
+"""Expression nodes mangonel adds to sqlglot's, shared by every compiler stage.
+
+They follow sqlglot's convention (`arg_types` declares the children), so walking,
+comparing and hashing them needs no per-node code.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+
+class WindowClause(exp.Expression):
+    """`[RANGE r SLIDE s WATERMARK d]` or `[ROWS n SLIDE m WATERMARK d]` after a stream name.
+
+    kind: "RANGE" | "ROWS"; size/slide: microseconds (RANGE) or rows (ROWS);
+    watermark: microseconds or None. `this` is the exp.Table it applies to.
+    """
+
+    arg_types = {"this": True, "kind": True, "size": True, "slide": False, "watermark": False}
+
+
+class WindowBound(exp.Expression):
+    """The pseudo-columns `window_start` (this="start") and `window_end` (this="end")."""
+
+    arg_types = {"this": True}
+
+    @property
+    def bound(self) -> str:
+        return self.args["this"]
+
+
+class AggregateRef(exp.Expression):
+    """The finalized value of aggregate number `this` of a WindowAggregate."""
+
+    arg_types = {"this": True}
+
+    @property
+    def index(self) -> int:
+        return int(self.args["this"])
+
+
+class Explain(exp.Expression):
+    """`EXPLAIN [CODEGEN] <query>`."""
+
+    arg_types = {"this": True, "codegen": False}

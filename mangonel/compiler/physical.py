@@ -1,0 +1,282 @@
+"""Physical plan: the window-aggregation operator with every parameter made explicit.
+
+The plan is data: EXPLAIN prints these nodes, codegen renders kernels from them, and both
+backends execute them. The pipeline of one window query is always the chain
+
+    ProjectExec -> [FilterExec (HAVING)] -> WindowAggregateExec -> LiftExec -> StreamScanExec
+
+Aggregates are decomposed into state fields with lift / combine / finalize (SPRINGALD's
+pane partials): panes are gcd(range, slide) long, so every tuple of one pane belongs to the
+same windows and a pane can be pre-aggregated before any window is known.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Union
+
+from sqlglot import exp
+
+from mangonel.catalog.catalog import Column, Stream
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import logical as lg
+from mangonel.compiler.logical import AggregateFunction, OutputColumn, WindowKind, WindowSpec
+
+DEFAULT_WINDOWS_PER_BATCH = 100  # SPRINGALD's batch of windows per tree update
+
+
+class StateKind(enum.Enum):
+    """How a state field lifts one tuple and combines two partials.
+
+    COUNT: lift 1 if the argument is not NULL (always, without argument); combine +.
+    SUM:   lift the argument (0 when NULL); combine +.
+    MIN/MAX: lift the argument (identity when NULL); combine min/max.
+    MOMENTS: (n, mean, m2) of the argument; combine with Chan et al.'s parallel update
+             delta = mean_b - mean_a; n = n_a + n_b; mean = mean_a + delta * n_b / n;
+             m2 = m2_a + m2_b + delta^2 * n_a * n_b / n  (numerically stable).
+    """
+
+    COUNT = "count"
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+    MOMENTS = "moments"
+
+
+@dataclass(frozen=True)
+class StateField:
+    """One partial aggregate kept per (key, pane). MOMENTS is three arrays: n, mean, m2."""
+
+    name: str
+    kind: StateKind
+    argument: exp.Expression | None
+    type: SqlType  # accumulator type (BIGINT counts, BIGINT/DOUBLE sums, arg type for MIN/MAX)
+
+
+@dataclass(frozen=True)
+class AggregatePlan:
+    """How one aggregate call is finalized from state fields (by `function`):
+
+    COUNT(*), COUNT(x): the COUNT field. SUM, MIN, MAX: the value field, NULL when the
+    non-NULL count is 0. AVG: sum / count. VAR_*/STDDEV_*: m2 / n or m2 / (n - 1), sqrt for
+    STDDEV; NULL when n is 0 (and for the sample forms when n is 1, as in Spark).
+    """
+
+    function: AggregateFunction
+    argument: exp.Expression | None
+    count_field: str  # non-NULL count of the argument (rows for COUNT(*))
+    value_field: str | None  # SUM/MIN/MAX/MOMENTS field; None for COUNT
+    result_type: SqlType
+
+
+@dataclass(frozen=True)
+class StreamScanExec:
+    stream: Stream
+    columns: tuple[Column, ...]  # only what the query reads; the event-time column first
+
+
+@dataclass(frozen=True)
+class LiftExec:
+    """Per tuple: filter, key slot, pane id, partial state. Fused into one pass (one kernel)."""
+
+    child: StreamScanExec
+    predicate: exp.Expression | None
+    keys: tuple[Column, ...]
+    fields: tuple[StateField, ...]  # fields[0] is always the row count of the window
+
+
+@dataclass(frozen=True)
+class WindowAggregateExec:
+    """Pane-and-tree window aggregation (SPRINGALD sections III-V).
+
+    pane_length: microseconds (time) or rows (count) = gcd(size, slide).
+    panes_per_window = size / pane_length; panes_per_slide = slide / pane_length.
+    windows_per_batch: windows computed per tree update (n_w).
+    """
+
+    child: LiftExec
+    window: WindowSpec
+    pane_length: int
+    panes_per_window: int
+    panes_per_slide: int
+    windows_per_batch: int
+    aggregates: tuple[AggregatePlan, ...]
+    strategy: str
+    backend: str
+    backend_reason: str
+
+    @property
+    def keys(self) -> tuple[Column, ...]:
+        return self.child.keys
+
+    @property
+    def fields(self) -> tuple[StateField, ...]:
+        return self.child.fields
+
+
+@dataclass(frozen=True)
+class FilterExec:
+    child: WindowAggregateExec
+    predicate: exp.Expression
+
+
+@dataclass(frozen=True)
+class ProjectExec:
+    child: Union[FilterExec, WindowAggregateExec]
+    outputs: tuple[OutputColumn, ...]
+
+
+PhysicalNode = Union[ProjectExec, FilterExec, WindowAggregateExec, LiftExec, StreamScanExec]
+
+
+@dataclass(frozen=True)
+class WindowPipeline:
+    """The chain of one window query, unpacked for the operators."""
+
+    scan: StreamScanExec
+    lift: LiftExec
+    window: WindowAggregateExec
+    having: exp.Expression | None
+    outputs: tuple[OutputColumn, ...]
+
+
+def unpack(root: ProjectExec) -> WindowPipeline:
+    having = None
+    node = root.child
+    if isinstance(node, FilterExec):
+        having = node.predicate
+        node = node.child
+    return WindowPipeline(node.child.child, node.child, node, having, root.outputs)
+
+
+def children(node: PhysicalNode) -> tuple[PhysicalNode, ...]:
+    child = getattr(node, "child", None)
+    return (child,) if child is not None else ()
+
+
+# ---------------------------------------------------------------------------------------
+# Planning: logical -> physical
+
+
+def _unwrap(node: lg.LogicalNode):
+    """The parts of the only logical shape wave 1 has: Project(Filter?(WindowAggregate(
+    Filter?(StreamScan))))."""
+    if not isinstance(node, lg.Project):
+        raise TypeError(f"expected a Project at the root, got {type(node).__name__}")
+    outputs = node.outputs
+    node = node.child
+    having = None
+    if isinstance(node, lg.Filter):
+        having, node = node.predicate, node.child
+    if not isinstance(node, lg.WindowAggregate):
+        raise TypeError(f"expected a WindowAggregate, got {type(node).__name__}")
+    aggregate = node
+    node = node.child
+    where = None
+    if isinstance(node, lg.Filter):
+        where, node = node.predicate, node.child
+    if not isinstance(node, lg.StreamScan):
+        raise TypeError(f"expected a StreamScan, got {type(node).__name__}")
+    return outputs, having, aggregate, where, node
+
+
+def _sum_type(argument_type: SqlType) -> SqlType:
+    return SqlType.BIGINT if argument_type.is_integer else SqlType.DOUBLE
+
+
+class _FieldTable:
+    """State fields shared between aggregates: SUM(x) and AVG(x) read one sum of x."""
+
+    def __init__(self) -> None:
+        self.fields: list[StateField] = [StateField("rows", StateKind.COUNT, None, SqlType.BIGINT)]
+
+    def get(self, kind: StateKind, argument: exp.Expression | None, type_: SqlType) -> str:
+        for field in self.fields:
+            if field.kind is kind and field.argument == argument and field.type is type_:
+                return field.name
+        name = f"{kind.value}_{len(self.fields)}"
+        self.fields.append(StateField(name, kind, argument, type_))
+        return name
+
+
+def decompose(
+    aggregates: tuple[lg.Aggregate, ...], argument_types: dict[int, SqlType]
+) -> tuple[tuple[StateField, ...], tuple[AggregatePlan, ...]]:
+    """Decompose aggregate calls into shared state fields and finalize rules.
+
+    argument_types maps the position of each aggregate to the type of its argument.
+    """
+    table = _FieldTable()
+    plans = []
+    for position, aggregate in enumerate(aggregates):
+        function, argument = aggregate.function, aggregate.argument
+        if function is AggregateFunction.COUNT_STAR:
+            plans.append(AggregatePlan(function, None, "rows", None, aggregate.result_type))
+            continue
+        argument_type = argument_types[position]
+        count = table.get(StateKind.COUNT, argument, SqlType.BIGINT)
+        value: str | None
+        if function is AggregateFunction.COUNT:
+            value = None
+        elif function in (AggregateFunction.SUM, AggregateFunction.AVG):
+            value = table.get(StateKind.SUM, argument, _sum_type(argument_type))
+        elif function is AggregateFunction.MIN:
+            value = table.get(StateKind.MIN, argument, argument_type)
+        elif function is AggregateFunction.MAX:
+            value = table.get(StateKind.MAX, argument, argument_type)
+        else:
+            value = table.get(StateKind.MOMENTS, argument, SqlType.DOUBLE)
+        plans.append(AggregatePlan(function, argument, count, value, aggregate.result_type))
+    return tuple(table.fields), tuple(plans)
+
+
+def window_parameters(window: WindowSpec) -> tuple[int, int, int]:
+    """(pane_length, panes_per_window, panes_per_slide) for a window."""
+    pane_length = math.gcd(window.size, window.slide)
+    return pane_length, window.size // pane_length, window.slide // pane_length
+
+
+def plan(
+    root: lg.LogicalNode,
+    *,
+    argument_types: dict[int, SqlType],
+    backend: str,
+    backend_reason: str,
+    windows_per_batch: int | None = None,
+    strategy: str | None = None,
+) -> ProjectExec:
+    """Turn the logical plan of a window query into its physical plan."""
+    outputs, having, aggregate, where, scan = _unwrap(root)
+    fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
+    pane_length, panes_per_window, panes_per_slide = window_parameters(aggregate.window)
+    scan_exec = StreamScanExec(scan.stream, scan.columns)
+    lift = LiftExec(scan_exec, where, aggregate.keys, fields)
+    if strategy is None:
+        strategy = default_strategy(backend, aggregate.window)
+    window_exec = WindowAggregateExec(
+        child=lift,
+        window=aggregate.window,
+        pane_length=pane_length,
+        panes_per_window=panes_per_window,
+        panes_per_slide=panes_per_slide,
+        windows_per_batch=windows_per_batch or DEFAULT_WINDOWS_PER_BATCH,
+        aggregates=aggregate_plans,
+        strategy=strategy,
+        backend=backend,
+        backend_reason=backend_reason,
+    )
+    top: FilterExec | WindowAggregateExec = window_exec
+    if having is not None:
+        top = FilterExec(window_exec, having)
+    return ProjectExec(top, outputs)
+
+
+def default_strategy(backend: str, window: WindowSpec) -> str:
+    """The name of the pane pre-aggregation and window strategy a backend uses."""
+    if window.kind is WindowKind.COUNT:
+        return "count-panes+tree"
+    if backend == "gpu":
+        return "hash-preaggregate+tree"
+    return "pane-preaggregate+tree"
