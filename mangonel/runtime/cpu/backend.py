@@ -1,0 +1,266 @@
+"""The CPU implementation of `WindowKernels` (numpy + numba)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler.physical import LiftExec, StateField, StateKind
+from mangonel.runtime.cpu import aggregate as agg
+from mangonel.runtime.cpu.evaluation import evaluate_expression, to_mask, to_values
+from mangonel.runtime.cpu.keys import KeyTable, first_rows
+from mangonel.runtime.operators.kernels import LiftedTuples, neutral
+
+_OPS = {StateKind.COUNT: agg.OP_ADD, StateKind.SUM: agg.OP_ADD, StateKind.MIN: agg.OP_MIN,
+        StateKind.MAX: agg.OP_MAX}
+
+
+def batch_columns(batch: pa.RecordBatch) -> dict[str, pa.Array]:
+    """Columns by name; also by lower-case name (columns resolve case-insensitively)."""
+    columns: dict[str, pa.Array] = {}
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        columns[name] = column
+        columns.setdefault(name.lower(), column)
+    return columns
+
+
+def _column(columns: dict[str, pa.Array], name: str) -> pa.Array:
+    found = columns.get(name, columns.get(name.lower()))
+    if found is None:
+        from mangonel.errors import DataError
+
+        raise DataError(f"input batch has no column {name!r} (has: {sorted(columns)})")
+    return found
+
+
+class CpuPaneState:
+    """Flat numpy arrays per state field, `[key_capacity x pane_capacity]` row-major."""
+
+    def __init__(self, fields: tuple[StateField, ...]) -> None:
+        self.fields = fields
+        self.key_capacity = 0
+        self.pane_capacity = 0
+        self.origin = 0
+        self.arrays: dict[str, tuple[np.ndarray, ...]] = {
+            f.name: tuple(np.empty(0, neutral(f)[0]) for _ in neutral(f)[1]) for f in fields
+        }
+
+    def reshape(self, key_capacity: int, pane_capacity: int, origin: int) -> None:
+        shift = origin - self.origin
+        keep_keys = min(self.key_capacity, key_capacity)
+        keep_panes = max(0, min(self.pane_capacity - shift, pane_capacity)) if shift >= 0 else 0
+        source_first = shift if shift >= 0 else 0
+        for field in self.fields:
+            dtype, neutrals = neutral(field)
+            new = []
+            for old, value in zip(self.arrays[field.name], neutrals, strict=True):
+                array = np.full((key_capacity, pane_capacity), value, dtype)
+                if keep_keys and keep_panes > 0:
+                    old2 = old.reshape(self.key_capacity, self.pane_capacity)
+                    array[:keep_keys, :keep_panes] = old2[
+                        :keep_keys, source_first : source_first + keep_panes
+                    ]
+                elif shift < 0 and keep_keys and self.pane_capacity:
+                    # growing to the left (before the first firing, older panes may arrive)
+                    old2 = old.reshape(self.key_capacity, self.pane_capacity)
+                    width = min(self.pane_capacity, pane_capacity + shift)
+                    if width > 0:
+                        array[:keep_keys, -shift : -shift + width] = old2[:keep_keys, :width]
+                new.append(array.reshape(-1))
+            self.arrays[field.name] = tuple(new)
+        self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
+
+    def merge(self, index: np.ndarray, partials: dict[str, tuple[np.ndarray, ...]]) -> None:
+        for field in self.fields:
+            target = self.arrays[field.name]
+            values = partials[field.name]
+            if field.kind is StateKind.MOMENTS:
+                agg.scatter_moments(*target, index, *values)
+            else:
+                agg.scatter(_OPS[field.kind], target[0], index, values[0])
+
+    def _matrix(self, name: str, part: int = 0) -> np.ndarray:
+        return self.arrays[name][part].reshape(self.key_capacity, self.pane_capacity)
+
+    def occupied(self, n_keys: int, first_pane: int, end_pane: int) -> np.ndarray:
+        first = max(first_pane - self.origin, 0)
+        end = min(end_pane - self.origin, self.pane_capacity)
+        result = np.zeros(max(end_pane - first_pane, 0), np.bool_)
+        if end > first:
+            rows = self._matrix(self.fields[0].name)
+            hit = agg.occupied_columns(rows, n_keys, first, end)
+            result[first + self.origin - first_pane : end + self.origin - first_pane] = hit
+        return result
+
+    def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
+        total = sum(count for _, count in runs)
+        task_base, task_windows, task_out = [], [], []
+        offset = 0
+        for first_pane, count in runs:
+            column = first_pane - self.origin
+            task_base.append(np.arange(n_keys, dtype=np.int64) * self.pane_capacity + column)
+            task_windows.append(np.full(n_keys, count, np.int64))
+            task_out.append(offset * n_keys + np.arange(n_keys, dtype=np.int64))
+            offset += count
+        base = np.concatenate(task_base) if runs else np.empty(0, np.int64)
+        windows = np.concatenate(task_windows) if runs else np.empty(0, np.int64)
+        out_at = np.concatenate(task_out) if runs else np.empty(0, np.int64)
+        stride = np.full(len(base), n_keys, np.int64)
+        return _run_trees(self.fields, self.arrays, base, windows, out_at, stride, total * n_keys,
+                          panes_per_slide, panes_per_window, windows_per_batch)
+
+    def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
+        arrays = {}
+        first, end = first_pane - self.origin, end_pane - self.origin
+        for field in self.fields:
+            for part in range(len(self.arrays[field.name])):
+                matrix = self._matrix(field.name, part)
+                arrays[f"{field.name}.{part}"] = matrix[:n_keys, first:end].copy()
+        return arrays
+
+    def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
+        first = first_pane - self.origin
+        for field in self.fields:
+            for part in range(len(self.arrays[field.name])):
+                block = arrays[f"{field.name}.{part}"]
+                matrix = self._matrix(field.name, part)
+                matrix[: block.shape[0], first : first + block.shape[1]] = block
+
+
+def _run_trees(fields, leaves, base, windows, out_at, stride, size, panes_per_slide,
+               panes_per_window, windows_per_batch):
+    results: dict[str, tuple[np.ndarray, ...]] = {}
+    for field in fields:
+        source = leaves[field.name]
+        dtype, neutrals = neutral(field)
+        if field.kind is StateKind.MOMENTS:
+            outs = tuple(np.zeros(size, np.float64) for _ in range(3))
+            agg.tree_windows_moments(*source, base, windows, out_at, stride, panes_per_slide,
+                                     panes_per_window, windows_per_batch, *outs)
+        else:
+            outs = (np.full(size, neutrals[0], dtype),)
+            agg.tree_windows(_OPS[field.kind], dtype.type(neutrals[0]), source[0], base, windows,
+                             out_at, stride, panes_per_slide, panes_per_window,
+                             windows_per_batch, outs[0])
+        results[field.name] = outs
+    return results
+
+
+def tree_over_segments(fields, leaves, base, windows, panes_per_slide, panes_per_window,
+                       windows_per_batch):
+    """Windows over per-task contiguous leaves (count windows): outputs task after task."""
+    out_at = np.zeros(len(base), np.int64)
+    if len(windows):
+        out_at[1:] = np.cumsum(windows)[:-1]
+    stride = np.ones(len(base), np.int64)
+    return _run_trees(fields, leaves, base, windows, out_at, stride, int(windows.sum()),
+                      panes_per_slide, panes_per_window, windows_per_batch)
+
+
+def tuple_partials(
+    fields: tuple[StateField, ...], lift: LiftExec, columns: dict[str, pa.Array],
+    contributes: np.ndarray, length: int,
+) -> dict[str, tuple[np.ndarray, ...]]:
+    """The per-tuple partial state of every field (neutral where the tuple does not count)."""
+    column_types = {c.name: c.type for c in lift.child.columns}
+    evaluated: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    partials: dict[str, tuple[np.ndarray, ...]] = {}
+    for field in fields:
+        dtype, neutrals = neutral(field)
+        if field.argument is None:
+            partials[field.name] = (contributes.astype(np.int64),)
+            continue
+        key = id(field.argument)
+        if key not in evaluated:
+            argument = evaluate_expression(field.argument, column_types, columns, length=length)
+            floating = pa.types.is_floating(argument.type)
+            evaluated[key] = to_values(argument, np.dtype(np.float64 if floating else np.int64))
+        values, valid = evaluated[key]
+        counted = valid & contributes
+        if field.kind is StateKind.COUNT:
+            partials[field.name] = (counted.astype(np.int64),)
+        elif field.kind is StateKind.MOMENTS:
+            partials[field.name] = (
+                counted.astype(np.float64),
+                np.where(counted, values, 0.0).astype(np.float64),
+                np.zeros(length, np.float64),
+            )
+        else:
+            fill = neutrals[0]
+            partials[field.name] = (np.where(counted, values.astype(dtype), fill).astype(dtype),)
+    return partials
+
+
+class CpuKernels:
+    """numpy + numba kernels (the reference backend and the fallback)."""
+
+    name = "cpu"
+
+    def lift_tuples(self, lift: LiftExec, batch: pa.RecordBatch) -> LiftedTuples:
+        length = batch.num_rows
+        columns = batch_columns(batch)
+        scan = lift.child
+        event_time_name = scan.stream.event_time
+        event_time, has_event_time = to_values(_column(columns, event_time_name), np.int64)
+        contributes = has_event_time.copy()
+        if lift.predicate is not None and length:
+            column_types = {c.name: c.type for c in scan.columns}
+            predicate = evaluate_expression(lift.predicate, column_types, columns, length=length)
+            contributes &= to_mask(predicate)
+        partials = tuple_partials(lift.fields, lift, columns, contributes, length)
+        keys = [_column(columns, key.name) for key in lift.keys]
+        keys = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
+        with_time = int(has_event_time.sum())
+        max_event_time = int(event_time[has_event_time].max()) if with_time else None
+        return LiftedTuples(length, event_time, has_event_time, contributes, keys, partials,
+                            max_event_time, length - with_time)
+
+    def pane_ids(self, lifted: LiftedTuples, pane_length: int) -> np.ndarray:
+        return agg.pane_ids(lifted.event_time, lifted.has_event_time, pane_length)
+
+    def late_tuples(self, panes, include, pane_length, slide, size, watermark):
+        last_window_end = (panes * pane_length) // slide * slide + size
+        return include & (last_window_end <= watermark)
+
+    def new_key_map(self, types: tuple[SqlType, ...]) -> KeyTable:
+        return KeyTable(types)
+
+    def key_map_from_arrays(self, types, arrays, prefix) -> KeyTable:
+        return KeyTable.from_arrays(types, arrays, prefix)
+
+    def new_pane_state(self, fields: tuple[StateField, ...]) -> CpuPaneState:
+        return CpuPaneState(fields)
+
+    def flat_index(self, slots: np.ndarray, panes: np.ndarray, state: CpuPaneState):
+        return np.where(slots >= 0, slots * state.pane_capacity + (panes - state.origin), -1)
+
+    def preaggregate(self, slots, panes, partials, fields):
+        pairs = KeyTable((SqlType.BIGINT, SqlType.BIGINT))
+        rows = np.zeros((len(slots), 3), np.int64)
+        rows[:, 0] = slots
+        rows[:, 1] = panes
+        index = pairs.map_rows(rows, slots >= 0)
+        count = pairs.n_slots
+        first = first_rows(index, count)
+        out: dict[str, tuple[np.ndarray, ...]] = {}
+        for field in fields:
+            dtype, neutrals = neutral(field)
+            target = tuple(np.full(count, value, dtype) for value in neutrals)
+            if field.kind is StateKind.MOMENTS:
+                agg.scatter_moments(*target, index, *partials[field.name])
+            else:
+                agg.scatter(_OPS[field.kind], target[0], index, partials[field.name][0])
+            out[field.name] = target
+        return first, panes[first], out
+
+    def segment_windows(self, fields, leaves, base, windows, panes_per_slide, panes_per_window,
+                        windows_per_batch):
+        return tree_over_segments(fields, leaves, base, windows, panes_per_slide,
+                                  panes_per_window, windows_per_batch)
+
+    def to_host(self, array) -> np.ndarray:
+        return np.asarray(array)
+
+    def from_host(self, array: np.ndarray) -> np.ndarray:
+        return array

@@ -1,0 +1,269 @@
+"""Grouping keys -> dense slots, on the CPU.
+
+Every key column is encoded as int64 codes (integers and timestamps as themselves, booleans as
+0/1, floats by their bit pattern, strings through a host dictionary to int ids assigned in
+first-seen order) plus one NULL bitmask column, so one row of a `[n, columns + 1]` int64 matrix
+is one key. A numba open-addressing hash table maps those rows to dense slots 0, 1, 2, ... in
+first-seen order; a NULL key is a key like any other (its own group, as in SQL GROUP BY).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mangonel.catalog.types import SqlType
+
+_EMPTY = -1
+
+
+@numba.njit(cache=True, inline="always")
+def _mix(h: np.uint64, value: np.int64) -> np.uint64:
+    # splitmix64 finaliser over the running hash: cheap and good enough for open addressing
+    x = h ^ np.uint64(value)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@numba.njit(cache=True)
+def _hash_row(rows: np.ndarray, i: int) -> np.uint64:
+    h = np.uint64(0x9E3779B97F4A7C15)
+    for c in range(rows.shape[1]):
+        h = _mix(h, rows[i, c])
+    return h
+
+
+@numba.njit(cache=True)
+def _map_rows(rows, include, start, table, slot_rows, n_slots, out):
+    """Map rows[start:] to slots, inserting new keys; stop early when slot_rows is full.
+
+    Returns (next row to map, number of slots). `include[i] == False` rows get slot -1.
+    """
+    mask = table.shape[0] - 1
+    width = rows.shape[1]
+    for i in range(start, rows.shape[0]):
+        if not include[i]:
+            out[i] = -1
+            continue
+        pos = np.int64(_hash_row(rows, i) & np.uint64(mask))
+        while True:
+            slot = table[pos]
+            if slot == _EMPTY:
+                if n_slots == slot_rows.shape[0]:
+                    return i, n_slots
+                table[pos] = n_slots
+                for c in range(width):
+                    slot_rows[n_slots, c] = rows[i, c]
+                out[i] = n_slots
+                n_slots += 1
+                break
+            same = True
+            for c in range(width):
+                if slot_rows[slot, c] != rows[i, c]:
+                    same = False
+                    break
+            if same:
+                out[i] = slot
+                break
+            pos = (pos + 1) & mask
+    return rows.shape[0], n_slots
+
+
+@numba.njit(cache=True)
+def _rehash(slot_rows, n_slots, table):
+    mask = table.shape[0] - 1
+    for slot in range(n_slots):
+        pos = np.int64(_hash_row(slot_rows, slot) & np.uint64(mask))
+        while table[pos] != _EMPTY:
+            pos = (pos + 1) & mask
+        table[pos] = slot
+
+
+@numba.njit(cache=True)
+def first_rows(slots: np.ndarray, n_slots: int) -> np.ndarray:
+    """The first row index of each slot (slots numbered in first-seen order)."""
+    first = np.full(n_slots, -1, np.int64)
+    for i in range(slots.shape[0]):
+        slot = slots[i]
+        if slot >= 0 and first[slot] == -1:
+            first[slot] = i
+    return first
+
+
+class StringDictionary:
+    """Host dictionary string -> int id (first-seen order); ids travel instead of strings."""
+
+    def __init__(self, values: list[str] | None = None) -> None:
+        self.values: list[str] = list(values or [])
+        self.ids: dict[str, int] = {v: i for i, v in enumerate(self.values)}
+
+    def encode(self, column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, is_null) of a string or dictionary column; one Python step per distinct value."""
+        if not pa.types.is_dictionary(column.type):
+            column = pc.dictionary_encode(column)
+        dictionary = column.dictionary.to_pylist()
+        lookup = np.empty(len(dictionary), np.int64)
+        for position, value in enumerate(dictionary):
+            found = self.ids.get(value)
+            if found is None:
+                found = len(self.values)
+                self.ids[value] = found
+                self.values.append(value)
+            lookup[position] = found
+        indices = column.indices
+        is_null = _null_mask(indices)
+        local = np.asarray(indices.fill_null(0)).astype(np.int64, copy=False)
+        ids = lookup[local] if len(lookup) else np.zeros(len(local), np.int64)
+        return np.where(is_null, 0, ids), is_null
+
+    def decode(self, ids: np.ndarray, is_null: np.ndarray) -> pa.Array:
+        values = pa.array(self.values, pa.string())
+        taken = values.take(pa.array(np.where(is_null, 0, ids))) if len(self.values) else None
+        if taken is None:
+            return pa.nulls(len(ids), pa.string())
+        return pc.if_else(pa.array(is_null), pa.scalar(None, pa.string()), taken)
+
+
+def _null_mask(column: pa.Array) -> np.ndarray:
+    if column.null_count == 0:
+        return np.zeros(len(column), np.bool_)
+    return np.asarray(column.is_null())
+
+
+def encode_column(column: pa.Array, sql_type: SqlType) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 codes, is_null) of a non-string key column."""
+    is_null = _null_mask(column)
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
+    elif pa.types.is_boolean(column.type):
+        column = column.cast(pa.int8())
+    filled = np.asarray(column.fill_null(0) if column.null_count else column)
+    if filled.dtype.kind == "f":
+        codes = filled.astype(np.float64).view(np.int64)
+    else:
+        codes = filled.astype(np.int64, copy=False)
+    return np.where(is_null, 0, codes), is_null
+
+
+def decode_column(codes: np.ndarray, is_null: np.ndarray, sql_type: SqlType) -> pa.Array:
+    """The Arrow column of `sql_type` whose key codes are `codes`."""
+    arrow_type = sql_type.info.arrow
+    if sql_type.is_floating:
+        values = pa.array(codes.view(np.float64), mask=is_null)
+    else:
+        values = pa.array(codes, pa.int64(), mask=is_null)
+    return values.cast(arrow_type)
+
+
+class KeyTable:
+    """Key rows -> dense slots in first-seen order. `width` = number of key columns."""
+
+    def __init__(self, types: tuple[SqlType, ...]) -> None:
+        self.types = types
+        self.width = len(types) + 1  # + the NULL bitmask
+        self.dictionaries = [StringDictionary() if t is SqlType.STRING else None for t in types]
+        self.slot_rows = np.zeros((64, self.width), np.int64)
+        self.table = np.full(128, _EMPTY, np.int64)
+        self.n_slots = 0
+
+    def encode(self, columns: list[pa.Array]) -> np.ndarray:
+        """The `[n, width]` int64 key matrix of a batch's key columns."""
+        n = len(columns[0]) if columns else 0
+        rows = np.zeros((n, self.width), np.int64)
+        nulls = np.zeros(n, np.int64)
+        for position, (column, sql_type) in enumerate(zip(columns, self.types, strict=True)):
+            dictionary = self.dictionaries[position]
+            if dictionary is not None:
+                codes, is_null = dictionary.encode(column)
+            else:
+                codes, is_null = encode_column(column, sql_type)
+            rows[:, position] = codes
+            nulls |= is_null.astype(np.int64) << position
+        rows[:, -1] = nulls
+        return rows
+
+    def map_rows(self, rows: np.ndarray, include: np.ndarray | None = None) -> np.ndarray:
+        """Slots of key rows (-1 where include is False); new keys get new slots."""
+        if include is None:
+            include = np.ones(len(rows), np.bool_)
+        out = np.empty(len(rows), np.int64)
+        start = 0
+        while True:
+            start, self.n_slots = _map_rows(
+                rows, include, start, self.table, self.slot_rows, self.n_slots, out
+            )
+            if start >= len(rows):
+                return out
+            self._grow()
+
+    def map_columns(self, columns: list[pa.Array], include: np.ndarray | None = None):
+        return self.map_rows(self.encode(columns), include)
+
+    def _grow(self) -> None:
+        slot_rows = np.zeros((2 * len(self.slot_rows), self.width), np.int64)
+        slot_rows[: self.n_slots] = self.slot_rows[: self.n_slots]
+        self.slot_rows = slot_rows
+        self.table = np.full(2 * len(slot_rows), _EMPTY, np.int64)
+        _rehash(self.slot_rows, self.n_slots, self.table)
+
+    def decode(self, slots: np.ndarray) -> list[pa.Array]:
+        """The key columns (Arrow, declared types) of the given slots."""
+        rows = self.slot_rows[slots]
+        columns = []
+        for position, sql_type in enumerate(self.types):
+            is_null = ((rows[:, -1] >> position) & 1).astype(np.bool_)
+            dictionary = self.dictionaries[position]
+            if dictionary is not None:
+                columns.append(dictionary.decode(rows[:, position], is_null))
+            else:
+                columns.append(decode_column(rows[:, position], is_null, sql_type))
+        return columns
+
+    # -- snapshot -------------------------------------------------------------------------
+
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        arrays = {f"{prefix}rows": self.slot_rows[: self.n_slots].copy()}
+        for position, dictionary in enumerate(self.dictionaries):
+            if dictionary is not None:
+                data, offsets = _pack_strings(dictionary.values)
+                arrays[f"{prefix}dict{position}_data"] = data
+                arrays[f"{prefix}dict{position}_offsets"] = offsets
+        return arrays
+
+    @classmethod
+    def from_arrays(
+        cls, types: tuple[SqlType, ...], arrays: dict[str, np.ndarray], prefix: str
+    ) -> KeyTable:
+        table = cls(types)
+        rows = arrays[f"{prefix}rows"]
+        for position, dictionary in enumerate(table.dictionaries):
+            if dictionary is not None:
+                values = _unpack_strings(
+                    arrays[f"{prefix}dict{position}_data"],
+                    arrays[f"{prefix}dict{position}_offsets"],
+                )
+                table.dictionaries[position] = StringDictionary(values)
+        capacity = 64
+        while capacity < len(rows):
+            capacity *= 2
+        table.slot_rows = np.zeros((capacity, table.width), np.int64)
+        table.slot_rows[: len(rows)] = rows
+        table.n_slots = len(rows)
+        table.table = np.full(2 * capacity, _EMPTY, np.int64)
+        _rehash(table.slot_rows, table.n_slots, table.table)
+        return table
+
+
+def _pack_strings(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(e) for e in encoded]) if encoded else []
+    return np.frombuffer(b"".join(encoded), np.uint8).copy(), offsets
+
+
+def _unpack_strings(data: np.ndarray, offsets: np.ndarray) -> list[str]:
+    raw = data.tobytes()
+    return [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)]

@@ -1,0 +1,88 @@
+"""Standalone driver: Arrow batches in, window results out (tests, benchmarks, device runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from mangonel.compiler.physical import ProjectExec, unpack
+from mangonel.errors import BackendUnavailableError
+from mangonel.runtime.operators.kernels import WindowKernels
+from mangonel.runtime.operators.window import make_operator, output_schema
+
+
+@dataclass(frozen=True)
+class QueryMetrics:
+    """Counters of one LocalQuery. See `mangonel.runtime.operators.window` for definitions:
+    windows_fired counts (window, key) results before HAVING; rows_out rows after it."""
+
+    tuples_in: int
+    late_tuples_dropped: int
+    null_event_time_dropped: int
+    windows_fired: int
+    rows_out: int
+    state_bytes: int
+
+
+def kernels_for(backend: str) -> WindowKernels:
+    """The kernels of a plan's backend ("cpu" or "gpu"); the GPU module loads lazily."""
+    if backend == "cpu":
+        from mangonel.runtime.cpu.backend import CpuKernels
+
+        return CpuKernels()
+    if backend == "gpu":
+        try:
+            from mangonel.runtime.gpu import backend as gpu_backend  # type: ignore[attr-defined]
+
+            return gpu_backend.GpuKernels()
+        except (ImportError, AttributeError) as error:
+            raise BackendUnavailableError(
+                f"the GPU backend cannot be loaded here ({error}); plan the query with "
+                "backend='cpu' or install CuPy on a machine with an NVIDIA GPU"
+            ) from error
+    raise BackendUnavailableError(f"unknown backend {backend!r}; use 'cpu' or 'gpu'")
+
+
+class LocalQuery:
+    """Runs the physical plan of one window query over batches, in this process.
+
+    Every input batch is one micro-batch: the watermark moves only after it. `stream` yields
+    results as windows fire (end of input fires the rest); `run` collects them in a table.
+    `snapshot()`/`restore()` save and load the operator state between two batches.
+    """
+
+    def __init__(self, plan: ProjectExec) -> None:
+        self.plan = plan
+        self.pipeline = unpack(plan)
+        self.kernels = kernels_for(self.pipeline.window.backend)
+        self.operator = make_operator(self.pipeline, self.kernels)
+        self.schema = output_schema(self.pipeline)
+
+    def stream(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield from self.operator.process(batch)
+        yield from self.operator.finish()
+
+    def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
+        """One batch without ending the input (for callers that drive batches themselves)."""
+        return self.operator.process(batch)
+
+    def finish(self) -> list[pa.RecordBatch]:
+        return self.operator.finish()
+
+    def run(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> pa.Table:
+        return pa.Table.from_batches(list(self.stream(batches)), schema=self.schema)
+
+    def snapshot(self) -> bytes:
+        return self.operator.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.operator.restore(data)
+
+    @property
+    def metrics(self) -> QueryMetrics:
+        m = self.operator.metrics()
+        return QueryMetrics(m.tuples_in, m.late_tuples_dropped, m.null_event_time_dropped,
+                            m.windows_fired, m.rows_out, m.state_bytes)

@@ -1,0 +1,151 @@
+"""The kernels a window-aggregation driver calls: the one interface every backend implements.
+
+The driver (`mangonel.runtime.operators.window`) owns the state machine — watermark, lateness,
+firing order, snapshots — and never touches the arrays inside a backend's objects on the hot
+path: it hands them back to the kernels. A backend supplies:
+
+- `lift_tuples`: filter + project + event time of one batch -> `LiftedTuples` (per-tuple
+  partial state of every field, backend arrays), plus `pane_ids` and `late_tuples`;
+- `KeyMap`: key columns -> dense key slots (first-seen order), and back;
+- `PaneState`: the flat `[keys x panes]` arrays of every state field; `merge` combines tuple or
+  pane partials into it (pane pre-aggregation), `windows` runs the batched pane aggregation
+  tree over runs of consecutive windows and returns finalizable field values;
+- `preaggregate`: stage 1 of the split (Spark) form: per-tuple partials -> one partial per
+  (key, pane) of a batch;
+- `to_host` / `from_host`: move an array to / from numpy (results, snapshots).
+
+Arrays crossing this interface are the backend's own (numpy on CPU, CuPy on GPU); anything
+host-sized (one value per key or per window run) is numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler.physical import LiftExec, StateField
+
+Array = Any  # a backend array (numpy.ndarray on CPU, cupy.ndarray on GPU)
+
+
+@dataclass
+class LiftedTuples:
+    """One batch after the lift: every array has one element per input row.
+
+    `event_time` holds 0 where `has_event_time` is False. `contributes` is has_event_time AND
+    the WHERE predicate. `partials[field.name]` is the field's per-tuple partial state (a tuple
+    of arrays: one, or (n, mean, m2) for MOMENTS), neutral where the tuple does not contribute.
+    `keys` are the key columns (Arrow) in plan order.
+    """
+
+    rows: int
+    event_time: Array
+    has_event_time: Array
+    contributes: Array
+    keys: list[pa.Array]
+    partials: dict[str, tuple[Array, ...]]
+    max_event_time: int | None  # over every row with an event time (WHERE does not matter)
+    null_event_time: int
+
+
+class KeyMap(Protocol):
+    n_slots: int
+
+    def map_columns(self, columns: list[pa.Array], include: Array | None = None) -> Array:
+        """Slots of the rows' keys (-1 where include is False); new keys get new slots."""
+
+    def decode(self, slots: np.ndarray) -> list[pa.Array]:
+        """Key columns (declared Arrow types) of host slot numbers."""
+
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]: ...
+
+
+class PaneState(Protocol):
+    """Flat `[key_capacity x pane_capacity]` arrays per state field; column c is pane
+    `origin + c`. Cells never written hold the field's neutral element."""
+
+    key_capacity: int
+    pane_capacity: int
+    origin: int
+
+    def reshape(self, key_capacity: int, pane_capacity: int, origin: int) -> None:
+        """Reallocate, keeping cells of panes >= origin that fit; new cells are neutral."""
+
+    def merge(self, index: Array, partials: dict[str, tuple[Array, ...]]) -> None:
+        """Combine partial i into flat cell index[i] (skip index -1), for every field."""
+
+    def occupied(self, n_keys: int, first_pane: int, end_pane: int) -> np.ndarray:
+        """Host bool per pane in [first_pane, end_pane): does any key have a tuple there."""
+
+    def windows(
+        self, n_keys: int, runs: list[tuple[int, int]], panes_per_slide: int,
+        panes_per_window: int, windows_per_batch: int,
+    ) -> dict[str, tuple[Array, ...]]:
+        """Field values of every (window, key) of the runs [(first pane of first window,
+        number of consecutive windows)], window-major then key order."""
+
+    def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
+        """Host copy of the cells of keys [0, n_keys) and panes [first_pane, end_pane)."""
+
+    def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
+        """Inverse of to_arrays (after reshape to a large enough capacity)."""
+
+
+class WindowKernels(Protocol):
+    name: str
+
+    def lift_tuples(self, lift: LiftExec, batch: pa.RecordBatch) -> LiftedTuples: ...
+
+    def pane_ids(self, lifted: LiftedTuples, pane_length: int) -> Array: ...
+
+    def late_tuples(
+        self, panes: Array, include: Array, pane_length: int, slide: int, size: int,
+        watermark: int,
+    ) -> Array:
+        """Bool per row: included and the pane's last window ended at or before watermark."""
+
+    def new_key_map(self, types: tuple[SqlType, ...]) -> KeyMap: ...
+
+    def key_map_from_arrays(
+        self, types: tuple[SqlType, ...], arrays: dict[str, np.ndarray], prefix: str
+    ) -> KeyMap: ...
+
+    def new_pane_state(self, fields: tuple[StateField, ...]) -> PaneState: ...
+
+    def flat_index(self, slots: Array, panes: Array, state: PaneState) -> Array:
+        """slot * pane_capacity + (pane - origin), -1 where slot is -1."""
+
+    def preaggregate(
+        self, slots: Array, panes: Array, partials: dict[str, tuple[Array, ...]],
+        fields: tuple[StateField, ...],
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, tuple[Array, ...]]]:
+        """Stage 1: one partial per distinct (slot, pane), first-seen order. Returns
+        (first row of each partial, its pane ids, its partial state)."""
+
+    def segment_windows(
+        self, fields: tuple[StateField, ...], leaves: dict[str, tuple[Array, ...]],
+        base: np.ndarray, windows: np.ndarray, panes_per_slide: int, panes_per_window: int,
+        windows_per_batch: int,
+    ) -> dict[str, tuple[Array, ...]]:
+        """Tree windows over contiguous leaves: task t has windows[t] consecutive windows, the
+        first starting at leaf base[t]; results task after task (count windows)."""
+
+    def to_host(self, array: Array) -> np.ndarray: ...
+
+    def from_host(self, array: np.ndarray) -> Array: ...
+
+
+def neutral(field: StateField) -> tuple[np.dtype, tuple[float | int, ...]]:
+    """(storage dtype, neutral element per array) of a state field."""
+    if field.kind.value == "moments":
+        return np.dtype(np.float64), (0.0, 0.0, 0.0)
+    integer = field.type.is_integer or field.type is SqlType.TIMESTAMP
+    dtype = np.dtype(np.int64) if integer else np.dtype(np.float64)
+    if field.kind.value in ("count", "sum"):
+        return dtype, (0,)
+    big = np.iinfo(np.int64).max if integer else np.inf
+    return dtype, ((big,) if field.kind.value == "min" else (-big,))

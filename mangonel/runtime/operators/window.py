@@ -1,0 +1,702 @@
+"""The backend-neutral driver of the window-aggregation operator (DESIGN section 3).
+
+Time windows (`TimeWindowOperator`), SPRINGALD's two stages:
+
+- pane level: every batch is lifted (filter, project, event time, per-tuple partial state),
+  each tuple gets its pane `floor(ts / p)`, p = gcd(range, slide), and its key slot; lateness
+  is decided per pane against the watermark from before the batch (a pane is late when its
+  last window `floor(q*p / s)*s + w` ended at or before W); the partials of the remaining
+  tuples are combined straight into the flat `[keys x panes]` state arrays (the pending
+  panes). A pane stays updatable while any window that needs it is unfired, so "closed" panes
+  and pending ones share those arrays; columns below the oldest unfired window are dropped
+  when the arrays are next reshaped, so state stays proportional to the live panes.
+- window level: after the batch, W = max(W, max_ts - delay) (every row with an event time
+  counts, also those WHERE drops), and every window with end <= W fires in window order: the
+  runs of consecutive windows that hold data (empty stretches are skipped without work) go to
+  the batched pane aggregation tree of `kernels.PaneState.windows`, `windows_per_batch`
+  windows per tree build. A (window, key) emits a row only if one tuple of the key
+  contributed (the first state field counts rows). Rows are ordered by window, then key in
+  first-seen order (the order keys first contributed a tuple).
+
+Split form (Spark): `lift(batch)` is stateless and returns a `pa.RecordBatch` of pane partials
+(original key values, `__pane`, state fields; one row per (key, pane) of the batch, with the
+batch's max event time and NULL-event-time count in the schema metadata); `merge(partials)`
+decides lateness per pane and combines them; `advance_watermark(W)` fires. `process(batch)`
+is the fused standalone form of lift + merge + watermark update + fire (it skips the
+intermediate partial rows: tuples combine straight into the state).
+
+Count windows (`CountWindowOperator`, ROWS n SLIDE m): a window needs its key's tuples in
+event-time order, which is final only once the watermark passes them, so the operator keeps
+per-tuple partials: pending tuples (ts >= W) on one side, and per key the final tuples that
+unfired windows still need (ordered by (ts, arrival)). When W advances, pending tuples with
+ts < W become final (sorted per key by (ts, arrival) and appended); window j of a key fires
+when the key has j*m + n final tuples; its aggregate comes from the same tree, built over
+tuples as leaves. Its `window_start` is the event time of its first tuple and `window_end`
+the event time of its last tuple + 1 microsecond (exclusive, like time windows). Rows are
+ordered by window number, then key first-seen order. At end of input all pending tuples
+become final; windows with fewer than n tuples never fire.
+
+Other decisions: tuples with a NULL event time are dropped and counted
+(`null_event_time_dropped`, whatever WHERE says); `late_tuples_dropped` counts late tuples
+that passed WHERE (a tuple WHERE removes is not "dropped as late"); `windows_fired` counts
+(window, key) results before HAVING, `rows_out` the rows after it.
+
+Snapshots: `snapshot()` -> bytes is an .npz archive (numpy arrays only, loaded with
+allow_pickle=False) whose `__header__` entry is UTF-8 JSON: format name, version, operator
+kind, the plan's window and state fields (checked on restore), watermark and counters.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler.logical import AggregateFunction, WindowKind
+from mangonel.compiler.physical import AggregatePlan, StateKind, WindowPipeline
+from mangonel.errors import DataError
+from mangonel.runtime.cpu.evaluation import evaluate_expression, to_mask
+from mangonel.runtime.operators.kernels import WindowKernels
+
+SNAPSHOT_FORMAT = "mangonel.window-state"
+SNAPSHOT_VERSION = 1
+PANE_META = "__pane"
+EVENT_TIME_META = "__ts"
+MAX_RESULT_CELLS = 1 << 22  # (window, key) cells per tree call: bounds memory of one firing
+
+
+@dataclass(frozen=True)
+class OperatorMetrics:
+    tuples_in: int
+    late_tuples_dropped: int
+    null_event_time_dropped: int
+    windows_fired: int
+    rows_out: int
+    state_bytes: int
+
+
+# ---------------------------------------------------------------------------------------
+# Finalize, HAVING and the output projection (host side, Arrow)
+
+
+def finalize(
+    plans: tuple[AggregatePlan, ...], values: dict[str, tuple[np.ndarray, ...]]
+) -> list[pa.Array]:
+    """The aggregate results (Arrow, plan result types) from selected field values."""
+    results = []
+    for plan in plans:
+        count = values[plan.count_field][0]
+        arrow_type = plan.result_type.info.arrow
+        function = plan.function
+        if function in (AggregateFunction.COUNT_STAR, AggregateFunction.COUNT):
+            results.append(pa.array(count, pa.int64()).cast(arrow_type))
+            continue
+        empty = count == 0
+        value = values[plan.value_field]
+        if function in (AggregateFunction.SUM, AggregateFunction.MIN, AggregateFunction.MAX):
+            data = value[0]
+            if plan.result_type is SqlType.TIMESTAMP:
+                array = pa.array(np.where(empty, 0, data), pa.int64(), mask=empty)
+            else:
+                array = pa.array(np.where(empty, 0, data), mask=empty)
+            results.append(array.cast(arrow_type))
+            continue
+        if function is AggregateFunction.AVG:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                data = value[0] / np.where(empty, 1, count)
+            results.append(pa.array(data.astype(np.float64), mask=empty).cast(arrow_type))
+            continue
+        n, m2 = value[0], value[2]
+        sample = function in (AggregateFunction.VAR_SAMP, AggregateFunction.STDDEV_SAMP)
+        null = n < (2 if sample else 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            data = m2 / np.where(null, 1.0, n - 1.0 if sample else n)
+        data = np.maximum(data, 0.0)  # rounding must not make a variance negative
+        if function in (AggregateFunction.STDDEV_POP, AggregateFunction.STDDEV_SAMP):
+            data = np.sqrt(data)
+        results.append(pa.array(data, mask=null).cast(arrow_type))
+    return results
+
+
+def _timestamps(micros: np.ndarray) -> pa.Array:
+    return pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+
+
+def project(
+    pipeline: WindowPipeline,
+    keys: list[pa.Array],
+    aggregates: list[pa.Array],
+    window_start: np.ndarray,
+    window_end: np.ndarray,
+) -> pa.RecordBatch:
+    """HAVING first, then the plan's output expressions, typed as the plan says."""
+    length = len(window_start)
+    key_columns = pipeline.lift.keys
+    column_types = {c.name: c.type for c in key_columns}
+    columns = {c.name: array for c, array in zip(key_columns, keys, strict=True)}
+    aggregate_types = [p.result_type for p in pipeline.window.aggregates]
+    bounds = {"start": _timestamps(window_start), "end": _timestamps(window_end)}
+    if pipeline.having is not None and length:
+        keep = to_mask(evaluate_expression(
+            pipeline.having, column_types, columns, aggregates=aggregates,
+            aggregate_types=aggregate_types, window_bounds=bounds, length=length,
+        ))
+        if not keep.all():
+            selection = pa.array(np.nonzero(keep)[0])
+            columns = {name: array.take(selection) for name, array in columns.items()}
+            aggregates = [array.take(selection) for array in aggregates]
+            bounds = {name: array.take(selection) for name, array in bounds.items()}
+            length = int(keep.sum())
+    arrays, fields = [], []
+    for output in pipeline.outputs:
+        arrow_type = output.type.info.arrow
+        array = evaluate_expression(
+            output.expression, column_types, columns, aggregates=aggregates,
+            aggregate_types=aggregate_types, window_bounds=bounds, length=length,
+        )
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        if array.type != arrow_type:
+            array = array.cast(arrow_type)
+        arrays.append(array)
+        fields.append(pa.field(output.name, arrow_type))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def output_schema(pipeline: WindowPipeline) -> pa.Schema:
+    return pa.schema([pa.field(o.name, o.type.info.arrow) for o in pipeline.outputs])
+
+
+def as_record_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    if isinstance(batch, pa.Table):
+        batch = batch.combine_chunks()
+        return pa.RecordBatch.from_arrays(
+            [column.combine_chunks() for column in batch.columns], schema=batch.schema
+        )
+    if not isinstance(batch, pa.RecordBatch):
+        raise DataError(f"expected a pyarrow RecordBatch or Table, got {type(batch).__name__}")
+    return batch
+
+
+def _field_arrays(fields) -> list[tuple[str, int]]:
+    return [(f.name, 3 if f.kind is StateKind.MOMENTS else 1) for f in fields]
+
+
+def _partial_column_name(field_name: str, part: int, parts: int) -> str:
+    return field_name if parts == 1 else f"{field_name}.{('n', 'mean', 'm2')[part]}"
+
+
+def _pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    header_bytes = np.frombuffer(json.dumps(header, sort_keys=True).encode("utf-8"), np.uint8)
+    np.savez(buffer, __header__=header_bytes, **arrays)
+    return buffer.getvalue()
+
+
+def _unpack(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    header = json.loads(arrays.pop("__header__").tobytes().decode("utf-8"))
+    if header.get("format") != SNAPSHOT_FORMAT:
+        raise DataError("not a mangonel window-operator snapshot")
+    if header.get("version") != SNAPSHOT_VERSION:
+        raise DataError(f"snapshot version {header.get('version')} is not supported "
+                        f"(this build reads version {SNAPSHOT_VERSION})")
+    return header, arrays
+
+
+class _OperatorBase:
+    kind = ""
+
+    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
+        self.pipeline = pipeline
+        self.kernels = kernels
+        self.window = pipeline.window
+        self.spec = pipeline.window.window
+        self.fields = pipeline.lift.fields
+        self.key_types = tuple(k.type for k in pipeline.lift.keys)
+        self.keys = kernels.new_key_map(self.key_types)
+        self.watermark: int | None = None  # None is -infinity
+        self.max_event_time: int | None = None
+        self.tuples_in = 0
+        self.late = 0
+        self.null_event_time = 0
+        self.windows_fired = 0
+        self.rows_out = 0
+        self.finished = False
+
+    # -- shared ---------------------------------------------------------------------------
+
+    def metrics(self) -> OperatorMetrics:
+        return OperatorMetrics(self.tuples_in, self.late, self.null_event_time,
+                               self.windows_fired, self.rows_out, self.state_bytes())
+
+    def state_bytes(self) -> int:
+        raise NotImplementedError
+
+    def _observe(self, max_event_time: int | None) -> None:
+        if max_event_time is not None:
+            if self.max_event_time is None or max_event_time > self.max_event_time:
+                self.max_event_time = max_event_time
+
+    def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
+        """Lift + merge one batch, then update the watermark and fire (standalone form)."""
+        self._process(as_record_batch(batch))
+        if self.max_event_time is None:
+            return []
+        return self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
+
+    def advance_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        """W = max(W, watermark); fire every window that ends at or before W."""
+        if self.watermark is None or watermark > self.watermark:
+            self.watermark = watermark
+        return self._fire(final=False)
+
+    def finish(self) -> list[pa.RecordBatch]:
+        """End of input: everything fires."""
+        self.finished = True
+        return self._fire(final=True)
+
+    def _emit(self, keys, aggregates, starts, ends) -> list[pa.RecordBatch]:
+        self.windows_fired += len(starts)
+        if not len(starts):
+            return []
+        batch = project(self.pipeline, keys, aggregates, starts, ends)
+        self.rows_out += batch.num_rows
+        return [batch] if batch.num_rows else []
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "version": SNAPSHOT_VERSION,
+            "operator": self.kind,
+            "window": [self.spec.kind.value, self.spec.size, self.spec.slide,
+                       self.spec.watermark_delay_us],
+            "fields": [[f.name, f.kind.value, f.type.value] for f in self.fields],
+            "keys": [t.value for t in self.key_types],
+            "watermark": self.watermark,
+            "max_event_time": self.max_event_time,
+            "counters": [self.tuples_in, self.late, self.null_event_time, self.windows_fired,
+                         self.rows_out],
+            "finished": self.finished,
+        }
+
+    def _restore_header(self, header: dict[str, Any]) -> None:
+        expected = self._header()
+        for entry in ("operator", "window", "fields", "keys"):
+            if header.get(entry) != expected[entry]:
+                raise DataError(f"snapshot does not match this query: {entry} is "
+                                f"{header.get(entry)}, the plan has {expected[entry]}")
+        self.watermark = header["watermark"]
+        self.max_event_time = header["max_event_time"]
+        (self.tuples_in, self.late, self.null_event_time, self.windows_fired,
+         self.rows_out) = header["counters"]
+        self.finished = header["finished"]
+
+    def _partial_batch(self, lifted, rows, extra_name, extra, partials) -> pa.RecordBatch:
+        host = self.kernels.to_host
+        selection = pa.array(rows)
+        arrays = [key.take(selection) for key in lifted.keys]
+        names = [k.name for k in self.pipeline.lift.keys]
+        arrays.append(pa.array(host(extra), pa.int64()))
+        names.append(extra_name)
+        for name, parts in _field_arrays(self.fields):
+            for part in range(parts):
+                arrays.append(pa.array(host(partials[name][part])))
+                names.append(_partial_column_name(name, part, parts))
+        metadata = {
+            "mangonel.max_event_time": json.dumps(lifted.max_event_time),
+            "mangonel.null_event_time": str(lifted.null_event_time),
+            "mangonel.rows": str(lifted.rows),
+        }
+        return pa.RecordBatch.from_arrays(arrays, names=names).replace_schema_metadata(metadata)
+
+    def _read_partials(self, partials: pa.RecordBatch, extra_name: str):
+        metadata = {k.decode(): v.decode() for k, v in (partials.schema.metadata or {}).items()}
+        self.tuples_in += int(metadata.get("mangonel.rows", 0))
+        self.null_event_time += int(metadata.get("mangonel.null_event_time", 0))
+        self._observe(json.loads(metadata.get("mangonel.max_event_time", "null")))
+        keys = [partials.column(k.name) for k in self.pipeline.lift.keys]
+        device = self.kernels.from_host
+        extra = device(np.asarray(partials.column(extra_name)).astype(np.int64))
+        values = {}
+        for name, parts in _field_arrays(self.fields):
+            values[name] = tuple(
+                device(np.asarray(partials.column(_partial_column_name(name, part, parts))))
+                for part in range(parts)
+            )
+        return keys, extra, values
+
+    def _process(self, batch: pa.RecordBatch) -> None:
+        raise NotImplementedError
+
+    def _fire(self, final: bool) -> list[pa.RecordBatch]:
+        raise NotImplementedError
+
+
+class TimeWindowOperator(_OperatorBase):
+    """RANGE w SLIDE s windows over panes of p = gcd(w, s) (see the module docstring)."""
+
+    kind = "time"
+
+    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
+        super().__init__(pipeline, kernels)
+        self.pane_length = self.window.pane_length
+        self.panes_per_window = self.window.panes_per_window
+        self.panes_per_slide = self.window.panes_per_slide
+        self.state = kernels.new_pane_state(self.fields)
+        self.next_window: int | None = None  # the oldest window that has not fired
+        self.min_pane: int | None = None  # live panes: [live_first_pane, max_pane]
+        self.max_pane: int | None = None
+
+    # -- pane level -----------------------------------------------------------------------
+
+    def _process(self, batch: pa.RecordBatch) -> None:
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, batch)
+        self.tuples_in += lifted.rows
+        self.null_event_time += lifted.null_event_time
+        panes = self.kernels.pane_ids(lifted, self.pane_length)
+        self._merge(lifted.keys, panes, lifted.contributes, lifted.partials)
+        self._observe(lifted.max_event_time)
+
+    def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """Stage 1 (stateless): one row of partial state per (key, pane) of the batch."""
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, as_record_batch(batch))
+        panes = self.kernels.pane_ids(lifted, self.pane_length)
+        local_keys = self.kernels.new_key_map(self.key_types)
+        slots = local_keys.map_columns(lifted.keys, lifted.contributes)
+        rows, pane_of_row, partials = self.kernels.preaggregate(
+            slots, panes, lifted.partials, self.fields
+        )
+        return self._partial_batch(lifted, rows, PANE_META, pane_of_row, partials)
+
+    def merge(self, partials: pa.RecordBatch) -> None:
+        """Stage 2: combine pane partials from `lift` (of any process) into the state."""
+        keys, panes, values = self._read_partials(partials, PANE_META)
+        include = self.kernels.from_host(np.ones(partials.num_rows, np.bool_))
+        self._merge(keys, panes, include, values)
+
+    def _merge(self, keys, panes, include, partials) -> None:
+        kernels = self.kernels
+        if self.watermark is not None:
+            late = kernels.late_tuples(panes, include, self.pane_length, self.spec.slide,
+                                       self.spec.size, self.watermark)
+            rows = partials[self.fields[0].name][0]
+            self.late += int(kernels.to_host((rows * late).sum()))
+            include = include & ~late
+        slots = self.keys.map_columns(keys, include)
+        included = kernels.to_host(include)
+        if not included.any():
+            return
+        host_panes = kernels.to_host(panes)[included]
+        self._reserve(int(host_panes.min()), int(host_panes.max()))
+        self.state.merge(kernels.flat_index(slots, panes, self.state), partials)
+
+    def _live_first_pane(self) -> int | None:
+        if self.next_window is not None and self.min_pane is not None:
+            return max(self.next_window * self.panes_per_slide, self.min_pane)
+        return self.min_pane
+
+    def _reserve(self, first_pane: int, last_pane: int) -> None:
+        """Make the state arrays cover every key and panes [first_pane, last_pane]."""
+        self.min_pane = first_pane if self.min_pane is None else min(self.min_pane, first_pane)
+        self.max_pane = last_pane if self.max_pane is None else max(self.max_pane, last_pane)
+        live = self._live_first_pane()
+        state = self.state
+        need_keys = self.keys.n_slots
+        fits = (
+            state.pane_capacity > 0
+            and state.origin <= first_pane
+            and last_pane < state.origin + state.pane_capacity
+            and need_keys <= state.key_capacity
+        )
+        if fits:
+            return
+        origin = min(live, first_pane)
+        span = self.max_pane - origin + 1
+        panes = max(16, state.pane_capacity)
+        while panes < 2 * span:
+            panes *= 2
+        key_capacity = max(16, state.key_capacity)
+        while key_capacity < need_keys:
+            key_capacity *= 2
+        state.reshape(key_capacity, panes, origin)
+
+    # -- window level ---------------------------------------------------------------------
+
+    def _fire(self, final: bool) -> list[pa.RecordBatch]:
+        if self.max_pane is None:
+            return []
+        ps, pw = self.panes_per_slide, self.panes_per_window
+        if final:
+            last_window = self.max_pane // ps
+        elif self.watermark is None:
+            return []
+        else:
+            last_window = (self.watermark - self.spec.size) // self.spec.slide
+        # windows before the first one holding the oldest pane ever seen are empty
+        first_window = -((pw - 1 - self.min_pane) // ps)  # ceil((q - pw + 1) / ps)
+        if self.next_window is not None:
+            first_window = max(first_window, self.next_window)
+        if self.next_window is None or last_window >= self.next_window:
+            # every window ending at or before W has fired, also the empty ones
+            self.next_window = last_window + 1
+        if last_window < first_window:
+            return []
+        first_pane = first_window * ps
+        end_pane = min(last_window * ps + pw, self.max_pane + 1)
+        n_keys = self.keys.n_slots
+        occupied = self.state.occupied(n_keys, first_pane, end_pane)
+        panes = np.nonzero(occupied)[0].astype(np.int64) + first_pane
+        if not len(panes):
+            return []
+        starts = np.maximum(-((pw - 1 - panes) // ps), first_window)
+        ends = np.minimum(panes // ps, last_window)
+        breaks = np.nonzero(starts[1:] > ends[:-1] + 1)[0] + 1
+        run_first = starts[np.concatenate(([0], breaks))]
+        run_last = ends[np.concatenate((breaks - 1, [len(ends) - 1]))]
+        out = []
+        cells_per_window = max(n_keys, 1)
+        limit = max(1, MAX_RESULT_CELLS // cells_per_window)
+        pending: list[tuple[int, int]] = []
+        pending_windows = 0
+        for first, last in zip(run_first.tolist(), run_last.tolist(), strict=True):
+            while first <= last:
+                count = min(last - first + 1, limit - pending_windows)
+                pending.append((first, count))
+                pending_windows += count
+                first += count
+                if pending_windows >= limit:
+                    out += self._compute(pending, n_keys)
+                    pending, pending_windows = [], 0
+        if pending:
+            out += self._compute(pending, n_keys)
+        return out
+
+    def _compute(self, runs: list[tuple[int, int]], n_keys: int) -> list[pa.RecordBatch]:
+        ps = self.panes_per_slide
+        values = self.state.windows(
+            n_keys, [(first * ps, count) for first, count in runs], ps,
+            self.panes_per_window, self.window.windows_per_batch,
+        )
+        host = self.kernels.to_host
+        rows = host(values[self.fields[0].name][0])
+        selected = np.nonzero(rows > 0)[0]
+        window_ids = np.concatenate([np.arange(f, f + c, dtype=np.int64) for f, c in runs])
+        window_of_cell = window_ids[selected // n_keys]
+        slot_of_cell = selected % n_keys
+        chosen = {name: tuple(host(part)[selected] for part in parts)
+                  for name, parts in values.items()}
+        aggregates = finalize(self.window.aggregates, chosen)
+        keys = self.keys.decode(slot_of_cell)
+        starts = window_of_cell * self.spec.slide
+        return self._emit(keys, aggregates, starts, starts + self.spec.size)
+
+    # -- state ----------------------------------------------------------------------------
+
+    def state_bytes(self) -> int:
+        state = self.state
+        per_cell = sum(np.dtype(np.float64).itemsize * parts for _, parts in
+                       _field_arrays(self.fields))
+        return state.key_capacity * state.pane_capacity * per_cell + self.keys.n_slots * 8 * (
+            len(self.key_types) + 1)
+
+    def snapshot(self) -> bytes:
+        header = self._header()
+        header.update(next_window=self.next_window, min_pane=self.min_pane,
+                      max_pane=self.max_pane)
+        arrays = self.keys.to_arrays("keys.")
+        live = self._live_first_pane()
+        if self.max_pane is not None and live is not None and live <= self.max_pane:
+            header["state_first_pane"] = live
+            state = self.state.to_arrays(self.keys.n_slots, live, self.max_pane + 1)
+            arrays.update({f"state.{name}": array for name, array in state.items()})
+        return _pack(header, arrays)
+
+    def restore(self, data: bytes) -> None:
+        header, arrays = _unpack(data)
+        self._restore_header(header)
+        self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "keys.")
+        self.next_window = header["next_window"]
+        self.min_pane = header["min_pane"]
+        self.max_pane = header["max_pane"]
+        self.state = self.kernels.new_pane_state(self.fields)
+        first = header.get("state_first_pane")
+        if first is not None:
+            state = {name[len("state."):]: array for name, array in arrays.items()
+                     if name.startswith("state.")}
+            key_capacity, panes = 16, 16
+            while key_capacity < self.keys.n_slots:
+                key_capacity *= 2
+            while panes < 2 * (self.max_pane - first + 1):
+                panes *= 2
+            self.state.reshape(key_capacity, panes, first)
+            self.state.load_arrays(state, first)
+
+
+class CountWindowOperator(_OperatorBase):
+    """ROWS n SLIDE m windows per key over per-tuple partials (see the module docstring)."""
+
+    kind = "count"
+
+    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
+        super().__init__(pipeline, kernels)
+        self.size = self.spec.size
+        self.slide = self.spec.slide
+        self.arrivals = 0  # arrival sequence number of the next tuple (ties in event time)
+        self.pending = self._empty()  # tuples not final yet (ts >= W)
+        self.final = self._empty()  # final tuples unfired windows need, by (slot, position)
+        self.final_count = np.zeros(0, np.int64)  # final tuples per key so far
+        self.next_window = np.zeros(0, np.int64)  # next window number per key
+
+    def _empty(self) -> dict[str, np.ndarray]:
+        columns = {"slot": np.empty(0, np.int64), "ts": np.empty(0, np.int64),
+                   "seq": np.empty(0, np.int64), "pos": np.empty(0, np.int64)}
+        for field in self.fields:
+            dtype = np.float64 if field.kind is StateKind.MOMENTS else (
+                np.int64 if field.type.is_integer or field.type is SqlType.TIMESTAMP
+                else np.float64)
+            for part in range(3 if field.kind is StateKind.MOMENTS else 1):
+                columns[f"{field.name}.{part}"] = np.empty(0, dtype)
+        return columns
+
+    def _process(self, batch: pa.RecordBatch) -> None:
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, batch)
+        self.tuples_in += lifted.rows
+        self.null_event_time += lifted.null_event_time
+        self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
+        self._observe(lifted.max_event_time)
+
+    def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, as_record_batch(batch))
+        rows = np.nonzero(self.kernels.to_host(lifted.contributes))[0]
+        partials = {name: tuple(self.kernels.to_host(p)[rows] for p in parts)
+                    for name, parts in lifted.partials.items()}
+        event_time = self.kernels.to_host(lifted.event_time)[rows]
+        return self._partial_batch(lifted, rows, EVENT_TIME_META, event_time, partials)
+
+    def merge(self, partials: pa.RecordBatch) -> None:
+        keys, event_time, values = self._read_partials(partials, EVENT_TIME_META)
+        include = self.kernels.from_host(np.ones(partials.num_rows, np.bool_))
+        self._merge(keys, event_time, include, values)
+
+    def _merge(self, keys, event_time, include, partials) -> None:
+        host = self.kernels.to_host
+        event_time = host(event_time)
+        include = host(include).copy()
+        if self.watermark is not None:
+            late = include & (event_time < self.watermark)
+            self.late += int(late.sum())
+            include &= ~late
+        slots = host(self.keys.map_columns(keys, self.kernels.from_host(include)))
+        rows = np.nonzero(include)[0]
+        added = {"slot": slots[rows], "ts": event_time[rows],
+                 "seq": self.arrivals + np.arange(len(rows), dtype=np.int64),
+                 "pos": np.zeros(len(rows), np.int64)}
+        self.arrivals += len(rows)
+        for name, parts in _field_arrays(self.fields):
+            for part in range(parts):
+                added[f"{name}.{part}"] = host(partials[name][part])[rows]
+        self.pending = {c: np.concatenate((self.pending[c], added[c])) for c in self.pending}
+
+    def _fire(self, final: bool) -> list[pa.RecordBatch]:
+        n_keys = self.keys.n_slots
+        if len(self.final_count) < n_keys:
+            grow = n_keys - len(self.final_count)
+            self.final_count = np.concatenate((self.final_count, np.zeros(grow, np.int64)))
+            self.next_window = np.concatenate((self.next_window, np.zeros(grow, np.int64)))
+        if final:
+            becoming = np.ones(len(self.pending["ts"]), np.bool_)
+        elif self.watermark is None:
+            return []
+        else:
+            becoming = self.pending["ts"] < self.watermark
+        if becoming.any():
+            new = {c: a[becoming] for c, a in self.pending.items()}
+            self.pending = {c: a[~becoming] for c, a in self.pending.items()}
+            order = np.lexsort((new["seq"], new["ts"], new["slot"]))
+            new = {c: a[order] for c, a in new.items()}
+            slots = new["slot"]
+            group_start = np.searchsorted(slots, slots, side="left")
+            new["pos"] = self.final_count[slots] + np.arange(len(slots)) - group_start
+            np.add.at(self.final_count, slots, 1)
+            merged = {c: np.concatenate((self.final[c], new[c])) for c in self.final}
+            order = np.argsort(merged["slot"], kind="stable")
+            self.final = {c: a[order] for c, a in merged.items()}
+        return self._compute(n_keys)
+
+    def _compute(self, n_keys: int) -> list[pa.RecordBatch]:
+        n, m = self.size, self.slide
+        last = np.where(self.final_count >= n, (self.final_count - n) // m, -1)
+        counts = np.maximum(last - self.next_window + 1, 0)
+        keys_firing = np.nonzero(counts)[0]
+        if not len(keys_firing):
+            return []
+        slots = self.final["slot"]
+        segment_start = np.searchsorted(slots, keys_firing, side="left")
+        first_position = self.final["pos"][segment_start]
+        base = segment_start + self.next_window[keys_firing] * m - first_position
+        windows = counts[keys_firing]
+        leaves = {name: tuple(self.final[f"{name}.{part}"] for part in range(parts))
+                  for name, parts in _field_arrays(self.fields)}
+        values = self.kernels.segment_windows(
+            self.fields, leaves, base, windows, m, n, self.window.windows_per_batch
+        )
+        slot_of_row = np.repeat(keys_firing, windows)
+        row_in_task = np.arange(len(slot_of_row)) - np.repeat(np.cumsum(windows) - windows,
+                                                               windows)
+        window_of_row = np.repeat(self.next_window[keys_firing], windows) + row_in_task
+        first_leaf = np.repeat(base, windows) + row_in_task * m
+        starts = self.final["ts"][first_leaf]
+        ends = self.final["ts"][first_leaf + n - 1] + 1
+        order = np.lexsort((slot_of_row, window_of_row))
+        host = self.kernels.to_host
+        chosen = {name: tuple(host(part)[order] for part in parts)
+                  for name, parts in values.items()}
+        aggregates = finalize(self.window.aggregates, chosen)
+        keys = self.keys.decode(slot_of_row[order])
+        self.next_window[keys_firing] += windows
+        keep = self.final["pos"] >= self.next_window[slots] * m
+        self.final = {c: a[keep] for c, a in self.final.items()}
+        return self._emit(keys, aggregates, starts[order], ends[order])
+
+    def state_bytes(self) -> int:
+        total = sum(a.nbytes for a in self.pending.values()) + sum(
+            a.nbytes for a in self.final.values())
+        return total + self.final_count.nbytes + self.next_window.nbytes + self.keys.n_slots * 8 * (
+            len(self.key_types) + 1)
+
+    def snapshot(self) -> bytes:
+        header = self._header()
+        header["arrivals"] = self.arrivals
+        arrays = self.keys.to_arrays("keys.")
+        arrays.update({f"pending.{c}": a for c, a in self.pending.items()})
+        arrays.update({f"final.{c}": a for c, a in self.final.items()})
+        arrays["final_count"] = self.final_count
+        arrays["next_window"] = self.next_window
+        return _pack(header, arrays)
+
+    def restore(self, data: bytes) -> None:
+        header, arrays = _unpack(data)
+        self._restore_header(header)
+        self.arrivals = header["arrivals"]
+        self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "keys.")
+        self.pending = {c: arrays[f"pending.{c}"] for c in self._empty()}
+        self.final = {c: arrays[f"final.{c}"] for c in self._empty()}
+        self.final_count = arrays["final_count"]
+        self.next_window = arrays["next_window"]
+
+
+WindowOperator = TimeWindowOperator | CountWindowOperator
+
+
+def make_operator(pipeline: WindowPipeline, kernels: WindowKernels) -> WindowOperator:
+    if pipeline.window.window.kind is WindowKind.COUNT:
+        return CountWindowOperator(pipeline, kernels)
+    return TimeWindowOperator(pipeline, kernels)
