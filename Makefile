@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 check-java:
-	@$(PY) -m mangonel.runtime.java_check
+	@$(PY) -m mangonel.runtime.spark.java
 
 run: $(STAMP) check-java
 	$(PY) -m mangonel.examples_runner
