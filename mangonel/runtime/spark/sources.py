@@ -1,0 +1,209 @@
+"""Spark streaming sources for `CREATE STREAM ... WITH (source = ...)`.
+
+- `generator`: mangonel's synthetic stream as a real Spark streaming source (pyspark's Python
+  Data Source API, `DataSourceStreamReader`): offsets are tuple counts, so a query restarted
+  from its checkpoint re-reads exactly the tuples it had not committed. Rows [a, b) are the
+  same for a given seed whatever the micro-batch boundaries, because every fixed-size chunk
+  of the stream is generated from its own seed.
+- `parquet` / `csv`: Spark's file sources over a folder (`path`), one or more files per
+  micro-batch (`files_per_trigger`). Malformed CSV values read as NULL (PERMISSIVE mode).
+- `kafka`: Spark's Kafka source (`bootstrap_servers`, `topic`); the message value is JSON
+  (`format = 'json'`, the default) or CSV with the stream's columns. Needs the
+  spark-sql-kafka package on the Spark classpath.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from mangonel.catalog.catalog import Column, Schema, Stream
+from mangonel.catalog.sources.generator import GeneratorConfig, generate
+from mangonel.catalog.types import SqlType, type_from_name
+from mangonel.errors import CatalogError
+from mangonel.runtime.spark.schema import schema_ddl
+
+GENERATOR_FORMAT = "mangonel_generator"
+SOURCES = ("generator", "parquet", "csv", "kafka")
+# Chunks are the unit of reproducibility: chunk c is generate(...) with seed (seed, c).
+CHUNK_ROWS = 50_000
+
+
+def _schema_from_options(options: dict[str, str]) -> Schema:
+    # "columns" is JSON [[name, type, nullable], ...]: exact, unlike re-parsing the DDL string.
+    return Schema(
+        tuple(
+            Column(name, type_from_name(type_name) or SqlType.STRING, nullable)
+            for name, type_name, nullable in json.loads(options["columns"])
+        )
+    )
+
+
+def columns_option(schema: Schema) -> str:
+    return json.dumps([[c.name, c.type.value, c.nullable] for c in schema.columns])
+
+
+def _generator_config(options: dict[str, str]) -> GeneratorConfig:
+    names = {f.name: f.type for f in dataclasses.fields(GeneratorConfig)}
+    values: dict[str, Any] = {}
+    for key, value in options.items():
+        key = {"delay": "delay_us"}.get(key, key)
+        if key in names:
+            values[key] = float(value) if key in ("skew", "null_fraction") else int(value)
+    return GeneratorConfig(**values)
+
+
+@dataclasses.dataclass
+class _ChunkRange(InputPartition):
+    start: int
+    end: int
+
+
+class GeneratorStreamReader(DataSourceStreamReader):
+    """Offsets are {"tuples": n}: the first n tuples of the generated stream have been read."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.config = _generator_config(options)
+        self.rows_per_batch = int(options.get("rows_per_batch", self.config.batch_size))
+
+    def initialOffset(self) -> dict:
+        return {"tuples": 0}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        begin = (start or {"tuples": 0})["tuples"]
+        return {"tuples": min(self.config.tuples, begin + self.rows_per_batch)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        # One partition per chunk touched, so Spark reads chunks in parallel.
+        begin, finish = start["tuples"], end["tuples"]
+        ranges = []
+        position = begin
+        while position < finish:
+            chunk_end = min(finish, (position // CHUNK_ROWS + 1) * CHUNK_ROWS)
+            ranges.append(_ChunkRange(position, chunk_end))
+            position = chunk_end
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _ChunkRange)
+        yield from read_generator_rows(self.options, partition.start, partition.end)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the stream is a pure function of its offsets."""
+
+
+def read_generator_rows(options: dict[str, str], start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """Tuples [start, end) of the generated stream (within one chunk)."""
+    config = _generator_config(options)
+    schema = _schema_from_options(options)
+    event_time = options["event_time"]
+    keys = tuple(k for k in options.get("key_columns", "").split(",") if k) or None
+    chunk = start // CHUNK_ROWS
+    chunk_start = chunk * CHUNK_ROWS
+    chunk_rows = min(CHUNK_ROWS, config.tuples - chunk_start)
+    chunk_config = dataclasses.replace(
+        config,
+        tuples=chunk_rows,
+        batch_size=chunk_rows,
+        seed=config.seed * 1_000_003 + chunk,
+        start_us=config.start_us + chunk_start * 1_000_000 // config.rate,
+    )
+    batch = next(generate(schema, event_time, chunk_config, keys))
+    yield batch.slice(start - chunk_start, end - start)
+
+
+class GeneratorDataSource(DataSource):
+    """`spark.readStream.format("mangonel_generator").options(schema=..., event_time=...,
+    tuples=..., rate=..., keys=..., skew=..., delay=..., seed=..., rows_per_batch=...)`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return GENERATOR_FORMAT
+
+    def schema(self) -> str:
+        return self.options["schema"]
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return GeneratorStreamReader(dict(self.options))
+
+
+def register_generator(spark: SparkSession) -> None:
+    spark.dataSource.register(GeneratorDataSource)
+
+
+def _option(stream: Stream, key: str, default: str | None = None) -> str:
+    value = stream.option(key, default)
+    if value is None:
+        raise CatalogError(
+            f"stream {stream.name!r} with source = '{stream.option('source')}' needs the "
+            f"option {key!r}",
+            hint=f"CREATE STREAM {stream.name} (...) WITH (..., {key} = '...')",
+        )
+    return value
+
+
+def generator_options(stream: Stream) -> dict[str, str]:
+    """The reader options of a generator stream: the DDL options plus schema and event time."""
+    options = {k: v for k, v in stream.options if k not in ("source", "watermark", "event_time")}
+    if "delay" in options:
+        from mangonel.compiler.parse import parse_duration
+
+        options["delay"] = str(parse_duration(options["delay"]))
+    options["schema"] = schema_ddl(stream.schema)
+    options["columns"] = columns_option(stream.schema)
+    options["event_time"] = stream.event_time
+    return options
+
+
+def create_source(spark: SparkSession, stream: Stream) -> DataFrame:
+    """The streaming DataFrame a `CREATE STREAM ... WITH (source = ...)` reads."""
+    source = (stream.option("source") or "").lower()
+    if source not in SOURCES:
+        raise CatalogError(
+            f"stream {stream.name!r} has source = {source!r}, which Spark cannot read",
+            hint="source = 'generator' | 'parquet' | 'csv' | 'kafka', or build the streaming "
+            "DataFrame yourself and call register(name, df, event_time=...)",
+        )
+    ddl = schema_ddl(stream.schema)
+    if source == "generator":
+        register_generator(spark)
+        return spark.readStream.format(GENERATOR_FORMAT).options(**generator_options(stream)).load()
+    if source in ("parquet", "csv"):
+        reader = spark.readStream.schema(ddl).option(
+            "maxFilesPerTrigger", stream.option("files_per_trigger", "1")
+        )
+        if source == "csv":
+            reader = reader.option("header", stream.option("header", "true")).option(
+                "mode", "PERMISSIVE"
+            )
+        return reader.format(source).load(_option(stream, "path"))
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", _option(stream, "bootstrap_servers"))
+        .option("subscribe", _option(stream, "topic"))
+        .option("startingOffsets", stream.option("starting_offsets", "earliest"))
+    )
+    try:
+        raw = reader.load()
+    except Exception as error:  # the Kafka connector is not on the classpath
+        raise CatalogError(
+            f"stream {stream.name!r}: Spark could not create its Kafka source "
+            f"({type(error).__name__}: {str(error).splitlines()[0]})",
+            hint="start Spark with the connector, e.g. spark.jars.packages = "
+            "'org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>'",
+        ) from error
+    value = F.col("value").cast("string")
+    if stream.option("format", "json").lower() == "csv":
+        parsed = F.from_csv(value, ddl)
+    else:
+        parsed = F.from_json(value, ddl)
+    return raw.select(parsed.alias("row")).select("row.*")
