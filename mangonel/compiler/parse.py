@@ -1,0 +1,720 @@
+"""SQL text -> AST: the sqlglot dialect of mangonel, the CQL window clause, durations.
+
+`parse_statement` is the one entry point: DDL (CREATE/DROP/SHOW) goes to the small lark
+grammar of `mangonel.compiler.ddl`; queries and `EXPLAIN [CODEGEN] <query>` go to
+`MangonelDialect`, sqlglot's own parser extended with the window clause
+
+    FROM s [RANGE <dur> [SLIDE <dur>] [WATERMARK <dur>]] [[AS] alias]
+    FROM s [ROWS <n> [SLIDE <m>] [WATERMARK <dur>]] [[AS] alias]
+
+which becomes `nodes.WindowClause(this=<exp.Table>, kind, size, slide, watermark)`.
+The clause is only read here; its values are validated by the binder (`bind.py`), which
+knows the stream and can name the construct precisely (the positions of each part are kept
+in the clause's `meta["parts"]`).
+
+Every error is a `SqlError` whose line and column (1-based) point at the start of the
+offending construct in the statement text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from sqlglot import exp, generator, parser, tokens
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.parsers.base import BaseParser
+from sqlglot.tokens import Token, TokenType
+
+from mangonel.compiler import ddl
+from mangonel.compiler.nodes import AggregateRef, Explain, WindowBound, WindowClause
+from mangonel.errors import SqlError
+
+Statement = exp.Select | Explain | ddl.CreateStream | ddl.CreateTable | ddl.Drop | ddl.Show
+
+# ---------------------------------------------------------------------------------------
+# Durations
+
+MICROSECONDS_PER_UNIT: dict[str, int] = {
+    "MICROSECOND": 1,
+    "MICROSECONDS": 1,
+    "US": 1,
+    "MILLISECOND": 1_000,
+    "MILLISECONDS": 1_000,
+    "MS": 1_000,
+    "SECOND": 1_000_000,
+    "SECONDS": 1_000_000,
+    "S": 1_000_000,
+    "MINUTE": 60_000_000,
+    "MINUTES": 60_000_000,
+    "MIN": 60_000_000,
+    "HOUR": 3_600_000_000,
+    "HOURS": 3_600_000_000,
+    "H": 3_600_000_000,
+    "DAY": 86_400_000_000,
+    "DAYS": 86_400_000_000,
+    "D": 86_400_000_000,
+}
+
+UNITS_HINT = (
+    "units: microsecond(s)/us, millisecond(s)/ms, second(s)/s, minute(s)/min, hour(s)/h, day(s)/d"
+)
+DURATION_HINT = (
+    "write a number and a unit, e.g. 1 SECOND, 10 MILLISECONDS, 500 ms, INTERVAL '5' MINUTE "
+    f"or INTERVAL '5 minutes'; {UNITS_HINT}"
+)
+WINDOW_CLAUSE_HINT = (
+    "the window clause is [RANGE <duration> [SLIDE <duration>] [WATERMARK <duration>]] or "
+    "[ROWS <n> [SLIDE <m>] [WATERMARK <duration>]], e.g. [RANGE 1 SECOND SLIDE 10 MILLISECONDS]"
+)
+QUERY_HINT = (
+    "mangonel reads window queries: SELECT <keys, window_start, window_end, aggregates> "
+    "FROM <stream> [RANGE ..] [WHERE ..] [GROUP BY <columns>] [HAVING ..]"
+)
+
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_CLAUSE_WORDS = frozenset({"SLIDE", "WATERMARK"})
+
+# Largest unit first: how a duration is printed back (EXPLAIN, error messages, generated SQL).
+_DISPLAY_UNITS = (
+    ("DAY", 86_400_000_000),
+    ("HOUR", 3_600_000_000),
+    ("MINUTE", 60_000_000),
+    ("SECOND", 1_000_000),
+    ("MILLISECOND", 1_000),
+    ("MICROSECOND", 1),
+)
+
+
+def format_duration(microseconds: int) -> str:
+    """`1500000` -> `'1500 MILLISECONDS'`: the largest unit that divides it exactly."""
+    if microseconds == 0:
+        return "0 SECONDS"
+    for unit, size in _DISPLAY_UNITS:
+        if microseconds % size == 0:
+            amount = microseconds // size
+            return f"{amount} {unit}" + ("" if abs(amount) == 1 else "S")
+    raise AssertionError("unreachable: every integer is a whole number of microseconds")
+
+
+class _DurationError(Exception):
+    """A malformed duration; `token` is where it goes wrong."""
+
+    def __init__(self, message: str, token: Token, hint: str = DURATION_HINT) -> None:
+        super().__init__(message)
+        self.message = message
+        self.token = token
+        self.hint = hint
+
+
+def _is_word(token: Token | None) -> bool:
+    return (
+        token is not None
+        and token.token_type not in (TokenType.STRING, TokenType.IDENTIFIER)
+        and _WORD.fullmatch(token.text) is not None
+    )
+
+
+def _amount(number: Token, sign: int) -> Decimal:
+    if number.token_type is not TokenType.NUMBER or not _NUMBER.fullmatch(number.text):
+        raise _DurationError(f"expected a number, found {number.text!r}", number)
+    return sign * Decimal(number.text)
+
+
+def _whole_microseconds(amount: Decimal, unit: Token, text: str) -> int:
+    factor = MICROSECONDS_PER_UNIT.get(unit.text.upper())
+    if factor is None:
+        raise _DurationError(f"unknown time unit {unit.text!r}", unit, hint=UNITS_HINT)
+    value = amount * factor
+    if value != value.to_integral_value():
+        raise _DurationError(
+            f"{text} is not a whole number of microseconds",
+            unit,
+            hint="durations are whole microseconds; use a smaller unit or a whole amount",
+        )
+    return int(value)
+
+
+def _read_duration(token_list: Sequence[Token], index: int, end_token: Token) -> tuple[int, int]:
+    """Read one duration starting at token_list[index]; return (microseconds, next index).
+
+    Forms: [-]<number> <unit>, INTERVAL '<number>' <unit>, INTERVAL '<number> <unit>'.
+    `end_token` is what an error at the end of the list points at.
+    """
+
+    def at(position: int) -> Token | None:
+        return token_list[position] if position < len(token_list) else None
+
+    first = at(index)
+    if first is None:
+        raise _DurationError("expected a duration", end_token)
+    if first.token_type is TokenType.INTERVAL:
+        quoted = at(index + 1)
+        if quoted is None or quoted.token_type is not TokenType.STRING:
+            raise _DurationError(
+                "INTERVAL needs a quoted amount, e.g. INTERVAL '5' MINUTE", quoted or end_token
+            )
+        inner = _tokenize_string_contents(quoted)
+        unit = at(index + 2)
+        has_outer_unit = _is_word(unit) and unit.text.upper() not in _CLAUSE_WORDS
+        if has_outer_unit:
+            if len(inner) != 1:
+                raise _DurationError(
+                    f"INTERVAL '{quoted.text}' {unit.text} gives the unit twice", unit
+                )
+            amount = _amount(inner[0], 1)
+            text = f"INTERVAL '{quoted.text}' {unit.text}"
+            return _whole_microseconds(amount, unit, text), index + 3
+        value, consumed = _read_duration(inner, 0, quoted)
+        if consumed != len(inner):
+            raise _DurationError(f"unexpected {inner[consumed].text!r} in INTERVAL", quoted)
+        return value, index + 2
+
+    sign = 1
+    number_index = index
+    if first.token_type in (TokenType.DASH, TokenType.PLUS):
+        sign = -1 if first.token_type is TokenType.DASH else 1
+        number_index += 1
+    number = at(number_index)
+    if number is None:
+        raise _DurationError("expected a number after the sign", end_token)
+    amount = _amount(number, sign)
+    unit = at(number_index + 1)
+    if not _is_word(unit) or unit.text.upper() in _CLAUSE_WORDS:
+        raise _DurationError(f"the duration {number.text} has no time unit", unit or end_token)
+    text = f"{'-' if sign < 0 else ''}{number.text} {unit.text}"
+    return _whole_microseconds(amount, unit, text), number_index + 2
+
+
+def _tokenize_string_contents(quoted: Token) -> list[Token]:
+    """The tokens inside a string literal, positioned in the statement (the literal's quote
+    is at quoted.start, so its contents start one character later)."""
+    try:
+        inner = MangonelDialect().tokenize(quoted.text)
+    except TokenError as error:
+        raise _DurationError("malformed duration", quoted) from error
+    base = quoted.start + 1
+    return [
+        Token(
+            token.token_type,
+            token.text,
+            line=quoted.line,
+            col=quoted.col,
+            start=base + token.start,
+            end=base + token.end,
+        )
+        for token in inner
+    ]
+
+
+def parse_duration(text: str) -> int:
+    """Microseconds of a duration: `parse_duration('500 milliseconds') == 500_000`.
+
+    Accepts `10 MILLISECONDS`, `1 SECOND`, `500 ms`, `INTERVAL '5' MINUTE`,
+    `INTERVAL '5 minutes'`, with a sign (negative durations are the caller's to reject).
+    """
+    try:
+        token_list = MangonelDialect().tokenize(text)
+    except TokenError as error:
+        raise SqlError(
+            f"malformed duration {text!r}", line=1, column=1, construct=text, hint=DURATION_HINT
+        ) from error
+    end = Token(TokenType.UNKNOWN, "", line=1, col=len(text), start=len(text), end=len(text))
+    try:
+        value, consumed = _read_duration(token_list, 0, end)
+        if consumed != len(token_list):
+            raise _DurationError(
+                f"unexpected {token_list[consumed].text!r} after the duration",
+                token_list[consumed],
+            )
+    except _DurationError as error:
+        line, column = line_and_column(text, error.token.start)
+        raise SqlError(
+            f"malformed duration {text!r}: {error.message}",
+            line=line,
+            column=column,
+            construct=text,
+            hint=error.hint,
+        ) from None
+    return value
+
+
+# ---------------------------------------------------------------------------------------
+# Positions
+
+
+def line_and_column(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of character `offset` of `text`."""
+    offset = max(0, min(offset, len(text)))
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return line, column
+
+
+def _annotate_start_positions(tree: exp.Expression, text: str) -> None:
+    """sqlglot's meta has the line and the *last* column of a node's first token; add the
+    exact start (`start_line`, `start_col`) that errors report."""
+    for node in tree.walk():
+        start = node.meta.get("start")
+        if start is not None and "start_line" not in node.meta:
+            node.meta["start_line"], node.meta["start_col"] = line_and_column(text, start)
+
+
+def position_of(node: exp.Expression) -> tuple[int, int] | None:
+    """(line, column) of the first token of `node`: the earliest position in its subtree."""
+    best: tuple[int, int, int] | None = None  # (offset, line, column)
+    for child in node.walk():
+        meta = child.meta if child._meta is not None else None
+        if not meta or "start" not in meta:
+            continue
+        if "start_line" in meta:
+            line, column = meta["start_line"], meta["start_col"]
+        else:  # built outside parse_statement: derive the start from the token's end
+            line = meta["line"]
+            column = max(1, meta["col"] - (meta["end"] - meta["start"]))
+        if best is None or meta["start"] < best[0]:
+            best = (meta["start"], line, column)
+    return None if best is None else (best[1], best[2])
+
+
+def copy_position(target: exp.Expression, source: exp.Expression) -> exp.Expression:
+    """Give `target` the position of `source` (resolved nodes keep pointing at the text)."""
+    earliest = None
+    for child in source.walk():
+        if child._meta is not None and "start" in child.meta:
+            if earliest is None or child.meta["start"] < earliest.meta["start"]:
+                earliest = child
+    if earliest is not None:
+        for key in ("line", "col", "start", "end", "start_line", "start_col"):
+            if key in earliest.meta:
+                target.meta[key] = earliest.meta[key]
+    return target
+
+
+def display_sql(node: exp.Expression) -> str:
+    """Readable SQL of a (possibly resolved) node for messages: simple names unquoted."""
+
+    def unquote(child: exp.Expression) -> exp.Expression:
+        if (
+            isinstance(child, exp.Identifier)
+            and child.quoted
+            and _WORD.fullmatch(child.name)
+            and child.name.upper() not in MangonelDialect.tokenizer_class.KEYWORDS
+        ):
+            return exp.Identifier(this=child.name, quoted=False)
+        return child
+
+    return node.transform(unquote).sql(dialect=MangonelDialect)
+
+
+# ---------------------------------------------------------------------------------------
+# The dialect
+
+
+def _record_start(name: str) -> Callable:
+    """Wrap Parser.<name> so the node it returns remembers its first token's position.
+
+    sqlglot positions identifiers, literals and functions; clauses (ORDER BY, JOIN, OVER,
+    LIMIT, ...) are what errors must point at too.
+    """
+    base = getattr(BaseParser, name)
+
+    def wrapper(self: MangonelParser, *args, **kwargs):
+        start = self._curr
+        result = base(self, *args, **kwargs)
+        if (
+            isinstance(result, exp.Expression)
+            and start
+            and (result._meta is None or "start" not in result.meta)
+        ):
+            result.update_positions(start)
+        return result
+
+    wrapper.__name__ = name
+    return wrapper
+
+
+_record_start_select = _record_start("_parse_select")
+
+
+@dataclass
+class _PartPosition:
+    line: int
+    column: int
+    text: str
+
+
+class MangonelParser(BaseParser):
+    """sqlglot's parser plus the CQL window clause after a table name."""
+
+    def _parse_select(self, *args, **kwargs):
+        start_index = self._index
+        result = _record_start_select(self, *args, **kwargs)
+        distinct = result.args.get("distinct") if isinstance(result, exp.Select) else None
+        if distinct is not None and (distinct._meta is None or "start" not in distinct.meta):
+            # SELECT DISTINCT: sqlglot keeps no position for the keyword; find its token.
+            for token in self._tokens[start_index : self._index]:
+                if token.token_type is TokenType.DISTINCT:
+                    distinct.update_positions(token)
+                    break
+        return result
+
+    _parse_join = _record_start("_parse_join")
+    _parse_order = _record_start("_parse_order")
+    _parse_limit = _record_start("_parse_limit")
+    _parse_group = _record_start("_parse_group")
+    _parse_having = _record_start("_parse_having")
+    _parse_where = _record_start("_parse_where")
+    _parse_window = _record_start("_parse_window")
+
+    def raise_error(self, message: str, token: Token | None = None) -> None:
+        # Keep the token on the error: its start offset gives the exact column.
+        token = token or self._curr or self._prev
+        try:
+            super().raise_error(message, token) if token else super().raise_error(message)
+        except ParseError as error:
+            error.mangonel_token = token  # type: ignore[attr-defined]
+            raise
+
+    def _parse_bracket(self, this: exp.Expression | None = None) -> exp.Expression | None:
+        # `s [RANGE ..]` is a window clause, not a subscript of the table `s`.
+        if (
+            isinstance(this, exp.Table)
+            and self._curr
+            and self._curr.token_type is (TokenType.L_BRACKET)
+        ):
+            return this
+        return super()._parse_bracket(this)
+
+    def _parse_table(self, *args, **kwargs) -> exp.Expression | None:
+        table = super()._parse_table(*args, **kwargs)
+        if table is None or not self._curr or self._curr.token_type is not TokenType.L_BRACKET:
+            return table
+        if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+            self._window_error(
+                "a window clause on a subquery",
+                self._curr,
+                "put the window clause directly after a stream name: FROM s [RANGE 1 SECOND]",
+            )
+        if table.args.get("alias"):
+            self._window_error(
+                "the window clause goes right after the stream name, before its alias",
+                self._curr,
+                f"write FROM {table.name} [RANGE ..] AS {table.alias}",
+            )
+        clause = self._parse_window_clause(table)
+        alias = self._parse_table_alias(alias_tokens=self.TABLE_ALIAS_TOKENS)
+        if alias:
+            table.set("alias", alias)
+        if self._curr and self._curr.token_type is TokenType.L_BRACKET:
+            self._window_error(
+                "two window clauses on one stream",
+                self._curr,
+                "give each stream one window clause: [RANGE <size> SLIDE <slide>]",
+            )
+        return clause
+
+    _clause_start = -1  # offset of the `[` of the window clause being read, else -1
+
+    def _window_error(self, message: str, token: Token, hint: str = WINDOW_CLAUSE_HINT):
+        """Raise at `token`; the construct is the whole clause (from its `[`, or from `token`
+        outside one) to its closing bracket."""
+        line, column = line_and_column(self.sql, token.start)
+        start = token.start if self._clause_start < 0 else self._clause_start
+        close = self.sql.find("]", max(start, token.start))
+        end = close + 1 if close >= 0 else len(self.sql)
+        construct = " ".join(self.sql[start:end].split())
+        raise SqlError(message, line=line, column=column, construct=construct, hint=hint)
+
+    def _parse_window_clause(self, table: exp.Table) -> WindowClause:
+        open_bracket = self._curr
+        self._clause_start = open_bracket.start
+        try:
+            return self._read_window_clause(table, open_bracket)
+        finally:
+            self._clause_start = -1
+
+    def _read_window_clause(self, table: exp.Table, open_bracket: Token) -> WindowClause:
+        self._advance()
+        kind_token = self._curr
+        kind = kind_token.text.upper() if kind_token else ""
+        if kind not in ("RANGE", "ROWS"):
+            self._window_error(
+                "a window clause starts with RANGE or ROWS", kind_token or open_bracket
+            )
+        self._advance()
+        parts: dict[str, _PartPosition] = {}
+        values: dict[str, int | None] = {"slide": None, "watermark": None}
+        values["size"] = self._read_clause_value(kind, kind == "ROWS", "size", parts)
+        while self._curr and self._curr.text.upper() in _CLAUSE_WORDS:
+            word = self._curr
+            part = word.text.lower()
+            if part in parts:
+                self._window_error(f"{word.text.upper()} is given twice", word)
+            self._advance()
+            counts_rows = kind == "ROWS" and part == "slide"
+            values[part] = self._read_clause_value(word.text.upper(), counts_rows, part, parts)
+        if not self._curr or self._curr.token_type is not TokenType.R_BRACKET:
+            found = repr(self._curr.text) if self._curr else "the end of the statement"
+            self._window_error(
+                f"expected SLIDE, WATERMARK or ] in the window clause, found {found}",
+                self._curr or self._prev,
+            )
+        self._advance()
+        clause = WindowClause(
+            this=table,
+            kind=kind,
+            size=values["size"],
+            slide=values["slide"],
+            watermark=values["watermark"],
+        )
+        clause.update_positions(open_bracket)
+        clause.meta["parts"] = {
+            name: (position.line, position.column, position.text)
+            for name, position in parts.items()
+        }
+        return clause
+
+    def _read_clause_value(
+        self, keyword: str, counts_rows: bool, part: str, parts: dict[str, _PartPosition]
+    ) -> int:
+        """Read the row count or duration after RANGE/ROWS/SLIDE/WATERMARK."""
+        first = self._curr
+        if counts_rows:
+            value = self._read_row_count(keyword)
+        else:
+            try:
+                value, next_index = _read_duration(self._tokens, self._index, self._prev)
+            except _DurationError as error:
+                self._window_error(
+                    f"malformed duration after {keyword}: {error.message}",
+                    error.token,
+                    error.hint,
+                )
+            self._advance(next_index - self._index)
+        last = self._prev
+        line, column = line_and_column(self.sql, first.start)
+        parts[part] = _PartPosition(line, column, self.sql[first.start : last.end + 1])
+        return value
+
+    def _read_row_count(self, keyword: str) -> int:
+        hint = f"{keyword} takes a whole number of rows, e.g. [ROWS 1024 SLIDE 2]"
+        sign = 1
+        if self._curr and self._curr.token_type in (TokenType.DASH, TokenType.PLUS):
+            sign = -1 if self._curr.token_type is TokenType.DASH else 1
+            self._advance()
+        number = self._curr
+        if not number or number.token_type is not TokenType.NUMBER:
+            self._window_error(f"expected a row count after {keyword}", number or self._prev, hint)
+        if not number.text.isdigit():
+            self._window_error(f"{number.text} is not a whole number of rows", number, hint)
+        self._advance()
+        if _is_word(self._curr) and self._curr.text.upper() not in _CLAUSE_WORDS:
+            self._window_error(
+                f"ROWS windows count tuples; {number.text} {self._curr.text} is a duration",
+                self._curr,
+                "use [RANGE <duration>] for time windows, [ROWS <n>] for count windows",
+            )
+        return sign * int(number.text)
+
+
+def _window_clause_sql(self: generator.Generator, clause: WindowClause) -> str:
+    table = clause.this.copy()
+    alias = table.args.get("alias")
+    table.set("alias", None)
+    rows = clause.args["kind"] == "ROWS"
+
+    def amount(value: int) -> str:
+        return str(value) if rows else format_duration(value)
+
+    parts = [f"{clause.args['kind']} {amount(clause.args['size'])}"]
+    if clause.args.get("slide") is not None:
+        parts.append(f"SLIDE {amount(clause.args['slide'])}")
+    if clause.args.get("watermark") is not None:
+        parts.append(f"WATERMARK {format_duration(clause.args['watermark'])}")
+    text = f"{self.sql(table)} [{' '.join(parts)}]"
+    if alias:
+        text += f" AS {self.sql(alias)}"
+    return text
+
+
+def _aggregate_ref_sql(self: generator.Generator, ref: AggregateRef) -> str:
+    # The binder keeps the aggregate's own text, so resolved expressions read as written.
+    return ref.meta.get("sql") or f"AGGREGATE_REF({ref.args['this']})"
+
+
+def _explain_sql(self: generator.Generator, explain: Explain) -> str:
+    codegen = "CODEGEN " if explain.args.get("codegen") else ""
+    return f"EXPLAIN {codegen}{self.sql(explain, 'this')}"
+
+
+class MangonelGenerator(generator.Generator):
+    TRANSFORMS = {
+        **generator.Generator.TRANSFORMS,
+        WindowClause: _window_clause_sql,
+        WindowBound: lambda self, e: f"window_{e.bound}",
+        AggregateRef: _aggregate_ref_sql,
+        Explain: _explain_sql,
+    }
+
+
+class MangonelDialect(Dialect):
+    """Spark-flavoured SQL with CQL window clauses.
+
+    Identifiers are double-quoted (standard SQL) or back-quoted (Spark); strings are
+    single-quoted.
+    """
+
+    class Tokenizer(tokens.Tokenizer):
+        IDENTIFIERS = ['"', "`"]
+
+    Parser = MangonelParser
+    Generator = MangonelGenerator
+
+
+# ---------------------------------------------------------------------------------------
+# Statements
+
+_DDL_KEYWORDS = frozenset({"CREATE", "DROP", "SHOW"})
+
+
+def parse_statement(text: str) -> Statement:
+    """Parse one statement: a query, `EXPLAIN [CODEGEN] <query>`, or DDL."""
+    dialect = MangonelDialect()
+    token_list = _tokenize(dialect, text)
+    if not token_list:
+        raise SqlError("empty statement", line=1, column=1, hint=QUERY_HINT)
+    first = token_list[0]
+    if first.text.upper() in _DDL_KEYWORDS:
+        return ddl.parse_ddl(text)
+    if first.text.upper() != "EXPLAIN":
+        return _parse_query(dialect, token_list, text)
+
+    # sqlglot reads EXPLAIN as a command that swallows the rest of the text; blank the
+    # keyword out (keeping every offset) and read what follows as a query.
+    body = _tokenize(dialect, text[: first.start] + " " * len(first.text) + text[first.end + 1 :])
+    codegen = bool(body) and body[0].text.upper() == "CODEGEN"
+    if codegen:
+        body = body[1:]
+    explain_hint = "EXPLAIN [CODEGEN] SELECT ... FROM <stream> [RANGE ..] ..."
+    if not body:
+        line, column = line_and_column(text, len(text.rstrip()))
+        raise SqlError(
+            "EXPLAIN needs a query",
+            line=line,
+            column=column,
+            construct=" ".join(text.split()),
+            hint=explain_hint,
+        )
+    if body[0].text.upper() in _DDL_KEYWORDS | {"EXPLAIN"}:
+        line, column = line_and_column(text, body[0].start)
+        raise SqlError(
+            f"EXPLAIN explains queries, not {body[0].text.upper()}",
+            line=line,
+            column=column,
+            construct=body[0].text,
+            hint=explain_hint,
+        )
+    explain = Explain(this=_parse_query(dialect, body, text), codegen=codegen)
+    explain.update_positions(first)
+    _annotate_start_positions(explain, text)
+    return explain
+
+
+def _tokenize(dialect: MangonelDialect, text: str) -> list[Token]:
+    """The statement's tokens, without the `;` that may end it."""
+    try:
+        token_list = dialect.tokenize(text)
+    except TokenError as error:
+        offset = error.start if error.start is not None else 0
+        line, column = line_and_column(text, offset)
+        raise SqlError(
+            "the statement cannot be read (an unclosed quote or comment?)",
+            line=line,
+            column=column,
+            construct=" ".join(text[offset : offset + 40].split()),
+            hint="close every '...' string, \"...\" or `...` identifier and /* comment */",
+        ) from None
+    if _only_trailing_semicolons(token_list):
+        token_list = [t for t in token_list if t.token_type is not TokenType.SEMICOLON]
+    return token_list
+
+
+def _only_trailing_semicolons(token_list: list[Token]) -> bool:
+    """True when every `;` is at the end (a statement may end with `;`)."""
+    seen_semicolon = False
+    for token in token_list:
+        if token.token_type is TokenType.SEMICOLON:
+            seen_semicolon = True
+        elif seen_semicolon:
+            return False
+    return True
+
+
+def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.Select:
+    parser_ = dialect.parser(error_level=parser.ErrorLevel.IMMEDIATE)
+    try:
+        trees = [tree for tree in parser_.parse(body, text) if tree is not None]
+    except ParseError as error:
+        raise _syntax_error(error, text) from None
+    if not trees:
+        raise SqlError("empty statement", line=1, column=1, hint=QUERY_HINT)
+    if len(trees) > 1:
+        line, column = position_of(trees[1]) or (1, 1)
+        raise SqlError(
+            "one statement at a time",
+            line=line,
+            column=column,
+            construct=display_sql(trees[1]),
+            hint="split scripts at ';' and run each statement on its own",
+        )
+    tree = trees[0]
+    _annotate_start_positions(tree, text)
+    while isinstance(tree, exp.Subquery) and not tree.args.get("alias"):
+        tree = tree.this  # (SELECT ...) is the same query
+    if isinstance(tree, exp.Select):
+        return tree
+    line, column = position_of(tree) or line_and_column(text, body[0].start)
+    if isinstance(tree, exp.SetOperation):
+        operation = type(tree).__name__.upper()
+        raise SqlError(
+            f"{operation} of queries is not supported (wave 2+)",
+            line=line,
+            column=column,
+            construct=display_sql(tree)[:80],
+            hint="run one window query at a time",
+        )
+    raise SqlError(
+        f"{body[0].text.upper()} statements are not supported",
+        line=line,
+        column=column,
+        construct=body[0].text,
+        hint="mangonel runs SELECT window queries, EXPLAIN [CODEGEN], CREATE STREAM, "
+        "CREATE TABLE, DROP STREAM/TABLE and SHOW STREAMS/TABLES",
+    )
+
+
+def _syntax_error(error: ParseError, text: str) -> SqlError:
+    token: Token | None = getattr(error, "mangonel_token", None)
+    detail = error.errors[0] if error.errors else {}
+    description = detail.get("description") or str(error).splitlines()[0]
+    if token is not None:
+        line, column = line_and_column(text, token.start)
+        construct = token.text or None
+    else:
+        line = detail.get("line") or 1
+        highlight = detail.get("highlight") or ""
+        column = max(1, (detail.get("col") or 1) - len(highlight) + 1)
+        construct = highlight or None
+    description = re.sub(r" for <class '[\w.]+'>", "", description)
+    return SqlError(
+        f"syntax error: {description}",
+        line=line,
+        column=column,
+        construct=construct,
+        hint=QUERY_HINT,
+    )
