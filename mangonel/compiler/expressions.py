@@ -61,6 +61,7 @@ from mangonel.compiler.typing import (
     ExpressionError,
     TypeAnnotation,
     TypeEnv,
+    aggregate_index,
     annotate_types,
     cast_target,
     is_string_literal,
@@ -249,9 +250,10 @@ def _cpu_window_bound(r: _CpuRenderer, node: nodes.WindowBound) -> pa.Array:
 
 
 def _cpu_aggregate_ref(r: _CpuRenderer, node: nodes.AggregateRef) -> pa.Array:
-    if node.index >= len(r.aggregates):
-        raise ExpressionError(f"no values for aggregate number {node.index}", node=node)
-    return r.input_array(r.aggregates[node.index], r.type_of(node))
+    index = aggregate_index(node)
+    if index >= len(r.aggregates):
+        raise ExpressionError(f"no values for aggregate number {index}", node=node)
+    return r.input_array(r.aggregates[index], r.type_of(node))
 
 
 def _cpu_literal(r: _CpuRenderer, node: exp.Literal) -> pa.Array:
@@ -847,7 +849,7 @@ def _cuda_window_bound(r: _CudaRenderer, node: nodes.WindowBound) -> CudaValue:
 
 
 def _cuda_aggregate_ref(r: _CudaRenderer, node: nodes.AggregateRef) -> CudaValue:
-    index = node.index
+    index = aggregate_index(node)
     try:
         value, valid = r.ctx.aggregate_values[index], r.ctx.aggregate_valid[index]
     except (IndexError, KeyError):

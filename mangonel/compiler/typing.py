@@ -59,10 +59,17 @@ class ExpressionError(MangonelError):
         self.hint = hint
         text = message
         if node is not None:
-            text += f"\n  in: {node.sql()}"
+            text += f"\n  in: {_node_sql(node)}"
         if hint:
             text += f"\n  hint: {hint}"
         super().__init__(text)
+
+
+def _node_sql(node: exp.Expression) -> str:
+    try:
+        return node.sql()
+    except ValueError:  # a mangonel node (AggregateRef, ...) the default generator lacks
+        return type(node).__name__
 
 
 # Scalar functions, by the SQL names a user may write, and the sqlglot class each parses to.
@@ -405,8 +412,14 @@ def _type_window_bound(typer: _Typer, node: nodes.WindowBound) -> SqlType:
     return SqlType.TIMESTAMP
 
 
+def aggregate_index(node: nodes.AggregateRef) -> int:
+    """The aggregate number of an AggregateRef, read from its args: sqlglot 30 keeps a node's
+    position in its parent's list in an attribute also called `index`."""
+    return int(node.args["this"])
+
+
 def _type_aggregate_ref(typer: _Typer, node: nodes.AggregateRef) -> SqlType:
-    index = node.index
+    index = aggregate_index(node)
     if not 0 <= index < len(typer.env.aggregates):
         raise ExpressionError(f"no aggregate number {index}", node=node)
     return typer.env.aggregates[index]
