@@ -169,9 +169,9 @@ class KeyTable:
         self.table = np.full(128, _EMPTY, np.int64)
         self.n_slots = 0
 
-    def encode(self, columns: list[pa.Array]) -> np.ndarray:
-        """The `[n, width]` int64 key matrix of a batch's key columns."""
-        n = len(columns[0]) if columns else 0
+    def encode(self, columns: list[pa.Array], length: int) -> np.ndarray:
+        """The `[length, width]` int64 key matrix of a batch's key columns (none: one group)."""
+        n = length
         rows = np.zeros((n, self.width), np.int64)
         nulls = np.zeros(n, np.int64)
         for position, (column, sql_type) in enumerate(zip(columns, self.types, strict=True)):
@@ -199,8 +199,8 @@ class KeyTable:
                 return out
             self._grow()
 
-    def map_columns(self, columns: list[pa.Array], include: np.ndarray | None = None):
-        return self.map_rows(self.encode(columns), include)
+    def map_columns(self, columns: list[pa.Array], include: np.ndarray) -> np.ndarray:
+        return self.map_rows(self.encode(columns, len(include)), include)
 
     def _grow(self) -> None:
         slot_rows = np.zeros((2 * len(self.slot_rows), self.width), np.int64)

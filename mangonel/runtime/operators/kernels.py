@@ -55,7 +55,7 @@ class LiftedTuples:
 class KeyMap(Protocol):
     n_slots: int
 
-    def map_columns(self, columns: list[pa.Array], include: Array | None = None) -> Array:
+    def map_columns(self, columns: list[pa.Array], include: Array) -> Array:
         """Slots of the rows' keys (-1 where include is False); new keys get new slots."""
 
     def decode(self, slots: np.ndarray) -> list[pa.Array]:

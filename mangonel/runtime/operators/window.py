@@ -199,9 +199,12 @@ def _pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def _unpack(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-        arrays = {name: archive[name] for name in archive.files}
-    header = json.loads(arrays.pop("__header__").tobytes().decode("utf-8"))
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+        header = json.loads(arrays.pop("__header__").tobytes().decode("utf-8"))
+    except (ValueError, OSError, KeyError, AttributeError, UnicodeDecodeError) as error:
+        raise DataError(f"not a mangonel window-operator snapshot ({error})") from error
     if header.get("format") != SNAPSHOT_FORMAT:
         raise DataError("not a mangonel window-operator snapshot")
     if header.get("version") != SNAPSHOT_VERSION:
