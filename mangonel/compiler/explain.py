@@ -40,7 +40,7 @@ def format_expression(expression: exp.Expression | None) -> str:
         if isinstance(node, WindowBound):
             return exp.column(f"window_{node.bound}")
         if isinstance(node, AggregateRef):
-            return exp.column(f"agg{node.index}")
+            return exp.column(f"agg{node.number}")
         return node
 
     return expression.transform(spell, copy=True).sql(dialect="spark")

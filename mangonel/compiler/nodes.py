@@ -35,7 +35,8 @@ class AggregateRef(exp.Expression):
     arg_types = {"this": True}
 
     @property
-    def index(self) -> int:
+    def number(self) -> int:
+        # Not `index`: sqlglot keeps each node's position in its parent's list there.
         return int(self.args["this"])
 
 
