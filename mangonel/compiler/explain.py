@@ -3,6 +3,7 @@ depth, parameters as key=value) and as JSON-ready dictionaries. Both read the sa
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlglot import exp
@@ -31,12 +32,18 @@ def format_duration(microseconds: int) -> str:
     raise AssertionError("unreachable: 1 us divides every duration")
 
 
+# Names printed without quotes; anything else keeps Spark's backquotes so EXPLAIN stays exact.
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+
 def format_expression(expression: exp.Expression | None) -> str:
     """SQL text of a plan expression; window bounds and aggregate references spelled out."""
     if expression is None:
         return "none"
 
     def spell(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Identifier) and _PLAIN_NAME.fullmatch(node.name):
+            return exp.to_identifier(node.name, quoted=False)
         if isinstance(node, WindowBound):
             return exp.column(f"window_{node.bound}")
         if isinstance(node, AggregateRef):

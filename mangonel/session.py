@@ -1,0 +1,207 @@
+"""The standalone session: DDL, queries, EXPLAIN. Batches in, results out; no Spark."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from mangonel.catalog.catalog import Catalog, Column, Schema, Stream, Table
+from mangonel.catalog.types import SqlType, type_from_arrow
+from mangonel.compiler import ddl, physical
+from mangonel.compiler.backend import BACKENDS, choose_backend
+from mangonel.compiler.bind import bind, stream_from_ddl
+from mangonel.compiler.explain import explain_json, explain_text
+from mangonel.compiler.nodes import Explain
+from mangonel.compiler.parse import parse_duration, parse_statement
+from mangonel.errors import BackendUnavailableError, CatalogError
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    windows_per_batch: int | None = None
+
+
+class Query:
+    """A planned window query. Runs on batches of Arrow data; explains itself."""
+
+    def __init__(self, text: str, plan: physical.ProjectExec, logical: Any) -> None:
+        self.text = text
+        self.plan = plan
+        self.logical = logical
+        self._runner: Any = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the results."""
+        return pa.schema([pa.field(o.name, o.type.info.arrow) for o in self.plan.outputs])
+
+    @property
+    def backend(self) -> str:
+        return physical.unpack(self.plan).window.backend
+
+    def explain(self, codegen: bool = False, format: str = "text") -> str | dict:
+        """The physical plan as text (or a dict with format='json'); codegen=True appends the
+        CUDA source of the query's GPU plan (rendered on any machine, no GPU needed)."""
+        if format == "json":
+            return explain_json(self.plan)
+        text = explain_text(self.plan)
+        if codegen:
+            from mangonel.compiler.codegen import explain_codegen
+
+            text += "\n" + explain_codegen(self.plan)
+        return text
+
+    def _new_runner(self) -> Any:
+        from mangonel.runtime.local.query import LocalQuery
+
+        return LocalQuery(self.plan)
+
+    def run(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> pa.Table:
+        """Run the query over a finite sequence of batches; every window fires at the end."""
+        self._runner = self._new_runner()
+        return self._runner.run(batches)
+
+    def stream(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa.RecordBatch]:
+        """Results as windows fire, batch by batch."""
+        self._runner = self._new_runner()
+        return self._runner.stream(batches)
+
+    @property
+    def metrics(self) -> Any:
+        """Metrics of the latest run (tuples in, late tuples dropped, windows fired, ...)."""
+        if self._runner is None:
+            raise RuntimeError("the query has not run yet: call run() or stream() first")
+        return self._runner.metrics
+
+
+class Session:
+    """A catalog of streams and tables, and the compiler bound to it.
+
+    backend: "cpu", "gpu" or "auto" (GPU when CuPy sees a device, else CPU).
+    """
+
+    def __init__(self, backend: str = "auto", *, windows_per_batch: int | None = None) -> None:
+        if backend not in BACKENDS:
+            raise BackendUnavailableError(
+                f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}"
+            )
+        self.backend = backend
+        self.options = QueryOptions(windows_per_batch=windows_per_batch)
+        self.catalog = Catalog()
+
+    # -- DDL -------------------------------------------------------------------------
+
+    def execute(self, statement: str) -> pa.Table | str | Query | None:
+        """Run one statement: CREATE STREAM/TABLE and DROP return None, SHOW returns a
+        table, EXPLAIN returns the plan text, a query returns a Query (as `sql`)."""
+        parsed = parse_statement(statement)
+        if isinstance(parsed, ddl.CreateStream):
+            self.catalog.add_stream(
+                stream_from_ddl(parsed), replace=getattr(parsed, "or_replace", False)
+            )
+            return None
+        if isinstance(parsed, ddl.CreateTable):
+            table = Table(parsed.name, Schema(parsed.columns), parsed.options)
+            self.catalog.add_table(table, replace=getattr(parsed, "or_replace", False))
+            return None
+        if isinstance(parsed, ddl.Drop):
+            self.catalog.drop(parsed.kind, parsed.name, if_exists=parsed.if_exists)
+            return None
+        if isinstance(parsed, ddl.Show):
+            return self._show(parsed.kind)
+        return self._query_or_explain(statement, parsed)
+
+    def create_stream(
+        self,
+        name: str,
+        schema: pa.Schema,
+        *,
+        event_time: str,
+        watermark: str | int = 0,
+        replace: bool = False,
+        **options: str,
+    ) -> Stream:
+        """Declare a stream from an Arrow schema (the API twin of CREATE STREAM)."""
+        columns = []
+        for field in schema:
+            sql_type = type_from_arrow(field.type)
+            if sql_type is None:
+                raise CatalogError(
+                    f"column {field.name!r} has Arrow type {field.type}, which mangonel does "
+                    "not support",
+                    hint="supported: " + ", ".join(t.value for t in SqlType),
+                )
+            columns.append(Column(field.name, sql_type, field.nullable))
+        delay = watermark if isinstance(watermark, int) else parse_duration(watermark)
+        event = Schema(tuple(columns)).find(event_time)
+        if event is None or event.type is not SqlType.TIMESTAMP:
+            raise CatalogError(
+                f"event_time {event_time!r} must name a TIMESTAMP column of the stream",
+                hint="columns: " + ", ".join(c.name for c in columns),
+            )
+        stream = Stream(
+            name, Schema(tuple(columns)), event.name, delay, tuple(sorted(options.items()))
+        )
+        self.catalog.add_stream(stream, replace=replace)
+        return stream
+
+    def _show(self, kind: str) -> pa.Table:
+        if kind == "STREAMS":
+            streams = sorted(self.catalog.streams.values(), key=lambda s: s.name.lower())
+            return pa.table(
+                {
+                    "name": [s.name for s in streams],
+                    "columns": [
+                        ", ".join(f"{c.name} {c.type}" for c in s.schema.columns) for s in streams
+                    ],
+                    "event_time": [s.event_time for s in streams],
+                    "watermark_us": pa.array([s.watermark_delay_us for s in streams], pa.int64()),
+                }
+            )
+        tables = sorted(self.catalog.tables.values(), key=lambda t: t.name.lower())
+        return pa.table(
+            {
+                "name": [t.name for t in tables],
+                "columns": [
+                    ", ".join(f"{c.name} {c.type}" for c in t.schema.columns) for t in tables
+                ],
+            }
+        )
+
+    # -- queries ---------------------------------------------------------------------
+
+    def sql(self, query: str) -> Query | str:
+        """Plan a window query (returns a Query), or answer `EXPLAIN [CODEGEN] <query>`
+        with the plan text."""
+        parsed = parse_statement(query)
+        if isinstance(parsed, (ddl.CreateStream, ddl.CreateTable, ddl.Drop, ddl.Show)):
+            raise CatalogError(
+                "sql() plans queries; DDL goes to execute()",
+                line=1,
+                column=1,
+                construct=query.strip().splitlines()[0] if query.strip() else query,
+                hint='session.execute("CREATE STREAM ...")',
+            )
+        return self._query_or_explain(query, parsed)
+
+    def _query_or_explain(self, text: str, parsed: exp.Expression) -> Query | str:
+        if isinstance(parsed, Explain):
+            query = self._plan(text, parsed.this)
+            return query.explain(codegen=bool(parsed.args.get("codegen")))
+        return self._plan(text, parsed)
+
+    def _plan(self, text: str, select: exp.Expression) -> Query:
+        bound = bind(select, self.catalog)
+        backend, reason = choose_backend(self.backend)
+        plan = physical.plan(
+            bound.logical,
+            argument_types=bound.argument_types,
+            backend=backend,
+            backend_reason=reason,
+            windows_per_batch=self.options.windows_per_batch,
+        )
+        return Query(text, plan, bound.logical)

@@ -1,0 +1,67 @@
+"""EXPLAIN is deterministic text: golden files under tests/golden/explain/.
+
+Each NAME.sql holds one query over the streams of _streams.sql; NAME.txt is its EXPLAIN.
+Regenerate after an intended change with MANGONEL_UPDATE_GOLDEN=1 and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mangonel.compiler.script import split_statements
+from mangonel.session import Session
+
+GOLDEN = Path(__file__).parent / "golden" / "explain"
+CASES = sorted(p.stem for p in GOLDEN.glob("*.sql") if not p.stem.startswith("_"))
+
+
+def session() -> Session:
+    s = Session(backend="cpu")
+    for statement in split_statements((GOLDEN / "_streams.sql").read_text()):
+        s.execute(statement.text)
+    return s
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_explain_matches_golden(case: str) -> None:
+    text = session().sql((GOLDEN / f"{case}.sql").read_text()).explain()
+    expected_path = GOLDEN / f"{case}.txt"
+    if os.environ.get("MANGONEL_UPDATE_GOLDEN"):
+        expected_path.write_text(text + "\n")
+    assert text + "\n" == expected_path.read_text()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_explain_statement_equals_method(case: str) -> None:
+    query = (GOLDEN / f"{case}.sql").read_text()
+    s = session()
+    assert s.sql("EXPLAIN " + query) == s.sql(query).explain()
+    assert s.execute("EXPLAIN " + query) == s.sql(query).explain()
+
+
+def test_explain_is_stable_across_sessions() -> None:
+    query = (GOLDEN / "readme_vwap.sql").read_text()
+    assert session().sql(query).explain() == session().sql(query).explain()
+
+
+def test_explain_json_has_the_same_operators() -> None:
+    plan = session().sql((GOLDEN / "having_two_keys.sql").read_text()).explain(format="json")
+    operators = []
+    node = plan
+    while node:
+        operators.append(node["operator"])
+        node = node["children"][0] if node["children"] else None
+    assert operators == ["Project", "Filter", "WindowAggregate", "Lift", "StreamScan"]
+    assert plan["children"][0]["children"][0]["parameters"]["pane_length"] == "15min"
+    json.dumps(plan)  # serialisable as is
+
+
+def test_windows_per_batch_is_a_session_option() -> None:
+    s = Session(backend="cpu", windows_per_batch=7)
+    for statement in split_statements((GOLDEN / "_streams.sql").read_text()):
+        s.execute(statement.text)
+    assert "windows_per_batch=7" in s.sql((GOLDEN / "readme_vwap.sql").read_text()).explain()
