@@ -406,7 +406,7 @@ class MangonelParser(BaseParser):
                 self._curr,
                 f"write FROM {table.name} [RANGE ..] AS {table.alias}",
             )
-        clause = self._parse_window_clause(table)
+        clause = self._parse_cql_window(table)
         alias = self._parse_table_alias(alias_tokens=self.TABLE_ALIAS_TOKENS)
         if alias:
             table.set("alias", alias)
@@ -430,15 +430,15 @@ class MangonelParser(BaseParser):
         construct = " ".join(self.sql[start:end].split())
         raise SqlError(message, line=line, column=column, construct=construct, hint=hint)
 
-    def _parse_window_clause(self, table: exp.Table) -> WindowClause:
+    def _parse_cql_window(self, table: exp.Table) -> WindowClause:
         open_bracket = self._curr
         self._clause_start = open_bracket.start
         try:
-            return self._read_window_clause(table, open_bracket)
+            return self._read_cql_window(table, open_bracket)
         finally:
             self._clause_start = -1
 
-    def _read_window_clause(self, table: exp.Table, open_bracket: Token) -> WindowClause:
+    def _read_cql_window(self, table: exp.Table, open_bracket: Token) -> WindowClause:
         self._advance()
         kind_token = self._curr
         kind = kind_token.text.upper() if kind_token else ""
@@ -660,7 +660,7 @@ def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.
     try:
         trees = [tree for tree in parser_.parse(body, text) if tree is not None]
     except ParseError as error:
-        raise _syntax_error(error, text) from None
+        raise _window_function_form(body, text) or _syntax_error(error, text) from None
     if not trees:
         raise SqlError("empty statement", line=1, column=1, hint=QUERY_HINT)
     if len(trees) > 1:
@@ -681,11 +681,13 @@ def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.
     line, column = position_of(tree) or line_and_column(text, body[0].start)
     if isinstance(tree, exp.SetOperation):
         operation = type(tree).__name__.upper()
+        keyword = next((t for t in body if t.text.upper() == operation), body[0])
+        line, column = line_and_column(text, keyword.start)
         raise SqlError(
             f"{operation} of queries is not supported (wave 2+)",
             line=line,
             column=column,
-            construct=display_sql(tree)[:80],
+            construct=keyword.text,
             hint="run one window query at a time",
         )
     raise SqlError(
@@ -696,6 +698,24 @@ def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.
         hint="mangonel runs SELECT window queries, EXPLAIN [CODEGEN], CREATE STREAM, "
         "CREATE TABLE, DROP STREAM/TABLE and SHOW STREAMS/TABLES",
     )
+
+
+def _window_function_form(body: list[Token], text: str) -> SqlError | None:
+    """Spark's `window(ts, '1 second')` and Flink's `TUMBLE(...)`/`HOP(...)` do not parse
+    as sqlglot expressions (WINDOW is a keyword); name them instead of a bare syntax error."""
+    for token, following in zip(body, body[1:], strict=False):
+        name = token.text.upper()
+        if name in ("WINDOW", "TUMBLE", "HOP") and following.token_type is TokenType.L_PAREN:
+            line, column = line_and_column(text, token.start)
+            return SqlError(
+                f"{name}(...) windows are not supported in wave 1",
+                line=line,
+                column=column,
+                construct=f"{token.text}(",
+                hint="put the window after the stream name: FROM s [RANGE 1 SECOND SLIDE 10 "
+                "MILLISECONDS] or FROM s [ROWS 100]",
+            )
+    return None
 
 
 def _syntax_error(error: ParseError, text: str) -> SqlError:
@@ -711,6 +731,7 @@ def _syntax_error(error: ParseError, text: str) -> SqlError:
         column = max(1, (detail.get("col") or 1) - len(highlight) + 1)
         construct = highlight or None
     description = re.sub(r" for <class '[\w.]+'>", "", description)
+    description = re.sub(r"Required keyword: '\w+' missing", "incomplete expression", description)
     return SqlError(
         f"syntax error: {description}",
         line=line,

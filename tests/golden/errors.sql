@@ -1,0 +1,206 @@
+-- Bad statements and the errors they get: one case per `-- name:` line, run by
+-- tests/test_errors_golden.py in a fresh catalog holding
+--   STREAM trades (ts TIMESTAMP, symbol STRING, price DOUBLE, volume BIGINT, venue INT)
+--          WITH (event_time = 'ts', watermark = '500 milliseconds')
+--   STREAM clicks (event_time TIMESTAMP, user_id BIGINT) WITH (event_time = 'event_time')
+--   TABLE symbols (symbol STRING, sector STRING)
+-- Lines and columns in the expected messages count from each case's first line.
+
+-- name: unknown_stream
+SELECT COUNT(*) FROM trade [RANGE 1 SECOND]
+
+-- name: unknown_column
+SELECT symbol, AVG(prize)
+FROM trades [RANGE 1 SECOND]
+GROUP BY symbol
+
+-- name: unknown_column_in_group_by
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY sector
+
+-- name: unknown_qualifier
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] AS t WHERE x.price > 0
+
+-- name: aggregate_in_where
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND]
+WHERE SUM(volume) > 100
+
+-- name: non_grouped_column_in_select
+SELECT symbol, price, COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY symbol
+
+-- name: non_grouped_column_without_group_by
+SELECT price, COUNT(*) FROM trades [RANGE 1 SECOND]
+
+-- name: having_non_aggregate_without_group_by
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] HAVING price > 10
+
+-- name: having_not_boolean
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] HAVING COUNT(*)
+
+-- name: where_not_boolean
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE volume
+
+-- name: zero_range
+SELECT COUNT(*) FROM trades [RANGE 0 SECONDS]
+
+-- name: negative_range
+SELECT COUNT(*) FROM trades [RANGE -1 SECOND]
+
+-- name: zero_slide
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND SLIDE 0 ms]
+
+-- name: slide_larger_than_range
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND SLIDE 2 SECONDS]
+
+-- name: rows_zero
+SELECT COUNT(*) FROM trades [ROWS 0]
+
+-- name: rows_slide_larger_than_rows
+SELECT COUNT(*) FROM trades [ROWS 10 SLIDE 20]
+
+-- name: rows_with_a_duration
+SELECT COUNT(*) FROM trades [ROWS 10 SECONDS]
+
+-- name: negative_watermark
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND WATERMARK -5 SECONDS]
+
+-- name: malformed_duration_unknown_unit
+SELECT COUNT(*) FROM trades [RANGE 1 FORTNIGHT]
+
+-- name: malformed_duration_without_number
+SELECT COUNT(*) FROM trades [RANGE SECOND]
+
+-- name: malformed_duration_fraction_of_microsecond
+SELECT COUNT(*) FROM trades [RANGE 1.5 US]
+
+-- name: malformed_duration_without_unit
+SELECT COUNT(*) FROM trades [RANGE 1 SLIDE 1 SECOND]
+
+-- name: malformed_interval
+SELECT COUNT(*) FROM trades [RANGE INTERVAL 5 MINUTE]
+
+-- name: window_clause_without_kind
+SELECT COUNT(*) FROM trades [1 SECOND]
+
+-- name: two_window_clauses
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] [RANGE 2 SECONDS]
+
+-- name: window_clause_on_subquery
+SELECT COUNT(*) FROM (SELECT price FROM trades) [RANGE 1 SECOND]
+
+-- name: window_clause_on_static_table
+SELECT COUNT(*) FROM symbols [RANGE 1 SECOND]
+
+-- name: static_table_without_window
+SELECT COUNT(*) FROM symbols
+
+-- name: stream_without_window_or_aggregate
+SELECT symbol, price FROM trades
+
+-- name: aggregate_without_window
+SELECT symbol, COUNT(*) FROM trades GROUP BY symbol
+
+-- name: unsupported_function
+SELECT symbol, COUNT(*) FROM trades [RANGE 1 SECOND] WHERE UPPER(symbol) = 'ACME' GROUP BY symbol
+
+-- name: unsupported_aggregate
+SELECT MEDIAN(price) FROM trades [RANGE 1 SECOND]
+
+-- name: sum_of_string
+SELECT SUM(symbol) FROM trades [RANGE 1 SECOND]
+
+-- name: avg_of_timestamp
+SELECT AVG(ts) FROM trades [RANGE 1 SECOND]
+
+-- name: string_compared_with_number
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE price = 'cheap'
+
+-- name: count_distinct
+SELECT COUNT(DISTINCT symbol) FROM trades [RANGE 1 SECOND]
+
+-- name: nested_aggregates
+SELECT SUM(MAX(price)) FROM trades [RANGE 1 SECOND]
+
+-- name: window_start_inside_aggregate
+SELECT MAX(window_start) FROM trades [RANGE 1 SECOND]
+
+-- name: window_start_in_where
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE window_start > ts
+
+-- name: group_by_expression
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY venue % 10
+
+-- name: group_by_position
+SELECT symbol, COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY 1
+
+-- name: group_by_double_column
+SELECT price, COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY price
+
+-- name: group_by_spark_window
+SELECT COUNT(*) FROM trades GROUP BY window(ts, '1 second')
+
+-- name: duplicate_output_names
+SELECT COUNT(*) AS n, SUM(volume) AS N FROM trades [RANGE 1 SECOND]
+
+-- name: duplicate_generated_output_names
+SELECT symbol, symbol, COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY symbol
+
+-- name: window_function
+SELECT SUM(price) OVER (PARTITION BY symbol ORDER BY ts) FROM trades [RANGE 1 SECOND]
+
+-- name: select_without_from
+SELECT 1 + 1
+
+-- name: select_star
+SELECT * FROM trades [RANGE 1 SECOND]
+
+-- name: join
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c ON t.venue = c.user_id
+
+-- name: order_by
+SELECT symbol, COUNT(*) AS n FROM trades [RANGE 1 SECOND] GROUP BY symbol ORDER BY n DESC
+
+-- name: limit
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] LIMIT 10
+
+-- name: distinct
+SELECT DISTINCT symbol FROM trades [RANGE 1 SECOND] GROUP BY symbol
+
+-- name: subquery_in_where
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE symbol IN (SELECT symbol FROM symbols)
+
+-- name: union
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND]
+UNION ALL
+SELECT COUNT(*) FROM clicks [RANGE 1 SECOND]
+
+-- name: syntax_error
+SELECT COUNT(*
+FROM trades [RANGE 1 SECOND]
+
+-- name: syntax_error_unknown_token
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE price >> > 1
+
+-- name: two_statements
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND]; SELECT COUNT(*) FROM clicks [ROWS 5]
+
+-- name: create_stream_unknown_type
+CREATE STREAM quotes (ts TIMESTAMP, bid DECIMAL) WITH (event_time = 'ts')
+
+-- name: create_stream_without_event_time
+CREATE STREAM quotes (ts TIMESTAMP, bid DOUBLE)
+
+-- name: create_stream_event_time_not_timestamp
+CREATE STREAM quotes (ts BIGINT, bid DOUBLE) WITH (event_time = 'ts')
+
+-- name: create_stream_bad_watermark
+CREATE STREAM quotes (ts TIMESTAMP, bid DOUBLE)
+WITH (event_time = 'ts', watermark = 'half a second')
+
+-- name: create_stream_syntax_error
+CREATE STREAM quotes (ts TIMESTAMP bid DOUBLE) WITH (event_time = 'ts')
+
+-- name: named_window_definition
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WINDOW w AS (PARTITION BY symbol)
