@@ -1,0 +1,358 @@
+"""CUDA source for the GPU window operator, rendered from the physical plan.
+
+Render, compile and run are three steps (tinygrad's habit):
+
+- `render_kernels(lift, window)` returns a `GeneratedKernels`: the CUDA source of every kernel
+  the GPU backend launches for one query (lift, pane merge, fused lift+merge, tree levels,
+  window compute, key hash table), specialised per query: column types, state fields,
+  predicate and aggregate arguments (through `expressions.render_cuda`), pane/slide/size.
+  Rendering needs no GPU and never imports CuPy. Templates (`kernels_templates/*.cu.j2`) only
+  loop over plan parameters; every C fragment that depends on a state kind comes from the
+  lookup tables below, one entry per `StateKind`.
+- `load_module(generated)` compiles with `cupy.RawModule` (lazily imported) and caches the
+  module by source hash, in memory and on disk (`$MANGONEL_CACHE` or `~/.cache/mangonel`).
+- The runtime (`mangonel.runtime.gpu`) launches.
+
+Kernel names carry the first 12 hex digits of the SHA-256 of their module's source, so two
+queries with different plans never share a name and a cache entry is found by name alone.
+`MANGONEL_DEBUG=codegen` prints each rendered source to stderr.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from sqlglot import exp
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import physical as ph
+from mangonel.compiler.physical import LiftExec, StateField, StateKind, WindowAggregateExec
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "kernels_templates"
+TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "lift.cu.j2", "merge.cu.j2", "fused.cu.j2",
+             "windows.cu.j2", "keys.cu.j2")
+STATE_TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "merge.cu.j2", "windows.cu.j2")
+KEY_TEMPLATES = ("prelude.cu.j2", "keys.cu.j2")
+KERNEL_ROLES = ("lift", "merge", "fused", "tree_level", "window_compute", "map_keys",
+                "renumber")
+_NVCC_ARCH = "sm_90"
+
+
+@dataclass(frozen=True)
+class StatePart:
+    """One device array of a state field (MOMENTS has three: n, mean, m2)."""
+
+    field: str
+    part: int
+    member: str  # C identifier in the generated structs
+    ctype: str  # "long long" or "double"
+    numpy: str  # "int64" or "float64"
+
+
+@dataclass(frozen=True)
+class InputColumn:
+    """A column the lift reads: what the runtime copies to the device, in this order."""
+
+    name: str
+    type: SqlType
+    ctype: str  # element type on the device (STRING: int32 dictionary ids; BOOLEAN: uint8)
+
+
+@dataclass(frozen=True)
+class GeneratedKernels:
+    source: str
+    digest: str  # hex SHA-256 of the source
+    names: dict[str, str]  # kernel role -> extern "C" name
+    columns: tuple[InputColumn, ...]
+    parts: tuple[StatePart, ...]
+    string_literals: tuple[str, ...]  # literal k is compared through string_literal_ids[k]
+    key_words: int  # 64-bit words per key in the hash table (key columns + NULL mask)
+
+
+# ---------------------------------------------------------------------------------------
+# Lookup tables: one C fragment per StateKind (the templates never branch on a kind).
+
+_NEUTRAL_INTEGER = {StateKind.COUNT: "0LL", StateKind.SUM: "0LL",
+                    StateKind.MIN: "0x7fffffffffffffffLL",
+                    StateKind.MAX: "(-0x7fffffffffffffffLL - 1LL)"}
+_NEUTRAL_FLOAT = {StateKind.COUNT: "0.0", StateKind.SUM: "0.0",
+                  StateKind.MIN: "__longlong_as_double(0x7ff0000000000000LL)",
+                  StateKind.MAX: "__longlong_as_double(0xfff0000000000000LL)"}
+_COMBINE = {
+    StateKind.COUNT: "a.{m} = a.{m} + b.{m};",
+    StateKind.SUM: "a.{m} = a.{m} + b.{m};",
+    StateKind.MIN: "a.{m} = b.{m} < a.{m} ? b.{m} : a.{m};",
+    StateKind.MAX: "a.{m} = b.{m} > a.{m} ? b.{m} : a.{m};",
+}
+_ATOMIC = {
+    StateKind.COUNT: "if (s.{m} != 0) mg_atomic_add(&t.{m}[j], s.{m});",
+    StateKind.SUM: "mg_atomic_add(&t.{m}[j], s.{m});",
+    StateKind.MIN: "mg_atomic_min(&t.{m}[j], s.{m});",
+    StateKind.MAX: "mg_atomic_max(&t.{m}[j], s.{m});",
+}
+_LIFT = {  # partial state of one row from argument value a / validity ok
+    StateKind.COUNT: "{ok} ? 1LL : 0LL",
+    StateKind.SUM: "{ok} ? ({ctype}){a} : ({ctype})0",
+    StateKind.MIN: "{ok} ? ({ctype}){a} : {neutral}",
+    StateKind.MAX: "{ok} ? ({ctype}){a} : {neutral}",
+}
+_MOMENTS_COMBINE = "mg_chan(a.{n}, a.{mean}, a.{m2}, b.{n}, b.{mean}, b.{m2});"
+_MOMENTS_ATOMIC = (
+    "if (s.{n} != 0.0) {{ mg_lock(&t.lock[j]); "
+    "mg_chan(t.{n}[j], t.{mean}[j], t.{m2}[j], s.{n}, s.{mean}, s.{m2}); "
+    "mg_unlock(&t.lock[j]); }}"
+)
+_MOMENTS_LIFT = ("{ok} ? 1.0 : 0.0", "{ok} ? (double){a} : 0.0", "0.0")
+
+
+def _is_integer_state(field: StateField) -> bool:
+    return field.type.is_integer or field.type is SqlType.TIMESTAMP or (
+        field.kind is StateKind.COUNT)
+
+
+def state_parts(fields: tuple[StateField, ...]) -> tuple[StatePart, ...]:
+    """The device arrays of every state field, in field order (same as the CPU backend)."""
+    parts = []
+    for index, field in enumerate(fields):
+        if field.kind is StateKind.MOMENTS:
+            for part in range(3):
+                parts.append(StatePart(field.name, part, f"f{index}_{part}", "double", "float64"))
+        elif _is_integer_state(field):
+            parts.append(StatePart(field.name, 0, f"f{index}_0", "long long", "int64"))
+        else:
+            parts.append(StatePart(field.name, 0, f"f{index}_0", "double", "float64"))
+    return tuple(parts)
+
+
+def _device_ctype(sql_type: SqlType) -> str:
+    if sql_type is SqlType.BOOLEAN:
+        return "unsigned char"
+    return sql_type.info.cuda
+
+
+def _column_types(lift: LiftExec) -> dict[str, SqlType]:
+    return {column.name: column.type for column in lift.child.columns}
+
+
+def _render_expressions(lift: LiftExec):
+    """C expressions of the WHERE predicate and of every distinct aggregate argument."""
+    from mangonel.compiler.expressions import CudaContext, render_cuda
+    from mangonel.compiler.typing import TypeEnv
+
+    columns = lift.child.columns
+    values = {c.name: f"v{i}" for i, c in enumerate(columns)}
+    valid = {c.name: f"m{i}" for i, c in enumerate(columns)}
+    env = TypeEnv(columns=_column_types(lift))
+    context = CudaContext(column_values=values, column_valid=valid)
+    predicate = []
+    if lift.predicate is not None:
+        rendered = render_cuda(lift.predicate, env, context)
+        predicate.append({"value": rendered.value, "valid": rendered.valid})
+    arguments: list[dict[str, str]] = []
+    argument_of: dict[int, int] = {}
+    seen: list[exp.Expression] = []
+    for position, field in enumerate(lift.fields):
+        if field.argument is None:
+            continue
+        for k, earlier in enumerate(seen):
+            if earlier == field.argument:
+                argument_of[position] = k
+                break
+        else:
+            rendered = render_cuda(field.argument, env, context)
+            ctype = "double" if rendered.type.is_floating else "long long"
+            k = len(seen)
+            seen.append(field.argument)
+            arguments.append({"value": rendered.value, "valid": rendered.valid, "ctype": ctype,
+                              "value_name": f"a{k}", "valid_name": f"a{k}_ok"})
+            argument_of[position] = k
+    return predicate, arguments, argument_of, tuple(context.string_literals)
+
+
+def _field_fragments(fields: tuple[StateField, ...], argument_of: dict[int, int]):
+    parts = state_parts(fields)
+    by_field: dict[str, list[StatePart]] = {}
+    for part in parts:
+        by_field.setdefault(part.field, []).append(part)
+    field_code, part_code = [], []
+    for position, field in enumerate(fields):
+        members = [p.member for p in by_field[field.name]]
+        if field.argument is None:
+            ok, a = "contributes", "1"
+        else:
+            k = argument_of[position]
+            ok, a = f"a{k}_ok", f"a{k}"
+        if field.kind is StateKind.MOMENTS:
+            n, mean, m2 = members
+            field_code.append({
+                "combine": _MOMENTS_COMBINE.format(n=n, mean=mean, m2=m2),
+                "atomic": _MOMENTS_ATOMIC.format(n=n, mean=mean, m2=m2),
+            })
+            for part, lift in zip(by_field[field.name], _MOMENTS_LIFT, strict=True):
+                part_code.append({"member": part.member, "ctype": part.ctype, "neutral": "0.0",
+                                  "lift": lift.format(ok=ok, a=a)})
+            continue
+        part = by_field[field.name][0]
+        table = _NEUTRAL_INTEGER if part.ctype == "long long" else _NEUTRAL_FLOAT
+        neutral = table[field.kind]
+        field_code.append({"combine": _COMBINE[field.kind].format(m=part.member),
+                           "atomic": _ATOMIC[field.kind].format(m=part.member)})
+        part_code.append({
+            "member": part.member, "ctype": part.ctype, "neutral": neutral,
+            "lift": _LIFT[field.kind].format(ok=ok, a=a, ctype=part.ctype, neutral=neutral),
+        })
+    return parts, field_code, part_code
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _render(context: dict[str, Any], templates: tuple[str, ...]) -> str:
+    environment = _environment()
+    return "\n".join(environment.get_template(name).render(**context) for name in templates)
+
+
+def _finish(context: dict[str, Any], templates: tuple[str, ...], roles: tuple[str, ...]):
+    """(source, digest, names): names carry the hash of the source rendered with neutral
+    names, so a name identifies the code; rendering twice keeps hashing out of templates."""
+    draft = _render({**context, "suffix": "q", "names": {r: f"mg_{r}" for r in roles}},
+                    templates)
+    tag = hashlib.sha256(draft.encode()).hexdigest()[:12]
+    names = {role: f"mg_{role}_{tag}" for role in roles}
+    source = _render({**context, "suffix": tag, "names": names}, templates)
+    if "codegen" in os.environ.get("MANGONEL_DEBUG", "").split(","):
+        print(f"// ---- mangonel codegen {tag} ----\n{source}", file=sys.stderr)
+    return source, hashlib.sha256(source.encode()).hexdigest(), names
+
+
+def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) -> GeneratedKernels:
+    """Render every kernel of one query. `window` bakes pane/slide/size into the fused kernel
+    (without it, the fused kernel is rendered for a 1-microsecond tumbling window)."""
+    predicate, arguments, argument_of, literals = _render_expressions(lift)
+    parts, field_code, part_code = _field_fragments(lift.fields, argument_of)
+    scan = lift.child
+    columns = tuple(InputColumn(c.name, c.type, _device_ctype(c.type)) for c in scan.columns)
+    event_index = next(i for i, c in enumerate(scan.columns)
+                       if c.name.lower() == scan.stream.event_time.lower())
+    if window is None or window.window.kind is ph.WindowKind.COUNT:
+        pane_length, slide, size = 1, 1, 1
+    else:
+        pane_length, slide, size = window.pane_length, window.window.slide, window.window.size
+    key_words = len(lift.keys) + 1
+    context: dict[str, Any] = {
+        "parts": part_code,
+        "fields": field_code,
+        "columns": [{"ctype": c.ctype, "pointer": f"c{i}", "valid_pointer": f"n{i}",
+                     "value": f"v{i}", "valid": f"m{i}"} for i, c in enumerate(columns)],
+        "event_time": {"value": f"v{event_index}", "valid": f"m{event_index}"},
+        "predicate": predicate,
+        "arguments": arguments,
+        "pane_length": int(pane_length),
+        "slide": int(slide),
+        "size": int(size),
+        "words": key_words,
+    }
+    source, digest, names = _finish(context, TEMPLATES, KERNEL_ROLES)
+    return GeneratedKernels(source, digest, names, columns, parts, literals, key_words)
+
+
+def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedKernels:
+    """Merge and window kernels of a set of state fields alone (no lift: restored state,
+    stage 2 of the split form)."""
+    parts, field_code, part_code = _field_fragments(
+        tuple(StateField(f.name, f.kind, None, f.type) for f in fields), {})
+    context = {"parts": part_code, "fields": field_code}
+    source, digest, names = _finish(context, STATE_TEMPLATES, ("merge", "tree_level",
+                                                                "window_compute"))
+    return GeneratedKernels(source, digest, names, (), parts, (), 0)
+
+
+def render_key_kernels(words: int) -> GeneratedKernels:
+    """The key hash table kernels for keys of `words` 64-bit words."""
+    source, digest, names = _finish({"words": int(words)}, KEY_TEMPLATES,
+                                    ("map_keys", "renumber"))
+    return GeneratedKernels(source, digest, names, (), (), (), int(words))
+
+
+def render_plan(plan: ph.ProjectExec) -> GeneratedKernels:
+    pipeline = ph.unpack(plan)
+    return render_kernels(pipeline.lift, pipeline.window)
+
+
+def explain_codegen(plan: ph.ProjectExec) -> str:
+    """The CUDA source of a plan's GPU kernels, with a header naming them (no GPU needed)."""
+    generated = render_plan(plan)
+    pipeline = ph.unpack(plan)
+    header = [
+        "// mangonel GPU kernels",
+        f"// strategy: {pipeline.window.strategy}",
+        f"// module sha256: {generated.digest}",
+        "// kernels: " + ", ".join(generated.names[role] for role in KERNEL_ROLES),
+        "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
+        "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
+    ]
+    return "\n".join(header) + "\n" + generated.source
+
+
+# ---------------------------------------------------------------------------------------
+# Compile (the only part that needs CuPy; imported lazily)
+
+_MODULES: dict[str, Any] = {}
+
+
+def cache_directory() -> Path:
+    root = os.environ.get("MANGONEL_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "mangonel"
+
+
+def nvcc_command(source_path: Path, output_path: Path, *, ptx: bool, arch: str) -> list[str]:
+    kind = "--ptx" if ptx else "--cubin"
+    return ["nvcc", kind, f"-arch={arch}", "-O3", "-std=c++17", "-diag-suppress", "177",
+            "-o", str(output_path), str(source_path)]
+
+
+def load_module(generated: GeneratedKernels) -> Any:
+    """A `cupy.RawModule` of the generated source, cached by source hash (memory, then disk).
+
+    With nvcc on the PATH the disk cache holds a cubin per hash under cache_directory();
+    without it NVRTC compiles (CuPy keeps its own disk cache of that).
+    """
+    module = _MODULES.get(generated.digest)
+    if module is not None:
+        return module
+    import shutil
+    import subprocess
+
+    import cupy
+
+    arch = f"sm_{cupy.cuda.Device().compute_capability}"
+    directory = cache_directory()
+    cubin = directory / f"{generated.digest}.{arch}.cubin"
+    if not cubin.exists() and shutil.which("nvcc"):
+        directory.mkdir(parents=True, exist_ok=True)
+        source_path = directory / f"{generated.digest}.cu"
+        source_path.write_text(generated.source)
+        partial = cubin.with_suffix(f".{os.getpid()}.tmp")
+        subprocess.run(nvcc_command(source_path, partial, ptx=False, arch=arch), check=True,
+                       capture_output=True, text=True)
+        partial.replace(cubin)  # atomic: concurrent processes never read half a file
+    if cubin.exists():
+        module = cupy.RawModule(path=str(cubin))
+    else:
+        module = cupy.RawModule(code=generated.source, options=("-std=c++17",))
+    _MODULES[generated.digest] = module
+    return module
