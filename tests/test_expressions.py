@@ -375,7 +375,7 @@ def test_cuda_integer_arithmetic_wraps_through_unsigned() -> None:
     )
     assert rendered.valid == "((m0) && (m1))"
     assert cuda("i * 2").value == "((int)((unsigned int)(v0) * (unsigned int)2))"
-    assert cuda("d * 2").value == "((v2) * ((double)2))"
+    assert cuda("d * 2").value == "((v2) * 2.0)"
 
 
 def test_cuda_validity_simplifies_for_non_nullable_inputs() -> None:
@@ -383,7 +383,7 @@ def test_cuda_validity_simplifies_for_non_nullable_inputs() -> None:
     assert cuda("i + 1", ctx).valid == "true"
     assert cuda("i IS NULL", ctx).value == "false"
     assert cuda("i IS NOT NULL", ctx).value == "true"
-    assert cuda("i / 2", ctx).valid == "(((double)2) != 0.0)"
+    assert cuda("i / 2", ctx).valid == "(2.0 != 0.0)"
     assert cuda("CAST(NULL AS INT)").valid == "false"
     assert cuda("CAST(NULL AS INT)").value == "((int)0)"
 

@@ -764,11 +764,22 @@ def _c_number(value: int | float, sql_type: SqlType) -> str:
         if math.isnan(value) or math.isinf(value):
             raise ValueError("non-finite literal")
         text = repr(value)
-        if sql_type is SqlType.FLOAT:
-            text = f"(float){text}"
-    if not _C_NUMBER.match(text.removeprefix("(float)")):
+    if not _C_NUMBER.match(text):
         raise ValueError(f"not a C number: {text!r}")
-    return f"({text})" if text.startswith("-") else text
+    if text.startswith("-"):
+        text = f"({text})"
+    return f"((float){text})" if sql_type is SqlType.FLOAT else text
+
+
+def _numeric_literal(node: exp.Expression) -> int | float | None:
+    """The value of a (possibly negated) numeric literal, else None."""
+    node = unwrap_parens(node)
+    sign = 1
+    if isinstance(node, exp.Neg):
+        sign, node = -1, unwrap_parens(node.this)
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return sign * numeric_literal_value(node)
+    return None
 
 
 class _CudaRenderer:
@@ -785,8 +796,18 @@ class _CudaRenderer:
     def render_as(self, node: exp.Expression, to_type: SqlType | None) -> CudaValue:
         """Render `node` converted to `to_type` (implicit widening, or a typed NULL)."""
         to_type = to_type or SqlType.BOOLEAN
-        if self.type_of(node) is None:
+        node_type = self.type_of(node)
+        if node_type is None:
             return self.null(to_type)
+        literal = _numeric_literal(node)
+        if (
+            literal is not None
+            and to_type is not SqlType.FLOAT
+            and to_type.is_numeric
+            and common_numeric_type(node_type, to_type) is to_type
+        ):
+            # Spell a widened literal in its target type: 2.0 rather than ((double)2).
+            return CudaValue(_c_number(literal, to_type), "true", to_type)
         return _c_convert(self.render(node), to_type)
 
     def null(self, sql_type: SqlType) -> CudaValue:
