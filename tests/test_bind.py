@@ -8,7 +8,6 @@ from sqlglot import exp
 from mangonel.catalog.catalog import Catalog, Schema, Table
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
-from mangonel.compiler import nodes
 from mangonel.compiler.bind import BoundQuery, bind, stream_from_ddl
 from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.compiler.logical import WindowKind
@@ -17,18 +16,6 @@ from mangonel.compiler.parse import parse_statement
 from mangonel.errors import CatalogError, SqlError
 
 SECOND = 1_000_000
-
-
-@pytest.fixture(autouse=True)
-def constructible_aggregate_ref(monkeypatch):
-    """nodes.AggregateRef.index is a read-only property in the skeleton, which clashes with
-    the `index` attribute sqlglot 30 sets on every node; until nodes.py renames it, give the
-    property a setter for these tests (a no-op once nodes.py is fixed)."""
-    try:
-        nodes.AggregateRef(this=0)
-    except AttributeError:
-        getter = nodes.AggregateRef.index.fget
-        monkeypatch.setattr(nodes.AggregateRef, "index", property(getter, lambda self, _: None))
 
 
 @pytest.fixture

@@ -87,18 +87,6 @@ def render_expected(cases: dict[str, str]) -> str:
 CASES = read_cases(CASES_FILE.read_text())
 
 
-@pytest.fixture(autouse=True)
-def constructible_aggregate_ref(monkeypatch):
-    """nodes.AggregateRef.index is a read-only property in the skeleton, which clashes with
-    the `index` attribute sqlglot 30 sets on every node; until nodes.py renames it, give the
-    property a setter for these tests (a no-op once nodes.py is fixed)."""
-    try:
-        nodes.AggregateRef(this=0)
-    except AttributeError:
-        getter = nodes.AggregateRef.index.fget
-        monkeypatch.setattr(nodes.AggregateRef, "index", property(getter, lambda self, _: None))
-
-
 def test_golden_file_has_enough_cases() -> None:
     assert len(CASES) >= 30
 

@@ -314,3 +314,10 @@ def test_positions_of_identifiers_are_their_first_character() -> None:
     query = parse_statement("SELECT\n  price\nFROM s [RANGE 1 SECOND]")
     column = query.find(exp.Column)
     assert position_of(column) == (2, 3)
+
+
+def test_errors_inside_explain_point_into_the_whole_statement() -> None:
+    error = raises("EXPLAIN CODEGEN\nSELECT COUNT(*) FROM s [RANGE 2 WEEKS]")
+    assert (error.line, error.column) == (2, 33)
+    statement = parse_statement("EXPLAIN  SELECT price FROM s [RANGE 1 SECOND]")
+    assert position_of(statement.this.find(exp.Column)) == (1, 17)

@@ -544,7 +544,7 @@ def _window_clause_sql(self: generator.Generator, clause: WindowClause) -> str:
 
 def _aggregate_ref_sql(self: generator.Generator, ref: AggregateRef) -> str:
     # The binder keeps the aggregate's own text, so resolved expressions read as written.
-    return ref.meta.get("sql") or f"AGGREGATE_REF({ref.args['this']})"
+    return ref.meta.get("sql") or f"AGGREGATE_REF({ref.number})"
 
 
 def _explain_sql(self: generator.Generator, explain: Explain) -> str:
