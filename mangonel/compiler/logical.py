@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Union
 
 from sqlglot import exp
 
@@ -87,4 +86,4 @@ class Project:
     outputs: tuple[OutputColumn, ...]
 
 
-LogicalNode = Union[StreamScan, Filter, WindowAggregate, Project]
+LogicalNode = StreamScan | Filter | WindowAggregate | Project

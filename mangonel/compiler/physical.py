@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Union
 
 from sqlglot import exp
 
@@ -124,11 +123,11 @@ class FilterExec:
 
 @dataclass(frozen=True)
 class ProjectExec:
-    child: Union[FilterExec, WindowAggregateExec]
+    child: FilterExec | WindowAggregateExec
     outputs: tuple[OutputColumn, ...]
 
 
-PhysicalNode = Union[ProjectExec, FilterExec, WindowAggregateExec, LiftExec, StreamScanExec]
+PhysicalNode = ProjectExec | FilterExec | WindowAggregateExec | LiftExec | StreamScanExec
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlglot.tokens import Tokenizer, TokenType
+from sqlglot.tokens import TokenType
+
+from mangonel.compiler.parse import MangonelDialect
 
 
 @dataclass(frozen=True)
@@ -16,11 +18,12 @@ class ScriptStatement:
 def split_statements(script: str) -> list[ScriptStatement]:
     """Statements of a script, split at top-level `;` (not inside strings or comments).
 
-    Uses sqlglot's tokenizer so quoting and comments follow the SQL rules the parser uses.
+    Uses the dialect's tokenizer so quoting (also `back-quoted` names) and comments follow
+    the rules the parser uses.
     """
     statements: list[ScriptStatement] = []
     start = 0
-    for token in Tokenizer().tokenize(script):
+    for token in MangonelDialect().tokenize(script):
         if token.token_type is TokenType.SEMICOLON:
             _append(statements, script, start, token.start)
             start = token.end + 1
