@@ -1,0 +1,22 @@
+"""GPU benchmark on the SPRINGALD shapes: `python benchmarks/bench_gpu.py [tuples]`.
+
+Prints the machine's pinned host-to-device bandwidth and one row per shape (tuples/s, share
+of the H2D bound); the full rows go to bench_gpu.json beside the working directory."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from mangonel.runtime.gpu.bench import run_gpu_benchmarks
+
+
+def main() -> None:
+    tuples = int(sys.argv[1]) if len(sys.argv) > 1 else 150_000_000
+    rows = run_gpu_benchmarks(tuples=tuples)
+    with open("bench_gpu.json", "w") as handle:
+        json.dump(rows, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

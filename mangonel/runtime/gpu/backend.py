@@ -1,0 +1,456 @@
+"""The GPU implementation of `WindowKernels` (CuPy + kernels rendered by compiler.codegen).
+
+Driven by the same backend-neutral driver as the CPU (`runtime.operators.window`). What runs
+on the device: the fused lift (filter + projection + event time + per-row partial state, one
+generated kernel), key slots through a GPU open-addressing hash table (STRING keys first go
+through a host dictionary to int ids), the pane merge into the flat `[keys x panes]` store
+(warp-combined atomics, no sort), and every fired window of every key in one tree launch per
+level plus one compute launch. Columns travel host -> device through pinned staging buffers on
+a copy stream, only those the query reads, STRING as int32 ids and BOOLEAN as one byte.
+
+Run on the host (documented fallbacks, small data): stage 1 of the split Spark form
+(`preaggregate`) and the count-window tree (`segment_windows`), which reuse the CPU kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import codegen
+from mangonel.compiler.physical import LiftExec, StateField, StateKind
+from mangonel.runtime.cpu import backend as cpu
+from mangonel.runtime.cpu.evaluation import to_values
+from mangonel.runtime.cpu.keys import StringDictionary
+from mangonel.runtime.gpu import device
+from mangonel.runtime.operators.kernels import LiftedTuples, neutral
+
+_THREADS = 256
+
+
+def _grid(n: int) -> int:
+    return max(1, min((n + _THREADS - 1) // _THREADS, 65_535))
+
+
+class GpuPaneState:
+    """Flat CuPy arrays per state part, `[key_capacity x pane_capacity]` row-major, column c is
+    pane `origin + c` (the CPU layout, so snapshots are interchangeable)."""
+
+    def __init__(self, fields: tuple[StateField, ...], module_of) -> None:
+        self.fields = fields
+        self._module_of = module_of  # () -> (GeneratedKernels, RawModule)
+        self.parts = codegen.state_parts(fields)
+        self.key_capacity = 0
+        self.pane_capacity = 0
+        self.origin = 0
+        cp = device.cupy()
+        self.arrays = {p.member: cp.empty(0, p.numpy) for p in self.parts}
+        self.lock = cp.zeros(0, cp.int32)
+
+    def _neutral(self, member: str) -> float | int:
+        for field in self.fields:
+            values = neutral(field)[1]
+            for part in self.parts:
+                if part.member == member:
+                    if part.field == field.name:
+                        return values[part.part]
+        raise KeyError(member)
+
+    def reshape(self, key_capacity: int, pane_capacity: int, origin: int) -> None:
+        cp = device.cupy()
+        shift = origin - self.origin
+        keep_keys = min(self.key_capacity, key_capacity)
+        for part in self.parts:
+            old = self.arrays[part.member]
+            array = cp.full((key_capacity, pane_capacity), self._neutral(part.member), part.numpy)
+            if keep_keys and self.pane_capacity:
+                old2 = old.reshape(self.key_capacity, self.pane_capacity)
+                # pane q sits at column q - origin; copy the panes both layouts hold
+                first = max(self.origin, origin)
+                end = min(self.origin + self.pane_capacity, origin + pane_capacity)
+                if end > first:
+                    array[:keep_keys, first - origin:end - origin] = old2[
+                        :keep_keys, first - self.origin:end - self.origin]
+            self.arrays[part.member] = array.reshape(-1)
+        del shift
+        self.lock = cp.zeros(key_capacity * pane_capacity, cp.int32)
+        self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
+
+    def struct_args(self, arrays: dict[str, object] | None = None) -> list:
+        arrays = self.arrays if arrays is None else arrays
+        return [arrays[p.member] for p in self.parts] + [self.lock]
+
+    def merge(self, index, partials: dict[str, tuple]) -> None:
+        cp = device.cupy()
+        generated, module = self._module_of()
+        rows = int(index.shape[0])
+        if rows == 0:
+            return
+        values = [cp.ascontiguousarray(partials[p.field][p.part], dtype=p.numpy)
+                  for p in self.parts]
+        kernel = module.get_function(generated.names["merge"])
+        kernel((_grid(rows),), (_THREADS,),
+               (cp.ascontiguousarray(index, dtype=cp.int64), *device.struct(values),
+                *device.struct(self.struct_args()), np.int64(rows)))
+
+    def _matrix(self, member: str):
+        return self.arrays[member].reshape(self.key_capacity, self.pane_capacity)
+
+    def occupied(self, n_keys: int, first_pane: int, end_pane: int) -> np.ndarray:
+        first = max(first_pane - self.origin, 0)
+        end = min(end_pane - self.origin, self.pane_capacity)
+        result = np.zeros(max(end_pane - first_pane, 0), np.bool_)
+        if end > first and n_keys:
+            rows = self._matrix(self.parts[0].member)[:n_keys, first:end]
+            hit = device.cupy().asnumpy((rows > 0).any(axis=0))
+            result[first + self.origin - first_pane:end + self.origin - first_pane] = hit
+        return result
+
+    def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
+        """All keys' windows of all runs: tree levels over the columns the runs touch (one
+        launch per level, every key at once), then one launch computes every (window, key)."""
+        cp = device.cupy()
+        generated, module = self._module_of()
+        first_columns = np.concatenate([
+            np.arange(count, dtype=np.int64) * panes_per_slide + (first - self.origin)
+            for first, count in runs]) if runs else np.empty(0, np.int64)
+        total = len(first_columns)
+        out = {p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
+               for p in self.parts}
+        if total == 0 or n_keys == 0:
+            return self._by_field(out)
+        low = int(first_columns.min())
+        high = int(first_columns.max()) + panes_per_window  # exclusive
+        top = 0
+        while (2 << top) <= panes_per_window:
+            top += 1
+        levels = [self.struct_args()]
+        strides = [self.pane_capacity]
+        bases = [0]
+        level_kernel = module.get_function(generated.names["tree_level"])
+        for level in range(1, top + 1):
+            base = low >> level
+            width = (high >> level) - base
+            if width <= 0:
+                break
+            upper = {p.member: cp.empty(n_keys * width, p.numpy) for p in self.parts}
+            upper_args = self.struct_args(upper)
+            level_kernel((_grid(n_keys * width),), (_THREADS,),
+                         (*device.struct(levels[-1]), *device.struct(upper_args),
+                          np.int64(n_keys), np.int64(strides[-1]), np.int64(bases[-1]),
+                          np.int64(width), np.int64(base), np.int64(width)))
+            levels.append(upper_args)
+            strides.append(width)
+            bases.append(base)
+        compute = module.get_function(generated.names["window_compute"])
+        count = len(levels)
+        filler = levels[0]
+        level_args = []
+        for index in range(codegen.MAX_TREE_LEVELS):
+            level_args += device.struct(levels[index] if index < count else filler)
+        stride_args = [np.int64(strides[i] if i < count else 1)
+                       for i in range(codegen.MAX_TREE_LEVELS)]
+        base_args = [np.int64(bases[i] if i < count else 0)
+                     for i in range(codegen.MAX_TREE_LEVELS)]
+        columns = cp.asarray(first_columns)
+        compute((_grid(total * n_keys),), (_THREADS,),
+                (*level_args, *stride_args, *base_args, np.int32(count), columns,
+                 np.int64(total), np.int64(n_keys), np.int64(panes_per_window), np.int64(0),
+                 *device.struct(self.struct_args(out)), np.int64(n_keys)))
+        return self._by_field(out)
+
+    def _by_field(self, arrays: dict[str, object]) -> dict[str, tuple]:
+        result: dict[str, list] = {}
+        for part in self.parts:
+            result.setdefault(part.field, []).append(arrays[part.member])
+        return {name: tuple(values) for name, values in result.items()}
+
+    def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
+        cp = device.cupy()
+        first, end = first_pane - self.origin, end_pane - self.origin
+        return {f"{p.field}.{p.part}": cp.asnumpy(self._matrix(p.member)[:n_keys, first:end])
+                for p in self.parts}
+
+    def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
+        cp = device.cupy()
+        first = first_pane - self.origin
+        for p in self.parts:
+            block = arrays[f"{p.field}.{p.part}"]
+            self._matrix(p.member)[:block.shape[0], first:first + block.shape[1]] = cp.asarray(
+                block)
+
+
+class GpuKeyMap:
+    """Key columns -> dense slots in first-seen order, through a GPU hash table.
+
+    Each key is `len(types) + 1` int64 words: the values (STRING: host-dictionary ids, NULL:
+    0) and a NULL mask. The host keeps the words of every slot to decode results."""
+
+    def __init__(self, types: tuple[SqlType, ...]) -> None:
+        cp = device.cupy()
+        self.types = types
+        self.words = len(types) + 1
+        self.dictionaries = [StringDictionary() if t is SqlType.STRING else None for t in types]
+        self.n_slots = 0
+        self.capacity = 1024
+        self.table_words = cp.zeros(self.capacity * self.words, cp.int64)
+        self.table_slots = cp.full(self.capacity, -1, cp.int32)
+        self.slot_capacity = 512
+        self.slot_words_device = cp.zeros(self.slot_capacity * self.words, cp.int64)
+        self.first_row = cp.full(self.slot_capacity, np.iinfo(np.int64).max, cp.int64)
+        self.counter = cp.zeros(1, cp.int32)
+        self.overflow = cp.zeros(1, cp.int32)
+        self.host_words = np.zeros((0, self.words), np.int64)
+
+    def _module(self):
+        return device.key_module(self.words)
+
+    def encode(self, columns: list[pa.Array]) -> np.ndarray:
+        """(words, rows) int64 host matrix of the key columns (values, then the NULL mask)."""
+        length = len(columns[0]) if columns else 0
+        words = np.zeros((self.words, length), np.int64)
+        for index, (column, sql_type) in enumerate(zip(columns, self.types, strict=True)):
+            if isinstance(column, pa.ChunkedArray):
+                column = column.combine_chunks()
+            if sql_type is SqlType.STRING:
+                codes, is_null = self.dictionaries[index].encode(column)
+                values, valid = np.asarray(codes, np.int64), ~is_null
+            else:
+                values, valid = to_values(column, np.dtype(np.int64))
+            words[index] = np.where(valid, values, 0)
+            words[-1] |= (~valid).astype(np.int64) << index
+        return words
+
+    def map_columns(self, columns: list[pa.Array], include=None):
+        cp = device.cupy()
+        words = self.encode(columns)
+        rows = words.shape[1]
+        if rows == 0:
+            return cp.empty(0, cp.int32)
+        include_device = None if include is None else cp.ascontiguousarray(include, cp.uint8)
+        return self.map_words(cp.asarray(words.reshape(-1)), rows, include_device)
+
+    def map_words(self, words_device, rows: int, include_device):
+        """Slots of rows whose key words (word-major, `words x rows`) are on the device."""
+        cp = device.cupy()
+        # at most `rows` new keys: keep the table at most half full and room for every slot
+        while self.capacity < 2 * (self.n_slots + rows):
+            self._grow_table()
+        while self.slot_capacity < self.n_slots + rows:
+            self._grow_slots()
+        generated, module = self._module()
+        slots = cp.empty(rows, cp.int32)
+        module.get_function(generated.names["map_keys"])(
+            (_grid(rows),), (_THREADS,),
+            (words_device, np.int64(rows), include_device, self.table_words, self.table_slots,
+             np.int64(self.capacity), self.counter, self.slot_words_device, self.first_row,
+             np.int64(self.slot_capacity), slots, self.overflow))
+        count = int(self.counter.get()[0])
+        if count > self.n_slots:
+            self._renumber(count, slots)
+        return slots
+
+    def _renumber(self, count: int, slots) -> None:
+        """Give the slots this batch created first-seen order (deterministic output order)."""
+        cp = device.cupy()
+        generated, module = self._module()
+        old = self.n_slots
+        first = cp.asnumpy(self.first_row[old:count])
+        order = np.argsort(first, kind="stable")  # order[new position] = old slot - old
+        remap = np.empty(count - old, np.int32)
+        remap[order] = np.arange(old, count, dtype=np.int32)
+        remap_device = cp.asarray(remap)
+        kernel = module.get_function(generated.names["renumber"])
+        for values in (slots, self.table_slots):
+            n = int(values.shape[0])
+            kernel((_grid(n),), (_THREADS,), (values, np.int64(n), remap_device, np.int32(old)))
+        words = cp.asnumpy(self.slot_words_device[old * self.words:count * self.words]).reshape(
+            count - old, self.words)[order]
+        self.slot_words_device[old * self.words:count * self.words] = cp.asarray(words.ravel())
+        self.first_row[old:count] = np.iinfo(np.int64).max
+        self.host_words = np.concatenate([self.host_words, words])
+        self.n_slots = count
+
+    def _grow_table(self) -> None:
+        cp = device.cupy()
+        self.capacity *= 4
+        self.table_words = cp.zeros(self.capacity * self.words, cp.int64)
+        self.table_slots = cp.full(self.capacity, -1, cp.int32)
+        self.counter[...] = 0
+        # re-insert every known key: they get their slots back in the same order
+        if self.n_slots:
+            n = self.n_slots
+            known = self.n_slots
+            self.n_slots = 0
+            words = cp.asarray(np.ascontiguousarray(self.host_words[:known].T).reshape(-1))
+            host_words = self.host_words
+            self.host_words = np.zeros((0, self.words), np.int64)
+            generated, module = self._module()
+            slots = cp.empty(n, cp.int32)
+            module.get_function(generated.names["map_keys"])(
+                (_grid(n),), (_THREADS,),
+                (words, np.int64(n), None, self.table_words, self.table_slots,
+                 np.int64(self.capacity), self.counter, self.slot_words_device, self.first_row,
+                 np.int64(self.slot_capacity), slots, self.overflow))
+            self._renumber(int(self.counter.get()[0]), slots)
+            assert np.array_equal(self.host_words, host_words)
+
+    def _grow_slots(self) -> None:
+        cp = device.cupy()
+        capacity = self.slot_capacity * 4
+        words = cp.zeros(capacity * self.words, cp.int64)
+        words[:self.slot_capacity * self.words] = self.slot_words_device
+        first = cp.full(capacity, np.iinfo(np.int64).max, cp.int64)
+        first[:self.slot_capacity] = self.first_row
+        self.slot_words_device, self.first_row, self.slot_capacity = words, first, capacity
+
+    def decode(self, slots: np.ndarray) -> list[pa.Array]:
+        rows = self.host_words[np.asarray(slots, np.int64)]
+        columns = []
+        for index, sql_type in enumerate(self.types):
+            is_null = ((rows[:, -1] >> index) & 1).astype(bool)
+            values = rows[:, index]
+            if sql_type is SqlType.STRING:
+                columns.append(self.dictionaries[index].decode(values.astype(np.int32), is_null))
+            else:
+                arrow = sql_type.info.arrow
+                array = pa.array(values.astype(sql_type.info.numpy), mask=is_null)
+                columns.append(array.cast(arrow) if array.type != arrow else array)
+        return columns
+
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        """The CPU KeyTable's snapshot format, so either backend restores the other's."""
+        from mangonel.runtime.cpu.keys import KeyTable
+
+        return self._as_key_table(KeyTable).to_arrays(prefix)
+
+    def _as_key_table(self, key_table_class):
+        table = key_table_class(self.types)
+        columns = self.decode(np.arange(self.n_slots))
+        if self.n_slots:
+            table.map_columns(columns)
+        return table
+
+    @classmethod
+    def from_arrays(cls, types, arrays, prefix) -> GpuKeyMap:
+        from mangonel.runtime.cpu.keys import KeyTable
+
+        table = KeyTable.from_arrays(types, arrays, prefix)
+        key_map = cls(types)
+        if table.n_slots:
+            key_map.map_columns(table.decode(np.arange(table.n_slots)))
+        return key_map
+
+
+class GpuKernels:
+    """CuPy kernels rendered per query; the driver is `runtime.operators.window`."""
+
+    name = "gpu"
+
+    def __init__(self) -> None:
+        self._generated: dict[int, tuple] = {}
+        self._fields_module: dict[tuple, tuple] = {}
+        self.stager = device.Stager()
+
+    # -- compile --------------------------------------------------------------------------
+
+    def module_for(self, lift: LiftExec):
+        found = self._generated.get(id(lift))
+        if found is None or found[0] is not lift:
+            generated = codegen.render_kernels(lift)
+            found = (lift, generated, codegen.load_module(generated))
+            self._generated[id(lift)] = found
+            self._fields_module[lift.fields] = (generated, found[2])
+        return found[1], found[2]
+
+    def _module_for_fields(self, fields: tuple[StateField, ...]):
+        found = self._fields_module.get(fields)
+        if found is None:
+            found = device.fields_module(fields)
+            self._fields_module[fields] = found
+        return found
+
+    # -- WindowKernels --------------------------------------------------------------------
+
+    def lift_tuples(self, lift: LiftExec, batch: pa.RecordBatch) -> LiftedTuples:
+        cp = device.cupy()
+        generated, module = self.module_for(lift)
+        length = batch.num_rows
+        columns = cpu.batch_columns(batch)
+        inputs = self.stager.stage([cpu._column(columns, c.name) for c in generated.columns],
+                                   generated.columns)
+        event_time = cp.empty(length, cp.int64)
+        has_event_time = cp.empty(length, cp.uint8)
+        contributes = cp.empty(length, cp.uint8)
+        partials = {p.member: cp.empty(length, p.numpy) for p in generated.parts}
+        literal_ids = self.stager.literal_ids(generated.string_literals)
+        if length:
+            module.get_function(generated.names["lift"])(
+                (_grid(length),), (_THREADS,),
+                (*inputs, event_time, has_event_time, contributes,
+                 *[partials[p.member] for p in generated.parts], literal_ids, np.int64(length)))
+        has_time = has_event_time.astype(cp.bool_)
+        with_time = int(has_time.sum())
+        max_event_time = int(cp.where(has_time, event_time, np.iinfo(np.int64).min).max()) \
+            if with_time else None
+        by_field: dict[str, list] = {}
+        for part in generated.parts:
+            by_field.setdefault(part.field, []).append(partials[part.member])
+        keys = [cpu._column(columns, key.name) for key in lift.keys]
+        keys = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
+        return LiftedTuples(length, event_time, has_time, contributes.astype(cp.bool_), keys,
+                            {name: tuple(v) for name, v in by_field.items()}, max_event_time,
+                            length - with_time)
+
+    def pane_ids(self, lifted: LiftedTuples, pane_length: int):
+        cp = device.cupy()
+        return cp.where(lifted.has_event_time, lifted.event_time // pane_length, 0)
+
+    def late_tuples(self, panes, include, pane_length, slide, size, watermark):
+        last_window_end = (panes * pane_length) // slide * slide + size
+        return include & (last_window_end <= watermark)
+
+    def new_key_map(self, types: tuple[SqlType, ...]) -> GpuKeyMap:
+        return GpuKeyMap(types)
+
+    def key_map_from_arrays(self, types, arrays, prefix) -> GpuKeyMap:
+        return GpuKeyMap.from_arrays(types, arrays, prefix)
+
+    def new_pane_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
+        return GpuPaneState(fields, lambda: self._module_for_fields(fields))
+
+    def flat_index(self, slots, panes, state: GpuPaneState):
+        cp = device.cupy()
+        slots64 = slots.astype(cp.int64)
+        return cp.where(slots64 >= 0, slots64 * state.pane_capacity + (panes - state.origin), -1)
+
+    def preaggregate(self, slots, panes, partials, fields):
+        # stage 1 of the split (Spark) form runs on the host: its output crosses processes
+        host = {name: tuple(self.to_host(v) for v in values) for name, values in
+                partials.items()}
+        return cpu.CpuKernels().preaggregate(self.to_host(slots).astype(np.int64),
+                                             self.to_host(panes), host, fields)
+
+    def segment_windows(self, fields, leaves, base, windows, panes_per_slide, panes_per_window,
+                        windows_per_batch):
+        # count windows: the per-key tuple segments are small and irregular; the CPU tree
+        # answers them (documented fallback), results moved back to the device
+        host = {name: tuple(self.to_host(v) for v in values) for name, values in
+                leaves.items()}
+        result = cpu.CpuKernels().segment_windows(fields, host, base, windows, panes_per_slide,
+                                                  panes_per_window, windows_per_batch)
+        return {name: tuple(self.from_host(v) for v in values) for name, values in
+                result.items()}
+
+    def to_host(self, array) -> np.ndarray:
+        cp = device.cupy()
+        if isinstance(array, cp.ndarray):
+            return cp.asnumpy(array)
+        return np.asarray(array)
+
+    def from_host(self, array: np.ndarray):
+        return device.cupy().asarray(array)
+
+
+__all__ = ["GpuKernels", "GpuKeyMap", "GpuPaneState", "StateKind"]
