@@ -145,18 +145,13 @@ class GpuPaneState:
             bases.append(base)
         compute = module.get_function(generated.names["window_compute"])
         count = len(levels)
-        filler = levels[0]
-        level_args = []
-        for index in range(codegen.MAX_TREE_LEVELS):
-            level_args += device.struct(levels[index] if index < count else filler)
-        stride_args = [np.int64(strides[i] if i < count else 1)
-                       for i in range(codegen.MAX_TREE_LEVELS)]
-        base_args = [np.int64(bases[i] if i < count else 0)
-                     for i in range(codegen.MAX_TREE_LEVELS)]
-        columns = cp.asarray(first_columns)
+        pointers = np.array([[array.data.ptr for array in level[:-1]] for level in levels],
+                            np.uint64).reshape(-1)
         compute((_grid(total * n_keys),), (_THREADS,),
-                (*level_args, *stride_args, *base_args, np.int32(count), columns,
-                 np.int64(total), np.int64(n_keys), np.int64(panes_per_window), np.int64(0),
+                (cp.asarray(pointers), cp.asarray(np.array(strides, np.int64)),
+                 cp.asarray(np.array(bases, np.int64)), np.int32(count),
+                 cp.asarray(first_columns), np.int64(total), np.int64(n_keys),
+                 np.int64(panes_per_window), np.int64(0),
                  *device.struct(self.struct_args(out)), np.int64(n_keys)))
         return self._by_field(out)
 
@@ -225,6 +220,8 @@ class GpuKeyMap:
     def map_columns(self, columns: list[pa.Array], include=None):
         cp = device.cupy()
         words = self.encode(columns)
+        if not columns and include is not None:  # no GROUP BY: one key, the NULL-mask word
+            words = np.zeros((self.words, int(include.shape[0])), np.int64)
         rows = words.shape[1]
         if rows == 0:
             return cp.empty(0, cp.int32)
