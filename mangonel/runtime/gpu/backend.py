@@ -326,7 +326,7 @@ class GpuKeyMap:
         table = key_table_class(self.types)
         columns = self.decode(np.arange(self.n_slots))
         if self.n_slots:
-            table.map_columns(columns)
+            table.map_columns(columns, None)
         return table
 
     @classmethod
