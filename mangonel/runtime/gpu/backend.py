@@ -326,7 +326,7 @@ class GpuKeyMap:
         table = key_table_class(self.types)
         columns = self.decode(np.arange(self.n_slots))
         if self.n_slots:
-            table.map_columns(columns, None)
+            table.map_columns(columns, np.ones(self.n_slots, np.bool_))
         return table
 
     @classmethod
@@ -336,7 +336,8 @@ class GpuKeyMap:
         table = KeyTable.from_arrays(types, arrays, prefix)
         key_map = cls(types)
         if table.n_slots:
-            key_map.map_columns(table.decode(np.arange(table.n_slots)))
+            key_map.map_columns(table.decode(np.arange(table.n_slots)),
+                                device.cupy().ones(table.n_slots, np.bool_))
         return key_map
 
 
