@@ -823,14 +823,20 @@ def _c_convert(value: CudaValue, to_type: SqlType) -> CudaValue:
     if to_type is SqlType.BOOLEAN:
         text = f"({v} != 0)"
     elif source.is_floating and to_type.is_integer:
-        # The cvt.rzi intrinsics saturate and map NaN to 0, as Java's (int)/(long) do.
         intrinsic = "__double2int_rz" if to_type is SqlType.INT else "__double2ll_rz"
-        text = f"{intrinsic}((double){v})"
+        text = _c_double_to_integer(intrinsic, f"((double){v})", to_type)
     elif source is SqlType.DOUBLE and to_type is SqlType.FLOAT:
         text = f"__double2float_rn({v})"  # a plain C cast is undefined out of float's range
     else:
         text = f"(({_c_ctype(to_type)}){v})"
     return CudaValue(text, value.valid, to_type)
+
+
+def _c_double_to_integer(intrinsic: str, double: str, to_type: SqlType) -> str:
+    """Java's (int)/(long) of a double. The cvt intrinsics saturate as Java does, but turn NaN
+    into the type's minimum (checked on an H200), where Java gives 0."""
+    zero = f"(({_c_ctype(to_type)})0)"
+    return f"(isnan({double}) ? {zero} : {intrinsic}({double}))"
 
 
 def _c_double(value: CudaValue) -> str:
@@ -1196,8 +1202,9 @@ def _cuda_floor_or_ceil(intrinsic: str) -> Callable:
         operand = r.render(node.this)
         if source.is_integer:
             return _c_convert(operand, SqlType.BIGINT)
-        # cvt.rmi/rpi: round down/up, saturate, NaN -> 0, as Java's (long)Math.floor does.
-        return CudaValue(f"{intrinsic}({_c_double(operand)})", operand.valid, SqlType.BIGINT)
+        # cvt.rmi/rpi round down/up and saturate, as Java's (long)Math.floor does.
+        text = _c_double_to_integer(intrinsic, _c_double(operand), SqlType.BIGINT)
+        return CudaValue(text, operand.valid, SqlType.BIGINT)
 
     return render
 
