@@ -1,0 +1,248 @@
+"""`mangonel bench`: the benchmark shapes of DESIGN section 6, printed as one table.
+
+Each row states tuples/s, the ratio to the physical limit measured in the same run (memory
+bandwidth on the CPU: bytes the query must read per tuple x tuples/s over a measured copy
+bandwidth; host-to-device bandwidth on the GPU) and, where the peer runs here, the ratio to
+Spark's native `GROUP BY window(...)` aggregation measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.catalog.catalog import Column, Schema
+from mangonel.catalog.sources.generator import GeneratorConfig, generate
+from mangonel.catalog.types import SqlType
+
+BENCH_SCHEMA = Schema(
+    (
+        Column("ts", SqlType.TIMESTAMP),
+        Column("key", SqlType.BIGINT),
+        Column("value", SqlType.DOUBLE),
+    )
+)
+BYTES_PER_TUPLE = 8 + 8 + 8  # ts, key, value: what every shape must read once
+
+
+@dataclass(frozen=True)
+class Shape:
+    range_us: int
+    slide_us: int
+    keys: int
+    aggregate: str  # SUM | AVG
+    delay_us: int  # disorder: uniform in [0, delay)
+
+    @property
+    def name(self) -> str:
+        from mangonel.compiler.explain import format_duration
+
+        order = "in-order" if self.delay_us == 0 else f"delay<{format_duration(self.delay_us)}"
+        return (
+            f"w={format_duration(self.range_us)} s={format_duration(self.slide_us)} "
+            f"keys={self.keys} {self.aggregate} {order}"
+        )
+
+    def query(self) -> str:
+        return (
+            f"SELECT key, window_start, window_end, {self.aggregate}(value) AS result "
+            f"FROM events [RANGE {self.range_us} MICROSECONDS SLIDE {self.slide_us} "
+            f"MICROSECONDS] GROUP BY key"
+        )
+
+
+def default_shapes() -> list[Shape]:
+    """w = 1 s; s = 10 ms and 100 us; 1 and 1000 keys; SUM and AVG; in order and 1 s delay."""
+    return [
+        Shape(1_000_000, slide, keys, aggregate, delay)
+        for slide in (10_000, 100)
+        for keys in (1, 1000)
+        for aggregate in ("SUM", "AVG")
+        for delay in (0, 1_000_000)
+    ]
+
+
+@dataclass
+class Result:
+    shape: str
+    backend: str
+    tuples: int
+    seconds: float
+    tuples_per_second: float
+    rows_out: int
+    limit_ratio: float  # achieved bytes/s over the measured physical limit
+    peer_tuples_per_second: float | None = None
+    peer_ratio: float | None = None
+
+
+def measure_memory_bandwidth(megabytes: int = 512) -> float:
+    """Bytes/s of a large in-memory copy, counting bytes read plus bytes written."""
+    source = np.ones(megabytes * (1 << 20) // 8)
+    target = np.empty_like(source)
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - started)
+    return 2 * source.nbytes / best
+
+
+def make_batches(shape: Shape, tuples: int, rate: int, batch_size: int, seed: int) -> list:
+    config = GeneratorConfig(
+        tuples=tuples,
+        rate=rate,
+        keys=shape.keys,
+        delay_us=shape.delay_us,
+        batch_size=batch_size,
+        seed=seed,
+    )
+    return list(generate(BENCH_SCHEMA, "ts", config, key_columns=("key",)))
+
+
+def run_engine(shape: Shape, batches: list, backend: str) -> tuple[float, int]:
+    """Seconds to push every batch through the query (end of input included), rows out."""
+    from mangonel.session import Session
+
+    session = Session(backend=backend)
+    session.create_stream(
+        "events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=shape.delay_us
+    )
+    query = session.sql(shape.query())
+    query.run(batches[:1])  # warm-up: JIT compilation stays out of the timing
+    started = time.perf_counter()
+    table = query.run(batches)
+    return time.perf_counter() - started, table.num_rows
+
+
+def run_cpu(arguments: argparse.Namespace) -> list[Result]:
+    bandwidth = measure_memory_bandwidth()
+    print(f"measured memory copy bandwidth: {bandwidth / 1e9:.1f} GB/s (read + write)")
+    spark_peer = _spark_peer(arguments) if arguments.peer else None
+    results = []
+    cache: dict[tuple[int, int], list] = {}
+    for shape in _selected(arguments):
+        key = (shape.keys, shape.delay_us)
+        if key not in cache:
+            cache = {
+                key: make_batches(
+                    shape, arguments.tuples, arguments.rate, arguments.batch_size, arguments.seed
+                )
+            }
+        seconds, rows = run_engine(shape, cache[key], "cpu")
+        rate = arguments.tuples / seconds
+        result = Result(
+            shape.name,
+            "cpu",
+            arguments.tuples,
+            seconds,
+            rate,
+            rows,
+            rate * BYTES_PER_TUPLE / bandwidth,
+        )
+        if spark_peer is not None:
+            peer = spark_peer(shape)
+            if peer:
+                result.peer_tuples_per_second = peer
+                result.peer_ratio = rate / peer
+        results.append(result)
+        _print_row(result)
+    return results
+
+
+def _spark_peer(arguments: argparse.Namespace):  # noqa: ANN202
+    """Spark's native window aggregation (batch mode, local Spark) on the same kind of data,
+    fewer tuples (it is orders of magnitude slower), same generator. Returns tuples/s."""
+    from mangonel.runtime.spark.bench import native_window_aggregate, start_local_spark
+
+    spark = start_local_spark()
+
+    def peer(shape: Shape) -> float | None:
+        if shape.slide_us < 10_000:
+            return None  # 10,000 windows per row: Spark's Expand would run for hours
+        batches = make_batches(
+            shape, arguments.peer_tuples, arguments.rate, arguments.batch_size, arguments.seed
+        )
+        table = pa.Table.from_batches(batches)
+        seconds, _ = native_window_aggregate(
+            spark, table, shape.range_us, shape.slide_us, "key", shape.aggregate
+        )
+        return table.num_rows / seconds
+
+    return peer
+
+
+def _selected(arguments: argparse.Namespace) -> list[Shape]:
+    shapes = default_shapes()
+    if arguments.config:
+        with open(arguments.config) as config:
+            shapes = [Shape(**entry) for entry in json.load(config)]
+    if arguments.quick:
+        shapes = [s for s in shapes if s.slide_us == 10_000 and s.aggregate == "SUM"]
+    return shapes
+
+
+def _print_row(result: Result) -> None:
+    peer = (
+        f"{result.peer_tuples_per_second / 1e6:9.3f} M/s  x{result.peer_ratio:8.1f}"
+        if result.peer_ratio
+        else " " * 25
+    )
+    print(
+        f"{result.shape:45s} {result.backend:4s} {result.tuples_per_second / 1e6:9.2f} M/s "
+        f"{result.limit_ratio:7.1%} of limit  {result.rows_out:>10,} rows  {peer}",
+        flush=True,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", help="JSON list of shapes (fields of Shape)")
+    parser.add_argument("--backend", default="cpu", choices=("cpu", "gpu"))
+    parser.add_argument(
+        "--spark",
+        action="store_true",
+        help="end to end inside local Spark Structured Streaming vs Spark",
+    )
+    parser.add_argument("--tuples", type=int, help="tuples per shape (CPU 20 M, GPU 150 M)")
+    parser.add_argument(
+        "--rate", type=int, default=10_000_000, help="tuples per second of event time"
+    )
+    parser.add_argument("--batch-size", type=int, default=1_000_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--peer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time Spark's native window() aggregation (CPU runs)",
+    )
+    parser.add_argument("--peer-tuples", type=int, default=200_000)
+    parser.add_argument("--quick", action="store_true", help="only the s = 10 ms SUM shapes")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+
+
+def main(arguments: argparse.Namespace) -> int:
+    print(
+        f"mangonel bench  {dt.date.today().isoformat()}  {platform.node()}  "
+        f"{platform.processor() or platform.machine()}"
+    )
+    if arguments.spark:
+        from mangonel.runtime.spark.bench import run_spark_benchmarks
+
+        rows = run_spark_benchmarks(arguments)
+    elif arguments.backend == "gpu":
+        from mangonel.runtime.gpu.bench import run_gpu_benchmarks
+
+        rows = run_gpu_benchmarks(tuples=arguments.tuples or 150_000_000, verbose=True)
+    else:
+        arguments.tuples = arguments.tuples or 20_000_000
+        rows = [asdict(result) for result in run_cpu(arguments)]
+    if arguments.json:
+        with open(arguments.json, "w") as out:
+            json.dump(rows, out, indent=2, default=str)
+    return 0

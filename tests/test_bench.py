@@ -1,0 +1,71 @@
+"""`mangonel bench` runs and prints its table (a functional check; speed is never asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mangonel.bench import Shape, default_shapes
+from mangonel.cli import main
+
+
+def test_default_shapes_cover_design_section_6() -> None:
+    shapes = default_shapes()
+    assert {s.slide_us for s in shapes} == {10_000, 100}
+    assert {s.keys for s in shapes} == {1, 1000}
+    assert {s.aggregate for s in shapes} == {"SUM", "AVG"}
+    assert {s.delay_us for s in shapes} == {0, 1_000_000}
+    assert all(s.range_us == 1_000_000 for s in shapes)
+
+
+def test_bench_prints_one_row_per_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "shapes.json"
+    config.write_text(
+        json.dumps(
+            [
+                {
+                    "range_us": 1_000_000,
+                    "slide_us": 10_000,
+                    "keys": 10,
+                    "aggregate": "SUM",
+                    "delay_us": 0,
+                },
+                {
+                    "range_us": 1_000_000,
+                    "slide_us": 100_000,
+                    "keys": 3,
+                    "aggregate": "AVG",
+                    "delay_us": 200_000,
+                },
+            ]
+        )
+    )
+    out_json = tmp_path / "out.json"
+    assert (
+        main(
+            [
+                "bench",
+                str(config),
+                "--tuples",
+                "30000",
+                "--rate",
+                "100000",
+                "--batch-size",
+                "10000",
+                "--no-peer",
+                "--json",
+                str(out_json),
+            ]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "measured memory copy bandwidth" in printed
+    rows = json.loads(out_json.read_text())
+    assert [r["shape"] for r in rows] == [
+        Shape(1_000_000, 10_000, 10, "SUM", 0).name,
+        Shape(1_000_000, 100_000, 3, "AVG", 200_000).name,
+    ]
+    assert all(r["tuples"] == 30_000 and r["rows_out"] > 0 for r in rows)
