@@ -8,28 +8,15 @@ from typing import Any
 
 from sqlglot import exp
 
+from mangonel.compiler import parse
 from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 
-_UNITS = (
-    ("d", 86_400_000_000),
-    ("h", 3_600_000_000),
-    ("min", 60_000_000),
-    ("s", 1_000_000),
-    ("ms", 1_000),
-    ("us", 1),
-)
-
 
 def format_duration(microseconds: int) -> str:
-    """The largest unit that divides the duration exactly: 1s, 10ms, 100us, 90min."""
-    if microseconds == 0:
-        return "0s"
-    for suffix, size in _UNITS:
-        if microseconds % size == 0:
-            return f"{microseconds // size}{suffix}"
-    raise AssertionError("unreachable: 1 us divides every duration")
+    """Durations in EXPLAIN: the largest unit that divides exactly (1s, 10ms, 100us)."""
+    return parse.format_duration(microseconds, compact=True)
 
 
 # Names printed without quotes; anything else keeps Spark's backquotes so EXPLAIN stays exact.

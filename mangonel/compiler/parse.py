@@ -79,24 +79,28 @@ _NUMBER = re.compile(r"\d+(\.\d+)?")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _CLAUSE_WORDS = frozenset({"SLIDE", "WATERMARK"})
 
-# Largest unit first: how a duration is printed back (EXPLAIN, error messages, generated SQL).
+# Largest unit first: how a duration is printed back, as SQL (error messages, generated SQL)
+# or compact (EXPLAIN: `1s`, `10ms`, `100us`).
 _DISPLAY_UNITS = (
-    ("DAY", 86_400_000_000),
-    ("HOUR", 3_600_000_000),
-    ("MINUTE", 60_000_000),
-    ("SECOND", 1_000_000),
-    ("MILLISECOND", 1_000),
-    ("MICROSECOND", 1),
+    ("DAY", "d", 86_400_000_000),
+    ("HOUR", "h", 3_600_000_000),
+    ("MINUTE", "min", 60_000_000),
+    ("SECOND", "s", 1_000_000),
+    ("MILLISECOND", "ms", 1_000),
+    ("MICROSECOND", "us", 1),
 )
 
 
-def format_duration(microseconds: int) -> str:
-    """`1500000` -> `'1500 MILLISECONDS'`: the largest unit that divides it exactly."""
+def format_duration(microseconds: int, *, compact: bool = False) -> str:
+    """The largest unit that divides the duration exactly: `1500000` -> `'1500 MILLISECONDS'`,
+    or `'1500ms'` with compact=True."""
     if microseconds == 0:
-        return "0 SECONDS"
-    for unit, size in _DISPLAY_UNITS:
+        return "0s" if compact else "0 SECONDS"
+    for unit, suffix, size in _DISPLAY_UNITS:
         if microseconds % size == 0:
             amount = microseconds // size
+            if compact:
+                return f"{amount}{suffix}"
             return f"{amount} {unit}" + ("" if abs(amount) == 1 else "S")
     raise AssertionError("unreachable: every integer is a whole number of microseconds")
 
