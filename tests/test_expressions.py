@@ -315,12 +315,7 @@ def test_literals_broadcast() -> None:
     assert evaluate(parse("TRUE"), ENV, {}, length=0).to_pylist() == []
 
 
-def test_aggregate_refs_on_cpu(monkeypatch) -> None:
-    try:
-        nodes.AggregateRef(this=0)
-    except AttributeError:  # nodes.AggregateRef.index clashes with sqlglot 30 (reported)
-        getter = nodes.AggregateRef.index.fget
-        monkeypatch.setattr(nodes.AggregateRef, "index", property(getter, lambda self, _: None))
+def test_aggregate_refs() -> None:
     env = TypeEnv(columns={}, aggregates=(T.DOUBLE, T.BIGINT))
     ratio = exp.Div(this=nodes.AggregateRef(this=0), expression=nodes.AggregateRef(this=1))
     aggregates = [pa.array([10.0, 3.0, None]), pa.array([4, 0, 2], pa.int64())]

@@ -44,7 +44,8 @@ ENV = TypeEnv(
         "b": T.BOOLEAN,
         HOSTILE_NUMBER: T.BIGINT,
         HOSTILE_STRING: T.STRING,
-    }
+    },
+    aggregates=(T.DOUBLE, T.BIGINT),
 )
 
 CORPUS_SQL = [
@@ -162,8 +163,17 @@ def hostile_expressions() -> list[exp.Expression]:
     ]
 
 
+def aggregate_expressions() -> list[exp.Expression]:
+    first, second = nodes.AggregateRef(this=0), nodes.AggregateRef(this=1)
+    return [
+        exp.Div(this=first, expression=second),
+        exp.GT(this=nodes.AggregateRef(this=1), expression=exp.column("l")),
+        exp.Coalesce(this=nodes.AggregateRef(this=0), expressions=[exp.column("d")]),
+    ]
+
+
 def corpus() -> list[exp.Expression]:
-    return [parse(sql) for sql in CORPUS_SQL] + hostile_expressions()
+    return [parse(sql) for sql in CORPUS_SQL] + hostile_expressions() + aggregate_expressions()
 
 
 @dataclass
@@ -189,12 +199,20 @@ def build_source(expressions: list[exp.Expression]) -> tuple[str, list[Kernel]]:
         parameters.append(f"const bool* __restrict__ valid{k}")
         loads.append(f"    const {ctype} v{k} = values{k}[row];")
         loads.append(f"    const bool m{k} = valid{k}[row];")
+    for k, sql_type in enumerate(ENV.aggregates):
+        ctype = TYPE_INFO[sql_type].cuda
+        parameters.append(f"const {ctype}* __restrict__ aggregate_values{k}")
+        parameters.append(f"const bool* __restrict__ aggregate_valid{k}")
+        loads.append(f"    const {ctype} a{k} = aggregate_values{k}[row];")
+        loads.append(f"    const bool n{k} = aggregate_valid{k}[row];")
     kernels = []
     parts = []
     for number, expression in enumerate(expressions):
         ctx = CudaContext(
             column_values={name: f"v{k}" for k, name in enumerate(names)},
             column_valid={name: f"m{k}" for k, name in enumerate(names)},
+            aggregate_values=[f"a{k}" for k in range(len(ENV.aggregates))],
+            aggregate_valid=[f"n{k}" for k in range(len(ENV.aggregates))],
             window_start="window_start",
             window_end="window_end",
         )
@@ -232,10 +250,8 @@ def test_corpus_covers_every_node_class() -> None:
 
     seen = {type(node) for expression in corpus() for node in expression.walk()}
     # exp.TryCast is what Spark's dialect parses CAST to; exp.Cast comes from other dialects
-    # and renders through the same function. AggregateRef, a leaf like a column, is rendered in
-    # test_expressions (the skeleton's nodes.AggregateRef cannot be built under sqlglot 30
-    # without a test-only patch, which a module-wide corpus should not carry).
-    missing = set(TYPE_RULES) - seen - {exp.Cast, nodes.AggregateRef}
+    # and renders through the same function.
+    missing = set(TYPE_RULES) - seen - {exp.Cast}
     assert not missing, missing
     assert len(corpus()) >= 30
 
@@ -294,6 +310,10 @@ DATA = {
     HOSTILE_STRING: ['"; abort(); /*\n', None, "it's", "a", "\\", "it's", "q", "c", None, "a"],
 }
 WINDOW = (15, 45)
+AGGREGATE_DATA = [
+    [10.0, None, -1.5, NAN, 0.0, 2.0, 1e300, -0.0, 3.0, 4.0],
+    [4, 0, None, -2, 5, 2**62, 1, 0, -(2**63), 3],
+]
 
 
 def arrow_inputs() -> dict[str, pa.Array]:
@@ -307,7 +327,18 @@ def cpu_result(expression: exp.Expression) -> pa.Array:
         "start": pa.array([WINDOW[0]] * ROWS, pa.timestamp("us", tz="UTC")),
         "end": pa.array([WINDOW[1]] * ROWS, pa.timestamp("us", tz="UTC")),
     }
-    return evaluate(expression, ENV, arrow_inputs(), window_bounds=bounds, length=ROWS)
+    aggregates = [
+        pa.array(values, TYPE_INFO[sql_type].arrow)
+        for values, sql_type in zip(AGGREGATE_DATA, ENV.aggregates, strict=True)
+    ]
+    return evaluate(
+        expression,
+        ENV,
+        arrow_inputs(),
+        aggregates=aggregates,
+        window_bounds=bounds,
+        length=ROWS,
+    )
 
 
 def string_dictionary() -> list[str]:
@@ -317,7 +348,8 @@ def string_dictionary() -> list[str]:
 
 
 def device_inputs() -> list[tuple[np.ndarray, np.ndarray]]:
-    """(values, valid) host arrays per input column, STRINGs as dictionary ids."""
+    """(values, valid) host arrays per input column (STRINGs as dictionary ids), then per
+    aggregate."""
     dictionary = {text: k for k, text in enumerate(string_dictionary())}
     arrays = []
     for name in input_names():
@@ -329,6 +361,10 @@ def device_inputs() -> list[tuple[np.ndarray, np.ndarray]]:
         else:
             filled = [0 if v is None else v for v in raw]
             values = np.array(filled, dtype=TYPE_INFO[sql_type].numpy)
+        arrays.append((values, valid))
+    for raw, sql_type in zip(AGGREGATE_DATA, ENV.aggregates, strict=True):
+        valid = np.array([v is not None for v in raw], dtype=np.bool_)
+        values = np.array([0 if v is None else v for v in raw], dtype=TYPE_INFO[sql_type].numpy)
         arrays.append((values, valid))
     return arrays
 

@@ -36,19 +36,6 @@ ENV = TypeEnv(
 )
 
 
-@pytest.fixture
-def aggregate_ref(monkeypatch):
-    """Builds AggregateRef(i). In the skeleton, nodes.AggregateRef.index is a read-only
-    property, which clashes with the `index` attribute sqlglot 30 sets in every node's
-    __init__; until nodes.py renames it, give the property a setter for this test only."""
-    try:
-        nodes.AggregateRef(this=0)
-    except AttributeError:
-        getter = nodes.AggregateRef.index.fget
-        monkeypatch.setattr(nodes.AggregateRef, "index", property(getter, lambda self, _: None))
-    return lambda number: nodes.AggregateRef(this=number)
-
-
 def parse(sql: str) -> exp.Expression:
     return sqlglot.parse_one(sql, read="spark")
 
@@ -126,18 +113,20 @@ def test_infer_type(sql: str, expected: SqlType) -> None:
     assert infer_type(parse(sql), ENV) is expected
 
 
-def test_window_bounds_and_aggregate_refs(aggregate_ref) -> None:
+def test_window_bounds_and_aggregate_refs() -> None:
     start = nodes.WindowBound(this="start")
     assert infer_type(start, ENV) is T.TIMESTAMP
     assert infer_type(exp.LT(this=start, expression=nodes.WindowBound(this="end")), ENV) is (
         T.BOOLEAN
     )
-    assert infer_type(aggregate_ref(1), ENV) is T.DOUBLE
-    ratio = exp.Div(this=aggregate_ref(1), expression=aggregate_ref(0))
+    assert infer_type(nodes.AggregateRef(this=1), ENV) is T.DOUBLE
+    ratio = exp.Div(this=nodes.AggregateRef(this=1), expression=nodes.AggregateRef(this=0))
     assert infer_type(ratio, ENV) is T.DOUBLE
-    assert infer_type(exp.GTE(this=aggregate_ref(2), expression=start), ENV) is (T.BOOLEAN)
+    assert infer_type(exp.GTE(this=nodes.AggregateRef(this=2), expression=start), ENV) is (
+        T.BOOLEAN
+    )
     with pytest.raises(ExpressionError, match="no aggregate number 3"):
-        infer_type(aggregate_ref(3), ENV)
+        infer_type(nodes.AggregateRef(this=3), ENV)
 
 
 # (expression, fragment of the message): what users get instead of a wrong result.
