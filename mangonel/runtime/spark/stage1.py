@@ -9,11 +9,12 @@ pre-aggregation itself — one partial per (key, pane) of the partition — runs
 `mapInArrow`: Arrow's C++ hash aggregation on the CPU backend, the lift kernels on the GPU
 backend. Only these partials cross the shuffle to stage 2.
 
-Partial rows (`partial_schema`): the key columns (declared types, original names), `pane`
-(BIGINT), then the state fields in plan order: COUNT and SUM as one column, MIN/MAX one column
-of the accumulator type, MOMENTS three DOUBLE columns `<name>_n`, `<name>_mean`, `<name>_m2`.
-Cells of a partial whose argument was all NULL hold the field's neutral element (0 for
-counts, sums and moments; +/- the type's largest value for MIN/MAX).
+Partial rows (`partial_schema`) are exactly what the window operator's `lift` writes and its
+`merge` reads: the key columns (declared types, original names), `__pane` (BIGINT), then the
+state fields in plan order, one column each (`<name>`, BIGINT or DOUBLE storage) and three for
+MOMENTS (`<name>.n`, `<name>.mean`, `<name>.m2`). Cells of a partial whose argument was all
+NULL hold the field's neutral element (0 for counts, sums and moments; the largest value of
+the storage type, or its negation, for MIN/MAX).
 """
 
 from __future__ import annotations
@@ -31,30 +32,30 @@ from sqlglot import exp
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.nodes import AggregateRef, WindowBound
+from mangonel.runtime.operators.kernels import neutral
+from mangonel.runtime.operators.window import PANE_META, _partial_column_name
 from mangonel.runtime.spark.schema import ddl, quote
 
-PANE = "pane"
+PANE = PANE_META  # the window operator's partial format, shared with stage 2
 EVENT_TIME = "__mangonel_ts"
+BUCKET = "__mangonel_bucket"
 
 
 def argument_column(position: int) -> str:
     return f"__mangonel_arg{position}"
 
 
-def partial_key_name(name: str) -> str:
-    """Key columns keep their names, except one spelled like the pane column."""
-    return f"{name}__key" if name.lower() == PANE else name
-
-
 def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
-    if field.kind is ph.StateKind.MOMENTS:
-        return [(f"{field.name}_{part}", SqlType.DOUBLE) for part in ("n", "mean", "m2")]
-    accumulator = SqlType.BIGINT if field.kind is ph.StateKind.COUNT else field.type
-    return [(field.name, accumulator)]
+    """The partial columns of a state field, named and typed as the window operator's
+    `lift` writes them (storage types: BIGINT for integer accumulators, else DOUBLE)."""
+    dtype, neutrals = neutral(field)
+    sql_type = SqlType.BIGINT if dtype == np.dtype(np.int64) else SqlType.DOUBLE
+    parts = len(neutrals)
+    return [(_partial_column_name(field.name, part, parts), sql_type) for part in range(parts)]
 
 
 def partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]:
-    columns = [(partial_key_name(k.name), k.type) for k in window.keys]
+    columns = [(k.name, k.type) for k in window.keys]
     columns.append((PANE, SqlType.BIGINT))
     for field in window.fields:
         columns.extend(field_columns(field))
@@ -62,7 +63,23 @@ def partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]
 
 
 def partial_schema(window: ph.WindowAggregateExec) -> pa.Schema:
+    """The partials as the window operator names them (`merge` reads these names)."""
     return pa.schema([pa.field(n, t.info.arrow) for n, t in partial_columns(window)])
+
+
+def spark_name(name: str) -> str:
+    # pyspark's applyInPandasWithState resolves its input columns unquoted, so a dot in a
+    # name ("moments_4.n") would read as a struct field: Spark sees "moments_4__n".
+    return name.replace(".", "__")
+
+
+def spark_partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]:
+    """What crosses the shuffle: the key bucket, then the partial columns."""
+    return [(BUCKET, SqlType.INT)] + [(spark_name(n), t) for n, t in partial_columns(window)]
+
+
+def spark_partial_schema(window: ph.WindowAggregateExec) -> pa.Schema:
+    return pa.schema([pa.field(n, t.info.arrow) for n, t in spark_partial_columns(window)])
 
 
 def spark_sql(expression: exp.Expression) -> str:
@@ -81,7 +98,17 @@ def distinct_arguments(window: ph.WindowAggregateExec) -> list[exp.Expression]:
     return arguments
 
 
-def lift_select(window: ph.WindowAggregateExec) -> tuple[str | None, list[SparkColumn]]:
+def bucket_column(window: ph.WindowAggregateExec, buckets: int) -> SparkColumn:
+    """The key bucket of stage 2: Spark's own hash of the key columns, mod `buckets`."""
+    if not window.keys:
+        return F.lit(0).cast("int")
+    hashed = F.hash(*[F.col(quote(k.name)) for k in window.keys])
+    return F.pmod(hashed, F.lit(buckets)).cast("int")
+
+
+def lift_select(
+    window: ph.WindowAggregateExec, buckets: int
+) -> tuple[str | None, list[SparkColumn]]:
     """(WHERE text, projected columns) of the native part of stage 1."""
     lift = window.child
     scan = lift.child
@@ -93,7 +120,8 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str | None, list[SparkC
         f"(unix_micros({quote(scan.stream.event_time)}) - "
         f"pmod(unix_micros({quote(scan.stream.event_time)}), {pane_length})) div {pane_length}"
     )
-    columns = [F.col(quote(k.name)).alias(partial_key_name(k.name)) for k in window.keys]
+    columns = [bucket_column(window, buckets).alias(BUCKET)]
+    columns += [F.col(quote(k.name)) for k in window.keys]
     columns.append(ts.alias(EVENT_TIME))
     columns.append(pane.alias(PANE))
     for position, argument in enumerate(distinct_arguments(window)):
@@ -101,20 +129,10 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str | None, list[SparkC
     return where, columns
 
 
-def _neutral(field: ph.StateField, sql_type: SqlType) -> pa.Scalar:
-    arrow = sql_type.info.arrow
-    if field.kind in (ph.StateKind.MIN, ph.StateKind.MAX):
-        sign = 1 if field.kind is ph.StateKind.MIN else -1
-        if sql_type.is_integer:
-            return pa.scalar(sign * np.iinfo(sql_type.info.numpy).max, arrow)
-        return pa.scalar(sign * np.inf, arrow)
-    return pa.scalar(0, arrow)
-
-
 def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], pa.RecordBatch]:
     """The CPU pane pre-aggregation of one partition's rows (Arrow's hash aggregation)."""
-    schema = partial_schema(window)
-    keys = [partial_key_name(k.name) for k in window.keys]
+    schema = spark_partial_schema(window)
+    keys = [k.name for k in window.keys]
     arguments = distinct_arguments(window)
 
     def column_of(field: ph.StateField) -> str:
@@ -140,11 +158,12 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
                 aggregations.append((source, "count"))
                 aggregations.append((source, "mean"))
                 aggregations.append((source, "variance", pc.VarianceOptions(ddof=0)))
-        grouped = table.group_by(keys + [PANE], use_threads=False).aggregate(aggregations)
+        grouping_columns = [BUCKET] + keys + [PANE]
+        grouped = table.group_by(grouping_columns, use_threads=False).aggregate(aggregations)
         # Output order differs between pyarrow versions (keys first in >= 22): locate the
         # aggregates as the columns that are not grouping keys, in request order.
-        arrays: list[pa.Array] = [grouped[name] for name in keys] + [grouped[PANE]]
-        grouping = set(keys) | {PANE}
+        arrays: list[pa.Array] = [grouped[name] for name in grouping_columns]
+        grouping = set(grouping_columns)
         aggregate_positions = [
             i for i, name in enumerate(grouped.column_names) if name not in grouping
         ]
@@ -158,8 +177,11 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
                 position += 3
                 continue
             value = grouped.column(aggregate_positions[position])
-            (_, sql_type), = field_columns(field)
-            arrays.append(pc.fill_null(value.cast(sql_type.info.arrow), _neutral(field, sql_type)))
+            dtype, (empty,) = neutral(field)
+            arrow_type = pa.from_numpy_dtype(dtype)
+            if pa.types.is_timestamp(value.type):
+                value = value.cast(pa.int64())
+            arrays.append(pc.fill_null(value.cast(arrow_type), pa.scalar(empty, arrow_type)))
             position += 1
         combined = [
             pa.chunked_array(a).combine_chunks() if isinstance(a, pa.ChunkedArray) else a
@@ -172,14 +194,36 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
     return preaggregate
 
 
+def carrier_rows(window: ph.WindowAggregateExec, buckets: int) -> pa.RecordBatch:
+    """One row per bucket with no tuples in it (first field, the row count, is 0).
+
+    Every partition sends them so that every bucket's stage 2 runs in every micro-batch that
+    has data: a bucket's operator then always holds the previous micro-batch's watermark,
+    which is the one Spark's lateness rule uses (see stage2.py). Stage 2 drops them.
+    """
+    schema = spark_partial_schema(window)
+    arrays = [pa.array(np.arange(buckets, dtype=np.int32))]
+    arrays += [pa.nulls(buckets, schema.field(k.name).type) for k in window.keys]
+    arrays.append(pa.array(np.zeros(buckets, np.int64)))
+    for field in window.fields:
+        dtype, neutrals = neutral(field)
+        for value in neutrals:
+            arrays.append(pa.array(np.full(buckets, value, dtype)))
+    return pa.RecordBatch.from_arrays(
+        [a.cast(f.type) for a, f in zip(arrays, schema, strict=True)], schema=schema
+    )
+
+
 def stage1(
     window: ph.WindowAggregateExec,
     source: DataFrame,
+    buckets: int,
     preaggregate: Callable[[pa.Table], pa.RecordBatch] | None = None,
 ) -> DataFrame:
     """Partials of a streaming (or batch) DataFrame; `source` has the stream's columns and,
     for streaming, Spark's watermark on the event time already."""
-    where, columns = lift_select(window)
+    where, columns = lift_select(window, buckets)
+    carriers = carrier_rows(window, buckets)
     native = source.where(where) if where is not None else source
     native = native.select(*columns)
     function = preaggregate or arrow_preaggregate(window)
@@ -187,10 +231,47 @@ def stage1(
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # One aggregation per partition and micro-batch: the fewer partials, the less shuffle.
         collected = list(batches)
+        yield carriers
+        if collected:
+            table = pa.Table.from_batches(collected)
+            if table.num_rows:
+                yield function(table)
+
+    return native.mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+
+
+def kernel_stage1(pipeline: ph.WindowPipeline, source: DataFrame, buckets: int) -> DataFrame:
+    """Stage 1 with the backend's own lift kernels (the GPU backend's path): the scan columns
+    and the key bucket go to `mapInArrow`, where the window operator's stateless `lift`
+    filters, projects and pre-aggregates each bucket's rows in one fused pass."""
+    from mangonel.runtime.local.query import kernels_for
+    from mangonel.runtime.operators.window import make_operator
+
+    window = pipeline.window
+    columns = [bucket_column(window, buckets).alias(BUCKET)]
+    columns += [F.col(quote(c.name)) for c in pipeline.scan.columns]
+    schema = partial_schema(window)
+    spark_schema = spark_partial_schema(window)
+    carriers = carrier_rows(window, buckets)
+
+    def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        collected = list(batches)
+        yield carriers
         if not collected:
             return
         table = pa.Table.from_batches(collected)
-        if table.num_rows:
-            yield function(table)
+        if not table.num_rows:
+            return
+        operator = make_operator(pipeline, kernels_for(window.backend))
+        bucket_of_row = table[BUCKET]
+        for bucket in pc.unique(bucket_of_row).to_pylist():
+            rows = table.filter(pc.equal(bucket_of_row, bucket)).drop_columns([BUCKET])
+            partials = operator.lift(rows)
+            if not partials.num_rows:
+                continue
+            arrays = [pa.array(np.full(partials.num_rows, bucket, np.int32))]
+            arrays += [partials.column(f.name).cast(f.type) for f in schema]
+            yield pa.RecordBatch.from_arrays(arrays, schema=spark_schema)
 
-    return native.mapInArrow(per_partition, ddl(partial_columns(window)))
+    spark_ddl = ddl(spark_partial_columns(window))
+    return source.select(*columns).mapInArrow(per_partition, spark_ddl)

@@ -1,0 +1,239 @@
+"""mangonel embedded in a SparkSession: `mangonel.attach(spark)` returns a SparkMangonelSession.
+
+    ms = mangonel.attach(spark)
+    ms.register("trades", spark.readStream..., event_time="ts", watermark="500 milliseconds")
+    ms.execute("CREATE STREAM g (...) WITH (event_time = 'ts', source = 'generator', ...)")
+    df = ms.sql("SELECT ... FROM trades [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k")
+    df.writeStream.format("parquet").option("checkpointLocation", ...).start(path)
+    print(ms.explain())
+
+A query becomes two Spark stages (see stage1.py and stage2.py): stateless pane
+pre-aggregation over every input partition, a shuffle of the partials by key bucket, and the
+stateful window operator per bucket with its snapshot in Spark's state store.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from mangonel.catalog.catalog import Table
+from mangonel.compiler import physical as ph
+from mangonel.compiler.explain import format_duration, format_expression
+from mangonel.compiler.logical import WindowKind
+from mangonel.errors import CatalogError, PlanError
+from mangonel.runtime.spark import stage1 as stage1_module
+from mangonel.runtime.spark import stage2 as stage2_module
+from mangonel.runtime.spark.java import check_java
+from mangonel.runtime.spark.schema import arrow_schema, quote, schema_from_spark
+from mangonel.runtime.spark.sources import create_source
+
+
+def local_spark(
+    app_name: str = "mangonel",
+    *,
+    cores: int = 2,
+    shuffle_partitions: int = 2,
+    extra: dict[str, str] | None = None,
+) -> SparkSession:
+    """A local SparkSession configured for mangonel: UTC session time zone, Arrow batches,
+    small shuffles, no UI; the Python workers run this interpreter (so they see mangonel)."""
+    problem = check_java()
+    if problem:
+        raise RuntimeError(problem)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+    )
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_interval(microseconds: int) -> str:
+    """A Spark interval string for a watermark delay (Spark keeps milliseconds)."""
+    if microseconds % 1000 == 0:
+        return f"{microseconds // 1000} milliseconds"
+    return f"{microseconds} microseconds"
+
+
+@dataclass(frozen=True)
+class SparkQueryPlan:
+    """What one `sql()` built: mangonel's plan and the Spark side of it."""
+
+    text: str
+    plan: ph.ProjectExec
+    buckets: int
+    stage1: str  # "arrow" (CPU: Arrow hash aggregation) or "kernels" (the backend's lift)
+
+
+class SparkMangonelSession:
+    """A mangonel catalog whose streams are Spark streaming DataFrames.
+
+    backend: "cpu" | "gpu" | "auto" (as mangonel.Session). buckets: how many key buckets the
+    stateful stage has (default: twice spark.sql.shuffle.partitions); each bucket is one
+    state-store entry and one Python call per micro-batch.
+    """
+
+    def __init__(self, spark: SparkSession, backend: str = "auto", buckets: int | None = None):
+        from mangonel.session import Session
+
+        self.spark = spark
+        self.session = Session(backend=backend)
+        self.buckets = buckets
+        self._frames: dict[str, DataFrame] = {}
+        self._last: SparkQueryPlan | None = None
+
+    @property
+    def catalog(self):  # noqa: ANN201
+        return self.session.catalog
+
+    # -- catalog -------------------------------------------------------------------------
+
+    def register(
+        self,
+        name: str,
+        streaming_df: DataFrame,
+        *,
+        event_time: str,
+        watermark: str | int = 0,
+        replace: bool = False,
+    ) -> None:
+        """Make a streaming DataFrame queryable as stream `name` (its event-time column and
+        out-of-orderness bound: a duration string or microseconds)."""
+        schema = schema_from_spark(name, streaming_df.schema)
+        self.session.create_stream(
+            name, schema.to_arrow(), event_time=event_time, watermark=watermark, replace=replace
+        )
+        self._frames[name.lower()] = streaming_df
+
+    def register_table(self, name: str, df: DataFrame, *, replace: bool = False) -> None:
+        """A static DataFrame as table `name` (joins with tables are a later wave)."""
+        schema = schema_from_spark(name, df.schema)
+        self.catalog.add_table(Table(name, schema), replace=replace)
+        self._frames[name.lower()] = df
+
+    def execute(self, statement: str) -> Any:
+        """DDL as in mangonel.Session; `CREATE STREAM ... WITH (source = 'generator' |
+        'parquet' | 'csv' | 'kafka', ...)` also creates the Spark source. A query returns a
+        streaming DataFrame (as `sql`)."""
+        result = self.session.execute(statement)
+        from mangonel.session import Query
+
+        if isinstance(result, Query):
+            return self._build(result)
+        for stream in self.catalog.streams.values():
+            if stream.option("source") and stream.name.lower() not in self._frames:
+                self._frames[stream.name.lower()] = create_source(self.spark, stream)
+        for name in list(self._frames):
+            if self.catalog.stream(name) is None and self.catalog.table(name) is None:
+                del self._frames[name]  # dropped
+        return result
+
+    # -- queries -------------------------------------------------------------------------
+
+    def sql(self, query: str) -> DataFrame | str:
+        """A window query as a streaming DataFrame with the query's output schema (append
+        mode); `EXPLAIN <query>` returns the text of `explain`."""
+        result = self.session.sql(query)
+        if isinstance(result, str):
+            planned = self.session.sql(query.strip()[len("EXPLAIN"):].strip().removeprefix(
+                "CODEGEN").strip())
+            return self._explain(self._spark_plan(planned)) + "\n" + result
+        return self._build(result)
+
+    def _spark_plan(self, query: Any) -> SparkQueryPlan:
+        pipeline = ph.unpack(query.plan)
+        if pipeline.window.window.kind is WindowKind.COUNT:
+            raise PlanError(
+                "count windows (ROWS n SLIDE m) do not run inside Spark yet: their order is "
+                "per key over all partitions",
+                )
+        partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions", "2"))
+        buckets = self.buckets or 2 * partitions
+        stage1 = "kernels" if pipeline.window.backend == "gpu" else "arrow"
+        return SparkQueryPlan(query.text, query.plan, buckets, stage1)
+
+    def _build(self, query: Any) -> DataFrame:
+        planned = self._spark_plan(query)
+        pipeline = ph.unpack(planned.plan)
+        stream = pipeline.scan.stream
+        source = self._frames.get(stream.name.lower())
+        if source is None:
+            raise CatalogError(
+                f"stream {stream.name!r} has no Spark DataFrame behind it",
+                hint=f"register({stream.name!r}, spark.readStream..., event_time=...) or declare "
+                "it with WITH (source = 'generator' | 'parquet' | 'csv' | 'kafka', ...)",
+            )
+        delay = pipeline.window.window.watermark_delay_us
+        watermarked = source.withWatermark(stream.event_time, spark_interval(delay))
+        if planned.stage1 == "kernels":
+            partials = stage1_module.kernel_stage1(pipeline, watermarked, planned.buckets)
+        else:
+            partials = stage1_module.stage1(pipeline.window, watermarked, planned.buckets)
+        self._last = planned
+        return stage2_module.stage2(planned.plan, partials)
+
+    def explain(self, query: str | None = None) -> str:
+        """mangonel's physical plan of `query` (default: the latest `sql()`), followed by the
+        part Spark runs."""
+        if query is not None:
+            planned = self._spark_plan(self.session.sql(query))
+        elif self._last is not None:
+            planned = self._last
+        else:
+            raise PlanError("explain(): no query yet; pass one or call sql() first")
+        return self._explain(planned)
+
+    def _explain(self, planned: SparkQueryPlan) -> str:
+        from mangonel.compiler.explain import explain_text
+
+        return explain_text(planned.plan) + "\n" + spark_stages_text(planned)
+
+
+def spark_stages_text(planned: SparkQueryPlan) -> str:
+    """The Spark side of a query, one operator per line, top (sink side) first."""
+    pipeline = ph.unpack(planned.plan)
+    window = pipeline.window
+    stream = pipeline.scan.stream
+    keys = ", ".join(quote(k.name) for k in window.keys)
+    bucket = f"pmod(hash({keys}), {planned.buckets})" if keys else "0"
+    where = format_expression(pipeline.lift.predicate)
+    if planned.stage1 == "arrow":
+        preaggregate = "arrow-hash-aggregate"
+        pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
+        native = f"where={where} pane={pane}"
+    else:
+        preaggregate = f"{window.backend}-lift-kernels"
+        native = "where=none (fused into the lift kernel)"
+    lines = [
+        "Spark:",
+        f"  Stage2 applyInPandasWithState: key={bucket} buckets={planned.buckets} "
+        "state=window-operator-snapshot output_mode=append timeout=event-time "
+        f"fires=window_end<=watermark backend={window.backend}",
+        f"    Exchange: hashpartitioning({bucket}) rows=(key, pane) partials",
+        f"      Stage1 mapInArrow: preaggregate={preaggregate} group_by=[{keys}"
+        f"{', ' if keys else ''}pane]",
+        f"        Stage1 native Project/Filter: {native}",
+        f"          EventTimeWatermark: column={stream.event_time} "
+        f"delay={format_duration(window.window.watermark_delay_us)}",
+        f"            Source: stream={stream.name}"
+        + (f" source={stream.option('source')}" if stream.option("source") else ""),
+    ]
+    return "\n".join(lines)
+
+
+__all__ = ["SparkMangonelSession", "arrow_schema", "local_spark"]

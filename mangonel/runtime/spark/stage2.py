@@ -1,0 +1,132 @@
+"""Stage 2 inside Spark: stateful, per key bucket (`applyInPandasWithState`).
+
+Partials are grouped by a key bucket, `pmod(hash(keys), buckets)`; one bucket's whole window
+operator (pending panes, key map, watermark) is its Spark state: the operator's `snapshot()`
+bytes, so Spark's state store checkpoints it and a restarted query resumes it.
+
+Watermark and lateness are Spark's own. The user's stream carries `withWatermark(event_time,
+delay)`; micro-batch N runs with W_N, the watermark computed after micro-batch N-1 (max event
+time seen - delay, in milliseconds; `GroupState.getCurrentWatermarkMs()`). Spark's windowed
+aggregation (since 3.4, SPARK-40925) drops a (window, key) row of micro-batch N as late when
+window.end <= W_{N-1} (the watermark "for late events", one micro-batch older) and emits a
+window in append mode once window.end <= W_N (the watermark "for eviction"). The operator
+does the same per bucket and call: merge the partials with lateness decided per pane against
+its own watermark, which is W_{N-1} because the bucket ran in micro-batch N-1 (see below),
+then `advance_watermark(W_N)` fires every window with end <= W_N.
+
+Every bucket runs in every micro-batch that has data (stage 1 sends one carrier row per
+bucket from every partition) and in every no-data micro-batch Spark runs after its watermark
+moved (an event-time timeout at the current watermark: Spark times a key out once the
+watermark passes it), so no bucket misses a watermark step.
+
+Two Spark details shape this: `applyInPandasWithState` finds "the watermarked column" as the
+input column whose metadata holds Spark's watermark delay key — it needs one to read the
+watermark and to use event-time timeouts — and with an event-time timeout it drops input rows
+whose watermarked column is <= the watermark. The event time does not survive stage 1
+(mapInArrow makes new columns), and a second `withWatermark` below a first is refused. So the
+partials carry a constant far-future timestamp tagged with that metadata key: never late, and
+no second watermark operator, so the query's watermark stays the user's event-time one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+from mangonel.compiler import physical as ph
+from mangonel.runtime.local.query import kernels_for
+from mangonel.runtime.operators.window import make_operator, output_schema
+from mangonel.runtime.spark.schema import ddl
+from mangonel.runtime.spark.stage1 import (
+    BUCKET,
+    partial_schema,
+    spark_name,
+    spark_partial_schema,
+)
+
+NEVER_LATE = "__mangonel_never_late"
+NEVER_LATE_VALUE = "2200-01-01 00:00:00"  # in range of pandas datetime64[ns]
+STATE_DDL = "snapshot BINARY"
+WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey
+
+
+def output_ddl(plan: ph.ProjectExec) -> str:
+    return ddl([(o.name, o.type) for o in plan.outputs])
+
+
+def _to_arrow(
+    frames: Iterator[pd.DataFrame], spark_schema: pa.Schema, schema: pa.Schema, rows: str
+) -> pa.RecordBatch | None:
+    """The partials of one call as the operator names them (Spark's names differ), without
+    the carrier rows (no tuples: their row count is 0), which only wake the bucket."""
+    batches = [
+        pa.RecordBatch.from_pandas(frame[spark_schema.names], schema=spark_schema,
+                                   preserve_index=False)
+        for frame in frames
+        if len(frame)
+    ]
+    if not batches:
+        return None
+    table = pa.Table.from_batches(batches, schema=spark_schema)
+    table = table.filter(pc.greater(table[spark_name(rows)], 0))
+    if not table.num_rows:
+        return None
+    columns = [table[name].combine_chunks() for name in spark_schema.names[1:]]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def bucket_function(plan: ph.ProjectExec):  # noqa: ANN201  (a pyspark callback)
+    """The applyInPandasWithState callback of one query."""
+    pipeline = ph.unpack(plan)
+    schema = partial_schema(pipeline.window)
+    spark_schema = spark_partial_schema(pipeline.window)
+    rows = pipeline.window.fields[0].name
+    results = output_schema(pipeline)
+    backend = pipeline.window.backend
+
+    def run_bucket(
+        bucket: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
+    ) -> Iterator[pd.DataFrame]:
+        operator = make_operator(pipeline, kernels_for(backend))
+        if state.exists:
+            # the bucket ran in every earlier micro-batch (carrier rows, timeouts), so the
+            # operator's watermark is the previous micro-batch's: Spark's lateness bound
+            operator.restore(bytes(state.get[0]))
+        watermark_ms = state.getCurrentWatermarkMs()
+        if not state.hasTimedOut:
+            partials = _to_arrow(frames, spark_schema, schema, rows)
+            if partials is not None:
+                operator.merge(partials)
+        # then Spark's eviction: every window with end <= this micro-batch's watermark
+        fired = operator.advance_watermark(watermark_ms * 1000)
+        state.update((operator.snapshot(),))
+        # wake the bucket in the next micro-batch whose watermark is higher (Spark times a key
+        # out once watermark > timeout and runs a no-data micro-batch for it)
+        state.setTimeoutTimestamp(max(watermark_ms, 1))
+        for batch in fired:
+            if batch.num_rows:
+                yield pa.Table.from_batches([batch], schema=results).to_pandas()
+
+    return run_bucket
+
+
+def stage2(plan: ph.ProjectExec, partials: DataFrame) -> DataFrame:
+    """The query's results as a streaming DataFrame in append mode."""
+    never_late = F.lit(NEVER_LATE_VALUE).cast("timestamp")
+    keyed = partials.select(
+        "*", never_late.alias(NEVER_LATE, metadata={WATERMARK_DELAY_KEY: 0})
+    )
+    return keyed.groupBy(BUCKET).applyInPandasWithState(
+        bucket_function(plan),
+        outputStructType=output_ddl(plan),
+        stateStructType=STATE_DDL,
+        outputMode="append",
+        timeoutConf=GroupStateTimeout.EventTimeTimeout,
+    )
