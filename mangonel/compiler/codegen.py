@@ -106,7 +106,7 @@ _LIFT = {  # partial state of one row from argument value a / validity ok
 _MOMENTS_COMBINE = "mg_chan(a.{n}, a.{mean}, a.{m2}, b.{n}, b.{mean}, b.{m2});"
 _MOMENTS_ATOMIC = (
     "if (s.{n} != 0.0) {{ mg_lock(&t.lock[j]); "
-    "mg_chan(t.{n}[j], t.{mean}[j], t.{m2}[j], s.{n}, s.{mean}, s.{m2}); "
+    "mg_chan_cell(&t.{n}[j], &t.{mean}[j], &t.{m2}[j], s.{n}, s.{mean}, s.{m2}); "
     "mg_unlock(&t.lock[j]); }}"
 )
 _MOMENTS_LIFT = ("{ok} ? 1.0 : 0.0", "{ok} ? (double){a} : 0.0", "0.0")

@@ -125,9 +125,23 @@ class GpuPaneState:
         top = 0
         while (2 << top) <= panes_per_window:
             top += 1
-        levels = [self.struct_args()]
-        strides = [self.pane_capacity]
-        bases = [0]
+        if low >= 0 and high <= self.pane_capacity:
+            levels = [self.struct_args()]
+            strides, bases, widths = [self.pane_capacity], [0], [self.pane_capacity]
+        else:
+            # A window may start before `origin` (its first panes were never seen) or end past
+            # the last column (panes not seen yet): the leaves of [low, high) are copied into
+            # a neutral-padded block, so every read stays inside memory this firing owns.
+            width = high - low
+            first, end = max(low, 0), min(high, self.pane_capacity)
+            padded = {}
+            for part in self.parts:
+                block = cp.full((n_keys, width), self._neutral(part.member), part.numpy)
+                if end > first:
+                    block[:, first - low:end - low] = self._matrix(part.member)[:n_keys, first:end]
+                padded[part.member] = block.reshape(-1)
+            levels = [self.struct_args(padded)]
+            strides, bases, widths = [width], [low], [width]
         level_kernel = module.get_function(generated.names["tree_level"])
         for level in range(1, top + 1):
             base = low >> level
@@ -139,10 +153,12 @@ class GpuPaneState:
             level_kernel((_grid(n_keys * width),), (_THREADS,),
                          (*device.struct(levels[-1]), *device.struct(upper_args),
                           np.int64(n_keys), np.int64(strides[-1]), np.int64(bases[-1]),
-                          np.int64(width), np.int64(base), np.int64(width)))
+                          np.int64(widths[-1]), np.int64(width), np.int64(base),
+                          np.int64(width)))
             levels.append(upper_args)
             strides.append(width)
             bases.append(base)
+            widths.append(width)
         compute = module.get_function(generated.names["window_compute"])
         count = len(levels)
         pointers = np.array([[array.data.ptr for array in level[:-1]] for level in levels],
@@ -242,7 +258,7 @@ class GpuKeyMap:
             (_grid(rows),), (_THREADS,),
             (words_device, np.int64(rows), include_device, self.table_words, self.table_slots,
              np.int64(self.capacity), self.counter, self.slot_words_device, self.first_row,
-             np.int64(self.slot_capacity), slots, self.overflow))
+             np.int64(self.slot_capacity), np.int32(self.n_slots), slots, self.overflow))
         count = int(self.counter.get()[0])
         if count > self.n_slots:
             self._renumber(count, slots)
@@ -285,11 +301,13 @@ class GpuKeyMap:
             self.host_words = np.zeros((0, self.words), np.int64)
             generated, module = self._module()
             slots = cp.empty(n, cp.int32)
+            # every slot is new to the fresh table: first_row must start empty for all of them
+            self.first_row[:n] = np.iinfo(np.int64).max
             module.get_function(generated.names["map_keys"])(
                 (_grid(n),), (_THREADS,),
                 (words, np.int64(n), None, self.table_words, self.table_slots,
                  np.int64(self.capacity), self.counter, self.slot_words_device, self.first_row,
-                 np.int64(self.slot_capacity), slots, self.overflow))
+                 np.int64(self.slot_capacity), np.int32(0), slots, self.overflow))
             self._renumber(int(self.counter.get()[0]), slots)
             assert np.array_equal(self.host_words, host_words)
 

@@ -87,32 +87,39 @@ class Stager:
         return host
 
     def stage(self, arrays: list[pa.Array], columns) -> list:
-        """Device arrays (values, validity or None per column) of the batch's columns."""
+        """Device arrays (values, validity or None per column) of the batch's columns.
+
+        Stream discipline: the device arrays are allocated on the compute (current) stream, so
+        CuPy's stream-aware pool hands this stream a block only once its earlier users are
+        enqueued there; the copy stream first waits for everything enqueued on the compute
+        stream (the block's last reader included), then copies; the compute stream waits for
+        the copies. No block is ever written by one stream while another may still read it.
+        """
         cp = cupy()
+        compute = cp.cuda.get_current_stream()
         host = self.host_columns(arrays, columns)
         total = sum(a.nbytes + 256 for a in host if a is not None)
         pinned = self._pinned(total)
         staged = np.frombuffer(pinned, np.uint8, total)
-        out = []
+        targets = [None if array is None else cp.empty(array.shape, array.dtype)
+                   for array in host]
+        ready = cp.cuda.Event(disable_timing=True)
+        ready.record(compute)
+        self.copy_stream.wait_event(ready)
         offset = 0
-        with self.copy_stream:
-            for array in host:
-                if array is None:
-                    out.append(None)
-                    continue
-                view = staged[offset:offset + array.nbytes]
-                view[:] = array.view(np.uint8)
-                device_array = cp.empty(array.shape, array.dtype)
-                device_array.data.copy_from_host_async(view.ctypes.data, array.nbytes,
-                                                       self.copy_stream)
-                out.append(device_array)
-                offset += (array.nbytes + 255) // 256 * 256
-            event = cp.cuda.Event()
-            event.record(self.copy_stream)
+        for array, target in zip(host, targets, strict=True):
+            if array is None:
+                continue
+            view = staged[offset:offset + array.nbytes]
+            view[:] = array.view(np.uint8)
+            target.data.copy_from_host_async(view.ctypes.data, array.nbytes, self.copy_stream)
+            offset += (array.nbytes + 255) // 256 * 256
+        event = cp.cuda.Event(disable_timing=True)
+        event.record(self.copy_stream)
         self.events[self.turn] = event
         self.turn ^= 1
-        cp.cuda.get_current_stream().wait_event(event)
-        return out
+        compute.wait_event(event)
+        return targets
 
     def literal_ids(self, literals: tuple[str, ...]):
         """Device int32 ids of the plan's string literals in each STRING column's dictionary
