@@ -107,7 +107,26 @@ class PinnedSource:
         return self.view[{"ts": 0, "ts_late": 1, "key1000": 2, "key1": 3, "value": 4}[name]]
 
 
+RING = 4  # batches whose copies may be in flight ahead of the compute stream
+FIRE_BYTES = 32 << 20  # the harness fires windows once per this much input (see run_shape)
+
+
 def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
+    """One shape: pinned source -> ring of device buffers (copies queued up to RING batches
+    ahead on a copy stream) -> key slots + fused lift/lateness/merge on the compute stream ->
+    windows fired on the device, results to the host.
+
+    Stream discipline (what made E's first version crash without CUDA_LAUNCH_BLOCKING): every
+    device buffer is persistent (allocated before the clock), the copy into ring slot r waits
+    for the event recorded after the last kernel that read slot r, the compute stream waits for
+    the copy's event, and every other device array is allocated and used on the compute
+    stream only (CuPy's pool is stream-aware, so its blocks are reused in stream order).
+
+    Lateness is decided per batch against the watermark of the batches before it, as the
+    driver does. Windows fire in groups, once per FIRE_BYTES of input and at the end (the
+    driver fires after every batch): the rows are the same, only emitted later; firing per
+    4 MiB batch would measure Python launch overhead (~25 launches per firing), not the GPU.
+    """
     cp = device.cupy()
     plan = bench_plan(shape)
     pipeline = ph.unpack(plan)
@@ -122,25 +141,28 @@ def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
     value_host = source.column("value")
     rows = shape.batch_bytes // BYTES_PER_TUPLE
     batches = tuples // rows
+    fire_every = max(1, FIRE_BYTES // shape.batch_bytes)
     copy_stream = cp.cuda.Stream(non_blocking=True)
     compute = cp.cuda.Stream(non_blocking=True)
     # the key buffer holds the hash table's words: the key, then its NULL mask (all zero)
     buffers = [[cp.empty(rows, cp.int64), cp.zeros(2 * rows, cp.int64),
-                cp.empty(rows, cp.float64)] for _ in range(2)]
-    copied = [cp.cuda.Event(), cp.cuda.Event()]
-    consumed = [None, None]
+                cp.empty(rows, cp.float64)] for _ in range(RING)]
+    copied = [cp.cuda.Event(disable_timing=True) for _ in range(RING)]
+    consumed: list = [None] * RING
+    status_init = cp.asarray(np.array([0, np.iinfo(np.int64).min, 0], np.int64))
     status = cp.zeros(3, cp.int64)
     status_host = cp.cuda.alloc_pinned_memory(24)
     status_view = np.frombuffer(status_host, np.int64, 3)
     literal_ids = cp.full(1, -1, cp.int32)
     p, ps, pw = window.pane_length, window.panes_per_slide, window.panes_per_window
-    span = (shape.delay_us + shape.range_us) // p + rows * 10 // p + 4 * pw + 64
+    first_ts = int(ts_host[0])
     watermark = None
-    next_window = None
+    next_window = (first_ts - shape.delay_us - shape.range_us) // shape.slide_us
     windows_fired = rows_out = late = 0
+    checksum = 0.0
 
     def enqueue_copy(b: int) -> None:
-        slot = b % 2
+        slot = b % RING
         if consumed[slot] is not None:
             copy_stream.wait_event(consumed[slot])
         a = b * rows
@@ -149,57 +171,59 @@ def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
         copied[slot].record(copy_stream)
 
     def fire(last_window: int) -> None:
-        nonlocal next_window, windows_fired, rows_out
-        if next_window is None or last_window < next_window:
+        nonlocal next_window, windows_fired, rows_out, checksum
+        if last_window < next_window:
             return
         count = last_window - next_window + 1
         values = state.windows(keys.n_slots, [(next_window * ps, count)], ps, pw,
                                window.windows_per_batch)
-        counts = cp.asnumpy(values["rows"][0])
-        sums = cp.asnumpy(values[pipeline.lift.fields[1].name][0])
+        counts = cp.asnumpy(values["rows"][0], stream=compute)
+        sums = cp.asnumpy(values[pipeline.lift.fields[1].name][0], stream=compute)
         emitted = counts > 0
         rows_out += int(emitted.sum())
-        _ = sums[emitted]  # the result values reach the host, as the engine's output does
+        checksum += float(sums[emitted].sum())  # the values reach the host, as output does
         windows_fired += count
         next_window = last_window + 1
 
-    enqueue_copy(0)
+    with compute:
+        # state covers the delay, one window and the whole run's panes: no reshape on the clock
+        # (key capacity from the shape: sizing, not data; the loop still grows it if needed)
+        first_pane = (first_ts - shape.delay_us - shape.range_us) // p - pw
+        last_pane = (int(ts_host[batches * rows - 1]) + shape.delay_us) // p + pw
+        state.reshape(max(16, 1 << (shape.keys - 1).bit_length()), last_pane - first_pane + 1,
+                      first_pane)
+    for b in range(min(RING - 1, batches)):
+        enqueue_copy(b)
     cp.cuda.Device().synchronize()
     start = time.perf_counter()
     for b in range(batches):
-        if b + 1 < batches:
-            enqueue_copy(b + 1)
-        slot = b % 2
+        if b + RING - 1 < batches:
+            enqueue_copy(b + RING - 1)
+        slot = b % RING
         with compute:
             compute.wait_event(copied[slot])
             ts_d, key_d, value_d = buffers[slot]
             slots = keys.map_words(key_d, rows, None)
-            if state.key_capacity < keys.n_slots or state.pane_capacity == 0:
-                first = ((int(ts_d[0].get()) - shape.delay_us - shape.range_us) // p - pw
-                         if state.pane_capacity == 0 else state.origin)
-                state.reshape(max(16, 1 << (keys.n_slots - 1).bit_length()), 4 * span, first)
-            elif next_window is not None and (next_window * ps - state.origin) > 2 * span:
-                state.reshape(state.key_capacity, state.pane_capacity, next_window * ps - pw)
-            status[...] = cp.asarray(np.array([0, np.iinfo(np.int64).min, 0]))
-            fused((_grid(rows * 1) // 4 + 1,), (256,),
+            if state.key_capacity < keys.n_slots:
+                state.reshape(1 << (keys.n_slots - 1).bit_length(), state.pane_capacity,
+                              state.origin)
+            status[...] = status_init
+            fused((_grid(rows) // 4 + 1,), (256,),
                   (ts_d, None, key_d, None, value_d, None, slots,
                    *state.struct_args(), literal_ids, np.int64(rows),
                    np.int64(state.pane_capacity), np.int64(state.origin),
                    np.int64(np.iinfo(np.int64).min if watermark is None else watermark),
                    status))
-            event = cp.cuda.Event()
+            event = cp.cuda.Event(disable_timing=True)
             event.record(compute)
             consumed[slot] = event
             status.data.copy_to_host_async(status_host.ptr, 24, compute)
             compute.synchronize()
             late += int(status_view[0])
-            max_ts = int(status_view[1])
-            candidate = max_ts - shape.delay_us
+            candidate = int(status_view[1]) - shape.delay_us
             watermark = candidate if watermark is None else max(watermark, candidate)
-            if next_window is None:
-                next_window = ((int(ts_d[0].get()) - shape.delay_us - shape.range_us)
-                               // shape.slide_us)
-            fire((watermark - shape.range_us) // shape.slide_us)
+            if (b + 1) % fire_every == 0 or b + 1 == batches:
+                fire((watermark - shape.range_us) // shape.slide_us)
     compute.synchronize()
     seconds = time.perf_counter() - start
     processed = batches * rows
@@ -207,7 +231,7 @@ def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
         "shape": shape.name, "backend": "gpu", "tuples": processed, "seconds": seconds,
         "tuples_per_second": processed / seconds, "rows_out": rows_out,
         "windows_fired": windows_fired, "late": late, "bytes_per_tuple": BYTES_PER_TUPLE,
-        "strategy": window.strategy,
+        "strategy": window.strategy, "checksum": checksum, "fire_every_batches": fire_every,
     }
 
 
