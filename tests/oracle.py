@@ -37,8 +37,9 @@ def _eval(expression, column_types, columns, aggregates, aggregate_types, bounds
     from mangonel.compiler.typing import TypeEnv
 
     env = TypeEnv(columns=dict(column_types), aggregates=tuple(aggregate_types))
-    return evaluate(expression, env, columns, aggregates=aggregates, window_bounds=bounds,
-                    length=length)
+    return evaluate(
+        expression, env, columns, aggregates=aggregates, window_bounds=bounds, length=length
+    )
 
 
 def _column_list(array) -> list:
@@ -167,21 +168,32 @@ class Oracle:
             size, slide = self.window.size, self.window.slide
             for (k, key), tuples in list(self.contents.items()):
                 if final or (self.watermark is not None and k * slide + size <= self.watermark):
-                    fired.append(((k, self.key_order[key]), key, k * slide, k * slide + size,
-                                  tuples))
+                    fired.append(
+                        ((k, self.key_order[key]), key, k * slide, k * slide + size, tuples)
+                    )
                     del self.contents[(k, key)]
         else:
             n, m = self.window.size, self.window.slide
             for key in list(self.pending):
-                becoming = [t for t in self.pending[key]
-                            if final or (self.watermark is not None and t[0] < self.watermark)]
+                becoming = [
+                    t
+                    for t in self.pending[key]
+                    if final or (self.watermark is not None and t[0] < self.watermark)
+                ]
                 self.pending[key] = [t for t in self.pending[key] if t not in becoming]
                 self.final[key].extend(sorted(becoming, key=lambda t: (t[0], t[1])))
                 while self.next_window[key] * m + n <= len(self.final[key]):
                     j = self.next_window[key]
                     window = self.final[key][j * m : j * m + n]
-                    fired.append(((j, self.key_order[key]), key, window[0][0],
-                                  window[-1][0] + 1, [t[2] for t in window]))
+                    fired.append(
+                        (
+                            (j, self.key_order[key]),
+                            key,
+                            window[0][0],
+                            window[-1][0] + 1,
+                            [t[2] for t in window],
+                        )
+                    )
                     self.next_window[key] += 1
         fired.sort(key=lambda entry: entry[0])
         return self._rows(fired)
@@ -193,8 +205,10 @@ class Oracle:
         plans = pipeline.window.aggregates
         aggregates = []
         for position, plan in enumerate(plans):
-            values = [aggregate_value(plan.function, [args[position] for args in tuples],
-                                      len(tuples)) for _, _, _, _, tuples in fired]
+            values = [
+                aggregate_value(plan.function, [args[position] for args in tuples], len(tuples))
+                for _, _, _, _, tuples in fired
+            ]
             arrow_type = plan.result_type.info.arrow
             if pa.types.is_timestamp(arrow_type):
                 aggregates.append(pa.array(values, pa.int64()).cast(arrow_type))
@@ -206,14 +220,17 @@ class Oracle:
             values = [entry[1][position] for entry in fired]
             columns[column.name] = pa.array(values, column.type.info.arrow)
         stamp = pa.timestamp("us", tz="UTC")
-        bounds = {"start": pa.array([e[2] for e in fired], pa.int64()).cast(stamp),
-                  "end": pa.array([e[3] for e in fired], pa.int64()).cast(stamp)}
+        bounds = {
+            "start": pa.array([e[2] for e in fired], pa.int64()).cast(stamp),
+            "end": pa.array([e[3] for e in fired], pa.int64()).cast(stamp),
+        }
         column_types = {c.name: c.type for c in key_columns}
         aggregate_types = [p.result_type for p in plans]
         length = len(fired)
         if pipeline.having is not None:
-            keep = _eval(pipeline.having, column_types, columns, aggregates, aggregate_types,
-                         bounds, length).to_pylist()
+            keep = _eval(
+                pipeline.having, column_types, columns, aggregates, aggregate_types, bounds, length
+            ).to_pylist()
             selection = pa.array([i for i, k in enumerate(keep) if k is True], pa.int64())
             columns = {name: array.take(selection) for name, array in columns.items()}
             aggregates = [array.take(selection) for array in aggregates]
@@ -221,8 +238,15 @@ class Oracle:
             length = len(selection)
         outputs = {}
         for output in pipeline.outputs:
-            value = _eval(output.expression, column_types, columns, aggregates,
-                          aggregate_types, bounds, length)
+            value = _eval(
+                output.expression,
+                column_types,
+                columns,
+                aggregates,
+                aggregate_types,
+                bounds,
+                length,
+            )
             outputs[output.name] = _column_list(value.cast(output.type.info.arrow))
         return [{name: outputs[name][i] for name in outputs} for i in range(length)]
 
@@ -260,8 +284,19 @@ def _result_type(function: F, argument_type):
 
 
 def make_plan(
-    columns, *, keys=(), aggregates=(), size=10, slide=None, delay=0, kind="time",
-    where=None, having=None, outputs=None, windows_per_batch=None, event_time="ts",
+    columns,
+    *,
+    keys=(),
+    aggregates=(),
+    size=10,
+    slide=None,
+    delay=0,
+    kind="time",
+    where=None,
+    having=None,
+    outputs=None,
+    windows_per_batch=None,
+    event_time="ts",
 ) -> ProjectExec:
     """columns: [(name, SqlType)]; aggregates: [(AggregateFunction, argument expr | None)];
     outputs: [(name, expression, SqlType)] (default: keys, window bounds, a0, a1, ...)."""
@@ -288,7 +323,8 @@ def make_plan(
         if argument_type is not None:
             argument_types[position] = argument_type
         logical_aggregates.append(
-            lg.Aggregate(function, argument, _result_type(function, argument_type)))
+            lg.Aggregate(function, argument, _result_type(function, argument_type))
+        )
     window_kind = lg.WindowKind.TIME if kind == "time" else lg.WindowKind.COUNT
     spec = lg.WindowSpec(window_kind, size, slide or size, delay)
     node = lg.StreamScan(stream, schema.columns)
@@ -300,13 +336,21 @@ def make_plan(
         node = lg.Filter(node, having)
     if outputs is None:
         outputs = [(k, exp.column(k), types[k]) for k in keys]
-        outputs += [("window_start", WindowBound(this="start"), SqlType.TIMESTAMP),
-                    ("window_end", WindowBound(this="end"), SqlType.TIMESTAMP)]
-        outputs += [(f"a{i}", aggregate_ref(i), a.result_type)
-                    for i, a in enumerate(logical_aggregates)]
+        outputs += [
+            ("window_start", WindowBound(this="start"), SqlType.TIMESTAMP),
+            ("window_end", WindowBound(this="end"), SqlType.TIMESTAMP),
+        ]
+        outputs += [
+            (f"a{i}", aggregate_ref(i), a.result_type) for i, a in enumerate(logical_aggregates)
+        ]
     node = lg.Project(node, tuple(lg.OutputColumn(n, e, t) for n, e, t in outputs))
-    return plan(node, argument_types=argument_types, backend="cpu", backend_reason="test",
-                windows_per_batch=windows_per_batch)
+    return plan(
+        node,
+        argument_types=argument_types,
+        backend="cpu",
+        backend_reason="test",
+        windows_per_batch=windows_per_batch,
+    )
 
 
 def rows_close(actual: list[dict], expected: list[dict], rel: float = 1e-9) -> bool:

@@ -99,6 +99,10 @@ class CpuPaneState:
         offset = 0
         for first_pane, count in runs:
             column = first_pane - self.origin
+            if column < 0 or column + panes_per_window + (count - 1) * panes_per_slide > (
+                self.pane_capacity
+            ):
+                raise AssertionError("window run outside the pane state (driver bug)")
             task_base.append(np.arange(n_keys, dtype=np.int64) * self.pane_capacity + column)
             task_windows.append(np.full(n_keys, count, np.int64))
             task_out.append(offset * n_keys + np.arange(n_keys, dtype=np.int64))

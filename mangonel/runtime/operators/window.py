@@ -412,16 +412,18 @@ class TimeWindowOperator(_OperatorBase):
         live = self._live_first_pane()
         state = self.state
         need_keys = self.keys.n_slots
+        # the tree reads whole windows: the last one holding last_pane ends pw - 1 panes later
+        end_pane = self.max_pane + self.panes_per_window
         fits = (
             state.pane_capacity > 0
             and state.origin <= first_pane
-            and last_pane < state.origin + state.pane_capacity
+            and end_pane <= state.origin + state.pane_capacity
             and need_keys <= state.key_capacity
         )
         if fits:
             return
         origin = min(live, first_pane)
-        span = self.max_pane - origin + 1
+        span = end_pane - origin
         panes = max(16, state.pane_capacity)
         while panes < 2 * span:
             panes *= 2
@@ -536,7 +538,7 @@ class TimeWindowOperator(_OperatorBase):
             key_capacity, panes = 16, 16
             while key_capacity < self.keys.n_slots:
                 key_capacity *= 2
-            while panes < 2 * (self.max_pane - first + 1):
+            while panes < 2 * (self.max_pane + self.panes_per_window - first):
                 panes *= 2
             self.state.reshape(key_capacity, panes, first)
             self.state.load_arrays(state, first)
