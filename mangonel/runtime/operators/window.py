@@ -414,15 +414,17 @@ class TimeWindowOperator(_OperatorBase):
         need_keys = self.keys.n_slots
         # the tree reads whole windows: the last one holding last_pane ends pw - 1 panes later
         end_pane = self.max_pane + self.panes_per_window
+        # ... and the first window holding a pane starts up to pw - 1 panes before it
+        start_pane = min(live, first_pane) - (self.panes_per_window - 1)
         fits = (
             state.pane_capacity > 0
-            and state.origin <= first_pane
+            and state.origin <= start_pane
             and end_pane <= state.origin + state.pane_capacity
             and need_keys <= state.key_capacity
         )
         if fits:
             return
-        origin = min(live, first_pane)
+        origin = start_pane
         span = end_pane - origin
         panes = max(16, state.pane_capacity)
         while panes < 2 * span:
@@ -538,9 +540,10 @@ class TimeWindowOperator(_OperatorBase):
             key_capacity, panes = 16, 16
             while key_capacity < self.keys.n_slots:
                 key_capacity *= 2
-            while panes < 2 * (self.max_pane + self.panes_per_window - first):
+            origin = first - (self.panes_per_window - 1)
+            while panes < 2 * (self.max_pane + self.panes_per_window - origin):
                 panes *= 2
-            self.state.reshape(key_capacity, panes, first)
+            self.state.reshape(key_capacity, panes, origin)
             self.state.load_arrays(state, first)
 
 
