@@ -143,8 +143,7 @@ def test_out_of_order_within_delay_is_counted_and_late_tuples_are_dropped():
 
 def test_a_window_ending_exactly_at_the_watermark_has_fired_so_its_tuples_are_late():
     plan = make_plan(COLUMNS, keys=["k"], size=10, aggregates=[(F.COUNT_STAR, None)])
-    query = check(plan, [batch([0, 10]), batch([9, 10])],
-                  [[r(0, 10, 1)], [], [r(10, 20, 2)]])
+    query = check(plan, [batch([0, 10]), batch([9, 10])], [[r(0, 10, 1)], [], [r(10, 20, 2)]])
     assert query.metrics.late_tuples_dropped == 1
 
 
@@ -377,16 +376,36 @@ def test_having_and_expressions_in_outputs():
     check(plan, [b])
 
 
-@pytest.mark.xfail(strict=True, reason="dense pane axis: sparse time spans not yet handled")
 def test_end_of_input_fires_everything_including_far_future_data():
     plan = make_plan(
         COLUMNS, keys=["k"], size=10, delay=1_000_000, aggregates=[(F.COUNT_STAR, None)]
     )
-    check(
-        plan,
-        [batch([5, 10_000_000_005])],
-        [[], [r(0, 10, 1), r(10_000_000_000, 10_000_000_010, 1)]],
+    far = 10_000_000_000
+    query = check(plan, [batch([5, far + 5, 7])], [[r(0, 10, 2)], [r(far, far + 10, 1)]])
+    assert query.metrics.state_bytes < 1_000_000  # two small pane segments, not one huge one
+
+
+def test_sparse_segments_merge_when_data_fills_the_gap():
+    plan = make_plan(
+        COLUMNS,
+        keys=["k"],
+        size=4,
+        slide=2,
+        delay=100_000_000,
+        aggregates=[(F.COUNT_STAR, None), (F.SUM, exp.column("v"))],
     )
+    filler = list(range(0, 9_001, 3))
+    batches = [
+        batch([0, 9_000, 50_000_000], v=[1.0, 2.0, 4.0]),
+        batch(filler, k=[2] * len(filler)),
+        batch([8_999, 1], k=[1, 3]),
+    ]
+    query = LocalQuery(plan)
+    query.process(batches[0])
+    assert len(query.operator.segments) == 3  # far apart: three small blocks
+    query.process(batches[1])
+    assert len(query.operator.segments) == 2  # the filler bridged the first two
+    check(plan, batches)
 
 
 def test_snapshot_restore_continues_the_stream_exactly():

@@ -56,8 +56,9 @@ def streams(draw, kind: str):
         size = draw(st.one_of(st.integers(1, 6).map(lambda f: f * slide), st.integers(slide, 60)))
         spacing = draw(st.integers(0, 3))
         # delays on the slide grid make window ends land exactly on the watermark
-        delay = draw(st.one_of(st.integers(0, 3 * size),
-                               st.integers(0, 3).map(lambda k: k * slide)))
+        delay = draw(
+            st.one_of(st.integers(0, 3 * size), st.integers(0, 3).map(lambda k: k * slide))
+        )
         disorder = draw(st.integers(0, 3 * size))
     else:
         size = draw(st.integers(1, 6))
@@ -70,6 +71,8 @@ def streams(draw, kind: str):
     rows = draw(st.integers(0, 120))
     start = draw(st.integers(-50, 50))
     ts = [start + i * spacing + draw(st.integers(0, disorder)) for i in range(rows)]
+    if rows and draw(st.integers(0, 7)) == 0:  # a far outlier: sparse pane segments
+        ts[draw(st.integers(0, rows - 1))] += 10**8
     ts = _maybe_null(draw, ts, draw(st.sampled_from([0.0, 0.05])))
     null_rate = draw(st.sampled_from([0.0, 0.1, 0.5]))
     ik = _maybe_null(draw, [draw(st.integers(0, key_count - 1)) for _ in range(rows)], null_rate)

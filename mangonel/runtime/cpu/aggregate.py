@@ -81,8 +81,19 @@ def _top_level(panes_per_window):
 
 
 @numba.njit(cache=True)
-def tree_windows(op, identity, leaves, task_base, task_windows, task_out, task_stride,
-                 panes_per_slide, panes_per_window, windows_per_batch, out):
+def tree_windows(
+    op,
+    identity,
+    leaves,
+    task_base,
+    task_windows,
+    task_out,
+    task_stride,
+    panes_per_slide,
+    panes_per_window,
+    windows_per_batch,
+    out,
+):
     """out[task_out[t] + i * task_stride[t]] = combine of window i of task t (see module doc)."""
     top = _top_level(panes_per_window)
     max_leaves = panes_per_window + (windows_per_batch - 1) * panes_per_slide
@@ -121,9 +132,21 @@ def tree_windows(op, identity, leaves, task_base, task_windows, task_out, task_s
 
 
 @numba.njit(cache=True)
-def tree_windows_moments(n_l, mean_l, m2_l, task_base, task_windows, task_out, task_stride,
-                         panes_per_slide, panes_per_window, windows_per_batch,
-                         n_out, mean_out, m2_out):
+def tree_windows_moments(
+    n_l,
+    mean_l,
+    m2_l,
+    task_base,
+    task_windows,
+    task_out,
+    task_stride,
+    panes_per_slide,
+    panes_per_window,
+    windows_per_batch,
+    n_out,
+    mean_out,
+    m2_out,
+):
     """tree_windows for MOMENTS state (three arrays combined with Chan's update)."""
     top = _top_level(panes_per_window)
     max_leaves = panes_per_window + (windows_per_batch - 1) * panes_per_slide

@@ -12,8 +12,12 @@ from mangonel.runtime.cpu.evaluation import evaluate_expression, to_mask, to_val
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
 from mangonel.runtime.operators.kernels import LiftedTuples, neutral
 
-_OPS = {StateKind.COUNT: agg.OP_ADD, StateKind.SUM: agg.OP_ADD, StateKind.MIN: agg.OP_MIN,
-        StateKind.MAX: agg.OP_MAX}
+_OPS = {
+    StateKind.COUNT: agg.OP_ADD,
+    StateKind.SUM: agg.OP_ADD,
+    StateKind.MIN: agg.OP_MIN,
+    StateKind.MAX: agg.OP_MAX,
+}
 
 
 def batch_columns(batch: pa.RecordBatch) -> dict[str, pa.Array]:
@@ -111,8 +115,18 @@ class CpuPaneState:
         windows = np.concatenate(task_windows) if runs else np.empty(0, np.int64)
         out_at = np.concatenate(task_out) if runs else np.empty(0, np.int64)
         stride = np.full(len(base), n_keys, np.int64)
-        return _run_trees(self.fields, self.arrays, base, windows, out_at, stride, total * n_keys,
-                          panes_per_slide, panes_per_window, windows_per_batch)
+        return _run_trees(
+            self.fields,
+            self.arrays,
+            base,
+            windows,
+            out_at,
+            stride,
+            total * n_keys,
+            panes_per_slide,
+            panes_per_window,
+            windows_per_batch,
+        )
 
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         arrays = {}
@@ -132,39 +146,82 @@ class CpuPaneState:
                 matrix[: block.shape[0], first : first + block.shape[1]] = block
 
 
-def _run_trees(fields, leaves, base, windows, out_at, stride, size, panes_per_slide,
-               panes_per_window, windows_per_batch):
+def _run_trees(
+    fields,
+    leaves,
+    base,
+    windows,
+    out_at,
+    stride,
+    size,
+    panes_per_slide,
+    panes_per_window,
+    windows_per_batch,
+):
     results: dict[str, tuple[np.ndarray, ...]] = {}
     for field in fields:
         source = leaves[field.name]
         dtype, neutrals = neutral(field)
         if field.kind is StateKind.MOMENTS:
             outs = tuple(np.zeros(size, np.float64) for _ in range(3))
-            agg.tree_windows_moments(*source, base, windows, out_at, stride, panes_per_slide,
-                                     panes_per_window, windows_per_batch, *outs)
+            agg.tree_windows_moments(
+                *source,
+                base,
+                windows,
+                out_at,
+                stride,
+                panes_per_slide,
+                panes_per_window,
+                windows_per_batch,
+                *outs,
+            )
         else:
             outs = (np.full(size, neutrals[0], dtype),)
-            agg.tree_windows(_OPS[field.kind], dtype.type(neutrals[0]), source[0], base, windows,
-                             out_at, stride, panes_per_slide, panes_per_window,
-                             windows_per_batch, outs[0])
+            agg.tree_windows(
+                _OPS[field.kind],
+                dtype.type(neutrals[0]),
+                source[0],
+                base,
+                windows,
+                out_at,
+                stride,
+                panes_per_slide,
+                panes_per_window,
+                windows_per_batch,
+                outs[0],
+            )
         results[field.name] = outs
     return results
 
 
-def tree_over_segments(fields, leaves, base, windows, panes_per_slide, panes_per_window,
-                       windows_per_batch):
+def tree_over_segments(
+    fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch
+):
     """Windows over per-task contiguous leaves (count windows): outputs task after task."""
     out_at = np.zeros(len(base), np.int64)
     if len(windows):
         out_at[1:] = np.cumsum(windows)[:-1]
     stride = np.ones(len(base), np.int64)
-    return _run_trees(fields, leaves, base, windows, out_at, stride, int(windows.sum()),
-                      panes_per_slide, panes_per_window, windows_per_batch)
+    return _run_trees(
+        fields,
+        leaves,
+        base,
+        windows,
+        out_at,
+        stride,
+        int(windows.sum()),
+        panes_per_slide,
+        panes_per_window,
+        windows_per_batch,
+    )
 
 
 def tuple_partials(
-    fields: tuple[StateField, ...], lift: LiftExec, columns: dict[str, pa.Array],
-    contributes: np.ndarray, length: int,
+    fields: tuple[StateField, ...],
+    lift: LiftExec,
+    columns: dict[str, pa.Array],
+    contributes: np.ndarray,
+    length: int,
 ) -> dict[str, tuple[np.ndarray, ...]]:
     """The per-tuple partial state of every field (neutral where the tuple does not count)."""
     column_types = {c.name: c.type for c in lift.child.columns}
@@ -217,8 +274,16 @@ class CpuKernels:
         keys = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
         with_time = int(has_event_time.sum())
         max_event_time = int(event_time[has_event_time].max()) if with_time else None
-        return LiftedTuples(length, event_time, has_event_time, contributes, keys, partials,
-                            max_event_time, length - with_time)
+        return LiftedTuples(
+            length,
+            event_time,
+            has_event_time,
+            contributes,
+            keys,
+            partials,
+            max_event_time,
+            length - with_time,
+        )
 
     def pane_ids(self, lifted: LiftedTuples, pane_length: int) -> np.ndarray:
         return agg.pane_ids(lifted.event_time, lifted.has_event_time, pane_length)
@@ -258,10 +323,12 @@ class CpuKernels:
             out[field.name] = target
         return first, panes[first], out
 
-    def segment_windows(self, fields, leaves, base, windows, panes_per_slide, panes_per_window,
-                        windows_per_batch):
-        return tree_over_segments(fields, leaves, base, windows, panes_per_slide,
-                                  panes_per_window, windows_per_batch)
+    def segment_windows(
+        self, fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch
+    ):
+        return tree_over_segments(
+            fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch
+        )
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)

@@ -84,5 +84,11 @@ class LocalQuery:
     @property
     def metrics(self) -> QueryMetrics:
         m = self.operator.metrics()
-        return QueryMetrics(m.tuples_in, m.late_tuples_dropped, m.null_event_time_dropped,
-                            m.windows_fired, m.rows_out, m.state_bytes)
+        return QueryMetrics(
+            m.tuples_in,
+            m.late_tuples_dropped,
+            m.null_event_time_dropped,
+            m.windows_fired,
+            m.rows_out,
+            m.state_bytes,
+        )

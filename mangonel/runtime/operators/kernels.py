@@ -82,8 +82,12 @@ class PaneState(Protocol):
         """Host bool per pane in [first_pane, end_pane): does any key have a tuple there."""
 
     def windows(
-        self, n_keys: int, runs: list[tuple[int, int]], panes_per_slide: int,
-        panes_per_window: int, windows_per_batch: int,
+        self,
+        n_keys: int,
+        runs: list[tuple[int, int]],
+        panes_per_slide: int,
+        panes_per_window: int,
+        windows_per_batch: int,
     ) -> dict[str, tuple[Array, ...]]:
         """Field values of every (window, key) of the runs [(first pane of first window,
         number of consecutive windows)], window-major then key order."""
@@ -103,7 +107,12 @@ class WindowKernels(Protocol):
     def pane_ids(self, lifted: LiftedTuples, pane_length: int) -> Array: ...
 
     def late_tuples(
-        self, panes: Array, include: Array, pane_length: int, slide: int, size: int,
+        self,
+        panes: Array,
+        include: Array,
+        pane_length: int,
+        slide: int,
+        size: int,
         watermark: int,
     ) -> Array:
         """Bool per row: included and the pane's last window ended at or before watermark."""
@@ -120,15 +129,23 @@ class WindowKernels(Protocol):
         """slot * pane_capacity + (pane - origin), -1 where slot is -1."""
 
     def preaggregate(
-        self, slots: Array, panes: Array, partials: dict[str, tuple[Array, ...]],
+        self,
+        slots: Array,
+        panes: Array,
+        partials: dict[str, tuple[Array, ...]],
         fields: tuple[StateField, ...],
     ) -> tuple[np.ndarray, np.ndarray, dict[str, tuple[Array, ...]]]:
         """Stage 1: one partial per distinct (slot, pane), first-seen order. Returns
         (first row of each partial, its pane ids, its partial state)."""
 
     def segment_windows(
-        self, fields: tuple[StateField, ...], leaves: dict[str, tuple[Array, ...]],
-        base: np.ndarray, windows: np.ndarray, panes_per_slide: int, panes_per_window: int,
+        self,
+        fields: tuple[StateField, ...],
+        leaves: dict[str, tuple[Array, ...]],
+        base: np.ndarray,
+        windows: np.ndarray,
+        panes_per_slide: int,
+        panes_per_window: int,
         windows_per_batch: int,
     ) -> dict[str, tuple[Array, ...]]:
         """Tree windows over contiguous leaves: task t has windows[t] consecutive windows, the

@@ -142,10 +142,17 @@ def project(
     aggregate_types = [p.result_type for p in pipeline.window.aggregates]
     bounds = {"start": _timestamps(window_start), "end": _timestamps(window_end)}
     if pipeline.having is not None and length:
-        keep = to_mask(evaluate_expression(
-            pipeline.having, column_types, columns, aggregates=aggregates,
-            aggregate_types=aggregate_types, window_bounds=bounds, length=length,
-        ))
+        keep = to_mask(
+            evaluate_expression(
+                pipeline.having,
+                column_types,
+                columns,
+                aggregates=aggregates,
+                aggregate_types=aggregate_types,
+                window_bounds=bounds,
+                length=length,
+            )
+        )
         if not keep.all():
             selection = pa.array(np.nonzero(keep)[0])
             columns = {name: array.take(selection) for name, array in columns.items()}
@@ -156,8 +163,13 @@ def project(
     for output in pipeline.outputs:
         arrow_type = output.type.info.arrow
         array = evaluate_expression(
-            output.expression, column_types, columns, aggregates=aggregates,
-            aggregate_types=aggregate_types, window_bounds=bounds, length=length,
+            output.expression,
+            column_types,
+            columns,
+            aggregates=aggregates,
+            aggregate_types=aggregate_types,
+            window_bounds=bounds,
+            length=length,
         )
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
@@ -208,8 +220,10 @@ def _unpack(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if header.get("format") != SNAPSHOT_FORMAT:
         raise DataError("not a mangonel window-operator snapshot")
     if header.get("version") != SNAPSHOT_VERSION:
-        raise DataError(f"snapshot version {header.get('version')} is not supported "
-                        f"(this build reads version {SNAPSHOT_VERSION})")
+        raise DataError(
+            f"snapshot version {header.get('version')} is not supported "
+            f"(this build reads version {SNAPSHOT_VERSION})"
+        )
     return header, arrays
 
 
@@ -236,8 +250,14 @@ class _OperatorBase:
     # -- shared ---------------------------------------------------------------------------
 
     def metrics(self) -> OperatorMetrics:
-        return OperatorMetrics(self.tuples_in, self.late, self.null_event_time,
-                               self.windows_fired, self.rows_out, self.state_bytes())
+        return OperatorMetrics(
+            self.tuples_in,
+            self.late,
+            self.null_event_time,
+            self.windows_fired,
+            self.rows_out,
+            self.state_bytes(),
+        )
 
     def state_bytes(self) -> int:
         raise NotImplementedError
@@ -278,14 +298,23 @@ class _OperatorBase:
             "format": SNAPSHOT_FORMAT,
             "version": SNAPSHOT_VERSION,
             "operator": self.kind,
-            "window": [self.spec.kind.value, self.spec.size, self.spec.slide,
-                       self.spec.watermark_delay_us],
+            "window": [
+                self.spec.kind.value,
+                self.spec.size,
+                self.spec.slide,
+                self.spec.watermark_delay_us,
+            ],
             "fields": [[f.name, f.kind.value, f.type.value] for f in self.fields],
             "keys": [t.value for t in self.key_types],
             "watermark": self.watermark,
             "max_event_time": self.max_event_time,
-            "counters": [self.tuples_in, self.late, self.null_event_time, self.windows_fired,
-                         self.rows_out],
+            "counters": [
+                self.tuples_in,
+                self.late,
+                self.null_event_time,
+                self.windows_fired,
+                self.rows_out,
+            ],
             "finished": self.finished,
         }
 
@@ -293,12 +322,15 @@ class _OperatorBase:
         expected = self._header()
         for entry in ("operator", "window", "fields", "keys"):
             if header.get(entry) != expected[entry]:
-                raise DataError(f"snapshot does not match this query: {entry} is "
-                                f"{header.get(entry)}, the plan has {expected[entry]}")
+                raise DataError(
+                    f"snapshot does not match this query: {entry} is "
+                    f"{header.get(entry)}, the plan has {expected[entry]}"
+                )
         self.watermark = header["watermark"]
         self.max_event_time = header["max_event_time"]
-        (self.tuples_in, self.late, self.null_event_time, self.windows_fired,
-         self.rows_out) = header["counters"]
+        (self.tuples_in, self.late, self.null_event_time, self.windows_fired, self.rows_out) = (
+            header["counters"]
+        )
         self.finished = header["finished"]
 
     def _partial_batch(self, lifted, rows, extra_name, extra, partials) -> pa.RecordBatch:
@@ -342,6 +374,17 @@ class _OperatorBase:
         raise NotImplementedError
 
 
+@dataclass
+class _Segment:
+    """A dense block of the pane state: data panes [first, last]. Two segments are at least
+    one window apart (a window never reads two), so sparse streams (gaps, far outliers) keep
+    state proportional to the panes that hold data."""
+
+    state: Any  # kernels.PaneState
+    first: int
+    last: int
+
+
 class TimeWindowOperator(_OperatorBase):
     """RANGE w SLIDE s windows over panes of p = gcd(w, s) (see the module docstring)."""
 
@@ -352,10 +395,8 @@ class TimeWindowOperator(_OperatorBase):
         self.pane_length = self.window.pane_length
         self.panes_per_window = self.window.panes_per_window
         self.panes_per_slide = self.window.panes_per_slide
-        self.state = kernels.new_pane_state(self.fields)
+        self.segments: list[_Segment] = []  # ordered by pane, at least a window apart
         self.next_window: int | None = None  # the oldest window that has not fired
-        self.min_pane: int | None = None  # live panes: [live_first_pane, max_pane]
-        self.max_pane: int | None = None
 
     # -- pane level -----------------------------------------------------------------------
 
@@ -387,8 +428,9 @@ class TimeWindowOperator(_OperatorBase):
     def _merge(self, keys, panes, include, partials) -> None:
         kernels = self.kernels
         if self.watermark is not None:
-            late = kernels.late_tuples(panes, include, self.pane_length, self.spec.slide,
-                                       self.spec.size, self.watermark)
+            late = kernels.late_tuples(
+                panes, include, self.pane_length, self.spec.slide, self.spec.size, self.watermark
+            )
             rows = partials[self.fields[0].name][0]
             self.late += int(kernels.to_host((rows * late).sum()))
             include = include & ~late
@@ -397,25 +439,68 @@ class TimeWindowOperator(_OperatorBase):
         if not included.any():
             return
         host_panes = kernels.to_host(panes)[included]
-        self._reserve(int(host_panes.min()), int(host_panes.max()))
-        self.state.merge(kernels.flat_index(slots, panes, self.state), partials)
+        touched = [self._segment_for(first, last) for first, last in self._clusters(host_panes)]
+        for segment in {id(s): s for s in touched}.values():
+            segment_slots = slots
+            if len(self.segments) > 1:
+                inside = (panes >= segment.first) & (panes <= segment.last)
+                segment_slots = (slots + 1) * inside - 1  # -1 outside (numpy and CuPy alike)
+            index = kernels.flat_index(segment_slots, panes, segment.state)
+            segment.state.merge(index, partials)
 
-    def _live_first_pane(self) -> int | None:
-        if self.next_window is not None and self.min_pane is not None:
-            return max(self.next_window * self.panes_per_slide, self.min_pane)
-        return self.min_pane
+    def _clusters(self, panes: np.ndarray) -> list[tuple[int, int]]:
+        """The pane ranges of one batch's data, split where a window-wide gap separates them
+        (only when one dense block would be large: the common case costs no sort)."""
+        first, last = int(panes.min()), int(panes.max())
+        keys = max(self.keys.n_slots, 1)
+        if (last - first + 2 * self.panes_per_window) * keys <= MAX_RESULT_CELLS:
+            return [(first, last)]
+        distinct = np.unique(panes)
+        breaks = np.nonzero(np.diff(distinct) >= self.panes_per_window)[0]
+        starts = distinct[np.concatenate(([0], breaks + 1))]
+        ends = distinct[np.concatenate((breaks, [len(distinct) - 1]))]
+        return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
-    def _reserve(self, first_pane: int, last_pane: int) -> None:
-        """Make the state arrays cover every key and panes [first_pane, last_pane]."""
-        self.min_pane = first_pane if self.min_pane is None else min(self.min_pane, first_pane)
-        self.max_pane = last_pane if self.max_pane is None else max(self.max_pane, last_pane)
-        live = self._live_first_pane()
-        state = self.state
+    def _segment_for(self, first: int, last: int) -> _Segment:
+        """The segment that holds panes [first, last], merging segments it bridges."""
+        pw = self.panes_per_window
+        near = [s for s in self.segments if s.first - last < pw and first - s.last < pw]
+        if len(near) == 1:
+            segment = near[0]
+            segment.first, segment.last = min(segment.first, first), max(segment.last, last)
+            self._reserve(segment)
+            return segment
+        merged = _Segment(
+            self.kernels.new_pane_state(self.fields),
+            min([first] + [s.first for s in near]),
+            max([last] + [s.last for s in near]),
+        )
+        self._reserve(merged)
+        for old in near:
+            live = self._live_first_pane(old)
+            if live <= old.last:
+                old_arrays = old.state.to_arrays(self.keys.n_slots, live, old.last + 1)
+                merged.state.load_arrays(old_arrays, live)
+        self.segments = sorted(
+            [s for s in self.segments if all(s is not n for n in near)] + [merged],
+            key=lambda s: s.first,
+        )
+        return merged
+
+    def _live_first_pane(self, segment: _Segment) -> int:
+        if self.next_window is not None:
+            return max(self.next_window * self.panes_per_slide, segment.first)
+        return segment.first
+
+    def _reserve(self, segment: _Segment) -> None:
+        """Make a segment's arrays cover every key and the panes its windows read."""
+        state = segment.state
+        pw = self.panes_per_window
+        # the first window holding a pane starts up to pw - 1 panes before it, and the last
+        # one ends pw - 1 panes after it
+        start_pane = self._live_first_pane(segment) - (pw - 1)
+        end_pane = segment.last + pw
         need_keys = self.keys.n_slots
-        # the tree reads whole windows: the last one holding last_pane ends pw - 1 panes later
-        end_pane = self.max_pane + self.panes_per_window
-        # ... and the first window holding a pane starts up to pw - 1 panes before it
-        start_pane = min(live, first_pane) - (self.panes_per_window - 1)
         fits = (
             state.pane_capacity > 0
             and state.origin <= start_pane
@@ -424,41 +509,50 @@ class TimeWindowOperator(_OperatorBase):
         )
         if fits:
             return
-        origin = start_pane
-        span = end_pane - origin
+        span = end_pane - start_pane
         panes = max(16, state.pane_capacity)
         while panes < 2 * span:
             panes *= 2
         key_capacity = max(16, state.key_capacity)
         while key_capacity < need_keys:
             key_capacity *= 2
-        state.reshape(key_capacity, panes, origin)
+        state.reshape(key_capacity, panes, start_pane)
 
     # -- window level ---------------------------------------------------------------------
 
     def _fire(self, final: bool) -> list[pa.RecordBatch]:
-        if self.max_pane is None:
+        if not self.segments:
             return []
         ps, pw = self.panes_per_slide, self.panes_per_window
         if final:
-            last_window = self.max_pane // ps
+            last_window = self.segments[-1].last // ps
         elif self.watermark is None:
             return []
         else:
             last_window = (self.watermark - self.spec.size) // self.spec.slide
-        # windows before the first one holding the oldest pane ever seen are empty
-        first_window = -((pw - 1 - self.min_pane) // ps)  # ceil((q - pw + 1) / ps)
-        if self.next_window is not None:
-            first_window = max(first_window, self.next_window)
-        if self.next_window is None or last_window >= self.next_window:
+        out: list[pa.RecordBatch] = []
+        previous = self.next_window
+        if previous is None or last_window >= previous:
             # every window ending at or before W has fired, also the empty ones
             self.next_window = last_window + 1
+        for segment in self.segments:
+            # windows before the first one holding the segment's oldest pane are empty
+            first_window = -((pw - 1 - segment.first) // ps)  # ceil((q - pw + 1) / ps)
+            if previous is not None:
+                first_window = max(first_window, previous)
+            out += self._fire_segment(segment, first_window, min(last_window, segment.last // ps))
+        # a segment whose every window has fired is dropped
+        self.segments = [s for s in self.segments if s.last // ps >= self.next_window]
+        return out
+
+    def _fire_segment(self, segment: _Segment, first_window: int, last_window: int):
         if last_window < first_window:
             return []
+        ps, pw = self.panes_per_slide, self.panes_per_window
         first_pane = first_window * ps
-        end_pane = min(last_window * ps + pw, self.max_pane + 1)
+        end_pane = min(last_window * ps + pw, segment.last + 1)
         n_keys = self.keys.n_slots
-        occupied = self.state.occupied(n_keys, first_pane, end_pane)
+        occupied = segment.state.occupied(n_keys, first_pane, end_pane)
         panes = np.nonzero(occupied)[0].astype(np.int64) + first_pane
         if not len(panes):
             return []
@@ -468,8 +562,7 @@ class TimeWindowOperator(_OperatorBase):
         run_first = starts[np.concatenate(([0], breaks))]
         run_last = ends[np.concatenate((breaks - 1, [len(ends) - 1]))]
         out = []
-        cells_per_window = max(n_keys, 1)
-        limit = max(1, MAX_RESULT_CELLS // cells_per_window)
+        limit = max(1, MAX_RESULT_CELLS // max(n_keys, 1))
         pending: list[tuple[int, int]] = []
         pending_windows = 0
         for first, last in zip(run_first.tolist(), run_last.tolist(), strict=True):
@@ -479,17 +572,20 @@ class TimeWindowOperator(_OperatorBase):
                 pending_windows += count
                 first += count
                 if pending_windows >= limit:
-                    out += self._compute(pending, n_keys)
+                    out += self._compute(segment, pending, n_keys)
                     pending, pending_windows = [], 0
         if pending:
-            out += self._compute(pending, n_keys)
+            out += self._compute(segment, pending, n_keys)
         return out
 
-    def _compute(self, runs: list[tuple[int, int]], n_keys: int) -> list[pa.RecordBatch]:
+    def _compute(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
         ps = self.panes_per_slide
-        values = self.state.windows(
-            n_keys, [(first * ps, count) for first, count in runs], ps,
-            self.panes_per_window, self.window.windows_per_batch,
+        values = segment.state.windows(
+            n_keys,
+            [(first * ps, count) for first, count in runs],
+            ps,
+            self.panes_per_window,
+            self.window.windows_per_batch,
         )
         host = self.kernels.to_host
         rows = host(values[self.fields[0].name][0])
@@ -497,8 +593,9 @@ class TimeWindowOperator(_OperatorBase):
         window_ids = np.concatenate([np.arange(f, f + c, dtype=np.int64) for f, c in runs])
         window_of_cell = window_ids[selected // n_keys]
         slot_of_cell = selected % n_keys
-        chosen = {name: tuple(host(part)[selected] for part in parts)
-                  for name, parts in values.items()}
+        chosen = {
+            name: tuple(host(part)[selected] for part in parts) for name, parts in values.items()
+        }
         aggregates = finalize(self.window.aggregates, chosen)
         keys = self.keys.decode(slot_of_cell)
         starts = window_of_cell * self.spec.slide
@@ -507,22 +604,21 @@ class TimeWindowOperator(_OperatorBase):
     # -- state ----------------------------------------------------------------------------
 
     def state_bytes(self) -> int:
-        state = self.state
-        per_cell = sum(np.dtype(np.float64).itemsize * parts for _, parts in
-                       _field_arrays(self.fields))
-        return state.key_capacity * state.pane_capacity * per_cell + self.keys.n_slots * 8 * (
-            len(self.key_types) + 1)
+        per_cell = sum(8 * parts for _, parts in _field_arrays(self.fields))
+        cells = sum(s.state.key_capacity * s.state.pane_capacity for s in self.segments)
+        return cells * per_cell + self.keys.n_slots * 8 * (len(self.key_types) + 1)
 
     def snapshot(self) -> bytes:
         header = self._header()
-        header.update(next_window=self.next_window, min_pane=self.min_pane,
-                      max_pane=self.max_pane)
         arrays = self.keys.to_arrays("keys.")
-        live = self._live_first_pane()
-        if self.max_pane is not None and live is not None and live <= self.max_pane:
-            header["state_first_pane"] = live
-            state = self.state.to_arrays(self.keys.n_slots, live, self.max_pane + 1)
-            arrays.update({f"state.{name}": array for name, array in state.items()})
+        segments = []
+        for number, segment in enumerate(self.segments):
+            live = self._live_first_pane(segment)
+            segments.append([segment.first, segment.last, live])
+            if live <= segment.last:
+                state = segment.state.to_arrays(self.keys.n_slots, live, segment.last + 1)
+                arrays.update({f"segment{number}.{name}": a for name, a in state.items()})
+        header.update(next_window=self.next_window, segments=segments)
         return _pack(header, arrays)
 
     def restore(self, data: bytes) -> None:
@@ -530,21 +626,19 @@ class TimeWindowOperator(_OperatorBase):
         self._restore_header(header)
         self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "keys.")
         self.next_window = header["next_window"]
-        self.min_pane = header["min_pane"]
-        self.max_pane = header["max_pane"]
-        self.state = self.kernels.new_pane_state(self.fields)
-        first = header.get("state_first_pane")
-        if first is not None:
-            state = {name[len("state."):]: array for name, array in arrays.items()
-                     if name.startswith("state.")}
-            key_capacity, panes = 16, 16
-            while key_capacity < self.keys.n_slots:
-                key_capacity *= 2
-            origin = first - (self.panes_per_window - 1)
-            while panes < 2 * (self.max_pane + self.panes_per_window - origin):
-                panes *= 2
-            self.state.reshape(key_capacity, panes, origin)
-            self.state.load_arrays(state, first)
+        self.segments = []
+        for number, (first, last, live) in enumerate(header["segments"]):
+            segment = _Segment(self.kernels.new_pane_state(self.fields), first, last)
+            self._reserve(segment)
+            prefix = f"segment{number}."
+            state = {
+                name[len(prefix) :]: array
+                for name, array in arrays.items()
+                if name.startswith(prefix)
+            }
+            if state:
+                segment.state.load_arrays(state, live)
+            self.segments.append(segment)
 
 
 class CountWindowOperator(_OperatorBase):
@@ -563,12 +657,22 @@ class CountWindowOperator(_OperatorBase):
         self.next_window = np.zeros(0, np.int64)  # next window number per key
 
     def _empty(self) -> dict[str, np.ndarray]:
-        columns = {"slot": np.empty(0, np.int64), "ts": np.empty(0, np.int64),
-                   "seq": np.empty(0, np.int64), "pos": np.empty(0, np.int64)}
+        columns = {
+            "slot": np.empty(0, np.int64),
+            "ts": np.empty(0, np.int64),
+            "seq": np.empty(0, np.int64),
+            "pos": np.empty(0, np.int64),
+        }
         for field in self.fields:
-            dtype = np.float64 if field.kind is StateKind.MOMENTS else (
-                np.int64 if field.type.is_integer or field.type is SqlType.TIMESTAMP
-                else np.float64)
+            dtype = (
+                np.float64
+                if field.kind is StateKind.MOMENTS
+                else (
+                    np.int64
+                    if field.type.is_integer or field.type is SqlType.TIMESTAMP
+                    else np.float64
+                )
+            )
             for part in range(3 if field.kind is StateKind.MOMENTS else 1):
                 columns[f"{field.name}.{part}"] = np.empty(0, dtype)
         return columns
@@ -584,8 +688,10 @@ class CountWindowOperator(_OperatorBase):
         """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
         lifted = self.kernels.lift_tuples(self.pipeline.lift, as_record_batch(batch))
         rows = np.nonzero(self.kernels.to_host(lifted.contributes))[0]
-        partials = {name: tuple(self.kernels.to_host(p)[rows] for p in parts)
-                    for name, parts in lifted.partials.items()}
+        partials = {
+            name: tuple(self.kernels.to_host(p)[rows] for p in parts)
+            for name, parts in lifted.partials.items()
+        }
         event_time = self.kernels.to_host(lifted.event_time)[rows]
         return self._partial_batch(lifted, rows, EVENT_TIME_META, event_time, partials)
 
@@ -604,9 +710,12 @@ class CountWindowOperator(_OperatorBase):
             include &= ~late
         slots = host(self.keys.map_columns(keys, self.kernels.from_host(include)))
         rows = np.nonzero(include)[0]
-        added = {"slot": slots[rows], "ts": event_time[rows],
-                 "seq": self.arrivals + np.arange(len(rows), dtype=np.int64),
-                 "pos": np.zeros(len(rows), np.int64)}
+        added = {
+            "slot": slots[rows],
+            "ts": event_time[rows],
+            "seq": self.arrivals + np.arange(len(rows), dtype=np.int64),
+            "pos": np.zeros(len(rows), np.int64),
+        }
         self.arrivals += len(rows)
         for name, parts in _field_arrays(self.fields):
             for part in range(parts):
@@ -651,22 +760,24 @@ class CountWindowOperator(_OperatorBase):
         first_position = self.final["pos"][segment_start]
         base = segment_start + self.next_window[keys_firing] * m - first_position
         windows = counts[keys_firing]
-        leaves = {name: tuple(self.final[f"{name}.{part}"] for part in range(parts))
-                  for name, parts in _field_arrays(self.fields)}
+        leaves = {
+            name: tuple(self.final[f"{name}.{part}"] for part in range(parts))
+            for name, parts in _field_arrays(self.fields)
+        }
         values = self.kernels.segment_windows(
             self.fields, leaves, base, windows, m, n, self.window.windows_per_batch
         )
         slot_of_row = np.repeat(keys_firing, windows)
-        row_in_task = np.arange(len(slot_of_row)) - np.repeat(np.cumsum(windows) - windows,
-                                                               windows)
+        row_in_task = np.arange(len(slot_of_row)) - np.repeat(np.cumsum(windows) - windows, windows)
         window_of_row = np.repeat(self.next_window[keys_firing], windows) + row_in_task
         first_leaf = np.repeat(base, windows) + row_in_task * m
         starts = self.final["ts"][first_leaf]
         ends = self.final["ts"][first_leaf + n - 1] + 1
         order = np.lexsort((slot_of_row, window_of_row))
         host = self.kernels.to_host
-        chosen = {name: tuple(host(part)[order] for part in parts)
-                  for name, parts in values.items()}
+        chosen = {
+            name: tuple(host(part)[order] for part in parts) for name, parts in values.items()
+        }
         aggregates = finalize(self.window.aggregates, chosen)
         keys = self.keys.decode(slot_of_row[order])
         self.next_window[keys_firing] += windows
@@ -676,9 +787,14 @@ class CountWindowOperator(_OperatorBase):
 
     def state_bytes(self) -> int:
         total = sum(a.nbytes for a in self.pending.values()) + sum(
-            a.nbytes for a in self.final.values())
-        return total + self.final_count.nbytes + self.next_window.nbytes + self.keys.n_slots * 8 * (
-            len(self.key_types) + 1)
+            a.nbytes for a in self.final.values()
+        )
+        return (
+            total
+            + self.final_count.nbytes
+            + self.next_window.nbytes
+            + self.keys.n_slots * 8 * (len(self.key_types) + 1)
+        )
 
     def snapshot(self) -> bytes:
         header = self._header()
