@@ -1,16 +1,17 @@
 """numba kernels: scatter partials into state, and windows over a batched pane aggregation tree.
 
 Scatter: `target[index[i]] = target[index[i]] (+) values[i]` for every i with index >= 0 — the
-pane pre-aggregation of one batch straight into the flat `[keys x panes]` state (one pass per
-state field, no sort), or into the partial rows of one batch (Spark's stage 1).
+pane pre-aggregation of one batch straight into the flat pane-major `[panes x keys]` state
+(one pass per state field, no sort), or into the partial rows of one batch (Spark's stage 1).
 
 Windows: SPRINGALD's B-PAT (section V-B). A task is a run of consecutive windows of one key
-whose leaves lie contiguous in a flat leaf array (window i of the task starts at leaf
-`base + i * panes_per_slide` and spans `panes_per_window` leaves). For every `windows_per_batch`
-windows the kernel builds the tree levels over the `m = n + (n_w - 1) * s_p` leaves they need,
-in the flat layout (level 0 = leaves, then each level's nodes after the previous level's), up
-to level floor(log2 n) only, then answers each window by the greedy aligned decomposition of
-Fig. 11: O(log n) combines per window, no subtraction (exact for MIN/MAX, stable for floats).
+whose leaves lie `leaf_stride` apart in a flat leaf array (window i of the task starts at
+leaf `base + i * panes_per_slide * leaf_stride` and spans `panes_per_window` leaves). For
+every `windows_per_batch` windows the kernel builds the tree levels over the
+`m = n + (n_w - 1) * s_p` leaves they need, in the flat layout (level 0 = leaves, then each
+level's nodes after the previous level's), up to level floor(log2 n) only, then answers each
+window by the greedy aligned decomposition of Fig. 11: O(log n) combines per window, no
+subtraction (exact for MIN/MAX, stable for floats).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def tree_windows(
     op,
     identity,
     leaves,
+    leaf_stride,
     task_base,
     task_windows,
     task_out,
@@ -103,10 +105,10 @@ def tree_windows(
         while done < task_windows[t]:
             count = min(windows_per_batch, task_windows[t] - done)
             m = panes_per_window + (count - 1) * panes_per_slide
-            first_leaf = task_base[t] + done * panes_per_slide
+            first_leaf = task_base[t] + done * panes_per_slide * leaf_stride
             offsets = _level_layout(m, top)
             for i in range(m):  # build: level 0 = the leaves
-                tree[i] = leaves[first_leaf + i]
+                tree[i] = leaves[first_leaf + i * leaf_stride]
             for level in range(1, top + 1):
                 below = offsets[level - 1]
                 here = offsets[level]
@@ -136,6 +138,7 @@ def tree_windows_moments(
     n_l,
     mean_l,
     m2_l,
+    leaf_stride,
     task_base,
     task_windows,
     task_out,
@@ -158,12 +161,13 @@ def tree_windows_moments(
         while done < task_windows[t]:
             count = min(windows_per_batch, task_windows[t] - done)
             m = panes_per_window + (count - 1) * panes_per_slide
-            first_leaf = task_base[t] + done * panes_per_slide
+            first_leaf = task_base[t] + done * panes_per_slide * leaf_stride
             offsets = _level_layout(m, top)
             for i in range(m):
-                tn[i] = n_l[first_leaf + i]
-                tmean[i] = mean_l[first_leaf + i]
-                tm2[i] = m2_l[first_leaf + i]
+                leaf = first_leaf + i * leaf_stride
+                tn[i] = n_l[leaf]
+                tmean[i] = mean_l[leaf]
+                tm2[i] = m2_l[leaf]
             for level in range(1, top + 1):
                 below = offsets[level - 1]
                 here = offsets[level]
@@ -196,14 +200,24 @@ def tree_windows_moments(
 
 
 @numba.njit(cache=True)
-def occupied_columns(rows_matrix, n_keys, first_column, end_column):
-    """Which pane columns in [first_column, end_column) hold at least one tuple of any key."""
-    occupied = np.zeros(end_column - first_column, np.bool_)
-    for key in range(n_keys):
-        for column in range(first_column, end_column):
-            if rows_matrix[key, column] != 0:
-                occupied[column - first_column] = True
+def occupied_panes(rows_matrix, n_keys, first_pane, end_pane):
+    """Which panes (rows of a pane-major matrix) in [first_pane, end_pane) hold a tuple."""
+    occupied = np.zeros(end_pane - first_pane, np.bool_)
+    for pane in range(first_pane, end_pane):
+        for key in range(n_keys):
+            if rows_matrix[pane, key] != 0:
+                occupied[pane - first_pane] = True
+                break
     return occupied
+
+
+@numba.njit(cache=True)
+def flat_index(slots, panes, origin, key_capacity):
+    """(pane - origin) * key_capacity + slot, -1 where slot is -1 (pane-major state)."""
+    out = np.empty(slots.shape[0], np.int64)
+    for i in range(slots.shape[0]):
+        out[i] = (panes[i] - origin) * key_capacity + slots[i] if slots[i] >= 0 else -1
+    return out
 
 
 @numba.njit(cache=True)

@@ -39,7 +39,10 @@ def _column(columns: dict[str, pa.Array], name: str) -> pa.Array:
 
 
 class CpuPaneState:
-    """Flat numpy arrays per state field, `[key_capacity x pane_capacity]` row-major."""
+    """Flat numpy arrays per state field, `[pane_capacity x key_capacity]` row-major: the
+    tuples of one batch mostly hit a few panes, so pane-major keeps the pre-aggregation's
+    random key accesses inside a few cache-resident rows. Leaves of one key are strided by
+    key_capacity for the tree."""
 
     def __init__(self, fields: tuple[StateField, ...]) -> None:
         self.fields = fields
@@ -51,26 +54,20 @@ class CpuPaneState:
         }
 
     def reshape(self, key_capacity: int, pane_capacity: int, origin: int) -> None:
-        shift = origin - self.origin
         keep_keys = min(self.key_capacity, key_capacity)
-        keep_panes = max(0, min(self.pane_capacity - shift, pane_capacity)) if shift >= 0 else 0
-        source_first = shift if shift >= 0 else 0
+        # panes both layouts hold
+        first = max(origin, self.origin)
+        end = min(origin + pane_capacity, self.origin + self.pane_capacity)
         for field in self.fields:
             dtype, neutrals = neutral(field)
             new = []
             for old, value in zip(self.arrays[field.name], neutrals, strict=True):
-                array = np.full((key_capacity, pane_capacity), value, dtype)
-                if keep_keys and keep_panes > 0:
-                    old2 = old.reshape(self.key_capacity, self.pane_capacity)
-                    array[:keep_keys, :keep_panes] = old2[
-                        :keep_keys, source_first : source_first + keep_panes
+                array = np.full((pane_capacity, key_capacity), value, dtype)
+                if keep_keys and end > first:
+                    old2 = old.reshape(self.pane_capacity, self.key_capacity)
+                    array[first - origin : end - origin, :keep_keys] = old2[
+                        first - self.origin : end - self.origin, :keep_keys
                     ]
-                elif shift < 0 and keep_keys and self.pane_capacity:
-                    # growing to the left (before the first firing, older panes may arrive)
-                    old2 = old.reshape(self.key_capacity, self.pane_capacity)
-                    width = min(self.pane_capacity, pane_capacity + shift)
-                    if width > 0:
-                        array[:keep_keys, -shift : -shift + width] = old2[:keep_keys, :width]
                 new.append(array.reshape(-1))
             self.arrays[field.name] = tuple(new)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
@@ -85,7 +82,7 @@ class CpuPaneState:
                 agg.scatter(_OPS[field.kind], target[0], index, values[0])
 
     def _matrix(self, name: str, part: int = 0) -> np.ndarray:
-        return self.arrays[name][part].reshape(self.key_capacity, self.pane_capacity)
+        return self.arrays[name][part].reshape(self.pane_capacity, self.key_capacity)
 
     def occupied(self, n_keys: int, first_pane: int, end_pane: int) -> np.ndarray:
         first = max(first_pane - self.origin, 0)
@@ -93,7 +90,7 @@ class CpuPaneState:
         result = np.zeros(max(end_pane - first_pane, 0), np.bool_)
         if end > first:
             rows = self._matrix(self.fields[0].name)
-            hit = agg.occupied_columns(rows, n_keys, first, end)
+            hit = agg.occupied_panes(rows, n_keys, first, end)
             result[first + self.origin - first_pane : end + self.origin - first_pane] = hit
         return result
 
@@ -101,15 +98,16 @@ class CpuPaneState:
         total = sum(count for _, count in runs)
         task_base, task_windows, task_out = [], [], []
         offset = 0
+        keys = np.arange(n_keys, dtype=np.int64)
         for first_pane, count in runs:
             column = first_pane - self.origin
             if column < 0 or column + panes_per_window + (count - 1) * panes_per_slide > (
                 self.pane_capacity
             ):
                 raise AssertionError("window run outside the pane state (driver bug)")
-            task_base.append(np.arange(n_keys, dtype=np.int64) * self.pane_capacity + column)
+            task_base.append(column * self.key_capacity + keys)
             task_windows.append(np.full(n_keys, count, np.int64))
-            task_out.append(offset * n_keys + np.arange(n_keys, dtype=np.int64))
+            task_out.append(offset * n_keys + keys)
             offset += count
         base = np.concatenate(task_base) if runs else np.empty(0, np.int64)
         windows = np.concatenate(task_windows) if runs else np.empty(0, np.int64)
@@ -118,6 +116,7 @@ class CpuPaneState:
         return _run_trees(
             self.fields,
             self.arrays,
+            self.key_capacity,
             base,
             windows,
             out_at,
@@ -129,12 +128,13 @@ class CpuPaneState:
         )
 
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
+        """`[n_keys, panes]` blocks (the snapshot layout every backend writes)."""
         arrays = {}
         first, end = first_pane - self.origin, end_pane - self.origin
         for field in self.fields:
             for part in range(len(self.arrays[field.name])):
                 matrix = self._matrix(field.name, part)
-                arrays[f"{field.name}.{part}"] = matrix[:n_keys, first:end].copy()
+                arrays[f"{field.name}.{part}"] = np.ascontiguousarray(matrix[first:end, :n_keys].T)
         return arrays
 
     def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
@@ -143,12 +143,13 @@ class CpuPaneState:
             for part in range(len(self.arrays[field.name])):
                 block = arrays[f"{field.name}.{part}"]
                 matrix = self._matrix(field.name, part)
-                matrix[: block.shape[0], first : first + block.shape[1]] = block
+                matrix[first : first + block.shape[1], : block.shape[0]] = block.T
 
 
 def _run_trees(
     fields,
     leaves,
+    leaf_stride,
     base,
     windows,
     out_at,
@@ -166,6 +167,7 @@ def _run_trees(
             outs = tuple(np.zeros(size, np.float64) for _ in range(3))
             agg.tree_windows_moments(
                 *source,
+                leaf_stride,
                 base,
                 windows,
                 out_at,
@@ -181,6 +183,7 @@ def _run_trees(
                 _OPS[field.kind],
                 dtype.type(neutrals[0]),
                 source[0],
+                leaf_stride,
                 base,
                 windows,
                 out_at,
@@ -205,6 +208,7 @@ def tree_over_segments(
     return _run_trees(
         fields,
         leaves,
+        1,
         base,
         windows,
         out_at,
@@ -223,14 +227,17 @@ def tuple_partials(
     contributes: np.ndarray,
     length: int,
 ) -> dict[str, tuple[np.ndarray, ...]]:
-    """The per-tuple partial state of every field (neutral where the tuple does not count)."""
+    """The per-tuple partial state of every field: neutral where the argument is NULL. Rows
+    that do not contribute get slot -1 and are never merged, so their partials are whatever
+    is cheapest (no masking pass when an argument has no NULLs)."""
     column_types = {c.name: c.type for c in lift.child.columns}
     evaluated: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     partials: dict[str, tuple[np.ndarray, ...]] = {}
+    rows = contributes.astype(np.int64)
     for field in fields:
         dtype, neutrals = neutral(field)
         if field.argument is None:
-            partials[field.name] = (contributes.astype(np.int64),)
+            partials[field.name] = (rows,)
             continue
         key = id(field.argument)
         if key not in evaluated:
@@ -238,18 +245,23 @@ def tuple_partials(
             floating = pa.types.is_floating(argument.type)
             evaluated[key] = to_values(argument, np.dtype(np.float64 if floating else np.int64))
         values, valid = evaluated[key]
-        counted = valid & contributes
+        all_valid = bool(valid.all())
         if field.kind is StateKind.COUNT:
-            partials[field.name] = (counted.astype(np.int64),)
+            partials[field.name] = (rows if all_valid else (valid & contributes).astype(np.int64),)
         elif field.kind is StateKind.MOMENTS:
             partials[field.name] = (
-                counted.astype(np.float64),
-                np.where(counted, values, 0.0).astype(np.float64),
+                rows.astype(np.float64) if all_valid else valid.astype(np.float64),
+                values.astype(np.float64, copy=False)
+                if all_valid
+                else np.where(valid, values, 0.0),
                 np.zeros(length, np.float64),
             )
+        elif all_valid:
+            partials[field.name] = (values.astype(dtype, copy=False),)
         else:
-            fill = neutrals[0]
-            partials[field.name] = (np.where(counted, values.astype(dtype), fill).astype(dtype),)
+            partials[field.name] = (
+                np.where(valid, values.astype(dtype), neutrals[0]).astype(dtype),
+            )
     return partials
 
 
@@ -302,13 +314,13 @@ class CpuKernels:
         return CpuPaneState(fields)
 
     def flat_index(self, slots: np.ndarray, panes: np.ndarray, state: CpuPaneState):
-        return np.where(slots >= 0, slots * state.pane_capacity + (panes - state.origin), -1)
+        return agg.flat_index(slots, panes, state.origin, state.key_capacity)
 
     def preaggregate(self, slots, panes, partials, fields):
         pairs = KeyTable((SqlType.BIGINT, SqlType.BIGINT))
-        rows = np.zeros((len(slots), 3), np.int64)
-        rows[:, 0] = slots
-        rows[:, 1] = panes
+        rows = np.zeros((3, len(slots)), np.int64)
+        rows[0] = slots
+        rows[1] = panes
         index = pairs.map_rows(rows, slots >= 0)
         count = pairs.n_slots
         first = first_rows(index, count)

@@ -29,26 +29,36 @@ def _mix(h: np.uint64, value: np.int64) -> np.uint64:
 
 
 @numba.njit(cache=True)
-def _hash_row(rows: np.ndarray, i: int) -> np.uint64:
+def _hash_key(rows: np.ndarray, i: int) -> np.uint64:
+    """Hash of key i of a column-major `[width, n]` batch matrix."""
     h = np.uint64(0x9E3779B97F4A7C15)
-    for c in range(rows.shape[1]):
-        h = _mix(h, rows[i, c])
+    for c in range(rows.shape[0]):
+        h = _mix(h, rows[c, i])
+    return h
+
+
+@numba.njit(cache=True)
+def _hash_slot(slot_rows: np.ndarray, slot: int) -> np.uint64:
+    """The same hash, of a stored key (row-major `[slots, width]`)."""
+    h = np.uint64(0x9E3779B97F4A7C15)
+    for c in range(slot_rows.shape[1]):
+        h = _mix(h, slot_rows[slot, c])
     return h
 
 
 @numba.njit(cache=True)
 def _map_rows(rows, include, start, table, slot_rows, n_slots, out):
-    """Map rows[start:] to slots, inserting new keys; stop early when slot_rows is full.
+    """Map keys rows[:, start:] to slots, inserting new keys; stop early when slot_rows is full.
 
-    Returns (next row to map, number of slots). `include[i] == False` rows get slot -1.
+    Returns (next key to map, number of slots). `include[i] == False` keys get slot -1.
     """
     mask = table.shape[0] - 1
-    width = rows.shape[1]
-    for i in range(start, rows.shape[0]):
+    width = rows.shape[0]
+    for i in range(start, rows.shape[1]):
         if not include[i]:
             out[i] = -1
             continue
-        pos = np.int64(_hash_row(rows, i) & np.uint64(mask))
+        pos = np.int64(_hash_key(rows, i) & np.uint64(mask))
         while True:
             slot = table[pos]
             if slot == _EMPTY:
@@ -56,27 +66,27 @@ def _map_rows(rows, include, start, table, slot_rows, n_slots, out):
                     return i, n_slots
                 table[pos] = n_slots
                 for c in range(width):
-                    slot_rows[n_slots, c] = rows[i, c]
+                    slot_rows[n_slots, c] = rows[c, i]
                 out[i] = n_slots
                 n_slots += 1
                 break
             same = True
             for c in range(width):
-                if slot_rows[slot, c] != rows[i, c]:
+                if slot_rows[slot, c] != rows[c, i]:
                     same = False
                     break
             if same:
                 out[i] = slot
                 break
             pos = (pos + 1) & mask
-    return rows.shape[0], n_slots
+    return rows.shape[1], n_slots
 
 
 @numba.njit(cache=True)
 def _rehash(slot_rows, n_slots, table):
     mask = table.shape[0] - 1
     for slot in range(n_slots):
-        pos = np.int64(_hash_row(slot_rows, slot) & np.uint64(mask))
+        pos = np.int64(_hash_slot(slot_rows, slot) & np.uint64(mask))
         while table[pos] != _EMPTY:
             pos = (pos + 1) & mask
         table[pos] = slot
@@ -133,9 +143,9 @@ def _null_mask(column: pa.Array) -> np.ndarray:
     return np.asarray(column.is_null())
 
 
-def encode_column(column: pa.Array, sql_type: SqlType) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 codes, is_null) of a non-string key column."""
-    is_null = _null_mask(column)
+def encode_column(column: pa.Array, sql_type: SqlType) -> tuple[np.ndarray, np.ndarray | None]:
+    """(int64 codes, is_null or None when no NULLs) of a non-string key column."""
+    is_null = _null_mask(column) if column.null_count else None
     if pa.types.is_timestamp(column.type):
         column = column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
     elif pa.types.is_boolean(column.type):
@@ -145,6 +155,8 @@ def encode_column(column: pa.Array, sql_type: SqlType) -> tuple[np.ndarray, np.n
         codes = filled.astype(np.float64).view(np.int64)
     else:
         codes = filled.astype(np.int64, copy=False)
+    if is_null is None:
+        return codes, None
     return np.where(is_null, 0, codes), is_null
 
 
@@ -170,32 +182,34 @@ class KeyTable:
         self.n_slots = 0
 
     def encode(self, columns: list[pa.Array], length: int) -> np.ndarray:
-        """The `[length, width]` int64 key matrix of a batch's key columns (none: one group)."""
-        n = length
-        rows = np.zeros((n, self.width), np.int64)
-        nulls = np.zeros(n, np.int64)
+        """The column-major `[width, length]` int64 key matrix of a batch (no columns: one
+        group). Column-major so each key column is one contiguous copy."""
+        rows = np.empty((self.width, length), np.int64)
+        nulls = rows[-1]
+        nulls[:] = 0
         for position, (column, sql_type) in enumerate(zip(columns, self.types, strict=True)):
             dictionary = self.dictionaries[position]
             if dictionary is not None:
                 codes, is_null = dictionary.encode(column)
             else:
                 codes, is_null = encode_column(column, sql_type)
-            rows[:, position] = codes
-            nulls |= is_null.astype(np.int64) << position
-        rows[:, -1] = nulls
+            rows[position] = codes
+            if is_null is not None:
+                nulls |= is_null.astype(np.int64) << position
         return rows
 
     def map_rows(self, rows: np.ndarray, include: np.ndarray | None = None) -> np.ndarray:
-        """Slots of key rows (-1 where include is False); new keys get new slots."""
+        """Slots of the keys of a `[width, n]` matrix (-1 where include is False); new keys
+        get new slots."""
         if include is None:
-            include = np.ones(len(rows), np.bool_)
-        out = np.empty(len(rows), np.int64)
+            include = np.ones(rows.shape[1], np.bool_)
+        out = np.empty(rows.shape[1], np.int64)
         start = 0
         while True:
             start, self.n_slots = _map_rows(
                 rows, include, start, self.table, self.slot_rows, self.n_slots, out
             )
-            if start >= len(rows):
+            if start >= rows.shape[1]:
                 return out
             self._grow()
 

@@ -38,7 +38,9 @@ class LiftedTuples:
 
     `event_time` holds 0 where `has_event_time` is False. `contributes` is has_event_time AND
     the WHERE predicate. `partials[field.name]` is the field's per-tuple partial state (a tuple
-    of arrays: one, or (n, mean, m2) for MOMENTS), neutral where the tuple does not contribute.
+    of arrays: one, or (n, mean, m2) for MOMENTS), neutral where the argument is NULL; the
+    first field counts rows (1 where the tuple contributes, else 0). Other fields of rows that
+    do not contribute are unspecified: the driver never merges those rows (slot -1).
     `keys` are the key columns (Arrow) in plan order.
     """
 
