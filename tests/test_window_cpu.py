@@ -509,3 +509,23 @@ def test_many_keys_and_small_windows_per_batch_use_several_tree_builds():
             batch(ts[300:], k=keys[300:], v=values[300:]),
         ],
     )
+
+
+def test_through_the_session_sql_front_end():
+    import mangonel as mg
+
+    session = mg.Session(backend="cpu")
+    session.execute(
+        "CREATE STREAM t (ts TIMESTAMP, k BIGINT, v DOUBLE) "
+        "WITH (event_time = 'ts', watermark = '5 microseconds')"
+    )
+    query = session.sql(
+        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) / COUNT(v) AS mean "
+        "FROM t [RANGE 10 MICROSECONDS SLIDE 5 MICROSECONDS] WHERE v > 0 GROUP BY k "
+        "HAVING COUNT(*) > 1"
+    )
+    table = query.run([batch([1, 2, 3, 12], k=[1, 1, 2, 1], v=[1.0, 3.0, 5.0, -1.0])])
+    assert as_rows(table.to_batches()) == [
+        {"k": 1, "window_start": -5, "window_end": 5, "n": 2, "mean": 2.0},
+        {"k": 1, "window_start": 0, "window_end": 10, "n": 2, "mean": 2.0},
+    ]
