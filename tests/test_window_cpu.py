@@ -355,6 +355,23 @@ def test_where_on_a_boolean_column_filters_but_still_moves_the_watermark():
     assert query.metrics.windows_fired == 1
 
 
+def test_windows_passed_before_any_tuple_contributed_stay_fired():
+    # Batch 1 moves W to 70 with filtered tuples only: windows 0..4 (end <= 70) have fired,
+    # empty. Batch 2's tuples at 37 and 40 may then only reach window 5 [35, 77).
+    columns = COLUMNS + [("ok", T.BOOLEAN)]
+    plan = make_plan(
+        columns,
+        keys=[],
+        size=42,
+        slide=7,
+        delay=59,
+        where=exp.column("ok"),
+        aggregates=[(F.COUNT_STAR, None)],
+    )
+    batches = [batch([129, 77], ok=[False, False]), batch([37, 40], ok=[True, True])]
+    check(plan, batches, [[], [], [r(35, 77, 2, key=False)]])
+
+
 def test_having_and_expressions_in_outputs():
     pytest.importorskip("mangonel.compiler.expressions")
     plan = make_plan(

@@ -521,10 +521,10 @@ class TimeWindowOperator(_OperatorBase):
     # -- window level ---------------------------------------------------------------------
 
     def _fire(self, final: bool) -> list[pa.RecordBatch]:
-        if not self.segments:
-            return []
         ps, pw = self.panes_per_slide, self.panes_per_window
         if final:
+            if not self.segments:
+                return []
             last_window = self.segments[-1].last // ps
         elif self.watermark is None:
             return []
