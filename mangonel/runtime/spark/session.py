@@ -211,7 +211,9 @@ def spark_stages_text(planned: SparkQueryPlan) -> str:
     stream = pipeline.scan.stream
     keys = ", ".join(quote(k.name) for k in window.keys)
     bucket = f"pmod(hash({keys}), {planned.buckets})" if keys else "0"
-    where = format_expression(pipeline.lift.predicate)
+    where = f"{stream.event_time} IS NOT NULL"
+    if pipeline.lift.predicate is not None:
+        where += f" AND ({format_expression(pipeline.lift.predicate)})"
     if planned.stage1 == "arrow":
         preaggregate = "arrow-hash-aggregate"
         pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
@@ -224,7 +226,7 @@ def spark_stages_text(planned: SparkQueryPlan) -> str:
         f"  Stage2 applyInPandasWithState: key={bucket} buckets={planned.buckets} "
         "state=window-operator-snapshot output_mode=append timeout=event-time "
         f"fires=window_end<=watermark backend={window.backend}",
-        f"    Exchange: hashpartitioning({bucket}) rows=(key, pane) partials",
+        f"    Exchange: hashpartitioning(bucket={bucket}) rows=(key, pane) partials",
         f"      Stage1 mapInArrow: preaggregate={preaggregate} group_by=[{keys}"
         f"{', ' if keys else ''}pane]",
         f"        Stage1 native Project/Filter: {native}",

@@ -1,13 +1,15 @@
 """Stage 1 inside Spark: stateless, parallel over every input partition.
 
 Filter and projection run natively in Spark (the plan's sqlglot expressions transpiled to
-Spark SQL): the WHERE predicate, the key columns, the event time as microseconds, the pane id
-`floor(ts / pane_length)` (exact integer arithmetic), and one column per aggregate argument.
-Spark Structured Streaming has no stateless grouped aggregation (every streaming `groupBy`
-is a stateful operator with its own state store and watermark delay), so the pane
+Spark SQL): the WHERE predicate (and `event_time IS NOT NULL`), the key columns, the pane id
+`floor(ts / pane_length)` (exact integer arithmetic) and one column per aggregate argument —
+only these cross into Python, since the JVM -> Arrow copy is stage 1's main cost. Spark
+Structured Streaming has no stateless grouped aggregation (every streaming `groupBy` is a
+stateful operator with its own state store and watermark delay), so the pane
 pre-aggregation itself — one partial per (key, pane) of the partition — runs in
-`mapInArrow`: Arrow's C++ hash aggregation on the CPU backend, the lift kernels on the GPU
-backend. Only these partials cross the shuffle to stage 2.
+`mapInArrow`: Arrow's C++ hash aggregation on the CPU backend, the backend's lift kernels
+on the GPU backend. Only these partials cross the shuffle to stage 2, keyed by
+`__mangonel_bucket` (Spark's hash of the keys, computed natively on the partials).
 
 Partial rows (`partial_schema`) are exactly what the window operator's `lift` writes and its
 `merge` reads: the key columns (declared types, original names), `__pane` (BIGINT), then the
@@ -37,7 +39,6 @@ from mangonel.runtime.operators.window import PANE_META, _partial_column_name
 from mangonel.runtime.spark.schema import ddl, quote
 
 PANE = PANE_META  # the window operator's partial format, shared with stage 2
-EVENT_TIME = "__mangonel_ts"
 BUCKET = "__mangonel_bucket"
 
 
@@ -74,8 +75,8 @@ def spark_name(name: str) -> str:
 
 
 def spark_partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]:
-    """What crosses the shuffle: the key bucket, then the partial columns."""
-    return [(BUCKET, SqlType.INT)] + [(spark_name(n), t) for n, t in partial_columns(window)]
+    """What leaves stage 1: the partial columns, with names Spark can resolve."""
+    return [(spark_name(n), t) for n, t in partial_columns(window)]
 
 
 def spark_partial_schema(window: ph.WindowAggregateExec) -> pa.Schema:
@@ -99,30 +100,33 @@ def distinct_arguments(window: ph.WindowAggregateExec) -> list[exp.Expression]:
 
 
 def bucket_column(window: ph.WindowAggregateExec, buckets: int) -> SparkColumn:
-    """The key bucket of stage 2: Spark's own hash of the key columns, mod `buckets`."""
-    if not window.keys:
-        return F.lit(0).cast("int")
-    hashed = F.hash(*[F.col(quote(k.name)) for k in window.keys])
-    return F.pmod(hashed, F.lit(buckets)).cast("int")
+    """The key bucket of a partial row: Spark's own hash of the key columns mod `buckets`;
+    carrier rows (row count 0) name their bucket in the pane column."""
+    rows = F.col(spark_name(window.fields[0].name))
+    if window.keys:
+        hashed = F.hash(*[F.col(quote(k.name)) for k in window.keys])
+        keyed = F.pmod(hashed, F.lit(buckets))
+    else:
+        keyed = F.lit(0)
+    return F.when(rows == 0, F.col(PANE)).otherwise(keyed).cast("int")
 
 
-def lift_select(
-    window: ph.WindowAggregateExec, buckets: int
-) -> tuple[str | None, list[SparkColumn]]:
-    """(WHERE text, projected columns) of the native part of stage 1."""
+def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]:
+    """(WHERE text, projected columns) of the native part of stage 1. Only what the
+    pre-aggregation reads crosses into Python (the JVM -> Arrow copy is stage 1's main cost):
+    keys, pane id, aggregate arguments. Rows without an event time are dropped here."""
     lift = window.child
     scan = lift.child
-    where = spark_sql(lift.predicate) if lift.predicate is not None else None
-    ts = F.expr(f"unix_micros({quote(scan.stream.event_time)})")
+    where = f"{quote(scan.stream.event_time)} IS NOT NULL"
+    if lift.predicate is not None:
+        where += f" AND ({spark_sql(lift.predicate)})"
     pane_length = window.pane_length
     # pmod keeps the pane id exact (floor division also for times before 1970).
     pane = F.expr(
         f"(unix_micros({quote(scan.stream.event_time)}) - "
         f"pmod(unix_micros({quote(scan.stream.event_time)}), {pane_length})) div {pane_length}"
     )
-    columns = [bucket_column(window, buckets).alias(BUCKET)]
-    columns += [F.col(quote(k.name)) for k in window.keys]
-    columns.append(ts.alias(EVENT_TIME))
+    columns = [F.col(quote(k.name)) for k in window.keys]
     columns.append(pane.alias(PANE))
     for position, argument in enumerate(distinct_arguments(window)):
         columns.append(F.expr(spark_sql(argument)).alias(argument_column(position)))
@@ -139,7 +143,6 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
         return argument_column(arguments.index(field.argument))
 
     def preaggregate(table: pa.Table) -> pa.RecordBatch:
-        table = table.filter(pc.is_valid(table[EVENT_TIME]))
         aggregations: list[tuple] = []
         for field in window.fields:
             if field.argument is None:
@@ -158,7 +161,7 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
                 aggregations.append((source, "count"))
                 aggregations.append((source, "mean"))
                 aggregations.append((source, "variance", pc.VarianceOptions(ddof=0)))
-        grouping_columns = [BUCKET] + keys + [PANE]
+        grouping_columns = keys + [PANE]
         grouped = table.group_by(grouping_columns, use_threads=False).aggregate(aggregations)
         # Output order differs between pyarrow versions (keys first in >= 22): locate the
         # aggregates as the columns that are not grouping keys, in request order.
@@ -199,12 +202,12 @@ def carrier_rows(window: ph.WindowAggregateExec, buckets: int) -> pa.RecordBatch
 
     Every partition sends them so that every bucket's stage 2 runs in every micro-batch that
     has data: a bucket's operator then always holds the previous micro-batch's watermark,
-    which is the one Spark's lateness rule uses (see stage2.py). Stage 2 drops them.
+    which is the one Spark's lateness rule uses (see stage2.py). Their pane column holds the
+    bucket they are for (`bucket_column`); stage 2 drops them.
     """
     schema = spark_partial_schema(window)
-    arrays = [pa.array(np.arange(buckets, dtype=np.int32))]
-    arrays += [pa.nulls(buckets, schema.field(k.name).type) for k in window.keys]
-    arrays.append(pa.array(np.zeros(buckets, np.int64)))
+    arrays = [pa.nulls(buckets, schema.field(k.name).type) for k in window.keys]
+    arrays.append(pa.array(np.arange(buckets, dtype=np.int64)))
     for field in window.fields:
         dtype, neutrals = neutral(field)
         for value in neutrals:
@@ -222,10 +225,9 @@ def stage1(
 ) -> DataFrame:
     """Partials of a streaming (or batch) DataFrame; `source` has the stream's columns and,
     for streaming, Spark's watermark on the event time already."""
-    where, columns = lift_select(window, buckets)
+    where, columns = lift_select(window)
     carriers = carrier_rows(window, buckets)
-    native = source.where(where) if where is not None else source
-    native = native.select(*columns)
+    native = source.where(where).select(*columns)
     function = preaggregate or arrow_preaggregate(window)
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -237,19 +239,19 @@ def stage1(
             if table.num_rows:
                 yield function(table)
 
-    return native.mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+    partials = native.mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+    return partials.withColumn(BUCKET, bucket_column(window, buckets))
 
 
 def kernel_stage1(pipeline: ph.WindowPipeline, source: DataFrame, buckets: int) -> DataFrame:
     """Stage 1 with the backend's own lift kernels (the GPU backend's path): the scan columns
-    and the key bucket go to `mapInArrow`, where the window operator's stateless `lift`
-    filters, projects and pre-aggregates each bucket's rows in one fused pass."""
+    go to `mapInArrow`, where the window operator's stateless `lift` filters, projects and
+    pre-aggregates each partition's rows in one fused pass."""
     from mangonel.runtime.local.query import kernels_for
     from mangonel.runtime.operators.window import make_operator
 
     window = pipeline.window
-    columns = [bucket_column(window, buckets).alias(BUCKET)]
-    columns += [F.col(quote(c.name)) for c in pipeline.scan.columns]
+    columns = [F.col(quote(c.name)) for c in pipeline.scan.columns]
     schema = partial_schema(window)
     spark_schema = spark_partial_schema(window)
     carriers = carrier_rows(window, buckets)
@@ -262,16 +264,11 @@ def kernel_stage1(pipeline: ph.WindowPipeline, source: DataFrame, buckets: int) 
         table = pa.Table.from_batches(collected)
         if not table.num_rows:
             return
-        operator = make_operator(pipeline, kernels_for(window.backend))
-        bucket_of_row = table[BUCKET]
-        for bucket in pc.unique(bucket_of_row).to_pylist():
-            rows = table.filter(pc.equal(bucket_of_row, bucket)).drop_columns([BUCKET])
-            partials = operator.lift(rows)
-            if not partials.num_rows:
-                continue
-            arrays = [pa.array(np.full(partials.num_rows, bucket, np.int32))]
-            arrays += [partials.column(f.name).cast(f.type) for f in schema]
-            yield pa.RecordBatch.from_arrays(arrays, schema=spark_schema)
+        partials = make_operator(pipeline, kernels_for(window.backend)).lift(table)
+        if partials.num_rows:
+            yield pa.RecordBatch.from_arrays(
+                [partials.column(f.name).cast(f.type) for f in schema], schema=spark_schema
+            )
 
-    spark_ddl = ddl(spark_partial_columns(window))
-    return source.select(*columns).mapInArrow(per_partition, spark_ddl)
+    partials = source.select(*columns).mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+    return partials.withColumn(BUCKET, bucket_column(window, buckets))

@@ -78,7 +78,7 @@ def _to_arrow(
     table = table.filter(pc.greater(table[spark_name(rows)], 0))
     if not table.num_rows:
         return None
-    columns = [table[name].combine_chunks() for name in spark_schema.names[1:]]
+    columns = [table[name].combine_chunks() for name in spark_schema.names]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
