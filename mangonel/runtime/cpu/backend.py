@@ -10,7 +10,7 @@ from mangonel.compiler.physical import LiftExec, StateField, StateKind
 from mangonel.runtime.cpu import aggregate as agg
 from mangonel.runtime.cpu.evaluation import evaluate_expression, to_mask, to_values
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
-from mangonel.runtime.operators.kernels import LiftedTuples, neutral
+from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, neutral
 
 _OPS = {
     StateKind.COUNT: agg.OP_ADD,
@@ -340,6 +340,55 @@ class CpuKernels:
     ):
         return tree_over_segments(
             fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch
+        )
+
+    def lift_merge(self, lift, window, batch, keys, target, watermark) -> FusedMerge:
+        """The fused pass on the CPU: lift, then merge the rows with a known key and a pane in
+        the target straight into it (one lookup, one numba scatter per field); rows with new
+        keys or other panes go back to the driver as the rest."""
+        lifted = self.lift_tuples(lift, batch)
+        contributes = lifted.contributes
+        if target is None or not lifted.rows or not isinstance(keys, KeyTable):
+            return FusedMerge(
+                lifted.rows,
+                0,
+                lifted.null_event_time,
+                lifted.max_event_time,
+                None,
+                None,
+                lifted,
+                contributes,
+            )
+        spec = window.window
+        panes = self.pane_ids(lifted, window.pane_length)
+        include = contributes
+        late_count = 0
+        if watermark is not None:
+            late = self.late_tuples(
+                panes, contributes, window.pane_length, spec.slide, spec.size, watermark
+            )
+            late_count = int(late.sum())
+            include = contributes & ~late
+        inside = include & (panes >= target.first_pane) & (panes < target.end_pane)
+        slots = keys.lookup_columns(lifted.keys, inside)
+        placed = (slots >= 0) & (slots < target.known_keys)
+        first_pane = last_pane = None
+        if placed.any():
+            slots = np.where(placed, slots, -1)
+            target.state.merge(self.flat_index(slots, panes, target.state), lifted.partials)
+            merged = panes[placed]
+            first_pane, last_pane = int(merged.min()), int(merged.max())
+        rest_include = include & ~placed
+        rest = lifted if rest_include.any() else None
+        return FusedMerge(
+            lifted.rows,
+            late_count,
+            lifted.null_event_time,
+            lifted.max_event_time,
+            first_pane,
+            last_pane,
+            rest,
+            rest_include if rest is not None else None,
         )
 
     def to_host(self, array) -> np.ndarray:

@@ -83,6 +83,32 @@ def _map_rows(rows, include, start, table, slot_rows, n_slots, out):
 
 
 @numba.njit(cache=True)
+def _lookup_rows(rows, include, table, slot_rows, out):
+    """Slots of known keys, -1 for keys the table does not hold and where include is False
+    (the fused pass: it never inserts, so new keys keep their first-seen numbering)."""
+    mask = table.shape[0] - 1
+    width = rows.shape[0]
+    for i in range(rows.shape[1]):
+        out[i] = -1
+        if not include[i]:
+            continue
+        pos = np.int64(_hash_key(rows, i) & np.uint64(mask))
+        while True:
+            slot = table[pos]
+            if slot == _EMPTY:
+                break
+            same = True
+            for c in range(width):
+                if slot_rows[slot, c] != rows[c, i]:
+                    same = False
+                    break
+            if same:
+                out[i] = slot
+                break
+            pos = (pos + 1) & mask
+
+
+@numba.njit(cache=True)
 def _rehash(slot_rows, n_slots, table):
     mask = table.shape[0] - 1
     for slot in range(n_slots):
@@ -215,6 +241,13 @@ class KeyTable:
 
     def map_columns(self, columns: list[pa.Array], include: np.ndarray) -> np.ndarray:
         return self.map_rows(self.encode(columns, len(include)), include)
+
+    def lookup_columns(self, columns: list[pa.Array], include: np.ndarray) -> np.ndarray:
+        """Slots of known keys, -1 for new keys and where include is False; inserts nothing
+        (string values new to a dictionary do get ids: ids are not slots)."""
+        out = np.empty(len(include), np.int64)
+        _lookup_rows(self.encode(columns, len(include)), include, self.table, self.slot_rows, out)
+        return out
 
     def _grow(self) -> None:
         slot_rows = np.zeros((2 * len(self.slot_rows), self.width), np.int64)

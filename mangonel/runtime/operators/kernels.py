@@ -12,7 +12,11 @@ path: it hands them back to the kernels. A backend supplies:
   tree over runs of consecutive windows and returns finalizable field values;
 - `preaggregate`: stage 1 of the split (Spark) form: per-tuple partials -> one partial per
   (key, pane) of a batch;
-- `to_host` / `from_host`: move an array to / from numpy (results, snapshots).
+- `to_host` / `from_host`: move an array to / from numpy (results, snapshots);
+- `lift_merge`: the fused standalone entry (`process`): lift + key slots + pane + lateness +
+  merge of one batch in one pass where the backend can (GPU: one generated kernel), with the
+  rows it could not place (new keys, panes outside the target segment) handed back for the
+  split path above. A backend without a fused pass returns every row as the rest.
 
 Arrays crossing this interface are the backend's own (numpy on CPU, CuPy on GPU); anything
 host-sized (one value per key or per window run) is numpy.
@@ -27,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
-from mangonel.compiler.physical import LiftExec, StateField
+from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
 
 Array = Any  # a backend array (numpy.ndarray on CPU, cupy.ndarray on GPU)
 
@@ -52,6 +56,39 @@ class LiftedTuples:
     partials: dict[str, tuple[Array, ...]]
     max_event_time: int | None  # over every row with an event time (WHERE does not matter)
     null_event_time: int
+
+
+@dataclass
+class PaneTarget:
+    """Where a fused pass may merge: cells of `state` for panes in [first_pane, end_pane)
+    (inside the state's columns, no other segment within a window) and key slots below
+    `known_keys` (slots that already have their first-seen number)."""
+
+    state: PaneState
+    first_pane: int
+    end_pane: int
+    known_keys: int
+
+
+@dataclass
+class FusedMerge:
+    """What `lift_merge` did with one batch.
+
+    `late` counts contributing tuples it found late (not merged); `first_pane`/`last_pane` span
+    the panes it merged into the target (None when it merged nothing). `rest` holds the lifted
+    batch when some contributing, non-late rows were not placed: `rest_include` marks them, and
+    the driver merges them through its split path (which decides their lateness again: they
+    are not late, so nothing is counted twice). `rest` is None when every row was decided.
+    """
+
+    rows: int
+    late: int
+    null_event_time: int
+    max_event_time: int | None
+    first_pane: int | None
+    last_pane: int | None
+    rest: LiftedTuples | None
+    rest_include: Array | None
 
 
 class KeyMap(Protocol):
@@ -152,6 +189,18 @@ class WindowKernels(Protocol):
     ) -> dict[str, tuple[Array, ...]]:
         """Tree windows over contiguous leaves: task t has windows[t] consecutive windows, the
         first starting at leaf base[t]; results task after task (count windows)."""
+
+    def lift_merge(
+        self,
+        lift: LiftExec,
+        window: WindowAggregateExec,
+        batch: pa.RecordBatch,
+        keys: KeyMap,
+        target: PaneTarget | None,
+        watermark: int | None,
+    ) -> FusedMerge:
+        """Fused lift + merge of one batch into `target` against `watermark` (None: -inf);
+        see `FusedMerge` for the rows it leaves to the split path."""
 
     def to_host(self, array: Array) -> np.ndarray: ...
 

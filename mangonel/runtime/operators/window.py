@@ -23,7 +23,9 @@ Split form (Spark): `lift(batch)` is stateless and returns a `pa.RecordBatch` of
 batch's max event time and NULL-event-time count in the schema metadata); `merge(partials)`
 decides lateness per pane and combines them; `advance_watermark(W)` fires. `process(batch)`
 is the fused standalone form of lift + merge + watermark update + fire (it skips the
-intermediate partial rows: tuples combine straight into the state).
+intermediate partial rows: tuples combine straight into the state): it calls the kernels'
+`lift_merge` with the newest segment as target, and merges the rows the backend could not place
+there (new keys, panes elsewhere; on the CPU every row) through the split path.
 
 Count windows (`CountWindowOperator`, ROWS n SLIDE m): a window needs its key's tuples in
 event-time order, which is final only once the watermark passes them, so the operator keeps
@@ -61,7 +63,7 @@ from mangonel.compiler.logical import AggregateFunction, WindowKind
 from mangonel.compiler.physical import AggregatePlan, StateKind, WindowPipeline
 from mangonel.errors import DataError
 from mangonel.runtime.cpu.evaluation import evaluate_expression, to_mask
-from mangonel.runtime.operators.kernels import WindowKernels
+from mangonel.runtime.operators.kernels import PaneTarget, WindowKernels
 
 SNAPSHOT_FORMAT = "mangonel.window-state"
 SNAPSHOT_VERSION = 1
@@ -401,12 +403,39 @@ class TimeWindowOperator(_OperatorBase):
     # -- pane level -----------------------------------------------------------------------
 
     def _process(self, batch: pa.RecordBatch) -> None:
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, batch)
-        self.tuples_in += lifted.rows
-        self.null_event_time += lifted.null_event_time
-        panes = self.kernels.pane_ids(lifted, self.pane_length)
-        self._merge(lifted.keys, panes, lifted.contributes, lifted.partials)
-        self._observe(lifted.max_event_time)
+        """The fused entry: the backend merges what it can place in one pass (known keys,
+        panes inside the newest segment); the rest (new keys, other panes) takes the split
+        path, so segments and first-seen key order stay the driver's decisions."""
+        target, segment = self._fused_target()
+        fused = self.kernels.lift_merge(
+            self.pipeline.lift, self.window, batch, self.keys, target, self.watermark
+        )
+        self.tuples_in += fused.rows
+        self.null_event_time += fused.null_event_time
+        self.late += fused.late
+        if fused.first_pane is not None and segment is not None:
+            segment.first = min(segment.first, fused.first_pane)
+            segment.last = max(segment.last, fused.last_pane)
+            self._reserve(segment)  # its windows must stay readable: last + pw columns
+        if fused.rest is not None:
+            panes = self.kernels.pane_ids(fused.rest, self.pane_length)
+            self._merge(fused.rest.keys, panes, fused.rest_include, fused.rest.partials)
+        self._observe(fused.max_event_time)
+
+    def _fused_target(self) -> tuple[PaneTarget | None, _Segment | None]:
+        """The newest segment's columns, less those within a window of the segment before it
+        (a pane there belongs to that segment or bridges the two: the split path decides)."""
+        if not self.segments:
+            return None, None
+        segment = self.segments[-1]
+        state = segment.state
+        first, end = state.origin, state.origin + state.pane_capacity
+        if len(self.segments) > 1:
+            first = max(first, self.segments[-2].last + self.panes_per_window)
+        if end <= first:
+            return None, None
+        known = min(self.keys.n_slots, state.key_capacity)
+        return PaneTarget(state, first, end, known), segment
 
     def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1 (stateless): one row of partial state per (key, pane) of the batch."""
