@@ -85,15 +85,26 @@ class SparkMangonelSession:
 
     backend: "cpu" | "gpu" | "auto" (as mangonel.Session). buckets: how many key buckets the
     stateful stage has (default: twice spark.sql.shuffle.partitions); each bucket is one
-    state-store entry and one Python call per micro-batch.
+    state-store entry and one Python call per micro-batch. stage1: how partitions are
+    pre-aggregated — "arrow" (Arrow's hash aggregation after a native projection; the CPU
+    default), "kernels" (the backend's fused lift kernels; the GPU default), or None.
     """
 
-    def __init__(self, spark: SparkSession, backend: str = "auto", buckets: int | None = None):
+    def __init__(
+        self,
+        spark: SparkSession,
+        backend: str = "auto",
+        buckets: int | None = None,
+        stage1: str | None = None,
+    ) -> None:
         from mangonel.session import Session
 
+        if stage1 not in (None, "arrow", "kernels"):
+            raise PlanError(f"stage1 must be 'arrow' or 'kernels', not {stage1!r}")
         self.spark = spark
         self.session = Session(backend=backend)
         self.buckets = buckets
+        self.stage1 = stage1
         self._frames: dict[str, DataFrame] = {}
         self._last: SparkQueryPlan | None = None
 
@@ -164,7 +175,7 @@ class SparkMangonelSession:
                 )
         partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions", "2"))
         buckets = self.buckets or 2 * partitions
-        stage1 = "kernels" if pipeline.window.backend == "gpu" else "arrow"
+        stage1 = self.stage1 or ("kernels" if pipeline.window.backend == "gpu" else "arrow")
         return SparkQueryPlan(query.text, query.plan, buckets, stage1)
 
     def _build(self, query: Any) -> DataFrame:
