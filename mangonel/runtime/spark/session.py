@@ -15,6 +15,7 @@ stateful window operator per bucket with its snapshot in Spark's state store.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -23,14 +24,16 @@ from pyspark.sql import DataFrame, SparkSession
 
 from mangonel.catalog.catalog import Table
 from mangonel.compiler import physical as ph
-from mangonel.compiler.explain import format_duration, format_expression
+from mangonel.compiler.explain import explain_text, format_duration, format_expression
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import CatalogError, PlanError
 from mangonel.runtime.spark import stage1 as stage1_module
 from mangonel.runtime.spark import stage2 as stage2_module
 from mangonel.runtime.spark.java import check_java
-from mangonel.runtime.spark.schema import arrow_schema, quote, schema_from_spark
+from mangonel.runtime.spark.schema import quote, schema_from_spark
 from mangonel.runtime.spark.sources import create_source
+
+_EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN(\s+CODEGEN)?\s+", re.IGNORECASE)
 
 
 def local_spark(
@@ -160,10 +163,10 @@ class SparkMangonelSession:
         """A window query as a streaming DataFrame with the query's output schema (append
         mode); `EXPLAIN <query>` returns the text of `explain`."""
         result = self.session.sql(query)
-        if isinstance(result, str):
-            planned = self.session.sql(query.strip()[len("EXPLAIN"):].strip().removeprefix(
-                "CODEGEN").strip())
-            return self._explain(self._spark_plan(planned)) + "\n" + result
+        if isinstance(result, str):  # EXPLAIN [CODEGEN] <query>: mangonel's text, then Spark's
+            inner = self.session.sql(_EXPLAIN_PREFIX.sub("", query, count=1))
+            codegen = result[len(explain_text(inner.plan)):]
+            return self._explain(self._spark_plan(inner)) + codegen
         return self._build(result)
 
     def _spark_plan(self, query: Any) -> SparkQueryPlan:
@@ -210,8 +213,6 @@ class SparkMangonelSession:
         return self._explain(planned)
 
     def _explain(self, planned: SparkQueryPlan) -> str:
-        from mangonel.compiler.explain import explain_text
-
         return explain_text(planned.plan) + "\n" + spark_stages_text(planned)
 
 
@@ -249,4 +250,4 @@ def spark_stages_text(planned: SparkQueryPlan) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["SparkMangonelSession", "arrow_schema", "local_spark"]
+__all__ = ["SparkMangonelSession", "local_spark"]
