@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mangonel.catalog.types import SqlType
+from mangonel.runtime.cpu.evaluation import array_with_nulls
 
 _EMPTY = -1
 
@@ -190,9 +191,9 @@ def decode_column(codes: np.ndarray, is_null: np.ndarray, sql_type: SqlType) -> 
     """The Arrow column of `sql_type` whose key codes are `codes`."""
     arrow_type = sql_type.info.arrow
     if sql_type.is_floating:
-        values = pa.array(codes.view(np.float64), mask=is_null)
+        values = array_with_nulls(codes.view(np.float64), is_null)
     else:
-        values = pa.array(codes, pa.int64(), mask=is_null)
+        values = array_with_nulls(codes.astype(np.int64, copy=False), is_null)
     return values.cast(arrow_type)
 
 

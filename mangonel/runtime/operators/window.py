@@ -62,7 +62,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler.logical import AggregateFunction, WindowKind
 from mangonel.compiler.physical import AggregatePlan, StateKind, WindowPipeline
 from mangonel.errors import DataError
-from mangonel.runtime.cpu.evaluation import evaluate_expression, to_mask
+from mangonel.runtime.cpu.evaluation import array_with_nulls, evaluate_expression, to_mask
 from mangonel.runtime.operators.kernels import PaneTarget, WindowKernels
 
 SNAPSHOT_FORMAT = "mangonel.window-state"
@@ -103,15 +103,15 @@ def finalize(
         if function in (AggregateFunction.SUM, AggregateFunction.MIN, AggregateFunction.MAX):
             data = value[0]
             if plan.result_type is SqlType.TIMESTAMP:
-                array = pa.array(np.where(empty, 0, data), pa.int64(), mask=empty)
+                array = array_with_nulls(np.where(empty, 0, data).astype(np.int64), empty)
             else:
-                array = pa.array(np.where(empty, 0, data), mask=empty)
+                array = array_with_nulls(np.where(empty, 0, data), empty)
             results.append(array.cast(arrow_type))
             continue
         if function is AggregateFunction.AVG:
             with np.errstate(divide="ignore", invalid="ignore"):
                 data = value[0] / np.where(empty, 1, count)
-            results.append(pa.array(data.astype(np.float64), mask=empty).cast(arrow_type))
+            results.append(array_with_nulls(data.astype(np.float64), empty).cast(arrow_type))
             continue
         n, m2 = value[0], value[2]
         sample = function in (AggregateFunction.VAR_SAMP, AggregateFunction.STDDEV_SAMP)
@@ -121,7 +121,7 @@ def finalize(
         data = np.maximum(data, 0.0)  # rounding must not make a variance negative
         if function in (AggregateFunction.STDDEV_POP, AggregateFunction.STDDEV_SAMP):
             data = np.sqrt(data)
-        results.append(pa.array(data, mask=null).cast(arrow_type))
+        results.append(array_with_nulls(data, null).cast(arrow_type))
     return results
 
 
