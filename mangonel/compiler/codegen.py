@@ -36,8 +36,9 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.physical import LiftExec, StateField, StateKind, WindowAggregateExec
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "kernels_templates"
-TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "lift.cu.j2", "merge.cu.j2", "fused.cu.j2",
-             "windows.cu.j2", "keys.cu.j2")
+# keys before fused: the fused kernel probes the key hash table (mg_find_slot)
+TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "lift.cu.j2", "merge.cu.j2", "keys.cu.j2",
+             "fused.cu.j2", "windows.cu.j2")
 STATE_TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "merge.cu.j2", "windows.cu.j2")
 KEY_TEMPLATES = ("prelude.cu.j2", "keys.cu.j2")
 KERNEL_ROLES = ("lift", "merge", "fused", "tree_level", "window_compute", "map_keys",
@@ -253,6 +254,9 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
     else:
         pane_length, slide, size = window.pane_length, window.window.slide, window.window.size
     key_words = len(lift.keys) + 1
+    column_index = {c.name: i for i, c in enumerate(scan.columns)}
+    key_columns = [{"value": f"v{column_index[k.name]}", "valid": f"m{column_index[k.name]}"}
+                   for k in lift.keys]
     context: dict[str, Any] = {
         "parts": part_code,
         "fields": field_code,
@@ -265,6 +269,7 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
         "slide": int(slide),
         "size": int(size),
         "words": key_words,
+        "key_columns": key_columns,
     }
     source, digest, names = _finish(context, TEMPLATES, KERNEL_ROLES)
     return GeneratedKernels(source, digest, names, columns, parts, literals, key_words)

@@ -19,18 +19,34 @@ import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import codegen
-from mangonel.compiler.physical import LiftExec, StateField, StateKind
+from mangonel.compiler import physical as ph
+from mangonel.compiler.physical import LiftExec, StateField, StateKind, WindowAggregateExec
 from mangonel.runtime.cpu import backend as cpu
-from mangonel.runtime.cpu.evaluation import to_values
+from mangonel.runtime.cpu.evaluation import array_with_nulls, to_values
 from mangonel.runtime.cpu.keys import StringDictionary
 from mangonel.runtime.gpu import device
-from mangonel.runtime.operators.kernels import LiftedTuples, neutral
+from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, PaneTarget, neutral
 
 _THREADS = 256
+_STATUS_WORDS = 6
+_CHUNK_ROWS = 1 << 18  # rows per fused launch: 6 MiB of (ts, key, value) per copy chunk
+_INT64_MIN = int(np.iinfo(np.int64).min)
+_U64 = (1 << 64) - 1
 
 
 def _grid(n: int) -> int:
     return max(1, min((n + _THREADS - 1) // _THREADS, 65_535))
+
+
+def _fused_grid(n: int) -> int:
+    # four rows per thread: the status totals cost one set of atomics per block
+    return max(1, min((n + 4 * _THREADS - 1) // (4 * _THREADS), 65_535))
+
+
+def _unbias(value: int) -> int:
+    """The signed value the fused kernel stored as x ^ 2^63 (unsigned order = signed order)."""
+    value ^= 1 << 63
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 class GpuPaneState:
@@ -198,11 +214,18 @@ class GpuKeyMap:
     Each key is `len(types) + 1` int64 words: the values (STRING: host-dictionary ids, NULL:
     0) and a NULL mask. The host keeps the words of every slot to decode results."""
 
-    def __init__(self, types: tuple[SqlType, ...]) -> None:
+    def __init__(self, types: tuple[SqlType, ...],
+                 strings: StringDictionary | None = None) -> None:
         cp = device.cupy()
         self.types = types
         self.words = len(types) + 1
-        self.dictionaries = [StringDictionary() if t is SqlType.STRING else None for t in types]
+        # STRING keys use the stager's dictionary when given: the ids the fused kernel reads
+        # from the staged column are then the ids this table holds
+        strings = strings if strings is not None else StringDictionary()
+        self.dictionaries = [strings if t is SqlType.STRING else None for t in types]
+        # the fused kernel builds key words from the staged columns: every type but floats
+        # (whose host encoding here is a cast) gives the same word on the device
+        self.device_keys = all(not t.is_floating for t in types)
         self.n_slots = 0
         self.capacity = 1024
         self.table_words = cp.zeros(self.capacity * self.words, cp.int64)
@@ -330,7 +353,7 @@ class GpuKeyMap:
                 columns.append(self.dictionaries[index].decode(values.astype(np.int32), is_null))
             else:
                 arrow = sql_type.info.arrow
-                array = pa.array(values.astype(sql_type.info.numpy), mask=is_null)
+                array = array_with_nulls(values.astype(sql_type.info.numpy), is_null)
                 columns.append(array.cast(arrow) if array.type != arrow else array)
         return columns
 
@@ -348,11 +371,11 @@ class GpuKeyMap:
         return table
 
     @classmethod
-    def from_arrays(cls, types, arrays, prefix) -> GpuKeyMap:
+    def from_arrays(cls, types, arrays, prefix, strings=None) -> GpuKeyMap:
         from mangonel.runtime.cpu.keys import KeyTable
 
         table = KeyTable.from_arrays(types, arrays, prefix)
-        key_map = cls(types)
+        key_map = cls(types, strings)
         if table.n_slots:
             key_map.map_columns(table.decode(np.arange(table.n_slots)),
                                 device.cupy().ones(table.n_slots, np.bool_))
@@ -368,17 +391,25 @@ class GpuKernels:
         self._generated: dict[int, tuple] = {}
         self._fields_module: dict[tuple, tuple] = {}
         self.stager = device.Stager()
+        cp = device.cupy()
+        # the fused pass's status words and their pinned host mirror: one copy, one sync
+        self._status = cp.zeros(_STATUS_WORDS, cp.uint64)
+        self._status_host = cp.cuda.alloc_pinned_memory(8 * _STATUS_WORDS)
+        self._status_view = np.frombuffer(self._status_host, np.uint64, _STATUS_WORDS)
 
     # -- compile --------------------------------------------------------------------------
 
-    def module_for(self, lift: LiftExec):
+    def module_for(self, lift: LiftExec, window: WindowAggregateExec | None = None):
+        """The module of one query; `window` bakes pane/slide/size into the fused kernel (any
+        module of the same lift serves the other kernels, so one without it is reused)."""
         found = self._generated.get(id(lift))
-        if found is None or found[0] is not lift:
-            generated = codegen.render_kernels(lift)
-            found = (lift, generated, codegen.load_module(generated))
+        if (found is None or found[0] is not lift
+                or (window is not None and found[1] is not window)):
+            generated = codegen.render_kernels(lift, window)
+            found = (lift, window, generated, codegen.load_module(generated))
             self._generated[id(lift)] = found
-            self._fields_module[lift.fields] = (generated, found[2])
-        return found[1], found[2]
+            self._fields_module[lift.fields] = (generated, found[3])
+        return found[2], found[3]
 
     def _module_for_fields(self, fields: tuple[StateField, ...]):
         found = self._fields_module.get(fields)
@@ -428,10 +459,69 @@ class GpuKernels:
         return include & (last_window_end <= watermark)
 
     def new_key_map(self, types: tuple[SqlType, ...]) -> GpuKeyMap:
-        return GpuKeyMap(types)
+        return GpuKeyMap(types, self.stager.strings)
 
     def key_map_from_arrays(self, types, arrays, prefix) -> GpuKeyMap:
-        return GpuKeyMap.from_arrays(types, arrays, prefix)
+        return GpuKeyMap.from_arrays(types, arrays, prefix, self.stager.strings)
+
+    def lift_merge(self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch,
+                   keys, target: PaneTarget | None, watermark: int | None) -> FusedMerge:
+        """One batch in one launch per 2^18 rows: staged columns -> fused lift + key probe +
+        pane + lateness + block-combined merge into the target segment (the copy of chunk
+        c + 1 overlaps the launch of chunk c); one pinned read of the status (late, NULL
+        times, max event time, merged pane range, rows left) and one sync.
+
+        Rows it leaves (a key the table does not hold yet, a pane outside the target; in a
+        steady stream only the first batch and new keys) are lifted again by `lift_tuples`
+        and returned as the rest for the driver's split path."""
+        rows = batch.num_rows
+        usable = (target is not None and isinstance(keys, GpuKeyMap) and keys.device_keys
+                  and window.window.kind is not ph.WindowKind.COUNT and rows > 0)
+        if not usable:
+            lifted = self.lift_tuples(lift, batch)
+            return FusedMerge(lifted.rows, 0, lifted.null_event_time, lifted.max_event_time,
+                              None, None, lifted, lifted.contributes)
+        cp = device.cupy()
+        generated, module = self.module_for(lift, window)
+        columns = cpu.batch_columns(batch)
+        chunks = -(-rows // _CHUNK_ROWS)
+        bounds = [(rows * c // chunks, rows * (c + 1) // chunks) for c in range(chunks)]
+        inputs, copied = self.stager.stage_chunks(
+            [cpu._column(columns, c.name) for c in generated.columns], generated.columns, bounds)
+        stream = cp.cuda.get_current_stream()
+        status = self._status
+        cp.cuda.runtime.memsetAsync(status.data.ptr, 0, 8 * _STATUS_WORDS, stream.ptr)
+        decided = cp.empty(rows, cp.uint8)
+        state = target.state
+        fused = module.get_function(generated.names["fused"])
+        literal_ids = self.stager.literal_ids(generated.string_literals)
+        # one launch per chunk, each after its chunk's copy: chunk c merges while chunk c + 1
+        # crosses PCIe
+        for (first, end), event in zip(bounds, copied, strict=True):
+            stream.wait_event(event)
+            chunk = inputs if chunks == 1 else [
+                None if array is None else array[first:end] for array in inputs]
+            fused((_fused_grid(end - first),), (_THREADS,),
+                  (*chunk, keys.table_words, keys.table_slots, np.int64(keys.capacity),
+                   np.int32(target.known_keys), *state.struct_args(), literal_ids,
+                   np.int64(end - first), np.int64(state.pane_capacity),
+                   np.int64(state.origin), np.int64(target.first_pane),
+                   np.int64(target.end_pane),
+                   np.int64(_INT64_MIN if watermark is None else watermark),
+                   decided[first:end], status))
+        status.data.copy_to_host_async(self._status_host.ptr, 8 * _STATUS_WORDS, stream)
+        stream.synchronize()
+        late, nulls, max_ts, low, high, undecided = (int(v) for v in self._status_view)
+        max_event_time = _unbias(max_ts) if nulls < rows else None
+        first_pane = _unbias(~low & _U64) if high else None
+        last_pane = _unbias(high) if high else None
+        if not undecided:
+            return FusedMerge(rows, late, nulls, max_event_time, first_pane, last_pane, None,
+                              None)
+        lifted = self.lift_tuples(lift, batch)
+        rest_include = lifted.contributes & (decided == 0)
+        return FusedMerge(rows, late, nulls, max_event_time, first_pane, last_pane, lifted,
+                          rest_include)
 
     def new_pane_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
         return GpuPaneState(fields, lambda: self._module_for_fields(fields))
