@@ -199,3 +199,13 @@ def test_count_windows_are_refused_with_a_reason(spark, tmp_path):
     with pytest.raises(PlanError, match="no query yet"):
         session.explain()
     assert "Stage1 mapInArrow" in session.sql("explain codegen " + QUERY)
+
+
+def test_kafka_source_without_the_connector_says_what_to_add(spark):
+    session = mg.attach(spark)
+    with pytest.raises(CatalogError, match="spark-sql-kafka"):
+        session.execute(
+            f"CREATE STREAM events ({DDL}) WITH (event_time = 'ts', source = 'kafka', "
+            "bootstrap_servers = 'localhost:9092', topic = 'events')"
+        )
+    assert session.catalog.stream("events") is None  # not half-declared: the DDL can be retried

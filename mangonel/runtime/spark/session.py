@@ -150,9 +150,14 @@ class SparkMangonelSession:
 
         if isinstance(result, Query):
             return self._build(result)
-        for stream in self.catalog.streams.values():
+        for stream in list(self.catalog.streams.values()):
             if stream.option("source") and stream.name.lower() not in self._frames:
-                self._frames[stream.name.lower()] = create_source(self.spark, stream)
+                try:
+                    self._frames[stream.name.lower()] = create_source(self.spark, stream)
+                except Exception:
+                    # a stream Spark cannot read is not declared (the DDL can be retried)
+                    self.catalog.drop("STREAM", stream.name)
+                    raise
         for name in list(self._frames):
             if self.catalog.stream(name) is None and self.catalog.table(name) is None:
                 del self._frames[name]  # dropped
