@@ -209,3 +209,10 @@ def test_kafka_source_without_the_connector_says_what_to_add(spark):
             "bootstrap_servers = 'localhost:9092', topic = 'events')"
         )
     assert session.catalog.stream("events") is None  # not half-declared: the DDL can be retried
+
+
+def test_register_refuses_a_dataframe_that_already_has_a_watermark(spark, tmp_path):
+    write_micro_batches(tmp_path / "in", tables(1))
+    frame = file_stream(spark, tmp_path / "in", DDL).withWatermark("ts", "1 second")
+    with pytest.raises(CatalogError, match="already has a watermark"):
+        mg.attach(spark).register("s", frame, event_time="ts")

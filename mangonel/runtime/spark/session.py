@@ -130,6 +130,16 @@ class SparkMangonelSession:
         """Make a streaming DataFrame queryable as stream `name` (its event-time column and
         out-of-orderness bound: a duration string or microseconds)."""
         schema = schema_from_spark(name, streaming_df.schema)
+        watermarked = [
+            f.name for f in streaming_df.schema.fields if "spark.watermarkDelayMs" in f.metadata
+        ]
+        if watermarked:
+            raise CatalogError(
+                f"the DataFrame registered as {name!r} already has a watermark (on "
+                f"{watermarked[0]!r}); mangonel sets Spark's watermark itself",
+                hint=f"register the DataFrame without withWatermark and pass "
+                f"register({name!r}, df, event_time=..., watermark='<delay>')",
+            )
         self.session.create_stream(
             name, schema.to_arrow(), event_time=event_time, watermark=watermark, replace=replace
         )
