@@ -30,8 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=25.0, help="how long the query runs")
     parser.add_argument("--keys", type=int, default=20, help="distinct symbols")
-    parser.add_argument("--rate", type=int, default=200_000,
-                        help="tuples per micro-batch (one second of event time each)")
+    parser.add_argument(
+        "--rate",
+        type=int,
+        default=200_000,
+        help="tuples per micro-batch (one second of event time each)",
+    )
     parser.add_argument("--backend", default="auto", choices=("auto", "cpu", "gpu"))
     args = parser.parse_args(argv)
 

@@ -37,9 +37,7 @@ def write_micro_batches(folder: Path, batches: Sequence[pa.Table | pa.RecordBatc
 
 
 def file_stream(spark: SparkSession, folder: Path, schema_ddl: str) -> DataFrame:
-    return (
-        spark.readStream.schema(schema_ddl).option("maxFilesPerTrigger", 1).parquet(str(folder))
-    )
+    return spark.readStream.schema(schema_ddl).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
 
 def run_to_memory(df: DataFrame, checkpoint: Path) -> pd.DataFrame:
@@ -78,8 +76,7 @@ def native_window_query(
         watermarked = watermarked.where(where)
     window = F.window(event_time, size, slide)
     calls = [
-        NATIVE_AGGREGATES[function](column).alias(alias)
-        for function, column, alias in aggregates
+        NATIVE_AGGREGATES[function](column).alias(alias) for function, column, alias in aggregates
     ]
     grouped = watermarked.groupBy(window, *keys).agg(*calls)
     return grouped.select(

@@ -56,8 +56,13 @@ def micro_batches(
         )
     )
     config = GeneratorConfig(
-        tuples=files * rows, rate=8000, keys=keys, delay_us=delay_us, batch_size=rows,
-        seed=seed, null_fraction=0.1,
+        tuples=files * rows,
+        rate=8000,
+        keys=keys,
+        delay_us=delay_us,
+        batch_size=rows,
+        seed=seed,
+        null_fraction=0.1,
     )
     tables = []
     rng = np.random.default_rng(seed)
@@ -74,16 +79,34 @@ def micro_batches(
 CASES = {
     # name: (key type, value type, delay us, RANGE, SLIDE, watermark, native size/slide, nulls)
     "sliding-out-of-order-string-keys": (
-        SqlType.STRING, SqlType.DOUBLE, 300_000, "1 SECOND", "100 MILLISECONDS",
-        "200 milliseconds", ("1 second", "100 milliseconds"), False,
+        SqlType.STRING,
+        SqlType.DOUBLE,
+        300_000,
+        "1 SECOND",
+        "100 MILLISECONDS",
+        "200 milliseconds",
+        ("1 second", "100 milliseconds"),
+        False,
     ),
     "tumbling-in-order-int-keys-with-nulls": (
-        SqlType.BIGINT, SqlType.BIGINT, 0, "500 MILLISECONDS", "500 MILLISECONDS",
-        "0 milliseconds", ("500 milliseconds", "500 milliseconds"), True,
+        SqlType.BIGINT,
+        SqlType.BIGINT,
+        0,
+        "500 MILLISECONDS",
+        "500 MILLISECONDS",
+        "0 milliseconds",
+        ("500 milliseconds", "500 milliseconds"),
+        True,
     ),
     "sliding-uneven-panes-out-of-order": (
-        SqlType.INT, SqlType.DOUBLE, 600_000, "700 MILLISECONDS", "200 MILLISECONDS",
-        "300 milliseconds", ("700 milliseconds", "200 milliseconds"), True,
+        SqlType.INT,
+        SqlType.DOUBLE,
+        600_000,
+        "700 MILLISECONDS",
+        "200 MILLISECONDS",
+        "300 milliseconds",
+        ("700 milliseconds", "200 milliseconds"),
+        True,
     ),
 }
 
@@ -103,8 +126,13 @@ def test_equals_spark_native_window_aggregation(spark, tmp_path, case):
         f"FROM s [RANGE {size} SLIDE {slide}] GROUP BY k"
     )
     native = native_window_query(
-        source, event_time="ts", delay=watermark, size=native_shape[0], slide=native_shape[1],
-        keys=["k"], aggregates=ALL_AGGREGATES,
+        source,
+        event_time="ts",
+        delay=watermark,
+        size=native_shape[0],
+        slide=native_shape[1],
+        keys=["k"],
+        aggregates=ALL_AGGREGATES,
     )
     assert_same_results(
         run_to_memory(ours, tmp_path / "ours"), run_to_memory(native, tmp_path / "native"), ["k"]
@@ -149,8 +177,13 @@ def test_where_and_expressions_two_keys(spark, tmp_path):
             F.max(F.col("volume") - 1).alias("top"),
         )
         .select(
-            "sym", "venue", F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"), "n", "notional", "top",
+            "sym",
+            "venue",
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "n",
+            "notional",
+            "top",
         )
     )
     assert_same_results(
@@ -177,8 +210,14 @@ def test_kernel_stage1_equals_spark(spark, tmp_path):
     )
     assert "preaggregate=cpu-lift-kernels" in session.explain()
     native = native_window_query(
-        source, event_time="ts", delay="200 milliseconds", size="1 second",
-        slide="100 milliseconds", keys=["k"], aggregates=aggregates, where="v > 5",
+        source,
+        event_time="ts",
+        delay="200 milliseconds",
+        size="1 second",
+        slide="100 milliseconds",
+        keys=["k"],
+        aggregates=aggregates,
+        where="v > 5",
     )
     assert_same_results(
         run_to_memory(ours, tmp_path / "ours"), run_to_memory(native, tmp_path / "native"), ["k"]

@@ -36,7 +36,12 @@ QUERY = (
 
 def tables(files: int, rows: int = 2000, delay_us: int = 100_000) -> list[pa.Table]:
     config = GeneratorConfig(
-        tuples=files * rows, rate=8000, keys=3, delay_us=delay_us, batch_size=rows, seed=7,
+        tuples=files * rows,
+        rate=8000,
+        keys=3,
+        delay_us=delay_us,
+        batch_size=rows,
+        seed=7,
         null_fraction=0.05,
     )
     return [pa.Table.from_batches([b]) for b in generate(SCHEMA, "ts", config)]
@@ -44,8 +49,9 @@ def tables(files: int, rows: int = 2000, delay_us: int = 100_000) -> list[pa.Tab
 
 def run_to_files(spark, folder, checkpoint, output) -> None:
     session = mg.attach(spark)
-    session.register("s", file_stream(spark, folder, DDL), event_time="ts",
-                     watermark="200 milliseconds")
+    session.register(
+        "s", file_stream(spark, folder, DDL), event_time="ts", watermark="200 milliseconds"
+    )
     query = (
         session.sql(QUERY)
         .writeStream.format("parquet")
@@ -103,8 +109,13 @@ def test_malformed_csv_null_timestamps_and_empty_micro_batches(spark, tmp_path):
     )
     ours = session.sql(QUERY)
     native = native_window_query(
-        session._frames["s"], event_time="ts", delay="200 milliseconds", size="1 second",
-        slide="250 milliseconds", keys=["k"], aggregates=AGGREGATES,
+        session._frames["s"],
+        event_time="ts",
+        delay="200 milliseconds",
+        size="1 second",
+        slide="250 milliseconds",
+        keys=["k"],
+        aggregates=AGGREGATES,
     )
     assert_same_results(
         run_to_memory(ours, tmp_path / "ours"), run_to_memory(native, tmp_path / "native"), ["k"]
@@ -125,9 +136,14 @@ def test_generator_source_from_ddl(spark, tmp_path):
         "GROUP BY symbol"
     )
     native = native_window_query(
-        session._frames["trades"], event_time="ts", delay="100 milliseconds",
-        size="500 milliseconds", slide="100 milliseconds", keys=["symbol"],
-        aggregates=[("COUNT(*)", None, "n"), ("AVG", "price", "avg_price")], where="volume > 0",
+        session._frames["trades"],
+        event_time="ts",
+        delay="100 milliseconds",
+        size="500 milliseconds",
+        slide="100 milliseconds",
+        keys=["symbol"],
+        aggregates=[("COUNT(*)", None, "n"), ("AVG", "price", "avg_price")],
+        where="volume > 0",
     )
     result = run_to_memory(ours, tmp_path / "ours")
     assert_same_results(result, run_to_memory(native, tmp_path / "native"), ["symbol"])
@@ -141,8 +157,13 @@ def test_generator_rows_do_not_depend_on_micro_batch_boundaries():
     from mangonel.runtime.spark.sources import CHUNK_ROWS, columns_option, read_generator_rows
 
     options = {
-        "schema": schema_ddl(SCHEMA), "columns": columns_option(SCHEMA), "event_time": "ts",
-        "tuples": str(3 * CHUNK_ROWS), "keys": "5", "seed": "9", "delay": "1000",
+        "schema": schema_ddl(SCHEMA),
+        "columns": columns_option(SCHEMA),
+        "event_time": "ts",
+        "tuples": str(3 * CHUNK_ROWS),
+        "keys": "5",
+        "seed": "9",
+        "delay": "1000",
     }
     cut = CHUNK_ROWS + 123
     whole = [*read_generator_rows(options, CHUNK_ROWS, 2 * CHUNK_ROWS)]
@@ -159,14 +180,17 @@ def test_generator_rows_do_not_depend_on_micro_batch_boundaries():
 def test_explain_shows_mangonel_plan_and_spark_stages(spark, tmp_path):
     write_micro_batches(tmp_path / "in", tables(1))
     session = mg.attach(spark)
-    session.register("s", file_stream(spark, tmp_path / "in", DDL), event_time="ts",
-                     watermark="200 milliseconds")
+    session.register(
+        "s", file_stream(spark, tmp_path / "in", DDL), event_time="ts", watermark="200 milliseconds"
+    )
     session.sql(QUERY)
     text = session.explain()
     lines = text.splitlines()
     assert lines[0].startswith("Project: ")
-    assert any(line.strip().startswith("WindowAggregate: window=time range=1s slide=250ms")
-               for line in lines)
+    assert any(
+        line.strip().startswith("WindowAggregate: window=time range=1s slide=250ms")
+        for line in lines
+    )
     assert "Spark:" in lines
     assert any("Stage2 applyInPandasWithState: key=pmod(hash(`k`), 4)" in line for line in lines)
     assert any("Stage1 mapInArrow: preaggregate=arrow-hash-aggregate" in line for line in lines)

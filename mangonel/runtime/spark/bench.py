@@ -105,16 +105,13 @@ def write_input(
             Column("value", SqlType.DOUBLE),
         )
     )
-    config = GeneratorConfig(tuples=tuples, rate=rate, keys=shape.keys, batch_size=batch,
-                             seed=seed)
+    config = GeneratorConfig(tuples=tuples, rate=rate, keys=shape.keys, batch_size=batch, seed=seed)
     for number, generated in enumerate(generate(schema, "ts", config)):
         pq.write_table(pa.Table.from_batches([generated]), folder / f"part-{number:05d}.parquet")
 
 
 def _file_source(spark: SparkSession, folder: Path) -> DataFrame:
-    return spark.readStream.schema(STREAM_DDL).option("maxFilesPerTrigger", 1).parquet(
-        str(folder)
-    )
+    return spark.readStream.schema(STREAM_DDL).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
 
 def _mangonel_query(shape: SparkShape) -> str:
@@ -137,7 +134,12 @@ def _native_query(source: DataFrame, shape: SparkShape) -> DataFrame:
 
 
 def measure_shape(
-    spark: SparkSession, shape: SparkShape, tuples: int, rate: int, batch: int, seed: int,
+    spark: SparkSession,
+    shape: SparkShape,
+    tuples: int,
+    rate: int,
+    batch: int,
+    seed: int,
     backend: str = "auto",
 ) -> SparkResult:
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-") as folder:
@@ -150,13 +152,23 @@ def measure_shape(
     ours_rate = tuples / ours_seconds
     native_rate = tuples / native_seconds
     return SparkResult(
-        shape.name, tuples, -(-tuples // batch), ours_seconds, ours_rate, native_seconds,
-        native_rate, ours_rate / native_rate, ours_rows, native_rows,
+        shape.name,
+        tuples,
+        -(-tuples // batch),
+        ours_seconds,
+        ours_rate,
+        native_seconds,
+        native_rate,
+        ours_rate / native_rate,
+        ours_rows,
+        native_rows,
     )
 
 
 def run_spark_benchmarks(
-    arguments: argparse.Namespace | None = None, *, shapes: tuple[SparkShape, ...] | None = None,
+    arguments: argparse.Namespace | None = None,
+    *,
+    shapes: tuple[SparkShape, ...] | None = None,
     spark: SparkSession | None = None,
 ) -> list[dict[str, Any]]:
     """Every shape end to end in local Spark, mangonel vs Spark's native streaming window
@@ -171,8 +183,9 @@ def run_spark_benchmarks(
     spark = spark or start_local_spark()
     chosen = shapes or DEFAULT_SHAPES
     print("warming up (Python workers, JIT) ...", flush=True)
-    measure_shape(spark, SparkShape(1_000_000, 100_000, keys=10), 20_000, rate, 10_000, seed,
-                  backend)
+    measure_shape(
+        spark, SparkShape(1_000_000, 100_000, keys=10), 20_000, rate, 10_000, seed, backend
+    )
     print(
         f"{'shape':32s} {'tuples':>10s} {'mangonel':>14s} {'Spark native':>14s} {'ratio':>8s} "
         f"{'rows out':>10s}"
@@ -192,7 +205,12 @@ def run_spark_benchmarks(
 
 
 def native_window_aggregate(
-    spark: SparkSession, table: pa.Table, w: int | str, s: int | str, key: str, agg: str,
+    spark: SparkSession,
+    table: pa.Table,
+    w: int | str,
+    s: int | str,
+    key: str,
+    agg: str,
 ) -> tuple[float, int]:
     """Spark's native BATCH `GROUP BY window(ts, w, s), key` over an Arrow table (event time:
     its first timestamp column; `agg` SUM | AVG | MIN | MAX | COUNT of the first other
@@ -208,7 +226,8 @@ def native_window_aggregate(
         expression = F.expr(agg)
     else:
         value = next(
-            f.name for f in table.schema
+            f.name
+            for f in table.schema
             if f.name not in (event_time, key)
             and (pa.types.is_integer(f.type) or pa.types.is_floating(f.type))
         )

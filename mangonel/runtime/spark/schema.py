@@ -42,7 +42,8 @@ def schema_from_spark(name: str, spark_schema: StructType) -> Schema:
                 f"column {field.name!r} of {name!r} has Spark type "
                 f"{spark_schema[field.name].dataType.simpleString()}, which mangonel does not "
                 "support",
-                hint="supported: " + ", ".join(t.value for t in SqlType)
+                hint="supported: "
+                + ", ".join(t.value for t in SqlType)
                 + "; cast or drop the column before registering the DataFrame",
             )
         columns.append(Column(field.name, sql_type, field.nullable))

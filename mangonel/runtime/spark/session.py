@@ -57,8 +57,10 @@ def local_spark(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+        )
     )
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
@@ -181,7 +183,7 @@ class SparkMangonelSession:
         result = self.session.sql(query)
         if isinstance(result, str):  # EXPLAIN [CODEGEN] <query>: mangonel's text, then Spark's
             inner = self.session.sql(_EXPLAIN_PREFIX.sub("", query, count=1))
-            codegen = result[len(explain_text(inner.plan)):]
+            codegen = result[len(explain_text(inner.plan)) :]
             return self._explain(self._spark_plan(inner)) + codegen
         return self._build(result)
 
@@ -191,7 +193,7 @@ class SparkMangonelSession:
             raise PlanError(
                 "count windows (ROWS n SLIDE m) do not run inside Spark yet: their order is "
                 "per key over all partitions",
-                )
+            )
         partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions", "2"))
         buckets = self.buckets or 2 * partitions
         stage1 = self.stage1 or ("kernels" if pipeline.window.backend == "gpu" else "arrow")

@@ -67,8 +67,9 @@ def _to_arrow(
     """The partials of one call as the operator names them (Spark's names differ), without
     the carrier rows (no tuples: their row count is 0), which only wake the bucket."""
     batches = [
-        pa.RecordBatch.from_pandas(frame[spark_schema.names], schema=spark_schema,
-                                   preserve_index=False)
+        pa.RecordBatch.from_pandas(
+            frame[spark_schema.names], schema=spark_schema, preserve_index=False
+        )
         for frame in frames
         if len(frame)
     ]
@@ -120,9 +121,7 @@ def bucket_function(plan: ph.ProjectExec):  # noqa: ANN201  (a pyspark callback)
 def stage2(plan: ph.ProjectExec, partials: DataFrame) -> DataFrame:
     """The query's results as a streaming DataFrame in append mode."""
     never_late = F.lit(NEVER_LATE_VALUE).cast("timestamp")
-    keyed = partials.select(
-        "*", never_late.alias(NEVER_LATE, metadata={WATERMARK_DELAY_KEY: 0})
-    )
+    keyed = partials.select("*", never_late.alias(NEVER_LATE, metadata={WATERMARK_DELAY_KEY: 0}))
     return keyed.groupBy(BUCKET).applyInPandasWithState(
         bucket_function(plan),
         outputStructType=output_ddl(plan),
