@@ -342,6 +342,9 @@ class CpuKernels:
             fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch
         )
 
+    def prefetch(self, lift, window, batch) -> None:
+        """Nothing to move: the batch's columns are already in host memory."""
+
     def lift_merge(self, lift, window, batch, keys, target, watermark) -> FusedMerge:
         """The fused pass on the CPU: lift, then merge the rows with a known key and a pane in
         the target straight into it (one lookup, one numba scatter per field); rows with new

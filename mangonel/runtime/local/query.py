@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -10,7 +10,7 @@ import pyarrow as pa
 from mangonel.compiler.physical import ProjectExec, unpack
 from mangonel.errors import BackendUnavailableError
 from mangonel.runtime.operators.kernels import WindowKernels
-from mangonel.runtime.operators.window import make_operator, output_schema
+from mangonel.runtime.operators.window import as_record_batch, make_operator, output_schema
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,33 @@ class LocalQuery:
         self.operator = make_operator(self.pipeline, self.kernels)
         self.schema = output_schema(self.pipeline)
 
-    def stream(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa.RecordBatch]:
+    def stream(
+        self, batches: Iterable[pa.RecordBatch | pa.Table], lookahead: bool | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Results as windows fire, batch after batch, then the rest at end of input.
+
+        With `lookahead`, batch k + 1 is handed to the operator's `prefetch` before batch k is
+        processed and fired, so (on the GPU) its host-to-device copy overlaps that work. It
+        reads the next batch before yielding batch k's results, so it is on by default only
+        when `batches` is a sequence (every batch already in memory: no result waits on the
+        source); pass True to read one batch ahead of a live iterator as well.
+        """
+        if lookahead is None:
+            lookahead = isinstance(batches, Sequence)
+        if not lookahead:
+            for batch in batches:
+                yield from self.operator.process(batch)
+            yield from self.operator.finish()
+            return
+        pending: pa.RecordBatch | None = None
         for batch in batches:
-            yield from self.operator.process(batch)
+            batch = as_record_batch(batch)  # one object for prefetch and process
+            self.operator.prefetch(batch)
+            if pending is not None:
+                yield from self.operator.process(pending)
+            pending = batch
+        if pending is not None:
+            yield from self.operator.process(pending)
         yield from self.operator.finish()
 
     def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:

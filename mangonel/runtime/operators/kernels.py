@@ -16,7 +16,10 @@ path: it hands them back to the kernels. A backend supplies:
 - `lift_merge`: the fused standalone entry (`process`): lift + key slots + pane + lateness +
   merge of one batch in one pass where the backend can (GPU: one generated kernel), with the
   rows it could not place (new keys, panes outside the target segment) handed back for the
-  split path above. A backend without a fused pass returns every row as the rest.
+  split path above. A backend without a fused pass returns every row as the rest;
+- `prefetch`: start moving a batch's columns to the backend's memory before the batch is
+  processed (the standalone driver calls it with batch k + 1 before it processes and fires
+  batch k, so the copy overlaps that work; a no-op on the CPU).
 
 Arrays crossing this interface are the backend's own (numpy on CPU, CuPy on GPU); anything
 host-sized (one value per key or per window run) is numpy.
@@ -201,6 +204,11 @@ class WindowKernels(Protocol):
     ) -> FusedMerge:
         """Fused lift + merge of one batch into `target` against `watermark` (None: -inf);
         see `FusedMerge` for the rows it leaves to the split path."""
+
+    def prefetch(self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch) -> None:
+        """Start copying the columns `lift_merge` will read of `batch` (the next batch);
+        `lift_merge` of that same object uses the copy. Never required: a batch that was not
+        prefetched, or one prefetched but not processed next, is handled as if never seen."""
 
     def to_host(self, array: Array) -> np.ndarray: ...
 
