@@ -1,4 +1,4 @@
-"""GPU benchmark on the SPRINGALD shapes: `python benchmarks/bench_gpu.py [tuples]`.
+"""GPU benchmark on the SPRINGALD shapes: `python benchmarks/bench_gpu.py [tuples [budget_s]]`.
 
 Prints the machine's pinned host-to-device bandwidth and one row per shape (tuples/s, share
 of the H2D bound); the full rows go to bench_gpu.json beside the working directory."""
@@ -13,7 +13,8 @@ from mangonel.runtime.gpu.bench import run_gpu_benchmarks
 
 def main() -> None:
     tuples = int(sys.argv[1]) if len(sys.argv) > 1 else 150_000_000
-    rows = run_gpu_benchmarks(tuples=tuples)
+    budget = float(sys.argv[2]) if len(sys.argv) > 2 else None
+    rows = run_gpu_benchmarks(tuples=tuples, budget_s=budget)
     with open("bench_gpu.json", "w") as handle:
         json.dump(rows, handle, indent=1)
 

@@ -154,3 +154,59 @@ def test_gpu_pinned_source_batches_equal_cpu(monkeypatch):
                      size=2_000, slide=100, delay=500)
     assert pc.min(pinned[1].column(0)).as_py() is not None
     compare(plan, pinned + disordered)
+
+
+def test_gpu_stream_lookahead_equals_cpu(monkeypatch):
+    """`LocalQuery.stream` over a list reads one batch ahead: batch k + 1's columns are copied
+    (prefetched) while batch k is merged and fired. Pinned and pageable batches, chunked copies,
+    new keys and late tuples; the GPU's rows, in order, equal the CPU's batch-by-batch rows.
+    Then a prefetched batch that is never processed and one processed without a prefetch."""
+    from mangonel.runtime.gpu import backend
+    from mangonel.runtime.gpu.bench import GpuShape, PinnedSource, source_batches
+
+    monkeypatch.setattr(backend, "_CHUNK_ROWS", 7_777)
+    source = PinnedSource(200_000, seed=3)
+    pinned = source_batches(GpuShape(100, 1000, 1_000_000, 1 << 20), source, 200_000)
+    pageable = [pa.RecordBatch.from_arrays(
+        [pa.array(source.column("ts")[a:a + 40_000] + 100_000 * (a // 40_000 + 1)).cast(STAMP),
+         pa.array(source.column("key1000")[a:a + 40_000] + 1000 * (a // 40_000)),
+         pa.array(source.column("value")[a:a + 40_000])], names=["ts", "key", "value"])
+        for a in range(0, 160_000, 40_000)]
+    batches = pinned + pageable
+    plan = make_plan([("ts", T.TIMESTAMP), ("key", T.BIGINT), ("value", T.DOUBLE)],
+                     keys=("key",), aggregates=[(F.SUM, exp.column("value")),
+                                                (F.MAX, exp.column("value")),
+                                                (F.COUNT_STAR, None)],
+                     size=200_000, slide=50_000, delay=300_000)
+    cpu = LocalQuery(plan)
+    want = [row for batch in batches for row in _rows(cpu.process(batch))] + _rows(cpu.finish())
+    gpu = LocalQuery(on_gpu(plan))
+    got = _rows(list(gpu.stream(batches)))
+    assert len(got) == len(want) > 1000
+    assert rows_close(got, want)
+    assert gpu.metrics.late_tuples_dropped == cpu.metrics.late_tuples_dropped > 0
+    assert gpu.metrics.tuples_in == cpu.metrics.tuples_in
+
+    # a stale prefetch (never processed) and a batch without one change nothing
+    cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan))
+    for position, batch in enumerate(batches):
+        gpu.operator.prefetch(pageable[position % len(pageable)])
+        if position % 3 == 0:
+            gpu.operator.prefetch(batch)
+        assert rows_close(_rows(gpu.process(batch)), _rows(cpu.process(batch)))
+    assert rows_close(_rows(gpu.finish()), _rows(cpu.finish()))
+
+
+@pytest.mark.parametrize("span", [2, 5, 8])
+def test_gpu_tree_levels_per_launch(monkeypatch, span):
+    """The tree builds `span` levels per launch (a block per subtree, fewer threads than the
+    subtree's lowest level in the small spans); 640 panes per window (10 levels) and every
+    aggregate kind give the CPU's rows whatever the span."""
+    from mangonel.runtime.gpu import backend
+
+    monkeypatch.setattr(backend, "_TREE_SPAN", span)
+    monkeypatch.setattr(backend, "_TREE_THREADS", max(1, 1 << (span - 2)))
+    plan = make_plan(COLUMNS, keys=("k",), aggregates=ALL, size=64_000, slide=8_100,
+                     delay=3000)
+    assert ph.unpack(plan).window.panes_per_window == 640
+    compare(plan, random_batches(11, 20_000, 50, 3000, 6))

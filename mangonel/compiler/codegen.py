@@ -41,7 +41,7 @@ TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "lift.cu.j2", "merge.cu.j2", "keys.
              "fused.cu.j2", "windows.cu.j2")
 STATE_TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "merge.cu.j2", "windows.cu.j2")
 KEY_TEMPLATES = ("prelude.cu.j2", "keys.cu.j2")
-KERNEL_ROLES = ("lift", "merge", "fused", "tree_level", "window_compute", "map_keys",
+KERNEL_ROLES = ("lift", "merge", "fused", "tree_levels", "window_compute", "map_keys",
                 "renumber")
 _NVCC_ARCH = "sm_90"
 
@@ -281,7 +281,7 @@ def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedKernels:
     parts, field_code, part_code = _field_fragments(
         tuple(StateField(f.name, f.kind, None, f.type) for f in fields), {})
     context = {"parts": part_code, "fields": field_code}
-    source, digest, names = _finish(context, STATE_TEMPLATES, ("merge", "tree_level",
+    source, digest, names = _finish(context, STATE_TEMPLATES, ("merge", "tree_levels",
                                                                 "window_compute"))
     return GeneratedKernels(source, digest, names, (), parts, (), 0)
 

@@ -30,6 +30,10 @@ from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, PaneTar
 _THREADS = 256
 _STATUS_WORDS = 6
 _CHUNK_ROWS = 1 << 18  # rows per fused launch: 6 MiB of (ts, key, value) per copy chunk
+# tree levels built per launch: a block builds one subtree of 2^(span-1) nodes of its lowest
+# level, halving per level (13 levels of a 10,000-pane window: two launches instead of 13)
+_TREE_SPAN = 8
+_TREE_THREADS = 1 << (_TREE_SPAN - 1)
 _INT64_MIN = int(np.iinfo(np.int64).min)
 _U64 = (1 << 64) - 1
 
@@ -124,17 +128,19 @@ class GpuPaneState:
         return result
 
     def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
-        """All keys' windows of all runs: tree levels over the columns the runs touch (one
-        launch per level, every key at once), then one launch computes every (window, key)."""
+        """All keys' windows of all runs: the tree levels over the columns the runs touch (one
+        launch per `_TREE_SPAN` levels, every key at once, all levels in one allocation per
+        part), then one launch computes every (window, key). The levels' pointers, strides,
+        bases, widths and the windows' first columns cross to the device in one copy."""
         cp = device.cupy()
         generated, module = self._module_of()
         first_columns = np.concatenate([
             np.arange(count, dtype=np.int64) * panes_per_slide + (first - self.origin)
             for first, count in runs]) if runs else np.empty(0, np.int64)
         total = len(first_columns)
-        out = {p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
-               for p in self.parts}
         if total == 0 or n_keys == 0:
+            out = {p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
+                   for p in self.parts}
             return self._by_field(out)
         low = int(first_columns.min())
         high = int(first_columns.max()) + panes_per_window  # exclusive
@@ -142,7 +148,7 @@ class GpuPaneState:
         while (2 << top) <= panes_per_window:
             top += 1
         if low >= 0 and high <= self.pane_capacity:
-            levels = [self.struct_args()]
+            leaves = self.struct_args()
             strides, bases, widths = [self.pane_capacity], [0], [self.pane_capacity]
         else:
             # A window may start before `origin` (its first panes were never seen) or end past
@@ -156,34 +162,45 @@ class GpuPaneState:
                 if end > first:
                     block[:, first - low:end - low] = self._matrix(part.member)[:n_keys, first:end]
                 padded[part.member] = block.reshape(-1)
-            levels = [self.struct_args(padded)]
+            leaves = self.struct_args(padded)
             strides, bases, widths = [width], [low], [width]
-        level_kernel = module.get_function(generated.names["tree_level"])
+        # level l keeps nodes [low >> l, high >> l): those the windows' decompositions read
         for level in range(1, top + 1):
-            base = low >> level
-            width = (high >> level) - base
-            if width <= 0:
-                break
-            upper = {p.member: cp.empty(n_keys * width, p.numpy) for p in self.parts}
-            upper_args = self.struct_args(upper)
-            level_kernel((_grid(n_keys * width),), (_THREADS,),
-                         (*device.struct(levels[-1]), *device.struct(upper_args),
-                          np.int64(n_keys), np.int64(strides[-1]), np.int64(bases[-1]),
-                          np.int64(widths[-1]), np.int64(width), np.int64(base),
-                          np.int64(width)))
-            levels.append(upper_args)
-            strides.append(width)
-            bases.append(base)
-            widths.append(width)
+            bases.append(low >> level)
+            widths.append((high >> level) - (low >> level))
+            strides.append(widths[-1])
+        offsets = np.concatenate(([0], np.cumsum(widths[1:]))) * n_keys
+        upper = {p.member: cp.empty(max(int(offsets[-1]), 1), p.numpy) for p in self.parts}
+        pointers = [[array.data.ptr for array in leaves[:-1]]]
+        for level in range(1, top + 1):
+            pointers.append([upper[p.member].data.ptr + 8 * int(offsets[level - 1])
+                             for p in self.parts])
+        count = top + 1
+        meta = cp.asarray(np.concatenate((
+            np.array(pointers, np.uint64).reshape(-1).view(np.int64),
+            np.array(strides + bases + widths, np.int64), first_columns)))
+        parts = len(self.parts)
+        level_pointers = meta[:count * parts]
+        level_stride = meta[count * parts:count * parts + count]
+        level_base = meta[count * parts + count:count * parts + 2 * count]
+        level_width = meta[count * parts + 2 * count:count * parts + 3 * count]
+        first_column = meta[count * parts + 3 * count:]
+        tree = module.get_function(generated.names["tree_levels"])
+        for from_level in range(0, top, _TREE_SPAN):
+            to_level = min(from_level + _TREE_SPAN, top)
+            first_root = bases[from_level + 1] >> (_TREE_SPAN - 1)
+            last_root = (bases[from_level + 1] + widths[from_level + 1] - 1) >> (_TREE_SPAN - 1)
+            roots = last_root - first_root + 1
+            tree((n_keys * roots,), (_TREE_THREADS,),
+                 (level_pointers, level_stride, level_base, level_width, np.int32(from_level),
+                  np.int32(to_level), np.int32(_TREE_SPAN), np.int64(first_root),
+                  np.int64(roots)))
+        # every (window, key) cell is written by the compute launch: no fill needed
+        out = {p.member: cp.empty(total * n_keys, p.numpy) for p in self.parts}
         compute = module.get_function(generated.names["window_compute"])
-        count = len(levels)
-        pointers = np.array([[array.data.ptr for array in level[:-1]] for level in levels],
-                            np.uint64).reshape(-1)
         compute((_grid(total * n_keys),), (_THREADS,),
-                (cp.asarray(pointers), cp.asarray(np.array(strides, np.int64)),
-                 cp.asarray(np.array(bases, np.int64)), np.int32(count),
-                 cp.asarray(first_columns), np.int64(total), np.int64(n_keys),
-                 np.int64(panes_per_window), np.int64(0),
+                (level_pointers, level_stride, level_base, np.int32(count), first_column,
+                 np.int64(total), np.int64(n_keys), np.int64(panes_per_window), np.int64(0),
                  *device.struct(self.struct_args(out)), np.int64(n_keys)))
         return self._by_field(out)
 
@@ -396,6 +413,9 @@ class GpuKernels:
         self._status = cp.zeros(_STATUS_WORDS, cp.uint64)
         self._status_host = cp.cuda.alloc_pinned_memory(8 * _STATUS_WORDS)
         self._status_view = np.frombuffer(self._status_host, np.uint64, _STATUS_WORDS)
+        # batches whose copies `prefetch` started: (batch, lift, device inputs, chunk events,
+        # chunk bounds); the driver's lookahead keeps at most two (batch k and k + 1)
+        self._prefetched: list[tuple] = []
 
     # -- compile --------------------------------------------------------------------------
 
@@ -464,6 +484,39 @@ class GpuKernels:
     def key_map_from_arrays(self, types, arrays, prefix) -> GpuKeyMap:
         return GpuKeyMap.from_arrays(types, arrays, prefix, self.stager.strings)
 
+    @staticmethod
+    def _chunk_bounds(rows: int) -> list[tuple[int, int]]:
+        chunks = -(-rows // _CHUNK_ROWS)
+        return [(rows * c // chunks, rows * (c + 1) // chunks) for c in range(chunks)]
+
+    def _stage_fused(self, generated, batch: pa.RecordBatch):
+        """Copies of the fused kernel's columns, chunk after chunk, on the copy stream."""
+        columns = cpu.batch_columns(batch)
+        bounds = self._chunk_bounds(batch.num_rows)
+        inputs, copied = self.stager.stage_chunks(
+            [cpu._column(columns, c.name) for c in generated.columns], generated.columns, bounds)
+        return inputs, copied, bounds
+
+    def prefetch(self, lift: LiftExec, window: WindowAggregateExec,
+                 batch: pa.RecordBatch) -> None:
+        """Queue the host-to-device copies of the next batch's columns now (copy stream), so
+        they run while the current batch is merged and its windows fire; `lift_merge` of the
+        same batch object then waits only for those copies' events. Count windows and empty
+        batches take no fused pass, so nothing is copied for them."""
+        if window.window.kind is ph.WindowKind.COUNT or batch.num_rows == 0:
+            return
+        generated, _ = self.module_for(lift, window)
+        staged = self._stage_fused(generated, batch)
+        self._prefetched = [*self._prefetched[-1:], (batch, lift, *staged)]
+
+    def _take_prefetched(self, lift: LiftExec, batch: pa.RecordBatch):
+        for index, entry in enumerate(self._prefetched):
+            if entry[0] is batch and entry[1] is lift:
+                # entries before it were never processed (stale): drop them with it
+                del self._prefetched[:index + 1]
+                return entry[2:]
+        return None
+
     def lift_merge(self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch,
                    keys, target: PaneTarget | None, watermark: int | None) -> FusedMerge:
         """One batch in one launch per 2^18 rows: staged columns -> fused lift + key probe +
@@ -475,6 +528,7 @@ class GpuKernels:
         steady stream only the first batch and new keys) are lifted again by `lift_tuples`
         and returned as the rest for the driver's split path."""
         rows = batch.num_rows
+        staged = self._take_prefetched(lift, batch)
         usable = (target is not None and isinstance(keys, GpuKeyMap) and keys.device_keys
                   and window.window.kind is not ph.WindowKind.COUNT and rows > 0)
         if not usable:
@@ -483,11 +537,8 @@ class GpuKernels:
                               None, None, lifted, lifted.contributes)
         cp = device.cupy()
         generated, module = self.module_for(lift, window)
-        columns = cpu.batch_columns(batch)
-        chunks = -(-rows // _CHUNK_ROWS)
-        bounds = [(rows * c // chunks, rows * (c + 1) // chunks) for c in range(chunks)]
-        inputs, copied = self.stager.stage_chunks(
-            [cpu._column(columns, c.name) for c in generated.columns], generated.columns, bounds)
+        inputs, copied, bounds = staged or self._stage_fused(generated, batch)
+        chunks = len(bounds)
         stream = cp.cuda.get_current_stream()
         status = self._status
         cp.cuda.runtime.memsetAsync(status.data.ptr, 0, 8 * _STATUS_WORDS, stream.ptr)

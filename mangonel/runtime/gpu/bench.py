@@ -134,7 +134,8 @@ def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
     """One shape through the engine a user runs: `LocalQuery` (the plan `Session(backend=
     "gpu").sql(...)` would build) -> the window driver -> `GpuKernels.lift_merge` per batch,
     the watermark update and the firing of every window that closed after each batch, as
-    `LocalQuery.stream` does, with `finish()` at the end. The clock covers the whole stream;
+    `LocalQuery.stream` does (over a list: batch k + 1's copy is queued before batch k is
+    processed and fired), with `finish()` at the end. The clock covers the whole stream;
     the source's batches exist (views of pinned memory) before it starts.
     """
     cp = device.cupy()
@@ -157,13 +158,16 @@ def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
         "tuples_per_second": processed / seconds, "rows_out": rows_out,
         "windows_fired": metrics.windows_fired, "late": metrics.late_tuples_dropped,
         "bytes_per_tuple": BYTES_PER_TUPLE, "strategy": query.pipeline.window.strategy,
-        "fired_after_every_batch": True,
+        "fired_after_every_batch": True, "lookahead": True,
     }
 
 
 def run_gpu_benchmarks(shapes: list[GpuShape] | None = None, *, tuples: int = 150_000_000,
-                       verbose: bool = True) -> list[dict]:
-    """Run the shapes; every row carries the measured H2D bandwidth and the ratio to it."""
+                       verbose: bool = True, budget_s: float | None = None) -> list[dict]:
+    """Run the shapes; every row carries the measured H2D bandwidth and the ratio to it.
+    With `budget_s`, no shape starts once that many seconds have passed (the rows so far are
+    returned; a lent device's call has a hard limit)."""
+    began = time.perf_counter()
     cp = device.cupy()
     bandwidth = measure_h2d_bandwidth()
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
@@ -179,6 +183,11 @@ def run_gpu_benchmarks(shapes: list[GpuShape] | None = None, *, tuples: int = 15
         run_shape(warm, source, min(tuples, 16 * (warm.batch_bytes // BYTES_PER_TUPLE)))
     results = []
     for shape in shapes:
+        if budget_s is not None and time.perf_counter() - began > budget_s:
+            if verbose:
+                print(f"time budget of {budget_s:.0f} s spent: {shape.name} and later shapes "
+                      "not run", flush=True)
+            break
         row = run_shape(shape, source, tuples)
         row["device"] = name
         row["h2d_bytes_per_second"] = bandwidth
