@@ -18,7 +18,7 @@ check-java:
 	@$(PY) -m mangonel.runtime.spark.java
 
 run: $(STAMP) check-java
-	$(PY) -m mangonel.examples_runner
+	$(PY) examples/spark_generator.py
 
 test: $(STAMP) check-java
 	$(PY) -m ruff check mangonel tests benchmarks examples

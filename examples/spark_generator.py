@@ -46,11 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         print(problem, file=sys.stderr)
         return 1
 
-    from mangonel.runtime.spark.session import SparkMangonelSession, local_spark
+    import mangonel
+    from mangonel.runtime.spark.session import local_spark
 
     print("starting local Spark ...", flush=True)
     spark = local_spark("mangonel-example", shuffle_partitions=2)
-    session = SparkMangonelSession(spark, backend=args.backend)  # mangonel.attach(spark)
+    session = mangonel.attach(spark, backend=args.backend)
     session.execute(
         "CREATE STREAM trades (ts TIMESTAMP, symbol STRING, price DOUBLE, volume BIGINT) "
         "WITH (event_time = 'ts', watermark = '500 milliseconds', source = 'generator', "

@@ -30,12 +30,13 @@ def __getattr__(name: str):  # noqa: ANN202
     raise AttributeError(f"module 'mangonel' has no attribute {name!r}")
 
 
-def attach(spark):  # noqa: ANN001, ANN201  (pyspark is imported only inside runtime/spark)
+def attach(spark, **options):  # noqa: ANN001, ANN003, ANN201  (pyspark stays in runtime/spark)
     """Embed mangonel in a SparkSession: returns a session whose sql() gives streaming
-    DataFrames. Imports pyspark lazily so the core never needs it."""
+    DataFrames. Options go to SparkMangonelSession (backend="auto"|"cpu"|"gpu", buckets,
+    stage1). Imports pyspark lazily so the core never needs it."""
     from mangonel.runtime.spark.session import SparkMangonelSession
 
-    return SparkMangonelSession(spark)
+    return SparkMangonelSession(spark, **options)
 
 
 __all__ = [

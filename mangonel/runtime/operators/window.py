@@ -201,7 +201,7 @@ def _field_arrays(fields) -> list[tuple[str, int]]:
     return [(f.name, 3 if f.kind is StateKind.MOMENTS else 1) for f in fields]
 
 
-def _partial_column_name(field_name: str, part: int, parts: int) -> str:
+def partial_column_name(field_name: str, part: int, parts: int) -> str:
     return field_name if parts == 1 else f"{field_name}.{('n', 'mean', 'm2')[part]}"
 
 
@@ -352,7 +352,7 @@ class _OperatorBase:
         for name, parts in _field_arrays(self.fields):
             for part in range(parts):
                 arrays.append(pa.array(host(partials[name][part])))
-                names.append(_partial_column_name(name, part, parts))
+                names.append(partial_column_name(name, part, parts))
         metadata = {
             "mangonel.max_event_time": json.dumps(lifted.max_event_time),
             "mangonel.null_event_time": str(lifted.null_event_time),
@@ -371,7 +371,7 @@ class _OperatorBase:
         values = {}
         for name, parts in _field_arrays(self.fields):
             values[name] = tuple(
-                device(np.asarray(partials.column(_partial_column_name(name, part, parts))))
+                device(np.asarray(partials.column(partial_column_name(name, part, parts))))
                 for part in range(parts)
             )
         return keys, extra, values

@@ -35,7 +35,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 from mangonel.runtime.operators.kernels import neutral
-from mangonel.runtime.operators.window import PANE_META, _partial_column_name
+from mangonel.runtime.operators.window import PANE_META, partial_column_name
 from mangonel.runtime.spark.schema import ddl, quote
 
 PANE = PANE_META  # the window operator's partial format, shared with stage 2
@@ -52,7 +52,7 @@ def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
     dtype, neutrals = neutral(field)
     sql_type = SqlType.BIGINT if dtype == np.dtype(np.int64) else SqlType.DOUBLE
     parts = len(neutrals)
-    return [(_partial_column_name(field.name, part, parts), sql_type) for part in range(parts)]
+    return [(partial_column_name(field.name, part, parts), sql_type) for part in range(parts)]
 
 
 def partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]:
