@@ -79,7 +79,9 @@ def array_with_nulls(values: np.ndarray, is_null: np.ndarray | None = None) -> p
     mask in Python-speed steps (about 1 us per element), which dominated result output."""
     values = np.ascontiguousarray(values)
     if is_null is None or not is_null.any():
-        return pa.array(values)
+        # the type given: without it pyarrow 26 spends about 0.3 us per int64 element
+        # inferring one (5.6 ms for 17,000 result keys)
+        return pa.array(values, type=pa.from_numpy_dtype(values.dtype))
     validity = np.packbits(~np.asarray(is_null, np.bool_), bitorder="little")
     return pa.Array.from_buffers(
         pa.from_numpy_dtype(values.dtype),

@@ -156,7 +156,7 @@ def project(
             )
         )
         if not keep.all():
-            selection = pa.array(np.nonzero(keep)[0])
+            selection = pa.array(np.nonzero(keep)[0], pa.int64())
             columns = {name: array.take(selection) for name, array in columns.items()}
             aggregates = [array.take(selection) for array in aggregates]
             bounds = {name: array.take(selection) for name, array in bounds.items()}
@@ -344,14 +344,15 @@ class _OperatorBase:
 
     def _partial_batch(self, lifted, rows, extra_name, extra, partials) -> pa.RecordBatch:
         host = self.kernels.to_host
-        selection = pa.array(rows)
+        selection = pa.array(np.asarray(rows, np.int64), pa.int64())
         arrays = [key.take(selection) for key in lifted.keys]
         names = [k.name for k in self.pipeline.lift.keys]
         arrays.append(pa.array(host(extra), pa.int64()))
         names.append(extra_name)
         for name, parts in _field_arrays(self.fields):
             for part in range(parts):
-                arrays.append(pa.array(host(partials[name][part])))
+                values = host(partials[name][part])
+                arrays.append(pa.array(values, pa.from_numpy_dtype(values.dtype)))
                 names.append(partial_column_name(name, part, parts))
         metadata = {
             "mangonel.max_event_time": json.dumps(lifted.max_event_time),
