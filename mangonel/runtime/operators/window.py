@@ -630,9 +630,13 @@ class TimeWindowOperator(_OperatorBase):
         rows = on_host[self.fields[0].name][0]
         selected = np.nonzero(rows > 0)[0]
         window_ids = np.concatenate([np.arange(f, f + c, dtype=np.int64) for f, c in runs])
-        window_of_cell = window_ids[selected // n_keys]
-        slot_of_cell = selected % n_keys
         everything = len(selected) == len(rows)  # dense keys: no selection copy
+        if everything:  # cells are window-major: no integer division per cell
+            window_of_cell = np.repeat(window_ids, n_keys)
+            slot_of_cell = np.tile(np.arange(n_keys, dtype=np.int64), len(window_ids))
+        else:
+            window_number, slot_of_cell = np.divmod(selected, n_keys)
+            window_of_cell = window_ids[window_number]
         chosen = {
             name: tuple(part if everything else part[selected] for part in parts)
             for name, parts in on_host.items()
