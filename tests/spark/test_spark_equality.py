@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -119,7 +120,8 @@ def test_equals_spark_native_window_aggregation(spark, tmp_path, case):
     ddl = "ts TIMESTAMP, k " + key_type.info.spark + ", v " + value_type.info.spark
     source = file_stream(spark, tmp_path / "in", ddl)
 
-    session = mg.attach(spark)
+    # mangonel's own two stages (tumbling windows would otherwise be planned natively)
+    session = mg.attach(spark, native=False)
     session.register("s", source, event_time="ts", watermark=watermark)
     ours = session.sql(
         f"SELECT k, window_start, window_end, {mangonel_select(ALL_AGGREGATES)} "
@@ -222,3 +224,66 @@ def test_kernel_stage1_equals_spark(spark, tmp_path):
     assert_same_results(
         run_to_memory(ours, tmp_path / "ours"), run_to_memory(native, tmp_path / "native"), ["k"]
     )
+
+
+NATIVE_QUERY = (
+    "SELECT k, window_end, COUNT(*) AS n, SUM(v) / COUNT(v) AS mean_v, MIN(v * 2) AS low, "
+    "VAR_SAMP(v) AS var_v, STDDEV_POP(v) AS sd_v FROM s "
+    "[RANGE 500 MILLISECONDS SLIDE 500 MILLISECONDS] WHERE v > 3 GROUP BY k HAVING COUNT(*) > 2"
+)
+
+
+def test_tumbling_windows_plan_as_native_spark_and_equal_the_two_stage_plan(spark, tmp_path):
+    """The cost-based choice: w/s = 1 runs as Spark's own aggregation (EXPLAIN says why),
+    with WHERE, HAVING, expressions over aggregates and window bounds transpiled from the
+    plan; its results equal mangonel's two-stage plan of the same query, out of order."""
+    _, tables = micro_batches(
+        SqlType.STRING, SqlType.DOUBLE, delay_us=300_000, files=4, null_keys=True
+    )
+    write_micro_batches(tmp_path / "in", tables)
+    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE")
+    results = {}
+    for native in (None, False):
+        session = mg.attach(spark, native=native)
+        session.register("s", source, event_time="ts", watermark="200 milliseconds")
+        frame = session.sql(NATIVE_QUERY)
+        text = session.explain()
+        if native is None:
+            assert "Spark: native window aggregation (reason: w/s = 1, nothing to expand" in text
+            assert "Stage2 applyInPandasWithState" not in text
+            assert session.sql("EXPLAIN " + NATIVE_QUERY).startswith(text)
+        else:
+            assert "Stage2 applyInPandasWithState" in text
+        assert frame.schema.names == ["k", "window_end", "n", "mean_v", "low", "var_v", "sd_v"]
+        results[native] = run_to_memory(frame, tmp_path / f"out-{native}")
+    ours, theirs = results[None], results[False]
+    assert len(ours) > 0 and (ours["n"] > 2).all()
+    left = ours.sort_values(["window_end", "k"], na_position="last").reset_index(drop=True)
+    right = theirs.sort_values(["window_end", "k"], na_position="last").reset_index(drop=True)
+    pd.testing.assert_frame_equal(left, right, check_dtype=True, rtol=1e-9, atol=1e-9)
+
+
+def test_sliding_windows_keep_the_two_stage_plan(spark, tmp_path):
+    _, tables = micro_batches(SqlType.BIGINT, SqlType.DOUBLE, delay_us=0, files=1)
+    write_micro_batches(tmp_path / "in", tables)
+    session = mg.attach(spark)
+    session.register(
+        "s",
+        file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v DOUBLE"),
+        event_time="ts",
+    )
+    text = session.explain(
+        "SELECT k, COUNT(*) AS n FROM s [RANGE 1 SECOND SLIDE 100 MILLISECONDS] GROUP BY k"
+    )
+    assert "Stage2 applyInPandasWithState" in text
+    assert "Spark: native" not in text
+    forced = mg.attach(spark, native=True)
+    forced.register(
+        "s",
+        file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v DOUBLE"),
+        event_time="ts",
+    )
+    text = forced.explain(
+        "SELECT k, COUNT(*) AS n FROM s [RANGE 1 SECOND SLIDE 100 MILLISECONDS] GROUP BY k"
+    )
+    assert "Spark: native window aggregation (reason: native=True requested (w/s = 10))" in text

@@ -27,6 +27,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.explain import explain_text, format_duration, format_expression
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import CatalogError, PlanError
+from mangonel.runtime.spark import native as native_module
 from mangonel.runtime.spark import stage1 as stage1_module
 from mangonel.runtime.spark import stage2 as stage2_module
 from mangonel.runtime.spark.java import check_java
@@ -84,6 +85,8 @@ class SparkQueryPlan:
     plan: ph.ProjectExec
     buckets: int
     stage1: str  # "arrow" (CPU: Arrow hash aggregation) or "kernels" (the backend's lift)
+    native: bool = False  # planned as Spark's own window aggregation (native.py)
+    native_reason: str = ""
 
 
 class SparkMangonelSession:
@@ -94,6 +97,9 @@ class SparkMangonelSession:
     state-store entry and one Python call per micro-batch. stage1: how partitions are
     pre-aggregated — "arrow" (Arrow's hash aggregation after a native projection; the CPU
     default), "kernels" (the backend's fused lift kernels; the GPU default), or None.
+    native: None lets the planner choose Spark's native window aggregation by cost (where
+    each tuple falls in one window, see native.py; EXPLAIN gives the reason); True / False
+    force that plan / mangonel's two stages.
     """
 
     def __init__(
@@ -102,6 +108,7 @@ class SparkMangonelSession:
         backend: str = "auto",
         buckets: int | None = None,
         stage1: str | None = None,
+        native: bool | None = None,
     ) -> None:
         from mangonel.session import Session
 
@@ -111,6 +118,7 @@ class SparkMangonelSession:
         self.session = Session(backend=backend)
         self.buckets = buckets
         self.stage1 = stage1
+        self.native = native
         self._frames: dict[str, DataFrame] = {}
         self._last: SparkQueryPlan | None = None
 
@@ -197,7 +205,8 @@ class SparkMangonelSession:
         partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions", "2"))
         buckets = self.buckets or 2 * partitions
         stage1 = self.stage1 or ("kernels" if pipeline.window.backend == "gpu" else "arrow")
-        return SparkQueryPlan(query.text, query.plan, buckets, stage1)
+        choice = native_module.choose_native(pipeline.window, self.native)
+        return SparkQueryPlan(query.text, query.plan, buckets, stage1, choice.native, choice.reason)
 
     def _build(self, query: Any) -> DataFrame:
         planned = self._spark_plan(query)
@@ -212,11 +221,13 @@ class SparkMangonelSession:
             )
         delay = pipeline.window.window.watermark_delay_us
         watermarked = source.withWatermark(stream.event_time, spark_interval(delay))
+        self._last = planned
+        if planned.native:
+            return native_module.native_query(pipeline, watermarked)
         if planned.stage1 == "kernels":
             partials = stage1_module.kernel_stage1(pipeline, watermarked, planned.buckets)
         else:
             partials = stage1_module.stage1(pipeline.window, watermarked, planned.buckets)
-        self._last = planned
         return stage2_module.stage2(planned.plan, partials)
 
     def explain(self, query: str | None = None) -> str:
@@ -237,6 +248,8 @@ class SparkMangonelSession:
 def spark_stages_text(planned: SparkQueryPlan) -> str:
     """The Spark side of a query, one operator per line, top (sink side) first."""
     pipeline = ph.unpack(planned.plan)
+    if planned.native:
+        return native_module.native_stages_text(pipeline, planned.native_reason)
     window = pipeline.window
     stream = pipeline.scan.stream
     keys = ", ".join(quote(k.name) for k in window.keys)

@@ -1,0 +1,170 @@
+"""Spark's own window aggregation as a plan choice: the query transpiled to Spark SQL.
+
+For windows where each tuple belongs to one window (tumbling, w/s = 1), Spark's native
+`GROUP BY window(ts, w, s), keys` has nothing to expand (its Expand is one row per tuple) and
+keeps every row in the JVM, while mangonel's two stages move every row into Python for the
+pane pre-aggregation (Arrow copy ~0.5 us a row on 2 cores) before any work is saved: there
+native Spark is the faster plan (measured: docs/performance.md, "Inside Spark"), and results
+are Spark's by construction. The planner picks it by cost (`choose_native`) and EXPLAIN says
+so with the reason.
+
+The transpiled query is mangonel's plan, not the user's text: WHERE and aggregate arguments
+(sqlglot expressions) as Spark SQL, one Spark aggregate per `AggregatePlan`, HAVING and the
+SELECT list with `window_start` / `window_end` and aggregate references resolved to the
+aggregation's columns, each output cast to the type mangonel's schema declares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from mangonel.compiler import physical as ph
+from mangonel.compiler.explain import format_duration
+from mangonel.compiler.logical import AggregateFunction
+from mangonel.compiler.nodes import AggregateRef, WindowBound
+from mangonel.runtime.spark.schema import quote
+from mangonel.runtime.spark.stage1 import spark_sql
+
+# Largest windows-per-tuple (w / s) planned as native Spark aggregation. Measured on 2 cores
+# (docs/performance.md): native wins at w/s = 1 (2.2 vs 1.2 M tuples/s) and the two are even
+# at w/s = 10; the two-stage plan wins from there on (12x at w/s = 100).
+NATIVE_MAX_WINDOWS_PER_TUPLE = 1
+
+WINDOW = "__mangonel_window"
+WINDOW_START = "__mangonel_window_start"
+WINDOW_END = "__mangonel_window_end"
+
+SPARK_AGGREGATES = {
+    AggregateFunction.COUNT: "count",
+    AggregateFunction.SUM: "sum",
+    AggregateFunction.MIN: "min",
+    AggregateFunction.MAX: "max",
+    AggregateFunction.AVG: "avg",
+    AggregateFunction.VAR_POP: "var_pop",
+    AggregateFunction.VAR_SAMP: "var_samp",
+    AggregateFunction.STDDEV_POP: "stddev_pop",
+    AggregateFunction.STDDEV_SAMP: "stddev_samp",
+}
+
+
+@dataclass(frozen=True)
+class NativeChoice:
+    """Whether a query runs as Spark's native window aggregation, and why (for EXPLAIN)."""
+
+    native: bool
+    reason: str
+
+
+def windows_per_tuple(window: ph.WindowAggregateExec) -> float:
+    return window.window.size / window.window.slide
+
+
+def choose_native(window: ph.WindowAggregateExec, forced: bool | None = None) -> NativeChoice:
+    """The cost-based choice between Spark's native window aggregation and mangonel's two
+    stages; `forced` (the session's `native=` argument) overrides it."""
+    per_tuple = windows_per_tuple(window)
+    shape = f"w/s = {per_tuple:g}"
+    if forced is True:
+        return NativeChoice(True, f"native=True requested ({shape})")
+    if forced is False:
+        return NativeChoice(False, f"native=False requested ({shape})")
+    if per_tuple <= NATIVE_MAX_WINDOWS_PER_TUPLE:
+        return NativeChoice(
+            True,
+            f"{shape}, nothing to expand: Spark keeps rows in the JVM, mangonel's stage 1 "
+            "would copy every row into Python",
+        )
+    return NativeChoice(
+        False,
+        f"{shape} > {NATIVE_MAX_WINDOWS_PER_TUPLE}: Spark would copy every row into "
+        f"{per_tuple:g} windows; panes of {window.pane_length} us are pre-aggregated once",
+    )
+
+
+def _aggregate_column(plan: ph.AggregatePlan):  # noqa: ANN202  (a pyspark Column)
+    if plan.function is AggregateFunction.COUNT_STAR:
+        return F.count(F.lit(1))
+    return F.expr(f"{SPARK_AGGREGATES[plan.function]}({spark_sql(plan.argument)})")
+
+
+def aggregate_column(number: int) -> str:
+    return f"__mangonel_agg{number}"
+
+
+def resolve_outputs(expression: exp.Expression) -> str:
+    """Spark SQL of a HAVING or SELECT expression over the native aggregation's columns."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, WindowBound):
+            return exp.column(WINDOW_START if node.bound == "start" else WINDOW_END)
+        if isinstance(node, AggregateRef):
+            return exp.column(aggregate_column(node.number))
+        return node
+
+    return expression.copy().transform(replace).sql(dialect="spark")
+
+
+def native_query(pipeline: ph.WindowPipeline, watermarked: DataFrame) -> DataFrame:
+    """The query as Spark's streaming window aggregation (append mode); `watermarked` is the
+    stream's DataFrame with Spark's watermark on the event time."""
+    window = pipeline.window
+    event_time = pipeline.scan.stream.event_time
+    rows = watermarked
+    if pipeline.lift.predicate is not None:
+        rows = rows.where(spark_sql(pipeline.lift.predicate))
+    size = f"{window.window.size} microseconds"
+    slide = f"{window.window.slide} microseconds"
+    keys = [F.col(quote(k.name)) for k in window.keys]
+    aggregates = [
+        _aggregate_column(plan).alias(aggregate_column(number))
+        for number, plan in enumerate(window.aggregates)
+    ]
+    grouped = rows.groupBy(F.window(quote(event_time), size, slide).alias(WINDOW), *keys).agg(
+        *aggregates
+    )
+    flat = grouped.select(
+        "*",
+        F.col(f"{WINDOW}.start").alias(WINDOW_START),
+        F.col(f"{WINDOW}.end").alias(WINDOW_END),
+    )
+    if pipeline.having is not None:
+        flat = flat.where(resolve_outputs(pipeline.having))
+    return flat.select(
+        *[
+            F.expr(resolve_outputs(output.expression))
+            .cast(output.type.info.spark)
+            .alias(output.name)
+            for output in pipeline.outputs
+        ]
+    )
+
+
+def native_stages_text(pipeline: ph.WindowPipeline, reason: str) -> str:
+    """The Spark side of a natively planned query, top (sink side) first."""
+    window = pipeline.window
+    stream = pipeline.scan.stream
+    keys = ", ".join(quote(k.name) for k in window.keys)
+    calls = []
+    for plan in window.aggregates:
+        if plan.function is AggregateFunction.COUNT_STAR:
+            calls.append("count(1)")
+        else:
+            calls.append(f"{SPARK_AGGREGATES[plan.function]}({spark_sql(plan.argument)})")
+    where = f" where={spark_sql(pipeline.lift.predicate)}" if pipeline.lift.predicate else ""
+    lines = [
+        f"Spark: native window aggregation (reason: {reason})",
+        f"  StreamingAggregate: group_by=[window({stream.event_time}, "
+        f"{format_duration(window.window.size)}, {format_duration(window.window.slide)})"
+        f"{', ' if keys else ''}{keys}] "
+        f"aggregates=[{', '.join(calls)}] output_mode=append fires=window_end<=watermark",
+        f"    Filter:{where or ' none'}",
+        f"      EventTimeWatermark: column={stream.event_time} "
+        f"delay={format_duration(window.window.watermark_delay_us)}",
+        f"        Source: stream={stream.name}"
+        + (f" source={stream.option('source')}" if stream.option("source") else ""),
+    ]
+    return "\n".join(lines)
