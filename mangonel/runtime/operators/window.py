@@ -99,18 +99,20 @@ def finalize(
             results.append(pa.array(count, pa.int64()).cast(arrow_type))
             continue
         empty = count == 0
+        if not empty.any():
+            empty = None  # no NULL result: no masking passes (the common case)
         value = values[plan.value_field]
         if function in (AggregateFunction.SUM, AggregateFunction.MIN, AggregateFunction.MAX):
-            data = value[0]
+            data = value[0] if empty is None else np.where(empty, 0, value[0])
             if plan.result_type is SqlType.TIMESTAMP:
-                array = array_with_nulls(np.where(empty, 0, data).astype(np.int64), empty)
+                array = array_with_nulls(data.astype(np.int64), empty)
             else:
-                array = array_with_nulls(np.where(empty, 0, data), empty)
+                array = array_with_nulls(data, empty)
             results.append(array.cast(arrow_type))
             continue
         if function is AggregateFunction.AVG:
             with np.errstate(divide="ignore", invalid="ignore"):
-                data = value[0] / np.where(empty, 1, count)
+                data = value[0] / (count if empty is None else np.where(empty, 1, count))
             results.append(array_with_nulls(data.astype(np.float64), empty).cast(arrow_type))
             continue
         n, m2 = value[0], value[2]
@@ -125,8 +127,13 @@ def finalize(
     return results
 
 
+_TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
+
+
 def _timestamps(micros: np.ndarray) -> pa.Array:
-    return pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    # a view of the int64 buffer as timestamps (an Arrow cast copies and checks every value)
+    micros = np.ascontiguousarray(micros, np.int64)
+    return pa.Array.from_buffers(_TIMESTAMP_UTC, len(micros), [None, pa.py_buffer(micros)])
 
 
 def project(
@@ -627,10 +634,10 @@ class TimeWindowOperator(_OperatorBase):
         host = self.kernels.to_host
         # every array crosses once (the row counts are also a field's values)
         on_host = {name: tuple(host(part) for part in parts) for name, parts in values.items()}
-        rows = on_host[self.fields[0].name][0]
-        selected = np.nonzero(rows > 0)[0]
+        has_rows = on_host[self.fields[0].name][0] > 0
+        everything = bool(has_rows.all())  # dense keys: no selection copy
+        selected = None if everything else np.flatnonzero(has_rows)
         window_ids = np.concatenate([np.arange(f, f + c, dtype=np.int64) for f, c in runs])
-        everything = len(selected) == len(rows)  # dense keys: no selection copy
         if everything:  # cells are window-major: no integer division per cell
             window_of_cell = np.repeat(window_ids, n_keys)
             slot_of_cell = np.tile(np.arange(n_keys, dtype=np.int64), len(window_ids))
