@@ -70,6 +70,7 @@ SNAPSHOT_VERSION = 1
 PANE_META = "__pane"
 EVENT_TIME_META = "__ts"
 MAX_RESULT_CELLS = 1 << 22  # (window, key) cells per tree call: bounds memory of one firing
+DIRECT_WINDOWS = 64  # firings of at most this many windows skip the occupancy scan
 
 
 @dataclass(frozen=True)
@@ -593,9 +594,15 @@ class TimeWindowOperator(_OperatorBase):
         if last_window < first_window:
             return []
         ps, pw = self.panes_per_slide, self.panes_per_window
+        n_keys = self.keys.n_slots
+        span = last_window - first_window + 1
+        if span <= DIRECT_WINDOWS and span * max(n_keys, 1) <= MAX_RESULT_CELLS:
+            # a few windows (a firing after one batch): compute them all in one go; the cells
+            # of windows without data are dropped like any empty (window, key). The occupancy
+            # scan below (a reduction and a device round trip) pays only for long ranges.
+            return self._compute(segment, [(first_window, span)], n_keys) if n_keys else []
         first_pane = first_window * ps
         end_pane = min(last_window * ps + pw, segment.last + 1)
-        n_keys = self.keys.n_slots
         occupied = segment.state.occupied(n_keys, first_pane, end_pane)
         panes = np.nonzero(occupied)[0].astype(np.int64) + first_pane
         if not len(panes):
