@@ -66,6 +66,10 @@ class SparkResult:
     ratio: float
     rows_out: int
     spark_rows_out: int
+    plan: str  # "two-stage" or "native" (the planner's cost-based choice, native.py)
+    # where the planner chose native: mangonel's two-stage plan of the same query (the
+    # measurement behind the choice), else None
+    two_stage_tuples_per_second: float | None = None
 
 
 def start_local_spark(cores: int = 2, shuffle_partitions: int = 2) -> SparkSession:
@@ -148,7 +152,14 @@ def measure_shape(
         session = SparkMangonelSession(spark, backend=backend)
         session.register("events", source, event_time="ts", watermark=0)
         ours_seconds, ours_rows = _seconds_and_rows(session.sql(_mangonel_query(shape)))
+        planned_native = session.last_plan is not None and session.last_plan.native
         native_seconds, native_rows = _seconds_and_rows(_native_query(source, shape))
+        two_stage_rate = None
+        if planned_native:
+            forced = SparkMangonelSession(spark, backend=backend, native=False)
+            forced.register("events", source, event_time="ts", watermark=0)
+            two_stage_seconds, _ = _seconds_and_rows(forced.sql(_mangonel_query(shape)))
+            two_stage_rate = tuples / two_stage_seconds
     ours_rate = tuples / ours_seconds
     native_rate = tuples / native_seconds
     return SparkResult(
@@ -162,6 +173,8 @@ def measure_shape(
         ours_rate / native_rate,
         ours_rows,
         native_rows,
+        "native" if planned_native else "two-stage",
+        two_stage_rate,
     )
 
 
@@ -188,7 +201,7 @@ def run_spark_benchmarks(
     )
     print(
         f"{'shape':32s} {'tuples':>10s} {'mangonel':>14s} {'Spark native':>14s} {'ratio':>8s} "
-        f"{'rows out':>10s}"
+        f"{'rows out':>10s}  plan (two-stage rate where native was chosen)"
     )
     results = []
     for shape in chosen:
@@ -197,7 +210,13 @@ def run_spark_benchmarks(
         print(
             f"{result.shape:32s} {tuples:>10,} {result.mangonel_tuples_per_second / 1e6:>10.3f} M/s"
             f" {result.spark_tuples_per_second / 1e6:>10.3f} M/s {result.ratio:>7.1f}x "
-            f"{result.rows_out:>10,}{agree}",
+            f"{result.rows_out:>10,}  {result.plan}"
+            + (
+                f" (two-stage {result.two_stage_tuples_per_second / 1e6:.3f} M/s)"
+                if result.two_stage_tuples_per_second
+                else ""
+            )
+            + agree,
             flush=True,
         )
         results.append(asdict(result))

@@ -230,6 +230,11 @@ class SparkMangonelSession:
             partials = stage1_module.stage1(pipeline.window, watermarked, planned.buckets)
         return stage2_module.stage2(planned.plan, partials)
 
+    @property
+    def last_plan(self) -> SparkQueryPlan | None:
+        """What the latest `sql()` built (None before any): native or two-stage, and why."""
+        return self._last
+
     def explain(self, query: str | None = None) -> str:
         """mangonel's physical plan of `query` (default: the latest `sql()`), followed by the
         part Spark runs."""
