@@ -210,3 +210,26 @@ def test_gpu_tree_levels_per_launch(monkeypatch, span):
                      delay=3000)
     assert ph.unpack(plan).window.panes_per_window == 640
     compare(plan, random_batches(11, 20_000, 50, 3000, 6))
+
+
+@pytest.mark.parametrize(("keys", "load"), [(2, 0.5), (300, 1e9)])
+def test_gpu_block_table_out_of_order(monkeypatch, keys, load):
+    """Out-of-order rows of non-uniform warps combine in the fused kernel's shared-memory
+    block table (one global atomic per cell per block). Few keys: the table holds every cell;
+    300 keys with the load limit lifted: the table overflows and cells that find no bucket go
+    to the global store. Every aggregate kind (MOMENTS takes the table's cell locks) gives the
+    CPU's rows, and the table was used."""
+    from mangonel.runtime.gpu import backend
+
+    monkeypatch.setattr(backend, "_BLOCK_TABLE_LOAD", load)
+    monkeypatch.setattr(backend, "_CHUNK_ROWS", 9_000)
+    plan = make_plan(COLUMNS, keys=("k",), aggregates=ALL, size=20_000, slide=1000,
+                     delay=20_000)
+    batches = random_batches(13, 60_000, keys, 15_000, 8)
+    cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan))
+    for position, batch in enumerate(batches):
+        want, got = _rows(cpu.process(batch)), _rows(gpu.process(batch))
+        assert rows_close(got, want), f"after batch {position}"
+    assert rows_close(_rows(gpu.finish()), _rows(cpu.finish()))
+    assert gpu.metrics.tuples_in == cpu.metrics.tuples_in
+    assert gpu.operator.kernels.block_table_passes > 0

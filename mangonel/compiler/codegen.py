@@ -75,6 +75,18 @@ class GeneratedKernels:
     parts: tuple[StatePart, ...]
     string_literals: tuple[str, ...]  # literal k is compared through string_literal_ids[k]
     key_words: int  # 64-bit words per key in the hash table (key columns + NULL mask)
+    block_cells: int = 0  # buckets of the fused kernel's shared-memory block table
+
+
+def block_table_cells(parts: tuple[StatePart, ...], budget_bytes: int = 24 << 10) -> int:
+    """Buckets of the fused kernel's per-block (key, pane) table: the largest power of two up
+    to 1024 whose cells (cell id, lock, one word per state part) fit `budget_bytes` of shared
+    memory (the kernel's other shared arrays and a second resident block need the rest)."""
+    per_cell = 8 + 4 + 8 * len(parts)
+    cells = 1024
+    while cells > 32 and cells * per_cell > budget_bytes:
+        cells //= 2
+    return cells
 
 
 # ---------------------------------------------------------------------------------------
@@ -270,9 +282,11 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
         "size": int(size),
         "words": key_words,
         "key_columns": key_columns,
+        "block_cells": block_table_cells(parts),
     }
     source, digest, names = _finish(context, TEMPLATES, KERNEL_ROLES)
-    return GeneratedKernels(source, digest, names, columns, parts, literals, key_words)
+    return GeneratedKernels(source, digest, names, columns, parts, literals, key_words,
+                            context["block_cells"])
 
 
 def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedKernels:

@@ -29,6 +29,8 @@ from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, PaneTar
 
 _THREADS = 256
 _STATUS_WORDS = 6
+# the block table is used when the last pass's cells fill at most this share of its buckets
+_BLOCK_TABLE_LOAD = 0.5
 _CHUNK_ROWS = 1 << 18  # rows per fused launch: 6 MiB of (ts, key, value) per copy chunk
 # tree levels built per launch: a block builds one subtree of 2^(span-1) nodes of its lowest
 # level, halving per level (13 levels of a 10,000-pane window: two launches instead of 13)
@@ -417,6 +419,10 @@ class GpuKernels:
         # batches whose copies `prefetch` started: (batch, lift, device inputs, chunk events,
         # chunk bounds); the driver's lookahead keeps at most two (batch k and k + 1)
         self._prefetched: list[tuple] = []
+        # (key, pane) cells the last fused pass merged into (known keys x its pane span): the
+        # next pass uses the shared-memory block table when they would fit it
+        self._last_cells: int | None = None
+        self.block_table_passes = 0  # fused passes that used the block table (tests read it)
 
     # -- compile --------------------------------------------------------------------------
 
@@ -547,6 +553,11 @@ class GpuKernels:
         state = target.state
         fused = module.get_function(generated.names["fused"])
         literal_ids = self.stager.literal_ids(generated.string_literals)
+        # few cells (few keys, out of order): rows combine per block in shared memory first;
+        # many cells would overflow the table and only add work
+        use_block_table = np.int32(self._last_cells is not None and 0 < self._last_cells
+                                   <= generated.block_cells * _BLOCK_TABLE_LOAD)
+        self.block_table_passes += int(use_block_table)
         # one launch per chunk, each after its chunk's copy: chunk c merges while chunk c + 1
         # crosses PCIe
         for (first, end), event in zip(bounds, copied, strict=True):
@@ -560,13 +571,15 @@ class GpuKernels:
                    np.int64(state.origin), np.int64(target.first_pane),
                    np.int64(target.end_pane),
                    np.int64(_INT64_MIN if watermark is None else watermark),
-                   decided[first:end], status))
+                   use_block_table, decided[first:end], status))
         status.data.copy_to_host_async(self._status_host.ptr, 8 * _STATUS_WORDS, stream)
         stream.synchronize()
         late, nulls, max_ts, low, high, undecided = (int(v) for v in self._status_view)
         max_event_time = _unbias(max_ts) if nulls < rows else None
         first_pane = _unbias(~low & _U64) if high else None
         last_pane = _unbias(high) if high else None
+        self._last_cells = (None if first_pane is None
+                            else target.known_keys * (last_pane - first_pane + 1))
         if not undecided:
             return FusedMerge(rows, late, nulls, max_event_time, first_pane, last_pane, None,
                               None)
