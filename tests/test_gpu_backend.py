@@ -212,10 +212,16 @@ def test_gpu_tree_levels_per_launch(monkeypatch, span):
     compare(plan, random_batches(11, 20_000, 50, 3000, 6))
 
 
-@pytest.mark.parametrize(("keys", "load"), [(2, 0.5), (300, 1e9)])
-def test_gpu_block_table_out_of_order(monkeypatch, keys, load):
+FEW = [(F.COUNT_STAR, None), (F.SUM, exp.column("x")), (F.MIN, exp.column("x")),
+       (F.MAX, exp.column("i")), (F.VAR_POP, exp.column("x"))]
+
+
+@pytest.mark.parametrize(("keys", "load", "aggregates", "slide"),
+                         [(2, 0.5, FEW, 5000), (300, 1e9, ALL, 1000)])
+def test_gpu_block_table_out_of_order(monkeypatch, keys, load, aggregates, slide):
     """Out-of-order rows of non-uniform warps combine in the fused kernel's shared-memory
-    block table (one global atomic per cell per block). Few keys: the table holds every cell;
+    block table (one global atomic per cell per block). Few keys (7 state parts: 256 buckets,
+    used for up to 128 cells; ~18 panes x 3 keys per batch): the table holds every cell;
     300 keys with the load limit lifted: the table overflows and cells that find no bucket go
     to the global store. Every aggregate kind (MOMENTS takes the table's cell locks) gives the
     CPU's rows, and the table was used."""
@@ -223,7 +229,7 @@ def test_gpu_block_table_out_of_order(monkeypatch, keys, load):
 
     monkeypatch.setattr(backend, "_BLOCK_TABLE_LOAD", load)
     monkeypatch.setattr(backend, "_CHUNK_ROWS", 9_000)
-    plan = make_plan(COLUMNS, keys=("k",), aggregates=ALL, size=20_000, slide=1000,
+    plan = make_plan(COLUMNS, keys=("k",), aggregates=aggregates, size=20_000, slide=slide,
                      delay=20_000)
     batches = random_batches(13, 60_000, keys, 15_000, 8)
     cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan))
