@@ -3,27 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 import pyarrow as pa
 
 from mangonel.compiler.physical import ProjectExec, unpack
 from mangonel.errors import BackendUnavailableError
 from mangonel.runtime.operators.kernels import WindowKernels
-from mangonel.runtime.operators.window import as_record_batch, make_operator, output_schema
-
-
-@dataclass(frozen=True)
-class QueryMetrics:
-    """Counters of one LocalQuery. See `mangonel.runtime.operators.window` for definitions:
-    windows_fired counts (window, key) results before HAVING; rows_out rows after it."""
-
-    tuples_in: int
-    late_tuples_dropped: int
-    null_event_time_dropped: int
-    windows_fired: int
-    rows_out: int
-    state_bytes: int
+from mangonel.runtime.operators.window import (
+    OperatorMetrics,
+    as_record_batch,
+    make_operator,
+    output_schema,
+)
 
 
 def kernels_for(backend: str) -> WindowKernels:
@@ -106,13 +97,7 @@ class LocalQuery:
         self.operator.restore(data)
 
     @property
-    def metrics(self) -> QueryMetrics:
-        m = self.operator.metrics()
-        return QueryMetrics(
-            m.tuples_in,
-            m.late_tuples_dropped,
-            m.null_event_time_dropped,
-            m.windows_fired,
-            m.rows_out,
-            m.state_bytes,
-        )
+    def metrics(self) -> OperatorMetrics:
+        """Counters so far (see `mangonel.runtime.operators.window` for definitions:
+        windows_fired counts (window, key) results before HAVING; rows_out rows after it)."""
+        return self.operator.metrics()
