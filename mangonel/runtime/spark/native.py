@@ -29,9 +29,9 @@ from mangonel.compiler.nodes import AggregateRef, WindowBound
 from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.stage1 import spark_sql
 
-# Largest windows-per-tuple (w / s) planned as native Spark aggregation. Measured on 2 cores
-# (docs/performance.md): native wins at w/s = 1 (2.2 vs 1.2 M tuples/s) and the two are even
-# at w/s = 10; the two-stage plan wins from there on (12x at w/s = 100).
+# Largest windows-per-tuple (w / s) planned as native Spark aggregation. Measured on 2 cores,
+# 10 M tuples (docs/performance.md, "Inside Spark"): native wins at w/s = 1 (1.8 vs 0.96 M
+# tuples/s); the two-stage plan wins at w/s = 10 (1.4x) and w/s = 100 (14.7x).
 NATIVE_MAX_WINDOWS_PER_TUPLE = 1
 
 WINDOW = "__mangonel_window"
