@@ -240,3 +240,19 @@ def test_register_refuses_a_dataframe_that_already_has_a_watermark(spark, tmp_pa
     frame = file_stream(spark, tmp_path / "in", DDL).withWatermark("ts", "1 second")
     with pytest.raises(CatalogError, match="already has a watermark"):
         mg.attach(spark).register("s", frame, event_time="ts")
+
+
+def test_benchmark_shape_reports_the_chosen_plan_and_equal_row_counts(spark):
+    """`mangonel bench --spark` on a tiny input: tumbling windows run natively, with the
+    two-stage rate measured beside them; sliding ones keep the two stages; both engines emit
+    the same number of windows."""
+    from mangonel.runtime.spark.bench import SparkShape, measure_shape
+
+    tumbling = measure_shape(spark, SparkShape(100_000, 100_000, keys=5), 4000, 20_000, 2000, 3)
+    assert tumbling.plan == "native"
+    assert tumbling.two_stage_tuples_per_second is not None
+    assert tumbling.rows_out == tumbling.spark_rows_out > 0
+    sliding = measure_shape(spark, SparkShape(100_000, 20_000, keys=5), 4000, 20_000, 2000, 3)
+    assert sliding.plan == "two-stage"
+    assert sliding.two_stage_tuples_per_second is None
+    assert sliding.rows_out == sliding.spark_rows_out > 0
