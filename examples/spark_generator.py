@@ -11,6 +11,7 @@ table of results.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     import mangonel
     from mangonel.runtime.spark.session import local_spark
 
+    # pyspark's own applyInPandasWithState worker pads batches with empty frames and pandas
+    # warns about that on every micro-batch; the Python workers inherit this environment.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.worker")
     print("starting local Spark ...", flush=True)
     spark = local_spark("mangonel-example", shuffle_partitions=2)
     session = mangonel.attach(spark, backend=args.backend)
