@@ -46,6 +46,71 @@ def fields_module(fields):
     return generated, codegen.load_module(generated)
 
 
+_COPY_WORDS_SOURCE = r"""
+extern "C" __global__ void copy_host_words(const long long* __restrict__ source,
+                                           long long* __restrict__ target, long long words) {
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)
+        target[i] = source[i];
+}
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def _copy_words_kernel():
+    # loaded like every generated module (nvcc cubin cache, else NVRTC)
+    import hashlib
+    from types import SimpleNamespace
+
+    digest = hashlib.sha256(_COPY_WORDS_SOURCE.encode()).hexdigest()[:16]
+    module = codegen.load_module(SimpleNamespace(digest=f"copy_words_{digest}",
+                                                 source=_COPY_WORDS_SOURCE))
+    return module.get_function("copy_host_words")
+
+
+class HostWords:
+    """Small int64 arrays (a firing's tree metadata) to the device without the copy engines.
+
+    The words go into page-locked host memory, which the GPU addresses under unified
+    addressing with the host pointer itself, and a one-block kernel on the compute stream
+    reads them across PCIe into a device array. A `cudaMemcpyAsync` of the same words would
+    be queued on a host-to-device copy engine behind the next batch's column copies (tens of
+    MiB in flight while the current batch fires), so the firing would wait for that copy.
+    A ring of buffers, each reused only after the kernel that read it has run (its event).
+    """
+
+    def __init__(self, slots: int = 4) -> None:
+        self.buffers: list[Any] = [None] * slots
+        self.sizes = [0] * slots
+        self.events: list[Any] = [None] * slots
+        self.turn = 0
+
+    def to_device(self, words: np.ndarray):
+        cp = cupy()
+        words = np.ascontiguousarray(words, np.int64)
+        count = int(words.shape[0])
+        target = cp.empty(max(count, 1), cp.int64)
+        if count == 0:
+            return target[:0]
+        index = self.turn
+        self.turn = (index + 1) % len(self.buffers)
+        if self.events[index] is not None:
+            self.events[index].synchronize()  # the kernel that last read this buffer ran
+        if self.sizes[index] < words.nbytes:
+            self.sizes[index] = max(words.nbytes, 1 << 16)
+            self.buffers[index] = cp.cuda.alloc_pinned_memory(self.sizes[index])
+        buffer = self.buffers[index]
+        np.frombuffer(buffer, np.int64, count)[:] = words
+        threads = 256
+        blocks = max(1, min((count + threads - 1) // threads, 64))
+        source = np.uint64(buffer.ptr)  # the host pointer is the device pointer (UVA)
+        _copy_words_kernel()((blocks,), (threads,), (source, target, np.int64(count)))
+        event = cp.cuda.Event(disable_timing=True)
+        event.record(cp.cuda.get_current_stream())
+        self.events[index] = event
+        return target
+
+
 _HOST_MEMORY = 1  # cudaMemoryTypeHost: page-locked host memory
 
 
