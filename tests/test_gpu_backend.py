@@ -239,3 +239,54 @@ def test_gpu_block_table_out_of_order(monkeypatch, keys, load, aggregates, slide
     assert rows_close(_rows(gpu.finish()), _rows(cpu.finish()))
     assert gpu.metrics.tuples_in == cpu.metrics.tuples_in
     assert gpu.operator.kernels.block_table_passes > 0
+
+
+def test_gpu_host_words_round_trip():
+    """Tree metadata crosses as an SM copy from pinned host memory (no copy engine): empty,
+    small and large arrays, more arrays than ring slots (each slot reused after its kernel ran)
+    and a slot that grows, arrive word for word, negative values included."""
+    import cupy
+
+    from mangonel.runtime.gpu import device
+
+    words = device.HostWords(slots=2)
+    rng = np.random.default_rng(5)
+    sent, got = [], []
+    for size in (0, 1, 7, 300, 100_000, 3, 20_000, 1):
+        values = rng.integers(-(1 << 62), 1 << 62, size)
+        sent.append(values)
+        got.append(words.to_device(values))
+    cupy.cuda.get_current_stream().synchronize()
+    for values, array in zip(sent, got, strict=True):
+        assert np.array_equal(cupy.asnumpy(array), values)
+
+
+@pytest.mark.parametrize(("meta_sm", "one_launch"), [(True, True), (False, False)])
+def test_gpu_one_launch_for_copied_batch(monkeypatch, meta_sm, one_launch):
+    """A batch whose prefetched copy has finished merges in one fused launch over all its
+    chunks (one_launch_passes counts them); with the E6 switches on or off the rows equal the
+    CPU's, batch by batch."""
+    import cupy
+
+    from mangonel.runtime.gpu import backend
+    from mangonel.runtime.gpu.bench import GpuShape, PinnedSource, source_batches
+
+    monkeypatch.setattr(backend, "_CHUNK_ROWS", 5_000)
+    monkeypatch.setattr(backend, "_META_THROUGH_SM", meta_sm)
+    monkeypatch.setattr(backend, "_ONE_LAUNCH_WHEN_COPIED", one_launch)
+    source = PinnedSource(240_000, seed=9)
+    batches = source_batches(GpuShape(10_000, 1000, 1_000_000, 30_000 * 24), source, 240_000)
+    plan = make_plan([("ts", T.TIMESTAMP), ("key", T.BIGINT), ("value", T.DOUBLE)],
+                     keys=("key",), aggregates=[(F.SUM, exp.column("value")),
+                                                (F.COUNT_STAR, None)],
+                     size=100_000, slide=1_000, delay=300_000)
+    cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan))
+    for position, batch in enumerate(batches):
+        gpu.operator.prefetch(batch)
+        cupy.cuda.Device().synchronize()  # the copy is over before the batch is processed
+        want, got = _rows(cpu.process(batch)), _rows(gpu.process(batch))
+        assert rows_close(got, want), f"after batch {position}"
+    assert rows_close(_rows(gpu.finish()), _rows(cpu.finish()))
+    assert gpu.metrics.tuples_in == cpu.metrics.tuples_in == 240_000
+    passes = gpu.operator.kernels.one_launch_passes
+    assert (passes > 0) if one_launch else (passes == 0)
