@@ -37,12 +37,6 @@ _CHUNK_ROWS = 1 << 18  # rows per fused launch: 6 MiB of (ts, key, value) per co
 _TREE_SPAN = 8
 _TREE_THREADS = 1 << (_TREE_SPAN - 1)
 _INT64_MIN = int(np.iinfo(np.int64).min)
-# a firing's tree metadata reaches the device through an SM copy from pinned host memory, not
-# a copy engine (device.HostWords says why); False: cp.asarray as before E6 (A/B switch)
-_META_THROUGH_SM = True
-# a batch whose columns are already on the device (the lookahead's copy finished) merges in
-# one fused launch instead of one per copy chunk (False: per chunk always, as before E6)
-_ONE_LAUNCH_WHEN_COPIED = True
 _U64 = (1 << 64) - 1
 
 
@@ -65,11 +59,9 @@ class GpuPaneState:
     """Flat CuPy arrays per state part, `[key_capacity x pane_capacity]` row-major, column c is
     pane `origin + c` (the CPU layout, so snapshots are interchangeable)."""
 
-    def __init__(self, fields: tuple[StateField, ...], module_of,
-                 host_words: device.HostWords | None = None) -> None:
+    def __init__(self, fields: tuple[StateField, ...], module_of) -> None:
         self.fields = fields
         self._module_of = module_of  # () -> (GeneratedKernels, RawModule)
-        self._host_words = host_words if host_words is not None else device.HostWords()
         self.parts = codegen.state_parts(fields)
         self.key_capacity = 0
         self.pane_capacity = 0
@@ -186,11 +178,9 @@ class GpuPaneState:
             pointers.append([upper[p.member].data.ptr + 8 * int(offsets[level - 1])
                              for p in self.parts])
         count = top + 1
-        meta_host = np.concatenate((
+        meta = cp.asarray(np.concatenate((
             np.array(pointers, np.uint64).reshape(-1).view(np.int64),
-            np.array(strides + bases + widths, np.int64), first_columns))
-        meta = (self._host_words.to_device(meta_host) if _META_THROUGH_SM
-                else cp.asarray(meta_host))
+            np.array(strides + bases + widths, np.int64), first_columns)))
         parts = len(self.parts)
         level_pointers = meta[:count * parts]
         level_stride = meta[count * parts:count * parts + count]
@@ -433,8 +423,6 @@ class GpuKernels:
         # next pass uses the shared-memory block table when they would fit it
         self._last_cells: int | None = None
         self.block_table_passes = 0  # fused passes that used the block table (tests read it)
-        self.one_launch_passes = 0  # fused passes whose copy had finished: one launch (tests)
-        self._host_words = device.HostWords()
 
     # -- compile --------------------------------------------------------------------------
 
@@ -557,11 +545,6 @@ class GpuKernels:
         cp = device.cupy()
         generated, module = self.module_for(lift, window)
         inputs, copied, bounds = staged or self._stage_fused(generated, batch)
-        if len(bounds) > 1 and _ONE_LAUNCH_WHEN_COPIED and copied[-1].done:
-            # the lookahead's copy is already over (the copy stream is in order: every chunk
-            # is): per-chunk launches would only add host launch cost
-            bounds, copied = [(0, rows)], copied[-1:]
-            self.one_launch_passes += 1
         chunks = len(bounds)
         stream = cp.cuda.get_current_stream()
         status = self._status
@@ -606,7 +589,7 @@ class GpuKernels:
                           rest_include)
 
     def new_pane_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
-        return GpuPaneState(fields, lambda: self._module_for_fields(fields), self._host_words)
+        return GpuPaneState(fields, lambda: self._module_for_fields(fields))
 
     def flat_index(self, slots, panes, state: GpuPaneState):
         cp = device.cupy()
