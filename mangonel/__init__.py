@@ -1,11 +1,11 @@
 """mangonel: streaming-SQL window queries compiled to GPU kernels, inside Spark.
 
-    import mangonel as mg
-    s = mg.Session(backend="auto")
-    s.execute("CREATE STREAM trades (...) WITH (event_time = 'ts', watermark = '500 ms')")
-    q = s.sql("SELECT symbol, window_start, AVG(price) FROM trades [RANGE 1 SECOND "
-              "SLIDE 10 MILLISECONDS] GROUP BY symbol")
-    print(q.explain()); table = q.run(batches)
+import mangonel as mg
+s = mg.Session(backend="auto")
+s.execute("CREATE STREAM trades (...) WITH (event_time = 'ts', watermark = '500 ms')")
+q = s.sql("SELECT symbol, window_start, AVG(price) FROM trades [RANGE 1 SECOND "
+          "SLIDE 10 MILLISECONDS] GROUP BY symbol")
+print(q.explain()); table = q.run(batches)
 """
 
 from mangonel.errors import (

@@ -46,8 +46,12 @@ from mangonel.runtime.local.query import LocalQuery  # noqa: E402
 def on_gpu(plan: ph.ProjectExec) -> ph.ProjectExec:
     """The same plan with the window operator on the GPU backend."""
     pipeline = ph.unpack(plan)
-    window = dataclasses.replace(pipeline.window, backend="gpu", backend_reason="test",
-                                 strategy=ph.default_strategy("gpu", pipeline.window.window))
+    window = dataclasses.replace(
+        pipeline.window,
+        backend="gpu",
+        backend_reason="test",
+        strategy=ph.default_strategy("gpu", pipeline.window.window),
+    )
     top = window if pipeline.having is None else ph.FilterExec(window, pipeline.having)
     return ph.ProjectExec(top, plan.outputs)
 
@@ -66,8 +70,14 @@ def compare(plan, batches, snapshot_at=None) -> None:
     assert gpu.metrics.tuples_in == cpu.metrics.tuples_in
 
 
-COLUMNS = [("ts", T.TIMESTAMP), ("k", T.BIGINT), ("s", T.STRING), ("x", T.DOUBLE),
-           ("i", T.INT), ("b", T.BOOLEAN)]
+COLUMNS = [
+    ("ts", T.TIMESTAMP),
+    ("k", T.BIGINT),
+    ("s", T.STRING),
+    ("x", T.DOUBLE),
+    ("i", T.INT),
+    ("b", T.BOOLEAN),
+]
 STAMP = pa.timestamp("us", tz="UTC")
 
 
@@ -75,37 +85,63 @@ def random_batches(seed: int, rows: int, keys: int, disorder: int, batches: int)
     rng = np.random.default_rng(seed)
     ts = np.sort(rng.integers(0, rows * 10, rows)) + rng.integers(0, disorder + 1, rows)
     k = rng.integers(0, keys, rows)
-    table = pa.table({
-        "ts": pa.array(ts).cast(STAMP),
-        "k": pa.array(k, mask=rng.random(rows) < 0.05),
-        "s": pa.array([f"sym{v % 13}" for v in k]),
-        "x": pa.array(rng.normal(100, 30, rows), mask=rng.random(rows) < 0.1),
-        "i": pa.array(rng.integers(-50, 50, rows).astype(np.int32)),
-        "b": pa.array(rng.random(rows) < 0.8),
-    })
+    table = pa.table(
+        {
+            "ts": pa.array(ts).cast(STAMP),
+            "k": pa.array(k, mask=rng.random(rows) < 0.05),
+            "s": pa.array([f"sym{v % 13}" for v in k]),
+            "x": pa.array(rng.normal(100, 30, rows), mask=rng.random(rows) < 0.1),
+            "i": pa.array(rng.integers(-50, 50, rows).astype(np.int32)),
+            "b": pa.array(rng.random(rows) < 0.8),
+        }
+    )
     cuts = np.linspace(0, rows, batches + 1).astype(int)
-    return [table.slice(a, b - a).combine_chunks().to_batches()[0]
-            for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+    return [
+        table.slice(a, b - a).combine_chunks().to_batches()[0]
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+        if b > a
+    ]
 
 
-ALL = [(F.COUNT_STAR, None), (F.COUNT, exp.column("x")), (F.SUM, exp.column("x")),
-       (F.SUM, exp.column("i")), (F.MIN, exp.column("x")), (F.MAX, exp.column("i")),
-       (F.AVG, exp.column("x")), (F.VAR_POP, exp.column("x")), (F.STDDEV_SAMP, exp.column("i")),
-       (F.MIN, exp.column("ts"))]
+ALL = [
+    (F.COUNT_STAR, None),
+    (F.COUNT, exp.column("x")),
+    (F.SUM, exp.column("x")),
+    (F.SUM, exp.column("i")),
+    (F.MIN, exp.column("x")),
+    (F.MAX, exp.column("i")),
+    (F.AVG, exp.column("x")),
+    (F.VAR_POP, exp.column("x")),
+    (F.STDDEV_SAMP, exp.column("i")),
+    (F.MIN, exp.column("ts")),
+]
 
 
 @pytest.mark.parametrize("keys", [(), ("k",), ("s",), ("s", "k")])
 @pytest.mark.parametrize("window", [(1000, 1000), (1000, 100), (5000, 30)])
 def test_gpu_equals_cpu_time_windows(keys, window):
     size, slide = window
-    plan = make_plan(COLUMNS, keys=keys, aggregates=ALL, size=size, slide=slide, delay=2000,
-                     where=exp.column("b"))
+    plan = make_plan(
+        COLUMNS,
+        keys=keys,
+        aggregates=ALL,
+        size=size,
+        slide=slide,
+        delay=2000,
+        where=exp.column("b"),
+    )
     compare(plan, random_batches(7, 20_000, 300, 3000, 9), snapshot_at=4)
 
 
 def test_gpu_equals_cpu_string_literal_filter_many_keys():
-    plan = make_plan(COLUMNS, keys=("k",), aggregates=ALL[:7], size=10_000, slide=1000,
-                     where=exp.EQ(this=exp.column("s"), expression=exp.Literal.string("sym3")))
+    plan = make_plan(
+        COLUMNS,
+        keys=("k",),
+        aggregates=ALL[:7],
+        size=10_000,
+        slide=1000,
+        where=exp.EQ(this=exp.column("s"), expression=exp.Literal.string("sym3")),
+    )
     compare(plan, random_batches(3, 50_000, 5000, 0, 5))
 
 
@@ -144,14 +180,23 @@ def test_gpu_pinned_source_batches_equal_cpu(monkeypatch):
     pinned = source_batches(GpuShape(100, 1000, 0, 1 << 20), source, 300_000)
     disordered = [
         pa.RecordBatch.from_arrays(
-            [pa.array(source.column("ts_late")[a:a + 50_000] // 50 + 23_000).cast(STAMP),
-             pa.array(source.column("key1000")[a:a + 50_000]),
-             pa.array(source.column("value")[a:a + 50_000])], names=["ts", "key", "value"])
-        for a in range(0, 150_000, 50_000)]
-    plan = make_plan([("ts", T.TIMESTAMP), ("key", T.BIGINT), ("value", T.DOUBLE)],
-                     keys=("key",), aggregates=[(F.SUM, exp.column("value")),
-                                                (F.COUNT_STAR, None)],
-                     size=2_000, slide=100, delay=500)
+            [
+                pa.array(source.column("ts_late")[a : a + 50_000] // 50 + 23_000).cast(STAMP),
+                pa.array(source.column("key1000")[a : a + 50_000]),
+                pa.array(source.column("value")[a : a + 50_000]),
+            ],
+            names=["ts", "key", "value"],
+        )
+        for a in range(0, 150_000, 50_000)
+    ]
+    plan = make_plan(
+        [("ts", T.TIMESTAMP), ("key", T.BIGINT), ("value", T.DOUBLE)],
+        keys=("key",),
+        aggregates=[(F.SUM, exp.column("value")), (F.COUNT_STAR, None)],
+        size=2_000,
+        slide=100,
+        delay=500,
+    )
     assert pc.min(pinned[1].column(0)).as_py() is not None
     compare(plan, pinned + disordered)
 
@@ -167,17 +212,32 @@ def test_gpu_stream_lookahead_equals_cpu(monkeypatch):
     monkeypatch.setattr(backend, "_CHUNK_ROWS", 7_777)
     source = PinnedSource(200_000, seed=3)
     pinned = source_batches(GpuShape(100, 1000, 1_000_000, 1 << 20), source, 200_000)
-    pageable = [pa.RecordBatch.from_arrays(
-        [pa.array(source.column("ts")[a:a + 40_000] + 100_000 * (a // 40_000 + 1)).cast(STAMP),
-         pa.array(source.column("key1000")[a:a + 40_000] + 1000 * (a // 40_000)),
-         pa.array(source.column("value")[a:a + 40_000])], names=["ts", "key", "value"])
-        for a in range(0, 160_000, 40_000)]
+    pageable = [
+        pa.RecordBatch.from_arrays(
+            [
+                pa.array(source.column("ts")[a : a + 40_000] + 100_000 * (a // 40_000 + 1)).cast(
+                    STAMP
+                ),
+                pa.array(source.column("key1000")[a : a + 40_000] + 1000 * (a // 40_000)),
+                pa.array(source.column("value")[a : a + 40_000]),
+            ],
+            names=["ts", "key", "value"],
+        )
+        for a in range(0, 160_000, 40_000)
+    ]
     batches = pinned + pageable
-    plan = make_plan([("ts", T.TIMESTAMP), ("key", T.BIGINT), ("value", T.DOUBLE)],
-                     keys=("key",), aggregates=[(F.SUM, exp.column("value")),
-                                                (F.MAX, exp.column("value")),
-                                                (F.COUNT_STAR, None)],
-                     size=200_000, slide=50_000, delay=300_000)
+    plan = make_plan(
+        [("ts", T.TIMESTAMP), ("key", T.BIGINT), ("value", T.DOUBLE)],
+        keys=("key",),
+        aggregates=[
+            (F.SUM, exp.column("value")),
+            (F.MAX, exp.column("value")),
+            (F.COUNT_STAR, None),
+        ],
+        size=200_000,
+        slide=50_000,
+        delay=300_000,
+    )
     cpu = LocalQuery(plan)
     want = [row for batch in batches for row in _rows(cpu.process(batch))] + _rows(cpu.finish())
     gpu = LocalQuery(on_gpu(plan))
@@ -206,18 +266,23 @@ def test_gpu_tree_levels_per_launch(monkeypatch, span):
 
     monkeypatch.setattr(backend, "_TREE_SPAN", span)
     monkeypatch.setattr(backend, "_TREE_THREADS", max(1, 1 << (span - 2)))
-    plan = make_plan(COLUMNS, keys=("k",), aggregates=ALL, size=64_000, slide=8_100,
-                     delay=3000)
+    plan = make_plan(COLUMNS, keys=("k",), aggregates=ALL, size=64_000, slide=8_100, delay=3000)
     assert ph.unpack(plan).window.panes_per_window == 640
     compare(plan, random_batches(11, 20_000, 50, 3000, 6))
 
 
-FEW = [(F.COUNT_STAR, None), (F.SUM, exp.column("x")), (F.MIN, exp.column("x")),
-       (F.MAX, exp.column("i")), (F.VAR_POP, exp.column("x"))]
+FEW = [
+    (F.COUNT_STAR, None),
+    (F.SUM, exp.column("x")),
+    (F.MIN, exp.column("x")),
+    (F.MAX, exp.column("i")),
+    (F.VAR_POP, exp.column("x")),
+]
 
 
-@pytest.mark.parametrize(("keys", "load", "aggregates", "slide"),
-                         [(2, 0.5, FEW, 5000), (300, 1e9, ALL, 1000)])
+@pytest.mark.parametrize(
+    ("keys", "load", "aggregates", "slide"), [(2, 0.5, FEW, 5000), (300, 1e9, ALL, 1000)]
+)
 def test_gpu_block_table_out_of_order(monkeypatch, keys, load, aggregates, slide):
     """Out-of-order rows of non-uniform warps combine in the fused kernel's shared-memory
     block table (one global atomic per cell per block). Few keys (7 state parts: 256 buckets,
@@ -229,8 +294,9 @@ def test_gpu_block_table_out_of_order(monkeypatch, keys, load, aggregates, slide
 
     monkeypatch.setattr(backend, "_BLOCK_TABLE_LOAD", load)
     monkeypatch.setattr(backend, "_CHUNK_ROWS", 9_000)
-    plan = make_plan(COLUMNS, keys=("k",), aggregates=aggregates, size=20_000, slide=slide,
-                     delay=20_000)
+    plan = make_plan(
+        COLUMNS, keys=("k",), aggregates=aggregates, size=20_000, slide=slide, delay=20_000
+    )
     batches = random_batches(13, 60_000, keys, 15_000, 8)
     cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan))
     for position, batch in enumerate(batches):

@@ -37,12 +37,18 @@ from mangonel.compiler.physical import LiftExec, StateField, StateKind, WindowAg
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "kernels_templates"
 # keys before fused: the fused kernel probes the key hash table (mg_find_slot)
-TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "lift.cu.j2", "merge.cu.j2", "keys.cu.j2",
-             "fused.cu.j2", "windows.cu.j2")
+TEMPLATES = (
+    "prelude.cu.j2",
+    "state.cu.j2",
+    "lift.cu.j2",
+    "merge.cu.j2",
+    "keys.cu.j2",
+    "fused.cu.j2",
+    "windows.cu.j2",
+)
 STATE_TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "merge.cu.j2", "windows.cu.j2")
 KEY_TEMPLATES = ("prelude.cu.j2", "keys.cu.j2")
-KERNEL_ROLES = ("lift", "merge", "fused", "tree_levels", "window_compute", "map_keys",
-                "renumber")
+KERNEL_ROLES = ("lift", "merge", "fused", "tree_levels", "window_compute", "map_keys", "renumber")
 _NVCC_ARCH = "sm_90"
 
 
@@ -92,12 +98,18 @@ def block_table_cells(parts: tuple[StatePart, ...], budget_bytes: int = 24 << 10
 # ---------------------------------------------------------------------------------------
 # Lookup tables: one C fragment per StateKind (the templates never branch on a kind).
 
-_NEUTRAL_INTEGER = {StateKind.COUNT: "0LL", StateKind.SUM: "0LL",
-                    StateKind.MIN: "0x7fffffffffffffffLL",
-                    StateKind.MAX: "(-0x7fffffffffffffffLL - 1LL)"}
-_NEUTRAL_FLOAT = {StateKind.COUNT: "0.0", StateKind.SUM: "0.0",
-                  StateKind.MIN: "__longlong_as_double(0x7ff0000000000000LL)",
-                  StateKind.MAX: "__longlong_as_double(0xfff0000000000000LL)"}
+_NEUTRAL_INTEGER = {
+    StateKind.COUNT: "0LL",
+    StateKind.SUM: "0LL",
+    StateKind.MIN: "0x7fffffffffffffffLL",
+    StateKind.MAX: "(-0x7fffffffffffffffLL - 1LL)",
+}
+_NEUTRAL_FLOAT = {
+    StateKind.COUNT: "0.0",
+    StateKind.SUM: "0.0",
+    StateKind.MIN: "__longlong_as_double(0x7ff0000000000000LL)",
+    StateKind.MAX: "__longlong_as_double(0xfff0000000000000LL)",
+}
 _COMBINE = {
     StateKind.COUNT: "a.{m} = a.{m} + b.{m};",
     StateKind.SUM: "a.{m} = a.{m} + b.{m};",
@@ -126,8 +138,9 @@ _MOMENTS_LIFT = ("{ok} ? 1.0 : 0.0", "{ok} ? (double){a} : 0.0", "0.0")
 
 
 def _is_integer_state(field: StateField) -> bool:
-    return field.type.is_integer or field.type is SqlType.TIMESTAMP or (
-        field.kind is StateKind.COUNT)
+    return (
+        field.type.is_integer or field.type is SqlType.TIMESTAMP or (field.kind is StateKind.COUNT)
+    )
 
 
 def state_parts(fields: tuple[StateField, ...]) -> tuple[StatePart, ...]:
@@ -183,8 +196,15 @@ def _render_expressions(lift: LiftExec):
             ctype = "double" if rendered.type.is_floating else "long long"
             k = len(seen)
             seen.append(field.argument)
-            arguments.append({"value": rendered.value, "valid": rendered.valid, "ctype": ctype,
-                              "value_name": f"a{k}", "valid_name": f"a{k}_ok"})
+            arguments.append(
+                {
+                    "value": rendered.value,
+                    "valid": rendered.valid,
+                    "ctype": ctype,
+                    "value_name": f"a{k}",
+                    "valid_name": f"a{k}_ok",
+                }
+            )
             argument_of[position] = k
     return predicate, arguments, argument_of, tuple(context.string_literals)
 
@@ -204,23 +224,39 @@ def _field_fragments(fields: tuple[StateField, ...], argument_of: dict[int, int]
             ok, a = f"a{k}_ok", f"a{k}"
         if field.kind is StateKind.MOMENTS:
             n, mean, m2 = members
-            field_code.append({
-                "combine": _MOMENTS_COMBINE.format(n=n, mean=mean, m2=m2),
-                "atomic": _MOMENTS_ATOMIC.format(n=n, mean=mean, m2=m2),
-            })
+            field_code.append(
+                {
+                    "combine": _MOMENTS_COMBINE.format(n=n, mean=mean, m2=m2),
+                    "atomic": _MOMENTS_ATOMIC.format(n=n, mean=mean, m2=m2),
+                }
+            )
             for part, lift in zip(by_field[field.name], _MOMENTS_LIFT, strict=True):
-                part_code.append({"member": part.member, "ctype": part.ctype, "neutral": "0.0",
-                                  "lift": lift.format(ok=ok, a=a)})
+                part_code.append(
+                    {
+                        "member": part.member,
+                        "ctype": part.ctype,
+                        "neutral": "0.0",
+                        "lift": lift.format(ok=ok, a=a),
+                    }
+                )
             continue
         part = by_field[field.name][0]
         table = _NEUTRAL_INTEGER if part.ctype == "long long" else _NEUTRAL_FLOAT
         neutral = table[field.kind]
-        field_code.append({"combine": _COMBINE[field.kind].format(m=part.member),
-                           "atomic": _ATOMIC[field.kind].format(m=part.member)})
-        part_code.append({
-            "member": part.member, "ctype": part.ctype, "neutral": neutral,
-            "lift": _LIFT[field.kind].format(ok=ok, a=a, ctype=part.ctype, neutral=neutral),
-        })
+        field_code.append(
+            {
+                "combine": _COMBINE[field.kind].format(m=part.member),
+                "atomic": _ATOMIC[field.kind].format(m=part.member),
+            }
+        )
+        part_code.append(
+            {
+                "member": part.member,
+                "ctype": part.ctype,
+                "neutral": neutral,
+                "lift": _LIFT[field.kind].format(ok=ok, a=a, ctype=part.ctype, neutral=neutral),
+            }
+        )
     return parts, field_code, part_code
 
 
@@ -242,8 +278,7 @@ def _render(context: dict[str, Any], templates: tuple[str, ...]) -> str:
 def _finish(context: dict[str, Any], templates: tuple[str, ...], roles: tuple[str, ...]):
     """(source, digest, names): names carry the hash of the source rendered with neutral
     names, so a name identifies the code; rendering twice keeps hashing out of templates."""
-    draft = _render({**context, "suffix": "q", "names": {r: f"mg_{r}" for r in roles}},
-                    templates)
+    draft = _render({**context, "suffix": "q", "names": {r: f"mg_{r}" for r in roles}}, templates)
     tag = hashlib.sha256(draft.encode()).hexdigest()[:12]
     names = {role: f"mg_{role}_{tag}" for role in roles}
     source = _render({**context, "suffix": tag, "names": names}, templates)
@@ -259,21 +294,32 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
     parts, field_code, part_code = _field_fragments(lift.fields, argument_of)
     scan = lift.child
     columns = tuple(InputColumn(c.name, c.type, _device_ctype(c.type)) for c in scan.columns)
-    event_index = next(i for i, c in enumerate(scan.columns)
-                       if c.name.lower() == scan.stream.event_time.lower())
+    event_index = next(
+        i for i, c in enumerate(scan.columns) if c.name.lower() == scan.stream.event_time.lower()
+    )
     if window is None or window.window.kind is ph.WindowKind.COUNT:
         pane_length, slide, size = 1, 1, 1
     else:
         pane_length, slide, size = window.pane_length, window.window.slide, window.window.size
     key_words = len(lift.keys) + 1
     column_index = {c.name: i for i, c in enumerate(scan.columns)}
-    key_columns = [{"value": f"v{column_index[k.name]}", "valid": f"m{column_index[k.name]}"}
-                   for k in lift.keys]
+    key_columns = [
+        {"value": f"v{column_index[k.name]}", "valid": f"m{column_index[k.name]}"}
+        for k in lift.keys
+    ]
     context: dict[str, Any] = {
         "parts": part_code,
         "fields": field_code,
-        "columns": [{"ctype": c.ctype, "pointer": f"c{i}", "valid_pointer": f"n{i}",
-                     "value": f"v{i}", "valid": f"m{i}"} for i, c in enumerate(columns)],
+        "columns": [
+            {
+                "ctype": c.ctype,
+                "pointer": f"c{i}",
+                "valid_pointer": f"n{i}",
+                "value": f"v{i}",
+                "valid": f"m{i}",
+            }
+            for i, c in enumerate(columns)
+        ],
         "event_time": {"value": f"v{event_index}", "valid": f"m{event_index}"},
         "predicate": predicate,
         "arguments": arguments,
@@ -285,25 +331,27 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
         "block_cells": block_table_cells(parts),
     }
     source, digest, names = _finish(context, TEMPLATES, KERNEL_ROLES)
-    return GeneratedKernels(source, digest, names, columns, parts, literals, key_words,
-                            context["block_cells"])
+    return GeneratedKernels(
+        source, digest, names, columns, parts, literals, key_words, context["block_cells"]
+    )
 
 
 def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedKernels:
     """Merge and window kernels of a set of state fields alone (no lift: restored state,
     stage 2 of the split form)."""
     parts, field_code, part_code = _field_fragments(
-        tuple(StateField(f.name, f.kind, None, f.type) for f in fields), {})
+        tuple(StateField(f.name, f.kind, None, f.type) for f in fields), {}
+    )
     context = {"parts": part_code, "fields": field_code}
-    source, digest, names = _finish(context, STATE_TEMPLATES, ("merge", "tree_levels",
-                                                                "window_compute"))
+    source, digest, names = _finish(
+        context, STATE_TEMPLATES, ("merge", "tree_levels", "window_compute")
+    )
     return GeneratedKernels(source, digest, names, (), parts, (), 0)
 
 
 def render_key_kernels(words: int) -> GeneratedKernels:
     """The key hash table kernels for keys of `words` 64-bit words."""
-    source, digest, names = _finish({"words": int(words)}, KEY_TEMPLATES,
-                                    ("map_keys", "renumber"))
+    source, digest, names = _finish({"words": int(words)}, KEY_TEMPLATES, ("map_keys", "renumber"))
     return GeneratedKernels(source, digest, names, (), (), (), int(words))
 
 
@@ -340,8 +388,18 @@ def cache_directory() -> Path:
 
 def nvcc_command(source_path: Path, output_path: Path, *, ptx: bool, arch: str) -> list[str]:
     kind = "--ptx" if ptx else "--cubin"
-    return ["nvcc", kind, f"-arch={arch}", "-O3", "-std=c++17", "-diag-suppress", "177",
-            "-o", str(output_path), str(source_path)]
+    return [
+        "nvcc",
+        kind,
+        f"-arch={arch}",
+        "-O3",
+        "-std=c++17",
+        "-diag-suppress",
+        "177",
+        "-o",
+        str(output_path),
+        str(source_path),
+    ]
 
 
 def load_module(generated: GeneratedKernels) -> Any:
@@ -366,8 +424,12 @@ def load_module(generated: GeneratedKernels) -> Any:
         source_path = directory / f"{generated.digest}.cu"
         source_path.write_text(generated.source)
         partial = cubin.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run(nvcc_command(source_path, partial, ptx=False, arch=arch), check=True,
-                       capture_output=True, text=True)
+        subprocess.run(
+            nvcc_command(source_path, partial, ptx=False, arch=arch),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         partial.replace(cubin)  # atomic: concurrent processes never read half a file
     if cubin.exists():
         module = cupy.RawModule(path=str(cubin))

@@ -92,8 +92,9 @@ class GpuPaneState:
                 first = max(self.origin, origin)
                 end = min(self.origin + self.pane_capacity, origin + pane_capacity)
                 if end > first:
-                    array[:keep_keys, first - origin:end - origin] = old2[
-                        :keep_keys, first - self.origin:end - self.origin]
+                    array[:keep_keys, first - origin : end - origin] = old2[
+                        :keep_keys, first - self.origin : end - self.origin
+                    ]
             self.arrays[part.member] = array.reshape(-1)
         del shift
         self.lock = cp.zeros(key_capacity * pane_capacity, cp.int32)
@@ -109,12 +110,20 @@ class GpuPaneState:
         rows = int(index.shape[0])
         if rows == 0:
             return
-        values = [cp.ascontiguousarray(partials[p.field][p.part], dtype=p.numpy)
-                  for p in self.parts]
+        values = [
+            cp.ascontiguousarray(partials[p.field][p.part], dtype=p.numpy) for p in self.parts
+        ]
         kernel = module.get_function(generated.names["merge"])
-        kernel((_grid(rows),), (_THREADS,),
-               (cp.ascontiguousarray(index, dtype=cp.int64), *device.struct(values),
-                *device.struct(self.struct_args()), np.int64(rows)))
+        kernel(
+            (_grid(rows),),
+            (_THREADS,),
+            (
+                cp.ascontiguousarray(index, dtype=cp.int64),
+                *device.struct(values),
+                *device.struct(self.struct_args()),
+                np.int64(rows),
+            ),
+        )
 
     def _matrix(self, member: str):
         return self.arrays[member].reshape(self.key_capacity, self.pane_capacity)
@@ -126,7 +135,7 @@ class GpuPaneState:
         if end > first and n_keys:
             rows = self._matrix(self.parts[0].member)[:n_keys, first:end]
             hit = device.cupy().asnumpy((rows > 0).any(axis=0))
-            result[first + self.origin - first_pane:end + self.origin - first_pane] = hit
+            result[first + self.origin - first_pane : end + self.origin - first_pane] = hit
         return result
 
     def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
@@ -136,13 +145,22 @@ class GpuPaneState:
         bases, widths and the windows' first columns cross to the device in one copy."""
         cp = device.cupy()
         generated, module = self._module_of()
-        first_columns = np.concatenate([
-            np.arange(count, dtype=np.int64) * panes_per_slide + (first - self.origin)
-            for first, count in runs]) if runs else np.empty(0, np.int64)
+        first_columns = (
+            np.concatenate(
+                [
+                    np.arange(count, dtype=np.int64) * panes_per_slide + (first - self.origin)
+                    for first, count in runs
+                ]
+            )
+            if runs
+            else np.empty(0, np.int64)
+        )
         total = len(first_columns)
         if total == 0 or n_keys == 0:
-            out = {p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
-                   for p in self.parts}
+            out = {
+                p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
+                for p in self.parts
+            }
             return self._by_field(out)
         low = int(first_columns.min())
         high = int(first_columns.max()) + panes_per_window  # exclusive
@@ -162,7 +180,9 @@ class GpuPaneState:
             for part in self.parts:
                 block = cp.full((n_keys, width), self._neutral(part.member), part.numpy)
                 if end > first:
-                    block[:, first - low:end - low] = self._matrix(part.member)[:n_keys, first:end]
+                    block[:, first - low : end - low] = self._matrix(part.member)[
+                        :n_keys, first:end
+                    ]
                 padded[part.member] = block.reshape(-1)
             leaves = self.struct_args(padded)
             strides, bases, widths = [width], [low], [width]
@@ -175,35 +195,66 @@ class GpuPaneState:
         upper = {p.member: cp.empty(max(int(offsets[-1]), 1), p.numpy) for p in self.parts}
         pointers = [[array.data.ptr for array in leaves[:-1]]]
         for level in range(1, top + 1):
-            pointers.append([upper[p.member].data.ptr + 8 * int(offsets[level - 1])
-                             for p in self.parts])
+            pointers.append(
+                [upper[p.member].data.ptr + 8 * int(offsets[level - 1]) for p in self.parts]
+            )
         count = top + 1
-        meta = cp.asarray(np.concatenate((
-            np.array(pointers, np.uint64).reshape(-1).view(np.int64),
-            np.array(strides + bases + widths, np.int64), first_columns)))
+        meta = cp.asarray(
+            np.concatenate(
+                (
+                    np.array(pointers, np.uint64).reshape(-1).view(np.int64),
+                    np.array(strides + bases + widths, np.int64),
+                    first_columns,
+                )
+            )
+        )
         parts = len(self.parts)
-        level_pointers = meta[:count * parts]
-        level_stride = meta[count * parts:count * parts + count]
-        level_base = meta[count * parts + count:count * parts + 2 * count]
-        level_width = meta[count * parts + 2 * count:count * parts + 3 * count]
-        first_column = meta[count * parts + 3 * count:]
+        level_pointers = meta[: count * parts]
+        level_stride = meta[count * parts : count * parts + count]
+        level_base = meta[count * parts + count : count * parts + 2 * count]
+        level_width = meta[count * parts + 2 * count : count * parts + 3 * count]
+        first_column = meta[count * parts + 3 * count :]
         tree = module.get_function(generated.names["tree_levels"])
         for from_level in range(0, top, _TREE_SPAN):
             to_level = min(from_level + _TREE_SPAN, top)
             first_root = bases[from_level + 1] >> (_TREE_SPAN - 1)
             last_root = (bases[from_level + 1] + widths[from_level + 1] - 1) >> (_TREE_SPAN - 1)
             roots = last_root - first_root + 1
-            tree((n_keys * roots,), (_TREE_THREADS,),
-                 (level_pointers, level_stride, level_base, level_width, np.int32(from_level),
-                  np.int32(to_level), np.int32(_TREE_SPAN), np.int64(first_root),
-                  np.int64(roots)))
+            tree(
+                (n_keys * roots,),
+                (_TREE_THREADS,),
+                (
+                    level_pointers,
+                    level_stride,
+                    level_base,
+                    level_width,
+                    np.int32(from_level),
+                    np.int32(to_level),
+                    np.int32(_TREE_SPAN),
+                    np.int64(first_root),
+                    np.int64(roots),
+                ),
+            )
         # every (window, key) cell is written by the compute launch: no fill needed
         out = {p.member: cp.empty(total * n_keys, p.numpy) for p in self.parts}
         compute = module.get_function(generated.names["window_compute"])
-        compute((_grid(total * n_keys),), (_THREADS,),
-                (level_pointers, level_stride, level_base, np.int32(count), first_column,
-                 np.int64(total), np.int64(n_keys), np.int64(panes_per_window), np.int64(0),
-                 *device.struct(self.struct_args(out)), np.int64(n_keys)))
+        compute(
+            (_grid(total * n_keys),),
+            (_THREADS,),
+            (
+                level_pointers,
+                level_stride,
+                level_base,
+                np.int32(count),
+                first_column,
+                np.int64(total),
+                np.int64(n_keys),
+                np.int64(panes_per_window),
+                np.int64(0),
+                *device.struct(self.struct_args(out)),
+                np.int64(n_keys),
+            ),
+        )
         return self._by_field(out)
 
     def _by_field(self, arrays: dict[str, object]) -> dict[str, tuple]:
@@ -215,16 +266,19 @@ class GpuPaneState:
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         cp = device.cupy()
         first, end = first_pane - self.origin, end_pane - self.origin
-        return {f"{p.field}.{p.part}": cp.asnumpy(self._matrix(p.member)[:n_keys, first:end])
-                for p in self.parts}
+        return {
+            f"{p.field}.{p.part}": cp.asnumpy(self._matrix(p.member)[:n_keys, first:end])
+            for p in self.parts
+        }
 
     def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
         cp = device.cupy()
         first = first_pane - self.origin
         for p in self.parts:
             block = arrays[f"{p.field}.{p.part}"]
-            self._matrix(p.member)[:block.shape[0], first:first + block.shape[1]] = cp.asarray(
-                block)
+            self._matrix(p.member)[: block.shape[0], first : first + block.shape[1]] = cp.asarray(
+                block
+            )
 
 
 class GpuKeyMap:
@@ -233,8 +287,7 @@ class GpuKeyMap:
     Each key is `len(types) + 1` int64 words: the values (STRING: host-dictionary ids, NULL:
     0) and a NULL mask. The host keeps the words of every slot to decode results."""
 
-    def __init__(self, types: tuple[SqlType, ...],
-                 strings: StringDictionary | None = None) -> None:
+    def __init__(self, types: tuple[SqlType, ...], strings: StringDictionary | None = None) -> None:
         cp = device.cupy()
         self.types = types
         self.words = len(types) + 1
@@ -297,10 +350,24 @@ class GpuKeyMap:
         generated, module = self._module()
         slots = cp.empty(rows, cp.int32)
         module.get_function(generated.names["map_keys"])(
-            (_grid(rows),), (_THREADS,),
-            (words_device, np.int64(rows), include_device, self.table_words, self.table_slots,
-             np.int64(self.capacity), self.counter, self.slot_words_device, self.first_row,
-             np.int64(self.slot_capacity), np.int32(self.n_slots), slots, self.overflow))
+            (_grid(rows),),
+            (_THREADS,),
+            (
+                words_device,
+                np.int64(rows),
+                include_device,
+                self.table_words,
+                self.table_slots,
+                np.int64(self.capacity),
+                self.counter,
+                self.slot_words_device,
+                self.first_row,
+                np.int64(self.slot_capacity),
+                np.int32(self.n_slots),
+                slots,
+                self.overflow,
+            ),
+        )
         count = int(self.counter.get()[0])
         if count > self.n_slots:
             self._renumber(count, slots)
@@ -320,9 +387,10 @@ class GpuKeyMap:
         for values in (slots, self.table_slots):
             n = int(values.shape[0])
             kernel((_grid(n),), (_THREADS,), (values, np.int64(n), remap_device, np.int32(old)))
-        words = cp.asnumpy(self.slot_words_device[old * self.words:count * self.words]).reshape(
-            count - old, self.words)[order]
-        self.slot_words_device[old * self.words:count * self.words] = cp.asarray(words.ravel())
+        words = cp.asnumpy(self.slot_words_device[old * self.words : count * self.words]).reshape(
+            count - old, self.words
+        )[order]
+        self.slot_words_device[old * self.words : count * self.words] = cp.asarray(words.ravel())
         self.first_row[old:count] = np.iinfo(np.int64).max
         self.host_words = np.concatenate([self.host_words, words])
         self.n_slots = count
@@ -346,10 +414,24 @@ class GpuKeyMap:
             # every slot is new to the fresh table: first_row must start empty for all of them
             self.first_row[:n] = np.iinfo(np.int64).max
             module.get_function(generated.names["map_keys"])(
-                (_grid(n),), (_THREADS,),
-                (words, np.int64(n), None, self.table_words, self.table_slots,
-                 np.int64(self.capacity), self.counter, self.slot_words_device, self.first_row,
-                 np.int64(self.slot_capacity), np.int32(0), slots, self.overflow))
+                (_grid(n),),
+                (_THREADS,),
+                (
+                    words,
+                    np.int64(n),
+                    None,
+                    self.table_words,
+                    self.table_slots,
+                    np.int64(self.capacity),
+                    self.counter,
+                    self.slot_words_device,
+                    self.first_row,
+                    np.int64(self.slot_capacity),
+                    np.int32(0),
+                    slots,
+                    self.overflow,
+                ),
+            )
             self._renumber(int(self.counter.get()[0]), slots)
             assert np.array_equal(self.host_words, host_words)
 
@@ -357,9 +439,9 @@ class GpuKeyMap:
         cp = device.cupy()
         capacity = self.slot_capacity * 4
         words = cp.zeros(capacity * self.words, cp.int64)
-        words[:self.slot_capacity * self.words] = self.slot_words_device
+        words[: self.slot_capacity * self.words] = self.slot_words_device
         first = cp.full(capacity, np.iinfo(np.int64).max, cp.int64)
-        first[:self.slot_capacity] = self.first_row
+        first[: self.slot_capacity] = self.first_row
         self.slot_words_device, self.first_row, self.slot_capacity = words, first, capacity
 
     def decode(self, slots: np.ndarray) -> list[pa.Array]:
@@ -397,8 +479,9 @@ class GpuKeyMap:
         table = KeyTable.from_arrays(types, arrays, prefix)
         key_map = cls(types, strings)
         if table.n_slots:
-            key_map.map_columns(table.decode(np.arange(table.n_slots)),
-                                device.cupy().ones(table.n_slots, np.bool_))
+            key_map.map_columns(
+                table.decode(np.arange(table.n_slots)), device.cupy().ones(table.n_slots, np.bool_)
+            )
         return key_map
 
 
@@ -430,8 +513,7 @@ class GpuKernels:
         """The module of one query; `window` bakes pane/slide/size into the fused kernel (any
         module of the same lift serves the other kernels, so one without it is reused)."""
         found = self._generated.get(id(lift))
-        if (found is None or found[0] is not lift
-                or (window is not None and found[1] is not window)):
+        if found is None or found[0] is not lift or (window is not None and found[1] is not window):
             generated = codegen.render_kernels(lift, window)
             found = (lift, window, generated, codegen.load_module(generated))
             self._generated[id(lift)] = found
@@ -452,8 +534,9 @@ class GpuKernels:
         generated, module = self.module_for(lift)
         length = batch.num_rows
         columns = cpu.batch_columns(batch)
-        inputs = self.stager.stage([cpu._column(columns, c.name) for c in generated.columns],
-                                   generated.columns)
+        inputs = self.stager.stage(
+            [cpu._column(columns, c.name) for c in generated.columns], generated.columns
+        )
         event_time = cp.empty(length, cp.int64)
         has_event_time = cp.empty(length, cp.uint8)
         contributes = cp.empty(length, cp.uint8)
@@ -461,21 +544,38 @@ class GpuKernels:
         literal_ids = self.stager.literal_ids(generated.string_literals)
         if length:
             module.get_function(generated.names["lift"])(
-                (_grid(length),), (_THREADS,),
-                (*inputs, event_time, has_event_time, contributes,
-                 *[partials[p.member] for p in generated.parts], literal_ids, np.int64(length)))
+                (_grid(length),),
+                (_THREADS,),
+                (
+                    *inputs,
+                    event_time,
+                    has_event_time,
+                    contributes,
+                    *[partials[p.member] for p in generated.parts],
+                    literal_ids,
+                    np.int64(length),
+                ),
+            )
         has_time = has_event_time.astype(cp.bool_)
         with_time = int(has_time.sum())
-        max_event_time = int(cp.where(has_time, event_time, np.iinfo(np.int64).min).max()) \
-            if with_time else None
+        max_event_time = (
+            int(cp.where(has_time, event_time, np.iinfo(np.int64).min).max()) if with_time else None
+        )
         by_field: dict[str, list] = {}
         for part in generated.parts:
             by_field.setdefault(part.field, []).append(partials[part.member])
         keys = [cpu._column(columns, key.name) for key in lift.keys]
         keys = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
-        return LiftedTuples(length, event_time, has_time, contributes.astype(cp.bool_), keys,
-                            {name: tuple(v) for name, v in by_field.items()}, max_event_time,
-                            length - with_time)
+        return LiftedTuples(
+            length,
+            event_time,
+            has_time,
+            contributes.astype(cp.bool_),
+            keys,
+            {name: tuple(v) for name, v in by_field.items()},
+            max_event_time,
+            length - with_time,
+        )
 
     def pane_ids(self, lifted: LiftedTuples, pane_length: int):
         cp = device.cupy()
@@ -501,11 +601,11 @@ class GpuKernels:
         columns = cpu.batch_columns(batch)
         bounds = self._chunk_bounds(batch.num_rows)
         inputs, copied = self.stager.stage_chunks(
-            [cpu._column(columns, c.name) for c in generated.columns], generated.columns, bounds)
+            [cpu._column(columns, c.name) for c in generated.columns], generated.columns, bounds
+        )
         return inputs, copied, bounds
 
-    def prefetch(self, lift: LiftExec, window: WindowAggregateExec,
-                 batch: pa.RecordBatch) -> None:
+    def prefetch(self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch) -> None:
         """Queue the host-to-device copies of the next batch's columns now (copy stream), so
         they run while the current batch is merged and its windows fire; `lift_merge` of the
         same batch object then waits only for those copies' events. Count windows and empty
@@ -520,12 +620,19 @@ class GpuKernels:
         for index, entry in enumerate(self._prefetched):
             if entry[0] is batch and entry[1] is lift:
                 # entries before it were never processed (stale): drop them with it
-                del self._prefetched[:index + 1]
+                del self._prefetched[: index + 1]
                 return entry[2:]
         return None
 
-    def lift_merge(self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch,
-                   keys, target: PaneTarget | None, watermark: int | None) -> FusedMerge:
+    def lift_merge(
+        self,
+        lift: LiftExec,
+        window: WindowAggregateExec,
+        batch: pa.RecordBatch,
+        keys,
+        target: PaneTarget | None,
+        watermark: int | None,
+    ) -> FusedMerge:
         """One batch in one launch per 2^18 rows: staged columns -> fused lift + key probe +
         pane + lateness + block-combined merge into the target segment (the copy of chunk
         c + 1 overlaps the launch of chunk c); one pinned read of the status (late, NULL
@@ -536,12 +643,25 @@ class GpuKernels:
         and returned as the rest for the driver's split path."""
         rows = batch.num_rows
         staged = self._take_prefetched(lift, batch)
-        usable = (target is not None and isinstance(keys, GpuKeyMap) and keys.device_keys
-                  and window.window.kind is not ph.WindowKind.COUNT and rows > 0)
+        usable = (
+            target is not None
+            and isinstance(keys, GpuKeyMap)
+            and keys.device_keys
+            and window.window.kind is not ph.WindowKind.COUNT
+            and rows > 0
+        )
         if not usable:
             lifted = self.lift_tuples(lift, batch)
-            return FusedMerge(lifted.rows, 0, lifted.null_event_time, lifted.max_event_time,
-                              None, None, lifted, lifted.contributes)
+            return FusedMerge(
+                lifted.rows,
+                0,
+                lifted.null_event_time,
+                lifted.max_event_time,
+                None,
+                None,
+                lifted,
+                lifted.contributes,
+            )
         cp = device.cupy()
         generated, module = self.module_for(lift, window)
         inputs, copied, bounds = staged or self._stage_fused(generated, batch)
@@ -555,38 +675,58 @@ class GpuKernels:
         literal_ids = self.stager.literal_ids(generated.string_literals)
         # few cells (few keys, out of order): rows combine per block in shared memory first;
         # many cells would overflow the table and only add work
-        use_block_table = np.int32(self._last_cells is not None and 0 < self._last_cells
-                                   <= generated.block_cells * _BLOCK_TABLE_LOAD)
+        use_block_table = np.int32(
+            self._last_cells is not None
+            and 0 < self._last_cells <= generated.block_cells * _BLOCK_TABLE_LOAD
+        )
         self.block_table_passes += int(use_block_table)
         # one launch per chunk, each after its chunk's copy: chunk c merges while chunk c + 1
         # crosses PCIe
         for (first, end), event in zip(bounds, copied, strict=True):
             stream.wait_event(event)
-            chunk = inputs if chunks == 1 else [
-                None if array is None else array[first:end] for array in inputs]
-            fused((_fused_grid(end - first),), (_THREADS,),
-                  (*chunk, keys.table_words, keys.table_slots, np.int64(keys.capacity),
-                   np.int32(target.known_keys), *state.struct_args(), literal_ids,
-                   np.int64(end - first), np.int64(state.pane_capacity),
-                   np.int64(state.origin), np.int64(target.first_pane),
-                   np.int64(target.end_pane),
-                   np.int64(_INT64_MIN if watermark is None else watermark),
-                   use_block_table, decided[first:end], status))
+            chunk = (
+                inputs
+                if chunks == 1
+                else [None if array is None else array[first:end] for array in inputs]
+            )
+            fused(
+                (_fused_grid(end - first),),
+                (_THREADS,),
+                (
+                    *chunk,
+                    keys.table_words,
+                    keys.table_slots,
+                    np.int64(keys.capacity),
+                    np.int32(target.known_keys),
+                    *state.struct_args(),
+                    literal_ids,
+                    np.int64(end - first),
+                    np.int64(state.pane_capacity),
+                    np.int64(state.origin),
+                    np.int64(target.first_pane),
+                    np.int64(target.end_pane),
+                    np.int64(_INT64_MIN if watermark is None else watermark),
+                    use_block_table,
+                    decided[first:end],
+                    status,
+                ),
+            )
         status.data.copy_to_host_async(self._status_host.ptr, 8 * _STATUS_WORDS, stream)
         stream.synchronize()
         late, nulls, max_ts, low, high, undecided = (int(v) for v in self._status_view)
         max_event_time = _unbias(max_ts) if nulls < rows else None
         first_pane = _unbias(~low & _U64) if high else None
         last_pane = _unbias(high) if high else None
-        self._last_cells = (None if first_pane is None
-                            else target.known_keys * (last_pane - first_pane + 1))
+        self._last_cells = (
+            None if first_pane is None else target.known_keys * (last_pane - first_pane + 1)
+        )
         if not undecided:
-            return FusedMerge(rows, late, nulls, max_event_time, first_pane, last_pane, None,
-                              None)
+            return FusedMerge(rows, late, nulls, max_event_time, first_pane, last_pane, None, None)
         lifted = self.lift_tuples(lift, batch)
         rest_include = lifted.contributes & (decided == 0)
-        return FusedMerge(rows, late, nulls, max_event_time, first_pane, last_pane, lifted,
-                          rest_include)
+        return FusedMerge(
+            rows, late, nulls, max_event_time, first_pane, last_pane, lifted, rest_include
+        )
 
     def new_pane_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
         return GpuPaneState(fields, lambda: self._module_for_fields(fields))
@@ -598,21 +738,21 @@ class GpuKernels:
 
     def preaggregate(self, slots, panes, partials, fields):
         # stage 1 of the split (Spark) form runs on the host: its output crosses processes
-        host = {name: tuple(self.to_host(v) for v in values) for name, values in
-                partials.items()}
-        return cpu.CpuKernels().preaggregate(self.to_host(slots).astype(np.int64),
-                                             self.to_host(panes), host, fields)
+        host = {name: tuple(self.to_host(v) for v in values) for name, values in partials.items()}
+        return cpu.CpuKernels().preaggregate(
+            self.to_host(slots).astype(np.int64), self.to_host(panes), host, fields
+        )
 
-    def segment_windows(self, fields, leaves, base, windows, panes_per_slide, panes_per_window,
-                        windows_per_batch):
+    def segment_windows(
+        self, fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch
+    ):
         # count windows: the per-key tuple segments are small and irregular; the CPU tree
         # answers them (documented fallback), results moved back to the device
-        host = {name: tuple(self.to_host(v) for v in values) for name, values in
-                leaves.items()}
-        result = cpu.CpuKernels().segment_windows(fields, host, base, windows, panes_per_slide,
-                                                  panes_per_window, windows_per_batch)
-        return {name: tuple(self.from_host(v) for v in values) for name, values in
-                result.items()}
+        host = {name: tuple(self.to_host(v) for v in values) for name, values in leaves.items()}
+        result = cpu.CpuKernels().segment_windows(
+            fields, host, base, windows, panes_per_slide, panes_per_window, windows_per_batch
+        )
+        return {name: tuple(self.from_host(v) for v in values) for name, values in result.items()}
 
     def to_host(self, array) -> np.ndarray:
         cp = device.cupy()

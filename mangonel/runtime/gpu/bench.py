@@ -47,29 +47,42 @@ class GpuShape:
     def name(self) -> str:
         order = "in-order" if self.delay_us == 0 else "delay<1s"
         slide = f"{self.slide_us // 1000}ms" if self.slide_us >= 1000 else f"{self.slide_us}us"
-        return (f"w=1s s={slide} keys={self.keys} SUM {order} "
-                f"batch={self.batch_bytes >> 20}MiB")
+        return f"w=1s s={slide} keys={self.keys} SUM {order} batch={self.batch_bytes >> 20}MiB"
 
 
 def default_gpu_shapes() -> list[GpuShape]:
-    return [GpuShape(slide, keys, delay, mib << 20)
-            for slide in (10_000, 100) for keys in (1, 1000) for delay in (0, 1_000_000)
-            for mib in (4, 32)]
+    return [
+        GpuShape(slide, keys, delay, mib << 20)
+        for slide in (10_000, 100)
+        for keys in (1, 1000)
+        for delay in (0, 1_000_000)
+        for mib in (4, 32)
+    ]
 
 
 def bench_plan(shape: GpuShape) -> ph.ProjectExec:
     from sqlglot import exp
 
-    schema = Schema((Column("ts", SqlType.TIMESTAMP), Column("key", SqlType.BIGINT),
-                     Column("value", SqlType.DOUBLE)))
+    schema = Schema(
+        (
+            Column("ts", SqlType.TIMESTAMP),
+            Column("key", SqlType.BIGINT),
+            Column("value", SqlType.DOUBLE),
+        )
+    )
     stream = Stream("events", schema, "ts", shape.delay_us)
     spec = lg.WindowSpec(lg.WindowKind.TIME, shape.range_us, shape.slide_us, shape.delay_us)
     aggregate = lg.Aggregate(lg.AggregateFunction.SUM, exp.column("value"), SqlType.DOUBLE)
-    node = lg.WindowAggregate(lg.StreamScan(stream, schema.columns), spec,
-                              (schema.columns[1],), (aggregate,))
+    node = lg.WindowAggregate(
+        lg.StreamScan(stream, schema.columns), spec, (schema.columns[1],), (aggregate,)
+    )
     outputs = (lg.OutputColumn("key", exp.column("key"), SqlType.BIGINT),)
-    return ph.plan(lg.Project(node, outputs), argument_types={0: SqlType.DOUBLE},
-                   backend="gpu", backend_reason="benchmark")
+    return ph.plan(
+        lg.Project(node, outputs),
+        argument_types={0: SqlType.DOUBLE},
+        backend="gpu",
+        backend_reason="benchmark",
+    )
 
 
 def measure_h2d_bandwidth(nbytes: int = 256 << 20, repeats: int = 10) -> float:
@@ -115,17 +128,25 @@ def source_batches(shape: GpuShape, source: PinnedSource, tuples: int) -> list[p
     """The shape's input as Arrow batches that are views of the pinned source (no copy): the
     engine's stager sees pinned buffers and copies them to the device as they are."""
     rows = shape.batch_bytes // BYTES_PER_TUPLE
-    columns = (source.column("ts" if shape.delay_us == 0 else "ts_late"),
-               source.column("key1" if shape.keys == 1 else "key1000"),
-               source.column("value"))
+    columns = (
+        source.column("ts" if shape.delay_us == 0 else "ts_late"),
+        source.column("key1" if shape.keys == 1 else "key1000"),
+        source.column("value"),
+    )
     types = (pa.timestamp("us", tz="UTC"), pa.int64(), pa.float64())
-    schema = pa.schema([pa.field(name, t) for name, t in zip(("ts", "key", "value"), types,
-                                                                strict=True)])
+    schema = pa.schema(
+        [pa.field(name, t) for name, t in zip(("ts", "key", "value"), types, strict=True)]
+    )
     batches = []
     for first in range(0, tuples // rows * rows, rows):
-        arrays = [pa.Array.from_buffers(t, rows, [None, pa.foreign_buffer(
-            column[first:].ctypes.data, rows * 8, base=source.memory)])
-            for column, t in zip(columns, types, strict=True)]
+        arrays = [
+            pa.Array.from_buffers(
+                t,
+                rows,
+                [None, pa.foreign_buffer(column[first:].ctypes.data, rows * 8, base=source.memory)],
+            )
+            for column, t in zip(columns, types, strict=True)
+        ]
         batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
     return batches
 
@@ -153,17 +174,30 @@ def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
     processed = sum(batch.num_rows for batch in batches)
     metrics = query.metrics
     return {
-        "shape": shape.name, "backend": "gpu", "path": "engine (LocalQuery, GpuKernels)",
-        "tuples": processed, "batches": len(batches), "seconds": seconds,
-        "tuples_per_second": processed / seconds, "rows_out": rows_out,
-        "windows_fired": metrics.windows_fired, "late": metrics.late_tuples_dropped,
-        "bytes_per_tuple": BYTES_PER_TUPLE, "strategy": query.pipeline.window.strategy,
-        "fired_after_every_batch": True, "lookahead": True,
+        "shape": shape.name,
+        "backend": "gpu",
+        "path": "engine (LocalQuery, GpuKernels)",
+        "tuples": processed,
+        "batches": len(batches),
+        "seconds": seconds,
+        "tuples_per_second": processed / seconds,
+        "rows_out": rows_out,
+        "windows_fired": metrics.windows_fired,
+        "late": metrics.late_tuples_dropped,
+        "bytes_per_tuple": BYTES_PER_TUPLE,
+        "strategy": query.pipeline.window.strategy,
+        "fired_after_every_batch": True,
+        "lookahead": True,
     }
 
 
-def run_gpu_benchmarks(shapes: list[GpuShape] | None = None, *, tuples: int = 150_000_000,
-                       verbose: bool = True, budget_s: float | None = None) -> list[dict]:
+def run_gpu_benchmarks(
+    shapes: list[GpuShape] | None = None,
+    *,
+    tuples: int = 150_000_000,
+    verbose: bool = True,
+    budget_s: float | None = None,
+) -> list[dict]:
     """Run the shapes; every row carries the measured H2D bandwidth and the ratio to it.
     With `budget_s`, no shape starts once that many seconds have passed (the rows so far are
     returned; a lent device's call has a hard limit)."""
@@ -173,9 +207,11 @@ def run_gpu_benchmarks(shapes: list[GpuShape] | None = None, *, tuples: int = 15
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
     name = name.decode() if isinstance(name, bytes) else name
     if verbose:
-        print(f"device: {name}; pinned H2D bandwidth {bandwidth / 1e9:.1f} GB/s "
-              f"(bound {bandwidth / BYTES_PER_TUPLE / 1e9:.2f} G tuples/s at "
-              f"{BYTES_PER_TUPLE} B/tuple)")
+        print(
+            f"device: {name}; pinned H2D bandwidth {bandwidth / 1e9:.1f} GB/s "
+            f"(bound {bandwidth / BYTES_PER_TUPLE / 1e9:.2f} G tuples/s at "
+            f"{BYTES_PER_TUPLE} B/tuple)"
+        )
     source = PinnedSource(tuples)
     shapes = shapes or default_gpu_shapes()
     # warm-up (not reported): module compile/load per plan, first cudaMalloc of the pool
@@ -185,8 +221,10 @@ def run_gpu_benchmarks(shapes: list[GpuShape] | None = None, *, tuples: int = 15
     for shape in shapes:
         if budget_s is not None and time.perf_counter() - began > budget_s:
             if verbose:
-                print(f"time budget of {budget_s:.0f} s spent: {shape.name} and later shapes "
-                      "not run", flush=True)
+                print(
+                    f"time budget of {budget_s:.0f} s spent: {shape.name} and later shapes not run",
+                    flush=True,
+                )
             break
         row = run_shape(shape, source, tuples)
         row["device"] = name
@@ -194,7 +232,10 @@ def run_gpu_benchmarks(shapes: list[GpuShape] | None = None, *, tuples: int = 15
         row["pcie_ratio"] = row["tuples_per_second"] * BYTES_PER_TUPLE / bandwidth
         results.append(row)
         if verbose:
-            print(f"{row['shape']:<48} {row['tuples_per_second'] / 1e6:9.1f} M tuples/s  "
-                  f"{100 * row['pcie_ratio']:5.1f}% of H2D  rows_out={row['rows_out']} "
-                  f"late={row['late']}", flush=True)
+            print(
+                f"{row['shape']:<48} {row['tuples_per_second'] / 1e6:9.1f} M tuples/s  "
+                f"{100 * row['pcie_ratio']:5.1f}% of H2D  rows_out={row['rows_out']} "
+                f"late={row['late']}",
+                flush=True,
+            )
     return results

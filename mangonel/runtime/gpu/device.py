@@ -115,8 +115,9 @@ class Stager:
                 codes, is_null = self.strings.encode(array)
                 values, valid = np.asarray(codes, np.int32), ~is_null
             else:
-                dtype = np.dtype(np.uint8) if column.type is SqlType.BOOLEAN else \
-                    column.type.info.numpy
+                dtype = (
+                    np.dtype(np.uint8) if column.type is SqlType.BOOLEAN else column.type.info.numpy
+                )
                 values, valid = to_values(array, dtype)
             host.append(np.ascontiguousarray(values))
             host.append(None if bool(valid.all()) else valid.astype(np.uint8))
@@ -144,13 +145,16 @@ class Stager:
         cp = cupy()
         compute = cp.cuda.get_current_stream()
         host = self.host_columns(arrays, columns)
-        pinned_already = [a is not None and a.nbytes > 0 and _is_pinned(a.ctypes.data)
-                          for a in host]
-        total = sum(a.nbytes + 256 for a, direct in zip(host, pinned_already, strict=True)
-                    if a is not None and not direct)
+        pinned_already = [
+            a is not None and a.nbytes > 0 and _is_pinned(a.ctypes.data) for a in host
+        ]
+        total = sum(
+            a.nbytes + 256
+            for a, direct in zip(host, pinned_already, strict=True)
+            if a is not None and not direct
+        )
         staged = np.frombuffer(self._pinned(total), np.uint8, total) if total else None
-        targets = [None if array is None else cp.empty(array.shape, array.dtype)
-                   for array in host]
+        targets = [None if array is None else cp.empty(array.shape, array.dtype) for array in host]
         ready = cp.cuda.Event(disable_timing=True)
         ready.record(compute)
         self.copy_stream.wait_event(ready)
@@ -162,7 +166,7 @@ class Stager:
             if direct:
                 source = array.ctypes.data
             else:
-                view = staged[offset:offset + array.nbytes]
+                view = staged[offset : offset + array.nbytes]
                 view[:] = array.view(np.uint8)
                 source = view.ctypes.data
                 offset += (array.nbytes + 255) // 256 * 256
@@ -173,7 +177,8 @@ class Stager:
             for source, target, width in sources:
                 if end > first:
                     (target.data + first * width).copy_from_host_async(
-                        source + first * width, (end - first) * width, self.copy_stream)
+                        source + first * width, (end - first) * width, self.copy_stream
+                    )
             event = cp.cuda.Event(disable_timing=True)
             event.record(self.copy_stream)
             events.append(event)
