@@ -20,8 +20,7 @@ check-java:
 run: $(STAMP) check-java
 	$(PY) examples/spark_generator.py
 
-test: $(STAMP) check-java
-	$(PY) -m ruff check mangonel tests benchmarks examples
+test: $(STAMP) check-java lint
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
