@@ -352,16 +352,7 @@ class CpuKernels:
         lifted = self.lift_tuples(lift, batch)
         contributes = lifted.contributes
         if target is None or not lifted.rows or not isinstance(keys, KeyTable):
-            return FusedMerge(
-                lifted.rows,
-                0,
-                lifted.null_event_time,
-                lifted.max_event_time,
-                None,
-                None,
-                lifted,
-                contributes,
-            )
+            return FusedMerge.unplaced(lifted)
         spec = window.window
         panes = self.pane_ids(lifted, window.pane_length)
         include = contributes

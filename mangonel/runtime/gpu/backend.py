@@ -341,33 +341,12 @@ class GpuKeyMap:
 
     def map_words(self, words_device, rows: int, include_device):
         """Slots of rows whose key words (word-major, `words x rows`) are on the device."""
-        cp = device.cupy()
         # at most `rows` new keys: keep the table at most half full and room for every slot
         while self.capacity < 2 * (self.n_slots + rows):
             self._grow_table()
         while self.slot_capacity < self.n_slots + rows:
             self._grow_slots()
-        generated, module = self._module()
-        slots = cp.empty(rows, cp.int32)
-        module.get_function(generated.names["map_keys"])(
-            (_grid(rows),),
-            (_THREADS,),
-            (
-                words_device,
-                np.int64(rows),
-                include_device,
-                self.table_words,
-                self.table_slots,
-                np.int64(self.capacity),
-                self.counter,
-                self.slot_words_device,
-                self.first_row,
-                np.int64(self.slot_capacity),
-                np.int32(self.n_slots),
-                slots,
-                self.overflow,
-            ),
-        )
+        slots = self._launch_map_keys(words_device, rows, include_device, self.n_slots)
         count = int(self.counter.get()[0])
         if count > self.n_slots:
             self._renumber(count, slots)
@@ -395,6 +374,33 @@ class GpuKeyMap:
         self.host_words = np.concatenate([self.host_words, words])
         self.n_slots = count
 
+    def _launch_map_keys(self, words_device, rows: int, include_device, first_slot: int):
+        """One launch of the key table's insert/lookup kernel over `rows` keys; new keys get
+        slots from `first_slot` on. Returns the device array of slots."""
+        cp = device.cupy()
+        generated, module = self._module()
+        slots = cp.empty(rows, cp.int32)
+        module.get_function(generated.names["map_keys"])(
+            (_grid(rows),),
+            (_THREADS,),
+            (
+                words_device,
+                np.int64(rows),
+                include_device,
+                self.table_words,
+                self.table_slots,
+                np.int64(self.capacity),
+                self.counter,
+                self.slot_words_device,
+                self.first_row,
+                np.int64(self.slot_capacity),
+                np.int32(first_slot),
+                slots,
+                self.overflow,
+            ),
+        )
+        return slots
+
     def _grow_table(self) -> None:
         cp = device.cupy()
         self.capacity *= 4
@@ -409,29 +415,9 @@ class GpuKeyMap:
             words = cp.asarray(np.ascontiguousarray(self.host_words[:known].T).reshape(-1))
             host_words = self.host_words
             self.host_words = np.zeros((0, self.words), np.int64)
-            generated, module = self._module()
-            slots = cp.empty(n, cp.int32)
             # every slot is new to the fresh table: first_row must start empty for all of them
             self.first_row[:n] = np.iinfo(np.int64).max
-            module.get_function(generated.names["map_keys"])(
-                (_grid(n),),
-                (_THREADS,),
-                (
-                    words,
-                    np.int64(n),
-                    None,
-                    self.table_words,
-                    self.table_slots,
-                    np.int64(self.capacity),
-                    self.counter,
-                    self.slot_words_device,
-                    self.first_row,
-                    np.int64(self.slot_capacity),
-                    np.int32(0),
-                    slots,
-                    self.overflow,
-                ),
-            )
+            slots = self._launch_map_keys(words, n, None, 0)
             self._renumber(int(self.counter.get()[0]), slots)
             assert np.array_equal(self.host_words, host_words)
 
@@ -652,16 +638,7 @@ class GpuKernels:
         )
         if not usable:
             lifted = self.lift_tuples(lift, batch)
-            return FusedMerge(
-                lifted.rows,
-                0,
-                lifted.null_event_time,
-                lifted.max_event_time,
-                None,
-                None,
-                lifted,
-                lifted.contributes,
-            )
+            return FusedMerge.unplaced(lifted)
         cp = device.cupy()
         generated, module = self.module_for(lift, window)
         inputs, copied, bounds = staged or self._stage_fused(generated, batch)

@@ -93,6 +93,20 @@ class FusedMerge:
     rest: LiftedTuples | None
     rest_include: Array | None
 
+    @classmethod
+    def unplaced(cls, lifted: LiftedTuples) -> FusedMerge:
+        """Nothing merged: every contributing row goes to the driver's split path."""
+        return cls(
+            lifted.rows,
+            0,
+            lifted.null_event_time,
+            lifted.max_event_time,
+            None,
+            None,
+            lifted,
+            lifted.contributes,
+        )
+
 
 class KeyMap(Protocol):
     n_slots: int
