@@ -524,13 +524,20 @@ class TimeWindowOperator(_OperatorBase):
         for old in near:
             live = self._live_first_pane(old)
             if live <= old.last:
-                old_arrays = old.state.to_arrays(self.keys.n_slots, live, old.last + 1)
+                old_arrays = old.state.to_arrays(self._segment_keys(old), live, old.last + 1)
                 merged.state.load_arrays(old_arrays, live)
         self.segments = sorted(
             [s for s in self.segments if all(s is not n for n in near)] + [merged],
             key=lambda s: s.first,
         )
         return merged
+
+    def _segment_keys(self, segment: _Segment) -> int:
+        """How many key slots a segment's arrays hold. The key map is shared by every segment,
+        but only the segments a batch touches are reserved for new keys: slots past a segment's
+        key capacity have never been merged into it, and reading them would read past its
+        arrays (the cause of issue 8's garbage windows)."""
+        return min(self.keys.n_slots, segment.state.key_capacity)
 
     def _live_first_pane(self, segment: _Segment) -> int:
         if self.next_window is not None:
@@ -594,7 +601,7 @@ class TimeWindowOperator(_OperatorBase):
         if last_window < first_window:
             return []
         ps, pw = self.panes_per_slide, self.panes_per_window
-        n_keys = self.keys.n_slots
+        n_keys = self._segment_keys(segment)
         span = last_window - first_window + 1
         if span <= DIRECT_WINDOWS and span * max(n_keys, 1) <= MAX_RESULT_CELLS:
             # a few windows (a firing after one batch): compute them all in one go; the cells
@@ -675,7 +682,7 @@ class TimeWindowOperator(_OperatorBase):
             live = self._live_first_pane(segment)
             segments.append([segment.first, segment.last, live])
             if live <= segment.last:
-                state = segment.state.to_arrays(self.keys.n_slots, live, segment.last + 1)
+                state = segment.state.to_arrays(self._segment_keys(segment), live, segment.last + 1)
                 arrays.update({f"segment{number}.{name}": a for name, a in state.items()})
         header.update(next_window=self.next_window, segments=segments)
         return _pack(header, arrays)
