@@ -9,6 +9,7 @@ Spark's native `GROUP BY window(...)` aggregation measured in the same run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import platform
@@ -178,11 +179,34 @@ def _spark_peer(arguments: argparse.Namespace):  # noqa: ANN202
     return peer
 
 
+def load_shapes(path: str) -> list[Shape]:
+    """The shapes of a JSON config file (a list of objects with Shape's fields), or a
+    one-line error naming the file and what is wrong."""
+    from mangonel.errors import MangonelError
+
+    try:
+        with open(path) as config:
+            entries = json.load(config)
+    except OSError as error:
+        raise MangonelError(f"{path}: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise MangonelError(f"{path}: not JSON ({error})") from None
+    fields = ", ".join(f.name for f in dataclasses.fields(Shape))
+    if not isinstance(entries, list):
+        raise MangonelError(f"{path}: expected a JSON list of shapes ({fields})")
+    shapes = []
+    for number, entry in enumerate(entries, 1):
+        try:
+            shapes.append(Shape(**entry))
+        except TypeError:
+            raise MangonelError(
+                f"{path}: shape {number} must have exactly the fields {fields}"
+            ) from None
+    return shapes
+
+
 def _selected(arguments: argparse.Namespace) -> list[Shape]:
-    shapes = default_shapes()
-    if arguments.config:
-        with open(arguments.config) as config:
-            shapes = [Shape(**entry) for entry in json.load(config)]
+    shapes = load_shapes(arguments.config) if arguments.config else default_shapes()
     if arguments.quick:
         shapes = [s for s in shapes if s.slide_us == 10_000 and s.aggregate == "SUM"]
     return shapes
@@ -202,6 +226,8 @@ def _print_row(result: Result) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mangonel.cli import non_negative_int, positive_int
+
     parser.add_argument("config", nargs="?", help="JSON list of shapes (fields of Shape)")
     parser.add_argument("--backend", default="cpu", choices=("cpu", "gpu"))
     parser.add_argument(
@@ -209,24 +235,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="end to end inside local Spark Structured Streaming vs Spark",
     )
-    parser.add_argument("--tuples", type=int, help="tuples per shape (CPU 20 M, GPU 150 M)")
     parser.add_argument(
-        "--rate", type=int, default=10_000_000, help="tuples per second of event time"
+        "--tuples", type=positive_int, help="tuples per shape (CPU 20 M, GPU 150 M)"
     )
-    parser.add_argument("--batch-size", type=int, default=1_000_000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--rate", type=positive_int, default=10_000_000, help="tuples per second of event time"
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=1_000_000)
+    parser.add_argument("--seed", type=non_negative_int, default=1)
     parser.add_argument(
         "--peer",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also time Spark's native window() aggregation (CPU runs)",
     )
-    parser.add_argument("--peer-tuples", type=int, default=200_000)
+    parser.add_argument("--peer-tuples", type=positive_int, default=200_000)
     parser.add_argument("--quick", action="store_true", help="only the s = 10 ms SUM shapes")
     parser.add_argument("--json", help="also write the results to this JSON file")
 
 
 def main(arguments: argparse.Namespace) -> int:
+    # everything that can be wrong is checked before the first measurement
+    if arguments.config:
+        load_shapes(arguments.config)
+    if arguments.backend == "gpu":
+        from mangonel.compiler.backend import require_gpu
+
+        require_gpu()
     print(
         f"mangonel bench  {dt.date.today().isoformat()}  {platform.node()}  "
         f"{platform.processor() or platform.machine()}"

@@ -8,29 +8,69 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pyarrow as pa
 
 from mangonel.errors import MangonelError
 
 
+def _read_query_file(path: str) -> str:
+    """The text of a query file, or a one-line error saying why it cannot be read."""
+    file = Path(path)
+    if not file.exists():
+        raise MangonelError(f"{path}: no such file")
+    if file.is_dir():
+        raise MangonelError(f"{path}: is a folder; give a .sql query file")
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise MangonelError(f"{path}: cannot be read ({error})") from None
+
+
 def _load_script(path: str, backend: str):  # noqa: ANN202
-    """Run a script's DDL in a new session; return (session, query text, its line)."""
+    """Run a script's DDL in a new session; return (session, its one query statement).
+
+    A query file holds CREATE (or DROP) statements and then exactly one query (or EXPLAIN):
+    a second query is refused rather than silently ignored."""
+    from mangonel.compiler import ddl
+    from mangonel.compiler.parse import parse_statement
     from mangonel.compiler.script import split_statements
     from mangonel.errors import SqlError
     from mangonel.session import Session
 
     session = Session(backend=backend)
-    statements = split_statements(Path(path).read_text())
+    statements = split_statements(_read_query_file(path))
     if not statements:
         raise MangonelError(f"{path}: no statement found")
-    *ddl, query = statements
-    for statement in ddl:
+    queries = []
+    for statement in statements:
+        try:
+            parsed = parse_statement(statement.text)
+        except SqlError as error:
+            raise _in_file(error, path, statement.line) from None
+        if not isinstance(parsed, (ddl.CreateStream, ddl.CreateTable, ddl.Drop, ddl.Show)):
+            queries.append(statement)
+    if len(queries) > 1:
+        lines = ", ".join(str(q.line) for q in queries)
+        raise MangonelError(
+            f"{path}: {len(queries)} queries (lines {lines}); a query file holds CREATE "
+            "statements and then one query"
+        )
+    if not queries:
+        raise MangonelError(f"{path}: no query; the file holds only CREATE/DROP/SHOW statements")
+    *definitions, last = statements
+    if last is not queries[0]:
+        raise MangonelError(
+            f"{path}: line {last.line}: a statement after the query (line {queries[0].line}); "
+            "the query comes last"
+        )
+    for statement in definitions:
         try:
             session.execute(statement.text)
         except SqlError as error:
             raise _in_file(error, path, statement.line) from None
-    return session, query
+    return session, last
 
 
 def _in_file(error, path: str, first_line: int):  # noqa: ANN001, ANN202
@@ -105,28 +145,62 @@ class Progress:
             sys.stderr.write("\n")
 
 
+# `mangonel run`'s generator settings when neither the flags nor the stream's options set them
+RUN_GENERATOR_DEFAULTS = {
+    "tuples": "1000000",
+    "rate": "100000",
+    "keys": "100",
+    "rows_per_batch": "100000",
+}
+
+
 def _source_batches(
     arguments: argparse.Namespace, stream
 ) -> tuple[Iterable[pa.RecordBatch], int | None]:  # noqa: ANN001,E501
-    from mangonel.catalog.sources import GeneratorConfig, generate, read_files
-    from mangonel.compiler.parse import parse_duration
+    """The batches a run reads, checked before any is read: --source if given, else the
+    stream's `WITH (source = ..., path = ..., generator options)` (the Spark sources' options,
+    mangonel.catalog.sources.options), else the generator. Flags override the stream's options."""
+    from mangonel.catalog.sources import file_source, generate, generator_source, read_files
+    from mangonel.catalog.sources.options import source_of
 
-    source = arguments.source or stream.option("source", "generator")
+    options = dict(stream.options)
+    path = None
+    if arguments.source:
+        source, _, path = arguments.source.partition(":")
+        if source not in ("generator", "parquet", "csv") or (source != "generator") != bool(path):
+            raise MangonelError(
+                f"unknown source {arguments.source!r}; use generator, parquet:PATH or csv:PATH"
+            )
+    else:
+        source = source_of(options, stream.name) or "generator"
     if source == "generator":
-        config = GeneratorConfig(
-            tuples=arguments.tuples,
-            rate=arguments.rate,
-            keys=arguments.keys,
-            skew=arguments.skew,
-            delay_us=parse_duration(arguments.delay) if arguments.delay else 0,
-            batch_size=arguments.batch_size,
-            seed=arguments.seed,
+        flags = {
+            "tuples": arguments.tuples,
+            "rate": arguments.rate,
+            "keys": arguments.keys,
+            "skew": arguments.skew,
+            "delay": arguments.delay,
+            "seed": arguments.seed,
+            "rows_per_batch": arguments.batch_size,
+        }
+        options.update({key: str(value) for key, value in flags.items() if value is not None})
+        generator = generator_source(
+            options, stream.schema, stream.event_time, stream.name, RUN_GENERATOR_DEFAULTS
         )
-        return generate(stream.schema, stream.event_time, config), config.tuples
-    kind, _, path = source.partition(":")
-    if kind not in ("parquet", "csv") or not path:
-        raise MangonelError(f"unknown source {source!r}; use generator, parquet:PATH or csv:PATH")
-    return read_files(path, kind, stream.schema, arguments.batch_size), None
+        batches = generate(
+            stream.schema, stream.event_time, generator.config, generator.key_columns
+        )
+        return batches, generator.config.tuples
+    if source == "kafka":
+        raise MangonelError(
+            f"stream {stream.name!r} reads Kafka, which runs inside Spark (docs/spark.md); "
+            "`mangonel run` reads the generator, parquet:PATH or csv:PATH"
+        )
+    if path:
+        options["path"] = path
+    files = file_source(options, stream.name, source)
+    batch_size = arguments.batch_size or int(RUN_GENERATOR_DEFAULTS["rows_per_batch"])
+    return read_files(files.path, source, stream.schema, batch_size, header=files.header), None
 
 
 def format_table(table: pa.Table, limit: int) -> str:
@@ -154,24 +228,39 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+OUTPUT_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+
+
+def output_format(path: str) -> str:
+    """The format an --output path asks for; checked before a run starts."""
+    output_kind = OUTPUT_FORMATS.get(Path(path).suffix.lower())
+    if output_kind is None:
+        raise MangonelError(
+            f"unknown output format {Path(path).suffix or '(no suffix)'!r} of {path}; "
+            "use .parquet, .csv or .json"
+        )
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise MangonelError(f"{path}: the folder {folder} does not exist")
+    return output_kind
+
+
 def write_table(table: pa.Table, path: str) -> None:
-    suffix = Path(path).suffix.lower()
-    if suffix == ".parquet":
+    output_kind = output_format(path)
+    if output_kind == "parquet":
         import pyarrow.parquet as pq
 
         pq.write_table(table, path)
-    elif suffix == ".csv":
+    elif output_kind == "csv":
         import pyarrow.csv as pcsv
 
         pcsv.write_csv(table, path)
-    elif suffix in (".json", ".jsonl"):
+    else:
         import json
 
         with open(path, "w") as out:
             for row in table.to_pylist():
                 out.write(json.dumps(row, default=str) + "\n")
-    else:
-        raise MangonelError(f"unknown output format {suffix!r}; use .parquet, .csv or .json")
 
 
 def command_run(arguments: argparse.Namespace) -> int:
@@ -182,6 +271,12 @@ def command_run(arguments: argparse.Namespace) -> int:
         return 0
     from mangonel.compiler.physical import unpack
 
+    if arguments.output:
+        output_format(arguments.output)
+    if query.backend == "gpu":
+        from mangonel.compiler.backend import require_gpu
+
+        require_gpu()
     stream = unpack(query.plan).scan.stream
     batches, total = _source_batches(arguments, stream)
     progress = Progress(total, enabled=not arguments.quiet and sys.stderr.isatty())
@@ -219,10 +314,65 @@ def command_bench(arguments: argparse.Namespace) -> int:
     return bench_main(arguments)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line on stderr (what and where to look), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _whole_number(text: str, smallest: int, wanted: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = smallest - 1
+    if value < smallest:
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number > 0."""
+    return _whole_number(text, 1, "a positive whole number")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0."""
+    return _whole_number(text, 0, "a whole number >= 0")
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def duration_us(text: str) -> int:
+    """An argparse type: a duration such as '200 milliseconds', as microseconds."""
+    from mangonel.compiler.parse import parse_duration
+    from mangonel.errors import SqlError
+
+    try:
+        value = parse_duration(text)
+    except SqlError as error:
+        raise argparse.ArgumentTypeError(error.message) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from mangonel import __version__
+
+    parser = OneLineParser(
         prog="mangonel", description="Streaming SQL window queries compiled for GPUs."
     )
+    parser.add_argument("--version", action="version", version=f"mangonel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     explain = commands.add_parser("explain", help="print the physical plan of a query file")
@@ -232,23 +382,34 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--backend", default="auto", choices=("auto", "cpu", "gpu"))
     explain.set_defaults(handler=command_explain)
 
-    run = commands.add_parser("run", help="run a query file on a source")
+    run = commands.add_parser(
+        "run",
+        help="run a query file on a source",
+        description="Run a query file. The source is --source, else the stream's WITH (source "
+        "= ..., path = ..., generator options), else the generator; flags override the "
+        "stream's options.",
+    )
     run.add_argument("query", help="a .sql file: CREATE STREAM statements, then the query")
     run.add_argument(
         "--source", help="generator (default), parquet:PATH or csv:PATH (file or folder)"
     )
     run.add_argument("--backend", default="auto", choices=("auto", "cpu", "gpu"))
-    run.add_argument("--tuples", type=int, default=1_000_000, help="generator: tuples in all")
+    # None = not given: the stream's option or RUN_GENERATOR_DEFAULTS decides
+    run.add_argument("--tuples", type=positive_int, help="generator: tuples in all (1,000,000)")
     run.add_argument(
-        "--rate", type=int, default=100_000, help="generator: tuples per event-time second"
+        "--rate", type=positive_int, help="generator: tuples per event-time second (100,000)"
     )
-    run.add_argument("--keys", type=int, default=100, help="generator: distinct keys")
-    run.add_argument("--skew", type=float, default=0.0, help="generator: Zipf exponent of keys")
-    run.add_argument("--delay", help="generator: disorder bound, e.g. '200 milliseconds'")
-    run.add_argument("--seed", type=int, default=0, help="generator: random seed")
-    run.add_argument("--batch-size", type=int, default=100_000, help="rows per input batch")
+    run.add_argument("--keys", type=positive_int, help="generator: distinct keys (100)")
+    run.add_argument("--skew", type=non_negative_float, help="generator: Zipf exponent of keys (0)")
+    run.add_argument(
+        "--delay", type=duration_us, help="generator: disorder bound, e.g. '200 milliseconds'"
+    )
+    run.add_argument("--seed", type=non_negative_int, help="generator: random seed (0)")
+    run.add_argument("--batch-size", type=positive_int, help="rows per input batch (100,000)")
     run.add_argument("--output", help="write results to FILE.parquet / .csv / .json")
-    run.add_argument("--limit", type=int, default=20, help="rows to print (table output)")
+    run.add_argument(
+        "--limit", type=non_negative_int, default=20, help="rows to print (table output)"
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar or metrics")
     run.set_defaults(handler=command_run)
 
@@ -269,8 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     except MangonelError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
+    except OSError as error:  # a file the run writes or reads went away or is not allowed
+        print(f"error: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
         return 2
 
 

@@ -125,3 +125,215 @@ def test_errors_name_the_file_line_and_column(
 def test_unknown_source_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(EXAMPLE), "--backend", "cpu", "--source", "ftp:x"]) == 2
     assert "use generator, parquet:PATH or csv:PATH" in capsys.readouterr().err
+
+
+STREAM = (
+    "CREATE STREAM trades (ts TIMESTAMP, symbol STRING, price DOUBLE, volume BIGINT) "
+    "WITH (event_time = 'ts', watermark = '500 milliseconds'{options});\n"
+)
+QUERY = (
+    "SELECT symbol, window_start, COUNT(*) AS n, SUM(price) AS total "
+    "FROM trades [RANGE 1 SECOND] GROUP BY symbol\n"
+)
+
+
+def _script(tmp_path: Path, options: str = "", query: str = QUERY) -> Path:
+    script = tmp_path / "q.sql"
+    script.write_text(STREAM.format(options=options) + query)
+    return script
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    return err.strip()
+
+
+def test_naive_csv_timestamps_are_utc_and_empty_fields_null(tmp_path: Path) -> None:
+    data = tmp_path / "in.csv"
+    data.write_text(
+        "ts,symbol,price,volume\n"
+        "2026-01-01 00:00:00.1,a,1.5,2\n"  # naive: UTC, as Spark with session time zone UTC
+        "2026-01-01T01:00:00.5+01:00,a,,3\n"  # its own offset: the same second in UTC
+        "2026-01-01T00:00:01Z,b,4,1\n"
+    )
+    out = tmp_path / "out.parquet"
+    script = _script(tmp_path)
+    assert main(["run", str(script), "--backend", "cpu", "--quiet", "--source", f"csv:{data}",
+                 "--output", str(out)]) == 0  # fmt: skip
+    rows = sorted(pq.read_table(out).to_pylist(), key=lambda r: (r["window_start"], r["symbol"]))
+    assert [(str(r["window_start"]), r["symbol"], r["n"], r["total"]) for r in rows] == [
+        ("2026-01-01 00:00:00+00:00", "a", 2, 1.5),
+        ("2026-01-01 00:00:01+00:00", "b", 1, 4.0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "kind", "problem"),
+    [
+        ("ragged.csv", "ts,symbol,price,volume\n2026-01-01 00:00:00,a\n", "csv", "Expected 4"),
+        ("value.csv", "ts,symbol,price,volume\n2026-01-01 00:00:00,a,x,1\n", "csv", "'x'"),
+        ("time.csv", "ts,symbol,price,volume\nnoon,a,1,1\n", "csv", "column 'ts'"),
+        ("lacking.csv", "ts,symbol\n2026-01-01 00:00:00,a\n", "csv", "lacks column(s) price"),
+        ("corrupt.parquet", "not parquet at all", "parquet", "not a readable Parquet file"),
+    ],
+)
+def test_unreadable_files_are_one_line_errors_naming_the_file(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    content: str,
+    kind: str,
+    problem: str,
+) -> None:
+    (tmp_path / name).write_text(content)
+    source = f"{kind}:{tmp_path / name}"
+    assert main(["run", str(_script(tmp_path)), "--backend", "cpu", "--source", source]) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith(f"error: {tmp_path / name}: ")
+    assert problem in err
+
+
+def test_missing_source_path_and_empty_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = str(_script(tmp_path))
+    missing = tmp_path / "nowhere.parquet"
+    assert main(["run", script, "--backend", "cpu", "--source", f"parquet:{missing}"]) == 2
+    assert _one_line_error(capsys) == f"error: {missing}: no such file or folder"
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    assert main(["run", script, "--backend", "cpu", "--source", f"csv:{folder}"]) == 2
+    assert "the folder holds no data files" in _one_line_error(capsys)
+    # an empty (0-byte) file holds no rows, as in Spark's file sources
+    (folder / "a.csv").write_text("")
+    (folder / "b.csv").write_text("ts,symbol,price,volume\n2026-01-01 00:00:00,a,1,1\n")
+    assert main(["run", script, "--backend", "cpu", "--quiet", "--source", f"csv:{folder}"]) == 0
+    assert "(1 rows)" in capsys.readouterr().out
+
+
+def test_a_query_files_source_options_are_honoured(tmp_path: Path) -> None:
+    """WITH (source = 'parquet', path = ...) and generator options in the query file drive the
+    run when no --source is given; flags override the file's generator options."""
+    session = Session(backend="cpu")
+    session.execute(EXAMPLE.read_text().split(";")[0])
+    config = GeneratorConfig(tuples=6000, keys=3, rate=5000, batch_size=1500, seed=4)
+    stream = session.catalog.stream("trades")
+    pq.write_table(
+        pa.Table.from_batches(list(generate(stream.schema, "ts", config))), tmp_path / "in.parquet"
+    )
+    outputs = {}
+    for name, options, flags in [
+        ("flags", "", ["--tuples", "6000", "--keys", "3", "--rate", "5000", "--seed", "4"]),
+        ("generator", ", tuples = '6000', keys = 3, rate = '5000', seed = '4'", []),
+        (
+            "overridden",
+            ", tuples = '99', keys = '50', rate = '5000', seed = '4'",
+            ["--tuples", "6000", "--keys", "3"],
+        ),  # fmt: skip
+        ("parquet", f", source = 'parquet', path = '{tmp_path / 'in.parquet'}'", []),
+    ]:
+        script = tmp_path / f"{name}.sql"
+        script.write_text(STREAM.format(options=options) + QUERY)
+        outputs[name] = tmp_path / f"{name}.parquet"
+        arguments = ["--batch-size", "1500", "--output", str(outputs[name])]
+        assert main(["run", str(script), "--backend", "cpu", "--quiet", *arguments, *flags]) == 0
+    expected = pq.read_table(outputs["flags"])
+    assert expected.num_rows > 0
+    for name in ("generator", "overridden", "parquet"):
+        assert pq.read_table(outputs[name]).equals(expected), name
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (", keys = 'many'", "stream 'trades': option keys = 'many' must be a positive whole"),
+        (", source = 'csv'", "stream 'trades' with source = 'csv' needs the option 'path'"),
+        (", source = 'ftp'", "stream 'trades' has source = 'ftp', which is not a source"),
+        (", source = 'kafka'", "reads Kafka, which runs inside Spark"),
+    ],
+)
+def test_bad_source_options_in_a_query_file_are_clear_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: str, problem: str
+) -> None:
+    assert main(["run", str(_script(tmp_path, options)), "--backend", "cpu"]) == 2
+    assert problem in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        (["--tuples", "0"], "argument --tuples: must be a positive whole number, got '0'"),
+        (["--batch-size", "-5"], "argument --batch-size: must be a positive whole number"),
+        (["--limit", "-1"], "argument --limit: must be a whole number >= 0, got '-1'"),
+        (["--keys", "many"], "argument --keys: must be a positive whole number, got 'many'"),
+        (["--delay", "soon"], "argument --delay: malformed duration 'soon'"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(
+    capsys: pytest.CaptureFixture[str], arguments: list[str], problem: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", str(EXAMPLE), "--backend", "cpu", *arguments])
+    assert exit_info.value.code == 2
+    assert problem in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize(
+    ("output", "problem"),
+    [
+        ("out.txt", "unknown output format '.txt' of out.txt; use .parquet, .csv or .json"),
+        ("/no/such/folder/out.csv", "the folder /no/such/folder does not exist"),
+    ],
+)
+def test_the_output_is_checked_before_the_query_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, output: str, problem: str
+) -> None:
+    from mangonel.session import Query
+
+    def no_run(*_: object) -> None:
+        raise AssertionError("the query ran before its output was checked")
+
+    monkeypatch.setattr(Query, "stream", no_run)
+    assert main(["run", str(EXAMPLE), "--backend", "cpu", "--output", output]) == 2
+    assert problem in _one_line_error(capsys)
+
+
+def test_query_file_problems_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["explain", str(tmp_path)]) == 2
+    assert _one_line_error(capsys) == f"error: {tmp_path}: is a folder; give a .sql query file"
+    assert main(["explain", str(tmp_path / "none.sql")]) == 2
+    assert _one_line_error(capsys) == f"error: {tmp_path / 'none.sql'}: no such file"
+    two = _script(tmp_path, query=QUERY + ";\n" + QUERY)
+    assert main(["run", str(two), "--backend", "cpu"]) == 2
+    assert "2 queries (lines 2, 4); a query file holds CREATE statements and then one query" in (
+        _one_line_error(capsys)
+    )
+    only_ddl = _script(tmp_path, query="")
+    assert main(["explain", str(only_ddl)]) == 2
+    assert "no query" in _one_line_error(capsys)
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import mangonel
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mangonel {mangonel.__version__}"
+
+
+def test_gpu_without_a_gpu_is_a_one_line_error_before_any_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from mangonel.compiler.backend import gpu_status
+
+    if gpu_status()[0]:
+        pytest.skip("a GPU is usable here")
+    assert main(["bench", "--backend", "gpu"]) == 2
+    assert "backend='gpu' was requested but no GPU can be used" in _one_line_error(capsys)
+    assert main(["run", str(EXAMPLE), "--backend", "gpu"]) == 2
+    assert "backend='gpu' was requested but no GPU can be used" in _one_line_error(capsys)

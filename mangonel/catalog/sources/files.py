@@ -1,43 +1,217 @@
-"""Parquet and CSV files as a finite stream of batches, cast to the stream's schema."""
+"""Parquet and CSV files as a finite stream of batches, cast to the stream's schema.
+
+Rules (docs/sql.md, "Sources"): a folder is read file by file in name order (also its
+subfolders; names starting with `.` or `_` are skipped, as Spark and Arrow do); an empty
+(0-byte) file holds no rows; the stream's columns are found by name (CSV: by position when
+`header` is false) and extra columns are ignored. CSV follows Spark's defaults: an empty
+field is NULL, and a timestamp without a zone offset (`2026-01-01 00:00:00.1`) is UTC, like
+Spark with the session time zone UTC (`local_spark` sets it). A file that cannot be read — a
+missing path, a corrupt Parquet file, a ragged CSV row, a value that is not of its column's
+type — is a DataError naming the file (and the row or column where known); files are opened
+and their columns checked before the first batch is read.
+"""
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
-import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from mangonel.catalog.catalog import Schema
 from mangonel.errors import DataError
 
 FORMATS = ("parquet", "csv")
+UTC_MICROS = pa.timestamp("us", tz="UTC")
+# a time of day followed by a zone (Z, +01, +0100, +01:00): such strings carry their own zone
+_ZONED = r"\d{2}:\d{2}(:\d{2}(\.\d*)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)$"
 
 
 def read_files(
-    path: str, file_format: str, schema: Schema, batch_size: int = 100_000
+    path: str,
+    file_format: str,
+    schema: Schema,
+    batch_size: int = 100_000,
+    *,
+    header: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """Batches from a file or a folder of files, in file order, with the stream's columns
-    and types (missing columns are an error; extra columns are ignored)."""
+    """Batches of up to `batch_size` rows from a file or a folder of files, in file order,
+    with the stream's columns and types. Every file is opened and its columns checked now;
+    rows are read as the batches are taken."""
     if file_format not in FORMATS:
         raise DataError(f"unknown file format {file_format!r}; supported: {', '.join(FORMATS)}")
+    if batch_size <= 0:
+        raise DataError(f"batch size must be positive, got {batch_size}")
     target = schema.to_arrow()
-    if file_format == "csv":
-        csv_format = ds.CsvFileFormat(
-            convert_options=pa_csv.ConvertOptions(
-                column_types=dict(zip(target.names, target.types, strict=True))
-            )
-        )
-        dataset = ds.dataset(path, format=csv_format)
+    files = data_files(path)
+    if file_format == "parquet":
+        for file in files:
+            _check_columns(file, _parquet_columns(file), target)
+        return _batches(files, target, batch_size, _parquet_batches)
+    readers = {file: _csv_reader_options(file, target, header) for file in files}
+    return _batches(
+        files,
+        target,
+        batch_size,
+        lambda file, target, size: _csv_batches(file, target, size, readers[file]),
+    )
+
+
+def data_files(path: str) -> list[Path]:
+    """The non-empty data files at `path` (a file, or a folder read recursively), in order."""
+    root = Path(path)
+    if not root.exists():
+        raise DataError(f"{path}: no such file or folder")
+    if root.is_file():
+        candidates = [root]
     else:
-        dataset = ds.dataset(path, format="parquet")
-    missing = [name for name in target.names if name not in dataset.schema.names]
+        candidates = sorted(
+            file
+            for file in root.rglob("*")
+            if file.is_file()
+            and not any(part.startswith((".", "_")) for part in file.relative_to(root).parts)
+        )
+        if not candidates:
+            raise DataError(f"{path}: the folder holds no data files")
+    return [file for file in candidates if file.stat().st_size > 0]
+
+
+def _problem(error: Exception) -> str:
+    """The first line of an Arrow error, without Arrow's restating of the file name."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    for marker in ("input source", "Parquet file"):
+        head, found, tail = text.partition(marker)
+        if found and "': " in tail:
+            return tail.split("': ", 1)[1]
+    return text
+
+
+def _parquet_columns(file: Path) -> list[str]:
+    try:
+        return pq.read_schema(file).names
+    except (pa.ArrowException, OSError) as error:
+        raise DataError(f"{file}: not a readable Parquet file ({_problem(error)})") from None
+
+
+def _check_columns(file: Path, names: list[str], target: pa.Schema) -> None:
+    missing = [name for name in target.names if name not in names]
     if missing:
         raise DataError(
-            f"{path}: the files lack column(s) {', '.join(missing)} of the stream",
+            f"{file}: the file lacks column(s) {', '.join(missing)} of the stream "
+            f"(it has {', '.join(names) or 'none'})"
         )
-    for batch in dataset.to_batches(columns=target.names, batch_size=batch_size):
+
+
+def _csv_reader_options(
+    file: Path, target: pa.Schema, header: bool
+) -> tuple[pa_csv.ReadOptions, pa_csv.ConvertOptions]:
+    """How to read one CSV file, after checking its first line names the stream's columns."""
+    try:
+        with open(file, newline="", encoding="utf-8") as text:
+            first = next(csv.reader(text), [])
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise DataError(f"{file}: not a readable CSV file ({error})") from None
+    if header:
+        _check_columns(file, [name.strip() for name in first], target)
+        read = pa_csv.ReadOptions(block_size=1 << 22)
+    else:
+        # by position, as Spark does without a header: extra columns get throwaway names
+        if len(first) < len(target):
+            raise DataError(
+                f"{file}: the first row has {len(first)} field(s); the stream has "
+                f"{len(target)} columns ({', '.join(target.names)}) and header = false"
+            )
+        extra = [f"_extra_{i}" for i in range(len(first) - len(target))]
+        read = pa_csv.ReadOptions(column_names=[*target.names, *extra], block_size=1 << 22)
+    convert = pa_csv.ConvertOptions(
+        # timestamps are parsed after reading, so naive ones can be taken as UTC
+        column_types={
+            f.name: pa.string() if pa.types.is_timestamp(f.type) else f.type for f in target
+        },
+        include_columns=target.names,
+        strings_can_be_null=True,  # Spark reads an empty CSV field as NULL
+    )
+    return read, convert
+
+
+def _csv_batches(
+    file: Path,
+    target: pa.Schema,
+    batch_size: int,
+    options: tuple[pa_csv.ReadOptions, pa_csv.ConvertOptions],
+) -> Iterator[pa.RecordBatch]:
+    read, convert = options
+    reader = pa_csv.open_csv(file, read_options=read, convert_options=convert)
+    for batch in reader:
+        columns = [batch.column(name) for name in target.names]
         yield pa.RecordBatch.from_arrays(
-            [batch.column(i).cast(target.field(i).type) for i in range(len(target))],
-            schema=target,
+            [
+                parse_timestamps(column, name) if pa.types.is_timestamp(field.type) else column
+                for column, name, field in zip(columns, target.names, target, strict=True)
+            ],
+            names=target.names,
         )
+
+
+def parse_timestamps(strings: pa.Array, column: str = "") -> pa.Array:
+    """Timestamp text as UTC microseconds: with a zone offset as written, without one as UTC
+    (Spark with session time zone UTC)."""
+    zoned = pc.match_substring_regex(strings, _ZONED)
+    try:
+        with_zone = pc.cast(pc.if_else(zoned, strings, None), UTC_MICROS)
+        naive = pc.cast(pc.if_else(zoned, None, strings), pa.timestamp("us"))
+    except pa.ArrowInvalid as error:
+        raise DataError(f"column {column!r}: {_problem(error)}") from None
+    return pc.if_else(zoned, with_zone, naive.cast(UTC_MICROS))
+
+
+def _parquet_batches(file: Path, target: pa.Schema, batch_size: int) -> Iterator[pa.RecordBatch]:
+    yield from pq.ParquetFile(file).iter_batches(batch_size=batch_size, columns=target.names)
+
+
+def _cast(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    columns = []
+    for field in target:
+        column = batch.column(field.name)
+        if column.type != field.type:
+            # timestamps of another unit or zone are converted as Spark does (truncated to
+            # microseconds); other types must convert exactly
+            lossy = pa.types.is_timestamp(column.type) and pa.types.is_timestamp(field.type)
+            try:
+                column = pc.cast(column, field.type, safe=not lossy)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+                raise DataError(
+                    f"column {field.name!r} ({column.type}) does not convert to the stream's "
+                    f"{field.type}: {_problem(error)}"
+                ) from None
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def _batches(
+    files: list[Path], target: pa.Schema, batch_size: int, read
+) -> Iterator[pa.RecordBatch]:  # noqa: ANN001, E501
+    """Each file's batches, cast to the stream's schema and cut to `batch_size` rows; an
+    error while reading names the file."""
+    for file in files:
+        pending: list[pa.RecordBatch] = []
+        held = 0
+        try:
+            for batch in read(file, target, batch_size):
+                pending.append(_cast(batch, target))
+                held += batch.num_rows
+                while held >= batch_size:
+                    table = pa.Table.from_batches(pending, schema=target)
+                    yield from table.slice(0, batch_size).combine_chunks().to_batches()
+                    rest = table.slice(batch_size)
+                    pending, held = rest.combine_chunks().to_batches(), rest.num_rows
+        except DataError as error:
+            raise DataError(f"{file}: {error}") from None
+        except (pa.ArrowException, OSError) as error:
+            raise DataError(f"{file}: {_problem(error)}") from None
+        if held:
+            yield from pa.Table.from_batches(pending, schema=target).combine_chunks().to_batches()

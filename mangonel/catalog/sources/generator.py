@@ -38,8 +38,11 @@ class GeneratorConfig:
         for name in ("tuples", "rate", "keys", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"generator {name} must be positive, got {getattr(self, name)}")
-        if self.delay_us < 0 or self.skew < 0 or not 0 <= self.null_fraction < 1:
-            raise ValueError("generator delay and skew must be >= 0, null_fraction in [0, 1)")
+        for name in ("delay_us", "skew"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"generator {name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.null_fraction < 1:
+            raise ValueError(f"generator null_fraction must be in [0, 1), got {self.null_fraction}")
 
 
 def default_key_columns(schema: Schema, event_time: str) -> tuple[str, ...]:
