@@ -249,6 +249,9 @@ def test_a_query_files_source_options_are_honoured(tmp_path: Path) -> None:
     ("options", "problem"),
     [
         (", keys = 'many'", "stream 'trades': option keys = 'many' must be a positive whole"),
+        (", delay = 'soon'", "option delay = 'soon' must be a duration such as"),
+        (", skew = '-1'", "option skew = '-1' must be a number >= 0"),
+        (", key_columns = 'ts'", "key_columns names 'ts', which is not a non-event-time column"),
         (", source = 'csv'", "stream 'trades' with source = 'csv' needs the option 'path'"),
         (", source = 'ftp'", "stream 'trades' has source = 'ftp', which is not a source"),
         (", source = 'kafka'", "reads Kafka, which runs inside Spark"),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mangonel.catalog.catalog import Schema
 from mangonel.catalog.sources.generator import GeneratorConfig, default_key_columns
-from mangonel.errors import CatalogError
+from mangonel.errors import CatalogError, SqlError
 
 SOURCES = ("generator", "parquet", "csv", "kafka")
 
@@ -107,7 +107,7 @@ def generator_source(
             continue
         try:
             values[field] = _PARSERS.get(field, _whole)(given[key])
-        except (ValueError, CatalogError):
+        except (ValueError, SqlError):  # SqlError: a malformed duration
             raise _bad(stream, key, given[key], wanted) from None
         if field == "delay_us" and values[field] < 0:
             raise _bad(stream, key, given[key], wanted + " (not negative)")
