@@ -199,10 +199,39 @@ def test_explain_shows_mangonel_plan_and_spark_stages(spark, tmp_path):
     assert session.sql("EXPLAIN " + QUERY).startswith(text)
 
 
-def test_register_rejects_unsupported_column_types(spark):
-    frame = spark.createDataFrame([(1, [1, 2])], "id BIGINT, items ARRAY<INT>")
+def test_register_rejects_unsupported_column_types(spark, tmp_path):
+    frame = spark.readStream.schema("id BIGINT, items ARRAY<INT>").parquet(str(tmp_path))
     with pytest.raises(CatalogError, match="items"):
         mg.attach(spark).register("bad", frame, event_time="id")
+
+
+def test_register_refuses_a_batch_dataframe_and_register_table_a_streaming_one(spark, tmp_path):
+    batch = spark.createDataFrame([], DDL)
+    session = mg.attach(spark)
+    with pytest.raises(CatalogError, match="'s' is a batch DataFrame"):
+        session.register("s", batch, event_time="ts")
+    assert session.catalog.stream("s") is None
+    with pytest.raises(CatalogError, match="'t' is a streaming DataFrame"):
+        session.register_table("t", spark.readStream.schema(DDL).parquet(str(tmp_path)))
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("keys = 'many'", "option keys = 'many' must be a positive whole number"),
+        ("rate = '0'", "option rate = '0' must be a positive whole number"),
+        ("delay = 'soon'", "option delay = 'soon' must be a duration"),
+        ("null_fraction = '1.5'", r"option null_fraction = '1.5' must be a number in \[0, 1\)"),
+        ("key_columns = 'nope'", "key_columns names 'nope'"),
+    ],
+)
+def test_bad_generator_options_fail_at_create_stream(spark, option, message):
+    session = mg.attach(spark)
+    with pytest.raises(CatalogError, match=message):
+        session.execute(
+            f"CREATE STREAM g ({DDL}) WITH (event_time = 'ts', source = 'generator', {option})"
+        )
+    assert session.catalog.stream("g") is None  # not half-declared: the DDL can be retried
 
 
 def test_stream_without_spark_source_is_a_clear_error(spark):
@@ -242,17 +271,21 @@ def test_register_refuses_a_dataframe_that_already_has_a_watermark(spark, tmp_pa
         mg.attach(spark).register("s", frame, event_time="ts")
 
 
-def test_benchmark_shape_reports_the_chosen_plan_and_equal_row_counts(spark):
+def test_benchmark_shape_reports_the_chosen_plan_and_the_native_plans_rows(spark):
     """`mangonel bench --spark` on a tiny input: tumbling windows run natively, with the
-    two-stage rate measured beside them; sliding ones keep the two stages; both engines emit
-    the same number of windows."""
+    two-stage rate measured beside them; sliding ones keep the two stages; either way
+    mangonel's rows equal Spark's native streaming aggregation of the same input."""
     from mangonel.runtime.spark.bench import SparkShape, measure_shape
 
-    tumbling = measure_shape(spark, SparkShape(100_000, 100_000, keys=5), 4000, 20_000, 2000, 3)
-    assert tumbling.plan == "native"
-    assert tumbling.two_stage_tuples_per_second is not None
-    assert tumbling.rows_out == tumbling.spark_rows_out > 0
-    sliding = measure_shape(spark, SparkShape(100_000, 20_000, keys=5), 4000, 20_000, 2000, 3)
-    assert sliding.plan == "two-stage"
-    assert sliding.two_stage_tuples_per_second is None
-    assert sliding.rows_out == sliding.spark_rows_out > 0
+    for shape, plan in (
+        (SparkShape(100_000, 100_000, keys=5), "native"),
+        (SparkShape(100_000, 20_000, keys=5), "two-stage"),
+    ):
+        kept: list = []
+        result = measure_shape(spark, shape, 4000, 20_000, 2000, 3, keep=kept)
+        assert result.plan == plan
+        assert (result.two_stage_tuples_per_second is not None) == (plan == "native")
+        ours, native = kept
+        native = native.rename(columns={"start": "window_start", "end": "window_end"})
+        assert_same_results(ours, native, ["key"])
+        assert result.rows_out == result.spark_rows_out == len(native)

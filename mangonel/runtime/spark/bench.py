@@ -77,12 +77,15 @@ def start_local_spark(cores: int = 2, shuffle_partitions: int = 2) -> SparkSessi
     return local_spark("mangonel-bench", cores=cores, shuffle_partitions=shuffle_partitions)
 
 
-def _seconds_and_rows(frame: DataFrame) -> tuple[float, int]:
-    """Run a streaming DataFrame to Spark's no-op sink; (wall seconds, rows written)."""
+def _seconds_and_rows(frame: DataFrame, keep: list[Any] | None = None) -> tuple[float, int]:
+    """Run a streaming DataFrame to Spark's no-op sink; (wall seconds, rows written). With
+    `keep`, the rows go to a memory sink instead and are appended to it as a pandas frame
+    (for tests that compare results; the benchmark itself never keeps them)."""
+    name = "bench_" + uuid.uuid4().hex[:8]
     started = time.perf_counter()
     query = (
-        frame.writeStream.format("noop")
-        .queryName("bench_" + uuid.uuid4().hex[:8])
+        frame.writeStream.format("noop" if keep is None else "memory")
+        .queryName(name)
         .outputMode("append")
         .option("checkpointLocation", f"/tmp/mangonel-bench-{uuid.uuid4().hex}")
         .start()
@@ -93,6 +96,9 @@ def _seconds_and_rows(frame: DataFrame) -> tuple[float, int]:
         query.stop()
     seconds = time.perf_counter() - started
     rows = sum(int(p["sink"].get("numOutputRows", 0) or 0) for p in query.recentProgress)
+    if keep is not None:
+        keep.append(frame.sparkSession.table(name).toPandas())
+        frame.sparkSession.catalog.dropTempView(name)
     return seconds, rows
 
 
@@ -145,15 +151,18 @@ def measure_shape(
     batch: int,
     seed: int,
     backend: str = "auto",
+    keep: list[Any] | None = None,
 ) -> SparkResult:
+    """One shape through mangonel and Spark's native aggregation. With `keep`, both result
+    tables are appended to it (mangonel's, then Spark's) instead of going to a no-op sink."""
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-") as folder:
         write_input(Path(folder), shape, tuples, rate, batch, seed)
         source = _file_source(spark, Path(folder))
         session = SparkMangonelSession(spark, backend=backend)
         session.register("events", source, event_time="ts", watermark=0)
-        ours_seconds, ours_rows = _seconds_and_rows(session.sql(_mangonel_query(shape)))
+        ours_seconds, ours_rows = _seconds_and_rows(session.sql(_mangonel_query(shape)), keep)
         planned_native = session.last_plan is not None and session.last_plan.native
-        native_seconds, native_rows = _seconds_and_rows(_native_query(source, shape))
+        native_seconds, native_rows = _seconds_and_rows(_native_query(source, shape), keep)
         two_stage_rate = None
         if planned_native:
             forced = SparkMangonelSession(spark, backend=backend, native=False)

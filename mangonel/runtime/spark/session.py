@@ -139,6 +139,13 @@ class SparkMangonelSession:
     ) -> None:
         """Make a streaming DataFrame queryable as stream `name` (its event-time column and
         out-of-orderness bound: a duration string or microseconds)."""
+        if not streaming_df.isStreaming:
+            # a batch DataFrame would plan, then fail inside Spark's stateful operator
+            raise CatalogError(
+                f"the DataFrame registered as {name!r} is a batch DataFrame; register() takes "
+                "a streaming one",
+                hint="build it with spark.readStream (a static DataFrame goes to register_table)",
+            )
         schema = schema_from_spark(name, streaming_df.schema)
         watermarked = [
             f.name for f in streaming_df.schema.fields if "spark.watermarkDelayMs" in f.metadata
@@ -157,6 +164,11 @@ class SparkMangonelSession:
 
     def register_table(self, name: str, df: DataFrame, *, replace: bool = False) -> None:
         """A static DataFrame as table `name` (joins with tables are a later wave)."""
+        if df.isStreaming:
+            raise CatalogError(
+                f"the DataFrame registered as table {name!r} is a streaming DataFrame",
+                hint=f"register({name!r}, df, event_time=...) declares a stream",
+            )
         schema = schema_from_spark(name, df.schema)
         self.catalog.add_table(Table(name, schema), replace=replace)
         self._frames[name.lower()] = df

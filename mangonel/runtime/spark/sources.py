@@ -26,13 +26,19 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from mangonel.catalog.catalog import Column, Schema, Stream
-from mangonel.catalog.sources.generator import GeneratorConfig, generate
+from mangonel.catalog.sources.generator import generate
+from mangonel.catalog.sources.options import (
+    GeneratorSource,
+    file_source,
+    generator_reader_options,
+    generator_source,
+    source_of,
+)
 from mangonel.catalog.types import SqlType, type_from_name
 from mangonel.errors import CatalogError
 from mangonel.runtime.spark.schema import schema_ddl
 
 GENERATOR_FORMAT = "mangonel_generator"
-SOURCES = ("generator", "parquet", "csv", "kafka")
 # Chunks are the unit of reproducibility: chunk c is generate(...) with seed (seed, c).
 CHUNK_ROWS = 50_000
 
@@ -51,14 +57,14 @@ def columns_option(schema: Schema) -> str:
     return json.dumps([[c.name, c.type.value, c.nullable] for c in schema.columns])
 
 
-def _generator_config(options: dict[str, str]) -> GeneratorConfig:
-    names = {f.name: f.type for f in dataclasses.fields(GeneratorConfig)}
-    values: dict[str, Any] = {}
-    for key, value in options.items():
-        key = {"delay": "delay_us"}.get(key, key)
-        if key in names:
-            values[key] = float(value) if key in ("skew", "null_fraction") else int(value)
-    return GeneratorConfig(**values)
+def _generator(options: dict[str, str]) -> GeneratorSource:
+    """The generator the reader options describe (checked once already, at CREATE STREAM)."""
+    return generator_source(
+        options,
+        _schema_from_options(options),
+        options["event_time"],
+        options.get("stream", GENERATOR_FORMAT),
+    )
 
 
 @dataclasses.dataclass
@@ -72,8 +78,8 @@ class GeneratorStreamReader(DataSourceStreamReader):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
-        self.config = _generator_config(options)
-        self.rows_per_batch = int(options.get("rows_per_batch", self.config.batch_size))
+        self.config = _generator(options).config
+        self.rows_per_batch = self.config.batch_size
 
     def initialOffset(self) -> dict:
         return {"tuples": 0}
@@ -103,10 +109,8 @@ class GeneratorStreamReader(DataSourceStreamReader):
 
 def read_generator_rows(options: dict[str, str], start: int, end: int) -> Iterator[pa.RecordBatch]:
     """Tuples [start, end) of the generated stream (within one chunk)."""
-    config = _generator_config(options)
-    schema = _schema_from_options(options)
-    event_time = options["event_time"]
-    keys = tuple(k for k in options.get("key_columns", "").split(",") if k) or None
+    generator = _generator(options)
+    config = generator.config
     chunk = start // CHUNK_ROWS
     chunk_start = chunk * CHUNK_ROWS
     chunk_rows = min(CHUNK_ROWS, config.tuples - chunk_start)
@@ -117,13 +121,15 @@ def read_generator_rows(options: dict[str, str], start: int, end: int) -> Iterat
         seed=config.seed * 1_000_003 + chunk,
         start_us=config.start_us + chunk_start * 1_000_000 // config.rate,
     )
-    batch = next(generate(schema, event_time, chunk_config, keys))
+    schema = _schema_from_options(options)
+    batch = next(generate(schema, options["event_time"], chunk_config, generator.key_columns))
     yield batch.slice(start - chunk_start, end - start)
 
 
 class GeneratorDataSource(DataSource):
-    """`spark.readStream.format("mangonel_generator").options(schema=..., event_time=...,
-    tuples=..., rate=..., keys=..., skew=..., delay=..., seed=..., rows_per_batch=...)`."""
+    """`spark.readStream.format("mangonel_generator").options(schema=..., columns=...,
+    event_time=..., tuples=..., rate=..., keys=..., ...)`: the generator options of
+    mangonel.catalog.sources.options (`generator_options(stream)` builds them)."""
 
     @classmethod
     def name(cls) -> str:
@@ -152,12 +158,13 @@ def _option(stream: Stream, key: str, default: str | None = None) -> str:
 
 
 def generator_options(stream: Stream) -> dict[str, str]:
-    """The reader options of a generator stream: the DDL options plus schema and event time."""
-    options = {k: v for k, v in stream.options if k not in ("source", "watermark", "event_time")}
-    if "delay" in options:
-        from mangonel.compiler.parse import parse_duration
-
-        options["delay"] = str(parse_duration(options["delay"]))
+    """The reader options of a generator stream: its generator options, checked now (so a bad
+    value fails at CREATE STREAM, not when the query starts), plus schema and event time."""
+    generator = generator_source(
+        dict(stream.options), stream.schema, stream.event_time, stream.name
+    )
+    options = generator_reader_options(generator)
+    options["stream"] = stream.name
     options["schema"] = schema_ddl(stream.schema)
     options["columns"] = columns_option(stream.schema)
     options["event_time"] = stream.event_time
@@ -166,26 +173,24 @@ def generator_options(stream: Stream) -> dict[str, str]:
 
 def create_source(spark: SparkSession, stream: Stream) -> DataFrame:
     """The streaming DataFrame a `CREATE STREAM ... WITH (source = ...)` reads."""
-    source = (stream.option("source") or "").lower()
-    if source not in SOURCES:
+    source = source_of(dict(stream.options), stream.name)
+    if source is None:
         raise CatalogError(
-            f"stream {stream.name!r} has source = {source!r}, which Spark cannot read",
+            f"stream {stream.name!r} has no source option, so Spark cannot read it",
             hint="source = 'generator' | 'parquet' | 'csv' | 'kafka', or build the streaming "
             "DataFrame yourself and call register(name, df, event_time=...)",
         )
     ddl = schema_ddl(stream.schema)
     if source == "generator":
+        options = generator_options(stream)  # checked before Spark is touched
         register_generator(spark)
-        return spark.readStream.format(GENERATOR_FORMAT).options(**generator_options(stream)).load()
+        return spark.readStream.format(GENERATOR_FORMAT).options(**options).load()
     if source in ("parquet", "csv"):
-        reader = spark.readStream.schema(ddl).option(
-            "maxFilesPerTrigger", stream.option("files_per_trigger", "1")
-        )
+        files = file_source(dict(stream.options), stream.name, source)
+        reader = spark.readStream.schema(ddl).option("maxFilesPerTrigger", files.files_per_trigger)
         if source == "csv":
-            reader = reader.option("header", stream.option("header", "true")).option(
-                "mode", "PERMISSIVE"
-            )
-        return reader.format(source).load(_option(stream, "path"))
+            reader = reader.option("header", str(files.header).lower()).option("mode", "PERMISSIVE")
+        return reader.format(source).load(files.path)
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", _option(stream, "bootstrap_servers"))
