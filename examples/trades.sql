@@ -1,4 +1,4 @@
--- A VWAP query over a stream of trades; `make run` runs it on local Spark. Try:
+-- A VWAP query over a stream of trades (`make run` runs it on local Spark). Try:
 --   mangonel explain examples/trades.sql
 --   mangonel run examples/trades.sql --tuples 2000000 --keys 20 --delay '200 milliseconds'
 CREATE STREAM trades (ts TIMESTAMP, symbol STRING, price DOUBLE, volume BIGINT)

@@ -8,11 +8,14 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
 
 from mangonel.errors import MangonelError
+
+if TYPE_CHECKING:
+    from mangonel.catalog.catalog import Stream
 
 
 def _read_query_file(path: str) -> str:
@@ -155,8 +158,8 @@ RUN_GENERATOR_DEFAULTS = {
 
 
 def _source_batches(
-    arguments: argparse.Namespace, stream
-) -> tuple[Iterable[pa.RecordBatch], int | None]:  # noqa: ANN001,E501
+    arguments: argparse.Namespace, stream: Stream
+) -> tuple[Iterable[pa.RecordBatch], int | None]:
     """The batches a run reads, checked before any is read: --source if given, else the
     stream's `WITH (source = ..., path = ..., generator options)` (the Spark sources' options,
     mangonel.catalog.sources.options), else the generator. Flags override the stream's options."""
