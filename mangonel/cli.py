@@ -176,16 +176,16 @@ def _source_batches(
             )
     else:
         source = source_of(options, stream.name) or "generator"
+    flags = {
+        "tuples": arguments.tuples,
+        "rate": arguments.rate,
+        "keys": arguments.keys,
+        "skew": arguments.skew,
+        "delay": arguments.delay,
+        "seed": arguments.seed,
+    }
     if source == "generator":
-        flags = {
-            "tuples": arguments.tuples,
-            "rate": arguments.rate,
-            "keys": arguments.keys,
-            "skew": arguments.skew,
-            "delay": arguments.delay,
-            "seed": arguments.seed,
-            "rows_per_batch": arguments.batch_size,
-        }
+        flags["rows_per_batch"] = arguments.batch_size
         options.update({key: str(value) for key, value in flags.items() if value is not None})
         generator = generator_source(
             options, stream.schema, stream.event_time, stream.name, RUN_GENERATOR_DEFAULTS
@@ -198,6 +198,12 @@ def _source_batches(
         raise MangonelError(
             f"stream {stream.name!r} reads Kafka, which runs inside Spark (docs/spark.md); "
             "`mangonel run` reads the generator, parquet:PATH or csv:PATH"
+        )
+    ignored = [f"--{key}" for key, value in flags.items() if value is not None]
+    if ignored:
+        raise MangonelError(
+            f"{', '.join(ignored)} set(s) the generator, but the run reads {source} files; "
+            "drop the flag(s) or pass --source generator"
         )
     if path:
         options["path"] = path

@@ -340,3 +340,35 @@ def test_gpu_without_a_gpu_is_a_one_line_error_before_any_work(
     assert "backend='gpu' was requested but no GPU can be used" in _one_line_error(capsys)
     assert main(["run", str(EXAMPLE), "--backend", "gpu"]) == 2
     assert "backend='gpu' was requested but no GPU can be used" in _one_line_error(capsys)
+
+
+def test_generator_flags_with_a_file_source_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "in.csv").write_text("ts,symbol,price,volume\n")
+    source = f"csv:{tmp_path / 'in.csv'}"
+    assert main(["run", str(EXAMPLE), "--source", source, "--tuples", "5", "--keys", "2"]) == 2
+    assert _one_line_error(capsys) == (
+        "error: --tuples, --keys set(s) the generator, but the run reads csv files; drop the "
+        "flag(s) or pass --source generator"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "No such file or directory"),
+        ("[{", "not JSON"),
+        ('{"range_us": 1}', "expected a JSON list of shapes (range_us, slide_us, keys"),
+        ('[{"range_us": 1}]', "shape 1 must have exactly the fields range_us, slide_us"),
+    ],
+)
+def test_bench_config_problems_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, problem: str
+) -> None:
+    config = tmp_path / "shapes.json"
+    if content is not None:
+        config.write_text(content)
+    assert main(["bench", str(config)]) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith(f"error: {config}: ") and problem in err
