@@ -249,7 +249,7 @@ def test_a_query_files_source_options_are_honoured(tmp_path: Path) -> None:
     ("options", "problem"),
     [
         (", keys = 'many'", "stream 'trades': option keys = 'many' must be a positive whole"),
-        (", delay = 'soon'", "option delay = 'soon' must be a duration such as"),
+        (", delay = 'soon'", "option delay = 'soon' must be a duration >= 0 such as"),
         (", skew = '-1'", "option skew = '-1' must be a number >= 0"),
         (", key_columns = 'ts'", "key_columns names 'ts', which is not a non-event-time column"),
         (", source = 'csv'", "stream 'trades' with source = 'csv' needs the option 'path'"),

@@ -17,6 +17,14 @@ from mangonel.catalog.types import SqlType
 DEFAULT_START_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z, aligned to every window
 
 
+class GeneratorSettingError(ValueError):
+    """A GeneratorConfig field out of range; `field` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class GeneratorConfig:
     """rate: tuples per second of event time. delay_us: each tuple's timestamp is moved back
@@ -37,12 +45,19 @@ class GeneratorConfig:
     def __post_init__(self) -> None:
         for name in ("tuples", "rate", "keys", "batch_size"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"generator {name} must be positive, got {getattr(self, name)}")
-        for name in ("delay_us", "skew"):
+                raise GeneratorSettingError(
+                    name, f"generator {name} must be positive, got {getattr(self, name)}"
+                )
+        for name in ("delay_us", "skew", "seed"):
             if getattr(self, name) < 0:
-                raise ValueError(f"generator {name} must be >= 0, got {getattr(self, name)}")
+                raise GeneratorSettingError(
+                    name, f"generator {name} must be >= 0, got {getattr(self, name)}"
+                )
         if not 0 <= self.null_fraction < 1:
-            raise ValueError(f"generator null_fraction must be in [0, 1), got {self.null_fraction}")
+            raise GeneratorSettingError(
+                "null_fraction",
+                f"generator null_fraction must be in [0, 1), got {self.null_fraction}",
+            )
 
 
 def default_key_columns(schema: Schema, event_time: str) -> tuple[str, ...]:

@@ -14,7 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from mangonel.catalog.catalog import Schema
-from mangonel.catalog.sources.generator import GeneratorConfig, default_key_columns
+from mangonel.catalog.sources.generator import (
+    GeneratorConfig,
+    GeneratorSettingError,
+    default_key_columns,
+)
 from mangonel.errors import CatalogError, SqlError
 
 SOURCES = ("generator", "parquet", "csv", "kafka")
@@ -26,8 +30,8 @@ GENERATOR_FIELDS: dict[str, tuple[str, str]] = {
     "rate": ("rate", "a positive whole number (tuples per second of event time)"),
     "keys": ("keys", "a positive whole number"),
     "skew": ("skew", "a number >= 0 (Zipf exponent)"),
-    "delay": ("delay_us", "a duration such as '200 milliseconds'"),
-    "seed": ("seed", "a whole number"),
+    "delay": ("delay_us", "a duration >= 0 such as '200 milliseconds'"),
+    "seed": ("seed", "a whole number >= 0"),
     "null_fraction": ("null_fraction", "a number in [0, 1)"),
     "rows_per_batch": ("batch_size", "a positive whole number (tuples per batch)"),
 }
@@ -109,16 +113,11 @@ def generator_source(
             values[field] = _PARSERS.get(field, _whole)(given[key])
         except (ValueError, SqlError):  # SqlError: a malformed duration
             raise _bad(stream, key, given[key], wanted) from None
-        if field == "delay_us" and values[field] < 0:
-            raise _bad(stream, key, given[key], wanted + " (not negative)")
     try:
         config = GeneratorConfig(**values)  # type: ignore[arg-type]
-    except ValueError as error:
-        field = str(error).split()[1] if str(error).startswith("generator ") else ""
-        key = next((k for k, (f, _) in GENERATOR_FIELDS.items() if f == field), None)
-        if key is not None and key in given:
-            raise _bad(stream, key, given[key], GENERATOR_FIELDS[key][1]) from None
-        raise CatalogError(f"stream {stream!r}: {error}") from None
+    except GeneratorSettingError as error:  # in range is GeneratorConfig's to say
+        key = next(k for k, (f, _) in GENERATOR_FIELDS.items() if f == error.field)
+        raise _bad(stream, key, given[key], GENERATOR_FIELDS[key][1]) from None
     return GeneratorSource(config, _key_columns(given, schema, event_time, stream))
 
 
