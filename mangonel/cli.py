@@ -158,11 +158,12 @@ RUN_GENERATOR_DEFAULTS = {
 
 
 def _source_batches(
-    arguments: argparse.Namespace, stream: Stream
+    arguments: argparse.Namespace, stream: Stream, warnings: list[str]
 ) -> tuple[Iterable[pa.RecordBatch], int | None]:
     """The batches a run reads, checked before any is read: --source if given, else the
     stream's `WITH (source = ..., path = ..., generator options)` (the Spark sources' options,
-    mangonel.catalog.sources.options), else the generator. Flags override the stream's options."""
+    mangonel.catalog.sources.options), else the generator. Flags override the stream's options.
+    What the run should tell the user afterwards (CSV values read as NULL) goes to `warnings`."""
     from mangonel.catalog.sources import file_source, generate, generator_source, read_files
     from mangonel.catalog.sources.options import source_of
 
@@ -209,7 +210,17 @@ def _source_batches(
         options["path"] = path
     files = file_source(options, stream.name, source)
     batch_size = arguments.batch_size or int(RUN_GENERATOR_DEFAULTS["rows_per_batch"])
-    return read_files(files.path, source, stream.schema, batch_size, header=files.header), None
+
+    def malformed(file: Path, count: int) -> None:
+        warnings.append(
+            f"{file}: {count:,} value(s) did not parse as their column's type and were read as "
+            "NULL (Spark's PERMISSIVE CSV mode)"
+        )
+
+    batches = read_files(
+        files.path, source, stream.schema, batch_size, header=files.header, on_malformed=malformed
+    )
+    return batches, None
 
 
 def format_table(table: pa.Table, limit: int) -> str:
@@ -287,7 +298,8 @@ def command_run(arguments: argparse.Namespace) -> int:
 
         require_gpu()
     stream = unpack(query.plan).scan.stream
-    batches, total = _source_batches(arguments, stream)
+    warnings: list[str] = []
+    batches, total = _source_batches(arguments, stream, warnings)
     progress = Progress(total, enabled=not arguments.quiet and sys.stderr.isatty())
     rows_out = 0
 
@@ -301,6 +313,8 @@ def command_run(arguments: argparse.Namespace) -> int:
         results.append(result)
         rows_out += result.num_rows
     progress.close()
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     table = pa.Table.from_batches(results, schema=query.schema)
     metrics = query.metrics
     if not arguments.quiet:

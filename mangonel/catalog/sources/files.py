@@ -1,20 +1,21 @@
 """Parquet and CSV files as a finite stream of batches, cast to the stream's schema.
 
-Rules (docs/sql.md, "Sources"): a folder is read file by file in name order (also its
+Rules (docs/spark.md, "Sources"): a folder is read file by file in name order (also its
 subfolders; names starting with `.` or `_` are skipped, as Spark and Arrow do); an empty
 (0-byte) file holds no rows; the stream's columns are found by name (CSV: by position when
-`header` is false) and extra columns are ignored. CSV follows Spark's defaults: an empty
-field is NULL, and a timestamp without a zone offset (`2026-01-01 00:00:00.1`) is UTC, like
-Spark with the session time zone UTC (`local_spark` sets it). A file that cannot be read — a
-missing path, a corrupt Parquet file, a ragged CSV row, a value that is not of its column's
-type — is a DataError naming the file (and the row or column where known); files are opened
-and their columns checked before the first batch is read.
+`header` is false) and extra columns are ignored. CSV follows Spark's defaults (PERMISSIVE
+mode): an empty field is NULL, a value that does not parse as its column's type is NULL (and
+counted: `on_malformed`), and a timestamp without a zone offset (`2026-01-01 00:00:00.1`) is
+UTC, like Spark with the session time zone UTC (`local_spark` sets it). A file that cannot be
+read — a missing path, a corrupt Parquet file, a CSV row with the wrong number of fields, a
+Parquet column that does not convert to the stream's type — is a DataError naming the file;
+files are opened and their columns checked before the first batch is read.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,10 +39,12 @@ def read_files(
     batch_size: int = 100_000,
     *,
     header: bool = True,
+    on_malformed: Callable[[Path, int], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Batches of up to `batch_size` rows from a file or a folder of files, in file order,
     with the stream's columns and types. Every file is opened and its columns checked now;
-    rows are read as the batches are taken."""
+    rows are read as the batches are taken. `on_malformed(file, count)` hears of CSV values
+    read as NULL because they did not parse (once per file that had any)."""
     if file_format not in FORMATS:
         raise DataError(f"unknown file format {file_format!r}; supported: {', '.join(FORMATS)}")
     if batch_size <= 0:
@@ -57,7 +60,7 @@ def read_files(
         files,
         target,
         batch_size,
-        lambda file, target, size: _csv_batches(file, target, size, readers[file]),
+        lambda file, target, size: _csv_batches(file, target, size, readers[file], on_malformed),
     )
 
 
@@ -128,10 +131,9 @@ def _csv_reader_options(
         extra = [f"_extra_{i}" for i in range(len(first) - len(target))]
         read = pa_csv.ReadOptions(column_names=[*target.names, *extra], block_size=1 << 22)
     convert = pa_csv.ConvertOptions(
-        # timestamps are parsed after reading, so naive ones can be taken as UTC
-        column_types={
-            f.name: pa.string() if pa.types.is_timestamp(f.type) else f.type for f in target
-        },
+        # read as text and converted per column afterwards: a value that does not parse is
+        # NULL (Spark's PERMISSIVE mode), and naive timestamps can be taken as UTC
+        column_types={name: pa.string() for name in target.names},
         include_columns=target.names,
         strings_can_be_null=True,  # Spark reads an empty CSV field as NULL
     )
@@ -143,18 +145,39 @@ def _csv_batches(
     target: pa.Schema,
     batch_size: int,
     options: tuple[pa_csv.ReadOptions, pa_csv.ConvertOptions],
+    on_malformed: Callable[[Path, int], None] | None,
 ) -> Iterator[pa.RecordBatch]:
     read, convert = options
     reader = pa_csv.open_csv(file, read_options=read, convert_options=convert)
+    malformed = 0
     for batch in reader:
-        columns = [batch.column(name) for name in target.names]
-        yield pa.RecordBatch.from_arrays(
-            [
-                parse_timestamps(column, name) if pa.types.is_timestamp(field.type) else column
-                for column, name, field in zip(columns, target.names, target, strict=True)
-            ],
-            names=target.names,
-        )
+        columns = []
+        for field in target:
+            column, bad = from_text(batch.column(field.name), field.type)
+            columns.append(column)
+            malformed += bad
+        yield pa.RecordBatch.from_arrays(columns, names=target.names)
+    if malformed and on_malformed is not None:
+        on_malformed(file, malformed)
+
+
+def from_text(strings: pa.Array, sql_type: pa.DataType) -> tuple[pa.Array, int]:
+    """CSV text as `sql_type`, and how many values did not parse and became NULL. The whole
+    array converts in one step unless a value is malformed; then halves are tried, so k bad
+    values cost O(k log n) conversions."""
+    if pa.types.is_string(sql_type):
+        return strings, 0
+    try:
+        if pa.types.is_timestamp(sql_type):
+            return parse_timestamps(strings), 0
+        return pc.cast(strings, sql_type), 0
+    except (pa.ArrowInvalid, DataError):
+        if len(strings) == 1:
+            return pa.nulls(1, sql_type), 1
+    middle = len(strings) // 2
+    left, left_bad = from_text(strings.slice(0, middle), sql_type)
+    right, right_bad = from_text(strings.slice(middle), sql_type)
+    return pa.concat_arrays([left, right]), left_bad + right_bad
 
 
 def parse_timestamps(strings: pa.Array, column: str = "") -> pa.Array:
