@@ -63,6 +63,7 @@ from mangonel.compiler.logical import AggregateFunction, WindowKind
 from mangonel.compiler.physical import AggregatePlan, StateKind, WindowPipeline
 from mangonel.errors import DataError
 from mangonel.runtime.cpu.evaluation import array_with_nulls, evaluate_expression, to_mask
+from mangonel.runtime.operators.conform import BatchConformer
 from mangonel.runtime.operators.kernels import PaneTarget, WindowKernels
 
 SNAPSHOT_FORMAT = "mangonel.window-state"
@@ -256,6 +257,12 @@ class _OperatorBase:
         self.windows_fired = 0
         self.rows_out = 0
         self.finished = False
+        scan = pipeline.lift.child
+        self.conform = BatchConformer(scan.columns, scan.stream.name)
+        # the last two batches conformed, (given, conformed): `prefetch` of batch k + 1 and
+        # `process` of batch k each find their batch's one conformed object (the GPU matches
+        # a prefetched batch by identity)
+        self._conformed: list[tuple[pa.RecordBatch, pa.RecordBatch]] = []
 
     # -- shared ---------------------------------------------------------------------------
 
@@ -277,9 +284,21 @@ class _OperatorBase:
             if self.max_event_time is None or max_event_time > self.max_event_time:
                 self.max_event_time = max_event_time
 
+    def _input(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """The batch conformed to the declared stream (DataError if it cannot be)."""
+        for given, conformed in self._conformed:
+            if given is batch:
+                return conformed
+        record_batch = as_record_batch(batch)
+        conformed = self.conform(record_batch)
+        self._conformed = [*self._conformed[-1:], (batch, conformed)]
+        return conformed
+
     def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
         """Lift + merge one batch, then update the watermark and fire (standalone form)."""
-        self._process(as_record_batch(batch))
+        self._process(self._input(batch))
+        # processed: drop it (holding it would keep a whole batch alive)
+        self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
         if self.max_event_time is None:
             return []
         return self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
@@ -288,8 +307,13 @@ class _OperatorBase:
         """Let the kernels start moving `batch` (the next one `process` gets) to the device,
         so its copy runs beside the processing and firing of the batch before it. Only a hint:
         `process` of any other batch is unaffected."""
-        if not self.finished:
-            self.kernels.prefetch(self.pipeline.lift, self.window, batch)
+        if self.finished:
+            return
+        try:
+            conformed = self._input(batch)
+        except DataError:
+            return  # `process` of this batch raises it, after the batches before it ran
+        self.kernels.prefetch(self.pipeline.lift, self.window, conformed)
 
     def advance_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         """W = max(W, watermark); fire every window that ends at or before W."""
@@ -455,7 +479,7 @@ class TimeWindowOperator(_OperatorBase):
 
     def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1 (stateless): one row of partial state per (key, pane) of the batch."""
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, as_record_batch(batch))
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, self.conform(as_record_batch(batch)))
         panes = self.kernels.pane_ids(lifted, self.pane_length)
         local_keys = self.kernels.new_key_map(self.key_types)
         slots = local_keys.map_columns(lifted.keys, lifted.contributes)
@@ -752,7 +776,7 @@ class CountWindowOperator(_OperatorBase):
 
     def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, as_record_batch(batch))
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, self.conform(as_record_batch(batch)))
         rows = np.nonzero(self.kernels.to_host(lifted.contributes))[0]
         partials = {
             name: tuple(self.kernels.to_host(p)[rows] for p in parts)
