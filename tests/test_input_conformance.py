@@ -8,7 +8,9 @@ import pyarrow as pa
 import pytest
 
 import mangonel as mg
+from mangonel.compiler.physical import unpack
 from mangonel.errors import DataError
+from mangonel.runtime.operators.window import event_time_range
 
 UTC = pa.timestamp("us", tz="UTC")
 QUERY = (
@@ -188,7 +190,92 @@ def test_matching_batches_are_not_copied() -> None:
     query = _query()
     runner = query._new_runner()
     batch = _batch(SECONDS, KEYS, pa.array([1, 2, 3]))
-    assert runner.operator.conform(batch) is batch
+    assert runner.operator.conform(batch) == (batch, 0)
+    assert runner.operator.conform(batch)[0] is batch
     widened = _batch(SECONDS, KEYS, pa.array([1, 2, 3], pa.int32()))
-    conformed = runner.operator.conform(widened)
+    conformed, _ = runner.operator.conform(widened)
     assert conformed.schema.field("v").type == pa.int64()
+
+
+# -- event times near the int64 limits (window bounds must not wrap) ------------------------
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _limit_query(window: str, delay: str = "0 seconds") -> mg.Query:
+    session = mg.Session(backend="cpu")
+    session.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k BIGINT, v BIGINT) "
+        f"WITH (event_time = 'ts', watermark = '{delay}')"
+    )
+    return session.sql(
+        f"SELECT k, window_start, window_end, COUNT(*) AS n FROM s [{window}] GROUP BY k"
+    )
+
+
+def _micros(table: pa.Table, name: str) -> list[int]:
+    return table.column(name).cast(pa.int64()).to_pylist()
+
+
+@pytest.mark.parametrize(
+    "window", ["RANGE 10 SECONDS", "RANGE 10 SECONDS SLIDE 3 SECONDS", "RANGE 7 SECONDS"]
+)
+def test_event_times_near_int64_limits_are_dropped_and_counted(window: str) -> None:
+    query = _limit_query(window)
+    low, high = event_time_range(unpack(query.plan).window.window)
+    times = [INT64_MIN, low - 1, low, 0, high, high + 1, INT64_MAX]
+    batch = _batch(
+        pa.array(times, pa.int64()).cast(UTC),
+        pa.array(range(len(times)), pa.int64()),
+        pa.array([1] * len(times)),
+    )
+    table = query.run([batch])
+    starts, ends = _micros(table, "window_start"), _micros(table, "window_end")
+    assert all(start < end for start, end in zip(starts, ends, strict=True))
+    assert sorted(set(table.column("k").to_pylist())) == [2, 3, 4]
+    metrics = query.metrics
+    assert metrics.event_time_out_of_range_dropped == 4
+    assert metrics.null_event_time_dropped == 0
+    assert metrics.tuples_in == len(times)
+    # the range is the widest one: one microsecond further out, a window bound overflows
+    size, slide = {
+        "RANGE 10 SECONDS": (10**7, 10**7),
+        "RANGE 10 SECONDS SLIDE 3 SECONDS": (10**7, 3 * 10**6),
+        "RANGE 7 SECONDS": (7 * 10**6, 7 * 10**6),
+    }[window]
+    assert (high // slide) * slide + size <= INT64_MAX < ((high + 1) // slide) * slide + size
+    first_start = lambda ts: ((ts - size) // slide + 1) * slide  # noqa: E731
+    assert first_start(low) >= INT64_MIN > first_start(low - 1)
+
+
+def test_out_of_range_rows_do_not_move_the_watermark() -> None:
+    query = _limit_query("RANGE 10 SECONDS", delay="1 second")
+    runner = query._new_runner()
+    first = _batch(SECONDS, KEYS, pa.array([1, 2, 3]))
+    outlier = _batch(
+        pa.array([INT64_MAX, 4_000_000], pa.int64()).cast(UTC),
+        pa.array([9, 1], pa.int64()),
+        pa.array([1, 1]),
+    )
+    assert runner.process(first) == []
+    assert runner.process(outlier) == []  # INT64_MAX would fire [0 s, 10 s) if it counted
+    rows = [r for b in runner.finish() for r in b.to_pylist()]
+    assert sorted((r["k"], r["n"]) for r in rows) == [(1, 3), (2, 1)]
+    assert runner.metrics.event_time_out_of_range_dropped == 1
+
+
+def test_count_windows_drop_the_last_microsecond() -> None:
+    session = mg.Session(backend="cpu")
+    session.execute("CREATE STREAM s (ts TIMESTAMP, k BIGINT) WITH (event_time = 'ts')")
+    query = session.sql(
+        "SELECT k, window_start, window_end, COUNT(*) AS n FROM s [ROWS 1] GROUP BY k"
+    )
+    times = pa.array([INT64_MAX - 1, INT64_MAX, INT64_MIN], pa.int64()).cast(UTC)
+    batch = pa.RecordBatch.from_arrays([times, pa.array([1, 2, 3])], names=["ts", "k"])
+    table = query.run([batch])
+    ends = _micros(table, "window_end")
+    assert sorted(zip(table.column("k").to_pylist(), ends, strict=True)) == [
+        (1, INT64_MAX),
+        (3, INT64_MIN + 1),
+    ]
+    assert query.metrics.event_time_out_of_range_dropped == 1

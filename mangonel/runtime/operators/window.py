@@ -38,6 +38,11 @@ the event time of its last tuple + 1 microsecond (exclusive, like time windows).
 ordered by window number, then key first-seen order. At end of input all pending tuples
 become final; windows with fewer than n tuples never fire.
 
+Input: every batch first passes `conform.BatchConformer` (declared types, lossless widening
+only, NOT NULL; DataError otherwise) before any backend work. Event times outside
+`event_time_range` (a window bound would not fit int64) become NULL there and are counted
+apart (`event_time_out_of_range_dropped`; they do not move the watermark).
+
 Other decisions: tuples with a NULL event time are dropped and counted
 (`null_event_time_dropped`, whatever WHERE says); `late_tuples_dropped` counts late tuples
 that passed WHERE (a tuple WHERE removes is not "dropped as late"); `windows_fired` counts
@@ -82,6 +87,29 @@ class OperatorMetrics:
     windows_fired: int
     rows_out: int
     state_bytes: int
+    # tuples whose event time lies outside `event_time_range` (a window bound would not fit
+    # int64): dropped and counted like NULL event times, but apart from them
+    event_time_out_of_range_dropped: int = 0
+
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+def event_time_range(spec: Any) -> tuple[int, int]:
+    """[low, high]: the event times every window bound of which fits int64 (window k of a time
+    window is [k*s, k*s + w); a count window ends at its last tuple's time + 1). A tuple
+    outside is dropped and counted: its window bounds would wrap (window_end < window_start)."""
+    if spec.kind is WindowKind.COUNT:
+        return INT64_MIN, INT64_MAX - 1
+    size, slide = spec.size, spec.slide
+    # the last window of ts is floor(ts / s); it must end at or before INT64_MAX
+    last_window = (INT64_MAX - size) // slide
+    high = min(INT64_MAX, last_window * slide + slide - 1)
+    # the first window of ts is floor((ts - w) / s) + 1; it must start at or after INT64_MIN
+    first_window = -(INT64_MIN // -slide)  # ceil(INT64_MIN / s)
+    low = max(INT64_MIN, (first_window - 1) * slide + size)
+    return low, high
 
 
 # ---------------------------------------------------------------------------------------
@@ -258,11 +286,14 @@ class _OperatorBase:
         self.rows_out = 0
         self.finished = False
         scan = pipeline.lift.child
-        self.conform = BatchConformer(scan.columns, scan.stream.name)
+        self.conform = BatchConformer(
+            scan.columns, scan.stream.name, scan.stream.event_time, event_time_range(self.spec)
+        )
+        self.out_of_range = 0
         # the last two batches conformed, (given, conformed): `prefetch` of batch k + 1 and
         # `process` of batch k each find their batch's one conformed object (the GPU matches
         # a prefetched batch by identity)
-        self._conformed: list[tuple[pa.RecordBatch, pa.RecordBatch]] = []
+        self._conformed: list[tuple[pa.RecordBatch, tuple[pa.RecordBatch, int]]] = []
 
     # -- shared ---------------------------------------------------------------------------
 
@@ -274,6 +305,7 @@ class _OperatorBase:
             self.windows_fired,
             self.rows_out,
             self.state_bytes(),
+            self.out_of_range,
         )
 
     def state_bytes(self) -> int:
@@ -284,8 +316,9 @@ class _OperatorBase:
             if self.max_event_time is None or max_event_time > self.max_event_time:
                 self.max_event_time = max_event_time
 
-    def _input(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
-        """The batch conformed to the declared stream (DataError if it cannot be)."""
+    def _input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
+        """The batch conformed to the declared stream (DataError if it cannot be), and how
+        many of its event times were out of range (made NULL there)."""
         for given, conformed in self._conformed:
             if given is batch:
                 return conformed
@@ -296,7 +329,9 @@ class _OperatorBase:
 
     def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
         """Lift + merge one batch, then update the watermark and fire (standalone form)."""
-        self._process(self._input(batch))
+        conformed, out_of_range = self._input(batch)
+        self._process(conformed)
+        self._count_out_of_range(out_of_range)
         # processed: drop it (holding it would keep a whole batch alive)
         self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
         if self.max_event_time is None:
@@ -310,13 +345,22 @@ class _OperatorBase:
         if self.finished:
             return
         try:
-            conformed = self._input(batch)
+            conformed, _ = self._input(batch)
         except DataError:
             return  # `process` of this batch raises it, after the batches before it ran
         self.kernels.prefetch(self.pipeline.lift, self.window, conformed)
 
+    def _count_out_of_range(self, count: int) -> None:
+        """The lift saw out-of-range event times as NULL: count them apart."""
+        self.out_of_range += count
+        self.null_event_time -= count
+
+    def _lift_input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
+        return self.conform(as_record_batch(batch))
+
     def advance_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         """W = max(W, watermark); fire every window that ends at or before W."""
+        watermark = max(watermark, INT64_MIN)  # max event time - delay may pass int64's end
         if self.watermark is None or watermark > self.watermark:
             self.watermark = watermark
         return self._fire(final=False)
@@ -355,6 +399,7 @@ class _OperatorBase:
                 self.null_event_time,
                 self.windows_fired,
                 self.rows_out,
+                self.out_of_range,
             ],
             "finished": self.finished,
         }
@@ -369,12 +414,16 @@ class _OperatorBase:
                 )
         self.watermark = header["watermark"]
         self.max_event_time = header["max_event_time"]
+        counters = header["counters"]
         (self.tuples_in, self.late, self.null_event_time, self.windows_fired, self.rows_out) = (
-            header["counters"]
+            counters[:5]
         )
+        self.out_of_range = counters[5] if len(counters) > 5 else 0  # older snapshots: none
         self.finished = header["finished"]
 
-    def _partial_batch(self, lifted, rows, extra_name, extra, partials) -> pa.RecordBatch:
+    def _partial_batch(
+        self, lifted, rows, extra_name, extra, partials, out_of_range: int
+    ) -> pa.RecordBatch:
         host = self.kernels.to_host
         selection = pa.array(np.asarray(rows, np.int64), pa.int64())
         arrays = [key.take(selection) for key in lifted.keys]
@@ -390,6 +439,7 @@ class _OperatorBase:
             "mangonel.max_event_time": json.dumps(lifted.max_event_time),
             "mangonel.null_event_time": str(lifted.null_event_time),
             "mangonel.rows": str(lifted.rows),
+            "mangonel.event_time_out_of_range": str(out_of_range),
         }
         return pa.RecordBatch.from_arrays(arrays, names=names).replace_schema_metadata(metadata)
 
@@ -397,6 +447,7 @@ class _OperatorBase:
         metadata = {k.decode(): v.decode() for k, v in (partials.schema.metadata or {}).items()}
         self.tuples_in += int(metadata.get("mangonel.rows", 0))
         self.null_event_time += int(metadata.get("mangonel.null_event_time", 0))
+        self.out_of_range += int(metadata.get("mangonel.event_time_out_of_range", 0))
         self._observe(json.loads(metadata.get("mangonel.max_event_time", "null")))
         keys = [partials.column(k.name) for k in self.pipeline.lift.keys]
         device = self.kernels.from_host
@@ -479,14 +530,16 @@ class TimeWindowOperator(_OperatorBase):
 
     def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1 (stateless): one row of partial state per (key, pane) of the batch."""
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, self.conform(as_record_batch(batch)))
+        conformed, out_of_range = self._lift_input(batch)
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, conformed)
+        lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
         panes = self.kernels.pane_ids(lifted, self.pane_length)
         local_keys = self.kernels.new_key_map(self.key_types)
         slots = local_keys.map_columns(lifted.keys, lifted.contributes)
         rows, pane_of_row, partials = self.kernels.preaggregate(
             slots, panes, lifted.partials, self.fields
         )
-        return self._partial_batch(lifted, rows, PANE_META, pane_of_row, partials)
+        return self._partial_batch(lifted, rows, PANE_META, pane_of_row, partials, out_of_range)
 
     def merge(self, partials: pa.RecordBatch) -> None:
         """Stage 2: combine pane partials from `lift` (of any process) into the state."""
@@ -776,14 +829,18 @@ class CountWindowOperator(_OperatorBase):
 
     def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, self.conform(as_record_batch(batch)))
+        conformed, out_of_range = self._lift_input(batch)
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, conformed)
+        lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
         rows = np.nonzero(self.kernels.to_host(lifted.contributes))[0]
         partials = {
             name: tuple(self.kernels.to_host(p)[rows] for p in parts)
             for name, parts in lifted.partials.items()
         }
         event_time = self.kernels.to_host(lifted.event_time)[rows]
-        return self._partial_batch(lifted, rows, EVENT_TIME_META, event_time, partials)
+        return self._partial_batch(
+            lifted, rows, EVENT_TIME_META, event_time, partials, out_of_range
+        )
 
     def merge(self, partials: pa.RecordBatch) -> None:
         keys, event_time, values = self._read_partials(partials, EVENT_TIME_META)
