@@ -77,6 +77,10 @@ PANE_META = "__pane"
 EVENT_TIME_META = "__ts"
 MAX_RESULT_CELLS = 1 << 22  # (window, key) cells per tree call: bounds memory of one firing
 DIRECT_WINDOWS = 64  # firings of at most this many windows skip the occupancy scan
+# a batch whose dense `[keys x panes]` block would exceed this many cells per input row (and
+# MAX_RESULT_CELLS) is merged in pane-ordered chunks, firing between them (see `_merge`)
+DENSE_CELLS_PER_ROW = 16
+MIN_SPLIT_GAP = 16  # panes: a segment holds at least 16 columns, smaller gaps save nothing
 
 
 @dataclass(frozen=True)
@@ -290,6 +294,7 @@ class _OperatorBase:
             scan.columns, scan.stream.name, scan.stream.event_time, event_time_range(self.spec)
         )
         self.out_of_range = 0
+        self._early: list[pa.RecordBatch] = []  # results fired inside one `process`
         # the last two batches conformed, (given, conformed): `prefetch` of batch k + 1 and
         # `process` of batch k each find their batch's one conformed object (the GPU matches
         # a prefetched batch by identity)
@@ -334,9 +339,18 @@ class _OperatorBase:
         self._count_out_of_range(out_of_range)
         # processed: drop it (holding it would keep a whole batch alive)
         self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
+        # windows a chunked merge already fired (they come first: window order)
+        early, self._early = self._early, []
         if self.max_event_time is None:
-            return []
-        return self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
+            return early
+        return early + self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
+
+    def _watermark_after(self, max_event_time: int | None) -> int | None:
+        """The watermark `process` sets after the batch being merged (None: none yet)."""
+        latest = self.max_event_time
+        if max_event_time is not None and (latest is None or max_event_time > latest):
+            latest = max_event_time
+        return None if latest is None else latest - self.spec.watermark_delay_us
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
         """Let the kernels start moving `batch` (the next one `process` gets) to the device,
@@ -510,7 +524,13 @@ class TimeWindowOperator(_OperatorBase):
             self._reserve(segment)  # its windows must stay readable: last + pw columns
         if fused.rest is not None:
             panes = self.kernels.pane_ids(fused.rest, self.pane_length)
-            self._merge(fused.rest.keys, panes, fused.rest_include, fused.rest.partials)
+            self._merge(
+                fused.rest.keys,
+                panes,
+                fused.rest_include,
+                fused.rest.partials,
+                self._watermark_after(fused.max_event_time),
+            )
         self._observe(fused.max_event_time)
 
     def _fused_target(self) -> tuple[PaneTarget | None, _Segment | None]:
@@ -547,7 +567,17 @@ class TimeWindowOperator(_OperatorBase):
         include = self.kernels.from_host(np.ones(partials.num_rows, np.bool_))
         self._merge(keys, panes, include, values)
 
-    def _merge(self, keys, panes, include, partials) -> None:
+    def _merge(self, keys, panes, include, partials, fire_until: int | None = None) -> None:
+        """Lateness (against the watermark from before the batch), key slots (first-seen
+        order over the whole batch), then the partials into their segments.
+
+        With `fire_until` (the watermark after this batch, known in `process`), a batch whose
+        dense block (keys x panes it spans) would be far larger than the batch (one batch of
+        many keys over a long stretch of event time) is merged in pane-ordered chunks, and
+        the windows that end before the next chunk's first pane and at or before
+        `fire_until` fire between chunks (into `self._early`): no later chunk touches them,
+        so results equal the unchunked merge, but state stays at keys x (chunk + window)
+        panes instead of keys x the batch's span."""
         kernels = self.kernels
         if self.watermark is not None:
             late = kernels.late_tuples(
@@ -560,7 +590,56 @@ class TimeWindowOperator(_OperatorBase):
         included = kernels.to_host(include)
         if not included.any():
             return
-        host_panes = kernels.to_host(panes)[included]
+        live_rows = np.flatnonzero(included)
+        host_panes = kernels.to_host(panes)[live_rows]
+        chunk = self._chunk_panes(host_panes, fire_until)
+        if chunk is None:
+            self._merge_rows(slots, panes, host_panes, partials)
+            return
+        order = np.argsort(host_panes, kind="stable")
+        sorted_panes = host_panes[order]
+        start = 0
+        while start < len(order):
+            end = int(np.searchsorted(sorted_panes, sorted_panes[start] + chunk, side="left"))
+            chosen = np.sort(order[start:end])  # batch order inside the chunk: same sums
+            taken = kernels.from_host(live_rows[chosen])
+            self._merge_rows(
+                slots[taken],
+                panes[taken],
+                host_panes[chosen],
+                {name: tuple(part[taken] for part in parts) for name, parts in partials.items()},
+            )
+            if end < len(order):
+                # windows ending at or before the next chunk's first pane are complete
+                boundary = int(sorted_panes[end]) * self.pane_length
+                self._early += self.advance_watermark(min(fire_until, boundary))
+            start = end
+
+    def _chunk_panes(self, host_panes: np.ndarray, fire_until: int | None) -> int | None:
+        """Panes per chunk of a batch's merge, or None to merge it at once: the common case,
+        where the batch spans at most one chunk, its dense block is not far larger than the
+        batch (DENSE_CELLS_PER_ROW), or no window holding its data can fire before its end.
+
+        A chunk holds about MAX_RESULT_CELLS cells of the known keys beside the 2 windows of
+        panes its segment keeps, but at least a window (and 8 slides) of panes, so each
+        firing between chunks computes several windows per tree build."""
+        if fire_until is None or (self.watermark is not None and fire_until <= self.watermark):
+            return None
+        pw, ps = self.panes_per_window, self.panes_per_slide
+        keys = max(self.keys.n_slots, 1)
+        chunk = max(pw, 8 * ps, MAX_RESULT_CELLS // keys - 2 * pw)
+        first = int(host_panes.min())
+        span = int(host_panes.max()) - first + 1
+        if span <= chunk or span * keys <= DENSE_CELLS_PER_ROW * len(host_panes):
+            return None
+        if fire_until <= first * self.pane_length:
+            return None  # no window of this batch's panes fires before its end
+        return chunk
+
+    def _merge_rows(self, slots, panes, host_panes: np.ndarray, partials) -> None:
+        """Partials of rows with slots (-1: skip) into the segments of their panes;
+        `host_panes` are the panes of the rows with a slot."""
+        kernels = self.kernels
         touched = [self._segment_for(first, last) for first, last in self._clusters(host_panes)]
         for segment in {id(s): s for s in touched}.values():
             segment_slots = slots
@@ -578,7 +657,8 @@ class TimeWindowOperator(_OperatorBase):
         if (last - first + 2 * self.panes_per_window) * keys <= MAX_RESULT_CELLS:
             return [(first, last)]
         distinct = np.unique(panes)
-        breaks = np.nonzero(np.diff(distinct) >= self.panes_per_window)[0]
+        gap = max(self.panes_per_window, MIN_SPLIT_GAP)
+        breaks = np.nonzero(np.diff(distinct) >= gap)[0]
         starts = distinct[np.concatenate(([0], breaks + 1))]
         ends = distinct[np.concatenate((breaks, [len(distinct) - 1]))]
         return list(zip(starts.tolist(), ends.tolist(), strict=True))
@@ -747,9 +827,8 @@ class TimeWindowOperator(_OperatorBase):
     # -- state ----------------------------------------------------------------------------
 
     def state_bytes(self) -> int:
-        per_cell = sum(8 * parts for _, parts in _field_arrays(self.fields))
-        cells = sum(s.state.key_capacity * s.state.pane_capacity for s in self.segments)
-        return cells * per_cell + self.keys.n_slots * 8 * (len(self.key_types) + 1)
+        """Bytes allocated for the state: every segment's arrays at capacity, the key map."""
+        return sum(s.state.nbytes for s in self.segments) + self.keys.nbytes
 
     def snapshot(self) -> bytes:
         header = self._header()
@@ -936,12 +1015,7 @@ class CountWindowOperator(_OperatorBase):
         total = sum(a.nbytes for a in self.pending.values()) + sum(
             a.nbytes for a in self.final.values()
         )
-        return (
-            total
-            + self.final_count.nbytes
-            + self.next_window.nbytes
-            + self.keys.n_slots * 8 * (len(self.key_types) + 1)
-        )
+        return total + self.final_count.nbytes + self.next_window.nbytes + self.keys.nbytes
 
     def snapshot(self) -> bytes:
         header = self._header()
