@@ -9,7 +9,11 @@ Time windows (`TimeWindowOperator`), SPRINGALD's two stages:
   tuples are combined straight into the flat `[keys x panes]` state arrays (the pending
   panes). A pane stays updatable while any window that needs it is unfired, so "closed" panes
   and pending ones share those arrays; columns below the oldest unfired window are dropped
-  when the arrays are next reshaped, so state stays proportional to the live panes.
+  when the arrays are next reshaped, so state stays proportional to the live panes. A batch
+  whose dense block would be far larger than the batch (many keys over a long stretch of
+  event time) is merged in pane-ordered chunks, and the windows the batch's watermark will
+  fire that end before the next chunk fire in between (`_merge`): state stays at about
+  keys x (chunk + window) panes, and results are those of the unchunked merge.
 - window level: after the batch, W = max(W, max_ts - delay) (every row with an event time
   counts, also those WHERE drops), and every window with end <= W fires in window order: the
   runs of consecutive windows that hold data (empty stretches are skipped without work) go to
