@@ -279,3 +279,24 @@ def test_count_windows_drop_the_last_microsecond() -> None:
         (3, INT64_MIN + 1),
     ]
     assert query.metrics.event_time_out_of_range_dropped == 1
+
+
+def test_parquet_files_meet_the_same_rules(tmp_path) -> None:  # noqa: ANN001
+    import pyarrow.parquet as pq
+
+    from mangonel.catalog.sources import read_files
+
+    session = mg.Session(backend="cpu")
+    session.execute("CREATE STREAM s (ts TIMESTAMP, k BIGINT, v BIGINT) WITH (event_time = 'ts')")
+    query = session.sql(QUERY)
+    schema = session.catalog.stream("s").schema
+    widened = pa.table({"ts": SECONDS, "k": KEYS, "v": pa.array([1, 2, 3], pa.int32())})
+    pq.write_table(widened, tmp_path / "ok.parquet")
+    assert _rows(query.run(read_files(str(tmp_path / "ok.parquet"), "parquet", schema))) == [
+        (1, 3, 2),
+        (2, 3, 1),
+    ]
+    lossy = pa.table({"ts": SECONDS, "k": KEYS, "v": pa.array([0.5, 2.5, 1.0])})
+    pq.write_table(lossy, tmp_path / "lossy.parquet")
+    with pytest.raises(DataError, match="'v'.*BIGINT.*double"):
+        query.run(read_files(str(tmp_path / "lossy.parquet"), "parquet", schema))

@@ -18,7 +18,9 @@ def read_files(
     path: str, file_format: str, schema: Schema, batch_size: int = 100_000
 ) -> Iterator[pa.RecordBatch]:
     """Batches from a file or a folder of files, in file order, with the stream's columns
-    and types (missing columns are an error; extra columns are ignored)."""
+    (missing columns are an error; extra columns are ignored). CSV is parsed into the declared
+    types; Parquet columns keep theirs and meet the declared ones at the query's conformance
+    step (`mangonel.runtime.operators.conform`)."""
     if file_format not in FORMATS:
         raise DataError(f"unknown file format {file_format!r}; supported: {', '.join(FORMATS)}")
     target = schema.to_arrow()
@@ -37,7 +39,10 @@ def read_files(
             f"{path}: the files lack column(s) {', '.join(missing)} of the stream",
         )
     for batch in dataset.to_batches(columns=target.names, batch_size=batch_size):
-        yield pa.RecordBatch.from_arrays(
-            [batch.column(i).cast(target.field(i).type) for i in range(len(target))],
-            schema=target,
-        )
+        if file_format == "csv":  # parsed straight into the declared types
+            yield batch
+        else:
+            # Parquet columns keep their own types: the query's conformance step widens them
+            # losslessly or refuses them with a DataError naming the column (an Arrow cast
+            # here would parse strings and round or fail deep inside)
+            yield pa.RecordBatch.from_arrays(batch.columns, names=target.names)
