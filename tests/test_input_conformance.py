@@ -10,7 +10,7 @@ import pytest
 import mangonel as mg
 from mangonel.compiler.physical import unpack
 from mangonel.errors import DataError
-from mangonel.runtime.operators.window import event_time_range
+from mangonel.runtime.operators.conform import event_time_range
 
 UTC = pa.timestamp("us", tz="UTC")
 QUERY = (

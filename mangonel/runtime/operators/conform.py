@@ -25,8 +25,8 @@ extra columns are ignored):
   numbers into STRING, ...) is a DataError naming the column, its declared type and the
   batch's type. Nothing is parsed or rounded.
 - A NULL in a column declared NOT NULL is a DataError naming the column.
-- Event times outside `event_time_range` (those whose window bounds would not fit int64: the
-  driver computes the range from the window) become NULL and are counted: the driver drops
+- Event times outside `event_time_range(window)` (those whose window bounds would not fit
+  int64) become NULL and are counted: the driver drops
   them like NULL event times and reports them apart (`event_time_out_of_range_dropped`).
 
 Cost: the schema is inspected once per distinct schema (a small cache); a batch whose read
@@ -45,9 +45,30 @@ import pyarrow.compute as pc
 
 from mangonel.catalog.catalog import Column
 from mangonel.catalog.types import SqlType
+from mangonel.compiler.logical import WindowKind, WindowSpec
 from mangonel.errors import DataError
 
 _SCHEMA_CACHE_SIZE = 32  # distinct batch schemas remembered per operator
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+def event_time_range(spec: WindowSpec) -> tuple[int, int]:
+    """[low, high]: the event times every window bound of which fits int64 (window k of a time
+    window is [k*s, k*s + w); a count window ends at its last tuple's time + 1). A tuple
+    outside is dropped and counted: its window bounds would wrap (window_end < window_start)."""
+    if spec.kind is WindowKind.COUNT:
+        return INT64_MIN, INT64_MAX - 1
+    size, slide = spec.size, spec.slide
+    # the last window of ts is floor(ts / s); it must end at or before INT64_MAX
+    last_window = (INT64_MAX - size) // slide
+    high = min(INT64_MAX, last_window * slide + slide - 1)
+    # the first window of ts is floor((ts - w) / s) + 1; it must start at or after INT64_MIN
+    first_window = -(INT64_MIN // -slide)  # ceil(INT64_MIN / s)
+    low = max(INT64_MIN, (first_window - 1) * slide + size)
+    return low, high
+
 
 Convert = Callable[[pa.Array], pa.Array]
 

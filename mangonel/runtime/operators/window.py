@@ -72,7 +72,7 @@ from mangonel.compiler.logical import AggregateFunction, WindowKind
 from mangonel.compiler.physical import AggregatePlan, StateKind, WindowPipeline
 from mangonel.errors import DataError
 from mangonel.runtime.cpu.evaluation import array_with_nulls, evaluate_expression, to_mask
-from mangonel.runtime.operators.conform import BatchConformer
+from mangonel.runtime.operators.conform import INT64_MIN, BatchConformer, event_time_range
 from mangonel.runtime.operators.kernels import PaneTarget, WindowKernels
 
 SNAPSHOT_FORMAT = "mangonel.window-state"
@@ -98,26 +98,6 @@ class OperatorMetrics:
     # tuples whose event time lies outside `event_time_range` (a window bound would not fit
     # int64): dropped and counted like NULL event times, but apart from them
     event_time_out_of_range_dropped: int = 0
-
-
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
-
-
-def event_time_range(spec: Any) -> tuple[int, int]:
-    """[low, high]: the event times every window bound of which fits int64 (window k of a time
-    window is [k*s, k*s + w); a count window ends at its last tuple's time + 1). A tuple
-    outside is dropped and counted: its window bounds would wrap (window_end < window_start)."""
-    if spec.kind is WindowKind.COUNT:
-        return INT64_MIN, INT64_MAX - 1
-    size, slide = spec.size, spec.slide
-    # the last window of ts is floor(ts / s); it must end at or before INT64_MAX
-    last_window = (INT64_MAX - size) // slide
-    high = min(INT64_MAX, last_window * slide + slide - 1)
-    # the first window of ts is floor((ts - w) / s) + 1; it must start at or after INT64_MIN
-    first_window = -(INT64_MIN // -slide)  # ceil(INT64_MIN / s)
-    low = max(INT64_MIN, (first_window - 1) * slide + size)
-    return low, high
 
 
 # ---------------------------------------------------------------------------------------
