@@ -1,4 +1,4 @@
-"""Parquet and CSV files as a finite stream of batches, cast to the stream's schema.
+"""Parquet and CSV files as a finite stream of batches with the stream's columns.
 
 Rules (docs/spark.md, "Sources"): a folder is read file by file in name order (also its
 subfolders; names starting with `.` or `_` are skipped, as Spark and Arrow do); an empty
@@ -8,8 +8,8 @@ mode): an empty field is NULL, a value that does not parse as its column's type 
 counted: `on_malformed`), and a timestamp without a zone offset (`2026-01-01 00:00:00.1`) is
 UTC, like Spark with the session time zone UTC (`local_spark` sets it). A file that cannot be
 read — a missing path, a corrupt Parquet file, a CSV row with the wrong number of fields, a
-Parquet column that does not convert to the stream's type — is a DataError naming the file;
-files are opened and their columns checked before the first batch is read.
+Parquet column the query's conformance step refuses — is a DataError naming the file or the
+column; files are opened and their columns checked before the first batch is read.
 """
 
 from __future__ import annotations
@@ -196,39 +196,22 @@ def _parquet_batches(file: Path, target: pa.Schema, batch_size: int) -> Iterator
     yield from pq.ParquetFile(file).iter_batches(batch_size=batch_size, columns=target.names)
 
 
-def _cast(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    columns = []
-    for field in target:
-        column = batch.column(field.name)
-        if column.type != field.type:
-            # timestamps of another unit or zone are converted as Spark does (truncated to
-            # microseconds); other types must convert exactly
-            lossy = pa.types.is_timestamp(column.type) and pa.types.is_timestamp(field.type)
-            try:
-                column = pc.cast(column, field.type, safe=not lossy)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-                raise DataError(
-                    f"column {field.name!r} ({column.type}) does not convert to the stream's "
-                    f"{field.type}: {_problem(error)}"
-                ) from None
-        columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, schema=target)
-
-
 def _batches(
     files: list[Path], target: pa.Schema, batch_size: int, read
 ) -> Iterator[pa.RecordBatch]:  # noqa: ANN001, E501
-    """Each file's batches, cast to the stream's schema and cut to `batch_size` rows; an
-    error while reading names the file."""
+    """Each file's batches cut to `batch_size` rows; an error while reading names the file.
+    CSV text is parsed into the declared types; Parquet columns keep their own types and meet
+    the declared ones at the query's conformance step (`mangonel.runtime.operators.conform`:
+    lossless widening or a DataError naming the column), one rule for every source."""
     for file in files:
         pending: list[pa.RecordBatch] = []
         held = 0
         try:
             for batch in read(file, target, batch_size):
-                pending.append(_cast(batch, target))
+                pending.append(batch)
                 held += batch.num_rows
                 while held >= batch_size:
-                    table = pa.Table.from_batches(pending, schema=target)
+                    table = pa.Table.from_batches(pending)
                     yield from table.slice(0, batch_size).combine_chunks().to_batches()
                     rest = table.slice(batch_size)
                     pending, held = rest.combine_chunks().to_batches(), rest.num_rows
@@ -237,4 +220,4 @@ def _batches(
         except (pa.ArrowException, OSError) as error:
             raise DataError(f"{file}: {_problem(error)}") from None
         if held:
-            yield from pa.Table.from_batches(pending, schema=target).combine_chunks().to_batches()
+            yield from pa.Table.from_batches(pending).combine_chunks().to_batches()

@@ -72,6 +72,11 @@ class CpuPaneState:
             self.arrays[field.name] = tuple(new)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the state arrays hold (at capacity, not just the used cells)."""
+        return sum(array.nbytes for parts in self.arrays.values() for array in parts)
+
     def merge(self, index: np.ndarray, partials: dict[str, tuple[np.ndarray, ...]]) -> None:
         for field in self.fields:
             target = self.arrays[field.name]

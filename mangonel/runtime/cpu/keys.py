@@ -9,6 +9,8 @@ first-seen order; a NULL key is a key like any other (its own group, as in SQL G
 
 from __future__ import annotations
 
+import sys
+
 import numba
 import numpy as np
 import pyarrow as pa
@@ -136,6 +138,13 @@ class StringDictionary:
     def __init__(self, values: list[str] | None = None) -> None:
         self.values: list[str] = list(values or [])
         self.ids: dict[str, int] = {v: i for i, v in enumerate(self.values)}
+        # each string and its id object (ints above 256 are objects of their own)
+        self._string_bytes = sum(sys.getsizeof(v) + sys.getsizeof(i) for v, i in self.ids.items())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the strings, their ids and the list and dict that hold them."""
+        return self._string_bytes + sys.getsizeof(self.values) + sys.getsizeof(self.ids)
 
     def encode(self, column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """(ids, is_null) of a string or dictionary column; one Python step per distinct value."""
@@ -149,6 +158,7 @@ class StringDictionary:
                 found = len(self.values)
                 self.ids[value] = found
                 self.values.append(value)
+                self._string_bytes += sys.getsizeof(value) + sys.getsizeof(found)
             lookup[position] = found
         indices = column.indices
         is_null = _null_mask(indices)
@@ -212,6 +222,12 @@ class KeyTable:
         self.slot_rows = np.zeros((64, self.width), np.int64)
         self.table = np.full(128, _EMPTY, np.int64)
         self.n_slots = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the table holds: key rows and hash table at capacity, string dictionaries."""
+        strings = sum(d.nbytes for d in self.dictionaries if d is not None)
+        return self.slot_rows.nbytes + self.table.nbytes + strings
 
     def encode(self, columns: list[pa.Array], length: int) -> np.ndarray:
         """The column-major `[width, length]` int64 key matrix of a batch (no columns: one

@@ -100,6 +100,11 @@ class GpuPaneState:
         self.lock = cp.zeros(key_capacity * pane_capacity, cp.int32)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
 
+    @property
+    def nbytes(self) -> int:
+        """Device bytes of the state arrays and their locks (at capacity)."""
+        return sum(int(a.nbytes) for a in self.arrays.values()) + int(self.lock.nbytes)
+
     def struct_args(self, arrays: dict[str, object] | None = None) -> list:
         arrays = self.arrays if arrays is None else arrays
         return [arrays[p.member] for p in self.parts] + [self.lock]
@@ -308,6 +313,21 @@ class GpuKeyMap:
         self.counter = cp.zeros(1, cp.int32)
         self.overflow = cp.zeros(1, cp.int32)
         self.host_words = np.zeros((0, self.words), np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes of the hash table and slot arrays, plus the host key words and
+        string dictionaries."""
+        device_arrays = (
+            self.table_words,
+            self.table_slots,
+            self.slot_words_device,
+            self.first_row,
+            self.counter,
+            self.overflow,
+        )
+        strings = sum(d.nbytes for d in {id(d): d for d in self.dictionaries if d}.values())
+        return sum(int(a.nbytes) for a in device_arrays) + self.host_words.nbytes + strings
 
     def _module(self):
         return device.key_module(self.words)

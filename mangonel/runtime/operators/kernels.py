@@ -110,6 +110,7 @@ class FusedMerge:
 
 class KeyMap(Protocol):
     n_slots: int
+    nbytes: int  # bytes it holds (tables at capacity, string dictionaries): `state_bytes`
 
     def map_columns(self, columns: list[pa.Array], include: Array) -> Array:
         """Slots of the rows' keys (-1 where include is False); new keys get new slots."""
@@ -127,6 +128,7 @@ class PaneState(Protocol):
     key_capacity: int
     pane_capacity: int
     origin: int
+    nbytes: int  # bytes its arrays hold at capacity: `state_bytes`
 
     def reshape(self, key_capacity: int, pane_capacity: int, origin: int) -> None:
         """Reallocate, keeping cells of panes >= origin that fit; new cells are neutral."""

@@ -9,7 +9,11 @@ Time windows (`TimeWindowOperator`), SPRINGALD's two stages:
   tuples are combined straight into the flat `[keys x panes]` state arrays (the pending
   panes). A pane stays updatable while any window that needs it is unfired, so "closed" panes
   and pending ones share those arrays; columns below the oldest unfired window are dropped
-  when the arrays are next reshaped, so state stays proportional to the live panes.
+  when the arrays are next reshaped, so state stays proportional to the live panes. A batch
+  whose dense block would be far larger than the batch (many keys over a long stretch of
+  event time) is merged in pane-ordered chunks, and the windows the batch's watermark will
+  fire that end before the next chunk fire in between (`_merge`): state stays at about
+  keys x (chunk + window) panes, and results are those of the unchunked merge.
 - window level: after the batch, W = max(W, max_ts - delay) (every row with an event time
   counts, also those WHERE drops), and every window with end <= W fires in window order: the
   runs of consecutive windows that hold data (empty stretches are skipped without work) go to
@@ -38,6 +42,11 @@ the event time of its last tuple + 1 microsecond (exclusive, like time windows).
 ordered by window number, then key first-seen order. At end of input all pending tuples
 become final; windows with fewer than n tuples never fire.
 
+Input: every batch first passes `conform.BatchConformer` (declared types, lossless widening
+only, NOT NULL; DataError otherwise) before any backend work. Event times outside
+`event_time_range` (a window bound would not fit int64) become NULL there and are counted
+apart (`event_time_out_of_range_dropped`; they do not move the watermark).
+
 Other decisions: tuples with a NULL event time are dropped and counted
 (`null_event_time_dropped`, whatever WHERE says); `late_tuples_dropped` counts late tuples
 that passed WHERE (a tuple WHERE removes is not "dropped as late"); `windows_fired` counts
@@ -63,6 +72,7 @@ from mangonel.compiler.logical import AggregateFunction, WindowKind
 from mangonel.compiler.physical import AggregatePlan, StateKind, WindowPipeline
 from mangonel.errors import DataError
 from mangonel.runtime.cpu.evaluation import array_with_nulls, evaluate_expression, to_mask
+from mangonel.runtime.operators.conform import INT64_MIN, BatchConformer, event_time_range
 from mangonel.runtime.operators.kernels import PaneTarget, WindowKernels
 
 SNAPSHOT_FORMAT = "mangonel.window-state"
@@ -71,6 +81,10 @@ PANE_META = "__pane"
 EVENT_TIME_META = "__ts"
 MAX_RESULT_CELLS = 1 << 22  # (window, key) cells per tree call: bounds memory of one firing
 DIRECT_WINDOWS = 64  # firings of at most this many windows skip the occupancy scan
+# a batch whose dense `[keys x panes]` block would exceed this many cells per input row (and
+# MAX_RESULT_CELLS) is merged in pane-ordered chunks, firing between them (see `_merge`)
+DENSE_CELLS_PER_ROW = 16
+MIN_SPLIT_GAP = 16  # panes: a segment holds at least 16 columns, smaller gaps save nothing
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,9 @@ class OperatorMetrics:
     windows_fired: int
     rows_out: int
     state_bytes: int
+    # tuples whose event time lies outside `event_time_range` (a window bound would not fit
+    # int64): dropped and counted like NULL event times, but apart from them
+    event_time_out_of_range_dropped: int = 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -256,6 +273,16 @@ class _OperatorBase:
         self.windows_fired = 0
         self.rows_out = 0
         self.finished = False
+        scan = pipeline.lift.child
+        self.conform = BatchConformer(
+            scan.columns, scan.stream.name, scan.stream.event_time, event_time_range(self.spec)
+        )
+        self.out_of_range = 0
+        self._early: list[pa.RecordBatch] = []  # results fired inside one `process`
+        # the last two batches conformed, (given, conformed): `prefetch` of batch k + 1 and
+        # `process` of batch k each find their batch's one conformed object (the GPU matches
+        # a prefetched batch by identity)
+        self._conformed: list[tuple[pa.RecordBatch, tuple[pa.RecordBatch, int]]] = []
 
     # -- shared ---------------------------------------------------------------------------
 
@@ -267,6 +294,7 @@ class _OperatorBase:
             self.windows_fired,
             self.rows_out,
             self.state_bytes(),
+            self.out_of_range,
         )
 
     def state_bytes(self) -> int:
@@ -277,22 +305,60 @@ class _OperatorBase:
             if self.max_event_time is None or max_event_time > self.max_event_time:
                 self.max_event_time = max_event_time
 
+    def _input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
+        """The batch conformed to the declared stream (DataError if it cannot be), and how
+        many of its event times were out of range (made NULL there)."""
+        for given, conformed in self._conformed:
+            if given is batch:
+                return conformed
+        record_batch = as_record_batch(batch)
+        conformed = self.conform(record_batch)
+        self._conformed = [*self._conformed[-1:], (batch, conformed)]
+        return conformed
+
     def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
         """Lift + merge one batch, then update the watermark and fire (standalone form)."""
-        self._process(as_record_batch(batch))
+        conformed, out_of_range = self._input(batch)
+        self._process(conformed)
+        self._count_out_of_range(out_of_range)
+        # processed: drop it (holding it would keep a whole batch alive)
+        self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
+        # windows a chunked merge already fired (they come first: window order)
+        early, self._early = self._early, []
         if self.max_event_time is None:
-            return []
-        return self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
+            return early
+        return early + self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
+
+    def _watermark_after(self, max_event_time: int | None) -> int | None:
+        """The watermark `process` sets after the batch being merged (None: none yet)."""
+        latest = self.max_event_time
+        if max_event_time is not None and (latest is None or max_event_time > latest):
+            latest = max_event_time
+        return None if latest is None else latest - self.spec.watermark_delay_us
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
         """Let the kernels start moving `batch` (the next one `process` gets) to the device,
         so its copy runs beside the processing and firing of the batch before it. Only a hint:
         `process` of any other batch is unaffected."""
-        if not self.finished:
-            self.kernels.prefetch(self.pipeline.lift, self.window, batch)
+        if self.finished:
+            return
+        try:
+            conformed, _ = self._input(batch)
+        except DataError:
+            return  # `process` of this batch raises it, after the batches before it ran
+        self.kernels.prefetch(self.pipeline.lift, self.window, conformed)
+
+    def _count_out_of_range(self, count: int) -> None:
+        """The lift saw out-of-range event times as NULL: count them apart."""
+        self.out_of_range += count
+        self.null_event_time -= count
+
+    def _lift_input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
+        return self.conform(as_record_batch(batch))
 
     def advance_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         """W = max(W, watermark); fire every window that ends at or before W."""
+        watermark = max(watermark, INT64_MIN)  # max event time - delay may pass int64's end
         if self.watermark is None or watermark > self.watermark:
             self.watermark = watermark
         return self._fire(final=False)
@@ -331,6 +397,7 @@ class _OperatorBase:
                 self.null_event_time,
                 self.windows_fired,
                 self.rows_out,
+                self.out_of_range,
             ],
             "finished": self.finished,
         }
@@ -345,12 +412,16 @@ class _OperatorBase:
                 )
         self.watermark = header["watermark"]
         self.max_event_time = header["max_event_time"]
+        counters = header["counters"]
         (self.tuples_in, self.late, self.null_event_time, self.windows_fired, self.rows_out) = (
-            header["counters"]
+            counters[:5]
         )
+        self.out_of_range = counters[5] if len(counters) > 5 else 0  # older snapshots: none
         self.finished = header["finished"]
 
-    def _partial_batch(self, lifted, rows, extra_name, extra, partials) -> pa.RecordBatch:
+    def _partial_batch(
+        self, lifted, rows, extra_name, extra, partials, out_of_range: int
+    ) -> pa.RecordBatch:
         host = self.kernels.to_host
         selection = pa.array(np.asarray(rows, np.int64), pa.int64())
         arrays = [key.take(selection) for key in lifted.keys]
@@ -366,6 +437,7 @@ class _OperatorBase:
             "mangonel.max_event_time": json.dumps(lifted.max_event_time),
             "mangonel.null_event_time": str(lifted.null_event_time),
             "mangonel.rows": str(lifted.rows),
+            "mangonel.event_time_out_of_range": str(out_of_range),
         }
         return pa.RecordBatch.from_arrays(arrays, names=names).replace_schema_metadata(metadata)
 
@@ -373,6 +445,7 @@ class _OperatorBase:
         metadata = {k.decode(): v.decode() for k, v in (partials.schema.metadata or {}).items()}
         self.tuples_in += int(metadata.get("mangonel.rows", 0))
         self.null_event_time += int(metadata.get("mangonel.null_event_time", 0))
+        self.out_of_range += int(metadata.get("mangonel.event_time_out_of_range", 0))
         self._observe(json.loads(metadata.get("mangonel.max_event_time", "null")))
         keys = [partials.column(k.name) for k in self.pipeline.lift.keys]
         device = self.kernels.from_host
@@ -435,7 +508,13 @@ class TimeWindowOperator(_OperatorBase):
             self._reserve(segment)  # its windows must stay readable: last + pw columns
         if fused.rest is not None:
             panes = self.kernels.pane_ids(fused.rest, self.pane_length)
-            self._merge(fused.rest.keys, panes, fused.rest_include, fused.rest.partials)
+            self._merge(
+                fused.rest.keys,
+                panes,
+                fused.rest_include,
+                fused.rest.partials,
+                self._watermark_after(fused.max_event_time),
+            )
         self._observe(fused.max_event_time)
 
     def _fused_target(self) -> tuple[PaneTarget | None, _Segment | None]:
@@ -455,14 +534,16 @@ class TimeWindowOperator(_OperatorBase):
 
     def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1 (stateless): one row of partial state per (key, pane) of the batch."""
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, as_record_batch(batch))
+        conformed, out_of_range = self._lift_input(batch)
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, conformed)
+        lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
         panes = self.kernels.pane_ids(lifted, self.pane_length)
         local_keys = self.kernels.new_key_map(self.key_types)
         slots = local_keys.map_columns(lifted.keys, lifted.contributes)
         rows, pane_of_row, partials = self.kernels.preaggregate(
             slots, panes, lifted.partials, self.fields
         )
-        return self._partial_batch(lifted, rows, PANE_META, pane_of_row, partials)
+        return self._partial_batch(lifted, rows, PANE_META, pane_of_row, partials, out_of_range)
 
     def merge(self, partials: pa.RecordBatch) -> None:
         """Stage 2: combine pane partials from `lift` (of any process) into the state."""
@@ -470,7 +551,17 @@ class TimeWindowOperator(_OperatorBase):
         include = self.kernels.from_host(np.ones(partials.num_rows, np.bool_))
         self._merge(keys, panes, include, values)
 
-    def _merge(self, keys, panes, include, partials) -> None:
+    def _merge(self, keys, panes, include, partials, fire_until: int | None = None) -> None:
+        """Lateness (against the watermark from before the batch), key slots (first-seen
+        order over the whole batch), then the partials into their segments.
+
+        With `fire_until` (the watermark after this batch, known in `process`), a batch whose
+        dense block (keys x panes it spans) would be far larger than the batch (one batch of
+        many keys over a long stretch of event time) is merged in pane-ordered chunks, and
+        the windows that end before the next chunk's first pane and at or before
+        `fire_until` fire between chunks (into `self._early`): no later chunk touches them,
+        so results equal the unchunked merge, but state stays at keys x (chunk + window)
+        panes instead of keys x the batch's span."""
         kernels = self.kernels
         if self.watermark is not None:
             late = kernels.late_tuples(
@@ -483,7 +574,56 @@ class TimeWindowOperator(_OperatorBase):
         included = kernels.to_host(include)
         if not included.any():
             return
-        host_panes = kernels.to_host(panes)[included]
+        live_rows = np.flatnonzero(included)
+        host_panes = kernels.to_host(panes)[live_rows]
+        chunk = self._chunk_panes(host_panes, fire_until)
+        if chunk is None:
+            self._merge_rows(slots, panes, host_panes, partials)
+            return
+        order = np.argsort(host_panes, kind="stable")
+        sorted_panes = host_panes[order]
+        start = 0
+        while start < len(order):
+            end = int(np.searchsorted(sorted_panes, sorted_panes[start] + chunk, side="left"))
+            chosen = np.sort(order[start:end])  # batch order inside the chunk: same sums
+            taken = kernels.from_host(live_rows[chosen])
+            self._merge_rows(
+                slots[taken],
+                panes[taken],
+                host_panes[chosen],
+                {name: tuple(part[taken] for part in parts) for name, parts in partials.items()},
+            )
+            if end < len(order):
+                # windows ending at or before the next chunk's first pane are complete
+                boundary = int(sorted_panes[end]) * self.pane_length
+                self._early += self.advance_watermark(min(fire_until, boundary))
+            start = end
+
+    def _chunk_panes(self, host_panes: np.ndarray, fire_until: int | None) -> int | None:
+        """Panes per chunk of a batch's merge, or None to merge it at once: the common case,
+        where the batch spans at most one chunk, its dense block is not far larger than the
+        batch (DENSE_CELLS_PER_ROW), or no window holding its data can fire before its end.
+
+        A chunk holds about MAX_RESULT_CELLS cells of the known keys beside the 2 windows of
+        panes its segment keeps, but at least a window (and 8 slides) of panes, so each
+        firing between chunks computes several windows per tree build."""
+        if fire_until is None or (self.watermark is not None and fire_until <= self.watermark):
+            return None
+        pw, ps = self.panes_per_window, self.panes_per_slide
+        keys = max(self.keys.n_slots, 1)
+        chunk = max(pw, 8 * ps, MAX_RESULT_CELLS // keys - 2 * pw)
+        first = int(host_panes.min())
+        span = int(host_panes.max()) - first + 1
+        if span <= chunk or span * keys <= DENSE_CELLS_PER_ROW * len(host_panes):
+            return None
+        if fire_until <= first * self.pane_length:
+            return None  # no window of this batch's panes fires before its end
+        return chunk
+
+    def _merge_rows(self, slots, panes, host_panes: np.ndarray, partials) -> None:
+        """Partials of rows with slots (-1: skip) into the segments of their panes;
+        `host_panes` are the panes of the rows with a slot."""
+        kernels = self.kernels
         touched = [self._segment_for(first, last) for first, last in self._clusters(host_panes)]
         for segment in {id(s): s for s in touched}.values():
             segment_slots = slots
@@ -501,7 +641,8 @@ class TimeWindowOperator(_OperatorBase):
         if (last - first + 2 * self.panes_per_window) * keys <= MAX_RESULT_CELLS:
             return [(first, last)]
         distinct = np.unique(panes)
-        breaks = np.nonzero(np.diff(distinct) >= self.panes_per_window)[0]
+        gap = max(self.panes_per_window, MIN_SPLIT_GAP)
+        breaks = np.nonzero(np.diff(distinct) >= gap)[0]
         starts = distinct[np.concatenate(([0], breaks + 1))]
         ends = distinct[np.concatenate((breaks, [len(distinct) - 1]))]
         return list(zip(starts.tolist(), ends.tolist(), strict=True))
@@ -670,9 +811,8 @@ class TimeWindowOperator(_OperatorBase):
     # -- state ----------------------------------------------------------------------------
 
     def state_bytes(self) -> int:
-        per_cell = sum(8 * parts for _, parts in _field_arrays(self.fields))
-        cells = sum(s.state.key_capacity * s.state.pane_capacity for s in self.segments)
-        return cells * per_cell + self.keys.n_slots * 8 * (len(self.key_types) + 1)
+        """Bytes allocated for the state: every segment's arrays at capacity, the key map."""
+        return sum(s.state.nbytes for s in self.segments) + self.keys.nbytes
 
     def snapshot(self) -> bytes:
         header = self._header()
@@ -752,14 +892,18 @@ class CountWindowOperator(_OperatorBase):
 
     def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, as_record_batch(batch))
+        conformed, out_of_range = self._lift_input(batch)
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, conformed)
+        lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
         rows = np.nonzero(self.kernels.to_host(lifted.contributes))[0]
         partials = {
             name: tuple(self.kernels.to_host(p)[rows] for p in parts)
             for name, parts in lifted.partials.items()
         }
         event_time = self.kernels.to_host(lifted.event_time)[rows]
-        return self._partial_batch(lifted, rows, EVENT_TIME_META, event_time, partials)
+        return self._partial_batch(
+            lifted, rows, EVENT_TIME_META, event_time, partials, out_of_range
+        )
 
     def merge(self, partials: pa.RecordBatch) -> None:
         keys, event_time, values = self._read_partials(partials, EVENT_TIME_META)
@@ -855,12 +999,7 @@ class CountWindowOperator(_OperatorBase):
         total = sum(a.nbytes for a in self.pending.values()) + sum(
             a.nbytes for a in self.final.values()
         )
-        return (
-            total
-            + self.final_count.nbytes
-            + self.next_window.nbytes
-            + self.keys.n_slots * 8 * (len(self.key_types) + 1)
-        )
+        return total + self.final_count.nbytes + self.next_window.nbytes + self.keys.nbytes
 
     def snapshot(self) -> bytes:
         header = self._header()
