@@ -252,11 +252,54 @@ def test_unnamed_outputs_are_named_by_their_text(catalog: Catalog) -> None:
         "SELECT sum(price*volume)/sum(volume), window_start AS ws, count(*) + 1 "
         "FROM trades [RANGE 1 SECOND]",
     )
+    # The user's text (as Spark names outputs), not sqlglot's normalised SQL.
     assert [o.name for o in query.outputs] == [
-        "SUM(price * volume) / SUM(volume)",
+        "sum(price*volume)/sum(volume)",
         "ws",
-        "COUNT(*) + 1",
+        "count(*) + 1",
     ]
+
+
+@pytest.mark.parametrize(
+    ("select", "names"),
+    [
+        # sqlglot reads both as exp.Variance: names from its node collided
+        (
+            "symbol, VAR_SAMP(price), VARIANCE(price)",
+            ["symbol", "VAR_SAMP(price)", "VARIANCE(price)"],
+        ),
+        ("VAR_POP(price), STDDEV(price)", ["VAR_POP(price)", "STDDEV(price)"]),
+        ("MAX(CEILING(price)), SUM(POW(price, 2))", ["MAX(CEILING(price))", "SUM(POW(price, 2))"]),
+        ("SUM(SIGNUM(price))", ["SUM(SIGNUM(price))"]),
+        ('SUM(`price`), MIN("price")', ["SUM(`price`)", 'MIN("price")']),
+        ("COUNT(*) /* x */, COUNT( /* y */ volume )", ["COUNT(*)", "COUNT( volume )"]),
+        ("SUM(price)\n  +\t1 -- trailing\n", ["SUM(price) + 1"]),
+    ],
+)
+def test_unnamed_outputs_keep_the_users_spelling(
+    catalog: Catalog, select: str, names: list[str]
+) -> None:
+    query = bound(catalog, f"SELECT {select} FROM trades [RANGE 1 SECOND] GROUP BY symbol")
+    assert [o.name for o in query.outputs] == names
+
+
+def test_unnamed_outputs_in_explain_keep_the_users_spelling(catalog: Catalog) -> None:
+    statement = parse_statement(
+        "EXPLAIN SELECT VAR_SAMP(price), VARIANCE(price) FROM trades [RANGE 1 SECOND]"
+    )
+    assert isinstance(statement, Explain)
+    names = [o.name for o in bind(statement.this, catalog).outputs]
+    assert names == ["VAR_SAMP(price)", "VARIANCE(price)"]
+
+
+def test_two_outputs_with_one_name_are_refused_naming_both(catalog: Catalog) -> None:
+    with pytest.raises(SqlError) as error:
+        bound(
+            catalog, "SELECT SUM(price), MAX(price) AS x, sum(price) FROM trades [RANGE 1 SECOND]"
+        )
+    message = str(error.value)
+    assert "SELECT items 1 (SUM(price)) and 3 (sum(price)) are both named 'sum(price)'" in message
+    assert "line 1, column 37" in message and "in: sum(price)" in message
 
 
 def test_windows_without_aggregates(catalog: Catalog) -> None:

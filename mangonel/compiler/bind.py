@@ -1,6 +1,6 @@
 """Semantic analysis: a parsed window query + the catalog -> the logical plan.
 
-The one shape of a wave-1 query is
+The one shape of a window query is
 
     Project(outputs) <- Filter(HAVING)? <- WindowAggregate(window, keys, aggregates)
                      <- Filter(WHERE)? <- StreamScan(stream, columns read)
@@ -26,10 +26,10 @@ from mangonel.compiler.ddl import CreateStream
 from mangonel.compiler.logical import AggregateFunction, WindowKind, WindowSpec
 from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowClause
 from mangonel.compiler.parse import (
-    MangonelDialect,
     copy_position,
     display_sql,
     format_duration,
+    output_text,
     parse_duration,
     position_of,
 )
@@ -40,6 +40,7 @@ from mangonel.compiler.typing import (
     TypeEnv,
     aggregate_result_type,
     infer_type,
+    unsupported_function,
 )
 from mangonel.errors import CatalogError, SqlError
 
@@ -105,6 +106,12 @@ def _from_expression_error(error: ExpressionError, fallback: exp.Expression) -> 
     return _error(error.message, error.node, hint, fallback=fallback)
 
 
+def _check_function(node: exp.Expression) -> None:
+    error = unsupported_function(node)
+    if error is not None:
+        raise _from_expression_error(error, node)
+
+
 def _infer(expr: exp.Expression, env: TypeEnv, original: exp.Expression) -> SqlType:
     try:
         return infer_type(expr, env)
@@ -116,22 +123,22 @@ def _infer(expr: exp.Expression, env: TypeEnv, original: exp.Expression) -> SqlT
 # The binder
 
 
-# Select arguments wave 1 has no meaning for, and what to say about each.
+# Select arguments a window query has no meaning for, and what to say about each.
 _UNSUPPORTED_CLAUSES: tuple[tuple[str, str, str], ...] = (
     (
         "with_",
-        "WITH (common table expressions) is not supported (wave 2+)",
+        "WITH (common table expressions) is not supported",
         "write the window query directly: SELECT ... FROM <stream> [RANGE ..]",
     ),
     (
         "joins",
-        "JOIN is not supported in wave 1 (window joins of two streams arrive in wave 2)",
+        "JOIN is not supported: a window query reads one stream",
         "query one stream: SELECT ... FROM <stream> [RANGE ..]",
     ),
     ("laterals", "LATERAL VIEW is not supported", "query one stream"),
     (
         "distinct",
-        "SELECT DISTINCT is not supported (wave 2+)",
+        "SELECT DISTINCT is not supported",
         "a window query already returns one row per key and window: drop DISTINCT",
     ),
     (
@@ -220,7 +227,7 @@ class _Binder:
                 continue
             if isinstance(node, (exp.Subquery, exp.Select, exp.SetOperation)):
                 raise _error(
-                    "subqueries are not supported (wave 2+)",
+                    "subqueries are not supported",
                     node,
                     "write one window query over one stream",
                 )
@@ -291,15 +298,15 @@ class _Binder:
                 raise _error(
                     f"a window clause on the static table {name!r}",
                     clause,
-                    "window clauses apply to streams (CREATE STREAM); static tables take "
-                    "part in joins (wave 2)",
+                    "window clauses apply to streams (CREATE STREAM); queries cannot read "
+                    "static tables",
                     construct=display_sql(clause),
                 )
             raise _error(
                 f"{name!r} is a static table; queries read streams",
                 table,
-                "query a stream (CREATE STREAM ... WITH (event_time = ...)); joins with "
-                "static tables arrive in wave 2",
+                "query a stream (CREATE STREAM ... WITH (event_time = ...)); queries "
+                "cannot read static tables",
             )
         streams = sorted(s.name for s in self.catalog.streams.values())
         raise _error(
@@ -452,6 +459,7 @@ class _Binder:
         """Resolve a per-tuple expression (WHERE, GROUP BY, aggregate arguments)."""
 
         def visit(node: exp.Expression) -> exp.Expression | None:
+            _check_function(node)
             if isinstance(node, exp.AggFunc):
                 if clause == "aggregate":
                     raise _error(
@@ -516,7 +524,7 @@ class _Binder:
             )
         if isinstance(item, exp.Anonymous) and item.name.upper() in ("WINDOW", "TUMBLE", "HOP"):
             raise _error(
-                f"GROUP BY {item.name.upper()}(...) windows are not supported in wave 1",
+                f"GROUP BY {item.name.upper()}(...) windows are not supported",
                 item,
                 "put the window after the stream name: " + WINDOW_HINT,
             )
@@ -525,8 +533,8 @@ class _Binder:
             raise _error(
                 "GROUP BY takes columns, not expressions",
                 item,
-                "group by columns of the stream (integer or string); expressions as keys "
-                "are not supported in wave 1",
+                "group by columns of the stream (INT, BIGINT or STRING); expressions as "
+                "keys are not supported",
             )
         resolved = self._resolve_column(item, "GROUP BY")
         column = self.schema.find(resolved.name)
@@ -547,16 +555,16 @@ class _Binder:
         function = AGGREGATE_FUNCTIONS.get(type(node))
         if function is None:
             raise _error(
-                f"aggregate {node.sql_name()} is not supported in wave 1",
+                f"aggregate {node.sql_name()} is not supported",
                 node,
-                AGGREGATES_HINT + " (MEDIAN, PERCENTILE_CONT and COUNT(DISTINCT) arrive in wave 2)",
+                AGGREGATES_HINT,
             )
         argument = node.this
         if isinstance(argument, exp.Distinct):
             raise _error(
-                f"{node.sql_name()}(DISTINCT ...) is not supported in wave 1",
+                f"{node.sql_name()}(DISTINCT ...) is not supported",
                 node,
-                f"{AGGREGATES_HINT} (COUNT(DISTINCT) arrives in wave 2)",
+                AGGREGATES_HINT,
             )
         extra = [
             arg for arg, value in node.args.items() if value and arg not in ("this", "big_int")
@@ -596,6 +604,7 @@ class _Binder:
         key_names = {key.name for key in self.keys}
 
         def visit(node: exp.Expression) -> exp.Expression | None:
+            _check_function(node)
             if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
                 raise _error(
                     "FILTER (WHERE ...) on aggregates is not supported",
@@ -643,8 +652,8 @@ class _Binder:
 
     def _outputs(self, select: exp.Select) -> tuple[lg.OutputColumn, ...]:
         outputs: list[lg.OutputColumn] = []
-        seen: dict[str, exp.Expression] = {}
-        for projection in select.expressions:
+        seen: dict[str, tuple[int, exp.Expression]] = {}
+        for number, projection in enumerate(select.expressions, start=1):
             if isinstance(projection, exp.Alias):
                 original, name = projection.this, projection.alias
             else:
@@ -656,15 +665,21 @@ class _Binder:
                 elif isinstance(expression, WindowBound):
                     name = f"window_{expression.bound}"
                 else:
-                    name = original.sql(dialect=MangonelDialect)
+                    # As Spark does, an unnamed output is named after what the user wrote
+                    # (comments dropped, whitespace runs made one space), not after
+                    # sqlglot's normalised node (which spells VARIANCE for VAR_SAMP).
+                    name = output_text(projection)
             output_type = _infer(expression, self._window_env(), original)
             if name.lower() in seen:
+                first_number, first = seen[name.lower()]
                 raise _error(
-                    f"duplicate output name {name!r}",
+                    f"SELECT items {first_number} ({_shorten(output_text(first))}) and "
+                    f"{number} ({_shorten(output_text(projection))}) are both named {name!r}",
                     projection,
-                    "give each output its own name with AS",
+                    "give each output its own name with AS (output names are case-insensitive)",
+                    construct=_shorten(output_text(projection)),
                 )
-            seen[name.lower()] = projection
+            seen[name.lower()] = (number, projection)
             self.outputs_by_alias[name.lower()] = expression
             outputs.append(lg.OutputColumn(name, expression, output_type))
         return tuple(outputs)

@@ -30,6 +30,13 @@ from sqlglot.parsers.base import BaseParser
 from sqlglot.tokens import Token, TokenType
 
 from mangonel.compiler import ddl
+from mangonel.compiler.limits import (
+    MAX_DURATION_DAYS,
+    MAX_DURATION_US,
+    MAX_EXPRESSION_DEPTH,
+    MAX_PARENTHESIS_NESTING,
+    ensure_recursion_headroom,
+)
 from mangonel.compiler.nodes import AggregateRef, Explain, WindowBound, WindowClause
 from mangonel.errors import SqlError
 
@@ -108,11 +115,14 @@ def format_duration(microseconds: int, *, compact: bool = False) -> str:
 class _DurationError(Exception):
     """A malformed duration; `token` is where it goes wrong."""
 
-    def __init__(self, message: str, token: Token, hint: str = DURATION_HINT) -> None:
+    def __init__(
+        self, message: str, token: Token, hint: str = DURATION_HINT, *, malformed: bool = True
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.token = token
         self.hint = hint
+        self.malformed = malformed  # False: well formed, but beyond a limit
 
 
 def _is_word(token: Token | None) -> bool:
@@ -139,6 +149,14 @@ def _whole_microseconds(amount: Decimal, unit: Token, text: str) -> int:
             f"{text} is not a whole number of microseconds",
             unit,
             hint="durations are whole microseconds; use a smaller unit or a whole amount",
+        )
+    if abs(value) > MAX_DURATION_US:
+        raise _DurationError(
+            f"{text} is too long: durations are at most {MAX_DURATION_DAYS} days "
+            "(about 10,000 years)",
+            unit,
+            hint="durations are int64 microseconds; shorten the duration",
+            malformed=False,
         )
     return int(value)
 
@@ -238,7 +256,9 @@ def parse_duration(text: str) -> int:
     except _DurationError as error:
         line, column = line_and_column(text, error.token.start)
         raise SqlError(
-            f"malformed duration {text!r}: {error.message}",
+            f"malformed duration {text!r}: {error.message}"
+            if error.malformed
+            else f"duration {error.message}",
             line=line,
             column=column,
             construct=text,
@@ -297,6 +317,24 @@ def copy_position(target: exp.Expression, source: exp.Expression) -> exp.Express
             if key in earliest.meta:
                 target.meta[key] = earliest.meta[key]
     return target
+
+
+def source_text(text: str, token_list: Sequence[Token]) -> str:
+    """The statement text the tokens span, with comments dropped and every run of
+    whitespace (or comment) between two tokens written as one space."""
+    parts: list[str] = []
+    previous_end = None
+    for token in token_list:
+        if previous_end is not None and token.start > previous_end + 1:
+            parts.append(" ")
+        parts.append(text[token.start : token.end + 1])
+        previous_end = token.end
+    return "".join(parts)
+
+
+def output_text(node: exp.Expression) -> str:
+    """The text of a SELECT item as the user wrote it (`source_text`), else its SQL."""
+    return node.meta.get("source_text") or node.sql(dialect=MangonelDialect)
 
 
 def display_sql(node: exp.Expression) -> str:
@@ -365,6 +403,18 @@ class MangonelParser(BaseParser):
                 if token.token_type is TokenType.DISTINCT:
                     distinct.update_positions(token)
                     break
+        return result
+
+    def _parse_projections(self) -> tuple[list[exp.Expression], None]:
+        # Each SELECT item remembers the text the user wrote for it: an unnamed output is
+        # named after that text (see `output_text`), not after sqlglot's normalised node.
+        return self._parse_csv(self._parse_projection), None
+
+    def _parse_projection(self) -> exp.Expression | None:
+        first = self._index
+        result = self._parse_expression()
+        if result is not None and self._index > first:
+            result.meta["source_text"] = source_text(self.sql, self._tokens[first : self._index])
         return result
 
     _parse_join = _record_start("_parse_join")
@@ -495,7 +545,9 @@ class MangonelParser(BaseParser):
                 value, next_index = _read_duration(self._tokens, self._index, self._prev)
             except _DurationError as error:
                 self._window_error(
-                    f"malformed duration after {keyword}: {error.message}",
+                    f"malformed duration after {keyword}: {error.message}"
+                    if error.malformed
+                    else f"{keyword} {error.message}",
                     error.token,
                     error.hint,
                 )
@@ -659,12 +711,57 @@ def _only_trailing_semicolons(token_list: list[Token]) -> bool:
     return True
 
 
+def _check_nesting(body: list[Token], text: str) -> None:
+    """Refuse more than MAX_PARENTHESIS_NESTING open parentheses before parsing: sqlglot's
+    parser recurses deeply for each one."""
+    depth = 0
+    for token in body:
+        if token.token_type is TokenType.L_PAREN:
+            depth += 1
+            if depth > MAX_PARENTHESIS_NESTING:
+                line, column = line_and_column(text, token.start)
+                raise SqlError(
+                    f"parentheses are nested more than {MAX_PARENTHESIS_NESTING} deep",
+                    line=line,
+                    column=column,
+                    construct=" ".join(text[token.start : token.start + 40].split()),
+                    hint="drop redundant parentheses or split the expression",
+                )
+        elif token.token_type is TokenType.R_PAREN:
+            depth = max(0, depth - 1)
+
+
+def _check_depth(tree: exp.Expression, text: str) -> None:
+    """Refuse expression trees deeper than MAX_EXPRESSION_DEPTH (counted without recursion,
+    since the passes that follow recurse once or more per level)."""
+    stack: list[tuple[exp.Expression, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_EXPRESSION_DEPTH:
+            line, column = position_of(node) or (1, 1)
+            raise SqlError(
+                f"the expression is nested more than {MAX_EXPRESSION_DEPTH} levels deep",
+                line=line,
+                column=column,
+                construct=" ".join(node.sql(dialect=MangonelDialect)[:40].split()),
+                hint="split a long chain of operators into sums of smaller groups, e.g. "
+                "(a + b + ...) + (c + d + ...)",
+            )
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
+
+
 def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.Select:
+    ensure_recursion_headroom()
+    _check_nesting(body, text)
     parser_ = dialect.parser(error_level=parser.ErrorLevel.IMMEDIATE)
     try:
         trees = [tree for tree in parser_.parse(body, text) if tree is not None]
     except ParseError as error:
-        raise _window_function_form(body, text) or _syntax_error(error, text) from None
+        raise (
+            _window_function_form(body, text)
+            or _misplaced_window_clause(body, text)
+            or _syntax_error(error, text)
+        ) from None
     if not trees:
         raise SqlError("empty statement", line=1, column=1, hint=QUERY_HINT)
     if len(trees) > 1:
@@ -678,6 +775,7 @@ def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.
         )
     tree = trees[0]
     _annotate_start_positions(tree, text)
+    _check_depth(tree, text)
     while isinstance(tree, exp.Subquery) and not tree.args.get("alias"):
         tree = tree.this  # (SELECT ...) is the same query
     if isinstance(tree, exp.Select):
@@ -688,7 +786,7 @@ def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.
         keyword = next((t for t in body if t.text.upper() == operation), body[0])
         line, column = line_and_column(text, keyword.start)
         raise SqlError(
-            f"{operation} of queries is not supported (wave 2+)",
+            f"{operation} of queries is not supported",
             line=line,
             column=column,
             construct=keyword.text,
@@ -712,12 +810,48 @@ def _window_function_form(body: list[Token], text: str) -> SqlError | None:
         if name in ("WINDOW", "TUMBLE", "HOP") and following.token_type is TokenType.L_PAREN:
             line, column = line_and_column(text, token.start)
             return SqlError(
-                f"{name}(...) windows are not supported in wave 1",
+                f"{name}(...) windows are not supported: the window is a clause after the stream",
                 line=line,
                 column=column,
                 construct=f"{token.text}(",
                 hint="put the window after the stream name: FROM s [RANGE 1 SECOND SLIDE 10 "
                 "MILLISECONDS] or FROM s [ROWS 100]",
+            )
+    return None
+
+
+_CLAUSES_BEFORE_WINDOW = {
+    TokenType.WHERE: "WHERE",
+    TokenType.GROUP_BY: "GROUP BY",
+    TokenType.HAVING: "HAVING",
+}
+
+
+def _misplaced_window_clause(body: list[Token], text: str) -> SqlError | None:
+    """`FROM s WHERE .. [RANGE ..]`: the window clause written after WHERE, GROUP BY or
+    HAVING does not parse (sqlglot reads `[` as a subscript); say where it goes."""
+    clause_seen: str | None = None
+    stream = "<stream>"
+    for index, token in enumerate(body):
+        if token.token_type is TokenType.FROM and index + 1 < len(body):
+            stream = body[index + 1].text
+        elif token.token_type in _CLAUSES_BEFORE_WINDOW:
+            clause_seen = clause_seen or _CLAUSES_BEFORE_WINDOW[token.token_type]
+        elif (
+            token.token_type is TokenType.L_BRACKET
+            and clause_seen is not None
+            and index + 1 < len(body)
+            and body[index + 1].text.upper() in ("RANGE", "ROWS")
+        ):
+            close = next((t for t in body[index:] if t.token_type is TokenType.R_BRACKET), body[-1])
+            line, column = line_and_column(text, token.start)
+            return SqlError(
+                f"the window clause goes right after the stream name, before {clause_seen}",
+                line=line,
+                column=column,
+                construct=" ".join(text[token.start : close.end + 1].split()),
+                hint=f"write FROM {stream} [{body[index + 1].text.upper()} ..] "
+                "[WHERE ..] [GROUP BY ..] [HAVING ..]",
             )
     return None
 

@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType, common_numeric_type, type_from_name
 from mangonel.compiler import nodes
+from mangonel.compiler.limits import ensure_recursion_headroom
 from mangonel.compiler.logical import AggregateFunction
 from mangonel.errors import MangonelError
 
@@ -193,6 +194,7 @@ class TypeAnnotation:
 
 def annotate_types(expr: exp.Expression, env: TypeEnv) -> TypeAnnotation:
     """Type every node of `expr`. Raises ExpressionError like infer_type."""
+    ensure_recursion_headroom()  # typing and rendering recurse once or more per level
     annotation = TypeAnnotation(expr)
     _Typer(env, annotation.types).infer(expr)
     annotation.root_type  # noqa: B018 - raises for an untyped NULL expression
@@ -218,6 +220,16 @@ class _Typer:
 
     def record(self, node: exp.Expression, node_type: SqlType | None) -> None:
         self.types[id(node)] = node_type
+
+
+def unsupported_function(node: exp.Expression) -> ExpressionError | None:
+    """The error for a scalar function call mangonel cannot evaluate (an unknown name, or one
+    sqlglot knows but no rule types), None for anything else. The binder asks this before it
+    resolves the call's arguments, so the error names the function, not an argument."""
+    if isinstance(node, exp.Func) and not isinstance(node, exp.AggFunc):
+        if type(node) not in TYPE_RULES:
+            return _unsupported(node)
+    return None
 
 
 def _unsupported(node: exp.Expression) -> ExpressionError:

@@ -204,3 +204,20 @@ CREATE STREAM quotes (ts TIMESTAMP bid DOUBLE) WITH (event_time = 'ts')
 
 -- name: named_window_definition
 SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WINDOW w AS (PARTITION BY symbol)
+
+-- name: unknown_function_on_a_column
+SELECT symbol, FROBNICATE(price) FROM trades [RANGE 1 SECOND] GROUP BY symbol
+
+-- name: window_clause_after_where
+SELECT COUNT(*) FROM trades WHERE price > 0 [RANGE 1 SECOND]
+
+-- name: window_clause_after_group_by
+SELECT symbol, COUNT(*)
+FROM trades
+GROUP BY symbol [ROWS 100 SLIDE 10]
+
+-- name: duplicate_names_of_different_outputs
+SELECT SUM(price), sum(price) AS total, sum(price) FROM trades [RANGE 1 SECOND]
+
+-- name: range_too_long
+SELECT COUNT(*) FROM trades [RANGE 1000000000000000000 DAYS]
