@@ -9,11 +9,12 @@ from mangonel.catalog.catalog import Catalog, Schema, Table
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
 from mangonel.compiler.bind import BoundQuery, bind, stream_from_ddl
+from mangonel.compiler.limits import MAX_PANES_PER_WINDOW, MAX_ROWS_PER_WINDOW
 from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, Explain, WindowBound
 from mangonel.compiler.parse import parse_statement
-from mangonel.errors import CatalogError, SqlError
+from mangonel.errors import CatalogError, PlanError, SqlError
 
 SECOND = 1_000_000
 
@@ -368,3 +369,27 @@ def test_where_must_be_boolean(catalog: Catalog) -> None:
     error = error_of(catalog, "SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE price + 1")
     assert error.message == "WHERE needs a BOOLEAN condition, got DOUBLE"
     assert error.column == 52
+
+
+def test_panes_per_window_are_bounded_at_sql_time(catalog: Catalog) -> None:
+    with pytest.raises(PlanError) as error:
+        bound(catalog, "SELECT COUNT(*) FROM trades [RANGE 1 DAY SLIDE 1 MICROSECOND]")
+    assert "86,400,000,000 panes of 1 MICROSECOND" in error.value.message
+    assert f"at most {MAX_PANES_PER_WINDOW:,} panes per window" in error.value.message
+    assert (error.value.line, error.value.column) == (1, 48)
+    # gcd(RANGE, SLIDE) decides, not SLIDE alone: 1 SECOND + 1 us over 1 SECOND is 1 us panes
+    with pytest.raises(PlanError):
+        bound(catalog, "SELECT COUNT(*) FROM trades [RANGE 1000001 us SLIDE 1 SECOND]")
+
+
+def test_the_largest_pane_count_is_accepted(catalog: Catalog) -> None:
+    query = bound(
+        catalog, f"SELECT COUNT(*) FROM trades [RANGE {MAX_PANES_PER_WINDOW} ms SLIDE 1 ms]"
+    )
+    assert query.window.size // query.window.slide == MAX_PANES_PER_WINDOW
+
+
+def test_rows_per_count_window_are_bounded(catalog: Catalog) -> None:
+    bound(catalog, f"SELECT COUNT(*) FROM trades [ROWS {MAX_ROWS_PER_WINDOW}]")
+    with pytest.raises(PlanError, match="rows a count window may hold"):
+        bound(catalog, "SELECT COUNT(*) FROM trades [ROWS 100000000000000000000]")

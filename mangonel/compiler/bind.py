@@ -14,6 +14,7 @@ is supported instead; nothing is silently ignored.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from mangonel.catalog.catalog import Catalog, Column, Schema, Stream
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
 from mangonel.compiler.ddl import CreateStream
+from mangonel.compiler.limits import MAX_PANES_PER_WINDOW, MAX_ROWS_PER_WINDOW
 from mangonel.compiler.logical import AggregateFunction, WindowKind, WindowSpec
 from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowClause
 from mangonel.compiler.parse import (
@@ -42,7 +44,7 @@ from mangonel.compiler.typing import (
     infer_type,
     unsupported_function,
 )
-from mangonel.errors import CatalogError, SqlError
+from mangonel.errors import CatalogError, PlanError, SqlError
 
 AGGREGATES_HINT = "supported aggregates: " + ", ".join(AGGREGATE_FUNCTION_NAMES) + ", COUNT(*)"
 WINDOW_HINT = "e.g. FROM trades [RANGE 1 SECOND SLIDE 10 MILLISECONDS] or FROM trades [ROWS 100]"
@@ -350,12 +352,14 @@ class _Binder:
         watermark = clause.args.get("watermark")
         parts = clause.meta.get("parts", {})
 
-        def fail(part: str, message: str, hint: str) -> SqlError:
+        def fail(
+            part: str, message: str, hint: str, error_class: type[SqlError] = SqlError
+        ) -> SqlError:
             position = parts.get(part)
             if position is None:
-                return _error(message, clause, hint)
+                return _error(message, clause, hint, error_class=error_class)
             line, column, text = position
-            return SqlError(message, line=line, column=column, construct=text, hint=hint)
+            return error_class(message, line=line, column=column, construct=text, hint=hint)
 
         def show(value: int) -> str:
             return str(value) if rows else format_duration(value)
@@ -385,6 +389,27 @@ class _Binder:
                 f"WATERMARK must not be negative, got {show(watermark)}",
                 "WATERMARK is the out-of-orderness bound, e.g. WATERMARK 500 MILLISECONDS",
             )
+        if rows and size > MAX_ROWS_PER_WINDOW:
+            raise fail(
+                "size",
+                f"ROWS {size} is more than the {MAX_ROWS_PER_WINDOW:,} rows a count window "
+                "may hold",
+                "a count window keeps its tuples per key until it fires; for long windows "
+                "use [RANGE <duration>]",
+                PlanError,
+            )
+        if not rows:
+            pane = math.gcd(size, slide if slide is not None else size)
+            if size // pane > MAX_PANES_PER_WINDOW:
+                raise fail(
+                    "slide",
+                    f"RANGE {show(size)} SLIDE {show(slide)} cuts each window into "
+                    f"{size // pane:,} panes of {show(pane)} (the panes are gcd(RANGE, "
+                    f"SLIDE) long); at most {MAX_PANES_PER_WINDOW:,} panes per window",
+                    f"use a SLIDE that divides RANGE into at most {MAX_PANES_PER_WINDOW:,} "
+                    "steps: window state holds every pane of a window for every key",
+                    PlanError,
+                )
         delay = watermark if watermark is not None else self.stream.watermark_delay_us
         return WindowSpec(
             kind=WindowKind.COUNT if rows else WindowKind.TIME,

@@ -221,3 +221,9 @@ SELECT SUM(price), sum(price) AS total, sum(price) FROM trades [RANGE 1 SECOND]
 
 -- name: range_too_long
 SELECT COUNT(*) FROM trades [RANGE 1000000000000000000 DAYS]
+
+-- name: too_many_panes_per_window
+SELECT COUNT(*) FROM trades [RANGE 1 DAY SLIDE 1 MICROSECOND]
+
+-- name: too_many_rows_per_window
+SELECT COUNT(*) FROM trades [ROWS 100000000000000000000]
