@@ -29,7 +29,7 @@ def test_explain_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", str(EXAMPLE), "--backend", "cpu", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["operator"] == "Project"
-    assert plan["children"][0]["parameters"]["pane_length"] == "10ms"
+    assert plan["children"][0]["parameters"]["pane_length"] == 10_000  # microseconds
 
 
 def test_run_prints_a_table_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:

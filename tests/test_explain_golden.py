@@ -63,8 +63,28 @@ def test_explain_json_has_the_same_operators() -> None:
         operators.append(node["operator"])
         node = node["children"][0] if node["children"] else None
     assert operators == ["Project", "Filter", "WindowAggregate", "Lift", "StreamScan"]
-    assert plan["children"][0]["children"][0]["parameters"]["pane_length"] == "15min"
+    window = plan["children"][0]["children"][0]["parameters"]
+    assert window["pane_length"] == 15 * 60 * 1_000_000  # microseconds, as a number
     json.dumps(plan)  # serialisable as is
+
+
+def test_explain_json_gives_numbers_as_numbers_and_lists_as_arrays() -> None:
+    s = session()
+    plan = s.sql((GOLDEN / "readme_vwap.sql").read_text()).explain(format="json")
+    window = plan["children"][0]["parameters"]
+    assert window["window"] == "time"
+    assert (window["range"], window["slide"]) == (1_000_000, 10_000)
+    assert (window["panes_per_window"], window["panes_per_slide"]) == (100, 1)
+    assert window["windows_per_batch"] == 100 and window["keys"] == ["symbol"]
+    assert isinstance(window["aggregates"], list) and not window["reason"].startswith('"')
+    lift = plan["children"][0]["children"][0]["parameters"]
+    assert lift["predicate"] == "volume > 0"
+    scan = plan["children"][0]["children"][0]["children"][0]["parameters"]
+    assert scan["columns"][0] == "ts:TIMESTAMP" and isinstance(scan["declared_watermark"], int)
+    count = s.sql((GOLDEN / "count_window.sql").read_text()).explain(format="json")
+    count_window = count["children"][0]["parameters"]
+    assert (count_window["range"], count_window["slide"]) == (1024, 256)  # rows
+    assert count["children"][0]["children"][0]["parameters"]["predicate"] is None
 
 
 def test_windows_per_batch_is_a_session_option() -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mangonel.catalog.catalog import Catalog, Column, Schema, Stream
+from mangonel.catalog.options import check_stream_options
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
 from mangonel.compiler.ddl import CreateStream
@@ -731,7 +732,8 @@ def stream_from_ddl(statement: CreateStream) -> Stream:
     """Validate a CREATE STREAM's options into a catalog Stream.
 
     event_time (required) names a TIMESTAMP column; watermark is a duration (default 0);
-    every other option is kept verbatim (key lower-case) in Stream.options.
+    `source` and its options (`catalog.options`) are kept verbatim (key lower-case) in
+    Stream.options; any other option is refused.
     """
     schema = Schema(statement.columns)
     timestamps = [c.name for c in statement.columns if c.type is SqlType.TIMESTAMP]
@@ -789,6 +791,16 @@ def stream_from_ddl(statement: CreateStream) -> Stream:
                 construct=f"watermark = '{watermark}'",
                 hint="the watermark is the out-of-orderness bound, e.g. '500 milliseconds'",
             )
+    problem = check_stream_options(statement.name, statement.options)
+    if problem is not None:
+        line, column = statement.option_position(problem.key, of_key=True)
+        raise SqlError(
+            problem.message,
+            line=line,
+            column=column,
+            construct=f"{problem.key} = '{statement.option(problem.key)}'",
+            hint=problem.hint,
+        )
     options = tuple(
         (key, value) for key, value in statement.options if key not in ("event_time", "watermark")
     )

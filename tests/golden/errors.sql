@@ -227,3 +227,14 @@ SELECT COUNT(*) FROM trades [RANGE 1 DAY SLIDE 1 MICROSECOND]
 
 -- name: too_many_rows_per_window
 SELECT COUNT(*) FROM trades [ROWS 100000000000000000000]
+
+-- name: create_stream_misspelt_option
+CREATE STREAM quotes (ts TIMESTAMP, bid DOUBLE)
+WITH (event_time = 'ts', watermak = '10 seconds')
+
+-- name: create_stream_unknown_source
+CREATE STREAM quotes (ts TIMESTAMP, bid DOUBLE)
+WITH (event_time = 'ts', source = 'kafak', topic = 'quotes')
+
+-- name: create_stream_columns_differing_in_case
+CREATE STREAM quotes (ts TIMESTAMP, k BIGINT, K BIGINT) WITH (event_time = 'ts')

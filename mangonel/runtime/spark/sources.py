@@ -26,13 +26,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from mangonel.catalog.catalog import Column, Schema, Stream
+from mangonel.catalog.options import GENERATOR_OPTION_FIELDS, SOURCES
 from mangonel.catalog.sources.generator import GeneratorConfig, generate
 from mangonel.catalog.types import SqlType, type_from_name
 from mangonel.errors import CatalogError
 from mangonel.runtime.spark.schema import schema_ddl
 
 GENERATOR_FORMAT = "mangonel_generator"
-SOURCES = ("generator", "parquet", "csv", "kafka")
 # Chunks are the unit of reproducibility: chunk c is generate(...) with seed (seed, c).
 CHUNK_ROWS = 50_000
 
@@ -52,11 +52,10 @@ def columns_option(schema: Schema) -> str:
 
 
 def _generator_config(options: dict[str, str]) -> GeneratorConfig:
-    names = {f.name: f.type for f in dataclasses.fields(GeneratorConfig)}
     values: dict[str, Any] = {}
-    for key, value in options.items():
-        key = {"delay": "delay_us"}.get(key, key)
-        if key in names:
+    for option, value in options.items():
+        key = GENERATOR_OPTION_FIELDS.get(option)
+        if key is not None:
             values[key] = float(value) if key in ("skew", "null_fraction") else int(value)
     return GeneratorConfig(**values)
 
