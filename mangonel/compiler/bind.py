@@ -103,7 +103,7 @@ def _shorten(text: str, limit: int = 120) -> str:
 def _from_expression_error(error: ExpressionError, fallback: exp.Expression) -> SqlError:
     hint = error.hint
     if isinstance(error.node, (exp.Anonymous, exp.Func)) and not isinstance(
-        error.node, exp.AggFunc
+        error.node, (exp.AggFunc, exp.Cast)
     ):
         hint = f"{hint}; {AGGREGATES_HINT}" if hint else AGGREGATES_HINT
     return _error(error.message, error.node, hint, fallback=fallback)

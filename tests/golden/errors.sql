@@ -238,3 +238,9 @@ WITH (event_time = 'ts', source = 'kafak', topic = 'quotes')
 
 -- name: create_stream_columns_differing_in_case
 CREATE STREAM quotes (ts TIMESTAMP, k BIGINT, K BIGINT) WITH (event_time = 'ts')
+
+-- name: timestamp_compared_with_a_string
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE ts > '2026-01-01 00:00:00'
+
+-- name: timestamp_literal_unreadable
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE ts > TIMESTAMP '2026-02-30 00:00:00'
