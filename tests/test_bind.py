@@ -393,3 +393,17 @@ def test_rows_per_count_window_are_bounded(catalog: Catalog) -> None:
     bound(catalog, f"SELECT COUNT(*) FROM trades [ROWS {MAX_ROWS_PER_WINDOW}]")
     with pytest.raises(PlanError, match="rows a count window may hold"):
         bound(catalog, "SELECT COUNT(*) FROM trades [ROWS 100000000000000000000]")
+
+
+def test_timestamp_literals_are_bound_as_utc_text(catalog: Catalog) -> None:
+    # the WHERE clause also runs as Spark SQL: the literal names its zone, so Spark reads the
+    # same instant whatever its session time zone
+    query = bound(
+        catalog,
+        "SELECT COUNT(*) FROM trades [RANGE 1 SECOND] "
+        "WHERE ts > TIMESTAMP '2026-01-01T01:00:00+01:00'",
+    )
+    predicate = unwrap(query)[3]
+    assert predicate.sql(dialect="spark") == (
+        "`ts` > CAST('2026-01-01 00:00:00.000000Z' AS TIMESTAMP)"
+    )

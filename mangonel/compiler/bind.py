@@ -43,7 +43,9 @@ from mangonel.compiler.typing import (
     TypeEnv,
     aggregate_result_type,
     infer_type,
+    timestamp_literal_value,
     unsupported_function,
+    utc_timestamp_literal,
 )
 from mangonel.errors import CatalogError, PlanError, SqlError
 
@@ -113,6 +115,18 @@ def _check_function(node: exp.Expression) -> None:
     error = unsupported_function(node)
     if error is not None:
         raise _from_expression_error(error, node)
+
+
+def _utc_timestamp_literal(node: exp.Expression) -> exp.Expression | None:
+    """A TIMESTAMP literal spelt with its UTC time and `Z` (None for any other node): the
+    WHERE clause also runs as Spark SQL, whose session time zone need not be UTC."""
+    try:
+        microseconds = timestamp_literal_value(node)
+    except ExpressionError as error:
+        raise _from_expression_error(error, node) from None
+    if microseconds is None:
+        return None
+    return copy_position(utc_timestamp_literal(microseconds), node)
 
 
 def _infer(expr: exp.Expression, env: TypeEnv, original: exp.Expression) -> SqlType:
@@ -486,6 +500,9 @@ class _Binder:
 
         def visit(node: exp.Expression) -> exp.Expression | None:
             _check_function(node)
+            timestamp = _utc_timestamp_literal(node)
+            if timestamp is not None:
+                return timestamp
             if isinstance(node, exp.AggFunc):
                 if clause == "aggregate":
                     raise _error(
@@ -631,6 +648,9 @@ class _Binder:
 
         def visit(node: exp.Expression) -> exp.Expression | None:
             _check_function(node)
+            timestamp = _utc_timestamp_literal(node)
+            if timestamp is not None:
+                return timestamp
             if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
                 raise _error(
                     "FILTER (WHERE ...) on aggregates is not supported",

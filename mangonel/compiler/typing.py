@@ -649,6 +649,14 @@ def timestamp_literal_value(node: exp.Expression) -> int | None:
     return (moment - _EPOCH) // datetime.timedelta(microseconds=1)
 
 
+def utc_timestamp_literal(microseconds: int) -> exp.Cast:
+    """`CAST('<UTC time>Z' AS TIMESTAMP)`: a TIMESTAMP literal whose text names its zone, so
+    Spark reads the same instant whatever its session time zone."""
+    moment = _EPOCH + datetime.timedelta(microseconds=microseconds)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP"))
+
+
 def cast_target(node: exp.Cast) -> SqlType:
     to = node.to
     target = type_from_name(to.this.name) if isinstance(to, exp.DataType) else None
