@@ -407,3 +407,24 @@ def test_timestamp_literals_are_bound_as_utc_text(catalog: Catalog) -> None:
     assert predicate.sql(dialect="spark") == (
         "`ts` > CAST('2026-01-01 00:00:00.000000Z' AS TIMESTAMP)"
     )
+
+
+def test_a_350_term_chain_and_deep_parentheses_plan_explain_and_run() -> None:
+    """These raised RecursionError; within the limits they compile, explain and evaluate."""
+    import pyarrow as pa
+
+    from mangonel.session import Session
+
+    session = Session(backend="cpu")
+    session.execute("CREATE STREAM s (ts TIMESTAMP, v BIGINT) WITH (event_time = 'ts')")
+    chain = " + ".join(["v"] * 350)
+    nested = "(" * 98 + "v" + ")" * 98
+    query = session.sql(
+        f"SELECT SUM({chain}) AS total, MAX({nested}) AS top FROM s [RANGE 1 SECOND] "
+        f"WHERE {chain} > 0"
+    )
+    assert "Project" in query.explain()
+    batch = pa.table(
+        {"ts": pa.array([0, 1], pa.timestamp("us", tz="UTC")), "v": pa.array([1, 2], pa.int64())}
+    )
+    assert query.run([batch]).to_pylist() == [{"total": 350 * 3, "top": 2}]
