@@ -22,11 +22,12 @@ from mangonel.catalog.options import check_stream_options
 from mangonel.catalog.types import SqlType, type_from_arrow
 from mangonel.compiler import ddl, physical
 from mangonel.compiler.backend import BACKENDS, choose_backend
-from mangonel.compiler.bind import bind, stream_from_ddl
+from mangonel.compiler.bind import bind
 from mangonel.compiler.explain import explain_json, explain_text
 from mangonel.compiler.limits import MAX_DURATION_DAYS, MAX_DURATION_US
 from mangonel.compiler.nodes import Explain
 from mangonel.compiler.parse import parse_duration, parse_statement
+from mangonel.compiler.streams import stream_from_ddl
 from mangonel.errors import BackendUnavailableError, CatalogError
 
 

@@ -8,12 +8,13 @@ from sqlglot import exp
 from mangonel.catalog.catalog import Catalog, Schema, Table
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
-from mangonel.compiler.bind import BoundQuery, bind, stream_from_ddl
+from mangonel.compiler.bind import BoundQuery, bind
 from mangonel.compiler.limits import MAX_PANES_PER_WINDOW, MAX_ROWS_PER_WINDOW
 from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, Explain, WindowBound
 from mangonel.compiler.parse import parse_statement
+from mangonel.compiler.streams import stream_from_ddl
 from mangonel.errors import CatalogError, PlanError, SqlError
 
 SECOND = 1_000_000

@@ -8,10 +8,10 @@ import pytest
 from mangonel.catalog.catalog import Column
 from mangonel.catalog.options import SOURCE_OPTIONS, SOURCES
 from mangonel.catalog.types import SqlType
-from mangonel.compiler.bind import stream_from_ddl
 from mangonel.compiler.ddl import CreateStream, CreateTable, Drop, Show, parse_ddl
 from mangonel.compiler.limits import MAX_DURATION_US
 from mangonel.compiler.parse import parse_statement
+from mangonel.compiler.streams import stream_from_ddl
 from mangonel.errors import CatalogError, SqlError
 from mangonel.session import Session
 

@@ -17,8 +17,9 @@ import pytest
 
 from mangonel.catalog.catalog import Catalog, Schema, Table
 from mangonel.compiler import ddl, nodes
-from mangonel.compiler.bind import bind, stream_from_ddl
+from mangonel.compiler.bind import bind
 from mangonel.compiler.parse import parse_statement
+from mangonel.compiler.streams import stream_from_ddl
 from mangonel.errors import MangonelError
 
 GOLDEN = Path(__file__).parent / "golden"
