@@ -115,7 +115,14 @@ def is_word(token: Token | None) -> bool:
 
 
 def _amount(number: Token, sign: int) -> Decimal:
-    if number.token_type is not TokenType.NUMBER or not _NUMBER.fullmatch(number.text):
+    if number.token_type is TokenType.NUMBER and not _NUMBER.fullmatch(number.text):
+        raise DurationError(
+            f"{number.text} is not a plain decimal amount",
+            number,
+            hint="write the amount in digits with an optional decimal point (2 or 1.5, not "
+            f"1e3), then a unit; {UNITS_HINT}",
+        )
+    if number.token_type is not TokenType.NUMBER:
         raise DurationError(f"expected a number, found {number.text!r}", number)
     return sign * Decimal(number.text)
 
