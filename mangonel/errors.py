@@ -43,8 +43,9 @@ class CatalogError(SqlError):
     """Unknown or duplicate stream, table or column."""
 
 
-class PlanError(MangonelError):
-    """A query that parsed and bound but cannot be planned as asked."""
+class PlanError(SqlError):
+    """A query that parsed and bound but cannot be planned as asked (beyond a limit, or a
+    runtime option that does not fit it). It points at the construct when it has one."""
 
 
 class BackendUnavailableError(MangonelError):

@@ -9,14 +9,25 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from mangonel.catalog.catalog import Catalog, Column, Schema, Stream, Table
+from mangonel.catalog.catalog import (
+    DUPLICATE_COLUMN_HINT,
+    Catalog,
+    Column,
+    Schema,
+    Stream,
+    Table,
+    duplicate_column,
+)
+from mangonel.catalog.options import check_stream_options
 from mangonel.catalog.types import SqlType, type_from_arrow
 from mangonel.compiler import ddl, physical
 from mangonel.compiler.backend import BACKENDS, choose_backend
-from mangonel.compiler.bind import bind, stream_from_ddl
+from mangonel.compiler.bind import bind
 from mangonel.compiler.explain import explain_json, explain_text
+from mangonel.compiler.limits import MAX_DURATION_DAYS, MAX_DURATION_US
 from mangonel.compiler.nodes import Explain
 from mangonel.compiler.parse import parse_duration, parse_statement
+from mangonel.compiler.streams import stream_from_ddl
 from mangonel.errors import BackendUnavailableError, CatalogError
 
 
@@ -125,7 +136,9 @@ class Session:
         replace: bool = False,
         **options: str,
     ) -> Stream:
-        """Declare a stream from an Arrow schema (the API twin of CREATE STREAM)."""
+        """Declare a stream from an Arrow schema (the API twin of CREATE STREAM): the same
+        column rules (names case-insensitively distinct) and the same options (`source` and
+        its options, see docs/sql.md); `watermark` is a duration or microseconds."""
         columns = []
         for field in schema:
             sql_type = type_from_arrow(field.type)
@@ -136,7 +149,23 @@ class Session:
                     hint="supported: " + ", ".join(t.value for t in SqlType),
                 )
             columns.append(Column(field.name, sql_type, field.nullable))
+        duplicate = duplicate_column(columns)
+        if duplicate is not None:
+            raise CatalogError(
+                f"stream {name!r}: {duplicate[1]}",
+                hint=f"{DUPLICATE_COLUMN_HINT} (rename the Arrow field)",
+            )
+        options = {key.lower(): str(value) for key, value in options.items()}
+        problem = check_stream_options(name, options.items())
+        if problem is not None:
+            raise CatalogError(problem.message, hint=problem.hint)
         delay = watermark if isinstance(watermark, int) else parse_duration(watermark)
+        if not 0 <= delay <= MAX_DURATION_US:
+            raise CatalogError(
+                f"stream {name!r}: watermark {delay} microseconds is out of range",
+                hint=f"the watermark is a duration from 0 to {MAX_DURATION_DAYS} days, e.g. "
+                "'500 milliseconds' or 500000 (microseconds)",
+            )
         event = Schema(tuple(columns)).find(event_time)
         if event is None or event.type is not SqlType.TIMESTAMP:
             raise CatalogError(
@@ -155,9 +184,7 @@ class Session:
             return pa.table(
                 {
                     "name": [s.name for s in streams],
-                    "columns": [
-                        ", ".join(f"{c.name} {c.type}" for c in s.schema.columns) for s in streams
-                    ],
+                    "columns": [_columns_text(s.schema) for s in streams],
                     "event_time": [s.event_time for s in streams],
                     "watermark_us": pa.array([s.watermark_delay_us for s in streams], pa.int64()),
                 }
@@ -166,9 +193,7 @@ class Session:
         return pa.table(
             {
                 "name": [t.name for t in tables],
-                "columns": [
-                    ", ".join(f"{c.name} {c.type}" for c in t.schema.columns) for t in tables
-                ],
+                "columns": [_columns_text(t.schema) for t in tables],
             }
         )
 
@@ -205,3 +230,10 @@ class Session:
             windows_per_batch=self.options.windows_per_batch,
         )
         return Query(text, plan, bound.logical)
+
+
+def _columns_text(schema: Schema) -> str:
+    """`ts TIMESTAMP NOT NULL, symbol STRING`: the columns as CREATE STREAM/TABLE declares them."""
+    return ", ".join(
+        f"{c.name} {c.type}" + ("" if c.nullable else " NOT NULL") for c in schema.columns
+    )

@@ -8,12 +8,14 @@ from sqlglot import exp
 from mangonel.catalog.catalog import Catalog, Schema, Table
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
-from mangonel.compiler.bind import BoundQuery, bind, stream_from_ddl
+from mangonel.compiler.bind import BoundQuery, bind
+from mangonel.compiler.limits import MAX_PANES_PER_WINDOW, MAX_ROWS_PER_WINDOW
 from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, Explain, WindowBound
 from mangonel.compiler.parse import parse_statement
-from mangonel.errors import CatalogError, SqlError
+from mangonel.compiler.streams import stream_from_ddl
+from mangonel.errors import CatalogError, PlanError, SqlError
 
 SECOND = 1_000_000
 
@@ -252,11 +254,54 @@ def test_unnamed_outputs_are_named_by_their_text(catalog: Catalog) -> None:
         "SELECT sum(price*volume)/sum(volume), window_start AS ws, count(*) + 1 "
         "FROM trades [RANGE 1 SECOND]",
     )
+    # The user's text (as Spark names outputs), not sqlglot's normalised SQL.
     assert [o.name for o in query.outputs] == [
-        "SUM(price * volume) / SUM(volume)",
+        "sum(price*volume)/sum(volume)",
         "ws",
-        "COUNT(*) + 1",
+        "count(*) + 1",
     ]
+
+
+@pytest.mark.parametrize(
+    ("select", "names"),
+    [
+        # sqlglot reads both as exp.Variance: names from its node collided
+        (
+            "symbol, VAR_SAMP(price), VARIANCE(price)",
+            ["symbol", "VAR_SAMP(price)", "VARIANCE(price)"],
+        ),
+        ("VAR_POP(price), STDDEV(price)", ["VAR_POP(price)", "STDDEV(price)"]),
+        ("MAX(CEILING(price)), SUM(POW(price, 2))", ["MAX(CEILING(price))", "SUM(POW(price, 2))"]),
+        ("SUM(SIGNUM(price))", ["SUM(SIGNUM(price))"]),
+        ('SUM(`price`), MIN("price")', ["SUM(`price`)", 'MIN("price")']),
+        ("COUNT(*) /* x */, COUNT( /* y */ volume )", ["COUNT(*)", "COUNT( volume )"]),
+        ("SUM(price)\n  +\t1 -- trailing\n", ["SUM(price) + 1"]),
+    ],
+)
+def test_unnamed_outputs_keep_the_users_spelling(
+    catalog: Catalog, select: str, names: list[str]
+) -> None:
+    query = bound(catalog, f"SELECT {select} FROM trades [RANGE 1 SECOND] GROUP BY symbol")
+    assert [o.name for o in query.outputs] == names
+
+
+def test_unnamed_outputs_in_explain_keep_the_users_spelling(catalog: Catalog) -> None:
+    statement = parse_statement(
+        "EXPLAIN SELECT VAR_SAMP(price), VARIANCE(price) FROM trades [RANGE 1 SECOND]"
+    )
+    assert isinstance(statement, Explain)
+    names = [o.name for o in bind(statement.this, catalog).outputs]
+    assert names == ["VAR_SAMP(price)", "VARIANCE(price)"]
+
+
+def test_two_outputs_with_one_name_are_refused_naming_both(catalog: Catalog) -> None:
+    with pytest.raises(SqlError) as error:
+        bound(
+            catalog, "SELECT SUM(price), MAX(price) AS x, sum(price) FROM trades [RANGE 1 SECOND]"
+        )
+    message = str(error.value)
+    assert "SELECT items 1 (SUM(price)) and 3 (sum(price)) are both named 'sum(price)'" in message
+    assert "line 1, column 37" in message and "in: sum(price)" in message
 
 
 def test_windows_without_aggregates(catalog: Catalog) -> None:
@@ -325,3 +370,62 @@ def test_where_must_be_boolean(catalog: Catalog) -> None:
     error = error_of(catalog, "SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE price + 1")
     assert error.message == "WHERE needs a BOOLEAN condition, got DOUBLE"
     assert error.column == 52
+
+
+def test_panes_per_window_are_bounded_at_sql_time(catalog: Catalog) -> None:
+    with pytest.raises(PlanError) as error:
+        bound(catalog, "SELECT COUNT(*) FROM trades [RANGE 1 DAY SLIDE 1 MICROSECOND]")
+    assert "86,400,000,000 panes of 1 MICROSECOND" in error.value.message
+    assert f"at most {MAX_PANES_PER_WINDOW:,} panes per window" in error.value.message
+    assert (error.value.line, error.value.column) == (1, 48)
+    # gcd(RANGE, SLIDE) decides, not SLIDE alone: 1 SECOND + 1 us over 1 SECOND is 1 us panes
+    with pytest.raises(PlanError):
+        bound(catalog, "SELECT COUNT(*) FROM trades [RANGE 1000001 us SLIDE 1 SECOND]")
+
+
+def test_the_largest_pane_count_is_accepted(catalog: Catalog) -> None:
+    query = bound(
+        catalog, f"SELECT COUNT(*) FROM trades [RANGE {MAX_PANES_PER_WINDOW} ms SLIDE 1 ms]"
+    )
+    assert query.window.size // query.window.slide == MAX_PANES_PER_WINDOW
+
+
+def test_rows_per_count_window_are_bounded(catalog: Catalog) -> None:
+    bound(catalog, f"SELECT COUNT(*) FROM trades [ROWS {MAX_ROWS_PER_WINDOW}]")
+    with pytest.raises(PlanError, match="rows a count window may hold"):
+        bound(catalog, "SELECT COUNT(*) FROM trades [ROWS 100000000000000000000]")
+
+
+def test_timestamp_literals_are_bound_as_utc_text(catalog: Catalog) -> None:
+    # the WHERE clause also runs as Spark SQL: the literal names its zone, so Spark reads the
+    # same instant whatever its session time zone
+    query = bound(
+        catalog,
+        "SELECT COUNT(*) FROM trades [RANGE 1 SECOND] "
+        "WHERE ts > TIMESTAMP '2026-01-01T01:00:00+01:00'",
+    )
+    predicate = unwrap(query)[3]
+    assert predicate.sql(dialect="spark") == (
+        "`ts` > CAST('2026-01-01 00:00:00.000000Z' AS TIMESTAMP)"
+    )
+
+
+def test_a_350_term_chain_and_deep_parentheses_plan_explain_and_run() -> None:
+    """These raised RecursionError; within the limits they compile, explain and evaluate."""
+    import pyarrow as pa
+
+    from mangonel.session import Session
+
+    session = Session(backend="cpu")
+    session.execute("CREATE STREAM s (ts TIMESTAMP, v BIGINT) WITH (event_time = 'ts')")
+    chain = " + ".join(["v"] * 350)
+    nested = "(" * 98 + "v" + ")" * 98
+    query = session.sql(
+        f"SELECT SUM({chain}) AS total, MAX({nested}) AS top FROM s [RANGE 1 SECOND] "
+        f"WHERE {chain} > 0"
+    )
+    assert "Project" in query.explain()
+    batch = pa.table(
+        {"ts": pa.array([0, 1], pa.timestamp("us", tz="UTC")), "v": pa.array([1, 2], pa.int64())}
+    )
+    assert query.run([batch]).to_pylist() == [{"total": 350 * 3, "top": 2}]

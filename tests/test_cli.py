@@ -29,7 +29,7 @@ def test_explain_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", str(EXAMPLE), "--backend", "cpu", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["operator"] == "Project"
-    assert plan["children"][0]["parameters"]["pane_length"] == "10ms"
+    assert plan["children"][0]["parameters"]["pane_length"] == 10_000  # microseconds
 
 
 def test_run_prints_a_table_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:
@@ -251,10 +251,14 @@ def test_a_query_files_source_options_are_honoured(tmp_path: Path) -> None:
     outputs = {}
     for name, options, flags in [
         ("flags", "", ["--tuples", "6000", "--keys", "3", "--rate", "5000", "--seed", "4"]),
-        ("generator", ", tuples = '6000', keys = 3, rate = '5000', seed = '4'", []),
+        (
+            "generator",
+            ", source = 'generator', tuples = '6000', keys = 3, rate = '5000', seed = '4'",
+            [],
+        ),
         (
             "overridden",
-            ", tuples = '99', keys = '50', rate = '5000', seed = '4'",
+            ", source = 'generator', tuples = '99', keys = '50', rate = '5000', seed = '4'",
             ["--tuples", "6000", "--keys", "3"],
         ),  # fmt: skip
         ("parquet", f", source = 'parquet', path = '{tmp_path / 'in.parquet'}'", []),
@@ -273,12 +277,21 @@ def test_a_query_files_source_options_are_honoured(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
-        (", keys = 'many'", "stream 'trades': option keys = 'many' must be a positive whole"),
-        (", delay = 'soon'", "option delay = 'soon' must be a duration >= 0 such as"),
-        (", skew = '-1'", "option skew = '-1' must be a number >= 0"),
-        (", key_columns = 'ts'", "key_columns names 'ts', which is not a non-event-time column"),
+        (
+            ", source = 'generator', keys = 'many'",
+            "stream 'trades': option keys = 'many' must be a positive whole",
+        ),
+        (
+            ", source = 'generator', delay = 'soon'",
+            "option delay = 'soon' must be a duration >= 0 such as",
+        ),
+        (", source = 'generator', skew = '-1'", "option skew = '-1' must be a number >= 0"),
+        (
+            ", source = 'generator', key_columns = 'ts'",
+            "key_columns names 'ts', which is not a non-event-time column",
+        ),
         (", source = 'csv'", "stream 'trades' with source = 'csv' needs the option 'path'"),
-        (", source = 'ftp'", "stream 'trades' has source = 'ftp', which is not a source"),
+        (", source = 'ftp'", "stream 'trades': unknown source 'ftp'"),
         (", source = 'kafka'", "reads Kafka, which runs inside Spark"),
     ],
 )

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from mangonel.catalog.catalog import Column
+from mangonel.catalog.options import SOURCE_OPTIONS, SOURCES
 from mangonel.catalog.types import SqlType
-from mangonel.compiler.bind import stream_from_ddl
 from mangonel.compiler.ddl import CreateStream, CreateTable, Drop, Show, parse_ddl
+from mangonel.compiler.limits import MAX_DURATION_US
 from mangonel.compiler.parse import parse_statement
+from mangonel.compiler.streams import stream_from_ddl
 from mangonel.errors import CatalogError, SqlError
+from mangonel.session import Session
 
 TRADES = """CREATE STREAM trades (ts TIMESTAMP NOT NULL, symbol STRING, price DOUBLE,
                                 volume BIGINT)
@@ -121,7 +125,9 @@ def test_type_parameters_are_rejected() -> None:
 def test_duplicate_columns() -> None:
     with pytest.raises(CatalogError) as caught:
         parse_ddl("CREATE TABLE t (a INT, A BIGINT)")
-    assert caught.value.message == "column 'A' is declared twice"
+    assert caught.value.message == (
+        "columns 'a' and 'A' have the same name (column names are case-insensitive)"
+    )
     assert caught.value.column == 24
 
 
@@ -220,3 +226,104 @@ def test_negative_watermark() -> None:
         "CREATE STREAM s (ts TIMESTAMP) WITH (event_time = 'ts', watermark = '-1 second')"
     )
     assert error.message == "watermark must not be negative, got '-1 second'"
+
+
+def test_a_misspelt_option_is_refused_with_the_known_ones() -> None:
+    error = ddl_error("CREATE STREAM s (ts TIMESTAMP) WITH (event_time = 'ts', watermak = '10 s')")
+    assert error.message == "unknown option 'watermak' for stream 's'"
+    assert (error.line, error.column) == (1, 57)
+    assert error.construct == "watermak = '10 s'"
+    assert error.hint.startswith("a stream without a source takes event_time, watermark, source")
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_source_takes_its_own_options(source: str) -> None:
+    options = ", ".join(f"{key} = '1'" for key in SOURCE_OPTIONS[source])
+    stream = stream_from_ddl(
+        parse_ddl(
+            f"CREATE STREAM s (ts TIMESTAMP) WITH (event_time = 'ts', source = '{source}', "
+            f"{options})"
+        )
+    )
+    assert [key for key, _ in stream.options] == ["source", *SOURCE_OPTIONS[source]]
+
+
+def test_the_documented_generator_and_kafka_options_are_known() -> None:
+    # the option table is derived from GeneratorConfig: docs/spark.md names these
+    assert {"tuples", "rate", "keys", "skew", "delay", "seed", "null_fraction"} <= set(
+        SOURCE_OPTIONS["generator"]
+    )
+    assert {"rows_per_batch", "key_columns"} <= set(SOURCE_OPTIONS["generator"])
+    assert "delay_us" not in SOURCE_OPTIONS["generator"]
+
+
+def test_an_option_of_another_source_is_refused() -> None:
+    error = ddl_error(
+        "CREATE STREAM s (ts TIMESTAMP) WITH (event_time = 'ts', source = 'parquet', topic = 't')"
+    )
+    assert error.message == "unknown option 'topic' for stream 's'"
+    assert "with source = 'parquet' takes event_time, watermark, source, path" in error.hint
+
+
+def test_an_unknown_source_is_refused() -> None:
+    error = ddl_error("CREATE STREAM s (ts TIMESTAMP) WITH (event_time = 'ts', source = 'kafak')")
+    assert error.message == "stream 's': unknown source 'kafak'"
+    assert error.hint == "source is one of 'generator', 'parquet', 'csv', 'kafka'"
+
+
+def session_with_trades() -> Session:
+    session = Session(backend="cpu")
+    session.execute(
+        "CREATE STREAM trades (ts TIMESTAMP NOT NULL, symbol STRING, price DOUBLE NOT NULL) "
+        "WITH (event_time = 'ts')"
+    )
+    return session
+
+
+def test_create_stream_refuses_names_that_differ_in_case_only() -> None:
+    schema = pa.schema([("ts", pa.timestamp("us")), ("k", pa.int64()), ("K", pa.int64())])
+    with pytest.raises(CatalogError) as caught:
+        Session(backend="cpu").create_stream("s", schema, event_time="ts")
+    assert caught.value.message == (
+        "stream 's': columns 'k' and 'K' have the same name (column names are case-insensitive)"
+    )
+
+
+def test_create_stream_checks_options_like_the_ddl() -> None:
+    schema = pa.schema([("ts", pa.timestamp("us"))])
+    session = Session(backend="cpu")
+    with pytest.raises(CatalogError, match="unknown option 'watermak' for stream 's'"):
+        session.create_stream("s", schema, event_time="ts", watermak="10 s")
+    stream = session.create_stream("s", schema, event_time="ts", source="generator", rate=10)
+    assert stream.options == (("rate", "10"), ("source", "generator"))
+
+
+@pytest.mark.parametrize("watermark", [-1, MAX_DURATION_US + 1])
+def test_create_stream_refuses_a_watermark_out_of_range(watermark: int) -> None:
+    schema = pa.schema([("ts", pa.timestamp("us"))])
+    with pytest.raises(CatalogError, match="watermark .* is out of range"):
+        Session(backend="cpu").create_stream("s", schema, event_time="ts", watermark=watermark)
+
+
+def test_show_streams_shows_not_null() -> None:
+    shown = session_with_trades().execute("SHOW STREAMS")
+    assert shown.column("columns").to_pylist() == [
+        "ts TIMESTAMP NOT NULL, symbol STRING, price DOUBLE NOT NULL"
+    ]
+
+
+@pytest.mark.parametrize("if_exists", ["", "IF EXISTS "])
+def test_drop_table_on_a_stream_says_it_is_a_stream(if_exists: str) -> None:
+    session = session_with_trades()
+    with pytest.raises(CatalogError) as caught:
+        session.execute(f"DROP TABLE {if_exists}TRADES")
+    assert caught.value.message == "'trades' is a stream, not a table"
+    assert caught.value.hint == "DROP STREAM trades"
+    session.execute("CREATE TABLE venues (id INT)")
+    with pytest.raises(CatalogError, match="'venues' is a table, not a stream"):
+        session.execute("DROP STREAM venues")
+    with pytest.raises(CatalogError) as caught:
+        session.execute("DROP TABLE nothing")
+    assert caught.value.hint == "known tables: venues"
+    session.execute("DROP STREAM trades")
+    assert session.execute("SHOW STREAMS").num_rows == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pyarrow as pa
 import pytest
@@ -243,6 +244,15 @@ CASES = [
     ("ROUND(l, -1)", [0, 0, 0, N, 0]),
     ("SIGN(d)", [1.0, NAN, -1.0, N, 0.0]),
     ("SIGN(i)", [1.0, -1.0, N, 1.0, 0.0]),
+    # LOG(x) is LN(x), as in Spark
+    ("LOG(d)", [math.log(1.5), NAN, N, N, N]),
+    ("LOG(i)", [0.0, N, N, math.log(INT_MAX), N]),
+    # TIMESTAMP literals are microseconds since the epoch, UTC unless a zone is given
+    ("ts >= TIMESTAMP '1970-01-01 00:00:00.00003'", [False, False, True, True, True]),
+    ("ts = CAST('1970-01-01T00:00:00.000020' AS TIMESTAMP)", [False, True, False, False, False]),
+    ("ts < TIMESTAMP '1970-01-01 01:00:00.00002+01:00'", [True, False, False, False, False]),
+    ("window_start < TIMESTAMP '1970-01-01 00:00:00.000016Z'", [True] * ROWS),
+    ("CASE WHEN b THEN TIMESTAMP '1970-01-01' END", [0, N, N, 0, N]),
     # composites
     ("(i + 1) * 2 > l AND NOT b", [False, False, N, False, True]),
     ("i > 0 OR b", [True, False, N, True, False]),
@@ -256,12 +266,32 @@ def test_cpu(sql: str, expected: list) -> None:
 
 @pytest.mark.parametrize(("sql", "expected"), CASES, ids=[sql for sql, _ in CASES])
 def test_cuda_renders_what_cpu_evaluates(sql: str, expected: list) -> None:
+    """Each case the CPU evaluates to its expected rows renders to CUDA of the same type,
+    through a CUDA rule for every node, reading exactly the columns the expression names.
+    tests/test_expressions_nvcc.py compiles these same cases with nvcc and, on a GPU, checks
+    the GPU's rows against the CPU's (`CASES` is part of its corpus)."""
     expression = parse(sql)
+    cpu = check(sql, expected)
+    # every operator and leaf (names and CAST's type are parts of their node)
+    parts = (exp.Identifier, exp.DataType)
+    classes = {type(node) for node in expression.walk() if not isinstance(node, parts)}
+    assert classes <= set(CUDA_OPS), classes - set(CUDA_OPS)
     ctx = context()
     value = render_cuda(expression, ENV, ctx)
     assert isinstance(value, CudaValue)
-    assert value.type is infer_type(expression, ENV)
-    assert value.value and value.valid
+    assert TYPE_INFO[value.type].arrow == cpu.type
+    text = f"{value.value} {value.valid}"
+    read = {column.name for column in expression.find_all(exp.Column)}
+    rendered = {
+        name
+        for name in ENV.columns
+        if re.search(rf"\b({ctx.column_values[name]}|{ctx.column_valid[name]})\b", text)
+    }
+    assert rendered == read, text
+    bounds = {node.bound for node in expression.find_all(nodes.WindowBound)}
+    assert {b for b, c in (("start", "ws"), ("end", "we")) if re.search(rf"\b{c}\b", text)} == (
+        bounds
+    )
 
 
 def test_three_valued_logic() -> None:

@@ -173,7 +173,14 @@ def aggregate_expressions() -> list[exp.Expression]:
 
 
 def corpus() -> list[exp.Expression]:
-    return [parse(sql) for sql in CORPUS_SQL] + hostile_expressions() + aggregate_expressions()
+    """CORPUS_SQL, the hostile and aggregate expressions, and every case of
+    tests/test_expressions.py (whose CPU results are checked there against expected rows)."""
+    from test_expressions import CASES
+
+    cases = [parse(sql) for sql, _ in CASES]
+    return (
+        [parse(sql) for sql in CORPUS_SQL] + hostile_expressions() + aggregate_expressions() + cases
+    )
 
 
 @dataclass

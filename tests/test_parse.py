@@ -6,6 +6,12 @@ import pytest
 from sqlglot import exp
 
 from mangonel.compiler import ddl
+from mangonel.compiler.limits import (
+    MAX_DURATION_DAYS,
+    MAX_DURATION_US,
+    MAX_EXPRESSION_DEPTH,
+    MAX_PARENTHESIS_NESTING,
+)
 from mangonel.compiler.nodes import Explain, WindowClause
 from mangonel.compiler.parse import (
     MangonelDialect,
@@ -68,7 +74,7 @@ def test_parse_duration(text: str, microseconds: int) -> None:
         ("1 second 2", "unexpected '2' after the duration", 10),
         ("INTERVAL 5 MINUTE", "INTERVAL needs a quoted amount", 10),
         ("INTERVAL '5 minutes' MINUTE", "gives the unit twice", 22),
-        ("1e3 ms", "expected a number, found '1e3'", 1),
+        ("1e3 ms", "1e3 is not a plain decimal amount", 1),
     ],
 )
 def test_malformed_durations_are_positioned(text: str, message: str, column: int) -> None:
@@ -321,3 +327,55 @@ def test_errors_inside_explain_point_into_the_whole_statement() -> None:
     assert (error.line, error.column) == (2, 33)
     statement = parse_statement("EXPLAIN  SELECT price FROM s [RANGE 1 SECOND]")
     assert position_of(statement.this.find(exp.Column)) == (1, 17)
+
+
+@pytest.mark.parametrize("clause", ["WHERE price > 0", "GROUP BY symbol", "HAVING COUNT(*) > 1"])
+def test_window_clause_after_where_group_by_or_having_says_where_it_goes(clause: str) -> None:
+    keyword = clause.split(" ")[0] if not clause.startswith("GROUP") else "GROUP BY"
+    error = raises(f"SELECT COUNT(*) FROM trades {clause} [RANGE 1 SECOND SLIDE 10 ms]")
+    assert error.message == f"the window clause goes right after the stream name, before {keyword}"
+    assert error.construct == "[RANGE 1 SECOND SLIDE 10 ms]"
+    assert error.column == len(f"SELECT COUNT(*) FROM trades {clause} ") + 1
+    assert error.hint.startswith("write FROM trades [RANGE ..] [WHERE ..]")
+
+
+def test_deep_expressions_within_the_limits_parse() -> None:
+    inner = MAX_PARENTHESIS_NESTING - 1  # SUM's own parenthesis is one level
+    nested = "(" * inner + "price" + ")" * inner
+    parse_statement(f"SELECT SUM({nested}) FROM s [RANGE 1 SECOND]")
+    chain = " + ".join(["price"] * 350)
+    query = parse_statement(f"SELECT SUM({chain}) FROM s [RANGE 1 SECOND]")
+    assert len(list(query.find_all(exp.Add))) == 349
+
+
+def test_too_many_nested_parentheses_are_a_sql_error() -> None:
+    depth = MAX_PARENTHESIS_NESTING  # inside SUM(: one level too many
+    error = raises(f"SELECT SUM({'(' * depth}price{')' * depth}) FROM s [RANGE 1 SECOND]")
+    assert error.message == f"parentheses are nested more than {MAX_PARENTHESIS_NESTING} deep"
+    assert (error.line, error.column) == (1, len("SELECT SUM(") + depth)
+
+
+def test_too_deep_an_expression_is_a_sql_error() -> None:
+    chain = " + ".join(["price"] * (MAX_EXPRESSION_DEPTH + 1))
+    error = raises(f"SELECT SUM({chain}) FROM s [RANGE 1 SECOND]")
+    assert error.message == f"the expression is nested more than {MAX_EXPRESSION_DEPTH} levels deep"
+    assert error.line == 1
+
+
+@pytest.mark.parametrize(
+    "clause",
+    [
+        f"[RANGE {MAX_DURATION_DAYS + 1} DAYS]",
+        "[RANGE 1000000000000000000 DAYS]",
+        f"[RANGE 1 SECOND WATERMARK {MAX_DURATION_DAYS + 1} DAYS]",
+        "[RANGE INTERVAL '9999999999999999999' SECONDS]",
+    ],
+)
+def test_durations_beyond_the_limit_are_sql_errors(clause: str) -> None:
+    error = raises(f"SELECT COUNT(*) FROM s {clause}")
+    assert f"durations are at most {MAX_DURATION_DAYS} days" in error.message
+
+
+def test_longest_duration_parses() -> None:
+    assert parse_duration(f"{MAX_DURATION_DAYS} days") == MAX_DURATION_US
+    assert parse_duration(f"-{MAX_DURATION_DAYS} days") == -MAX_DURATION_US

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -15,6 +16,27 @@ class Column:
     name: str
     type: SqlType
     nullable: bool = True
+
+
+def duplicate_column(columns: Sequence[Column]) -> tuple[int, str] | None:
+    """(index, message) of the first column whose name an earlier column already has, or
+    None. Names compare case-insensitively, as columns resolve (`Schema.find`): with `k` and
+    `K` both declared, `"K"` would silently read `k`."""
+    seen: dict[str, str] = {}
+    for index, column in enumerate(columns):
+        earlier = seen.get(column.name.lower())
+        if earlier is not None:
+            if earlier == column.name:
+                return index, f"column {column.name!r} is declared twice"
+            return index, (
+                f"columns {earlier!r} and {column.name!r} have the same name "
+                "(column names are case-insensitive)"
+            )
+        seen[column.name.lower()] = column.name
+    return None
+
+
+DUPLICATE_COLUMN_HINT = "column names are case-insensitive; give each column its own name"
 
 
 @dataclass(frozen=True)
@@ -93,12 +115,22 @@ class Catalog:
 
     def drop(self, kind: str, name: str, *, if_exists: bool = False) -> None:
         registry = self.streams if kind == "STREAM" else self.tables
+        other_kind, other = ("TABLE", self.tables) if kind == "STREAM" else ("STREAM", self.streams)
+        if name.lower() in other:
+            # As Spark refuses DROP TABLE on a view (IF EXISTS or not): the name exists, the
+            # statement names the wrong kind.
+            actual = other[name.lower()].name
+            raise CatalogError(
+                f"{actual!r} is a {other_kind.lower()}, not a {kind.lower()}",
+                hint=f"DROP {other_kind} {actual}",
+            )
         if name.lower() not in registry:
             if if_exists:
                 return
+            names = sorted(item.name for item in registry.values())
             raise CatalogError(
                 f"no {kind.lower()} named {name!r}",
-                hint=f"known: {', '.join(sorted(self.known_names())) or 'none'}",
+                hint=f"known {kind.lower()}s: {', '.join(names) or 'none'}",
             )
         del registry[name.lower()]
 

@@ -1,6 +1,6 @@
 """Semantic analysis: a parsed window query + the catalog -> the logical plan.
 
-The one shape of a wave-1 query is
+The one shape of a window query is
 
     Project(outputs) <- Filter(HAVING)? <- WindowAggregate(window, keys, aggregates)
                      <- Filter(WHERE)? <- StreamScan(stream, columns read)
@@ -14,6 +14,7 @@ is supported instead; nothing is silently ignored.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,17 +23,17 @@ from sqlglot import exp
 from mangonel.catalog.catalog import Catalog, Column, Schema, Stream
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
-from mangonel.compiler.ddl import CreateStream
+from mangonel.compiler.limits import MAX_PANES_PER_WINDOW, MAX_ROWS_PER_WINDOW
 from mangonel.compiler.logical import AggregateFunction, WindowKind, WindowSpec
 from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowClause
 from mangonel.compiler.parse import (
-    MangonelDialect,
     copy_position,
     display_sql,
     format_duration,
-    parse_duration,
+    output_text,
     position_of,
 )
+from mangonel.compiler.streams import stream_from_ddl as stream_from_ddl  # re-exported
 from mangonel.compiler.typing import (
     AGGREGATE_FUNCTION_NAMES,
     AGGREGATE_FUNCTIONS,
@@ -40,8 +41,11 @@ from mangonel.compiler.typing import (
     TypeEnv,
     aggregate_result_type,
     infer_type,
+    timestamp_literal_value,
+    unsupported_function,
+    utc_timestamp_literal,
 )
-from mangonel.errors import CatalogError, SqlError
+from mangonel.errors import CatalogError, PlanError, SqlError
 
 AGGREGATES_HINT = "supported aggregates: " + ", ".join(AGGREGATE_FUNCTION_NAMES) + ", COUNT(*)"
 WINDOW_HINT = "e.g. FROM trades [RANGE 1 SECOND SLIDE 10 MILLISECONDS] or FROM trades [ROWS 100]"
@@ -99,10 +103,28 @@ def _shorten(text: str, limit: int = 120) -> str:
 def _from_expression_error(error: ExpressionError, fallback: exp.Expression) -> SqlError:
     hint = error.hint
     if isinstance(error.node, (exp.Anonymous, exp.Func)) and not isinstance(
-        error.node, exp.AggFunc
+        error.node, (exp.AggFunc, exp.Cast)
     ):
         hint = f"{hint}; {AGGREGATES_HINT}" if hint else AGGREGATES_HINT
     return _error(error.message, error.node, hint, fallback=fallback)
+
+
+def _check_function(node: exp.Expression) -> None:
+    error = unsupported_function(node)
+    if error is not None:
+        raise _from_expression_error(error, node)
+
+
+def _utc_timestamp_literal(node: exp.Expression) -> exp.Expression | None:
+    """A TIMESTAMP literal spelt with its UTC time and `Z` (None for any other node): the
+    WHERE clause also runs as Spark SQL, whose session time zone need not be UTC."""
+    try:
+        microseconds = timestamp_literal_value(node)
+    except ExpressionError as error:
+        raise _from_expression_error(error, node) from None
+    if microseconds is None:
+        return None
+    return copy_position(utc_timestamp_literal(microseconds), node)
 
 
 def _infer(expr: exp.Expression, env: TypeEnv, original: exp.Expression) -> SqlType:
@@ -116,22 +138,22 @@ def _infer(expr: exp.Expression, env: TypeEnv, original: exp.Expression) -> SqlT
 # The binder
 
 
-# Select arguments wave 1 has no meaning for, and what to say about each.
+# Select arguments a window query has no meaning for, and what to say about each.
 _UNSUPPORTED_CLAUSES: tuple[tuple[str, str, str], ...] = (
     (
         "with_",
-        "WITH (common table expressions) is not supported (wave 2+)",
+        "WITH (common table expressions) is not supported",
         "write the window query directly: SELECT ... FROM <stream> [RANGE ..]",
     ),
     (
         "joins",
-        "JOIN is not supported in wave 1 (window joins of two streams arrive in wave 2)",
+        "JOIN is not supported: a window query reads one stream",
         "query one stream: SELECT ... FROM <stream> [RANGE ..]",
     ),
     ("laterals", "LATERAL VIEW is not supported", "query one stream"),
     (
         "distinct",
-        "SELECT DISTINCT is not supported (wave 2+)",
+        "SELECT DISTINCT is not supported",
         "a window query already returns one row per key and window: drop DISTINCT",
     ),
     (
@@ -220,7 +242,7 @@ class _Binder:
                 continue
             if isinstance(node, (exp.Subquery, exp.Select, exp.SetOperation)):
                 raise _error(
-                    "subqueries are not supported (wave 2+)",
+                    "subqueries are not supported",
                     node,
                     "write one window query over one stream",
                 )
@@ -291,15 +313,15 @@ class _Binder:
                 raise _error(
                     f"a window clause on the static table {name!r}",
                     clause,
-                    "window clauses apply to streams (CREATE STREAM); static tables take "
-                    "part in joins (wave 2)",
+                    "window clauses apply to streams (CREATE STREAM); queries cannot read "
+                    "static tables",
                     construct=display_sql(clause),
                 )
             raise _error(
                 f"{name!r} is a static table; queries read streams",
                 table,
-                "query a stream (CREATE STREAM ... WITH (event_time = ...)); joins with "
-                "static tables arrive in wave 2",
+                "query a stream (CREATE STREAM ... WITH (event_time = ...)); queries "
+                "cannot read static tables",
             )
         streams = sorted(s.name for s in self.catalog.streams.values())
         raise _error(
@@ -343,12 +365,14 @@ class _Binder:
         watermark = clause.args.get("watermark")
         parts = clause.meta.get("parts", {})
 
-        def fail(part: str, message: str, hint: str) -> SqlError:
+        def fail(
+            part: str, message: str, hint: str, error_class: type[SqlError] = SqlError
+        ) -> SqlError:
             position = parts.get(part)
             if position is None:
-                return _error(message, clause, hint)
+                return _error(message, clause, hint, error_class=error_class)
             line, column, text = position
-            return SqlError(message, line=line, column=column, construct=text, hint=hint)
+            return error_class(message, line=line, column=column, construct=text, hint=hint)
 
         def show(value: int) -> str:
             return str(value) if rows else format_duration(value)
@@ -378,6 +402,27 @@ class _Binder:
                 f"WATERMARK must not be negative, got {show(watermark)}",
                 "WATERMARK is the out-of-orderness bound, e.g. WATERMARK 500 MILLISECONDS",
             )
+        if rows and size > MAX_ROWS_PER_WINDOW:
+            raise fail(
+                "size",
+                f"ROWS {size} is more than the {MAX_ROWS_PER_WINDOW:,} rows a count window "
+                "may hold",
+                "a count window keeps its tuples per key until it fires; for long windows "
+                "use [RANGE <duration>]",
+                PlanError,
+            )
+        if not rows:
+            pane = math.gcd(size, slide if slide is not None else size)
+            if size // pane > MAX_PANES_PER_WINDOW:
+                raise fail(
+                    "slide",
+                    f"RANGE {show(size)} SLIDE {show(slide)} cuts each window into "
+                    f"{size // pane:,} panes of {show(pane)} (the panes are gcd(RANGE, "
+                    f"SLIDE) long); at most {MAX_PANES_PER_WINDOW:,} panes per window",
+                    f"use a SLIDE that divides RANGE into at most {MAX_PANES_PER_WINDOW:,} "
+                    "steps: window state holds every pane of a window for every key",
+                    PlanError,
+                )
         delay = watermark if watermark is not None else self.stream.watermark_delay_us
         return WindowSpec(
             kind=WindowKind.COUNT if rows else WindowKind.TIME,
@@ -452,6 +497,10 @@ class _Binder:
         """Resolve a per-tuple expression (WHERE, GROUP BY, aggregate arguments)."""
 
         def visit(node: exp.Expression) -> exp.Expression | None:
+            _check_function(node)
+            timestamp = _utc_timestamp_literal(node)
+            if timestamp is not None:
+                return timestamp
             if isinstance(node, exp.AggFunc):
                 if clause == "aggregate":
                     raise _error(
@@ -516,7 +565,7 @@ class _Binder:
             )
         if isinstance(item, exp.Anonymous) and item.name.upper() in ("WINDOW", "TUMBLE", "HOP"):
             raise _error(
-                f"GROUP BY {item.name.upper()}(...) windows are not supported in wave 1",
+                f"GROUP BY {item.name.upper()}(...) windows are not supported",
                 item,
                 "put the window after the stream name: " + WINDOW_HINT,
             )
@@ -525,8 +574,8 @@ class _Binder:
             raise _error(
                 "GROUP BY takes columns, not expressions",
                 item,
-                "group by columns of the stream (integer or string); expressions as keys "
-                "are not supported in wave 1",
+                "group by columns of the stream (INT, BIGINT or STRING); expressions as "
+                "keys are not supported",
             )
         resolved = self._resolve_column(item, "GROUP BY")
         column = self.schema.find(resolved.name)
@@ -547,16 +596,16 @@ class _Binder:
         function = AGGREGATE_FUNCTIONS.get(type(node))
         if function is None:
             raise _error(
-                f"aggregate {node.sql_name()} is not supported in wave 1",
+                f"aggregate {node.sql_name()} is not supported",
                 node,
-                AGGREGATES_HINT + " (MEDIAN, PERCENTILE_CONT and COUNT(DISTINCT) arrive in wave 2)",
+                AGGREGATES_HINT,
             )
         argument = node.this
         if isinstance(argument, exp.Distinct):
             raise _error(
-                f"{node.sql_name()}(DISTINCT ...) is not supported in wave 1",
+                f"{node.sql_name()}(DISTINCT ...) is not supported",
                 node,
-                f"{AGGREGATES_HINT} (COUNT(DISTINCT) arrives in wave 2)",
+                AGGREGATES_HINT,
             )
         extra = [
             arg for arg, value in node.args.items() if value and arg not in ("this", "big_int")
@@ -596,6 +645,10 @@ class _Binder:
         key_names = {key.name for key in self.keys}
 
         def visit(node: exp.Expression) -> exp.Expression | None:
+            _check_function(node)
+            timestamp = _utc_timestamp_literal(node)
+            if timestamp is not None:
+                return timestamp
             if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
                 raise _error(
                     "FILTER (WHERE ...) on aggregates is not supported",
@@ -643,8 +696,8 @@ class _Binder:
 
     def _outputs(self, select: exp.Select) -> tuple[lg.OutputColumn, ...]:
         outputs: list[lg.OutputColumn] = []
-        seen: dict[str, exp.Expression] = {}
-        for projection in select.expressions:
+        seen: dict[str, tuple[int, exp.Expression]] = {}
+        for number, projection in enumerate(select.expressions, start=1):
             if isinstance(projection, exp.Alias):
                 original, name = projection.this, projection.alias
             else:
@@ -656,15 +709,21 @@ class _Binder:
                 elif isinstance(expression, WindowBound):
                     name = f"window_{expression.bound}"
                 else:
-                    name = original.sql(dialect=MangonelDialect)
+                    # As Spark does, an unnamed output is named after what the user wrote
+                    # (comments dropped, whitespace runs made one space), not after
+                    # sqlglot's normalised node (which spells VARIANCE for VAR_SAMP).
+                    name = output_text(projection)
             output_type = _infer(expression, self._window_env(), original)
             if name.lower() in seen:
+                first_number, first = seen[name.lower()]
                 raise _error(
-                    f"duplicate output name {name!r}",
+                    f"SELECT items {first_number} ({_shorten(output_text(first))}) and "
+                    f"{number} ({_shorten(output_text(projection))}) are both named {name!r}",
                     projection,
-                    "give each output its own name with AS",
+                    "give each output its own name with AS (output names are case-insensitive)",
+                    construct=_shorten(output_text(projection)),
                 )
-            seen[name.lower()] = projection
+            seen[name.lower()] = (number, projection)
             self.outputs_by_alias[name.lower()] = expression
             outputs.append(lg.OutputColumn(name, expression, output_type))
         return tuple(outputs)
@@ -681,81 +740,3 @@ class _Binder:
                 "compare aggregates: HAVING COUNT(*) > 10",
             )
         return predicate
-
-
-# ---------------------------------------------------------------------------------------
-# CREATE STREAM -> Stream
-
-
-def stream_from_ddl(statement: CreateStream) -> Stream:
-    """Validate a CREATE STREAM's options into a catalog Stream.
-
-    event_time (required) names a TIMESTAMP column; watermark is a duration (default 0);
-    every other option is kept verbatim (key lower-case) in Stream.options.
-    """
-    schema = Schema(statement.columns)
-    timestamps = [c.name for c in statement.columns if c.type is SqlType.TIMESTAMP]
-    timestamp_hint = (
-        "TIMESTAMP columns: " + ", ".join(timestamps)
-        if timestamps
-        else "declare a TIMESTAMP column for the event time"
-    )
-    event_time = statement.option("event_time")
-    if event_time is None:
-        line, column = statement.position
-        raise SqlError(
-            f"stream {statement.name!r} needs an event_time option",
-            line=line,
-            column=column,
-            construct=statement.name,
-            hint=f"add WITH (event_time = '<column>'); {timestamp_hint}",
-        )
-    event_column = schema.find(event_time)
-    if event_column is None or event_column.type is not SqlType.TIMESTAMP:
-        line, column = statement.option_position("event_time")
-        problem = (
-            f"has no column {event_time!r}"
-            if event_column is None
-            else f"column {event_column.name!r} is {event_column.type}, not TIMESTAMP"
-        )
-        raise (CatalogError if event_column is None else SqlError)(
-            f"event_time must name a TIMESTAMP column: stream {statement.name!r} {problem}",
-            line=line,
-            column=column,
-            construct=f"event_time = '{event_time}'",
-            hint=timestamp_hint,
-        )
-    delay = 0
-    watermark = statement.option("watermark")
-    if watermark is not None:
-        line, column = statement.option_position("watermark")
-        try:
-            delay = parse_duration(watermark)
-        except SqlError as error:
-            # Point into the option's value: its text starts one past the opening quote.
-            inner_column = (error.column or 1) if (error.line or 1) == 1 else 1
-            raise SqlError(
-                error.message,
-                line=line,
-                column=column + inner_column,
-                construct=f"watermark = '{watermark}'",
-                hint=error.hint,
-            ) from None
-        if delay < 0:
-            raise SqlError(
-                f"watermark must not be negative, got {watermark!r}",
-                line=line,
-                column=column,
-                construct=f"watermark = '{watermark}'",
-                hint="the watermark is the out-of-orderness bound, e.g. '500 milliseconds'",
-            )
-    options = tuple(
-        (key, value) for key, value in statement.options if key not in ("event_time", "watermark")
-    )
-    return Stream(
-        name=statement.name,
-        schema=schema,
-        event_time=event_column.name,
-        watermark_delay_us=delay,
-        options=options,
-    )

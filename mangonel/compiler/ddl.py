@@ -17,7 +17,7 @@ from functools import cache
 
 import lark
 
-from mangonel.catalog.catalog import Column
+from mangonel.catalog.catalog import DUPLICATE_COLUMN_HINT, Column, duplicate_column
 from mangonel.catalog.types import TYPE_NAMES, SqlType, type_from_name
 from mangonel.errors import CatalogError, SqlError
 
@@ -79,7 +79,8 @@ class CreateStream:
     """`CREATE STREAM`. options: lower-case key -> value text, in the order written.
 
     position: (line, column) of the stream's name; option_positions: key -> (line, column)
-    of the option's value (the opening quote), so the binder can point at a bad option.
+    of the option's value (the opening quote), so the binder can point at a bad value;
+    option_key_positions: the same for the key (an unknown option).
     """
 
     name: str
@@ -88,12 +89,15 @@ class CreateStream:
     or_replace: bool = False
     position: tuple[int, int] = field(default=(1, 1), compare=False)
     option_positions: tuple[tuple[str, int, int], ...] = field(default=(), compare=False)
+    option_key_positions: tuple[tuple[str, int, int], ...] = field(default=(), compare=False)
 
     def option(self, key: str) -> str | None:
         return dict(self.options).get(key.lower())
 
-    def option_position(self, key: str) -> tuple[int, int]:
-        for name, line, column in self.option_positions:
+    def option_position(self, key: str, *, of_key: bool = False) -> tuple[int, int]:
+        """Where the option's value (or, with of_key, its key) starts."""
+        positions = self.option_key_positions if of_key else self.option_positions
+        for name, line, column in positions:
             if name == key.lower():
                 return line, column
         return self.position
@@ -239,29 +243,32 @@ def _column(node: lark.Tree) -> Column:
 
 
 def _columns(statement: lark.Tree) -> tuple[Column, ...]:
-    columns: list[Column] = []
-    seen: set[str] = set()
-    for node in _children(statement, "column"):
-        column = _column(node)
-        if column.name.lower() in seen:
-            line, col = _position(node)
-            raise CatalogError(
-                f"column {column.name!r} is declared twice",
-                line=line,
-                column=col,
-                construct=column.name,
-                hint="column names are case-insensitive; give each column its own name",
-            )
-        seen.add(column.name.lower())
-        columns.append(column)
-    return tuple(columns)
+    nodes = _children(statement, "column")
+    columns = tuple(_column(node) for node in nodes)
+    duplicate = duplicate_column(columns)
+    if duplicate is not None:
+        index, message = duplicate
+        line, col = _position(nodes[index])
+        raise CatalogError(
+            message,
+            line=line,
+            column=col,
+            construct=columns[index].name,
+            hint=DUPLICATE_COLUMN_HINT,
+        )
+    return columns
+
+
+_Positions = tuple[tuple[str, int, int], ...]
 
 
 def _options(
     statement: lark.Tree,
-) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, int, int], ...]]:
+) -> tuple[tuple[tuple[str, str], ...], _Positions, _Positions]:
+    """The options in order, the positions of their values, and of their keys."""
     options: list[tuple[str, str]] = []
     positions: list[tuple[str, int, int]] = []
+    key_positions: list[tuple[str, int, int]] = []
     for options_node in _children(statement, "options"):
         for option in _children(options_node, "option"):
             key = _name(option.children[0]).lower()
@@ -277,7 +284,8 @@ def _options(
                 )
             options.append((key, _value(value_token)))
             positions.append((key, *_position(value_token)))
-    return tuple(options), tuple(positions)
+            key_positions.append((key, *_position(option)))
+    return tuple(options), tuple(positions), tuple(key_positions)
 
 
 def _name_child(statement: lark.Tree) -> lark.Tree:
@@ -286,7 +294,7 @@ def _name_child(statement: lark.Tree) -> lark.Tree:
 
 def _create_stream(statement: lark.Tree) -> CreateStream:
     name_node = _name_child(statement)
-    options, option_positions = _options(statement)
+    options, option_positions, option_key_positions = _options(statement)
     return CreateStream(
         name=_name(name_node),
         columns=_columns(statement),
@@ -294,12 +302,13 @@ def _create_stream(statement: lark.Tree) -> CreateStream:
         or_replace=bool(_children(statement, "or_replace")),
         position=_position(name_node),
         option_positions=option_positions,
+        option_key_positions=option_key_positions,
     )
 
 
 def _create_table(statement: lark.Tree) -> CreateTable:
     name_node = _name_child(statement)
-    options, _ = _options(statement)
+    options, _, _ = _options(statement)
     return CreateTable(
         name=_name(name_node),
         columns=_columns(statement),

@@ -1,9 +1,11 @@
 """EXPLAIN: the physical plan as deterministic text (one operator per line, indented by
-depth, parameters as key=value) and as JSON-ready dictionaries. Both read the same nodes."""
+depth, parameters as key=value) and as JSON-ready dictionaries (numbers as numbers, lists as
+arrays). Both read the same `Parameter`s."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
@@ -40,8 +42,8 @@ def format_expression(expression: exp.Expression | None) -> str:
     return expression.transform(spell, copy=True).sql(dialect="spark")
 
 
-def _columns(columns) -> str:
-    return "[" + ", ".join(f"{c.name}:{c.type}" for c in columns) + "]"
+def _column(column) -> str:  # noqa: ANN001 - a catalog Column
+    return f"{column.name}:{column.type}"
 
 
 def _field(field: ph.StateField) -> str:
@@ -60,51 +62,75 @@ def _aggregate(aggregate: ph.AggregatePlan) -> str:
     return f"{call}<-{reads}:{aggregate.result_type}"
 
 
-def _window_size(node: ph.WindowAggregateExec, value: int) -> str:
+@dataclass(frozen=True)
+class Parameter:
+    """One operator parameter: `text` is how EXPLAIN prints it, `value` what JSON holds
+    (integers as numbers: durations in microseconds, count-window sizes in rows; lists as
+    arrays; text as strings; an absent predicate as null)."""
+
+    key: str
+    text: str
+    value: int | str | list[str] | None
+
+
+def _number(key: str, value: int) -> Parameter:
+    return Parameter(key, str(value), value)
+
+
+def _duration(key: str, microseconds: int) -> Parameter:
+    return Parameter(key, format_duration(microseconds), microseconds)
+
+
+def _list(key: str, items: list[str]) -> Parameter:
+    return Parameter(key, "[" + ", ".join(items) + "]", items)
+
+
+def _window_size(key: str, node: ph.WindowAggregateExec, value: int) -> Parameter:
     if node.window.kind is WindowKind.TIME:
-        return format_duration(value)
-    return f"{value}rows"
+        return _duration(key, value)
+    return Parameter(key, f"{value}rows", value)
 
 
-def operator_parameters(node: ph.PhysicalNode) -> tuple[str, list[tuple[str, str]]]:
+def operator_parameters(node: ph.PhysicalNode) -> tuple[str, list[Parameter]]:
     """The operator's name and its parameters, in a fixed order."""
     if isinstance(node, ph.ProjectExec):
-        outputs = ", ".join(
-            f"{o.name}:{o.type}={format_expression(o.expression)}" for o in node.outputs
-        )
-        return "Project", [("outputs", f"[{outputs}]")]
+        outputs = [f"{o.name}:{o.type}={format_expression(o.expression)}" for o in node.outputs]
+        return "Project", [_list("outputs", outputs)]
     if isinstance(node, ph.FilterExec):
-        return "Filter", [("having", format_expression(node.predicate))]
+        having = format_expression(node.predicate)
+        return "Filter", [Parameter("having", having, having)]
     if isinstance(node, ph.WindowAggregateExec):
         window = node.window
         return "WindowAggregate", [
-            ("window", window.kind.value),
-            ("range", _window_size(node, window.size)),
-            ("slide", _window_size(node, window.slide)),
-            ("watermark", format_duration(window.watermark_delay_us)),
-            ("pane_length", _window_size(node, node.pane_length)),
-            ("panes_per_window", str(node.panes_per_window)),
-            ("panes_per_slide", str(node.panes_per_slide)),
-            ("windows_per_batch", str(node.windows_per_batch)),
-            ("keys", "[" + ", ".join(k.name for k in node.keys) + "]"),
-            ("aggregates", "[" + ", ".join(_aggregate(a) for a in node.aggregates) + "]"),
-            ("strategy", node.strategy),
-            ("backend", node.backend),
-            ("reason", f'"{node.backend_reason}"'),
+            Parameter("window", window.kind.value, window.kind.value),
+            _window_size("range", node, window.size),
+            _window_size("slide", node, window.slide),
+            _duration("watermark", window.watermark_delay_us),
+            _window_size("pane_length", node, node.pane_length),
+            _number("panes_per_window", node.panes_per_window),
+            _number("panes_per_slide", node.panes_per_slide),
+            _number("windows_per_batch", node.windows_per_batch),
+            _list("keys", [k.name for k in node.keys]),
+            _list("aggregates", [_aggregate(a) for a in node.aggregates]),
+            Parameter("strategy", node.strategy, node.strategy),
+            Parameter("backend", node.backend, node.backend),
+            Parameter("reason", f'"{node.backend_reason}"', node.backend_reason),
         ]
     if isinstance(node, ph.LiftExec):
+        predicate = format_expression(node.predicate)
         return "Lift", [
-            ("predicate", format_expression(node.predicate)),
-            ("keys", _columns(node.keys)),
-            ("fields", "[" + ", ".join(_field(f) for f in node.fields) + "]"),
+            # no WHERE: `none` in the text, null in JSON
+            Parameter("predicate", predicate, None if node.predicate is None else predicate),
+            _list("keys", [_column(k) for k in node.keys]),
+            _list("fields", [_field(f) for f in node.fields]),
         ]
     if isinstance(node, ph.StreamScanExec):
         stream = node.stream
         return "StreamScan", [
-            ("stream", stream.name),
-            ("columns", _columns(node.columns)),
-            ("event_time", stream.event_time),
-            ("declared_watermark", format_duration(stream.watermark_delay_us)),
+            Parameter("stream", stream.name, stream.name),
+            _list("columns", [_column(c) for c in node.columns]),
+            Parameter("event_time", stream.event_time, stream.event_time),
+            _duration("declared_watermark", stream.watermark_delay_us),
         ]
     raise TypeError(f"not a physical plan node: {type(node).__name__}")
 
@@ -115,7 +141,7 @@ def explain_text(root: ph.PhysicalNode) -> str:
     depth = 0
     while node is not None:
         name, parameters = operator_parameters(node)
-        rendered = " ".join(f"{key}={value}" for key, value in parameters)
+        rendered = " ".join(f"{p.key}={p.text}" for p in parameters)
         lines.append(f"{'  ' * depth}{name}: {rendered}")
         found = ph.children(node)
         node = found[0] if found else None
@@ -128,6 +154,6 @@ def explain_json(root: ph.PhysicalNode) -> dict[str, Any]:
     found = ph.children(root)
     return {
         "operator": name,
-        "parameters": dict(parameters),
+        "parameters": {p.key: p.value for p in parameters},
         "children": [explain_json(child) for child in found],
     }

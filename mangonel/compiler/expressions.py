@@ -16,7 +16,8 @@ Semantics follow Spark in its default (non-ANSI) mode, since results are compare
   on one bad row). `%` keeps the operand type and the dividend's sign (C fmod / Java %).
 - Floating-point comparisons use Spark's NaN semantics: NaN = NaN is true and NaN is larger
   than every other value (also in GREATEST/LEAST); -0.0 = 0.0.
-- SQRT of a negative number is NaN; LN, LOG10 and LOG(b, x) of x <= 0 (or b <= 0) are NULL;
+- SQRT of a negative number is NaN; LN, LOG10, LOG(x) (which is LN(x)) and LOG(b, x) of
+  x <= 0 (or b <= 0) are NULL;
   LN(NaN) is NaN; EXP overflows to Infinity; POWER follows Java's Math.pow (POWER(x, NaN) and
   POWER(+-1, +-Infinity) are NaN, where C would give 1). LOG(10, x) and LOG10(x) both use
   log10 (sqlglot parses them alike), so LOG(10, 1000) = 3 exactly, as Spark's LOG10 gives.
@@ -67,6 +68,7 @@ from mangonel.compiler.typing import (
     is_string_literal,
     numeric_literal_value,
     round_scale,
+    timestamp_literal_value,
     unwrap_parens,
 )
 
@@ -495,6 +497,9 @@ def _cpu_greatest_or_least(greatest: bool) -> Callable:
 
 
 def _cpu_cast_node(r: _CpuRenderer, node: exp.Cast) -> pa.Array:
+    timestamp = timestamp_literal_value(node)
+    if timestamp is not None:
+        return r.constant(timestamp, SqlType.TIMESTAMP)
     target = cast_target(node)
     source = r.type_of(node.this)
     if source is None:
@@ -519,6 +524,8 @@ def _cpu_ln(r: _CpuRenderer, node: exp.Ln) -> pa.Array:
 
 
 def _cpu_log(r: _CpuRenderer, node: exp.Log) -> pa.Array:
+    if node.expression is None:  # LOG(x) is LN(x), as in Spark
+        return _cpu_ln(r, node)
     values = r.render_as(node.expression, SqlType.DOUBLE)
     if _log_base_is_ten(node):
         logs = pc.log10(values)
@@ -1145,6 +1152,9 @@ def _cuda_greatest_or_least(greatest: bool) -> Callable:
 
 
 def _cuda_cast_node(r: _CudaRenderer, node: exp.Cast) -> CudaValue:
+    timestamp = timestamp_literal_value(node)
+    if timestamp is not None:  # microseconds since the epoch, an int64 like any TIMESTAMP
+        return CudaValue(_c_number(timestamp, SqlType.BIGINT), "true", SqlType.TIMESTAMP)
     return r.render_as(node.this, cast_target(node))
 
 
@@ -1175,6 +1185,8 @@ def _cuda_ln(r: _CudaRenderer, node: exp.Ln) -> CudaValue:
 
 
 def _cuda_log(r: _CudaRenderer, node: exp.Log) -> CudaValue:
+    if node.expression is None:  # LOG(x) is LN(x), as in Spark
+        return _cuda_ln(r, node)
     x = r.render_as(node.expression, SqlType.DOUBLE)
     if _log_base_is_ten(node):
         valid = _c_and(x.valid, f"(!({x.value} <= 0.0))")

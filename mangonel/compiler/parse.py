@@ -1,4 +1,5 @@
-"""SQL text -> AST: the sqlglot dialect of mangonel, the CQL window clause, durations.
+"""SQL text -> AST: the sqlglot dialect of mangonel and the CQL window clause (durations are
+read by `mangonel.compiler.durations`; `parse_duration` is re-exported here).
 
 `parse_statement` is the one entry point: DDL (CREATE/DROP/SHOW) goes to the small lark
 grammar of `mangonel.compiler.ddl`; queries and `EXPLAIN [CODEGEN] <query>` go to
@@ -21,7 +22,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 from sqlglot import exp, generator, parser, tokens
 from sqlglot.dialects.dialect import Dialect
@@ -30,42 +30,26 @@ from sqlglot.parsers.base import BaseParser
 from sqlglot.tokens import Token, TokenType
 
 from mangonel.compiler import ddl
+from mangonel.compiler.durations import (
+    CLAUSE_WORDS,
+    WORD,
+    DurationError,
+    format_duration,
+    is_word,
+    line_and_column,
+    read_duration,
+)
+from mangonel.compiler.durations import parse_duration as parse_duration  # re-exported
+from mangonel.compiler.limits import (
+    MAX_EXPRESSION_DEPTH,
+    MAX_PARENTHESIS_NESTING,
+    ensure_recursion_headroom,
+)
 from mangonel.compiler.nodes import AggregateRef, Explain, WindowBound, WindowClause
 from mangonel.errors import SqlError
 
 Statement = exp.Select | Explain | ddl.CreateStream | ddl.CreateTable | ddl.Drop | ddl.Show
 
-# ---------------------------------------------------------------------------------------
-# Durations
-
-MICROSECONDS_PER_UNIT: dict[str, int] = {
-    "MICROSECOND": 1,
-    "MICROSECONDS": 1,
-    "US": 1,
-    "MILLISECOND": 1_000,
-    "MILLISECONDS": 1_000,
-    "MS": 1_000,
-    "SECOND": 1_000_000,
-    "SECONDS": 1_000_000,
-    "S": 1_000_000,
-    "MINUTE": 60_000_000,
-    "MINUTES": 60_000_000,
-    "MIN": 60_000_000,
-    "HOUR": 3_600_000_000,
-    "HOURS": 3_600_000_000,
-    "H": 3_600_000_000,
-    "DAY": 86_400_000_000,
-    "DAYS": 86_400_000_000,
-    "D": 86_400_000_000,
-}
-
-UNITS_HINT = (
-    "units: microsecond(s)/us, millisecond(s)/ms, second(s)/s, minute(s)/min, hour(s)/h, day(s)/d"
-)
-DURATION_HINT = (
-    "write a number and a unit, e.g. 1 SECOND, 10 MILLISECONDS, 500 ms, INTERVAL '5' MINUTE "
-    f"or INTERVAL '5 minutes'; {UNITS_HINT}"
-)
 WINDOW_CLAUSE_HINT = (
     "the window clause is [RANGE <duration> [SLIDE <duration>] [WATERMARK <duration>]] or "
     "[ROWS <n> [SLIDE <m>] [WATERMARK <duration>]], e.g. [RANGE 1 SECOND SLIDE 10 MILLISECONDS]"
@@ -75,188 +59,9 @@ QUERY_HINT = (
     "FROM <stream> [RANGE ..] [WHERE ..] [GROUP BY <columns>] [HAVING ..]"
 )
 
-_NUMBER = re.compile(r"\d+(\.\d+)?")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-_CLAUSE_WORDS = frozenset({"SLIDE", "WATERMARK"})
-
-# Largest unit first: how a duration is printed back, as SQL (error messages, generated SQL)
-# or compact (EXPLAIN: `1s`, `10ms`, `100us`).
-_DISPLAY_UNITS = (
-    ("DAY", "d", 86_400_000_000),
-    ("HOUR", "h", 3_600_000_000),
-    ("MINUTE", "min", 60_000_000),
-    ("SECOND", "s", 1_000_000),
-    ("MILLISECOND", "ms", 1_000),
-    ("MICROSECOND", "us", 1),
-)
-
-
-def format_duration(microseconds: int, *, compact: bool = False) -> str:
-    """The largest unit that divides the duration exactly: `1500000` -> `'1500 MILLISECONDS'`,
-    or `'1500ms'` with compact=True."""
-    if microseconds == 0:
-        return "0s" if compact else "0 SECONDS"
-    for unit, suffix, size in _DISPLAY_UNITS:
-        if microseconds % size == 0:
-            amount = microseconds // size
-            if compact:
-                return f"{amount}{suffix}"
-            return f"{amount} {unit}" + ("" if abs(amount) == 1 else "S")
-    raise AssertionError("unreachable: every integer is a whole number of microseconds")
-
-
-class _DurationError(Exception):
-    """A malformed duration; `token` is where it goes wrong."""
-
-    def __init__(self, message: str, token: Token, hint: str = DURATION_HINT) -> None:
-        super().__init__(message)
-        self.message = message
-        self.token = token
-        self.hint = hint
-
-
-def _is_word(token: Token | None) -> bool:
-    return (
-        token is not None
-        and token.token_type not in (TokenType.STRING, TokenType.IDENTIFIER)
-        and _WORD.fullmatch(token.text) is not None
-    )
-
-
-def _amount(number: Token, sign: int) -> Decimal:
-    if number.token_type is not TokenType.NUMBER or not _NUMBER.fullmatch(number.text):
-        raise _DurationError(f"expected a number, found {number.text!r}", number)
-    return sign * Decimal(number.text)
-
-
-def _whole_microseconds(amount: Decimal, unit: Token, text: str) -> int:
-    factor = MICROSECONDS_PER_UNIT.get(unit.text.upper())
-    if factor is None:
-        raise _DurationError(f"unknown time unit {unit.text!r}", unit, hint=UNITS_HINT)
-    value = amount * factor
-    if value != value.to_integral_value():
-        raise _DurationError(
-            f"{text} is not a whole number of microseconds",
-            unit,
-            hint="durations are whole microseconds; use a smaller unit or a whole amount",
-        )
-    return int(value)
-
-
-def _read_duration(token_list: Sequence[Token], index: int, end_token: Token) -> tuple[int, int]:
-    """Read one duration starting at token_list[index]; return (microseconds, next index).
-
-    Forms: [-]<number> <unit>, INTERVAL '<number>' <unit>, INTERVAL '<number> <unit>'.
-    `end_token` is what an error at the end of the list points at.
-    """
-
-    def at(position: int) -> Token | None:
-        return token_list[position] if position < len(token_list) else None
-
-    first = at(index)
-    if first is None:
-        raise _DurationError("expected a duration", end_token)
-    if first.token_type is TokenType.INTERVAL:
-        quoted = at(index + 1)
-        if quoted is None or quoted.token_type is not TokenType.STRING:
-            raise _DurationError(
-                "INTERVAL needs a quoted amount, e.g. INTERVAL '5' MINUTE", quoted or end_token
-            )
-        inner = _tokenize_string_contents(quoted)
-        unit = at(index + 2)
-        has_outer_unit = _is_word(unit) and unit.text.upper() not in _CLAUSE_WORDS
-        if has_outer_unit:
-            if len(inner) != 1:
-                raise _DurationError(
-                    f"INTERVAL '{quoted.text}' {unit.text} gives the unit twice", unit
-                )
-            amount = _amount(inner[0], 1)
-            text = f"INTERVAL '{quoted.text}' {unit.text}"
-            return _whole_microseconds(amount, unit, text), index + 3
-        value, consumed = _read_duration(inner, 0, quoted)
-        if consumed != len(inner):
-            raise _DurationError(f"unexpected {inner[consumed].text!r} in INTERVAL", quoted)
-        return value, index + 2
-
-    sign = 1
-    number_index = index
-    if first.token_type in (TokenType.DASH, TokenType.PLUS):
-        sign = -1 if first.token_type is TokenType.DASH else 1
-        number_index += 1
-    number = at(number_index)
-    if number is None:
-        raise _DurationError("expected a number after the sign", end_token)
-    amount = _amount(number, sign)
-    unit = at(number_index + 1)
-    if not _is_word(unit) or unit.text.upper() in _CLAUSE_WORDS:
-        raise _DurationError(f"the duration {number.text} has no time unit", unit or end_token)
-    text = f"{'-' if sign < 0 else ''}{number.text} {unit.text}"
-    return _whole_microseconds(amount, unit, text), number_index + 2
-
-
-def _tokenize_string_contents(quoted: Token) -> list[Token]:
-    """The tokens inside a string literal, positioned in the statement (the literal's quote
-    is at quoted.start, so its contents start one character later)."""
-    try:
-        inner = MangonelDialect().tokenize(quoted.text)
-    except TokenError as error:
-        raise _DurationError("malformed duration", quoted) from error
-    base = quoted.start + 1
-    return [
-        Token(
-            token.token_type,
-            token.text,
-            line=quoted.line,
-            col=quoted.col,
-            start=base + token.start,
-            end=base + token.end,
-        )
-        for token in inner
-    ]
-
-
-def parse_duration(text: str) -> int:
-    """Microseconds of a duration: `parse_duration('500 milliseconds') == 500_000`.
-
-    Accepts `10 MILLISECONDS`, `1 SECOND`, `500 ms`, `INTERVAL '5' MINUTE`,
-    `INTERVAL '5 minutes'`, with a sign (negative durations are the caller's to reject).
-    """
-    try:
-        token_list = MangonelDialect().tokenize(text)
-    except TokenError as error:
-        raise SqlError(
-            f"malformed duration {text!r}", line=1, column=1, construct=text, hint=DURATION_HINT
-        ) from error
-    end = Token(TokenType.UNKNOWN, "", line=1, col=len(text), start=len(text), end=len(text))
-    try:
-        value, consumed = _read_duration(token_list, 0, end)
-        if consumed != len(token_list):
-            raise _DurationError(
-                f"unexpected {token_list[consumed].text!r} after the duration",
-                token_list[consumed],
-            )
-    except _DurationError as error:
-        line, column = line_and_column(text, error.token.start)
-        raise SqlError(
-            f"malformed duration {text!r}: {error.message}",
-            line=line,
-            column=column,
-            construct=text,
-            hint=error.hint,
-        ) from None
-    return value
-
 
 # ---------------------------------------------------------------------------------------
 # Positions
-
-
-def line_and_column(text: str, offset: int) -> tuple[int, int]:
-    """1-based line and column of character `offset` of `text`."""
-    offset = max(0, min(offset, len(text)))
-    line = text.count("\n", 0, offset) + 1
-    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
-    return line, column
 
 
 def _annotate_start_positions(tree: exp.Expression, text: str) -> None:
@@ -299,6 +104,24 @@ def copy_position(target: exp.Expression, source: exp.Expression) -> exp.Express
     return target
 
 
+def source_text(text: str, token_list: Sequence[Token]) -> str:
+    """The statement text the tokens span, with comments dropped and every run of
+    whitespace (or comment) between two tokens written as one space."""
+    parts: list[str] = []
+    previous_end = None
+    for token in token_list:
+        if previous_end is not None and token.start > previous_end + 1:
+            parts.append(" ")
+        parts.append(text[token.start : token.end + 1])
+        previous_end = token.end
+    return "".join(parts)
+
+
+def output_text(node: exp.Expression) -> str:
+    """The text of a SELECT item as the user wrote it (`source_text`), else its SQL."""
+    return node.meta.get("source_text") or node.sql(dialect=MangonelDialect)
+
+
 def display_sql(node: exp.Expression) -> str:
     """Readable SQL of a (possibly resolved) node for messages: simple names unquoted."""
 
@@ -306,7 +129,7 @@ def display_sql(node: exp.Expression) -> str:
         if (
             isinstance(child, exp.Identifier)
             and child.quoted
-            and _WORD.fullmatch(child.name)
+            and WORD.fullmatch(child.name)
             and child.name.upper() not in MangonelDialect.tokenizer_class.KEYWORDS
         ):
             return exp.Identifier(this=child.name, quoted=False)
@@ -365,6 +188,18 @@ class MangonelParser(BaseParser):
                 if token.token_type is TokenType.DISTINCT:
                     distinct.update_positions(token)
                     break
+        return result
+
+    def _parse_projections(self) -> tuple[list[exp.Expression], None]:
+        # Each SELECT item remembers the text the user wrote for it: an unnamed output is
+        # named after that text (see `output_text`), not after sqlglot's normalised node.
+        return self._parse_csv(self._parse_projection), None
+
+    def _parse_projection(self) -> exp.Expression | None:
+        first = self._index
+        result = self._parse_expression()
+        if result is not None and self._index > first:
+            result.meta["source_text"] = source_text(self.sql, self._tokens[first : self._index])
         return result
 
     _parse_join = _record_start("_parse_join")
@@ -454,7 +289,7 @@ class MangonelParser(BaseParser):
         parts: dict[str, _PartPosition] = {}
         values: dict[str, int | None] = {"slide": None, "watermark": None}
         values["size"] = self._read_clause_value(kind, kind == "ROWS", "size", parts)
-        while self._curr and self._curr.text.upper() in _CLAUSE_WORDS:
+        while self._curr and self._curr.text.upper() in CLAUSE_WORDS:
             word = self._curr
             part = word.text.lower()
             if part in parts:
@@ -492,10 +327,12 @@ class MangonelParser(BaseParser):
             value = self._read_row_count(keyword)
         else:
             try:
-                value, next_index = _read_duration(self._tokens, self._index, self._prev)
-            except _DurationError as error:
+                value, next_index = read_duration(self._tokens, self._index, self._prev)
+            except DurationError as error:
                 self._window_error(
-                    f"malformed duration after {keyword}: {error.message}",
+                    f"malformed duration after {keyword}: {error.message}"
+                    if error.malformed
+                    else f"{keyword} {error.message}",
                     error.token,
                     error.hint,
                 )
@@ -517,7 +354,7 @@ class MangonelParser(BaseParser):
         if not number.text.isdigit():
             self._window_error(f"{number.text} is not a whole number of rows", number, hint)
         self._advance()
-        if _is_word(self._curr) and self._curr.text.upper() not in _CLAUSE_WORDS:
+        if is_word(self._curr) and self._curr.text.upper() not in CLAUSE_WORDS:
             self._window_error(
                 f"ROWS windows count tuples; {number.text} {self._curr.text} is a duration",
                 self._curr,
@@ -659,12 +496,57 @@ def _only_trailing_semicolons(token_list: list[Token]) -> bool:
     return True
 
 
+def _check_nesting(body: list[Token], text: str) -> None:
+    """Refuse more than MAX_PARENTHESIS_NESTING open parentheses before parsing: sqlglot's
+    parser recurses deeply for each one."""
+    depth = 0
+    for token in body:
+        if token.token_type is TokenType.L_PAREN:
+            depth += 1
+            if depth > MAX_PARENTHESIS_NESTING:
+                line, column = line_and_column(text, token.start)
+                raise SqlError(
+                    f"parentheses are nested more than {MAX_PARENTHESIS_NESTING} deep",
+                    line=line,
+                    column=column,
+                    construct=" ".join(text[token.start : token.start + 40].split()),
+                    hint="drop redundant parentheses or split the expression",
+                )
+        elif token.token_type is TokenType.R_PAREN:
+            depth = max(0, depth - 1)
+
+
+def _check_depth(tree: exp.Expression, text: str) -> None:
+    """Refuse expression trees deeper than MAX_EXPRESSION_DEPTH (counted without recursion,
+    since the passes that follow recurse once or more per level)."""
+    stack: list[tuple[exp.Expression, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_EXPRESSION_DEPTH:
+            line, column = position_of(node) or (1, 1)
+            raise SqlError(
+                f"the expression is nested more than {MAX_EXPRESSION_DEPTH} levels deep",
+                line=line,
+                column=column,
+                construct=" ".join(node.sql(dialect=MangonelDialect)[:40].split()),
+                hint="split a long chain of operators into sums of smaller groups, e.g. "
+                "(a + b + ...) + (c + d + ...)",
+            )
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
+
+
 def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.Select:
+    ensure_recursion_headroom()
+    _check_nesting(body, text)
     parser_ = dialect.parser(error_level=parser.ErrorLevel.IMMEDIATE)
     try:
         trees = [tree for tree in parser_.parse(body, text) if tree is not None]
     except ParseError as error:
-        raise _window_function_form(body, text) or _syntax_error(error, text) from None
+        raise (
+            _window_function_form(body, text)
+            or _misplaced_window_clause(body, text)
+            or _syntax_error(error, text)
+        ) from None
     if not trees:
         raise SqlError("empty statement", line=1, column=1, hint=QUERY_HINT)
     if len(trees) > 1:
@@ -678,6 +560,7 @@ def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.
         )
     tree = trees[0]
     _annotate_start_positions(tree, text)
+    _check_depth(tree, text)
     while isinstance(tree, exp.Subquery) and not tree.args.get("alias"):
         tree = tree.this  # (SELECT ...) is the same query
     if isinstance(tree, exp.Select):
@@ -688,7 +571,7 @@ def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.
         keyword = next((t for t in body if t.text.upper() == operation), body[0])
         line, column = line_and_column(text, keyword.start)
         raise SqlError(
-            f"{operation} of queries is not supported (wave 2+)",
+            f"{operation} of queries is not supported",
             line=line,
             column=column,
             construct=keyword.text,
@@ -712,12 +595,48 @@ def _window_function_form(body: list[Token], text: str) -> SqlError | None:
         if name in ("WINDOW", "TUMBLE", "HOP") and following.token_type is TokenType.L_PAREN:
             line, column = line_and_column(text, token.start)
             return SqlError(
-                f"{name}(...) windows are not supported in wave 1",
+                f"{name}(...) windows are not supported: the window is a clause after the stream",
                 line=line,
                 column=column,
                 construct=f"{token.text}(",
                 hint="put the window after the stream name: FROM s [RANGE 1 SECOND SLIDE 10 "
                 "MILLISECONDS] or FROM s [ROWS 100]",
+            )
+    return None
+
+
+_CLAUSES_BEFORE_WINDOW = {
+    TokenType.WHERE: "WHERE",
+    TokenType.GROUP_BY: "GROUP BY",
+    TokenType.HAVING: "HAVING",
+}
+
+
+def _misplaced_window_clause(body: list[Token], text: str) -> SqlError | None:
+    """`FROM s WHERE .. [RANGE ..]`: the window clause written after WHERE, GROUP BY or
+    HAVING does not parse (sqlglot reads `[` as a subscript); say where it goes."""
+    clause_seen: str | None = None
+    stream = "<stream>"
+    for index, token in enumerate(body):
+        if token.token_type is TokenType.FROM and index + 1 < len(body):
+            stream = body[index + 1].text
+        elif token.token_type in _CLAUSES_BEFORE_WINDOW:
+            clause_seen = clause_seen or _CLAUSES_BEFORE_WINDOW[token.token_type]
+        elif (
+            token.token_type is TokenType.L_BRACKET
+            and clause_seen is not None
+            and index + 1 < len(body)
+            and body[index + 1].text.upper() in ("RANGE", "ROWS")
+        ):
+            close = next((t for t in body[index:] if t.token_type is TokenType.R_BRACKET), body[-1])
+            line, column = line_and_column(text, token.start)
+            return SqlError(
+                f"the window clause goes right after the stream name, before {clause_seen}",
+                line=line,
+                column=column,
+                construct=" ".join(text[token.start : close.end + 1].split()),
+                hint=f"write FROM {stream} [{body[index + 1].text.upper()} ..] "
+                "[WHERE ..] [GROUP BY ..] [HAVING ..]",
             )
     return None
 

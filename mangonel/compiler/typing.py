@@ -9,19 +9,23 @@ Typing is a lookup table (`TYPE_RULES`) over the same node classes both renderer
 for both targets alike. The rules follow Spark (non-ANSI mode):
 
 - numeric widening INT < BIGINT < FLOAT < DOUBLE (`catalog.types.common_numeric_type`);
-- `/` always yields DOUBLE; SQRT, LN, LOG, LOG10, EXP, POWER and SIGN yield DOUBLE;
+- `/` always yields DOUBLE; SQRT, LN, LOG, LOG10, EXP, POWER and SIGN yield DOUBLE (LOG(x)
+  with one argument is LN(x), as in Spark);
   FLOOR and CEIL yield BIGINT; ABS and ROUND keep their argument's type;
 - integer literals are INT when they fit 32 bits, else BIGINT; decimal literals are DOUBLE;
 - STRING values only come from columns, and are only compared for (in)equality, IN and
   IS [NOT] NULL, against string literals or other STRING columns (on the GPU a STRING is a
   dictionary id, which has no order and no text);
-- TIMESTAMP values are only compared with TIMESTAMP values; no arithmetic;
+- TIMESTAMP values are only compared with TIMESTAMP values (columns, window bounds and
+  literals `TIMESTAMP '2026-01-01 00:00:00'`, read as UTC); no arithmetic;
 - NULL literals take the type their context asks for; an expression whose type is decided by
   NULLs alone is rejected (write `CAST(NULL AS <type>)`).
 """
 
 from __future__ import annotations
 
+import datetime
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -29,6 +33,7 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType, common_numeric_type, type_from_name
 from mangonel.compiler import nodes
+from mangonel.compiler.limits import ensure_recursion_headroom
 from mangonel.compiler.logical import AggregateFunction
 from mangonel.errors import MangonelError
 
@@ -193,6 +198,7 @@ class TypeAnnotation:
 
 def annotate_types(expr: exp.Expression, env: TypeEnv) -> TypeAnnotation:
     """Type every node of `expr`. Raises ExpressionError like infer_type."""
+    ensure_recursion_headroom()  # typing and rendering recurse once or more per level
     annotation = TypeAnnotation(expr)
     _Typer(env, annotation.types).infer(expr)
     annotation.root_type  # noqa: B018 - raises for an untyped NULL expression
@@ -218,6 +224,16 @@ class _Typer:
 
     def record(self, node: exp.Expression, node_type: SqlType | None) -> None:
         self.types[id(node)] = node_type
+
+
+def unsupported_function(node: exp.Expression) -> ExpressionError | None:
+    """The error for a scalar function call mangonel cannot evaluate (an unknown name, or one
+    sqlglot knows but no rule types), None for anything else. The binder asks this before it
+    resolves the call's arguments, so the error names the function, not an argument."""
+    if isinstance(node, exp.Func) and not isinstance(node, exp.AggFunc):
+        if type(node) not in TYPE_RULES:
+            return _unsupported(node)
+    return None
 
 
 def _unsupported(node: exp.Expression) -> ExpressionError:
@@ -384,10 +400,13 @@ def comparison_type(
                 hint="STRING values may only be compared with =, <>, IN and IS NULL",
             )
         return only
+    hint = "compare numbers with numbers, TIMESTAMP with TIMESTAMP, STRING with STRING"
+    if known == {SqlType.TIMESTAMP, SqlType.STRING}:
+        hint = "compare TIMESTAMP values with TIMESTAMP literals: " + TIMESTAMP_FORMAT_HINT
     raise ExpressionError(
         f"cannot compare {' with '.join(_describe(t) for t in operand_types)}",
         node=parent,
-        hint="compare numbers with numbers, TIMESTAMP with TIMESTAMP, STRING with STRING",
+        hint=hint,
     )
 
 
@@ -571,6 +590,73 @@ def _type_greatest_least(typer: _Typer, node: exp.Func) -> SqlType | None:
     return result
 
 
+_TIMESTAMP_TEXT = re.compile(
+    r"(?P<year>\d{4})-(?P<month>\d{1,2})-(?P<day>\d{1,2})"
+    r"(?:[ T](?P<hour>\d{1,2}):(?P<minute>\d{1,2})"
+    r"(?::(?P<second>\d{1,2})(?:\.(?P<fraction>\d{1,6}))?)?)?"
+    r"\s*(?P<zone>Z|UTC|[+-]\d{2}(?::?\d{2})?)?"
+)
+TIMESTAMP_FORMAT_HINT = (
+    "write TIMESTAMP 'yyyy-mm-dd[ hh:mm[:ss[.ffffff]]][Z|+hh:mm]', e.g. "
+    "TIMESTAMP '2026-01-01 00:00:00'; without a zone the time is UTC"
+)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+# TIMESTAMP as sqlglot spells it after reading mangonel's dialect or Spark's (an instant)
+_TIMESTAMP_TYPES = (
+    exp.DataType.Type.TIMESTAMP,
+    exp.DataType.Type.TIMESTAMPTZ,
+    exp.DataType.Type.TIMESTAMPLTZ,
+)
+
+
+def timestamp_literal_value(node: exp.Expression) -> int | None:
+    """Microseconds since the epoch of `TIMESTAMP '<text>'` (sqlglot reads it, and
+    `CAST('<text>' AS TIMESTAMP)`, as a Cast of a string literal), or None when `node` is not
+    one. The session time zone is UTC, so a text without a zone is UTC (Spark with
+    spark.sql.session.timeZone=UTC). Raises ExpressionError for a text that is no timestamp."""
+    if not isinstance(node, (exp.Cast, exp.TryCast)) or not is_string_literal(node.this):
+        return None
+    to = node.to
+    if not isinstance(to, exp.DataType) or to.this not in _TIMESTAMP_TYPES:
+        return None
+    text = unwrap_parens(node.this).this
+    match = _TIMESTAMP_TEXT.fullmatch(text.strip())
+    try:
+        if match is None:
+            raise ValueError(text)
+        parts = match.groupdict()
+        zone = parts["zone"]
+        offset = datetime.timedelta(0)
+        if zone and zone not in ("Z", "UTC"):
+            digits = zone[1:].replace(":", "")
+            offset = datetime.timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0))
+            if zone[0] == "-":
+                offset = -offset
+        moment = datetime.datetime(
+            int(parts["year"]),
+            int(parts["month"]),
+            int(parts["day"]),
+            int(parts["hour"] or 0),
+            int(parts["minute"] or 0),
+            int(parts["second"] or 0),
+            int((parts["fraction"] or "").ljust(6, "0")),
+            tzinfo=datetime.timezone(offset),
+        )
+    except ValueError:
+        raise ExpressionError(
+            f"cannot read the TIMESTAMP {text!r}", node=node, hint=TIMESTAMP_FORMAT_HINT
+        ) from None
+    return (moment - _EPOCH) // datetime.timedelta(microseconds=1)
+
+
+def utc_timestamp_literal(microseconds: int) -> exp.Cast:
+    """`CAST('<UTC time>Z' AS TIMESTAMP)`: a TIMESTAMP literal whose text names its zone, so
+    Spark reads the same instant whatever its session time zone."""
+    moment = _EPOCH + datetime.timedelta(microseconds=microseconds)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP"))
+
+
 def cast_target(node: exp.Cast) -> SqlType:
     to = node.to
     target = type_from_name(to.this.name) if isinstance(to, exp.DataType) else None
@@ -584,6 +670,9 @@ def cast_target(node: exp.Cast) -> SqlType:
 
 
 def _type_cast(typer: _Typer, node: exp.Cast) -> SqlType:
+    if timestamp_literal_value(node) is not None:  # TIMESTAMP '2026-01-01 00:00:00'
+        _record_literal_chain(typer, node.this, SqlType.TIMESTAMP)
+        return SqlType.TIMESTAMP
     target = cast_target(node)
     source = typer.infer(node.this)
     if source is None or source is target:
@@ -610,10 +699,7 @@ def _type_double_function(typer: _Typer, node: exp.Func) -> SqlType:
 
 
 def _type_log(typer: _Typer, node: exp.Log) -> SqlType:
-    if node.args.get("expression") is None:
-        raise ExpressionError(
-            "LOG with one argument is ambiguous", node=node, hint="write LN(x) or LOG10(x)"
-        )
+    # LOG(b, x), or LOG(x), which Spark reads as LN(x)
     return _type_double_function(typer, node)
 
 

@@ -204,3 +204,43 @@ CREATE STREAM quotes (ts TIMESTAMP bid DOUBLE) WITH (event_time = 'ts')
 
 -- name: named_window_definition
 SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WINDOW w AS (PARTITION BY symbol)
+
+-- name: unknown_function_on_a_column
+SELECT symbol, FROBNICATE(price) FROM trades [RANGE 1 SECOND] GROUP BY symbol
+
+-- name: window_clause_after_where
+SELECT COUNT(*) FROM trades WHERE price > 0 [RANGE 1 SECOND]
+
+-- name: window_clause_after_group_by
+SELECT symbol, COUNT(*)
+FROM trades
+GROUP BY symbol [ROWS 100 SLIDE 10]
+
+-- name: duplicate_names_of_different_outputs
+SELECT SUM(price), sum(price) AS total, sum(price) FROM trades [RANGE 1 SECOND]
+
+-- name: range_too_long
+SELECT COUNT(*) FROM trades [RANGE 1000000000000000000 DAYS]
+
+-- name: too_many_panes_per_window
+SELECT COUNT(*) FROM trades [RANGE 1 DAY SLIDE 1 MICROSECOND]
+
+-- name: too_many_rows_per_window
+SELECT COUNT(*) FROM trades [ROWS 100000000000000000000]
+
+-- name: create_stream_misspelt_option
+CREATE STREAM quotes (ts TIMESTAMP, bid DOUBLE)
+WITH (event_time = 'ts', watermak = '10 seconds')
+
+-- name: create_stream_unknown_source
+CREATE STREAM quotes (ts TIMESTAMP, bid DOUBLE)
+WITH (event_time = 'ts', source = 'kafak', topic = 'quotes')
+
+-- name: create_stream_columns_differing_in_case
+CREATE STREAM quotes (ts TIMESTAMP, k BIGINT, K BIGINT) WITH (event_time = 'ts')
+
+-- name: timestamp_compared_with_a_string
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE ts > '2026-01-01 00:00:00'
+
+-- name: timestamp_literal_unreadable
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE ts > TIMESTAMP '2026-02-30 00:00:00'
