@@ -15,8 +15,8 @@ Partial rows (`partial_schema`) are exactly what the window operator's `lift` wr
 `merge` reads: the key columns (declared types, original names), `__pane` (BIGINT), then the
 state fields in plan order, one column each (`<name>`, BIGINT or DOUBLE storage) and three for
 MOMENTS (`<name>.n`, `<name>.mean`, `<name>.m2`). Cells of a partial whose argument was all
-NULL hold the field's neutral element (0 for counts, sums and moments; the largest value of
-the storage type, or its negation, for MIN/MAX).
+NULL hold the field's neutral element (`physical.neutral`: 0 for counts, sums and moments;
+for MIN/MAX the largest/smallest value in Spark's order: the int64 range, NaN and -inf).
 """
 
 from __future__ import annotations
@@ -144,23 +144,38 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
 
     def preaggregate(table: pa.Table) -> pa.RecordBatch:
         aggregations: list[tuple] = []
+        derived: dict[str, pa.ChunkedArray] = {}  # extra input columns, computed once
         for field in window.fields:
             if field.argument is None:
                 aggregations.append(([], "count_all"))
                 continue
             source = column_of(field)
+            floating = pa.types.is_floating(table.schema.field(source).type)
             if field.kind is ph.StateKind.COUNT:
                 aggregations.append((source, "count"))
             elif field.kind is ph.StateKind.SUM:
-                aggregations.append((source, "sum"))
+                if field.type is SqlType.DOUBLE and not floating:
+                    # AVG sums in double (Spark's Average): convert every value before summing
+                    # (unchecked: int64 -> double rounds, and a checked cast refuses that)
+                    name = f"{source}.double"
+                    derived[name] = table[source].cast(pa.float64(), safe=False)
+                    source = name
+                aggregations.append((source, "sum"))  # Arrow's integer sum wraps, as Spark's
             elif field.kind is ph.StateKind.MIN:
-                aggregations.append((source, "min"))
+                aggregations.append((source, "min"))  # NaN only when every value is NaN
             elif field.kind is ph.StateKind.MAX:
                 aggregations.append((source, "max"))
+                if floating:
+                    # Arrow's max skips NaN; in Spark's order NaN is the largest value
+                    name = f"{source}.nan"
+                    derived[name] = pc.is_nan(table[source])
+                    aggregations.append((name, "any"))
             else:
                 aggregations.append((source, "count"))
                 aggregations.append((source, "mean"))
                 aggregations.append((source, "variance", pc.VarianceOptions(ddof=0)))
+        for name, column in derived.items():
+            table = table.append_column(name, column)
         grouping_columns = keys + [PANE]
         grouped = table.group_by(grouping_columns, use_threads=False).aggregate(aggregations)
         # Output order differs between pyarrow versions (keys first in >= 22): locate the
@@ -184,8 +199,13 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
             arrow_type = pa.from_numpy_dtype(dtype)
             if pa.types.is_timestamp(value.type):
                 value = value.cast(pa.int64())
-            arrays.append(pc.fill_null(value.cast(arrow_type), pa.scalar(empty, arrow_type)))
+            value = pc.fill_null(value.cast(arrow_type), pa.scalar(empty, arrow_type))
             position += 1
+            if field.kind is ph.StateKind.MAX and pa.types.is_floating(value.type):
+                has_nan = pc.fill_null(grouped.column(aggregate_positions[position]), False)
+                value = pc.if_else(has_nan, pa.scalar(float("nan")), value)
+                position += 1
+            arrays.append(value)
         combined = [
             pa.chunked_array(a).combine_chunks() if isinstance(a, pa.ChunkedArray) else a
             for a in arrays
