@@ -1,15 +1,15 @@
 """Stage 1 inside Spark: stateless, parallel over every input partition.
 
-Filter and projection run natively in Spark (the plan's sqlglot expressions transpiled to
-Spark SQL): the WHERE predicate (and `event_time IS NOT NULL`), the key columns, the pane id
-`floor(ts / pane_length)` (exact integer arithmetic) and one column per aggregate argument —
-only these cross into Python, since the JVM -> Arrow copy is stage 1's main cost. Spark
-Structured Streaming has no stateless grouped aggregation (every streaming `groupBy` is a
-stateful operator with its own state store and watermark delay), so the pane
-pre-aggregation itself — one partial per (key, pane) of the partition — runs in
-`mapInArrow`: Arrow's C++ hash aggregation on the CPU backend, the backend's lift kernels
-on the GPU backend. Only these partials cross the shuffle to stage 2, keyed by
-`__mangonel_bucket` (Spark's hash of the keys, computed natively on the partials).
+Filter and projection run natively in Spark (the plan's sqlglot expressions transpiled to Spark
+SQL that cannot raise under ANSI mode, `runtime.spark.sql`): the WHERE predicate (and
+`event_time IS NOT NULL`), the key columns, the pane id `floor(ts / pane_length)` (exact
+integer arithmetic) and one column per aggregate argument — only these cross into Python, since
+the JVM -> Arrow copy is stage 1's main cost. Spark Structured Streaming has no stateless
+grouped aggregation (every streaming `groupBy` is a stateful operator with its own state store
+and watermark delay), so the pane pre-aggregation itself — one partial per (key, pane) of the
+partition — runs in `mapInArrow`: Arrow's C++ hash aggregation on the CPU backend, the
+backend's lift kernels on the GPU backend. Only these partials cross the shuffle to stage 2,
+keyed by `__mangonel_bucket` (Spark's hash of the keys, computed natively on the partials).
 
 Partial rows (`partial_schema`) are exactly what the window operator's `lift` writes and its
 `merge` reads: the key columns (declared types, original names), `__pane` (BIGINT), then the
@@ -33,10 +33,10 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.nodes import AggregateRef, WindowBound
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.operators.window import PANE_META, partial_column_name
 from mangonel.runtime.spark.schema import ddl, quote
+from mangonel.runtime.spark.sql import lift_sql
 
 PANE = PANE_META  # the window operator's partial format, shared with stage 2
 BUCKET = "__mangonel_bucket"
@@ -83,14 +83,6 @@ def spark_partial_schema(window: ph.WindowAggregateExec) -> pa.Schema:
     return pa.schema([pa.field(n, t.info.arrow) for n, t in spark_partial_columns(window)])
 
 
-def spark_sql(expression: exp.Expression) -> str:
-    """Spark SQL text of a lift-side plan expression (WHERE, aggregate arguments)."""
-    for node in expression.walk():
-        if isinstance(node, (WindowBound, AggregateRef)):
-            raise ValueError("window bounds and aggregate results only exist after stage 2")
-    return expression.sql(dialect="spark")
-
-
 def distinct_arguments(window: ph.WindowAggregateExec) -> list[exp.Expression]:
     arguments: list[exp.Expression] = []
     for field in window.fields:
@@ -119,7 +111,7 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
     scan = lift.child
     where = f"{quote(scan.stream.event_time)} IS NOT NULL"
     if lift.predicate is not None:
-        where += f" AND ({spark_sql(lift.predicate)})"
+        where += f" AND ({lift_sql(lift.predicate, scan)})"
     pane_length = window.pane_length
     # pmod keeps the pane id exact (floor division also for times before 1970).
     pane = F.expr(
@@ -129,7 +121,7 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
     columns = [F.col(quote(k.name)) for k in window.keys]
     columns.append(pane.alias(PANE))
     for position, argument in enumerate(distinct_arguments(window)):
-        columns.append(F.expr(spark_sql(argument)).alias(argument_column(position)))
+        columns.append(F.expr(lift_sql(argument, scan)).alias(argument_column(position)))
     return where, columns
 
 
