@@ -205,9 +205,12 @@ def output_sql(
     window: ph.WindowAggregateExec,
     names: Callable[[exp.Expression], str],
 ) -> str:
-    """Spark SQL of a HAVING or SELECT expression; `names` gives the column that holds a
-    window bound or an aggregate result."""
-    env = TypeEnv(columns={}, aggregates=tuple(plan.result_type for plan in window.aggregates))
+    """Spark SQL of a HAVING or SELECT expression (over keys, window bounds and aggregate
+    results); `names` gives the column that holds a window bound or an aggregate result."""
+    env = TypeEnv(
+        columns=_lift_env(window.child.child).columns,  # key columns keep their names
+        aggregates=tuple(plan.result_type for plan in window.aggregates),
+    )
     return _render(expression, env, names)
 
 
