@@ -144,6 +144,8 @@ class _NonRaisingSpark(Spark.Generator):  # type: ignore[misc,name-defined]
 
     def neg_sql(self, expression: exp.Neg) -> str:
         result = self._type(expression)
+        if isinstance(expression.this, exp.Literal):
+            return super().neg_sql(expression)  # a negative literal cannot overflow
         if result is SqlType.INT:
             return wrap_int(f"(0 - CAST({self.sql(expression, 'this')} AS BIGINT))")
         if result is SqlType.BIGINT:
