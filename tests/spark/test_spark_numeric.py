@@ -50,6 +50,20 @@ EXPRESSIONS = [
     "i + -2147483648",
     "b * -9223372036854775808",
     "-(i - 1)",
+    "ROUND(i, -1)",
+    "ROUND(b, -2)",
+    "ROUND(d, 1)",
+    "FLOOR(d)",
+    "CEIL(d)",
+    "ABS(d)",
+    "POWER(d, 2)",
+    "EXP(d)",
+    "LN(d)",
+    "SQRT(d)",
+    "SIGN(d)",
+    "GREATEST(d, 1.0)",
+    "CAST(i AS FLOAT)",
+    "CAST(d AS FLOAT)",
 ]
 
 

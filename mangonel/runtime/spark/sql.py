@@ -8,11 +8,13 @@ the user's session). Under ANSI a single bad row would raise and kill the whole 
 query, so no generated form can raise:
 
 - `a / b` -> `try_divide(a, b)`, `a % b` -> `try_mod(a, b)`: NULL when b = 0;
-- integer `+`, `-`, `*`, unary `-` and ABS wrap around in two's complement: INT operands are
-  computed exactly in BIGINT and the low 32 bits kept (`shiftleft`/`shiftright` never raise);
-  BIGINT operands are computed exactly in DECIMAL(38, 0) and reduced modulo 2^64;
+- integer `+`, `-`, `*`, unary `-`, ABS and ROUND to a negative scale wrap around in two's
+  complement: INT operands are computed exactly in BIGINT and the low 32 bits kept
+  (`shiftleft`/`shiftright` never raise); BIGINT operands are computed exactly in
+  DECIMAL(38, 0) and reduced modulo 2^64;
 - CAST of FLOAT/DOUBLE to INT/BIGINT truncates and saturates at the type's range, NaN -> 0
-  (Java's conversion, Spark's non-ANSI cast), CAST of BIGINT to INT keeps the low 32 bits;
+  (Java's conversion, Spark's non-ANSI cast), and so do FLOOR and CEIL of FLOAT/DOUBLE (to
+  BIGINT); CAST of BIGINT to INT keeps the low 32 bits;
   TRY_CAST is rendered the same way (mangonel gives it CAST's semantics on every path);
 - `SUM` of an integer argument wraps around like standalone (Spark's non-ANSI sum of longs)
   instead of failing on overflow: it is summed as two halves that cannot overflow (the high
@@ -34,7 +36,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import AggregateFunction
 from mangonel.compiler.nodes import AggregateRef, WindowBound
-from mangonel.compiler.typing import TypeEnv, annotate_types
+from mangonel.compiler.typing import TypeEnv, annotate_types, round_scale
 
 SPARK_AGGREGATES = {
     AggregateFunction.COUNT: "count",
@@ -50,6 +52,7 @@ SPARK_AGGREGATES = {
 
 _FLOATING = (SqlType.FLOAT, SqlType.DOUBLE)
 _LOW_32 = 4294967295
+_INTEGER_MAX = {SqlType.INT: 2**31 - 1, SqlType.BIGINT: 2**63 - 1}
 
 
 def wrap_int(bigint_sql: str) -> str:
@@ -66,20 +69,21 @@ def wrap_bigint(decimal_sql: str) -> str:
     )
 
 
-def _saturating_cast(value: str, to_type: SqlType) -> str:
-    """Java's double -> int/long conversion: truncate, saturate at the range, NaN -> 0."""
+def _saturating(value: str, to_type: SqlType, converted: str | None = None) -> str:
+    """Java's double -> int/long conversion of `value` (truncate, saturate at the range,
+    NaN -> 0); `converted` is the Spark conversion used inside the range (default: CAST)."""
+    spark_type = to_type.info.spark
     if to_type is SqlType.BIGINT:
         high, low = "9.223372036854775807E18", "-9.223372036854775808E18"
         high_value, low_value = "9223372036854775807L", "(-9223372036854775807L - 1L)"
     else:
         high, low = "2.147483647E9", "-2.147483648E9"
         high_value, low_value = "2147483647", "(-2147483647 - 1)"
-    spark_type = to_type.info.spark
     return (
         f"CASE WHEN isnan({value}) THEN CAST(0 AS {spark_type}) "
         f"WHEN {value} >= {high} THEN CAST({high_value} AS {spark_type}) "
         f"WHEN {value} <= {low} THEN CAST({low_value} AS {spark_type}) "
-        f"ELSE CAST({value} AS {spark_type}) END"
+        f"ELSE {converted or f'CAST({value} AS {spark_type})'} END"
     )
 
 
@@ -96,6 +100,9 @@ class _NonRaisingSpark(Spark.Generator):  # type: ignore[misc,name-defined]
         exp.Mod: lambda self, e: self.mod_sql(e),
         exp.Neg: lambda self, e: self.neg_sql(e),
         exp.Abs: lambda self, e: self.abs_sql(e),
+        exp.Round: lambda self, e: self.round_sql(e),
+        exp.Floor: lambda self, e: self.floor_or_ceil_sql(e, "FLOOR"),
+        exp.Ceil: lambda self, e: self.floor_or_ceil_sql(e, "CEIL"),
         exp.Cast: lambda self, e: self.cast_sql(e),
         exp.TryCast: lambda self, e: self.trycast_sql(e),
         WindowBound: lambda self, e: self.resolved_sql(e),
@@ -160,10 +167,31 @@ class _NonRaisingSpark(Spark.Generator):  # type: ignore[misc,name-defined]
             return wrap_bigint(f"abs(CAST({self.sql(expression, 'this')} AS DECIMAL(20, 0)))")
         return self.func("ABS", expression.this)
 
+    def floor_or_ceil_sql(self, expression: exp.Func, name: str) -> str:
+        # BIGINT of a FLOAT/DOUBLE: Spark's conversion raises out of range under ANSI; inside
+        # (-2^63, 2^63) FLOOR/CEIL of a double cannot leave BIGINT's range
+        if self._type(expression.this) in _FLOATING:
+            value = self.sql(expression, "this")
+            return _saturating(value, SqlType.BIGINT, f"{name}({value})")
+        return self.func(name, expression.this)
+
+    def round_sql(self, expression: exp.Round) -> str:
+        result = self._type(expression)
+        scale = round_scale(expression)
+        if result not in (SqlType.INT, SqlType.BIGINT) or scale >= 0:
+            return self.func("ROUND", expression.this, expression.args.get("decimals"))
+        value = self.sql(expression, "this")
+        if 10**-scale > _INTEGER_MAX[result]:
+            return f"(({value}) * 0)"  # compiler.expressions' rule: every value rounds to 0
+        # rounded exactly in a wider type, then wrapped (Spark's non-ANSI intValue/longValue)
+        if result is SqlType.INT:
+            return wrap_int(f"ROUND(CAST({value} AS BIGINT), {scale})")
+        return wrap_bigint(f"ROUND(CAST({value} AS DECIMAL(20, 0)), {scale})")
+
     def _numeric_cast(self, expression: exp.Cast) -> str | None:
         target, source = self._type(expression), self._type(expression.this)
         if source in _FLOATING and target in (SqlType.INT, SqlType.BIGINT):
-            return _saturating_cast(self.sql(expression, "this"), target)
+            return _saturating(self.sql(expression, "this"), target)
         if source is SqlType.BIGINT and target is SqlType.INT:
             return wrap_int(self.sql(expression, "this"))
         return None
