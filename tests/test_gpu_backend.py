@@ -36,6 +36,9 @@ if not _gpu_available():
 from hypothesis import given, settings  # noqa: E402
 from oracle import make_plan, rows_close  # noqa: E402
 from sqlglot import exp  # noqa: E402
+from test_numeric_semantics import CASES as NUMERIC_CASES  # noqa: E402
+from test_numeric_semantics import check as check_numeric  # noqa: E402
+from test_numeric_semantics import same  # noqa: E402
 from test_window_properties import SETTINGS, _check, _rows, streams  # noqa: E402
 
 from mangonel.catalog.types import SqlType as T  # noqa: E402
@@ -312,18 +315,14 @@ def test_gpu_block_table_out_of_order(monkeypatch, keys, load, aggregates, slide
 
 
 @pytest.mark.parametrize("sliding", [False, True])
-@pytest.mark.parametrize("case", sorted(__import__("test_numeric_semantics").CASES))
+@pytest.mark.parametrize("case", sorted(NUMERIC_CASES))
 def test_gpu_numeric_semantics(case, sliding):
-    from test_numeric_semantics import check
-
-    check("gpu", case, sliding)
+    check_numeric("gpu", case, sliding)
 
 
 def test_gpu_nan_inf_and_int64_extremes_through_the_atomics_equal_cpu():
     """Many rows per cell, so warp, block and global atomics all combine NaN, inf and the
     int64 extremes; results must equal the CPU's bit for bit (NaN = NaN)."""
-    from test_numeric_semantics import same
-
     import mangonel as mg
 
     rng = np.random.default_rng(8)
