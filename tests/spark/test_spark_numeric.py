@@ -200,3 +200,62 @@ def test_bad_rows_in_the_middle_of_a_stream_keep_it_running(spark, tmp_path, nat
     assert math.isnan(first_bad["max_d"]) and first_bad["min_d"] == 1.0
     assert math.isnan(first_bad["var_d"])
     _rows_equal(ours, theirs)
+
+
+def test_arrow_stage1_partials_follow_the_kernels():
+    """Stage 1's Arrow pre-aggregation (the CPU path inside Spark) gives the partials the
+    window operator's own lift gives: NaN is the largest value, the MIN/MAX neutrals of an
+    all-NULL pane are the true extremes, AVG's sum is a DOUBLE sum, m2 is NaN for non-finite
+    data."""
+    from mangonel.runtime.local.query import kernels_for
+    from mangonel.runtime.operators.window import make_operator
+    from mangonel.runtime.spark.stage1 import argument_column, arrow_preaggregate, spark_name
+
+    session = mg.Session(backend="cpu")
+    session.execute(CREATE)
+    plan = session.sql(
+        "SELECT MIN(d) AS lo, MAX(d) AS hi, VAR_POP(d) AS v, AVG(b) AS a, SUM(b) AS s, "
+        "MAX(b) AS mb FROM t [RANGE 1 SECOND]"
+    ).plan
+    pipeline = ph.unpack(plan)
+    second = 1_000_000
+    ts = [0, 1, 2, second, second + 1, 2 * second, 3 * second, 3 * second + 1]
+    d = [1.0, math.nan, 3.0, math.nan, math.nan, math.inf, None, None]
+    b = [INT64_MAX, INT64_MAX, 1, INT64_MIN, None, 2, INT64_MIN, None]
+    rows = pa.table(
+        {
+            "ts": pa.array(ts, pa.int64()).cast(STAMP),
+            "i": pa.array([1] * len(ts), pa.int32()),
+            "b": pa.array(b, pa.int64()),
+            "d": pa.array(d, pa.float64()),
+        }
+    )
+    ours = make_operator(pipeline, kernels_for("cpu")).lift(rows)
+    # stage 1's input: pane id and one column per distinct argument (b, d in field order)
+    columns = {"__pane": pa.array([t // second for t in ts], pa.int64())}
+    arguments = []
+    for field in pipeline.window.fields:
+        if field.argument is not None and field.argument not in arguments:
+            arguments.append(field.argument)
+            columns[argument_column(len(arguments) - 1)] = rows[field.argument.name]
+    theirs = arrow_preaggregate(pipeline.window)(pa.table(columns))
+    assert theirs.num_rows == ours.num_rows == 4
+    for name in ours.schema.names:
+        if name == "__pane":
+            continue
+        left = ours.column(name).to_pylist()
+        right = theirs.column(spark_name(name)).to_pylist()
+        assert all(_same(x, y) for x, y in zip(left, right, strict=True)), (name, left, right)
+    by_kind = {
+        (f.kind, f.argument.name, f.type): spark_name(f.name)
+        for f in pipeline.window.fields
+        if f.argument is not None and f.kind is not ph.StateKind.MOMENTS
+    }
+    column = {key: theirs.column(name).to_pylist() for key, name in by_kind.items()}
+    high = column[(ph.StateKind.MAX, "d", SqlType.DOUBLE)]
+    low = column[(ph.StateKind.MIN, "d", SqlType.DOUBLE)]
+    assert math.isnan(high[0]) and math.isnan(low[1]) and high[2] == math.inf
+    assert math.isnan(low[3]) and high[3] == -math.inf  # all NULL: the neutrals
+    assert column[(ph.StateKind.MAX, "b", SqlType.BIGINT)] == [INT64_MAX, INT64_MIN, 2, INT64_MIN]
+    assert column[(ph.StateKind.SUM, "b", SqlType.DOUBLE)][0] == 2.0 * INT64_MAX + 1
+    assert column[(ph.StateKind.SUM, "b", SqlType.BIGINT)][0] == -1  # 2^64 - 1 wraps
