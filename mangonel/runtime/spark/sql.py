@@ -73,6 +73,7 @@ def _saturating(value: str, to_type: SqlType, converted: str | None = None) -> s
     """Java's double -> int/long conversion of `value` (truncate, saturate at the range,
     NaN -> 0); `converted` is the Spark conversion used inside the range (default: CAST)."""
     spark_type = to_type.info.spark
+    value = f"({value})"  # compared below: keep a low-precedence child in one piece
     if to_type is SqlType.BIGINT:
         high, low = "9.223372036854775807E18", "-9.223372036854775808E18"
         high_value, low_value = "9223372036854775807L", "(-9223372036854775807L - 1L)"
