@@ -178,6 +178,23 @@ def test_corpus_is_large_enough():
     assert len(corpus()) >= 30
 
 
+def test_neutrals_are_the_true_extremes_of_sparks_order():
+    """MIN/MAX cells start from physical.neutral: NaN (the largest double) for MIN of DOUBLE,
+    -inf for MAX of DOUBLE, the int64 range for BIGINT (INT64_MIN, not INT64_MIN + 1); the
+    combine orders NaN above +inf; a non-finite value lifts m2 = NaN."""
+    plan = make_plan(
+        COLUMNS,
+        aggregates=[(F.MIN, c("x")), (F.MAX, c("x")), (F.MAX, c("k")), (F.VAR_POP, c("x"))],
+        size=SECOND,
+    )
+    source = codegen.render_plan(plan).source
+    assert "__longlong_as_double(0x7ff8000000000000LL)" in source  # NaN: MIN's start
+    assert "__longlong_as_double(0xfff0000000000000LL)" in source  # -inf: MAX's start
+    assert "(-0x7fffffffffffffffLL - 1LL)" in source  # INT64_MIN: MAX of BIGINT
+    assert "mg_min(" in source and "mg_max(" in source
+    assert "!isfinite(" in source
+
+
 def test_every_query_renders_and_names_carry_the_hash():
     sources = {}
     for name, plan in corpus():

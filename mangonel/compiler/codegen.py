@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -98,23 +99,26 @@ def block_table_cells(parts: tuple[StatePart, ...], budget_bytes: int = 24 << 10
 # ---------------------------------------------------------------------------------------
 # Lookup tables: one C fragment per StateKind (the templates never branch on a kind).
 
-_NEUTRAL_INTEGER = {
-    StateKind.COUNT: "0LL",
-    StateKind.SUM: "0LL",
-    StateKind.MIN: "0x7fffffffffffffffLL",
-    StateKind.MAX: "(-0x7fffffffffffffffLL - 1LL)",
-}
-_NEUTRAL_FLOAT = {
-    StateKind.COUNT: "0.0",
-    StateKind.SUM: "0.0",
-    StateKind.MIN: "__longlong_as_double(0x7ff0000000000000LL)",
-    StateKind.MAX: "__longlong_as_double(0xfff0000000000000LL)",
-}
+
+def _c_neutral(value: float | int, ctype: str) -> str:
+    """C literal of a neutral element (`physical.neutral`, shared with the CPU and the
+    state arrays' initial fill)."""
+    if ctype == "long long":
+        # INT64_MIN has no literal of its own in C (the minus applies to an out-of-range 2^63)
+        return "(-0x7fffffffffffffffLL - 1LL)" if value == -(2**63) else f"{int(value)}LL"
+    if math.isnan(value):
+        return "__longlong_as_double(0x7ff8000000000000LL)"
+    if math.isinf(value):
+        bits = "0x7ff0000000000000LL" if value > 0 else "0xfff0000000000000LL"
+        return f"__longlong_as_double({bits})"
+    return repr(float(value))
+
+
 _COMBINE = {
     StateKind.COUNT: "a.{m} = a.{m} + b.{m};",
     StateKind.SUM: "a.{m} = a.{m} + b.{m};",
-    StateKind.MIN: "a.{m} = b.{m} < a.{m} ? b.{m} : a.{m};",
-    StateKind.MAX: "a.{m} = b.{m} > a.{m} ? b.{m} : a.{m};",
+    StateKind.MIN: "a.{m} = mg_min(a.{m}, b.{m});",
+    StateKind.MAX: "a.{m} = mg_max(a.{m}, b.{m});",
 }
 _ATOMIC = {
     StateKind.COUNT: "if (s.{m} != 0) mg_atomic_add(&t.{m}[j], s.{m});",
@@ -134,13 +138,12 @@ _MOMENTS_ATOMIC = (
     "mg_chan_cell(&t.{n}[j], &t.{mean}[j], &t.{m2}[j], s.{n}, s.{mean}, s.{m2}); "
     "mg_unlock(&t.lock[j]); }}"
 )
-_MOMENTS_LIFT = ("{ok} ? 1.0 : 0.0", "{ok} ? (double){a} : 0.0", "0.0")
-
-
-def _is_integer_state(field: StateField) -> bool:
-    return (
-        field.type.is_integer or field.type is SqlType.TIMESTAMP or (field.kind is StateKind.COUNT)
-    )
+# m2 of one tuple is NaN when its value is infinite or NaN (see physical.StateKind.MOMENTS)
+_MOMENTS_LIFT = (
+    "{ok} ? 1.0 : 0.0",
+    "{ok} ? (double){a} : 0.0",
+    "({ok} && !isfinite((double){a})) ? __longlong_as_double(0x7ff8000000000000LL) : 0.0",
+)
 
 
 def state_parts(fields: tuple[StateField, ...]) -> tuple[StatePart, ...]:
@@ -150,7 +153,7 @@ def state_parts(fields: tuple[StateField, ...]) -> tuple[StatePart, ...]:
         if field.kind is StateKind.MOMENTS:
             for part in range(3):
                 parts.append(StatePart(field.name, part, f"f{index}_{part}", "double", "float64"))
-        elif _is_integer_state(field):
+        elif ph.is_integer_state(field):
             parts.append(StatePart(field.name, 0, f"f{index}_0", "long long", "int64"))
         else:
             parts.append(StatePart(field.name, 0, f"f{index}_0", "double", "float64"))
@@ -241,8 +244,7 @@ def _field_fragments(fields: tuple[StateField, ...], argument_of: dict[int, int]
                 )
             continue
         part = by_field[field.name][0]
-        table = _NEUTRAL_INTEGER if part.ctype == "long long" else _NEUTRAL_FLOAT
-        neutral = table[field.kind]
+        neutral = _c_neutral(ph.neutral(field)[1][0], part.ctype)
         field_code.append(
             {
                 "combine": _COMBINE[field.kind].format(m=part.member),

@@ -16,6 +16,7 @@ import enum
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from sqlglot import exp
 
 from mangonel.catalog.catalog import Column, Stream
@@ -30,11 +31,16 @@ class StateKind(enum.Enum):
     """How a state field lifts one tuple and combines two partials.
 
     COUNT: lift 1 if the argument is not NULL (always, without argument); combine +.
-    SUM:   lift the argument (0 when NULL); combine +.
-    MIN/MAX: lift the argument (identity when NULL); combine min/max.
+    SUM:   lift the argument (0 when NULL); combine +. BIGINT sums wrap around in two's
+           complement (Spark's non-ANSI sum); DOUBLE sums (also AVG's, over any numeric
+           argument: Spark averages in double) follow IEEE.
+    MIN/MAX: lift the argument (the neutral when NULL); combine min/max in Spark's order,
+             where NaN is larger than every other value (+inf included) and equal to NaN.
     MOMENTS: (n, mean, m2) of the argument; combine with Chan et al.'s parallel update
              delta = mean_b - mean_a; n = n_a + n_b; mean = mean_a + delta * n_b / n;
-             m2 = m2_a + m2_b + delta^2 * n_a * n_b / n  (numerically stable).
+             m2 = m2_a + m2_b + delta^2 * n_a * n_b / n  (numerically stable). A tuple whose
+             value is infinite or NaN lifts m2 = NaN, so the variance of data containing one
+             is NaN (Spark's CentralMomentAgg gets NaN from inf - inf in its update).
     """
 
     COUNT = "count"
@@ -185,6 +191,31 @@ def _sum_type(argument_type: SqlType) -> SqlType:
     return SqlType.BIGINT if argument_type.is_integer else SqlType.DOUBLE
 
 
+def is_integer_state(field: StateField) -> bool:
+    """Whether a field's arrays are int64 (counts, integer sums and MIN/MAX of integers and
+    timestamps) rather than float64."""
+    if field.kind is StateKind.MOMENTS:
+        return False
+    return field.kind is StateKind.COUNT or field.type.is_integer or field.type is SqlType.TIMESTAMP
+
+
+def neutral(field: StateField) -> tuple[np.dtype, tuple[float | int, ...]]:
+    """(storage dtype, neutral element per array) of a state field: the identity of its
+    combine, never a marker. Emptiness is decided by the count fields, so MIN/MAX start from
+    the true extremes of Spark's order: the int64 range for integers, and for floats NaN
+    (the largest value) for MIN and -inf for MAX. Every backend and the Spark partials start
+    cells from these values."""
+    if field.kind is StateKind.MOMENTS:
+        return np.dtype(np.float64), (0.0, 0.0, 0.0)
+    integer = is_integer_state(field)
+    dtype = np.dtype(np.int64) if integer else np.dtype(np.float64)
+    if field.kind in (StateKind.COUNT, StateKind.SUM):
+        return dtype, (0,)
+    if field.kind is StateKind.MIN:
+        return dtype, (int(np.iinfo(np.int64).max) if integer else math.nan,)
+    return dtype, (int(np.iinfo(np.int64).min) if integer else -math.inf,)
+
+
 class _FieldTable:
     """State fields shared between aggregates: SUM(x) and AVG(x) read one sum of x."""
 
@@ -219,8 +250,12 @@ def decompose(
         value: str | None
         if function is AggregateFunction.COUNT:
             value = None
-        elif function in (AggregateFunction.SUM, AggregateFunction.AVG):
+        elif function is AggregateFunction.SUM:
             value = table.get(StateKind.SUM, argument, _sum_type(argument_type))
+        elif function is AggregateFunction.AVG:
+            # Spark's Average sums in double for every non-decimal argument, so AVG of BIGINT
+            # values near 2^63 is their mean, not the mean of a wrapped sum.
+            value = table.get(StateKind.SUM, argument, SqlType.DOUBLE)
         elif function is AggregateFunction.MIN:
             value = table.get(StateKind.MIN, argument, argument_type)
         elif function is AggregateFunction.MAX:

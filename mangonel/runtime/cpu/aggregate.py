@@ -26,11 +26,13 @@ OP_MAX = 2
 
 @numba.njit(cache=True, inline="always")
 def _combine(op, a, b):
+    # MIN/MAX in Spark's order: NaN is larger than every other value (x != x only for NaN;
+    # always false for integers). Integer + wraps around (numba's int64 arithmetic).
     if op == OP_ADD:
         return a + b
     if op == OP_MIN:
-        return b if b < a else a
-    return b if b > a else a
+        return b if (b < a or a != a) else a
+    return b if (b > a or b != b) else a
 
 
 @numba.njit(cache=True)

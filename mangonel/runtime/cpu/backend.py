@@ -259,7 +259,7 @@ def tuple_partials(
                 values.astype(np.float64, copy=False)
                 if all_valid
                 else np.where(valid, values, 0.0),
-                np.zeros(length, np.float64),
+                _moments_m2(values),
             )
         elif all_valid:
             partials[field.name] = (values.astype(dtype, copy=False),)
@@ -268,6 +268,15 @@ def tuple_partials(
                 np.where(valid, values.astype(dtype), neutrals[0]).astype(dtype),
             )
     return partials
+
+
+def _moments_m2(values: np.ndarray) -> np.ndarray:
+    """m2 of one tuple: 0, or NaN where the value is infinite or NaN, so that the variance of
+    data containing one is NaN, as Spark's CentralMomentAgg gives (its update computes
+    inf - inf); Chan's combine carries the NaN to every window holding the tuple."""
+    if values.dtype.kind != "f":
+        return np.zeros(values.shape[0], np.float64)
+    return np.where(np.isfinite(values), 0.0, np.nan)
 
 
 class CpuKernels:

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
+from mangonel.compiler.physical import neutral as neutral  # re-exported for the backends
 
 Array = Any  # a backend array (numpy.ndarray on CPU, cupy.ndarray on GPU)
 
@@ -229,15 +230,3 @@ class WindowKernels(Protocol):
     def to_host(self, array: Array) -> np.ndarray: ...
 
     def from_host(self, array: np.ndarray) -> Array: ...
-
-
-def neutral(field: StateField) -> tuple[np.dtype, tuple[float | int, ...]]:
-    """(storage dtype, neutral element per array) of a state field."""
-    if field.kind.value == "moments":
-        return np.dtype(np.float64), (0.0, 0.0, 0.0)
-    integer = field.type.is_integer or field.type is SqlType.TIMESTAMP
-    dtype = np.dtype(np.int64) if integer else np.dtype(np.float64)
-    if field.kind.value in ("count", "sum"):
-        return dtype, (0,)
-    big = np.iinfo(np.int64).max if integer else np.inf
-    return dtype, ((big,) if field.kind.value == "min" else (-big,))

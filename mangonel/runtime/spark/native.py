@@ -9,10 +9,10 @@ are Spark's by construction. The planner picks it by cost (`choose_native`) and 
 so with the reason.
 
 The transpiled query is mangonel's plan, not the user's text: WHERE and aggregate arguments
-(sqlglot expressions) as Spark SQL, one Spark aggregate per `AggregatePlan`, HAVING and the
-SELECT list with `window_start` / `window_end` and aggregate references resolved to the
-aggregation's columns, each output cast to the type mangonel's schema declares.
-"""
+(sqlglot expressions) as Spark SQL that cannot raise under ANSI mode (`runtime.spark.sql`), one
+Spark aggregate per `AggregatePlan`, HAVING and the SELECT list with `window_start` /
+`window_end` and aggregate references resolved to the aggregation's columns, each output cast
+to the type mangonel's schema declares."""
 
 from __future__ import annotations
 
@@ -24,10 +24,9 @@ from sqlglot import exp
 
 from mangonel.compiler import physical as ph
 from mangonel.compiler.explain import format_duration
-from mangonel.compiler.logical import AggregateFunction
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 from mangonel.runtime.spark.schema import quote
-from mangonel.runtime.spark.stage1 import spark_sql
+from mangonel.runtime.spark.sql import aggregate_sql, lift_sql, output_sql
 
 # Largest windows-per-tuple (w / s) planned as native Spark aggregation. Measured on 2 cores,
 # 10 M tuples (docs/performance.md, "Inside Spark"): native wins at w/s = 1 (1.8 vs 0.96 M
@@ -37,18 +36,6 @@ NATIVE_MAX_WINDOWS_PER_TUPLE = 1
 WINDOW = "__mangonel_window"
 WINDOW_START = "__mangonel_window_start"
 WINDOW_END = "__mangonel_window_end"
-
-SPARK_AGGREGATES = {
-    AggregateFunction.COUNT: "count",
-    AggregateFunction.SUM: "sum",
-    AggregateFunction.MIN: "min",
-    AggregateFunction.MAX: "max",
-    AggregateFunction.AVG: "avg",
-    AggregateFunction.VAR_POP: "var_pop",
-    AggregateFunction.VAR_SAMP: "var_samp",
-    AggregateFunction.STDDEV_POP: "stddev_pop",
-    AggregateFunction.STDDEV_SAMP: "stddev_samp",
-}
 
 
 @dataclass(frozen=True)
@@ -85,27 +72,20 @@ def choose_native(window: ph.WindowAggregateExec, forced: bool | None = None) ->
     )
 
 
-def _aggregate_column(plan: ph.AggregatePlan):  # noqa: ANN202  (a pyspark Column)
-    if plan.function is AggregateFunction.COUNT_STAR:
-        return F.count(F.lit(1))
-    return F.expr(f"{SPARK_AGGREGATES[plan.function]}({spark_sql(plan.argument)})")
-
-
 def aggregate_column(number: int) -> str:
     return f"__mangonel_agg{number}"
 
 
-def resolve_outputs(expression: exp.Expression) -> str:
+def resolve_outputs(expression: exp.Expression, window: ph.WindowAggregateExec) -> str:
     """Spark SQL of a HAVING or SELECT expression over the native aggregation's columns."""
 
-    def replace(node: exp.Expression) -> exp.Expression:
+    def column(node: exp.Expression) -> str:
         if isinstance(node, WindowBound):
-            return exp.column(WINDOW_START if node.bound == "start" else WINDOW_END)
-        if isinstance(node, AggregateRef):
-            return exp.column(aggregate_column(node.number))
-        return node
+            return WINDOW_START if node.bound == "start" else WINDOW_END
+        assert isinstance(node, AggregateRef)
+        return aggregate_column(node.number)
 
-    return expression.copy().transform(replace).sql(dialect="spark")
+    return output_sql(expression, window, column)
 
 
 def native_query(pipeline: ph.WindowPipeline, watermarked: DataFrame) -> DataFrame:
@@ -115,12 +95,12 @@ def native_query(pipeline: ph.WindowPipeline, watermarked: DataFrame) -> DataFra
     event_time = pipeline.scan.stream.event_time
     rows = watermarked
     if pipeline.lift.predicate is not None:
-        rows = rows.where(spark_sql(pipeline.lift.predicate))
+        rows = rows.where(lift_sql(pipeline.lift.predicate, pipeline.scan))
     size = f"{window.window.size} microseconds"
     slide = f"{window.window.slide} microseconds"
     keys = [F.col(quote(k.name)) for k in window.keys]
     aggregates = [
-        _aggregate_column(plan).alias(aggregate_column(number))
+        F.expr(aggregate_sql(plan, pipeline.scan)).alias(aggregate_column(number))
         for number, plan in enumerate(window.aggregates)
     ]
     grouped = rows.groupBy(F.window(quote(event_time), size, slide).alias(WINDOW), *keys).agg(
@@ -132,10 +112,10 @@ def native_query(pipeline: ph.WindowPipeline, watermarked: DataFrame) -> DataFra
         F.col(f"{WINDOW}.end").alias(WINDOW_END),
     )
     if pipeline.having is not None:
-        flat = flat.where(resolve_outputs(pipeline.having))
+        flat = flat.where(resolve_outputs(pipeline.having, window))
     return flat.select(
         *[
-            F.expr(resolve_outputs(output.expression))
+            F.expr(resolve_outputs(output.expression, window))
             .cast(output.type.info.spark)
             .alias(output.name)
             for output in pipeline.outputs
@@ -148,13 +128,9 @@ def native_stages_text(pipeline: ph.WindowPipeline, reason: str) -> str:
     window = pipeline.window
     stream = pipeline.scan.stream
     keys = ", ".join(quote(k.name) for k in window.keys)
-    calls = []
-    for plan in window.aggregates:
-        if plan.function is AggregateFunction.COUNT_STAR:
-            calls.append("count(1)")
-        else:
-            calls.append(f"{SPARK_AGGREGATES[plan.function]}({spark_sql(plan.argument)})")
-    where = f" where={spark_sql(pipeline.lift.predicate)}" if pipeline.lift.predicate else ""
+    calls = [aggregate_sql(plan, pipeline.scan) for plan in window.aggregates]
+    predicate = pipeline.lift.predicate
+    where = f" where={lift_sql(predicate, pipeline.scan)}" if predicate is not None else ""
     lines = [
         f"Spark: native window aggregation (reason: {reason})",
         f"  StreamingAggregate: group_by=[window({stream.event_time}, "

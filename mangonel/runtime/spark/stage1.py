@@ -1,22 +1,22 @@
 """Stage 1 inside Spark: stateless, parallel over every input partition.
 
-Filter and projection run natively in Spark (the plan's sqlglot expressions transpiled to
-Spark SQL): the WHERE predicate (and `event_time IS NOT NULL`), the key columns, the pane id
-`floor(ts / pane_length)` (exact integer arithmetic) and one column per aggregate argument —
-only these cross into Python, since the JVM -> Arrow copy is stage 1's main cost. Spark
-Structured Streaming has no stateless grouped aggregation (every streaming `groupBy` is a
-stateful operator with its own state store and watermark delay), so the pane
-pre-aggregation itself — one partial per (key, pane) of the partition — runs in
-`mapInArrow`: Arrow's C++ hash aggregation on the CPU backend, the backend's lift kernels
-on the GPU backend. Only these partials cross the shuffle to stage 2, keyed by
-`__mangonel_bucket` (Spark's hash of the keys, computed natively on the partials).
+Filter and projection run natively in Spark (the plan's sqlglot expressions transpiled to Spark
+SQL that cannot raise under ANSI mode, `runtime.spark.sql`): the WHERE predicate (and
+`event_time IS NOT NULL`), the key columns, the pane id `floor(ts / pane_length)` (exact
+integer arithmetic) and one column per aggregate argument — only these cross into Python, since
+the JVM -> Arrow copy is stage 1's main cost. Spark Structured Streaming has no stateless
+grouped aggregation (every streaming `groupBy` is a stateful operator with its own state store
+and watermark delay), so the pane pre-aggregation itself — one partial per (key, pane) of the
+partition — runs in `mapInArrow`: Arrow's C++ hash aggregation on the CPU backend, the
+backend's lift kernels on the GPU backend. Only these partials cross the shuffle to stage 2,
+keyed by `__mangonel_bucket` (Spark's hash of the keys, computed natively on the partials).
 
 Partial rows (`partial_schema`) are exactly what the window operator's `lift` writes and its
 `merge` reads: the key columns (declared types, original names), `__pane` (BIGINT), then the
 state fields in plan order, one column each (`<name>`, BIGINT or DOUBLE storage) and three for
 MOMENTS (`<name>.n`, `<name>.mean`, `<name>.m2`). Cells of a partial whose argument was all
-NULL hold the field's neutral element (0 for counts, sums and moments; the largest value of
-the storage type, or its negation, for MIN/MAX).
+NULL hold the field's neutral element (`physical.neutral`: 0 for counts, sums and moments;
+for MIN/MAX the largest/smallest value in Spark's order: the int64 range, NaN and -inf).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.nodes import AggregateRef, WindowBound
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.operators.window import PANE_META, partial_column_name
 from mangonel.runtime.spark.schema import ddl, quote
+from mangonel.runtime.spark.sql import lift_sql
 
 PANE = PANE_META  # the window operator's partial format, shared with stage 2
 BUCKET = "__mangonel_bucket"
@@ -83,14 +83,6 @@ def spark_partial_schema(window: ph.WindowAggregateExec) -> pa.Schema:
     return pa.schema([pa.field(n, t.info.arrow) for n, t in spark_partial_columns(window)])
 
 
-def spark_sql(expression: exp.Expression) -> str:
-    """Spark SQL text of a lift-side plan expression (WHERE, aggregate arguments)."""
-    for node in expression.walk():
-        if isinstance(node, (WindowBound, AggregateRef)):
-            raise ValueError("window bounds and aggregate results only exist after stage 2")
-    return expression.sql(dialect="spark")
-
-
 def distinct_arguments(window: ph.WindowAggregateExec) -> list[exp.Expression]:
     arguments: list[exp.Expression] = []
     for field in window.fields:
@@ -119,7 +111,7 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
     scan = lift.child
     where = f"{quote(scan.stream.event_time)} IS NOT NULL"
     if lift.predicate is not None:
-        where += f" AND ({spark_sql(lift.predicate)})"
+        where += f" AND ({lift_sql(lift.predicate, scan)})"
     pane_length = window.pane_length
     # pmod keeps the pane id exact (floor division also for times before 1970).
     pane = F.expr(
@@ -129,7 +121,7 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
     columns = [F.col(quote(k.name)) for k in window.keys]
     columns.append(pane.alias(PANE))
     for position, argument in enumerate(distinct_arguments(window)):
-        columns.append(F.expr(spark_sql(argument)).alias(argument_column(position)))
+        columns.append(F.expr(lift_sql(argument, scan)).alias(argument_column(position)))
     return where, columns
 
 
@@ -144,23 +136,38 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
 
     def preaggregate(table: pa.Table) -> pa.RecordBatch:
         aggregations: list[tuple] = []
+        derived: dict[str, pa.ChunkedArray] = {}  # extra input columns, computed once
         for field in window.fields:
             if field.argument is None:
                 aggregations.append(([], "count_all"))
                 continue
             source = column_of(field)
+            floating = pa.types.is_floating(table.schema.field(source).type)
             if field.kind is ph.StateKind.COUNT:
                 aggregations.append((source, "count"))
             elif field.kind is ph.StateKind.SUM:
-                aggregations.append((source, "sum"))
+                if field.type is SqlType.DOUBLE and not floating:
+                    # AVG sums in double (Spark's Average): convert every value before summing
+                    # (unchecked: int64 -> double rounds, and a checked cast refuses that)
+                    name = f"{source}.double"
+                    derived[name] = table[source].cast(pa.float64(), safe=False)
+                    source = name
+                aggregations.append((source, "sum"))  # Arrow's integer sum wraps, as Spark's
             elif field.kind is ph.StateKind.MIN:
-                aggregations.append((source, "min"))
+                aggregations.append((source, "min"))  # NaN only when every value is NaN
             elif field.kind is ph.StateKind.MAX:
                 aggregations.append((source, "max"))
+                if floating:
+                    # Arrow's max skips NaN; in Spark's order NaN is the largest value
+                    name = f"{source}.nan"
+                    derived[name] = pc.is_nan(table[source])
+                    aggregations.append((name, "any"))
             else:
                 aggregations.append((source, "count"))
                 aggregations.append((source, "mean"))
                 aggregations.append((source, "variance", pc.VarianceOptions(ddof=0)))
+        for name, column in derived.items():
+            table = table.append_column(name, column)
         grouping_columns = keys + [PANE]
         grouped = table.group_by(grouping_columns, use_threads=False).aggregate(aggregations)
         # Output order differs between pyarrow versions (keys first in >= 22): locate the
@@ -184,8 +191,13 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
             arrow_type = pa.from_numpy_dtype(dtype)
             if pa.types.is_timestamp(value.type):
                 value = value.cast(pa.int64())
-            arrays.append(pc.fill_null(value.cast(arrow_type), pa.scalar(empty, arrow_type)))
+            value = pc.fill_null(value.cast(arrow_type), pa.scalar(empty, arrow_type))
             position += 1
+            if field.kind is ph.StateKind.MAX and pa.types.is_floating(value.type):
+                has_nan = pc.fill_null(grouped.column(aggregate_positions[position]), False)
+                value = pc.if_else(has_nan, pa.scalar(float("nan")), value)
+                position += 1
+            arrays.append(value)
         combined = [
             pa.chunked_array(a).combine_chunks() if isinstance(a, pa.ChunkedArray) else a
             for a in arrays

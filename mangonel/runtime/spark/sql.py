@@ -1,0 +1,260 @@
+"""Spark SQL text of plan expressions: the one place mangonel writes expressions for Spark.
+
+Every expression mangonel hands to Spark (WHERE, aggregate arguments and the aggregate calls of
+stage 1 and of the native plan, HAVING and SELECT of the native plan) is rendered here, so that
+it gives mangonel's standalone results (Spark's non-ANSI semantics, `compiler.expressions`)
+whatever `spark.sql.ansi.enabled` says (Spark 4 turns it on by default; mangonel never changes
+the user's session). Under ANSI a single bad row would raise and kill the whole streaming
+query, so no generated form can raise:
+
+- `a / b` -> `try_divide(a, b)`, `a % b` -> `try_mod(a, b)`: NULL when b = 0;
+- integer `+`, `-`, `*`, unary `-`, ABS and ROUND to a negative scale wrap around in two's
+  complement: INT operands are computed exactly in BIGINT and the low 32 bits kept
+  (`shiftleft`/`shiftright` never raise); BIGINT operands are computed exactly in
+  DECIMAL(38, 0) and reduced modulo 2^64;
+- CAST of FLOAT/DOUBLE to INT/BIGINT truncates and saturates at the type's range, NaN -> 0
+  (Java's conversion, Spark's non-ANSI cast), and so do FLOOR and CEIL of FLOAT/DOUBLE (to
+  BIGINT); CAST of BIGINT to INT keeps the low 32 bits;
+  TRY_CAST is rendered the same way (mangonel gives it CAST's semantics on every path);
+- `SUM` of an integer argument wraps around like standalone (Spark's non-ANSI sum of longs)
+  instead of failing on overflow: it is summed as two halves that cannot overflow (the high
+  32 bits and the low 32 bits of each value) and recombined with shifts. Exact as long as one
+  (window, key) has fewer than 2^31 rows.
+
+Nodes are typed with the same rules the compiler uses (`compiler.typing.annotate_types`), and
+the renderer is sqlglot's Spark generator with the raising node forms overridden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import physical as ph
+from mangonel.compiler.logical import AggregateFunction
+from mangonel.compiler.nodes import AggregateRef, WindowBound
+from mangonel.compiler.typing import TypeEnv, annotate_types, round_scale
+
+SPARK_AGGREGATES = {
+    AggregateFunction.COUNT: "count",
+    AggregateFunction.SUM: "sum",
+    AggregateFunction.MIN: "min",
+    AggregateFunction.MAX: "max",
+    AggregateFunction.AVG: "avg",
+    AggregateFunction.VAR_POP: "var_pop",
+    AggregateFunction.VAR_SAMP: "var_samp",
+    AggregateFunction.STDDEV_POP: "stddev_pop",
+    AggregateFunction.STDDEV_SAMP: "stddev_samp",
+}
+
+_FLOATING = (SqlType.FLOAT, SqlType.DOUBLE)
+_LOW_32 = 4294967295
+_INTEGER_MAX = {SqlType.INT: 2**31 - 1, SqlType.BIGINT: 2**63 - 1}
+
+
+def wrap_int(bigint_sql: str) -> str:
+    """The low 32 bits of a BIGINT as a (sign-extended) INT: never raises."""
+    return f"CAST(shiftright(shiftleft({bigint_sql}, 32), 32) AS INT)"
+
+
+def wrap_bigint(decimal_sql: str) -> str:
+    """An exact integer DECIMAL reduced modulo 2^64 into BIGINT's range: never raises while the
+    value fits DECIMAL(38, 0) (a product of two BIGINTs does)."""
+    return (
+        f"CAST(pmod({decimal_sql} + 9223372036854775808, 18446744073709551616) "
+        "- 9223372036854775808 AS BIGINT)"
+    )
+
+
+def _saturating(value: str, to_type: SqlType, converted: str | None = None) -> str:
+    """Java's double -> int/long conversion of `value` (truncate, saturate at the range,
+    NaN -> 0); `converted` is the Spark conversion used inside the range (default: CAST)."""
+    spark_type = to_type.info.spark
+    value = f"({value})"  # compared below: keep a low-precedence child in one piece
+    if to_type is SqlType.BIGINT:
+        high, low = "9.223372036854775807E18", "-9.223372036854775808E18"
+        high_value, low_value = "9223372036854775807L", "(-9223372036854775807L - 1L)"
+    else:
+        high, low = "2.147483647E9", "-2.147483648E9"
+        high_value, low_value = "2147483647", "(-2147483647 - 1)"
+    return (
+        f"CASE WHEN isnan({value}) THEN CAST(0 AS {spark_type}) "
+        f"WHEN {value} >= {high} THEN CAST({high_value} AS {spark_type}) "
+        f"WHEN {value} <= {low} THEN CAST({low_value} AS {spark_type}) "
+        f"ELSE {converted or f'CAST({value} AS {spark_type})'} END"
+    )
+
+
+class _NonRaisingSpark(Spark.Generator):  # type: ignore[misc,name-defined]
+    """Spark's generator with every ANSI-raising form mangonel supports made total."""
+
+    # sqlglot dispatches through TRANSFORMS before `<key>_sql` methods: name every override
+    TRANSFORMS = {
+        **Spark.Generator.TRANSFORMS,
+        exp.Add: lambda self, e: self.add_sql(e),
+        exp.Sub: lambda self, e: self.sub_sql(e),
+        exp.Mul: lambda self, e: self.mul_sql(e),
+        exp.Div: lambda self, e: self.div_sql(e),
+        exp.Mod: lambda self, e: self.mod_sql(e),
+        exp.Neg: lambda self, e: self.neg_sql(e),
+        exp.Abs: lambda self, e: self.abs_sql(e),
+        exp.Round: lambda self, e: self.round_sql(e),
+        exp.Floor: lambda self, e: self.floor_or_ceil_sql(e, "FLOOR"),
+        exp.Ceil: lambda self, e: self.floor_or_ceil_sql(e, "CEIL"),
+        exp.Cast: lambda self, e: self.cast_sql(e),
+        exp.TryCast: lambda self, e: self.trycast_sql(e),
+        WindowBound: lambda self, e: self.resolved_sql(e),
+        AggregateRef: lambda self, e: self.resolved_sql(e),
+    }
+
+    def __init__(
+        self,
+        types: Mapping[int, SqlType | None],
+        names: Callable[[exp.Expression], str] | None,
+    ) -> None:
+        super().__init__(dialect=Spark())
+        self._types = types
+        self._names = names
+
+    def _type(self, node: exp.Expression) -> SqlType | None:
+        return self._types.get(id(node))
+
+    def _integer_arithmetic(self, node: exp.Binary, operator: str) -> str | None:
+        result = self._type(node)
+        if result not in (SqlType.INT, SqlType.BIGINT):
+            return None
+        left, right = self.sql(node, "this"), self.sql(node, "expression")
+        if result is SqlType.INT:
+            return wrap_int(f"(CAST({left} AS BIGINT) {operator} CAST({right} AS BIGINT))")
+        return wrap_bigint(
+            f"(CAST({left} AS DECIMAL(20, 0)) {operator} CAST({right} AS DECIMAL(20, 0)))"
+        )
+
+    def add_sql(self, expression: exp.Add) -> str:
+        return self._integer_arithmetic(expression, "+") or super().add_sql(expression)
+
+    def sub_sql(self, expression: exp.Sub) -> str:
+        return self._integer_arithmetic(expression, "-") or super().sub_sql(expression)
+
+    def mul_sql(self, expression: exp.Mul) -> str:
+        return self._integer_arithmetic(expression, "*") or super().mul_sql(expression)
+
+    def div_sql(self, expression: exp.Div) -> str:
+        left, right = self.sql(expression, "this"), self.sql(expression, "expression")
+        return f"try_divide({left}, {right})"
+
+    def mod_sql(self, expression: exp.Mod) -> str:
+        left, right = self.sql(expression, "this"), self.sql(expression, "expression")
+        return f"try_mod({left}, {right})"
+
+    def neg_sql(self, expression: exp.Neg) -> str:
+        result = self._type(expression)
+        if isinstance(expression.this, exp.Literal):
+            return super().neg_sql(expression)  # a negative literal cannot overflow
+        if result is SqlType.INT:
+            return wrap_int(f"(0 - CAST({self.sql(expression, 'this')} AS BIGINT))")
+        if result is SqlType.BIGINT:
+            return wrap_bigint(f"(0 - CAST({self.sql(expression, 'this')} AS DECIMAL(20, 0)))")
+        return super().neg_sql(expression)
+
+    def abs_sql(self, expression: exp.Abs) -> str:
+        result = self._type(expression)
+        if result is SqlType.INT:
+            return wrap_int(f"abs(CAST({self.sql(expression, 'this')} AS BIGINT))")
+        if result is SqlType.BIGINT:
+            return wrap_bigint(f"abs(CAST({self.sql(expression, 'this')} AS DECIMAL(20, 0)))")
+        return self.func("ABS", expression.this)
+
+    def floor_or_ceil_sql(self, expression: exp.Func, name: str) -> str:
+        # BIGINT of a FLOAT/DOUBLE: Spark's conversion raises out of range under ANSI; inside
+        # (-2^63, 2^63) FLOOR/CEIL of a double cannot leave BIGINT's range
+        if self._type(expression.this) in _FLOATING:
+            value = self.sql(expression, "this")
+            return _saturating(value, SqlType.BIGINT, f"{name}({value})")
+        return self.func(name, expression.this)
+
+    def round_sql(self, expression: exp.Round) -> str:
+        result = self._type(expression)
+        scale = round_scale(expression)
+        if result not in (SqlType.INT, SqlType.BIGINT) or scale >= 0:
+            return self.func("ROUND", expression.this, expression.args.get("decimals"))
+        value = self.sql(expression, "this")
+        if 10**-scale > _INTEGER_MAX[result]:
+            return f"(({value}) * 0)"  # compiler.expressions' rule: every value rounds to 0
+        # rounded exactly in a wider type, then wrapped (Spark's non-ANSI intValue/longValue)
+        if result is SqlType.INT:
+            return wrap_int(f"ROUND(CAST({value} AS BIGINT), {scale})")
+        return wrap_bigint(f"ROUND(CAST({value} AS DECIMAL(20, 0)), {scale})")
+
+    def _numeric_cast(self, expression: exp.Cast) -> str | None:
+        target, source = self._type(expression), self._type(expression.this)
+        if source in _FLOATING and target in (SqlType.INT, SqlType.BIGINT):
+            return _saturating(self.sql(expression, "this"), target)
+        if source is SqlType.BIGINT and target is SqlType.INT:
+            return wrap_int(self.sql(expression, "this"))
+        return None
+
+    def cast_sql(self, expression: exp.Cast, safe_prefix: str | None = None) -> str:
+        return self._numeric_cast(expression) or super().cast_sql(expression, safe_prefix)
+
+    def trycast_sql(self, expression: exp.TryCast) -> str:
+        # mangonel gives TRY_CAST CAST's (non-ANSI) semantics on every path
+        if (rendered := self._numeric_cast(expression)) is not None:
+            return rendered
+        return super().cast_sql(expression)
+
+    def resolved_sql(self, expression: exp.Expression) -> str:
+        """A window bound or aggregate reference: the column that holds it."""
+        if self._names is None:
+            raise ValueError("window bounds and aggregate results only exist after stage 2")
+        return self._names(expression)
+
+
+def _render(
+    expression: exp.Expression,
+    env: TypeEnv,
+    names: Callable[[exp.Expression], str] | None = None,
+) -> str:
+    types = annotate_types(expression, env).types
+    return _NonRaisingSpark(types, names).generate(expression, copy=False)
+
+
+def _lift_env(scan: ph.StreamScanExec) -> TypeEnv:
+    return TypeEnv(columns={column.name: column.type for column in scan.columns})
+
+
+def lift_sql(expression: exp.Expression, scan: ph.StreamScanExec) -> str:
+    """Spark SQL of a lift-side expression (WHERE, aggregate arguments) over the stream."""
+    return _render(expression, _lift_env(scan))
+
+
+def output_sql(
+    expression: exp.Expression,
+    window: ph.WindowAggregateExec,
+    names: Callable[[exp.Expression], str],
+) -> str:
+    """Spark SQL of a HAVING or SELECT expression (over keys, window bounds and aggregate
+    results); `names` gives the column that holds a window bound or an aggregate result."""
+    env = TypeEnv(
+        columns=_lift_env(window.child.child).columns,  # key columns keep their names
+        aggregates=tuple(plan.result_type for plan in window.aggregates),
+    )
+    return _render(expression, env, names)
+
+
+def aggregate_sql(plan: ph.AggregatePlan, scan: ph.StreamScanExec) -> str:
+    """Spark SQL of one aggregate call (Spark's own aggregation, the native plan)."""
+    if plan.function is AggregateFunction.COUNT_STAR:
+        return "count(1)"
+    argument = lift_sql(plan.argument, scan)
+    if plan.function is AggregateFunction.SUM and plan.result_type is SqlType.BIGINT:
+        # Spark's sum of longs raises on overflow under ANSI; the sums of the high and the low
+        # 32-bit halves cannot overflow (< 2^31 rows), and shifts recombine them modulo 2^64
+        value = f"CAST({argument} AS BIGINT)"
+        high = f"sum(shiftright({value}, 32))"
+        low = f"sum({value} & {_LOW_32})"
+        return f"(shiftleft({high} + shiftright({low}, 32), 32) | ({low} & {_LOW_32}))"
+    return f"{SPARK_AGGREGATES[plan.function]}({argument})"
