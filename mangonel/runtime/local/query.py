@@ -8,13 +8,10 @@ import pyarrow as pa
 
 from mangonel.compiler.physical import ProjectExec, unpack
 from mangonel.errors import BackendUnavailableError
+from mangonel.runtime.operators.base import OperatorMetrics, as_record_batch
 from mangonel.runtime.operators.kernels import WindowKernels
-from mangonel.runtime.operators.window import (
-    OperatorMetrics,
-    as_record_batch,
-    make_operator,
-    output_schema,
-)
+from mangonel.runtime.operators.results import output_schema
+from mangonel.runtime.operators.window import make_operator
 
 
 def kernels_for(backend: str) -> WindowKernels:

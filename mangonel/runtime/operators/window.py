@@ -31,17 +31,6 @@ intermediate partial rows: tuples combine straight into the state): it calls the
 `lift_merge` with the newest segment as target, and merges the rows the backend could not place
 there (new keys, panes elsewhere; on the CPU every row) through the split path.
 
-Count windows (`CountWindowOperator`, ROWS n SLIDE m): a window needs its key's tuples in
-event-time order, which is final only once the watermark passes them, so the operator keeps
-per-tuple partials: pending tuples (ts >= W) on one side, and per key the final tuples that
-unfired windows still need (ordered by (ts, arrival)). When W advances, pending tuples with
-ts < W become final (sorted per key by (ts, arrival) and appended); window j of a key fires
-when the key has j*m + n final tuples; its aggregate comes from the same tree, built over
-tuples as leaves. Its `window_start` is the event time of its first tuple and `window_end`
-the event time of its last tuple + 1 microsecond (exclusive, like time windows). Rows are
-ordered by window number, then key first-seen order. At end of input all pending tuples
-become final; windows with fewer than n tuples never fire.
-
 Input: every batch first passes `conform.BatchConformer` (declared types, lossless widening
 only, NOT NULL; DataError otherwise) before any backend work. Event times outside
 `event_time_range` (a window bound would not fit int64) become NULL there and are counted
@@ -52,417 +41,36 @@ Other decisions: tuples with a NULL event time are dropped and counted
 that passed WHERE (a tuple WHERE removes is not "dropped as late"); `windows_fired` counts
 (window, key) results before HAVING, `rows_out` the rows after it.
 
-Snapshots: `snapshot()` -> bytes is an .npz archive (numpy arrays only, loaded with
-allow_pickle=False) whose `__header__` entry is UTF-8 JSON: format name, version, operator
-kind, the plan's window and state fields (checked on restore), watermark and counters.
+The shared part of both operators (input, watermark, metrics, partials, snapshot header)
+is `base.OperatorBase`; count windows are `count_window.CountWindowOperator`; finalize,
+HAVING and the output projection are `results`; the snapshot codec is `snapshot`.
 """
 
 from __future__ import annotations
 
-import io
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from mangonel.catalog.types import SqlType
-from mangonel.compiler.logical import AggregateFunction, WindowKind
-from mangonel.compiler.physical import AggregatePlan, StateKind, WindowPipeline
-from mangonel.errors import DataError
-from mangonel.runtime.cpu.evaluation import array_with_nulls, evaluate_expression, to_mask
-from mangonel.runtime.operators.conform import INT64_MIN, BatchConformer, event_time_range
+from mangonel.compiler.logical import WindowKind
+from mangonel.compiler.physical import WindowPipeline
+from mangonel.runtime.operators.base import (
+    PANE_META,
+    OperatorBase,
+)
+from mangonel.runtime.operators.count_window import CountWindowOperator
 from mangonel.runtime.operators.kernels import PaneTarget, WindowKernels
+from mangonel.runtime.operators.results import finalize
+from mangonel.runtime.operators.snapshot import pack, unpack
 
-SNAPSHOT_FORMAT = "mangonel.window-state"
-SNAPSHOT_VERSION = 1
-PANE_META = "__pane"
-EVENT_TIME_META = "__ts"
 MAX_RESULT_CELLS = 1 << 22  # (window, key) cells per tree call: bounds memory of one firing
 DIRECT_WINDOWS = 64  # firings of at most this many windows skip the occupancy scan
 # a batch whose dense `[keys x panes]` block would exceed this many cells per input row (and
 # MAX_RESULT_CELLS) is merged in pane-ordered chunks, firing between them (see `_merge`)
 DENSE_CELLS_PER_ROW = 16
 MIN_SPLIT_GAP = 16  # panes: a segment holds at least 16 columns, smaller gaps save nothing
-
-
-@dataclass(frozen=True)
-class OperatorMetrics:
-    tuples_in: int
-    late_tuples_dropped: int
-    null_event_time_dropped: int
-    windows_fired: int
-    rows_out: int
-    state_bytes: int
-    # tuples whose event time lies outside `event_time_range` (a window bound would not fit
-    # int64): dropped and counted like NULL event times, but apart from them
-    event_time_out_of_range_dropped: int = 0
-
-
-# ---------------------------------------------------------------------------------------
-# Finalize, HAVING and the output projection (host side, Arrow)
-
-
-def finalize(
-    plans: tuple[AggregatePlan, ...], values: dict[str, tuple[np.ndarray, ...]]
-) -> list[pa.Array]:
-    """The aggregate results (Arrow, plan result types) from selected field values."""
-    results = []
-    for plan in plans:
-        count = values[plan.count_field][0]
-        arrow_type = plan.result_type.info.arrow
-        function = plan.function
-        if function in (AggregateFunction.COUNT_STAR, AggregateFunction.COUNT):
-            results.append(pa.array(count, pa.int64()).cast(arrow_type))
-            continue
-        empty = count == 0
-        if not empty.any():
-            empty = None  # no NULL result: no masking passes (the common case)
-        value = values[plan.value_field]
-        if function in (AggregateFunction.SUM, AggregateFunction.MIN, AggregateFunction.MAX):
-            data = value[0] if empty is None else np.where(empty, 0, value[0])
-            if plan.result_type is SqlType.TIMESTAMP:
-                array = array_with_nulls(data.astype(np.int64), empty)
-            else:
-                array = array_with_nulls(data, empty)
-            results.append(array.cast(arrow_type))
-            continue
-        if function is AggregateFunction.AVG:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                data = value[0] / (count if empty is None else np.where(empty, 1, count))
-            results.append(array_with_nulls(data.astype(np.float64), empty).cast(arrow_type))
-            continue
-        n, m2 = value[0], value[2]
-        sample = function in (AggregateFunction.VAR_SAMP, AggregateFunction.STDDEV_SAMP)
-        null = n < (2 if sample else 1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            data = m2 / np.where(null, 1.0, n - 1.0 if sample else n)
-        data = np.maximum(data, 0.0)  # rounding must not make a variance negative
-        if function in (AggregateFunction.STDDEV_POP, AggregateFunction.STDDEV_SAMP):
-            data = np.sqrt(data)
-        results.append(array_with_nulls(data, null).cast(arrow_type))
-    return results
-
-
-_TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
-
-
-def _timestamps(micros: np.ndarray) -> pa.Array:
-    # a view of the int64 buffer as timestamps (an Arrow cast copies and checks every value)
-    micros = np.ascontiguousarray(micros, np.int64)
-    return pa.Array.from_buffers(_TIMESTAMP_UTC, len(micros), [None, pa.py_buffer(micros)])
-
-
-def project(
-    pipeline: WindowPipeline,
-    keys: list[pa.Array],
-    aggregates: list[pa.Array],
-    window_start: np.ndarray,
-    window_end: np.ndarray,
-) -> pa.RecordBatch:
-    """HAVING first, then the plan's output expressions, typed as the plan says."""
-    length = len(window_start)
-    key_columns = pipeline.lift.keys
-    column_types = {c.name: c.type for c in key_columns}
-    columns = {c.name: array for c, array in zip(key_columns, keys, strict=True)}
-    aggregate_types = [p.result_type for p in pipeline.window.aggregates]
-    bounds = {"start": _timestamps(window_start), "end": _timestamps(window_end)}
-    if pipeline.having is not None and length:
-        keep = to_mask(
-            evaluate_expression(
-                pipeline.having,
-                column_types,
-                columns,
-                aggregates=aggregates,
-                aggregate_types=aggregate_types,
-                window_bounds=bounds,
-                length=length,
-            )
-        )
-        if not keep.all():
-            selection = pa.array(np.nonzero(keep)[0], pa.int64())
-            columns = {name: array.take(selection) for name, array in columns.items()}
-            aggregates = [array.take(selection) for array in aggregates]
-            bounds = {name: array.take(selection) for name, array in bounds.items()}
-            length = int(keep.sum())
-    arrays, fields = [], []
-    for output in pipeline.outputs:
-        arrow_type = output.type.info.arrow
-        array = evaluate_expression(
-            output.expression,
-            column_types,
-            columns,
-            aggregates=aggregates,
-            aggregate_types=aggregate_types,
-            window_bounds=bounds,
-            length=length,
-        )
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        if array.type != arrow_type:
-            array = array.cast(arrow_type)
-        arrays.append(array)
-        fields.append(pa.field(output.name, arrow_type))
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
-
-
-def output_schema(pipeline: WindowPipeline) -> pa.Schema:
-    return pa.schema([pa.field(o.name, o.type.info.arrow) for o in pipeline.outputs])
-
-
-def as_record_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
-    if isinstance(batch, pa.Table):
-        batch = batch.combine_chunks()
-        return pa.RecordBatch.from_arrays(
-            [column.combine_chunks() for column in batch.columns], schema=batch.schema
-        )
-    if not isinstance(batch, pa.RecordBatch):
-        raise DataError(f"expected a pyarrow RecordBatch or Table, got {type(batch).__name__}")
-    return batch
-
-
-def _field_arrays(fields) -> list[tuple[str, int]]:
-    return [(f.name, 3 if f.kind is StateKind.MOMENTS else 1) for f in fields]
-
-
-def partial_column_name(field_name: str, part: int, parts: int) -> str:
-    return field_name if parts == 1 else f"{field_name}.{('n', 'mean', 'm2')[part]}"
-
-
-def _pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
-    buffer = io.BytesIO()
-    header_bytes = np.frombuffer(json.dumps(header, sort_keys=True).encode("utf-8"), np.uint8)
-    np.savez(buffer, __header__=header_bytes, **arrays)
-    return buffer.getvalue()
-
-
-def _unpack(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-        header = json.loads(arrays.pop("__header__").tobytes().decode("utf-8"))
-    except (ValueError, OSError, KeyError, AttributeError, UnicodeDecodeError) as error:
-        raise DataError(f"not a mangonel window-operator snapshot ({error})") from error
-    if header.get("format") != SNAPSHOT_FORMAT:
-        raise DataError("not a mangonel window-operator snapshot")
-    if header.get("version") != SNAPSHOT_VERSION:
-        raise DataError(
-            f"snapshot version {header.get('version')} is not supported "
-            f"(this build reads version {SNAPSHOT_VERSION})"
-        )
-    return header, arrays
-
-
-class _OperatorBase:
-    kind = ""
-
-    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
-        self.pipeline = pipeline
-        self.kernels = kernels
-        self.window = pipeline.window
-        self.spec = pipeline.window.window
-        self.fields = pipeline.lift.fields
-        self.key_types = tuple(k.type for k in pipeline.lift.keys)
-        self.keys = kernels.new_key_map(self.key_types)
-        self.watermark: int | None = None  # None is -infinity
-        self.max_event_time: int | None = None
-        self.tuples_in = 0
-        self.late = 0
-        self.null_event_time = 0
-        self.windows_fired = 0
-        self.rows_out = 0
-        self.finished = False
-        scan = pipeline.lift.child
-        self.conform = BatchConformer(
-            scan.columns, scan.stream.name, scan.stream.event_time, event_time_range(self.spec)
-        )
-        self.out_of_range = 0
-        self._early: list[pa.RecordBatch] = []  # results fired inside one `process`
-        # the last two batches conformed, (given, conformed): `prefetch` of batch k + 1 and
-        # `process` of batch k each find their batch's one conformed object (the GPU matches
-        # a prefetched batch by identity)
-        self._conformed: list[tuple[pa.RecordBatch, tuple[pa.RecordBatch, int]]] = []
-
-    # -- shared ---------------------------------------------------------------------------
-
-    def metrics(self) -> OperatorMetrics:
-        return OperatorMetrics(
-            self.tuples_in,
-            self.late,
-            self.null_event_time,
-            self.windows_fired,
-            self.rows_out,
-            self.state_bytes(),
-            self.out_of_range,
-        )
-
-    def state_bytes(self) -> int:
-        raise NotImplementedError
-
-    def _observe(self, max_event_time: int | None) -> None:
-        if max_event_time is not None:
-            if self.max_event_time is None or max_event_time > self.max_event_time:
-                self.max_event_time = max_event_time
-
-    def _input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
-        """The batch conformed to the declared stream (DataError if it cannot be), and how
-        many of its event times were out of range (made NULL there)."""
-        for given, conformed in self._conformed:
-            if given is batch:
-                return conformed
-        record_batch = as_record_batch(batch)
-        conformed = self.conform(record_batch)
-        self._conformed = [*self._conformed[-1:], (batch, conformed)]
-        return conformed
-
-    def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
-        """Lift + merge one batch, then update the watermark and fire (standalone form)."""
-        conformed, out_of_range = self._input(batch)
-        self._process(conformed)
-        self._count_out_of_range(out_of_range)
-        # processed: drop it (holding it would keep a whole batch alive)
-        self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
-        # windows a chunked merge already fired (they come first: window order)
-        early, self._early = self._early, []
-        if self.max_event_time is None:
-            return early
-        return early + self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
-
-    def _watermark_after(self, max_event_time: int | None) -> int | None:
-        """The watermark `process` sets after the batch being merged (None: none yet)."""
-        latest = self.max_event_time
-        if max_event_time is not None and (latest is None or max_event_time > latest):
-            latest = max_event_time
-        return None if latest is None else latest - self.spec.watermark_delay_us
-
-    def prefetch(self, batch: pa.RecordBatch) -> None:
-        """Let the kernels start moving `batch` (the next one `process` gets) to the device,
-        so its copy runs beside the processing and firing of the batch before it. Only a hint:
-        `process` of any other batch is unaffected."""
-        if self.finished:
-            return
-        try:
-            conformed, _ = self._input(batch)
-        except DataError:
-            return  # `process` of this batch raises it, after the batches before it ran
-        self.kernels.prefetch(self.pipeline.lift, self.window, conformed)
-
-    def _count_out_of_range(self, count: int) -> None:
-        """The lift saw out-of-range event times as NULL: count them apart."""
-        self.out_of_range += count
-        self.null_event_time -= count
-
-    def _lift_input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
-        return self.conform(as_record_batch(batch))
-
-    def advance_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        """W = max(W, watermark); fire every window that ends at or before W."""
-        watermark = max(watermark, INT64_MIN)  # max event time - delay may pass int64's end
-        if self.watermark is None or watermark > self.watermark:
-            self.watermark = watermark
-        return self._fire(final=False)
-
-    def finish(self) -> list[pa.RecordBatch]:
-        """End of input: everything fires."""
-        self.finished = True
-        return self._fire(final=True)
-
-    def _emit(self, keys, aggregates, starts, ends) -> list[pa.RecordBatch]:
-        self.windows_fired += len(starts)
-        if not len(starts):
-            return []
-        batch = project(self.pipeline, keys, aggregates, starts, ends)
-        self.rows_out += batch.num_rows
-        return [batch] if batch.num_rows else []
-
-    def _header(self) -> dict[str, Any]:
-        return {
-            "format": SNAPSHOT_FORMAT,
-            "version": SNAPSHOT_VERSION,
-            "operator": self.kind,
-            "window": [
-                self.spec.kind.value,
-                self.spec.size,
-                self.spec.slide,
-                self.spec.watermark_delay_us,
-            ],
-            "fields": [[f.name, f.kind.value, f.type.value] for f in self.fields],
-            "keys": [t.value for t in self.key_types],
-            "watermark": self.watermark,
-            "max_event_time": self.max_event_time,
-            "counters": [
-                self.tuples_in,
-                self.late,
-                self.null_event_time,
-                self.windows_fired,
-                self.rows_out,
-                self.out_of_range,
-            ],
-            "finished": self.finished,
-        }
-
-    def _restore_header(self, header: dict[str, Any]) -> None:
-        expected = self._header()
-        for entry in ("operator", "window", "fields", "keys"):
-            if header.get(entry) != expected[entry]:
-                raise DataError(
-                    f"snapshot does not match this query: {entry} is "
-                    f"{header.get(entry)}, the plan has {expected[entry]}"
-                )
-        self.watermark = header["watermark"]
-        self.max_event_time = header["max_event_time"]
-        counters = header["counters"]
-        (self.tuples_in, self.late, self.null_event_time, self.windows_fired, self.rows_out) = (
-            counters[:5]
-        )
-        self.out_of_range = counters[5] if len(counters) > 5 else 0  # older snapshots: none
-        self.finished = header["finished"]
-
-    def _partial_batch(
-        self, lifted, rows, extra_name, extra, partials, out_of_range: int
-    ) -> pa.RecordBatch:
-        host = self.kernels.to_host
-        selection = pa.array(np.asarray(rows, np.int64), pa.int64())
-        arrays = [key.take(selection) for key in lifted.keys]
-        names = [k.name for k in self.pipeline.lift.keys]
-        arrays.append(pa.array(host(extra), pa.int64()))
-        names.append(extra_name)
-        for name, parts in _field_arrays(self.fields):
-            for part in range(parts):
-                values = host(partials[name][part])
-                arrays.append(pa.array(values, pa.from_numpy_dtype(values.dtype)))
-                names.append(partial_column_name(name, part, parts))
-        metadata = {
-            "mangonel.max_event_time": json.dumps(lifted.max_event_time),
-            "mangonel.null_event_time": str(lifted.null_event_time),
-            "mangonel.rows": str(lifted.rows),
-            "mangonel.event_time_out_of_range": str(out_of_range),
-        }
-        return pa.RecordBatch.from_arrays(arrays, names=names).replace_schema_metadata(metadata)
-
-    def _read_partials(self, partials: pa.RecordBatch, extra_name: str):
-        metadata = {k.decode(): v.decode() for k, v in (partials.schema.metadata or {}).items()}
-        self.tuples_in += int(metadata.get("mangonel.rows", 0))
-        self.null_event_time += int(metadata.get("mangonel.null_event_time", 0))
-        self.out_of_range += int(metadata.get("mangonel.event_time_out_of_range", 0))
-        self._observe(json.loads(metadata.get("mangonel.max_event_time", "null")))
-        keys = [partials.column(k.name) for k in self.pipeline.lift.keys]
-        device = self.kernels.from_host
-        extra = device(np.asarray(partials.column(extra_name)).astype(np.int64))
-        values = {}
-        for name, parts in _field_arrays(self.fields):
-            values[name] = tuple(
-                device(np.asarray(partials.column(partial_column_name(name, part, parts))))
-                for part in range(parts)
-            )
-        return keys, extra, values
-
-    def _process(self, batch: pa.RecordBatch) -> None:
-        raise NotImplementedError
-
-    def _fire(self, final: bool) -> list[pa.RecordBatch]:
-        raise NotImplementedError
 
 
 @dataclass
@@ -476,7 +84,7 @@ class _Segment:
     last: int
 
 
-class TimeWindowOperator(_OperatorBase):
+class TimeWindowOperator(OperatorBase):
     """RANGE w SLIDE s windows over panes of p = gcd(w, s) (see the module docstring)."""
 
     kind = "time"
@@ -825,10 +433,10 @@ class TimeWindowOperator(_OperatorBase):
                 state = segment.state.to_arrays(self._segment_keys(segment), live, segment.last + 1)
                 arrays.update({f"segment{number}.{name}": a for name, a in state.items()})
         header.update(next_window=self.next_window, segments=segments)
-        return _pack(header, arrays)
+        return pack(header, arrays)
 
     def restore(self, data: bytes) -> None:
-        header, arrays = _unpack(data)
+        header, arrays = unpack(data)
         self._restore_header(header)
         self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "keys.")
         self.next_window = header["next_window"]
@@ -845,181 +453,6 @@ class TimeWindowOperator(_OperatorBase):
             if state:
                 segment.state.load_arrays(state, live)
             self.segments.append(segment)
-
-
-class CountWindowOperator(_OperatorBase):
-    """ROWS n SLIDE m windows per key over per-tuple partials (see the module docstring)."""
-
-    kind = "count"
-
-    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
-        super().__init__(pipeline, kernels)
-        self.size = self.spec.size
-        self.slide = self.spec.slide
-        self.arrivals = 0  # arrival sequence number of the next tuple (ties in event time)
-        self.pending = self._empty()  # tuples not final yet (ts >= W)
-        self.final = self._empty()  # final tuples unfired windows need, by (slot, position)
-        self.final_count = np.zeros(0, np.int64)  # final tuples per key so far
-        self.next_window = np.zeros(0, np.int64)  # next window number per key
-
-    def _empty(self) -> dict[str, np.ndarray]:
-        columns = {
-            "slot": np.empty(0, np.int64),
-            "ts": np.empty(0, np.int64),
-            "seq": np.empty(0, np.int64),
-            "pos": np.empty(0, np.int64),
-        }
-        for field in self.fields:
-            dtype = (
-                np.float64
-                if field.kind is StateKind.MOMENTS
-                else (
-                    np.int64
-                    if field.type.is_integer or field.type is SqlType.TIMESTAMP
-                    else np.float64
-                )
-            )
-            for part in range(3 if field.kind is StateKind.MOMENTS else 1):
-                columns[f"{field.name}.{part}"] = np.empty(0, dtype)
-        return columns
-
-    def _process(self, batch: pa.RecordBatch) -> None:
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, batch)
-        self.tuples_in += lifted.rows
-        self.null_event_time += lifted.null_event_time
-        self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
-        self._observe(lifted.max_event_time)
-
-    def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
-        """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
-        conformed, out_of_range = self._lift_input(batch)
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, conformed)
-        lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
-        rows = np.nonzero(self.kernels.to_host(lifted.contributes))[0]
-        partials = {
-            name: tuple(self.kernels.to_host(p)[rows] for p in parts)
-            for name, parts in lifted.partials.items()
-        }
-        event_time = self.kernels.to_host(lifted.event_time)[rows]
-        return self._partial_batch(
-            lifted, rows, EVENT_TIME_META, event_time, partials, out_of_range
-        )
-
-    def merge(self, partials: pa.RecordBatch) -> None:
-        keys, event_time, values = self._read_partials(partials, EVENT_TIME_META)
-        include = self.kernels.from_host(np.ones(partials.num_rows, np.bool_))
-        self._merge(keys, event_time, include, values)
-
-    def _merge(self, keys, event_time, include, partials) -> None:
-        host = self.kernels.to_host
-        event_time = host(event_time)
-        include = host(include).copy()
-        if self.watermark is not None:
-            late = include & (event_time < self.watermark)
-            self.late += int(late.sum())
-            include &= ~late
-        slots = host(self.keys.map_columns(keys, self.kernels.from_host(include)))
-        rows = np.nonzero(include)[0]
-        added = {
-            "slot": slots[rows],
-            "ts": event_time[rows],
-            "seq": self.arrivals + np.arange(len(rows), dtype=np.int64),
-            "pos": np.zeros(len(rows), np.int64),
-        }
-        self.arrivals += len(rows)
-        for name, parts in _field_arrays(self.fields):
-            for part in range(parts):
-                added[f"{name}.{part}"] = host(partials[name][part])[rows]
-        self.pending = {c: np.concatenate((self.pending[c], added[c])) for c in self.pending}
-
-    def _fire(self, final: bool) -> list[pa.RecordBatch]:
-        n_keys = self.keys.n_slots
-        if len(self.final_count) < n_keys:
-            grow = n_keys - len(self.final_count)
-            self.final_count = np.concatenate((self.final_count, np.zeros(grow, np.int64)))
-            self.next_window = np.concatenate((self.next_window, np.zeros(grow, np.int64)))
-        if final:
-            becoming = np.ones(len(self.pending["ts"]), np.bool_)
-        elif self.watermark is None:
-            return []
-        else:
-            becoming = self.pending["ts"] < self.watermark
-        if becoming.any():
-            new = {c: a[becoming] for c, a in self.pending.items()}
-            self.pending = {c: a[~becoming] for c, a in self.pending.items()}
-            order = np.lexsort((new["seq"], new["ts"], new["slot"]))
-            new = {c: a[order] for c, a in new.items()}
-            slots = new["slot"]
-            group_start = np.searchsorted(slots, slots, side="left")
-            new["pos"] = self.final_count[slots] + np.arange(len(slots)) - group_start
-            np.add.at(self.final_count, slots, 1)
-            merged = {c: np.concatenate((self.final[c], new[c])) for c in self.final}
-            order = np.argsort(merged["slot"], kind="stable")
-            self.final = {c: a[order] for c, a in merged.items()}
-        return self._compute(n_keys)
-
-    def _compute(self, n_keys: int) -> list[pa.RecordBatch]:
-        n, m = self.size, self.slide
-        last = np.where(self.final_count >= n, (self.final_count - n) // m, -1)
-        counts = np.maximum(last - self.next_window + 1, 0)
-        keys_firing = np.nonzero(counts)[0]
-        if not len(keys_firing):
-            return []
-        slots = self.final["slot"]
-        segment_start = np.searchsorted(slots, keys_firing, side="left")
-        first_position = self.final["pos"][segment_start]
-        base = segment_start + self.next_window[keys_firing] * m - first_position
-        windows = counts[keys_firing]
-        leaves = {
-            name: tuple(self.final[f"{name}.{part}"] for part in range(parts))
-            for name, parts in _field_arrays(self.fields)
-        }
-        values = self.kernels.segment_windows(
-            self.fields, leaves, base, windows, m, n, self.window.windows_per_batch
-        )
-        slot_of_row = np.repeat(keys_firing, windows)
-        row_in_task = np.arange(len(slot_of_row)) - np.repeat(np.cumsum(windows) - windows, windows)
-        window_of_row = np.repeat(self.next_window[keys_firing], windows) + row_in_task
-        first_leaf = np.repeat(base, windows) + row_in_task * m
-        starts = self.final["ts"][first_leaf]
-        ends = self.final["ts"][first_leaf + n - 1] + 1
-        order = np.lexsort((slot_of_row, window_of_row))
-        host = self.kernels.to_host
-        chosen = {
-            name: tuple(host(part)[order] for part in parts) for name, parts in values.items()
-        }
-        aggregates = finalize(self.window.aggregates, chosen)
-        keys = self.keys.decode(slot_of_row[order])
-        self.next_window[keys_firing] += windows
-        keep = self.final["pos"] >= self.next_window[slots] * m
-        self.final = {c: a[keep] for c, a in self.final.items()}
-        return self._emit(keys, aggregates, starts[order], ends[order])
-
-    def state_bytes(self) -> int:
-        total = sum(a.nbytes for a in self.pending.values()) + sum(
-            a.nbytes for a in self.final.values()
-        )
-        return total + self.final_count.nbytes + self.next_window.nbytes + self.keys.nbytes
-
-    def snapshot(self) -> bytes:
-        header = self._header()
-        header["arrivals"] = self.arrivals
-        arrays = self.keys.to_arrays("keys.")
-        arrays.update({f"pending.{c}": a for c, a in self.pending.items()})
-        arrays.update({f"final.{c}": a for c, a in self.final.items()})
-        arrays["final_count"] = self.final_count
-        arrays["next_window"] = self.next_window
-        return _pack(header, arrays)
-
-    def restore(self, data: bytes) -> None:
-        header, arrays = _unpack(data)
-        self._restore_header(header)
-        self.arrivals = header["arrivals"]
-        self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "keys.")
-        self.pending = {c: arrays[f"pending.{c}"] for c in self._empty()}
-        self.final = {c: arrays[f"final.{c}"] for c in self._empty()}
-        self.final_count = arrays["final_count"]
-        self.next_window = arrays["next_window"]
 
 
 WindowOperator = TimeWindowOperator | CountWindowOperator

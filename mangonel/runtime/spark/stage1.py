@@ -33,8 +33,8 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.runtime.operators.base import PANE_META, partial_column_name
 from mangonel.runtime.operators.kernels import neutral
-from mangonel.runtime.operators.window import PANE_META, partial_column_name
 from mangonel.runtime.spark.schema import ddl, quote
 from mangonel.runtime.spark.sql import lift_sql
 

@@ -42,7 +42,8 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from mangonel.compiler import physical as ph
 from mangonel.runtime.local.query import kernels_for
-from mangonel.runtime.operators.window import make_operator, output_schema
+from mangonel.runtime.operators.results import output_schema
+from mangonel.runtime.operators.window import make_operator
 from mangonel.runtime.spark.schema import ddl
 from mangonel.runtime.spark.stage1 import (
     BUCKET,

@@ -1,0 +1,264 @@
+"""What both window operators share: input conformance, watermark, metrics, the partial
+wire format of the split (Spark) form, and the snapshot header."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.compiler.physical import StateKind, WindowPipeline
+from mangonel.errors import DataError
+from mangonel.runtime.operators.conform import INT64_MIN, BatchConformer, event_time_range
+from mangonel.runtime.operators.kernels import WindowKernels
+from mangonel.runtime.operators.results import project
+from mangonel.runtime.operators.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
+
+PANE_META = "__pane"
+EVENT_TIME_META = "__ts"
+
+
+@dataclass(frozen=True)
+class OperatorMetrics:
+    tuples_in: int
+    late_tuples_dropped: int
+    null_event_time_dropped: int
+    windows_fired: int
+    rows_out: int
+    state_bytes: int
+    # tuples whose event time lies outside `event_time_range` (a window bound would not fit
+    # int64): dropped and counted like NULL event times, but apart from them
+    event_time_out_of_range_dropped: int = 0
+
+
+def as_record_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    if isinstance(batch, pa.Table):
+        batch = batch.combine_chunks()
+        return pa.RecordBatch.from_arrays(
+            [column.combine_chunks() for column in batch.columns], schema=batch.schema
+        )
+    if not isinstance(batch, pa.RecordBatch):
+        raise DataError(f"expected a pyarrow RecordBatch or Table, got {type(batch).__name__}")
+    return batch
+
+
+def field_arrays(fields) -> list[tuple[str, int]]:
+    return [(f.name, 3 if f.kind is StateKind.MOMENTS else 1) for f in fields]
+
+
+def partial_column_name(field_name: str, part: int, parts: int) -> str:
+    return field_name if parts == 1 else f"{field_name}.{('n', 'mean', 'm2')[part]}"
+
+
+class OperatorBase:
+    kind = ""
+
+    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
+        self.pipeline = pipeline
+        self.kernels = kernels
+        self.window = pipeline.window
+        self.spec = pipeline.window.window
+        self.fields = pipeline.lift.fields
+        self.key_types = tuple(k.type for k in pipeline.lift.keys)
+        self.keys = kernels.new_key_map(self.key_types)
+        self.watermark: int | None = None  # None is -infinity
+        self.max_event_time: int | None = None
+        self.tuples_in = 0
+        self.late = 0
+        self.null_event_time = 0
+        self.windows_fired = 0
+        self.rows_out = 0
+        self.finished = False
+        scan = pipeline.lift.child
+        self.conform = BatchConformer(
+            scan.columns, scan.stream.name, scan.stream.event_time, event_time_range(self.spec)
+        )
+        self.out_of_range = 0
+        self._early: list[pa.RecordBatch] = []  # results fired inside one `process`
+        # the last two batches conformed, (given, conformed): `prefetch` of batch k + 1 and
+        # `process` of batch k each find their batch's one conformed object (the GPU matches
+        # a prefetched batch by identity)
+        self._conformed: list[tuple[pa.RecordBatch, tuple[pa.RecordBatch, int]]] = []
+
+    # -- shared ---------------------------------------------------------------------------
+
+    def metrics(self) -> OperatorMetrics:
+        return OperatorMetrics(
+            self.tuples_in,
+            self.late,
+            self.null_event_time,
+            self.windows_fired,
+            self.rows_out,
+            self.state_bytes(),
+            self.out_of_range,
+        )
+
+    def state_bytes(self) -> int:
+        raise NotImplementedError
+
+    def _observe(self, max_event_time: int | None) -> None:
+        if max_event_time is not None:
+            if self.max_event_time is None or max_event_time > self.max_event_time:
+                self.max_event_time = max_event_time
+
+    def _input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
+        """The batch conformed to the declared stream (DataError if it cannot be), and how
+        many of its event times were out of range (made NULL there)."""
+        for given, conformed in self._conformed:
+            if given is batch:
+                return conformed
+        record_batch = as_record_batch(batch)
+        conformed = self.conform(record_batch)
+        self._conformed = [*self._conformed[-1:], (batch, conformed)]
+        return conformed
+
+    def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
+        """Lift + merge one batch, then update the watermark and fire (standalone form)."""
+        conformed, out_of_range = self._input(batch)
+        self._process(conformed)
+        self._count_out_of_range(out_of_range)
+        # processed: drop it (holding it would keep a whole batch alive)
+        self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
+        # windows a chunked merge already fired (they come first: window order)
+        early, self._early = self._early, []
+        if self.max_event_time is None:
+            return early
+        return early + self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
+
+    def _watermark_after(self, max_event_time: int | None) -> int | None:
+        """The watermark `process` sets after the batch being merged (None: none yet)."""
+        latest = self.max_event_time
+        if max_event_time is not None and (latest is None or max_event_time > latest):
+            latest = max_event_time
+        return None if latest is None else latest - self.spec.watermark_delay_us
+
+    def prefetch(self, batch: pa.RecordBatch) -> None:
+        """Let the kernels start moving `batch` (the next one `process` gets) to the device,
+        so its copy runs beside the processing and firing of the batch before it. Only a hint:
+        `process` of any other batch is unaffected."""
+        if self.finished:
+            return
+        try:
+            conformed, _ = self._input(batch)
+        except DataError:
+            return  # `process` of this batch raises it, after the batches before it ran
+        self.kernels.prefetch(self.pipeline.lift, self.window, conformed)
+
+    def _count_out_of_range(self, count: int) -> None:
+        """The lift saw out-of-range event times as NULL: count them apart."""
+        self.out_of_range += count
+        self.null_event_time -= count
+
+    def _lift_input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
+        return self.conform(as_record_batch(batch))
+
+    def advance_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        """W = max(W, watermark); fire every window that ends at or before W."""
+        watermark = max(watermark, INT64_MIN)  # max event time - delay may pass int64's end
+        if self.watermark is None or watermark > self.watermark:
+            self.watermark = watermark
+        return self._fire(final=False)
+
+    def finish(self) -> list[pa.RecordBatch]:
+        """End of input: everything fires."""
+        self.finished = True
+        return self._fire(final=True)
+
+    def _emit(self, keys, aggregates, starts, ends) -> list[pa.RecordBatch]:
+        self.windows_fired += len(starts)
+        if not len(starts):
+            return []
+        batch = project(self.pipeline, keys, aggregates, starts, ends)
+        self.rows_out += batch.num_rows
+        return [batch] if batch.num_rows else []
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "version": SNAPSHOT_VERSION,
+            "operator": self.kind,
+            "window": [
+                self.spec.kind.value,
+                self.spec.size,
+                self.spec.slide,
+                self.spec.watermark_delay_us,
+            ],
+            "fields": [[f.name, f.kind.value, f.type.value] for f in self.fields],
+            "keys": [t.value for t in self.key_types],
+            "watermark": self.watermark,
+            "max_event_time": self.max_event_time,
+            "counters": [
+                self.tuples_in,
+                self.late,
+                self.null_event_time,
+                self.windows_fired,
+                self.rows_out,
+                self.out_of_range,
+            ],
+            "finished": self.finished,
+        }
+
+    def _restore_header(self, header: dict[str, Any]) -> None:
+        expected = self._header()
+        for entry in ("operator", "window", "fields", "keys"):
+            if header.get(entry) != expected[entry]:
+                raise DataError(
+                    f"snapshot does not match this query: {entry} is "
+                    f"{header.get(entry)}, the plan has {expected[entry]}"
+                )
+        self.watermark = header["watermark"]
+        self.max_event_time = header["max_event_time"]
+        counters = header["counters"]
+        (self.tuples_in, self.late, self.null_event_time, self.windows_fired, self.rows_out) = (
+            counters[:5]
+        )
+        self.out_of_range = counters[5] if len(counters) > 5 else 0  # older snapshots: none
+        self.finished = header["finished"]
+
+    def _partial_batch(
+        self, lifted, rows, extra_name, extra, partials, out_of_range: int
+    ) -> pa.RecordBatch:
+        host = self.kernels.to_host
+        selection = pa.array(np.asarray(rows, np.int64), pa.int64())
+        arrays = [key.take(selection) for key in lifted.keys]
+        names = [k.name for k in self.pipeline.lift.keys]
+        arrays.append(pa.array(host(extra), pa.int64()))
+        names.append(extra_name)
+        for name, parts in field_arrays(self.fields):
+            for part in range(parts):
+                values = host(partials[name][part])
+                arrays.append(pa.array(values, pa.from_numpy_dtype(values.dtype)))
+                names.append(partial_column_name(name, part, parts))
+        metadata = {
+            "mangonel.max_event_time": json.dumps(lifted.max_event_time),
+            "mangonel.null_event_time": str(lifted.null_event_time),
+            "mangonel.rows": str(lifted.rows),
+            "mangonel.event_time_out_of_range": str(out_of_range),
+        }
+        return pa.RecordBatch.from_arrays(arrays, names=names).replace_schema_metadata(metadata)
+
+    def _read_partials(self, partials: pa.RecordBatch, extra_name: str):
+        metadata = {k.decode(): v.decode() for k, v in (partials.schema.metadata or {}).items()}
+        self.tuples_in += int(metadata.get("mangonel.rows", 0))
+        self.null_event_time += int(metadata.get("mangonel.null_event_time", 0))
+        self.out_of_range += int(metadata.get("mangonel.event_time_out_of_range", 0))
+        self._observe(json.loads(metadata.get("mangonel.max_event_time", "null")))
+        keys = [partials.column(k.name) for k in self.pipeline.lift.keys]
+        device = self.kernels.from_host
+        extra = device(np.asarray(partials.column(extra_name)).astype(np.int64))
+        values = {}
+        for name, parts in field_arrays(self.fields):
+            values[name] = tuple(
+                device(np.asarray(partials.column(partial_column_name(name, part, parts))))
+                for part in range(parts)
+            )
+        return keys, extra, values
+
+    def _process(self, batch: pa.RecordBatch) -> None:
+        raise NotImplementedError
+
+    def _fire(self, final: bool) -> list[pa.RecordBatch]:
+        raise NotImplementedError

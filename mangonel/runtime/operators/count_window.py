@@ -1,0 +1,202 @@
+"""Count windows (`CountWindowOperator`, ROWS n SLIDE m): a window needs its key's tuples in
+event-time order, which is final only once the watermark passes them, so the operator keeps
+per-tuple partials: pending tuples (ts >= W) on one side, and per key the final tuples that
+unfired windows still need (ordered by (ts, arrival)). When W advances, pending tuples with
+ts < W become final (sorted per key by (ts, arrival) and appended); window j of a key fires
+when the key has j*m + n final tuples; its aggregate comes from the same tree, built over
+tuples as leaves. Its `window_start` is the event time of its first tuple and `window_end`
+the event time of its last tuple + 1 microsecond (exclusive, like time windows). Rows are
+ordered by window number, then key first-seen order. At end of input all pending tuples
+become final; windows with fewer than n tuples never fire.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler.physical import StateKind, WindowPipeline
+from mangonel.runtime.operators.base import (
+    EVENT_TIME_META,
+    OperatorBase,
+    field_arrays,
+)
+from mangonel.runtime.operators.kernels import WindowKernels
+from mangonel.runtime.operators.results import finalize
+from mangonel.runtime.operators.snapshot import pack, unpack
+
+
+class CountWindowOperator(OperatorBase):
+    """ROWS n SLIDE m windows per key over per-tuple partials (see the module docstring)."""
+
+    kind = "count"
+
+    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
+        super().__init__(pipeline, kernels)
+        self.size = self.spec.size
+        self.slide = self.spec.slide
+        self.arrivals = 0  # arrival sequence number of the next tuple (ties in event time)
+        self.pending = self._empty()  # tuples not final yet (ts >= W)
+        self.final = self._empty()  # final tuples unfired windows need, by (slot, position)
+        self.final_count = np.zeros(0, np.int64)  # final tuples per key so far
+        self.next_window = np.zeros(0, np.int64)  # next window number per key
+
+    def _empty(self) -> dict[str, np.ndarray]:
+        columns = {
+            "slot": np.empty(0, np.int64),
+            "ts": np.empty(0, np.int64),
+            "seq": np.empty(0, np.int64),
+            "pos": np.empty(0, np.int64),
+        }
+        for field in self.fields:
+            dtype = (
+                np.float64
+                if field.kind is StateKind.MOMENTS
+                else (
+                    np.int64
+                    if field.type.is_integer or field.type is SqlType.TIMESTAMP
+                    else np.float64
+                )
+            )
+            for part in range(3 if field.kind is StateKind.MOMENTS else 1):
+                columns[f"{field.name}.{part}"] = np.empty(0, dtype)
+        return columns
+
+    def _process(self, batch: pa.RecordBatch) -> None:
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, batch)
+        self.tuples_in += lifted.rows
+        self.null_event_time += lifted.null_event_time
+        self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
+        self._observe(lifted.max_event_time)
+
+    def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
+        conformed, out_of_range = self._lift_input(batch)
+        lifted = self.kernels.lift_tuples(self.pipeline.lift, conformed)
+        lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
+        rows = np.nonzero(self.kernels.to_host(lifted.contributes))[0]
+        partials = {
+            name: tuple(self.kernels.to_host(p)[rows] for p in parts)
+            for name, parts in lifted.partials.items()
+        }
+        event_time = self.kernels.to_host(lifted.event_time)[rows]
+        return self._partial_batch(
+            lifted, rows, EVENT_TIME_META, event_time, partials, out_of_range
+        )
+
+    def merge(self, partials: pa.RecordBatch) -> None:
+        keys, event_time, values = self._read_partials(partials, EVENT_TIME_META)
+        include = self.kernels.from_host(np.ones(partials.num_rows, np.bool_))
+        self._merge(keys, event_time, include, values)
+
+    def _merge(self, keys, event_time, include, partials) -> None:
+        host = self.kernels.to_host
+        event_time = host(event_time)
+        include = host(include).copy()
+        if self.watermark is not None:
+            late = include & (event_time < self.watermark)
+            self.late += int(late.sum())
+            include &= ~late
+        slots = host(self.keys.map_columns(keys, self.kernels.from_host(include)))
+        rows = np.nonzero(include)[0]
+        added = {
+            "slot": slots[rows],
+            "ts": event_time[rows],
+            "seq": self.arrivals + np.arange(len(rows), dtype=np.int64),
+            "pos": np.zeros(len(rows), np.int64),
+        }
+        self.arrivals += len(rows)
+        for name, parts in field_arrays(self.fields):
+            for part in range(parts):
+                added[f"{name}.{part}"] = host(partials[name][part])[rows]
+        self.pending = {c: np.concatenate((self.pending[c], added[c])) for c in self.pending}
+
+    def _fire(self, final: bool) -> list[pa.RecordBatch]:
+        n_keys = self.keys.n_slots
+        if len(self.final_count) < n_keys:
+            grow = n_keys - len(self.final_count)
+            self.final_count = np.concatenate((self.final_count, np.zeros(grow, np.int64)))
+            self.next_window = np.concatenate((self.next_window, np.zeros(grow, np.int64)))
+        if final:
+            becoming = np.ones(len(self.pending["ts"]), np.bool_)
+        elif self.watermark is None:
+            return []
+        else:
+            becoming = self.pending["ts"] < self.watermark
+        if becoming.any():
+            new = {c: a[becoming] for c, a in self.pending.items()}
+            self.pending = {c: a[~becoming] for c, a in self.pending.items()}
+            order = np.lexsort((new["seq"], new["ts"], new["slot"]))
+            new = {c: a[order] for c, a in new.items()}
+            slots = new["slot"]
+            group_start = np.searchsorted(slots, slots, side="left")
+            new["pos"] = self.final_count[slots] + np.arange(len(slots)) - group_start
+            np.add.at(self.final_count, slots, 1)
+            merged = {c: np.concatenate((self.final[c], new[c])) for c in self.final}
+            order = np.argsort(merged["slot"], kind="stable")
+            self.final = {c: a[order] for c, a in merged.items()}
+        return self._compute(n_keys)
+
+    def _compute(self, n_keys: int) -> list[pa.RecordBatch]:
+        n, m = self.size, self.slide
+        last = np.where(self.final_count >= n, (self.final_count - n) // m, -1)
+        counts = np.maximum(last - self.next_window + 1, 0)
+        keys_firing = np.nonzero(counts)[0]
+        if not len(keys_firing):
+            return []
+        slots = self.final["slot"]
+        segment_start = np.searchsorted(slots, keys_firing, side="left")
+        first_position = self.final["pos"][segment_start]
+        base = segment_start + self.next_window[keys_firing] * m - first_position
+        windows = counts[keys_firing]
+        leaves = {
+            name: tuple(self.final[f"{name}.{part}"] for part in range(parts))
+            for name, parts in field_arrays(self.fields)
+        }
+        values = self.kernels.segment_windows(
+            self.fields, leaves, base, windows, m, n, self.window.windows_per_batch
+        )
+        slot_of_row = np.repeat(keys_firing, windows)
+        row_in_task = np.arange(len(slot_of_row)) - np.repeat(np.cumsum(windows) - windows, windows)
+        window_of_row = np.repeat(self.next_window[keys_firing], windows) + row_in_task
+        first_leaf = np.repeat(base, windows) + row_in_task * m
+        starts = self.final["ts"][first_leaf]
+        ends = self.final["ts"][first_leaf + n - 1] + 1
+        order = np.lexsort((slot_of_row, window_of_row))
+        host = self.kernels.to_host
+        chosen = {
+            name: tuple(host(part)[order] for part in parts) for name, parts in values.items()
+        }
+        aggregates = finalize(self.window.aggregates, chosen)
+        keys = self.keys.decode(slot_of_row[order])
+        self.next_window[keys_firing] += windows
+        keep = self.final["pos"] >= self.next_window[slots] * m
+        self.final = {c: a[keep] for c, a in self.final.items()}
+        return self._emit(keys, aggregates, starts[order], ends[order])
+
+    def state_bytes(self) -> int:
+        total = sum(a.nbytes for a in self.pending.values()) + sum(
+            a.nbytes for a in self.final.values()
+        )
+        return total + self.final_count.nbytes + self.next_window.nbytes + self.keys.nbytes
+
+    def snapshot(self) -> bytes:
+        header = self._header()
+        header["arrivals"] = self.arrivals
+        arrays = self.keys.to_arrays("keys.")
+        arrays.update({f"pending.{c}": a for c, a in self.pending.items()})
+        arrays.update({f"final.{c}": a for c, a in self.final.items()})
+        arrays["final_count"] = self.final_count
+        arrays["next_window"] = self.next_window
+        return pack(header, arrays)
+
+    def restore(self, data: bytes) -> None:
+        header, arrays = unpack(data)
+        self._restore_header(header)
+        self.arrivals = header["arrivals"]
+        self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "keys.")
+        self.pending = {c: arrays[f"pending.{c}"] for c in self._empty()}
+        self.final = {c: arrays[f"final.{c}"] for c in self._empty()}
+        self.final_count = arrays["final_count"]
+        self.next_window = arrays["next_window"]
