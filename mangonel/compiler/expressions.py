@@ -155,11 +155,18 @@ class _CpuRenderer:
         self.aggregates = aggregates
         self.window_bounds = window_bounds
         self.length = length
+        # Node (by identity) -> its array. IN, BETWEEN and CASE x WHEN read their first
+        # operand once per comparison; evaluating it each time would make nested ones
+        # exponential in their depth.
+        self.rendered: dict[int, pa.Array] = {}
 
     def type_of(self, node: exp.Expression) -> SqlType | None:
         return self.annotation.type_of(node)
 
     def render(self, node: exp.Expression) -> pa.Array:
+        result = self.rendered.get(id(node))
+        if result is not None:
+            return result
         result = CPU_OPS[type(node)](self, node)
         node_type = self.type_of(node)
         if node_type is not None and node_type is not SqlType.STRING:
@@ -168,6 +175,7 @@ class _CpuRenderer:
             arrow_type = TYPE_INFO[node_type].arrow
             if result.type != arrow_type:
                 result = result.cast(arrow_type, safe=False)
+        self.rendered[id(node)] = result
         return result
 
     def render_as(self, node: exp.Expression, to_type: SqlType | None) -> pa.Array:
