@@ -173,13 +173,20 @@ def aggregate_expressions() -> list[exp.Expression]:
 
 
 def corpus() -> list[exp.Expression]:
-    """CORPUS_SQL, the hostile and aggregate expressions, and every case of
-    tests/test_expressions.py (whose CPU results are checked there against expected rows)."""
+    """CORPUS_SQL, the hostile and aggregate expressions, every case of
+    tests/test_expressions.py (whose CPU results are checked there against expected rows) and
+    the deep expressions of tests/test_expressions_size.py (their C reads temporaries)."""
     from test_expressions import CASES
+    from test_expressions_size import deep_sql
 
     cases = [parse(sql) for sql, _ in CASES]
+    deep = [parse(sql) for sql in deep_sql(6).values()]
     return (
-        [parse(sql) for sql in CORPUS_SQL] + hostile_expressions() + aggregate_expressions() + cases
+        [parse(sql) for sql in CORPUS_SQL]
+        + hostile_expressions()
+        + aggregate_expressions()
+        + cases
+        + deep
     )
 
 
@@ -238,7 +245,7 @@ def build_source(expressions: list[exp.Expression]) -> tuple[str, list[Kernel]]:
                 "const int n",
             ]
         )
-        body = "\n".join(loads)
+        body = "\n".join(loads + [f"    {statement}" for statement in ctx.statements])
         parts.append(
             f'extern "C" __global__ void {kernel.name}(\n    {signature})\n{{\n'
             "    const int row = blockIdx.x * blockDim.x + threadIdx.x;\n"
