@@ -106,17 +106,28 @@ def node_count(expression: exp.Expression) -> int:
     return sum(1 for _ in expression.walk())
 
 
+def assert_small_shapes_are_linear() -> None:
+    """The size bound at 6 levels, for every shape: what the tests of large expressions check
+    first, so that an exponential renderer fails them instead of exhausting memory."""
+    for shape, sql in deep_sql(6).items():
+        expression = parse(sql)
+        assert c_size(expression) <= BYTES_PER_NODE * node_count(expression), shape
+
+
 @pytest.mark.parametrize("shape", list(deep_sql(1)))
 def test_cuda_source_is_linear_in_the_expression(shape: str) -> None:
-    small, large = parse(deep_sql(25)[shape]), parse(deep_sql(50)[shape])
-    small_size, large_size = c_size(small), c_size(large)
-    assert large_size <= BYTES_PER_NODE * node_count(large), (large_size, node_count(large))
+    sizes = {}
+    for n in (3, 6, 12, 25, 50):  # small first: an exponential renderer fails early and fast
+        expression = parse(deep_sql(n)[shape])
+        sizes[n] = c_size(expression)
+        assert sizes[n] <= BYTES_PER_NODE * node_count(expression), (n, sizes[n])
     # quadratic growth (an operand pasted once per comparison) would give about 4
-    assert large_size <= 2.3 * small_size, (small_size, large_size)
+    assert sizes[50] <= 2.3 * sizes[25], sizes
 
 
 def test_thousand_term_or_is_small() -> None:
     # 20 terms was OOM-killed; 1000 terms is under 200 KB.
+    assert_small_shapes_are_linear()
     terms = [f"i = {k}" if k % 2 else f"d > {k}" for k in range(1000)]
     expression = parse(" OR ".join(terms))
     assert c_size(expression) < node_count(expression) * BYTES_PER_NODE
@@ -171,11 +182,12 @@ def test_cpu_evaluates_each_node_once(monkeypatch) -> None:
         "b": pa.array([True, None, False]),
         "s": pa.array(["x1", None, "y"]),
     }
-    for shape, sql in deep_sql(30).items():
-        reads.clear()
-        expression = parse(sql)
-        evaluate(expression, ENV, columns, length=3)
-        assert len(reads) == len(list(expression.find_all(exp.Column))), shape
+    for n in (6, 30):  # 6 first: re-evaluation fails there before it takes exponential time
+        for shape, sql in deep_sql(n).items():
+            reads.clear()
+            expression = parse(sql)
+            evaluate(expression, ENV, columns, length=3)
+            assert len(reads) == len(list(expression.find_all(exp.Column))), (n, shape)
 
 
 def test_deep_expressions_compile(tmp_path) -> None:
@@ -183,6 +195,7 @@ def test_deep_expressions_compile(tmp_path) -> None:
     kernel each, as tests/test_expressions_nvcc.py builds them)."""
     from test_expressions_nvcc import build_source
 
+    assert_small_shapes_are_linear()
     expressions = [parse(sql) for sql in deep_sql(30).values()]
     expressions += [parse(deep_sql(50)["or"]), parse(deep_sql(50)["and"])]
     source, kernels = build_source(expressions)
@@ -223,6 +236,7 @@ def test_plan_source_is_linear_and_compiles(tmp_path) -> None:
     """A WHERE of 50 OR terms and a 50-deep CASE argument: the kernels grow by a constant
     per term, and nvcc compiles them (the temporaries are declared in every kernel that
     includes the lift)."""
+    assert_small_shapes_are_linear()
     base = len(codegen.render_plan(_where_plan(1)).source)
     source = codegen.render_plan(_where_plan(50)).source
     # the lift row appears in two kernels (lift and fused); about 6 nodes per term
