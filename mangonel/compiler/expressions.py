@@ -4,6 +4,9 @@ Two renderers over the same node classes, each a lookup table (`CPU_OPS`, `CUDA_
 sqlglot's generator: a node class is supported when `mangonel.compiler.typing.TYPE_RULES`
 types it and both tables render it (a test checks the three key sets are equal). Typing runs
 first, so an expression either target cannot render fails in `infer_type`, for both alike.
+Both renderers render each node once (IN, BETWEEN and CASE x WHEN reuse their first operand's
+result), and the CUDA text is linear in the expression's size: long sub-expressions become
+temporaries declared in `CudaContext.statements` (see the CUDA section below).
 
 Semantics follow Spark in its default (non-ANSI) mode, since results are compared with Spark:
 
