@@ -434,7 +434,9 @@ def test_gpu_results_equal_cpu_results(compiled) -> None:
             expected = expected.cast(pa.int64())
         if result_type is T.STRING:
             dictionary = {text: k for k, text in enumerate(string_dictionary())}
-            expected = pa.array([None if v is None else dictionary[v] for v in expected])
+            expected = pa.array(
+                [None if v is None else dictionary[v] for v in expected.to_pylist()]
+            )
         for row, cpu in enumerate(expected.to_pylist()):
             gpu = gpu_values[row] if gpu_valid[row] else None
             if (gpu is None) != (cpu is None) or (cpu is not None and not same_value(gpu, cpu)):
