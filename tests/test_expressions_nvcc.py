@@ -405,6 +405,24 @@ def same_value(gpu: object, cpu: object) -> bool:
     return gpu == cpu
 
 
+def mismatches(kernel: Kernel, values: list, valid: list) -> list[tuple]:
+    """(expression, row, C result, CPU result) of every row where a kernel's output (values,
+    validity) differs from the CPU renderer's; STRING results compare dictionary ids."""
+    expected = cpu_result(kernel.expression)
+    if pa.types.is_timestamp(expected.type):
+        expected = expected.cast(pa.int64())
+    rows = expected.to_pylist()
+    if kernel.rendered.type is T.STRING:
+        dictionary = {text: k for k, text in enumerate(string_dictionary())}
+        rows = [None if v is None else dictionary[v] for v in rows]
+    found = []
+    for row, cpu in enumerate(rows):
+        got = values[row] if valid[row] else None
+        if (got is None) != (cpu is None) or (cpu is not None and not same_value(got, cpu)):
+            found.append((label(kernel.expression), row, got, cpu))
+    return found
+
+
 @pytest.mark.gpu
 def test_gpu_results_equal_cpu_results(compiled) -> None:
     cupy = pytest.importorskip("cupy")
@@ -412,7 +430,7 @@ def test_gpu_results_equal_cpu_results(compiled) -> None:
     source, _ = build_source(corpus())
     module = cupy.RawModule(code=source, options=("-std=c++17",))
     inputs = [cupy.asarray(array) for values, valid in device_inputs() for array in (values, valid)]
-    mismatches = []
+    found = []
     for kernel in kernels:
         result_type = kernel.rendered.type
         out = cupy.zeros(ROWS, dtype=TYPE_INFO[result_type].numpy)
@@ -427,18 +445,5 @@ def test_gpu_results_equal_cpu_results(compiled) -> None:
             np.int32(ROWS),
         )
         module.get_function(kernel.name)((1,), (32,), arguments)
-        gpu_valid = out_valid.get().tolist()
-        gpu_values = out.get().tolist()
-        expected = cpu_result(kernel.expression)
-        if pa.types.is_timestamp(expected.type):
-            expected = expected.cast(pa.int64())
-        if result_type is T.STRING:
-            dictionary = {text: k for k, text in enumerate(string_dictionary())}
-            expected = pa.array(
-                [None if v is None else dictionary[v] for v in expected.to_pylist()]
-            )
-        for row, cpu in enumerate(expected.to_pylist()):
-            gpu = gpu_values[row] if gpu_valid[row] else None
-            if (gpu is None) != (cpu is None) or (cpu is not None and not same_value(gpu, cpu)):
-                mismatches.append((label(kernel.expression), row, gpu, cpu))
-    assert not mismatches, "\n".join(map(str, mismatches))
+        found += mismatches(kernel, out.get().tolist(), out_valid.get().tolist())
+    assert not found, "\n".join(map(str, found))
