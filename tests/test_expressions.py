@@ -280,7 +280,8 @@ def test_cuda_renders_what_cpu_evaluates(sql: str, expected: list) -> None:
     value = render_cuda(expression, ENV, ctx)
     assert isinstance(value, CudaValue)
     assert TYPE_INFO[value.type].arrow == cpu.type
-    text = f"{value.value} {value.valid}"
+    # the temporaries' declarations are part of the rendering
+    text = " ".join([*ctx.statements, value.value, value.valid])
     read = {column.name for column in expression.find_all(exp.Column)}
     rendered = {
         name
@@ -434,10 +435,11 @@ def test_cuda_string_literals_become_dictionary_id_lookups() -> None:
     ctx = context()
     rendered = cuda("s = 'a' OR s IN ('b', 'a') OR 'b' = s2", ctx)
     assert ctx.string_literals == ["a", "b"]
-    assert "((v4) == string_literal_ids[0])" in rendered.value
-    assert "((v4) == string_literal_ids[1])" in rendered.value
-    assert "(string_literal_ids[1] == (v5))" in rendered.value
-    assert "string_literal_ids[2]" not in rendered.value
+    text = "\n".join([*ctx.statements, rendered.value])
+    assert "((v4) == string_literal_ids[0])" in text
+    assert "((v4) == string_literal_ids[1])" in text
+    assert "(string_literal_ids[1] == (v5))" in text
+    assert "string_literal_ids[2]" not in text
     assert cuda("s = s2").value == "((v4) == (v5))"
     assert cuda("'x' = 'x'").value == "true"
     assert cuda("'x' <> 'x'").value == "false"

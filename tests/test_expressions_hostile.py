@@ -77,9 +77,24 @@ def string_name(k: int) -> str:
     return HOSTILE_NAMES[2 * k + 1]
 
 
+# The one shape of a temporary's declaration; its initialiser is checked like value and valid.
+DECLARATION = re.compile(r"const (bool|int|long long|float|double) e[0-9]+(_ok)? = (.+);")
+
+
+def rendered_texts(rendered: CudaValue, ctx: CudaContext) -> list[str]:
+    """Every C text of a rendering: the temporaries' initialisers, the value, the validity."""
+    initialisers = []
+    for statement in ctx.statements:
+        match = DECLARATION.fullmatch(statement)
+        assert match, statement
+        initialisers.append(match.group(3))
+    return [*initialisers, rendered.value, rendered.valid]
+
+
 def assert_clean(rendered: CudaValue, ctx: CudaContext) -> None:
-    source = rendered.value + "\n" + rendered.valid  # the newline is ours, checked apart
-    for part in (rendered.value, rendered.valid):
+    parts = rendered_texts(rendered, ctx)
+    source = "\n".join(parts)  # the newlines are ours, checked apart
+    for part in parts:
         for forbidden in FORBIDDEN_IN_C:
             assert forbidden not in part, (forbidden, part)
     for name in HOSTILE_NAMES:
@@ -106,7 +121,24 @@ def test_hostile_column_names_never_reach_cuda() -> None:
         ctx = context()
         rendered = render_cuda(expression, env(), ctx)
         assert_clean(rendered, ctx)
-        assert re.search(r"\bcol[0-9]", rendered.value + rendered.valid)
+        assert re.search(r"\bcol[0-9]", " ".join(rendered_texts(rendered, ctx)))
+
+
+def test_hostile_names_stay_out_of_temporaries() -> None:
+    # Deep enough that long texts are bound to temporaries: their initialisers are clean too.
+    a, b = column(numeric_name(0)), column(numeric_name(1))
+    s = column(string_name(0))
+    expression = exp.Or(
+        this=exp.And(
+            this=exp.In(this=s, expressions=[exp.Literal.string(t) for t in HOSTILE_LITERALS]),
+            expression=exp.GT(this=exp.Coalesce(this=a, expressions=[b]), expression=b),
+        ),
+        expression=exp.Is(this=exp.Mod(this=a, expression=b), expression=exp.Null()),
+    )
+    ctx = context()
+    rendered = render_cuda(expression, env(), ctx)
+    assert len(ctx.statements) >= 3
+    assert_clean(rendered, ctx)
 
 
 def test_hostile_names_evaluate_right_on_cpu() -> None:
@@ -147,7 +179,7 @@ def test_hostile_string_literals(case: int) -> None:
     assert_clean(rendered, ctx)
     for k, text in enumerate(ctx.string_literals):
         assert text in HOSTILE_LITERALS
-        assert f"string_literal_ids[{k}]" in rendered.value
+        assert f"string_literal_ids[{k}]" in " ".join(rendered_texts(rendered, ctx))
     assert evaluate(expression, env(), columns(), length=ROWS).to_pylist() == expected
     # Dictionary-encoded input gives the same answer.
     dictionary_columns = {

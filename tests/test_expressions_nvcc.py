@@ -173,13 +173,20 @@ def aggregate_expressions() -> list[exp.Expression]:
 
 
 def corpus() -> list[exp.Expression]:
-    """CORPUS_SQL, the hostile and aggregate expressions, and every case of
-    tests/test_expressions.py (whose CPU results are checked there against expected rows)."""
+    """CORPUS_SQL, the hostile and aggregate expressions, every case of
+    tests/test_expressions.py (whose CPU results are checked there against expected rows) and
+    the deep expressions of tests/test_expressions_size.py (their C reads temporaries)."""
     from test_expressions import CASES
+    from test_expressions_size import deep_sql
 
     cases = [parse(sql) for sql, _ in CASES]
+    deep = [parse(sql) for sql in deep_sql(6).values()]
     return (
-        [parse(sql) for sql in CORPUS_SQL] + hostile_expressions() + aggregate_expressions() + cases
+        [parse(sql) for sql in CORPUS_SQL]
+        + hostile_expressions()
+        + aggregate_expressions()
+        + cases
+        + deep
     )
 
 
@@ -238,7 +245,7 @@ def build_source(expressions: list[exp.Expression]) -> tuple[str, list[Kernel]]:
                 "const int n",
             ]
         )
-        body = "\n".join(loads)
+        body = "\n".join(loads + [f"    {statement}" for statement in ctx.statements])
         parts.append(
             f'extern "C" __global__ void {kernel.name}(\n    {signature})\n{{\n'
             "    const int row = blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -398,6 +405,24 @@ def same_value(gpu: object, cpu: object) -> bool:
     return gpu == cpu
 
 
+def mismatches(kernel: Kernel, values: list, valid: list) -> list[tuple]:
+    """(expression, row, C result, CPU result) of every row where a kernel's output (values,
+    validity) differs from the CPU renderer's; STRING results compare dictionary ids."""
+    expected = cpu_result(kernel.expression)
+    if pa.types.is_timestamp(expected.type):
+        expected = expected.cast(pa.int64())
+    rows = expected.to_pylist()
+    if kernel.rendered.type is T.STRING:
+        dictionary = {text: k for k, text in enumerate(string_dictionary())}
+        rows = [None if v is None else dictionary[v] for v in rows]
+    found = []
+    for row, cpu in enumerate(rows):
+        got = values[row] if valid[row] else None
+        if (got is None) != (cpu is None) or (cpu is not None and not same_value(got, cpu)):
+            found.append((label(kernel.expression), row, got, cpu))
+    return found
+
+
 @pytest.mark.gpu
 def test_gpu_results_equal_cpu_results(compiled) -> None:
     cupy = pytest.importorskip("cupy")
@@ -405,7 +430,7 @@ def test_gpu_results_equal_cpu_results(compiled) -> None:
     source, _ = build_source(corpus())
     module = cupy.RawModule(code=source, options=("-std=c++17",))
     inputs = [cupy.asarray(array) for values, valid in device_inputs() for array in (values, valid)]
-    mismatches = []
+    found = []
     for kernel in kernels:
         result_type = kernel.rendered.type
         out = cupy.zeros(ROWS, dtype=TYPE_INFO[result_type].numpy)
@@ -420,16 +445,5 @@ def test_gpu_results_equal_cpu_results(compiled) -> None:
             np.int32(ROWS),
         )
         module.get_function(kernel.name)((1,), (32,), arguments)
-        gpu_valid = out_valid.get().tolist()
-        gpu_values = out.get().tolist()
-        expected = cpu_result(kernel.expression)
-        if pa.types.is_timestamp(expected.type):
-            expected = expected.cast(pa.int64())
-        if result_type is T.STRING:
-            dictionary = {text: k for k, text in enumerate(string_dictionary())}
-            expected = pa.array([None if v is None else dictionary[v] for v in expected])
-        for row, cpu in enumerate(expected.to_pylist()):
-            gpu = gpu_values[row] if gpu_valid[row] else None
-            if (gpu is None) != (cpu is None) or (cpu is not None and not same_value(gpu, cpu)):
-                mismatches.append((label(kernel.expression), row, gpu, cpu))
-    assert not mismatches, "\n".join(map(str, mismatches))
+        found += mismatches(kernel, out.get().tolist(), out_valid.get().tolist())
+    assert not found, "\n".join(map(str, found))

@@ -171,7 +171,8 @@ def _column_types(lift: LiftExec) -> dict[str, SqlType]:
 
 
 def _render_expressions(lift: LiftExec):
-    """C expressions of the WHERE predicate and of every distinct aggregate argument."""
+    """C expressions of the WHERE predicate and of every distinct aggregate argument, and the
+    declarations of the temporaries they read (emitted once per row, before all of them)."""
     from mangonel.compiler.expressions import CudaContext, render_cuda
     from mangonel.compiler.typing import TypeEnv
 
@@ -209,7 +210,7 @@ def _render_expressions(lift: LiftExec):
                 }
             )
             argument_of[position] = k
-    return predicate, arguments, argument_of, tuple(context.string_literals)
+    return predicate, arguments, argument_of, context.statements, tuple(context.string_literals)
 
 
 def _field_fragments(fields: tuple[StateField, ...], argument_of: dict[int, int]):
@@ -292,7 +293,7 @@ def _finish(context: dict[str, Any], templates: tuple[str, ...], roles: tuple[st
 def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) -> GeneratedKernels:
     """Render every kernel of one query. `window` bakes pane/slide/size into the fused kernel
     (without it, the fused kernel is rendered for a 1-microsecond tumbling window)."""
-    predicate, arguments, argument_of, literals = _render_expressions(lift)
+    predicate, arguments, argument_of, statements, literals = _render_expressions(lift)
     parts, field_code, part_code = _field_fragments(lift.fields, argument_of)
     scan = lift.child
     columns = tuple(InputColumn(c.name, c.type, _device_ctype(c.type)) for c in scan.columns)
@@ -324,6 +325,7 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
         ],
         "event_time": {"value": f"v{event_index}", "valid": f"m{event_index}"},
         "predicate": predicate,
+        "expression_statements": statements,
         "arguments": arguments,
         "pane_length": int(pane_length),
         "slide": int(slide),

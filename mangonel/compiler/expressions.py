@@ -4,6 +4,9 @@ Two renderers over the same node classes, each a lookup table (`CPU_OPS`, `CUDA_
 sqlglot's generator: a node class is supported when `mangonel.compiler.typing.TYPE_RULES`
 types it and both tables render it (a test checks the three key sets are equal). Typing runs
 first, so an expression either target cannot render fails in `infer_type`, for both alike.
+Both renderers render each node once (IN, BETWEEN and CASE x WHEN reuse their first operand's
+result), and the CUDA text is linear in the expression's size: long sub-expressions become
+temporaries declared in `CudaContext.statements` (see the CUDA section below).
 
 Semantics follow Spark in its default (non-ANSI) mode, since results are compared with Spark:
 
@@ -155,11 +158,18 @@ class _CpuRenderer:
         self.aggregates = aggregates
         self.window_bounds = window_bounds
         self.length = length
+        # Node (by identity) -> its array. IN, BETWEEN and CASE x WHEN read their first
+        # operand once per comparison; evaluating it each time would make nested ones
+        # exponential in their depth.
+        self.rendered: dict[int, pa.Array] = {}
 
     def type_of(self, node: exp.Expression) -> SqlType | None:
         return self.annotation.type_of(node)
 
     def render(self, node: exp.Expression) -> pa.Array:
+        result = self.rendered.get(id(node))
+        if result is not None:
+            return result
         result = CPU_OPS[type(node)](self, node)
         node_type = self.type_of(node)
         if node_type is not None and node_type is not SqlType.STRING:
@@ -168,6 +178,7 @@ class _CpuRenderer:
             arrow_type = TYPE_INFO[node_type].arrow
             if result.type != arrow_type:
                 result = result.cast(arrow_type, safe=False)
+        self.rendered[id(node)] = result
         return result
 
     def render_as(self, node: exp.Expression, to_type: SqlType | None) -> pa.Array:
@@ -657,7 +668,20 @@ CPU_OPS: dict[type[exp.Expression], CpuOp] = {
 
 
 # ============================================================================================
-# CUDA C: one C expression for the value and one for its validity.
+# CUDA C: one C expression for the value and one for its validity, after the declarations of
+# the temporaries they read.
+#
+# A node's text often uses an operand's text more than once (Kleene AND/OR read each side's
+# value and validity several times, GREATEST compares and then selects, x % y tests y for 0
+# and -1). Pasting the operand's text each time would make the source grow exponentially with
+# nesting (`a OR b OR ...` of 20 terms ran out of memory), so every node's text longer than
+# _INLINE_LIMIT is bound to a temporary (`const double e4 = ...;`, `const bool e4_ok = ...;`)
+# and its parent reads the name. A parent then sees only short texts, each of its own texts is
+# a constant times _INLINE_LIMIT long, and the whole source is linear in the number of nodes.
+# Each node is rendered once (a subtree read several times, as IN reads its left side, reuses
+# its names). Every operator is total in C (division and x % 0 are guarded, integer arithmetic
+# wraps through unsigned, casts saturate), so evaluating every temporary, also those of CASE
+# branches not taken and of operands whose result turns out NULL, is safe.
 
 STRING_LITERAL_IDS = "string_literal_ids"  # the device array codegen declares (int32)
 _C_NAN = "__longlong_as_double(0x7ff8000000000000LL)"
@@ -665,6 +689,11 @@ _C_NAN = "__longlong_as_double(0x7ff8000000000000LL)"
 # a string, a preprocessor line or a statement.
 _UNSAFE_C = re.compile(r"""["'\\\n\r#;{}]|//|/\*|\*/""")
 _C_NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?(LL)?$")
+# A text this short may be written several times (a name, a literal, `((double)(v3))`,
+# `(0 < (v0))`); a longer one is bound to a temporary.
+_INLINE_LIMIT = 32
+_TEMPORARY_PREFIX = "e"  # temporaries are e0, e0_ok, e1, ...; no input fragment may use them
+_TEMPORARY_NAME = re.compile(rf"\b{_TEMPORARY_PREFIX}[0-9]+(_ok)?\b")
 
 
 @dataclass(frozen=True)
@@ -672,7 +701,8 @@ class CudaValue:
     """A rendered expression: C expressions for the value and whether it is non-NULL.
 
     `valid` is "true" when the value can never be NULL; `value` is unspecified (but safe to
-    evaluate) when `valid` is false.
+    evaluate) when `valid` is false. Both may read temporaries: the declarations the renderer
+    appended to `CudaContext.statements` must come first in the C source.
     """
 
     value: str
@@ -687,7 +717,11 @@ class CudaContext:
     column_values/column_valid: resolved column name -> C expression (e.g. "v3", "m3");
     aggregate_values/aggregate_valid: the same for AggregateRef(i), by index;
     window_start/window_end: C expressions of the window bounds (never NULL);
-    string_literals: filled by the renderer; literal k reads `string_literal_ids[k]`.
+    string_literals: filled by the renderer; literal k reads `string_literal_ids[k]`;
+    statements: filled by the renderer, in evaluation order: the declarations of the
+    temporaries (`const double e0 = ...;`) every rendered value and validity may read. The
+    caller emits them, in one scope where the inputs are defined, before using any rendering
+    made with this context; several renderings may share one context (names never repeat).
     """
 
     column_values: Mapping[str, str]
@@ -697,23 +731,43 @@ class CudaContext:
     window_start: str | None = None
     window_end: str | None = None
     string_literals: list[str] = field(default_factory=list)
+    statements: list[str] = field(default_factory=list)
+    temporaries: int = 0  # how many names were handed out
+    bound: dict[tuple[str, str], str] = field(default_factory=dict)  # (ctype, text) -> name
 
     def string_literal_index(self, text: str) -> int:
         if text not in self.string_literals:
             self.string_literals.append(text)
         return self.string_literals.index(text)
 
+    def bind(self, ctype: str, name: str, text: str) -> str:
+        """The temporary that holds `text`: one declared before (every text is a pure function
+        of the row's inputs and earlier temporaries), else `name`, declared now."""
+        key = (ctype, text)
+        if key not in self.bound:
+            self.statements.append(f"const {ctype} {name} = {text};")
+            self.bound[key] = name
+        return self.bound[key]
+
 
 def render_cuda(expr: exp.Expression, env: TypeEnv, ctx: CudaContext) -> CudaValue:
-    """Render `expr` as C expressions over the inputs `ctx` names."""
+    """Render `expr` as C expressions over the inputs `ctx` names; the temporaries they read
+    are declared by the statements this appends to `ctx.statements`."""
     annotation = annotate_types(expr, env)
     renderer = _CudaRenderer(annotation, ctx)
-    return renderer.render_as(expr, annotation.root_type)
+    root = unwrap_parens(expr)
+    if annotation.root_type is None:
+        return renderer.null(SqlType.BOOLEAN)
+    # The root stays one expression (not bound to a temporary): short expressions read as
+    # they did, e.g. `WHERE x > 0` renders `(0 < (v3))`.
+    return CUDA_OPS[type(root)](renderer, root)
 
 
 def _c_input(fragment: str, what: str) -> str:
     if not fragment or _UNSAFE_C.search(fragment):
         raise ValueError(f"unsafe C expression for {what}: {fragment!r}")
+    if _TEMPORARY_NAME.search(fragment):
+        raise ValueError(f"C expression for {what} uses a temporary's name: {fragment!r}")
     return f"({fragment})"
 
 
@@ -793,12 +847,33 @@ class _CudaRenderer:
     def __init__(self, annotation: TypeAnnotation, ctx: CudaContext) -> None:
         self.annotation = annotation
         self.ctx = ctx
+        self.rendered: dict[int, CudaValue] = {}  # node (by identity) -> its shared rendering
 
     def type_of(self, node: exp.Expression) -> SqlType | None:
         return self.annotation.type_of(node)
 
     def render(self, node: exp.Expression) -> CudaValue:
-        return CUDA_OPS[type(node)](self, node)
+        """`node` as short C texts (temporaries for long ones), rendered once per node."""
+        rendered = self.rendered.get(id(node))
+        if rendered is None:
+            rendered = self.share(CUDA_OPS[type(node)](self, node))
+            self.rendered[id(node)] = rendered
+        return rendered
+
+    def share(self, value: CudaValue) -> CudaValue:
+        """`value` with each text longer than _INLINE_LIMIT bound to a temporary: what a text
+        that is read more than once (or grows in a loop) goes through."""
+        text, valid = value.value, value.valid
+        if len(text) <= _INLINE_LIMIT and len(valid) <= _INLINE_LIMIT:
+            return value
+        name = f"{_TEMPORARY_PREFIX}{self.ctx.temporaries}"  # eN, and eN_ok for its validity
+        if len(valid) > _INLINE_LIMIT:
+            valid = self.ctx.bind("bool", f"{name}_ok", valid)
+        if len(text) > _INLINE_LIMIT:
+            text = self.ctx.bind(_c_ctype(value.type), name, text)
+        if name in (text, valid.removesuffix("_ok")):
+            self.ctx.temporaries += 1
+        return CudaValue(text, valid, value.type)
 
     def render_as(self, node: exp.Expression, to_type: SqlType | None) -> CudaValue:
         """Render `node` converted to `to_type` (implicit widening, or a typed NULL)."""
@@ -1049,8 +1124,8 @@ def _cuda_between(r: _CudaRenderer, node: exp.Between) -> CudaValue:
 def _cuda_in(r: _CudaRenderer, node: exp.In) -> CudaValue:
     result = None
     for item in node.expressions:
-        matches = _cuda_compare(r, exp.EQ, node.this, item)
-        result = matches if result is None else _c_kleene_or(result, matches)
+        matches = _cuda_compare(r, exp.EQ, node.this, item)  # node.this renders once
+        result = matches if result is None else _c_kleene_or(r.share(result), matches)
     return result
 
 
@@ -1105,6 +1180,7 @@ def _cuda_case(r: _CudaRenderer, node: exp.Expression) -> CudaValue:
             test = r.render_as(condition, SqlType.BOOLEAN)
         taken = _c_and(test.valid, test.value)  # a NULL condition is not taken
         branch = r.render_as(value, result_type)
+        result = r.share(result)
         result = CudaValue(
             _c_select(taken, branch.value, result.value),
             _c_select(taken, branch.valid, result.valid),
@@ -1118,6 +1194,7 @@ def _cuda_coalesce(r: _CudaRenderer, node: exp.Coalesce) -> CudaValue:
     values = [r.render_as(operand, result_type) for operand in _operands(node)]
     result = values[-1]
     for value in reversed(values[:-1]):
+        result = r.share(result)
         result = CudaValue(
             _c_select(value.valid, value.value, result.value),
             _c_or(value.valid, result.valid),
@@ -1132,6 +1209,7 @@ def _cuda_greatest_or_least(greatest: bool) -> Callable:
         operands = [r.render_as(operand, result_type) for operand in _operands(node)]
         best = operands[0]
         for candidate in operands[1:]:
+            best = r.share(best)
             low, high = (best.value, candidate.value)
             if not greatest:
                 low, high = high, low

@@ -213,12 +213,19 @@ class _Typer:
     def __init__(self, env: TypeEnv, types: TypeMap) -> None:
         self.env = env
         self.types = types
+        # Node (by identity) -> its inferred type. CASE x WHEN, IN and BETWEEN type x once per
+        # comparison; inferring it again each time made nested ones exponential in depth.
+        self.inferred: TypeMap = {}
 
     def infer(self, node: exp.Expression) -> SqlType | None:
-        rule = TYPE_RULES.get(type(node))
-        if rule is None:
-            raise _unsupported(node)
-        node_type = rule(self, node)
+        if id(node) in self.inferred:
+            node_type = self.inferred[id(node)]
+        else:
+            rule = TYPE_RULES.get(type(node))
+            if rule is None:
+                raise _unsupported(node)
+            node_type = rule(self, node)
+            self.inferred[id(node)] = node_type
         self.types[id(node)] = node_type
         return node_type
 
