@@ -121,7 +121,9 @@ class PinnedSource:
         self.view = view
 
     def column(self, name: str) -> np.ndarray:
-        return self.view[{"ts": 0, "ts_late": 1, "key1000": 2, "key1": 3, "value": 4}[name]]
+        """One column of the source; `value` is DOUBLE (the float64 view of its row)."""
+        row = self.view[{"ts": 0, "ts_late": 1, "key1000": 2, "key1": 3, "value": 4}[name]]
+        return row.view(np.float64) if name == "value" else row
 
 
 def source_batches(shape: GpuShape, source: PinnedSource, tuples: int) -> list[pa.RecordBatch]:
