@@ -33,7 +33,8 @@ if not _gpu_available():
     pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
 
 from hypothesis import given, settings  # noqa: E402
-from oracle import make_plan, rows_close  # noqa: E402
+from oracle import rows_close  # noqa: E402
+from plans import make_plan  # noqa: E402
 from sqlglot import exp  # noqa: E402
 from test_window_properties import SETTINGS, _check, _rows, streams  # noqa: E402
 
