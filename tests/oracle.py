@@ -442,6 +442,8 @@ class Oracle:
         self.tuples_in = 0
         self.late = 0
         self.null_event_time = 0
+        self.windows_fired = 0  # (window, key) results, before HAVING
+        self.rows_out = 0  # rows emitted, after HAVING
         self.tolerances: list[dict] = []
         self.key_order: dict[tuple, int] = {}
         # time windows: (window number, key) -> list of argument tuples
@@ -527,6 +529,7 @@ class Oracle:
 
     def _rows(self, fired: list) -> list[dict]:
         rows, self.tolerances = [], []
+        self.windows_fired += len(fired)
         functions = [f for f, _ in self.query.aggregates]
         for _, key, start, end, tuples in fired:
             aggregates, tolerances = [], []
@@ -551,6 +554,7 @@ class Oracle:
                     tolerance[name] = tolerances[expr[1]]
             rows.append(row)
             self.tolerances.append(tolerance)
+        self.rows_out += len(rows)
         return rows
 
 
