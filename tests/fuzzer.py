@@ -36,6 +36,7 @@ METRICS = (
     "windows_fired",
     "rows_out",
 )
+SLOW_CASE_S = 30
 ORACLE_METRICS = ("tuples_in", "late", "null_event_time", "windows_fired", "rows_out")
 
 
@@ -247,6 +248,14 @@ def _fewer_keys(case: Case) -> Case:
     return without(case, batches=[[halve(r) for r in b] for b in case.batches])
 
 
+def _null_column(case: Case, column: str) -> Case | None:
+    """Every value of a column NULL (fewer values for a person to read)."""
+    if all(row.get(column) is None for batch in case.batches for row in batch):
+        return None
+    batches = [[{**row, column: None} for row in batch] for batch in case.batches]
+    return without(case, batches=batches)
+
+
 def _candidates(case: Case):
     """Smaller variants of a case, most promising first."""
     if case.snapshot_before:
@@ -277,6 +286,11 @@ def _candidates(case: Case):
             yield smaller
     if case.keys:
         yield _fewer_keys(case)
+    for column in case.columns:
+        if column != "ts" and column not in case.keys:
+            smaller = _null_column(case, column)
+            if smaller is not None:
+                yield smaller
     for position in reversed(range(len(case.outputs))):
         if len(case.outputs) > 1:
             yield without(case, outputs=case.outputs[:position] + case.outputs[position + 1 :])
@@ -395,6 +409,7 @@ def fuzz(
         if result.cases and time.monotonic() - started >= budget_s:
             break
         case = draw_case(seed, special_values=special_values, large_share=large_share)
+        case_started = time.monotonic()
         try:
             failure = check(Scenario.from_case(case), backend)
         except Exception:
@@ -404,6 +419,9 @@ def fuzz(
             raise
         result.cases += 1
         result.rows += case.rows
+        seconds = time.monotonic() - case_started
+        if seconds > SLOW_CASE_S:  # not a failure (machines differ), but worth a look
+            report(f"fuzz: slow case seed {seed}: {seconds:.0f} s, {case.rows} rows")
         kind = f"{case.kind}/{'+'.join(case.keys) or 'global'}"
         result.kinds[kind] = result.kinds.get(kind, 0) + 1
         if time.monotonic() >= next_report:

@@ -30,12 +30,15 @@ def test_random_cases_match_the_oracle(request: pytest.FixtureRequest, fuzz_summ
     seed = config.getoption("--fuzz-seed") or fresh_seed()
     backend = config.getoption("--backend")
     terminal = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
     lines: list[str] = []
 
     def report(line: str) -> None:
         lines.append(line)
-        if long_run and terminal is not None:  # live progress for make fuzz
-            terminal.write_line(line)
+        if long_run and terminal is not None and capture is not None:  # live, for make fuzz
+            with capture.global_and_fixture_disabled():
+                terminal.write_line(line)
+                terminal.flush()
 
     result = fuzz(
         seed,
