@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 import traceback
 from collections.abc import Callable
@@ -97,6 +98,10 @@ class Failure:
     kind: str  # "mismatch", "metrics", or the class of the exception the engine raised
     where: str  # "planning", "after batch 3", "at end of input"
     detail: str
+    subject: str = ""  # the column or metric that differed: shrinking keeps it the same
+
+    def same_as(self, other: Failure) -> bool:
+        return (self.kind, self.subject) == (other.kind, other.subject)
 
     def __str__(self) -> str:
         return f"{self.kind} {self.where}: {self.detail}"
@@ -160,10 +165,12 @@ def check(scenario: Scenario, backend: str) -> Failure | None:
         difference = first_difference(got, want, tolerances=oracle.tolerances)
         if difference:
             detail = f"{difference}\n  engine: {_head(got)}\n  oracle: {_head(want)}"
-            return Failure("mismatch", where, detail)
+            column = re.search(r"column (\S+):", difference)
+            return Failure("mismatch", where, detail, column.group(1) if column else "")
         expected = {m: getattr(oracle, o) for m, o in zip(METRICS, ORACLE_METRICS, strict=True)}
         if metrics != expected:
-            return Failure("metrics", where, f"engine {metrics} != oracle {expected}")
+            differing = ",".join(m for m in METRICS if metrics[m] != expected[m])
+            return Failure("metrics", where, f"engine {metrics} != oracle {expected}", differing)
     return None
 
 
@@ -299,7 +306,8 @@ def _candidates(case: Case):
 def shrink(
     case: Case, backend: str, failure: Failure, budget_s: float = 120.0
 ) -> tuple[Case, Failure]:
-    """Greedily the smallest variant that still fails the same way (same failure kind)."""
+    """Greedily the smallest variant that still fails the same way (same kind of failure, on
+    the same output column or metric: else a second bug could take over while shrinking)."""
     deadline = time.monotonic() + budget_s
     progress = True
     while progress and time.monotonic() < deadline:
@@ -308,7 +316,7 @@ def shrink(
             if time.monotonic() >= deadline:
                 break
             found = check(Scenario.from_case(candidate), backend)
-            if found is not None and found.kind == failure.kind:
+            if found is not None and found.same_as(failure):
                 case, failure, progress = candidate, found, True
                 break  # restart from the smaller case: its candidates differ
     return case, failure
