@@ -381,10 +381,10 @@ def aggregate_value(function: str, values: list, rows: int, integral: bool) -> t
         return _float_sum(floats), REL_TOL * magnitude
     if function == "avg":
         return _float_sum(floats) / n, REL_TOL * magnitude / n
+    if function in ("var_samp", "stddev_samp") and n < 2:
+        return None, 0.0  # Spark: NULL for one value, whatever the value (also NaN or inf)
     if not finite:
         return math.nan, 0.0  # Spark: variance of data holding inf or NaN is NaN
-    if function in ("var_samp", "stddev_samp") and n < 2:
-        return None, 0.0
     mean = math.fsum(floats) / n
     m2 = math.fsum((v - mean) ** 2 for v in floats)
     divisor = n if function in ("var_pop", "stddev_pop") else n - 1
