@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install check-java clean
+.PHONY: run test fuzz lint install check-java clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,18 @@ run: $(STAMP) check-java
 
 test: $(STAMP) check-java lint
 	$(PY) -m pytest -q
+
+# The fuzzer (docs/testing.md): fresh random cases against the oracle for FUZZ_MINUTES;
+# SEED replays a run, BACKEND=gpu drives the GPU backend, SPECIAL=off leaves out NaN/inf/-0.0
+# and integer extremes. No Java needed.
+FUZZ_MINUTES ?= 10
+SEED ?=
+BACKEND ?= cpu
+SPECIAL ?=
+fuzz: $(STAMP)
+	$(PY) -m pytest -q tests/test_fuzz.py::test_random_cases_match_the_oracle --fuzz \
+		--fuzz-minutes=$(FUZZ_MINUTES) --backend=$(BACKEND) $(if $(SEED),--fuzz-seed=$(SEED)) \
+		$(if $(SPECIAL),--fuzz-special=$(SPECIAL))
 
 lint: $(STAMP)
 	$(PY) -m ruff check mangonel tests benchmarks examples

@@ -1,142 +1,478 @@
 """A plain, obviously correct evaluator of DESIGN section 3, for tests only.
 
-Per-tuple loops over Python lists and dicts; it shares nothing with the engine except the
-scalar expression evaluator (`mangonel.compiler.expressions.evaluate`), and bare column /
-aggregate / window-bound references it answers itself.
+It shares no code with the engine: nothing here imports mangonel (a test checks), so a bug in
+the engine's expression evaluator, type rules or aggregation cannot hide by appearing on both
+sides. The oracle reads its own description of a query (`OracleQuery`: columns, window,
+keys, aggregates with argument expressions, WHERE, HAVING, outputs), where expressions are
+small JSON-friendly lists (`["+", ["col", "x"], ["lit", 1]]`, see `compile_expression`).
+The fuzzer (tests/fuzz_cases.py) writes that description directly; tests/plans.py translates
+a hand-built engine plan into it for the older hand-written tests.
 
-Decisions it encodes (the engine documents the same in mangonel.runtime.operators.window):
-NULL event times are dropped and counted whatever WHERE says; late tuples are counted only if
-they passed WHERE; rows of one firing are ordered by window, then key in the order keys first
-contributed a tuple; count windows span [first tuple's ts, last tuple's ts + 1).
+Per-tuple loops over Python lists and dicts. Decisions it encodes (the engine documents the
+same in mangonel.runtime.operators.window and docs/semantics.md): NULL event times are dropped
+and counted whatever WHERE says; late tuples are counted only if they passed WHERE; rows of
+one firing are ordered by window, then key in the order keys first contributed a tuple;
+count windows span [first tuple's ts, last tuple's ts + 1).
+
+Special values follow Spark SQL (non-ANSI): BIGINT/INT arithmetic wraps; `/` is in DOUBLE
+and division or modulo by zero is NULL; comparisons treat NaN as equal to itself and larger
+than every other value; AVG is computed in DOUBLE; MIN/MAX put NaN above everything;
+VAR_*/STDDEV_* of data holding an infinity or NaN are NaN; SUM of BIGINT wraps.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-import pyarrow as pa
-from sqlglot import exp
+INT_BITS = {"int": 32, "bigint": 64}
+NUMERIC_RANK = {"int": 0, "bigint": 1, "double": 2}
+INTEGER_AGGREGATES = ("count_star", "count")
+AGGREGATE_FUNCTIONS = (
+    "count_star",
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "var_pop",
+    "var_samp",
+    "stddev_pop",
+    "stddev_samp",
+)
+# Relative error allowed for floating results, on top of an absolute bound the oracle derives
+# from the magnitude of what was summed (the engine sums in another order than math.fsum).
+REL_TOL = 1e-9
 
-from mangonel.compiler.logical import AggregateFunction as F
-from mangonel.compiler.logical import WindowKind
-from mangonel.compiler.nodes import AggregateRef, WindowBound
-from mangonel.compiler.physical import ProjectExec, unpack
-
-
-def _eval(expression, column_types, columns, aggregates, aggregate_types, bounds, length):
-    while isinstance(expression, exp.Paren):
-        expression = expression.this
-    if isinstance(expression, exp.Column) and expression.name in columns:
-        return columns[expression.name]
-    if isinstance(expression, AggregateRef):
-        return aggregates[int(expression.args["this"])]
-    if isinstance(expression, WindowBound):
-        return bounds[expression.args["this"]]
-    from mangonel.compiler.expressions import evaluate
-    from mangonel.compiler.typing import TypeEnv
-
-    env = TypeEnv(columns=dict(column_types), aggregates=tuple(aggregate_types))
-    return evaluate(
-        expression, env, columns, aggregates=aggregates, window_bounds=bounds, length=length
-    )
+Expr = list  # ["col", name] | ["lit", value] | ["agg", i] | ["bound", "start"|"end"] | [op, ...]
 
 
-def _column_list(array) -> list:
-    if pa.types.is_timestamp(array.type):
-        return array.cast(pa.int64()).to_pylist()
-    return array.to_pylist()
+@dataclass(frozen=True)
+class OracleQuery:
+    """What the oracle needs to know of a window query; types are lower-case SQL names
+    (timestamp, bigint, int, double, string, boolean). Times and sizes in microseconds
+    (time windows) or tuples (count windows); `delay` is the effective watermark delay."""
+
+    columns: dict[str, str]
+    event_time: str
+    kind: str  # "time" | "count"
+    size: int
+    slide: int
+    delay: int
+    keys: tuple[str, ...] = ()
+    aggregates: tuple[tuple[str, Expr | None], ...] = ()
+    where: Expr | None = None
+    having: Expr | None = None
+    outputs: tuple[tuple[str, Expr], ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "columns": dict(self.columns),
+            "event_time": self.event_time,
+            "kind": self.kind,
+            "size": self.size,
+            "slide": self.slide,
+            "delay": self.delay,
+            "keys": list(self.keys),
+            "aggregates": [[f, a] for f, a in self.aggregates],
+            "where": self.where,
+            "having": self.having,
+            "outputs": [[n, e] for n, e in self.outputs],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> OracleQuery:
+        return cls(
+            columns=dict(data["columns"]),
+            event_time=data["event_time"],
+            kind=data["kind"],
+            size=int(data["size"]),
+            slide=int(data["slide"]),
+            delay=int(data["delay"]),
+            keys=tuple(data.get("keys", ())),
+            aggregates=tuple((f, a) for f, a in data.get("aggregates", ())),
+            where=data.get("where"),
+            having=data.get("having"),
+            outputs=tuple((n, e) for n, e in data.get("outputs", ())),
+        )
 
 
-def aggregate_value(function: F, values: list, rows: int):
-    """One aggregate over the argument values of the tuples of one (window, key)."""
-    if function is F.COUNT_STAR:
-        return rows
-    present = [v for v in values if v is not None]
-    if function is F.COUNT:
-        return len(present)
-    if not present:
-        return None
-    if function is F.SUM:
-        if all(isinstance(v, int) for v in present):
-            total = sum(present)
-            return (total + 2**63) % 2**64 - 2**63  # BIGINT wraps
-        return math.fsum(present)
-    if function is F.MIN:
-        return min(present)
-    if function is F.MAX:
-        return max(present)
-    n = len(present)
-    mean = math.fsum(present) / n
-    if function is F.AVG:
-        return mean
-    m2 = math.fsum((v - mean) ** 2 for v in present)
-    if function in (F.VAR_POP, F.STDDEV_POP):
-        variance = m2 / n
-    else:
-        if n < 2:
+# ---------------------------------------------------------------------------------------
+# Types and scalar expressions
+
+
+def aggregate_type(function: str, argument_type: str | None) -> str:
+    if function in INTEGER_AGGREGATES:
+        return "bigint"
+    if function == "sum":
+        return "bigint" if argument_type in INT_BITS else "double"
+    if function in ("min", "max"):
+        assert argument_type is not None
+        return argument_type
+    return "double"
+
+
+def literal_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "int" if -(2**31) <= value < 2**31 else "bigint"
+    if isinstance(value, float):
+        return "double"
+    return "string"
+
+
+def _common(types: Iterable[str]) -> str:
+    known = [t for t in types if t != "null"]
+    if not known:
+        return "null"
+    if all(t in NUMERIC_RANK for t in known):
+        return max(known, key=NUMERIC_RANK.__getitem__)
+    if len(set(known)) != 1:
+        raise ValueError(f"oracle: no common type of {known}")
+    return known[0]
+
+
+@dataclass
+class Scope:
+    """Types of what an expression may name: columns, aggregates (by position), bounds."""
+
+    columns: dict[str, str]
+    aggregates: list[str] = field(default_factory=list)
+
+
+def type_of(expr: Expr, scope: Scope) -> str:
+    op = expr[0]
+    if op == "col":
+        return scope.columns[expr[1]]
+    if op == "lit":
+        return literal_type(expr[1])
+    if op == "agg":
+        return scope.aggregates[expr[1]]
+    if op == "bound":
+        return "timestamp"
+    args = [type_of(a, scope) for a in expr[1:]]
+    if op in ("+", "-", "*", "%", "neg", "abs"):
+        return _common(args)
+    if op == "/":
+        return "double"
+    if op in ("coalesce",):
+        return _common(args)
+    if op == "if":
+        return _common(args[1:])
+    return "boolean"  # comparisons, and, or, not, is_null, is_not_null
+
+
+def _wrap(value: int, kind: str) -> int:
+    bits = INT_BITS[kind]
+    return (value + 2 ** (bits - 1)) % 2**bits - 2 ** (bits - 1)
+
+
+def _as(value: Any, kind: str) -> Any:
+    """A value of a (narrower) numeric type as the wider `kind`."""
+    if value is None or kind not in NUMERIC_RANK:
+        return value
+    return float(value) if kind == "double" else int(value)
+
+
+def _order_key(value: Any) -> tuple:
+    """Spark's ordering of values: NaN equals NaN and is above everything; -0.0 = 0.0."""
+    if isinstance(value, float) and math.isnan(value):
+        return (1, 0.0)
+    return (0, value)
+
+
+def _arith(op: str, a: Any, b: Any, kind: str) -> Any:
+    if kind == "double":
+        a, b = float(a), float(b)
+        if op == "+":
+            return a + b
+        if op == "-":
+            return a - b
+        if op == "*":
+            return a * b
+        # % on doubles: Java's remainder (the dividend's sign), NULL for a zero divisor
+        if b == 0:
             return None
-        variance = m2 / (n - 1)
-    return math.sqrt(variance) if function in (F.STDDEV_POP, F.STDDEV_SAMP) else variance
+        if math.isnan(a) or math.isnan(b) or math.isinf(a):
+            return math.nan
+        if math.isinf(b):
+            return a
+        return math.fmod(a, b)
+    if op == "+":
+        return _wrap(a + b, kind)
+    if op == "-":
+        return _wrap(a - b, kind)
+    if op == "*":
+        return _wrap(a * b, kind)
+    if b == 0:
+        return None
+    remainder = abs(a) % abs(b)
+    return _wrap(-remainder if a < 0 else remainder, kind)
+
+
+_COMPARE = {
+    "=": lambda x, y: x == y,
+    "<>": lambda x, y: x != y,
+    "<": lambda x, y: x < y,
+    "<=": lambda x, y: x <= y,
+    ">": lambda x, y: x > y,
+    ">=": lambda x, y: x >= y,
+}
+
+
+def compile_expression(expr: Expr, scope: Scope) -> Callable[[dict], Any]:
+    """A function of an environment dict (column name -> value, plus "$agg" -> list of
+    aggregate values and "$bound" -> {"start", "end"}) giving the expression's value, of the
+    expression's type as `type_of` says (ints for INT/BIGINT/TIMESTAMP, floats for DOUBLE)."""
+    op = expr[0]
+    kind = type_of(expr, scope)
+    if op == "col":
+        name = expr[1]
+        if scope.columns[name] == "double":
+            return lambda env: None if env[name] is None else float(env[name])
+        return lambda env: env[name]
+    if op == "lit":
+        value = expr[1]
+        return lambda env: value
+    if op == "agg":
+        position = expr[1]
+        return lambda env: env["$agg"][position]
+    if op == "bound":
+        side = expr[1]
+        return lambda env: env["$bound"][side]
+    args = [compile_expression(a, scope) for a in expr[1:]]
+    if op in ("+", "-", "*", "%"):
+        left, right = args
+
+        def arithmetic(env: dict) -> Any:
+            a, b = left(env), right(env)
+            if a is None or b is None:
+                return None
+            return _arith(op, a, b, kind)
+
+        return arithmetic
+    if op == "/":
+        left, right = args
+
+        def divide(env: dict) -> Any:
+            a, b = left(env), right(env)
+            if a is None or b is None or b == 0:
+                return None
+            return float(a) / float(b)
+
+        return divide
+    if op in ("neg", "abs"):
+        (inner,) = args
+
+        def unary(env: dict) -> Any:
+            a = inner(env)
+            if a is None:
+                return None
+            a = abs(a) if op == "abs" else -a
+            return a if kind == "double" else _wrap(a, kind)
+
+        return unary
+    if op == "coalesce":
+
+        def coalesce(env: dict) -> Any:
+            for argument in args:
+                value = argument(env)
+                if value is not None:
+                    return _as(value, kind)
+            return None
+
+        return coalesce
+    if op == "if":
+        condition, then, otherwise = args
+        return lambda env: _as(then(env) if condition(env) is True else otherwise(env), kind)
+    if op in _COMPARE:
+        left, right = args
+        compare = _COMPARE[op]
+        # numbers compare in their common type (BIGINT vs DOUBLE: as doubles, like Spark)
+        common = _common(type_of(a, scope) for a in expr[1:])
+
+        def comparison(env: dict) -> Any:
+            a, b = left(env), right(env)
+            if a is None or b is None:
+                return None
+            return compare(_order_key(_as(a, common)), _order_key(_as(b, common)))
+
+        return comparison
+    if op == "and":
+
+        def conjunction(env: dict) -> Any:
+            values = [a(env) for a in args]
+            if False in values:
+                return False
+            return None if None in values else True
+
+        return conjunction
+    if op == "or":
+
+        def disjunction(env: dict) -> Any:
+            values = [a(env) for a in args]
+            if True in values:
+                return True
+            return None if None in values else False
+
+        return disjunction
+    if op == "not":
+        (inner,) = args
+
+        def negation(env: dict) -> Any:
+            value = inner(env)
+            return None if value is None else not value
+
+        return negation
+    if op == "is_null":
+        (inner,) = args
+        return lambda env: inner(env) is None
+    if op == "is_not_null":
+        (inner,) = args
+        return lambda env: inner(env) is not None
+    raise ValueError(f"oracle: unknown expression form {op!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# Aggregates
+
+
+def _float_sum(values: list[float]) -> float:
+    """The exact sum, with IEEE's rules for infinities and NaN (fsum raises on those)."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    infinities = {v for v in values if math.isinf(v)}
+    if len(infinities) == 2:
+        return math.nan
+    if infinities:
+        return infinities.pop()
+    return math.fsum(values)
+
+
+def aggregate_value(function: str, values: list, rows: int, integral: bool) -> tuple[Any, float]:
+    """One aggregate over the argument values of the tuples of one (window, key), and an
+    absolute tolerance for it (0 when the result is exact)."""
+    if function == "count_star":
+        return rows, 0.0
+    present = [v for v in values if v is not None]
+    if function == "count":
+        return len(present), 0.0
+    if not present:
+        return None, 0.0
+    if function in ("min", "max"):
+        nan = [v for v in present if isinstance(v, float) and math.isnan(v)]
+        numbers = [v for v in present if not (isinstance(v, float) and math.isnan(v))]
+        if function == "max":
+            return (nan[0] if nan else max(numbers)), 0.0
+        return (min(numbers) if numbers else nan[0]), 0.0
+    if function == "sum" and integral:
+        return _wrap(sum(present), "bigint"), 0.0
+    floats = [float(v) for v in present]
+    n = len(floats)
+    finite = all(math.isfinite(v) for v in floats)
+    magnitude = math.fsum(abs(v) for v in floats) if finite else 0.0
+    if function == "sum":
+        return _float_sum(floats), REL_TOL * magnitude
+    if function == "avg":
+        return _float_sum(floats) / n, REL_TOL * magnitude / n
+    if function in ("var_samp", "stddev_samp") and n < 2:
+        return None, 0.0  # Spark: NULL for one value, whatever the value (also NaN or inf)
+    if not finite:
+        return math.nan, 0.0  # Spark: variance of data holding inf or NaN is NaN
+    mean = math.fsum(floats) / n
+    m2 = math.fsum((v - mean) ** 2 for v in floats)
+    divisor = n if function in ("var_pop", "stddev_pop") else n - 1
+    variance = m2 / divisor
+    # The engine's (n, mean, M2) combine loses up to ~n ulps of the mean square.
+    variance_tolerance = REL_TOL * math.fsum(v * v for v in floats) / divisor
+    if function in ("var_pop", "var_samp"):
+        return variance, variance_tolerance
+    return math.sqrt(variance), math.sqrt(variance_tolerance)
+
+
+# ---------------------------------------------------------------------------------------
+# The window semantics
+
+
+def rows_of(batch: Any) -> list[dict]:
+    """Rows of a pyarrow RecordBatch/Table (timestamps as int microseconds), or the list of
+    row dicts itself."""
+    if isinstance(batch, list):
+        return batch
+    import pyarrow as pa
+
+    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in batch.columns]
+    return pa.table(columns, names=batch.schema.names).to_pylist()
 
 
 class Oracle:
-    """Feed batches with `process` (returns the rows that fire after it), then `finish`."""
+    """Feed batches with `process` (returns the rows that fire after it), then `finish`.
+    After each call, `tolerances` holds one dict per returned row: column -> absolute
+    tolerance, for floating results that the engine may round differently."""
 
-    def __init__(self, plan: ProjectExec) -> None:
-        self.pipeline = unpack(plan)
-        self.window = self.pipeline.window.window
-        self.scan_types = {c.name: c.type for c in self.pipeline.scan.columns}
-        self.watermark = None
-        self.max_ts = None
+    def __init__(self, query: OracleQuery) -> None:
+        self.query = query
+        aggregate_types = []
+        self.arguments = []
+        self.integral = []
+        row_scope = Scope(dict(query.columns))
+        for function, argument in query.aggregates:
+            if function not in AGGREGATE_FUNCTIONS:
+                raise ValueError(f"oracle: unknown aggregate {function!r}")
+            argument_type = None if argument is None else type_of(argument, row_scope)
+            aggregate_types.append(aggregate_type(function, argument_type))
+            self.integral.append(argument_type in INT_BITS)
+            self.arguments.append(
+                None if argument is None else compile_expression(argument, row_scope)
+            )
+        self.where = None if query.where is None else compile_expression(query.where, row_scope)
+        group_scope = Scope({k: query.columns[k] for k in query.keys}, aggregate_types)
+        self.having = (
+            None if query.having is None else compile_expression(query.having, group_scope)
+        )
+        self.outputs = [(n, compile_expression(e, group_scope), e) for n, e in query.outputs]
+        self.watermark: int | None = None
+        self.max_ts: int | None = None
         self.tuples_in = 0
         self.late = 0
         self.null_event_time = 0
+        self.windows_fired = 0  # (window, key) results, before HAVING
+        self.rows_out = 0  # rows emitted, after HAVING
+        self.tolerances: list[dict] = []
         self.key_order: dict[tuple, int] = {}
         # time windows: (window number, key) -> list of argument tuples
         self.contents: dict[tuple, list] = defaultdict(list)
-        # count windows
+        # count windows: key -> tuples not final yet / final tuples in order
         self.pending: dict[tuple, list] = defaultdict(list)
         self.final: dict[tuple, list] = defaultdict(list)
         self.next_window: dict[tuple, int] = defaultdict(int)
         self.arrivals = 0
 
-    def _tuples(self, batch: pa.RecordBatch):
-        n = batch.num_rows
-        columns = dict(zip(batch.schema.names, batch.columns, strict=True))
-        ts = _column_list(columns[self.pipeline.scan.stream.event_time])
-        lift = self.pipeline.lift
-        if lift.predicate is not None and n:
-            where = _eval(lift.predicate, self.scan_types, columns, [], [], {}, n).to_pylist()
-        else:
-            where = [True] * n
-        keys = [columns[k.name].to_pylist() for k in lift.keys]
-        arguments = []
-        for plan in self.pipeline.window.aggregates:
-            if plan.argument is None or not n:
-                arguments.append([None] * n)
-            else:
-                value = _eval(plan.argument, self.scan_types, columns, [], [], {}, n)
-                arguments.append(_column_list(value))
-        for i in range(n):
-            key = tuple(column[i] for column in keys)
-            yield ts[i], where[i] is True, key, tuple(a[i] for a in arguments)
-
-    def process(self, batch: pa.RecordBatch) -> list[dict]:
-        for ts, passed, key, args in self._tuples(batch):
+    def process(self, batch: Any) -> list[dict]:
+        q = self.query
+        for row in rows_of(batch):
             self.tuples_in += 1
+            ts = row[q.event_time]
             if ts is None:
                 self.null_event_time += 1
                 continue
             self.max_ts = ts if self.max_ts is None else max(self.max_ts, ts)
-            if not passed:
+            if self.where is not None and self.where(row) is not True:
                 continue
-            if self.window.kind is WindowKind.TIME:
+            key = tuple(row[k] for k in q.keys)
+            args = tuple(None if a is None else a(row) for a in self.arguments)
+            if q.kind == "time":
                 self._add_time(ts, key, args)
             else:
                 self._add_count(ts, key, args)
         if self.max_ts is not None:
-            candidate = self.max_ts - self.window.watermark_delay_us
+            candidate = self.max_ts - q.delay
             if self.watermark is None or candidate > self.watermark:
                 self.watermark = candidate
         return self._fire(final=False)
@@ -144,8 +480,8 @@ class Oracle:
     def finish(self) -> list[dict]:
         return self._fire(final=True)
 
-    def _add_time(self, ts, key, args) -> None:
-        size, slide = self.window.size, self.window.slide
+    def _add_time(self, ts: int, key: tuple, args: tuple) -> None:
+        size, slide = self.query.size, self.query.slide
         if self.watermark is not None and (ts // slide) * slide + size <= self.watermark:
             self.late += 1
             return
@@ -154,7 +490,7 @@ class Oracle:
             if self.watermark is None or k * slide + size > self.watermark:
                 self.contents[(k, key)].append(args)
 
-    def _add_count(self, ts, key, args) -> None:
+    def _add_count(self, ts: int, key: tuple, args: tuple) -> None:
         if self.watermark is not None and ts < self.watermark:
             self.late += 1
             return
@@ -164,207 +500,101 @@ class Oracle:
 
     def _fire(self, final: bool) -> list[dict]:
         fired = []  # (order, key, window_start, window_end, list of argument tuples)
-        if self.window.kind is WindowKind.TIME:
-            size, slide = self.window.size, self.window.slide
+        q = self.query
+        if q.kind == "time":
             for (k, key), tuples in list(self.contents.items()):
-                if final or (self.watermark is not None and k * slide + size <= self.watermark):
-                    fired.append(
-                        ((k, self.key_order[key]), key, k * slide, k * slide + size, tuples)
-                    )
+                end = k * q.slide + q.size
+                if final or (self.watermark is not None and end <= self.watermark):
+                    fired.append(((k, self.key_order[key]), key, k * q.slide, end, tuples))
                     del self.contents[(k, key)]
         else:
-            n, m = self.window.size, self.window.slide
+            n, m = q.size, q.slide
             for key in list(self.pending):
-                becoming = [
-                    t
-                    for t in self.pending[key]
-                    if final or (self.watermark is not None and t[0] < self.watermark)
-                ]
-                self.pending[key] = [t for t in self.pending[key] if t not in becoming]
+                becoming, staying = [], []
+                for t in self.pending[key]:
+                    is_final = final or (self.watermark is not None and t[0] < self.watermark)
+                    (becoming if is_final else staying).append(t)
+                self.pending[key] = staying
+                # tuples become final in ts order; ties keep arrival order
                 self.final[key].extend(sorted(becoming, key=lambda t: (t[0], t[1])))
                 while self.next_window[key] * m + n <= len(self.final[key]):
                     j = self.next_window[key]
                     window = self.final[key][j * m : j * m + n]
-                    fired.append(
-                        (
-                            (j, self.key_order[key]),
-                            key,
-                            window[0][0],
-                            window[-1][0] + 1,
-                            [t[2] for t in window],
-                        )
-                    )
+                    order = (j, self.key_order[key])
+                    start, end = window[0][0], window[-1][0] + 1
+                    fired.append((order, key, start, end, [t[2] for t in window]))
                     self.next_window[key] += 1
         fired.sort(key=lambda entry: entry[0])
         return self._rows(fired)
 
-    def _rows(self, fired) -> list[dict]:
-        if not fired:
-            return []
-        pipeline = self.pipeline
-        plans = pipeline.window.aggregates
-        aggregates = []
-        for position, plan in enumerate(plans):
-            values = [
-                aggregate_value(plan.function, [args[position] for args in tuples], len(tuples))
-                for _, _, _, _, tuples in fired
-            ]
-            arrow_type = plan.result_type.info.arrow
-            if pa.types.is_timestamp(arrow_type):
-                aggregates.append(pa.array(values, pa.int64()).cast(arrow_type))
-            else:
-                aggregates.append(pa.array(values, arrow_type))
-        key_columns = pipeline.lift.keys
-        columns = {}
-        for position, column in enumerate(key_columns):
-            values = [entry[1][position] for entry in fired]
-            columns[column.name] = pa.array(values, column.type.info.arrow)
-        stamp = pa.timestamp("us", tz="UTC")
-        bounds = {
-            "start": pa.array([e[2] for e in fired], pa.int64()).cast(stamp),
-            "end": pa.array([e[3] for e in fired], pa.int64()).cast(stamp),
-        }
-        column_types = {c.name: c.type for c in key_columns}
-        aggregate_types = [p.result_type for p in plans]
-        length = len(fired)
-        if pipeline.having is not None:
-            keep = _eval(
-                pipeline.having, column_types, columns, aggregates, aggregate_types, bounds, length
-            ).to_pylist()
-            selection = pa.array([i for i, k in enumerate(keep) if k is True], pa.int64())
-            columns = {name: array.take(selection) for name, array in columns.items()}
-            aggregates = [array.take(selection) for array in aggregates]
-            bounds = {name: array.take(selection) for name, array in bounds.items()}
-            length = len(selection)
-        outputs = {}
-        for output in pipeline.outputs:
-            value = _eval(
-                output.expression,
-                column_types,
-                columns,
-                aggregates,
-                aggregate_types,
-                bounds,
-                length,
-            )
-            outputs[output.name] = _column_list(value.cast(output.type.info.arrow))
-        return [{name: outputs[name][i] for name in outputs} for i in range(length)]
+    def _rows(self, fired: list) -> list[dict]:
+        rows, self.tolerances = [], []
+        self.windows_fired += len(fired)
+        functions = [f for f, _ in self.query.aggregates]
+        for _, key, start, end, tuples in fired:
+            aggregates, tolerances = [], []
+            for position, function in enumerate(functions):
+                value, tolerance = aggregate_value(
+                    function,
+                    [args[position] for args in tuples],
+                    len(tuples),
+                    self.integral[position],
+                )
+                aggregates.append(value)
+                tolerances.append(tolerance)
+            env = dict(zip(self.query.keys, key, strict=True))
+            env["$agg"] = aggregates
+            env["$bound"] = {"start": start, "end": end}
+            if self.having is not None and self.having(env) is not True:
+                continue
+            row, tolerance = {}, {}
+            for name, output, expr in self.outputs:
+                row[name] = output(env)
+                if expr[0] == "agg" and tolerances[expr[1]]:
+                    tolerance[name] = tolerances[expr[1]]
+            rows.append(row)
+            self.tolerances.append(tolerance)
+        self.rows_out += len(rows)
+        return rows
 
 
-# ---------------------------------------------------------------------------------------
-# Plans for tests, built by hand (logical nodes -> physical.plan), no SQL front end needed
+def _same_float(x: float, y: float, rel: float, tolerance: float) -> bool:
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    if math.isinf(x) or math.isinf(y):
+        return x == y
+    return math.isclose(x, y, rel_tol=rel, abs_tol=max(tolerance, rel))
 
 
-def _allow_sqlglot_index() -> None:
-    """nodes.AggregateRef.index is a read-only property in the skeleton, which clashes with the
-    `index` attribute sqlglot 30 sets on every node (in __init__ and when a node gets a
-    parent). Until nodes.py renames it, give the property a no-op setter (tests only)."""
-    try:
-        exp.Paren(this=AggregateRef(this=0))
-    except AttributeError:
-        getter = AggregateRef.__dict__["index"].fget
-        AggregateRef.index = property(getter, lambda self, value: None)  # type: ignore
+def rows_close(
+    actual: list[dict],
+    expected: list[dict],
+    rel: float = REL_TOL,
+    tolerances: Sequence[dict] | None = None,
+) -> bool:
+    """Same rows in the same order; floats within a relative tolerance (and the absolute one
+    the oracle gave for that cell, if any), NaN equal to NaN; the rest exact, same type."""
+    return first_difference(actual, expected, rel, tolerances) is None
 
 
-def aggregate_ref(position: int) -> AggregateRef:
-    _allow_sqlglot_index()
-    return AggregateRef(this=position)
-
-
-def _result_type(function: F, argument_type):
-    from mangonel.catalog.types import SqlType
-
-    if function in (F.COUNT_STAR, F.COUNT):
-        return SqlType.BIGINT
-    if function is F.SUM:
-        return SqlType.BIGINT if argument_type.is_integer else SqlType.DOUBLE
-    if function in (F.MIN, F.MAX):
-        return argument_type
-    return SqlType.DOUBLE
-
-
-def make_plan(
-    columns,
-    *,
-    keys=(),
-    aggregates=(),
-    size=10,
-    slide=None,
-    delay=0,
-    kind="time",
-    where=None,
-    having=None,
-    outputs=None,
-    windows_per_batch=None,
-    event_time="ts",
-) -> ProjectExec:
-    """columns: [(name, SqlType)]; aggregates: [(AggregateFunction, argument expr | None)];
-    outputs: [(name, expression, SqlType)] (default: keys, window bounds, a0, a1, ...)."""
-    from mangonel.catalog.catalog import Column, Schema, Stream
-    from mangonel.catalog.types import SqlType
-    from mangonel.compiler import logical as lg
-    from mangonel.compiler.physical import plan
-
-    schema = Schema(tuple(Column(name, t) for name, t in columns))
-    stream = Stream("s", schema, event_time, delay)
-    types = {name: t for name, t in columns}
-
-    def type_of(expression):
-        if isinstance(expression, exp.Column):
-            return types[expression.name]
-        from mangonel.compiler.typing import TypeEnv, infer_type
-
-        return infer_type(expression, TypeEnv(columns=types))
-
-    logical_aggregates = []
-    argument_types = {}
-    for position, (function, argument) in enumerate(aggregates):
-        argument_type = None if argument is None else type_of(argument)
-        if argument_type is not None:
-            argument_types[position] = argument_type
-        logical_aggregates.append(
-            lg.Aggregate(function, argument, _result_type(function, argument_type))
-        )
-    window_kind = lg.WindowKind.TIME if kind == "time" else lg.WindowKind.COUNT
-    spec = lg.WindowSpec(window_kind, size, slide or size, delay)
-    node = lg.StreamScan(stream, schema.columns)
-    if where is not None:
-        node = lg.Filter(node, where)
-    key_columns = tuple(schema.find(k) for k in keys)
-    node = lg.WindowAggregate(node, spec, key_columns, tuple(logical_aggregates))
-    if having is not None:
-        node = lg.Filter(node, having)
-    if outputs is None:
-        outputs = [(k, exp.column(k), types[k]) for k in keys]
-        outputs += [
-            ("window_start", WindowBound(this="start"), SqlType.TIMESTAMP),
-            ("window_end", WindowBound(this="end"), SqlType.TIMESTAMP),
-        ]
-        outputs += [
-            (f"a{i}", aggregate_ref(i), a.result_type) for i, a in enumerate(logical_aggregates)
-        ]
-    node = lg.Project(node, tuple(lg.OutputColumn(n, e, t) for n, e, t in outputs))
-    return plan(
-        node,
-        argument_types=argument_types,
-        backend="cpu",
-        backend_reason="test",
-        windows_per_batch=windows_per_batch,
-    )
-
-
-def rows_close(actual: list[dict], expected: list[dict], rel: float = 1e-9) -> bool:
-    """Same rows in the same order; floats within a relative tolerance, the rest exact."""
+def first_difference(
+    actual: list[dict],
+    expected: list[dict],
+    rel: float = REL_TOL,
+    tolerances: Sequence[dict] | None = None,
+) -> str | None:
+    """None when `rows_close`, else a sentence saying where the rows first differ."""
     if len(actual) != len(expected):
-        return False
-    for a, e in zip(actual, expected, strict=True):
+        return f"{len(actual)} rows where {len(expected)} were expected"
+    for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
         if a.keys() != e.keys():
-            return False
+            return f"row {index} has columns {list(a)} where {list(e)} were expected"
         for name in a:
             x, y = a[name], e[name]
             if isinstance(x, float) and isinstance(y, float):
-                if not math.isclose(x, y, rel_tol=rel, abs_tol=rel):
-                    return False
+                tolerance = tolerances[index].get(name, 0.0) if tolerances else 0.0
+                if not _same_float(x, y, rel, tolerance):
+                    return f"row {index} column {name}: {x!r} where {y!r} was expected"
             elif x != y or type(x) is not type(y):
-                return False
-    return True
+                return f"row {index} column {name}: {x!r} where {y!r} was expected"
+    return None

@@ -20,7 +20,7 @@ from mangonel.compiler import codegen
 from mangonel.compiler.logical import AggregateFunction as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from oracle import make_plan  # noqa: E402
+from plans import make_plan  # noqa: E402
 
 COLUMNS = [
     ("ts", T.TIMESTAMP),

@@ -34,7 +34,8 @@ if not _gpu_available():
     pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
 
 from hypothesis import given, settings  # noqa: E402
-from oracle import make_plan, rows_close  # noqa: E402
+from oracle import rows_close  # noqa: E402
+from plans import make_plan  # noqa: E402
 from sqlglot import exp  # noqa: E402
 from test_numeric_semantics import CASES as NUMERIC_CASES  # noqa: E402
 from test_numeric_semantics import check as check_numeric  # noqa: E402

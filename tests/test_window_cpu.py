@@ -9,7 +9,8 @@ import math
 
 import pyarrow as pa
 import pytest
-from oracle import Oracle, aggregate_ref, make_plan, rows_close
+from oracle import Oracle, rows_close
+from plans import aggregate_ref, make_plan, oracle_for
 from sqlglot import exp
 
 from mangonel.catalog.types import SqlType as T
@@ -53,7 +54,7 @@ def per_batch(plan, batches) -> tuple[list[list[dict]], LocalQuery]:
 
 
 def oracle_per_batch(plan, batches) -> tuple[list[list[dict]], Oracle]:
-    oracle = Oracle(plan)
+    oracle = oracle_for(plan)
     out = [oracle.process(b) for b in batches]
     out.append(oracle.finish())
     return out, oracle

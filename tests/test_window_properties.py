@@ -11,7 +11,8 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import Oracle, make_plan, rows_close
+from oracle import rows_close
+from plans import make_plan, oracle_for
 from sqlglot import exp
 
 from mangonel.catalog.types import SqlType as T
@@ -123,7 +124,7 @@ def _rows(batches: list[pa.RecordBatch]) -> list[dict]:
 
 def _check(plan, batches, snapshot_at) -> None:
     query = LocalQuery(plan)
-    oracle = Oracle(plan)
+    oracle = oracle_for(plan)
     for position, batch in enumerate(batches):
         if position == snapshot_at:
             saved = query.snapshot()

@@ -1,0 +1,87 @@
+"""Options of the fuzzer (tests/test_fuzz.py) and the line that prints its seed.
+
+`make fuzz` passes these; where make cannot run (the GPU machine), call pytest directly:
+    python -m pytest -q tests/test_fuzz.py::test_random_cases_match_the_oracle --fuzz \\
+        --fuzz-minutes=10 --backend=gpu [--fuzz-seed=N] [--fuzz-case=N]
+Nothing here may import pyspark (the GPU machine has none).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# The helper modules (oracle, plans, fuzz_cases, fuzzer) live beside the tests.
+sys.path.insert(0, str(Path(__file__).parent))
+
+FUZZ_SUMMARY = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fuzz", "mangonel fuzzer (see docs/testing.md)")
+    group.addoption(
+        "--fuzz",
+        action="store_true",
+        help="run the fuzzer for --fuzz-minutes instead of CI's short slice",
+    )
+    group.addoption(
+        "--fuzz-minutes",
+        type=float,
+        default=10.0,
+        help="time budget of --fuzz (default 10)",
+    )
+    group.addoption(
+        "--fuzz-seed",
+        type=int,
+        default=None,
+        help="run seed (default: fresh each run); the run prints it",
+    )
+    group.addoption(
+        "--fuzz-case",
+        type=int,
+        default=None,
+        help="replay one case seed (printed with a failure) instead of a run",
+    )
+    group.addoption(
+        "--backend",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="engine backend the fuzzer drives (default cpu)",
+    )
+    group.addoption(
+        "--fuzz-special",
+        choices=("on", "off"),
+        default=os.environ.get("MANGONEL_FUZZ_SPECIAL") or "on",
+        help="NaN, +-inf, -0.0 in DOUBLE and INT64/INT32 min/max in integer columns "
+        "(default on, or $MANGONEL_FUZZ_SPECIAL)",
+    )
+    group.addoption(
+        "--fuzz-slice-seconds",
+        type=float,
+        default=float(os.environ.get("MANGONEL_FUZZ_SLICE_S") or 60),
+        help="time budget of the slice that runs with every test run (default 60)",
+    )
+    group.addoption(
+        "--fuzz-out",
+        default="fuzz-failures",
+        help="directory the minimal failing case is written to (default fuzz-failures/)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[FUZZ_SUMMARY] = []
+
+
+@pytest.fixture
+def fuzz_summary(request: pytest.FixtureRequest) -> list:
+    """Lines for the end of the test run's output (the fuzz slice's seed)."""
+    return request.config.stash[FUZZ_SUMMARY]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    # printed whatever -r/-q say, so every CI log shows the seed its fuzz slice used
+    for line in config.stash.get(FUZZ_SUMMARY, []):
+        terminalreporter.write_line(line)

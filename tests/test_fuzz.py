@@ -1,0 +1,131 @@
+"""The fuzzer: fresh random SQL cases against the oracle, and tests of the fuzzer itself.
+
+Without options, `test_random_cases_match_the_oracle` is CI's short slice (60 s, a fresh
+seed each run, printed in the summary). `--fuzz` makes it the long run of `make fuzz`.
+`test_fixed_cases_match_the_oracle` is the derandomised set: the same seeds every run.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from fuzz_cases import draw_case
+from fuzzer import Scenario, check, fresh_seed, fuzz, oracle_run
+
+HERE = Path(__file__).parent
+
+
+def _special(config: pytest.Config) -> bool:
+    return config.getoption("--fuzz-special") == "on"
+
+
+def test_random_cases_match_the_oracle(request: pytest.FixtureRequest, fuzz_summary: list) -> None:
+    config = request.config
+    long_run = config.getoption("--fuzz")
+    budget = 60 * config.getoption("--fuzz-minutes") if long_run else None
+    budget = budget or config.getoption("--fuzz-slice-seconds")
+    seed = config.getoption("--fuzz-seed") or fresh_seed()
+    backend = config.getoption("--backend")
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    lines: list[str] = []
+
+    def report(line: str) -> None:
+        lines.append(line)
+        if long_run and terminal is not None and capture is not None:  # live, for make fuzz
+            with capture.global_and_fixture_disabled():
+                terminal.write_line(line)
+                terminal.flush()
+
+    result = fuzz(
+        seed,
+        budget,
+        backend=backend,
+        special_values=_special(config),
+        out_dir=Path(config.getoption("--fuzz-out")),
+        only_case=config.getoption("--fuzz-case"),
+        large_share=0.04 if long_run else 0.01,
+        report=report,
+    )
+    special = config.getoption("--fuzz-special")
+    reproduce = f"make fuzz SEED={seed} BACKEND={backend}" + (
+        " SPECIAL=off" if special == "off" else ""
+    )
+    fuzz_summary.append(
+        f"fuzz: run seed {seed} ({backend}, special values {special}): {result.cases} cases, "
+        f"{result.rows} rows in {result.seconds:.0f} s"
+        + (f"; FAILED at case seed {result.case_seed}" if result.failure else "")
+        + f"; reproduce: {reproduce}"
+    )
+    if result.failure is not None:
+        pytest.fail(
+            "\n".join(lines)
+            + f"\n\nreproduce the run: {reproduce}"
+            + f"\nreplay the case: python -m pytest tests/test_fuzz.py --fuzz "
+            f"--fuzz-case={result.case_seed} --backend={backend} --fuzz-special={special}",
+            pytrace=False,
+        )
+
+
+@pytest.mark.parametrize("seed", range(1, 41))
+def test_fixed_cases_match_the_oracle(seed: int, request: pytest.FixtureRequest) -> None:
+    case = draw_case(seed, special_values=_special(request.config), large_share=0.0)
+    failure = check(Scenario.from_case(case), "cpu")
+    assert failure is None, f"case seed {seed}: {failure}\n{case.describe()}"
+
+
+def test_a_seed_draws_the_same_case_every_time() -> None:
+    for seed in (0, 1, 12345, 2**47):
+        assert draw_case(seed).to_json() == draw_case(seed).to_json()
+    assert draw_case(1).to_json() != draw_case(2).to_json()
+
+
+def test_the_oracle_shares_no_code_with_the_engine() -> None:
+    """tests/oracle.py imports nothing from mangonel (directly or through a helper)."""
+    tree = ast.parse((HERE / "oracle.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+    allowed = {"__future__", "math", "collections", "collections.abc", "dataclasses"}
+    allowed |= {"typing", "pyarrow"}
+    assert imported <= allowed, f"oracle.py imports {sorted(imported - allowed)}"
+
+
+def test_the_fuzzer_finds_and_shrinks_a_planted_bug(monkeypatch, tmp_path) -> None:
+    """A CPU kernel that loses the third row of every batch of three or more rows: the fuzzer
+    must find it within seconds, shrink it to a few rows, and write a regression file that
+    the engine fails and the oracle agrees with."""
+    from mangonel.runtime.cpu.backend import CpuKernels
+
+    original = CpuKernels.lift_tuples
+
+    def loses_a_row(self, lift, batch):
+        lifted = original(self, lift, batch)
+        if lifted.rows >= 3:
+            lifted.contributes[2] = False
+        return lifted
+
+    monkeypatch.setattr(CpuKernels, "lift_tuples", loses_a_row)
+    lines: list[str] = []
+    result = fuzz(
+        20260101, 30, special_values=False, out_dir=tmp_path, shrink_s=30, report=lines.append
+    )
+    assert result.failure is not None, "the fuzzer did not find the planted bug in 30 s"
+    assert result.seconds < 30
+    assert result.shrunk is not None and result.shrunk.rows <= 4, result.shrunk.describe()
+    text = "\n".join(lines)
+    assert f"run seed {result.run_seed}" in text and f"case seed {result.case_seed}" in text
+    assert result.shrunk.query() in text  # the minimal case is printed as SQL
+    data = json.loads(result.path.read_text())
+    scenario = Scenario.from_json(data)
+    assert check(scenario, "cpu") is not None  # the engine with the bug still fails it
+    firings, _, _ = oracle_run(scenario)
+    assert [row for firing in firings for row in firing] == data["expected_rows"]
+    monkeypatch.undo()
+    assert check(scenario, "cpu") is None  # and passes once the bug is gone
