@@ -29,7 +29,7 @@ from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.compiler.typing import TypeEnv
 
 sys.path.insert(0, str(Path(__file__).parent))
-from oracle import make_plan  # noqa: E402
+from plans import make_plan  # noqa: E402
 
 ENV = TypeEnv(
     columns={"i": T.INT, "l": T.BIGINT, "d": T.DOUBLE, "f": T.FLOAT, "b": T.BOOLEAN, "s": T.STRING}
