@@ -6,7 +6,10 @@ tracemalloc, so traced bytes are a real allocation measure)."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +19,9 @@ import mangonel as mg
 from mangonel.runtime.operators import window
 
 UTC = pa.timestamp("us", tz="UTC")
+SPARSE_CASE = (
+    Path(__file__).parent / "regressions" / "sparse-batch-over-2267-seconds-of-1ms-panes.json"
+)
 
 
 def _query(window_clause: str, keys: str = "BIGINT") -> mg.Query:
@@ -58,9 +64,9 @@ def _run(query: mg.Query, batches: list[pa.RecordBatch]) -> tuple[list[dict], in
 
 @pytest.fixture
 def small_result_cells(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the chunking threshold scaled down, so a test-sized batch shows the issue's shape (1 M
+    # the segment budget scaled down, so a test-sized batch shows the issue's shape (1 M
     # keys over 100 s) without gigabytes
-    monkeypatch.setattr(window, "MAX_RESULT_CELLS", 1 << 14)
+    monkeypatch.setattr(window, "MAX_SEGMENT_BYTES", 1 << 21)
 
 
 @pytest.mark.parametrize(
@@ -102,7 +108,7 @@ def test_chunked_merge_gives_the_rows_of_the_unchunked_one(
         *pa.concat_tables([table.slice(1000), extra]).combine_chunks().to_batches(),
     ]
     expected, _, _ = _run(_query("RANGE 3 SECONDS SLIDE 1 SECOND"), batches)
-    monkeypatch.setattr(window, "MAX_RESULT_CELLS", 1 << 10)
+    monkeypatch.setattr(window, "MAX_SEGMENT_BYTES", 1 << 16)
     chunks = []
     choose = window.TimeWindowOperator._chunk_panes
 
@@ -150,3 +156,24 @@ def test_state_bytes_is_what_the_state_allocates(window_clause: str, keys: str) 
     assert state > 1 << 20
     # everything the operator keeps is its state (plus small bookkeeping)
     assert abs(held - state) <= 0.005 * state + (64 << 10), (held, state)
+
+
+def test_a_sparse_batch_over_a_long_stretch_of_fine_panes_stays_small() -> None:
+    """The fuzzer's case (tests/regressions/sparse-batch-over-2267-seconds-of-1ms-panes.json):
+    933 rows over 2267 s of 1 ms panes took ~24 GB (segments sized by logical cells, not by
+    what `_reserve` allocates). Run in a child process under a 3 GB address-space limit, so a
+    return of the bug fails this test with a MemoryError instead of ending the test run."""
+    script = (
+        "import json, resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from fuzzer import Scenario, check\n"
+        f"data = json.load(open({str(SPARSE_CASE)!r}))\n"
+        "failure = check(Scenario.from_json(data), 'cpu')\n"
+        "print(failure)\n"
+        "sys.exit(failure is not None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

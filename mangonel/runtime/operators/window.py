@@ -56,10 +56,7 @@ import pyarrow as pa
 
 from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.physical import WindowPipeline
-from mangonel.runtime.operators.base import (
-    PANE_META,
-    OperatorBase,
-)
+from mangonel.runtime.operators.base import PANE_META, OperatorBase, field_arrays
 from mangonel.runtime.operators.count_window import CountWindowOperator
 from mangonel.runtime.operators.kernels import PaneTarget, WindowKernels
 from mangonel.runtime.operators.results import finalize
@@ -67,10 +64,20 @@ from mangonel.runtime.operators.snapshot import pack, unpack
 
 MAX_RESULT_CELLS = 1 << 22  # (window, key) cells per tree call: bounds memory of one firing
 DIRECT_WINDOWS = 64  # firings of at most this many windows skip the occupancy scan
-# a batch whose dense `[keys x panes]` block would exceed this many cells per input row (and
-# MAX_RESULT_CELLS) is merged in pane-ordered chunks, firing between them (see `_merge`)
-DENSE_CELLS_PER_ROW = 16
+# one segment's state arrays (every field, at the capacity `_reserve` allocates) stay under
+# this: a batch whose dense `[keys x panes]` block would not is split at window-wide gaps
+# (`_clusters`) and merged in pane-ordered chunks with firing between them (`_merge`)
+MAX_SEGMENT_BYTES = 256 << 20
+MIN_CAPACITY = 16  # panes and keys: the smallest state arrays `_reserve` allocates
 MIN_SPLIT_GAP = 16  # panes: a segment holds at least 16 columns, smaller gaps save nothing
+
+
+def _capacity(start: int, need: int) -> int:
+    """`start` doubled until it holds `need` (array capacities grow by powers of two)."""
+    capacity = start
+    while capacity < need:
+        capacity *= 2
+    return capacity
 
 
 @dataclass
@@ -96,6 +103,8 @@ class TimeWindowOperator(OperatorBase):
         self.panes_per_slide = self.window.panes_per_slide
         self.segments: list[_Segment] = []  # ordered by pane, at least a window apart
         self.next_window: int | None = None  # the oldest window that has not fired
+        # bytes of one (key, pane) cell over every field's arrays (8-byte parts)
+        self.cell_bytes = sum(8 * parts for _, parts in field_arrays(self.fields))
 
     # -- pane level -----------------------------------------------------------------------
 
@@ -209,20 +218,23 @@ class TimeWindowOperator(OperatorBase):
 
     def _chunk_panes(self, host_panes: np.ndarray, fire_until: int | None) -> int | None:
         """Panes per chunk of a batch's merge, or None to merge it at once: the common case,
-        where the batch spans at most one chunk, its dense block is not far larger than the
-        batch (DENSE_CELLS_PER_ROW), or no window holding its data can fire before its end.
+        where the batch spans at most one chunk, or no window holding its data can fire
+        before its end.
 
-        A chunk holds about MAX_RESULT_CELLS cells of the known keys beside the 2 windows of
-        panes its segment keeps, but at least a window (and 8 slides) of panes, so each
-        firing between chunks computes several windows per tree build."""
+        A chunk is the most panes whose segment (at the capacity `_reserve` allocates: the
+        2 windows of margin, twice the span, whole powers of two) stays under
+        MAX_SEGMENT_BYTES for the known keys, but at least a window (and 8 slides) of panes,
+        so each firing between chunks computes several windows per tree build."""
         if fire_until is None or (self.watermark is not None and fire_until <= self.watermark):
             return None
         pw, ps = self.panes_per_window, self.panes_per_slide
-        keys = max(self.keys.n_slots, 1)
-        chunk = max(pw, 8 * ps, MAX_RESULT_CELLS // keys - 2 * pw)
+        key_capacity = _capacity(MIN_CAPACITY, self.keys.n_slots)
+        pane_budget = MAX_SEGMENT_BYTES // (key_capacity * self.cell_bytes)
+        pane_capacity = 1 << max(pane_budget.bit_length() - 1, 0)  # a power of two that fits
+        chunk = max(pw, 8 * ps, pane_capacity // 2 - (2 * pw - 1))
         first = int(host_panes.min())
         span = int(host_panes.max()) - first + 1
-        if span <= chunk or span * keys <= DENSE_CELLS_PER_ROW * len(host_panes):
+        if span <= chunk:
             return None
         if fire_until <= first * self.pane_length:
             return None  # no window of this batch's panes fires before its end
@@ -245,8 +257,7 @@ class TimeWindowOperator(OperatorBase):
         """The pane ranges of one batch's data, split where a window-wide gap separates them
         (only when one dense block would be large: the common case costs no sort)."""
         first, last = int(panes.min()), int(panes.max())
-        keys = max(self.keys.n_slots, 1)
-        if (last - first + 2 * self.panes_per_window) * keys <= MAX_RESULT_CELLS:
+        if self._segment_bytes(last - first + 1) <= MAX_SEGMENT_BYTES:
             return [(first, last)]
         distinct = np.unique(panes)
         gap = max(self.panes_per_window, MIN_SPLIT_GAP)
@@ -281,6 +292,14 @@ class TimeWindowOperator(OperatorBase):
         )
         return merged
 
+    def _segment_bytes(self, data_panes: int) -> int:
+        """What `_reserve` allocates for a new segment of `data_panes` panes of data and the
+        known keys (every field's arrays)."""
+        margins = 2 * self.panes_per_window - 1  # see `_reserve`
+        pane_capacity = _capacity(MIN_CAPACITY, 2 * (data_panes + margins))
+        key_capacity = _capacity(MIN_CAPACITY, self.keys.n_slots)
+        return pane_capacity * key_capacity * self.cell_bytes
+
     def _segment_keys(self, segment: _Segment) -> int:
         """How many key slots a segment's arrays hold. The key map is shared by every segment,
         but only the segments a batch touches are reserved for new keys: slots past a segment's
@@ -310,13 +329,9 @@ class TimeWindowOperator(OperatorBase):
         )
         if fits:
             return
-        span = end_pane - start_pane
-        panes = max(16, state.pane_capacity)
-        while panes < 2 * span:
-            panes *= 2
-        key_capacity = max(16, state.key_capacity)
-        while key_capacity < need_keys:
-            key_capacity *= 2
+        # twice the span: a growing segment is reshaped O(log) times
+        panes = _capacity(max(MIN_CAPACITY, state.pane_capacity), 2 * (end_pane - start_pane))
+        key_capacity = _capacity(max(MIN_CAPACITY, state.key_capacity), need_keys)
         state.reshape(key_capacity, panes, start_pane)
 
     # -- window level ---------------------------------------------------------------------
