@@ -9,6 +9,7 @@ import math
 
 import pyarrow as pa
 import pytest
+from fuzzer import engine_rows as as_rows
 from oracle import Oracle, rows_close
 from plans import aggregate_ref, make_plan, oracle_for
 from sqlglot import exp
@@ -35,14 +36,6 @@ def batch(ts, k=None, v=None, **extra) -> pa.RecordBatch:
         arrays.append(values if isinstance(values, pa.Array) else pa.array(values))
         names.append(name)
     return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
-def as_rows(batches: list[pa.RecordBatch]) -> list[dict]:
-    rows = []
-    for b in batches:
-        columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in b.columns]
-        rows += pa.RecordBatch.from_arrays(columns, names=b.schema.names).to_pylist()
-    return rows
 
 
 def per_batch(plan, batches) -> tuple[list[list[dict]], LocalQuery]:

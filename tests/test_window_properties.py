@@ -9,6 +9,7 @@ reproducible; 330 cases per run in all.
 from __future__ import annotations
 
 import pyarrow as pa
+from fuzzer import engine_rows as _rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import rows_close
@@ -112,14 +113,6 @@ def streams(draw, kind: str):
     )
     snapshot_at = draw(st.one_of(st.none(), st.integers(0, len(batches))))
     return plan, batches, snapshot_at
-
-
-def _rows(batches: list[pa.RecordBatch]) -> list[dict]:
-    rows = []
-    for b in batches:
-        columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in b.columns]
-        rows += pa.RecordBatch.from_arrays(columns, names=b.schema.names).to_pylist()
-    return rows
 
 
 def _check(plan, batches, snapshot_at) -> None:
