@@ -3,6 +3,8 @@ micro-batches (one file per trigger) and compare: the Spark tests' one harness."
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,10 +32,18 @@ NATIVE_AGGREGATES = {
 def write_micro_batches(folder: Path, batches: Sequence[pa.Table | pa.RecordBatch]) -> None:
     """One Parquet file per micro-batch, named so Spark's file source reads them in order."""
     folder.mkdir(parents=True, exist_ok=True)
-    existing = len(list(folder.glob("*.parquet")))
+    written = list(folder.glob("*.parquet"))
+    existing = len(written)
+    previous = max((path.stat().st_mtime for path in written), default=time.time() - 3600)
     for offset, batch in enumerate(batches):
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        pq.write_table(table, folder / f"part-{existing + offset:05d}.parquet")
+        path = folder / f"part-{existing + offset:05d}.parquet"
+        pq.write_table(table, path)
+        # Spark's file source orders files by modification time, not by name: files written
+        # in the same clock tick were read in either order, and a batch read after a later
+        # one is late (seen once in CI). One second apart, in name order.
+        stamp = previous + 1 + offset
+        os.utime(path, (stamp, stamp))
 
 
 def file_stream(spark: SparkSession, folder: Path, schema_ddl: str) -> DataFrame:
