@@ -259,7 +259,7 @@ def main(arguments: argparse.Namespace) -> int:
     if arguments.config:
         load_shapes(arguments.config)
     if arguments.backend == "gpu":
-        from mangonel.compiler.backend import require_gpu
+        from mangonel.runtime.gpu.probe import require_gpu
 
         require_gpu()
     print(

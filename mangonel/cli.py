@@ -294,7 +294,7 @@ def command_run(arguments: argparse.Namespace) -> int:
     if arguments.output:
         output_format(arguments.output)
     if query.backend == "gpu":
-        from mangonel.compiler.backend import require_gpu
+        from mangonel.runtime.gpu.probe import require_gpu
 
         require_gpu()
     stream = unpack(query.plan).scan.stream

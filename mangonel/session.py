@@ -21,7 +21,7 @@ from mangonel.catalog.catalog import (
 from mangonel.catalog.options import check_stream_options
 from mangonel.catalog.types import SqlType, type_from_arrow
 from mangonel.compiler import ddl, physical
-from mangonel.compiler.backend import BACKENDS, choose_backend
+from mangonel.compiler.backend import BACKENDS, choose_backend, needs_probe
 from mangonel.compiler.bind import bind
 from mangonel.compiler.explain import explain_json, explain_text
 from mangonel.compiler.limits import MAX_DURATION_DAYS, MAX_DURATION_US
@@ -29,6 +29,7 @@ from mangonel.compiler.nodes import Explain
 from mangonel.compiler.parse import parse_duration, parse_statement
 from mangonel.compiler.streams import stream_from_ddl
 from mangonel.errors import BackendUnavailableError, CatalogError
+from mangonel.runtime.gpu.probe import gpu_status
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,8 @@ class Session:
 
     def _plan(self, text: str, select: exp.Expression) -> Query:
         bound = bind(select, self.catalog)
-        backend, reason = choose_backend(self.backend)
+        gpu = gpu_status() if needs_probe(self.backend) else None
+        backend, reason = choose_backend(self.backend, gpu)
         plan = physical.plan(
             bound.logical,
             argument_types=bound.argument_types,
