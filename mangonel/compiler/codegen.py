@@ -5,7 +5,7 @@ Render, compile and run are three steps (tinygrad's habit):
 - `render_kernels(lift, window)` returns a `GeneratedKernels`: the CUDA source of every kernel
   the GPU backend launches for one query (lift, pane merge, fused lift+merge, tree levels,
   window compute, key hash table), specialised per query: column types, state fields,
-  predicate and aggregate arguments (through `expressions.render_cuda`), pane/slide/size.
+  predicate and aggregate arguments (through `cuda_expressions.render_cuda`), pane/slide/size.
   Rendering needs no GPU and never imports CuPy. Templates (`kernels_templates/*.cu.j2`) only
   loop over plan parameters; every C fragment that depends on a state kind comes from the
   lookup tables below, one entry per `StateKind`.
@@ -173,7 +173,7 @@ def _column_types(lift: LiftExec) -> dict[str, SqlType]:
 def _render_expressions(lift: LiftExec):
     """C expressions of the WHERE predicate and of every distinct aggregate argument, and the
     declarations of the temporaries they read (emitted once per row, before all of them)."""
-    from mangonel.compiler.expressions import CudaContext, render_cuda
+    from mangonel.compiler.cuda_expressions import CudaContext, render_cuda
     from mangonel.compiler.typing import TypeEnv
 
     columns = lift.child.columns

@@ -1,7 +1,7 @@
 """Scalar expressions over Arrow columns on the host (WHERE, aggregate arguments, HAVING, outputs).
 
 Bare column, aggregate and window-bound references are answered here without a copy (the hot
-path of most queries); everything else goes to `mangonel.compiler.expressions.evaluate`.
+path of most queries); everything else goes to `mangonel.runtime.cpu.expressions.evaluate`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def evaluate_expression(
         return aggregates[int(expression.args["this"])]  # `.index` clashes with sqlglot's
     if isinstance(expression, WindowBound) and window_bounds is not None:
         return window_bounds[expression.bound]
-    from mangonel.compiler.expressions import evaluate  # helper B's module
     from mangonel.compiler.typing import TypeEnv
+    from mangonel.runtime.cpu.expressions import evaluate
 
     env = TypeEnv(columns=dict(column_types), aggregates=tuple(aggregate_types))
     bounds = dict(window_bounds or {})
