@@ -6,7 +6,8 @@ with one identifier holding the schema spelling, plus `nodes.WindowBound` (TIMES
 
 Typing is a lookup table (`TYPE_RULES`) over the same node classes both renderers
 (`mangonel.runtime.cpu.expressions`, `mangonel.compiler.cuda_expressions`) handle, so an
-expression one target cannot render fails here, for both targets alike. The rules follow Spark (non-ANSI mode):
+expression one target cannot render fails here, for both targets alike. The rules follow
+Spark (non-ANSI mode):
 
 - numeric widening INT < BIGINT < FLOAT < DOUBLE (`catalog.types.common_numeric_type`);
 - `/` always yields DOUBLE; SQRT, LN, LOG, LOG10, EXP, POWER and SIGN yield DOUBLE (LOG(x)
