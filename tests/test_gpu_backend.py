@@ -177,7 +177,7 @@ def test_gpu_pinned_source_batches_equal_cpu():
     segment); the CPU engine gives the same rows."""
     import pyarrow.compute as pc
 
-    from mangonel.runtime.gpu.bench import GpuShape, PinnedSource, source_batches
+    from mangonel.runtime.local.gpu_bench import GpuShape, PinnedSource, source_batches
 
     options = GpuOptions(chunk_rows=9_999)  # 5 chunks per 1 MiB batch
 
@@ -211,7 +211,7 @@ def test_gpu_stream_lookahead_equals_cpu():
     (prefetched) while batch k is merged and fired. Pinned and pageable batches, chunked copies,
     new keys and late tuples; the GPU's rows, in order, equal the CPU's batch-by-batch rows.
     Then a prefetched batch that is never processed and one processed without a prefetch."""
-    from mangonel.runtime.gpu.bench import GpuShape, PinnedSource, source_batches
+    from mangonel.runtime.local.gpu_bench import GpuShape, PinnedSource, source_batches
 
     options = GpuOptions(chunk_rows=7_777)
     source = PinnedSource(200_000, seed=3)
