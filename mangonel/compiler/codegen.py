@@ -35,6 +35,7 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import LiftExec, StateField, StateKind, WindowAggregateExec
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "kernels_templates"
@@ -364,14 +365,16 @@ def render_plan(plan: ph.ProjectExec) -> GeneratedKernels:
     return render_kernels(pipeline.lift, pipeline.window)
 
 
-def explain_codegen(plan: ph.ProjectExec) -> str:
-    """The CUDA source of a plan's GPU kernels, with a header naming them (no GPU needed)."""
+def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> str:
+    """The CUDA source of a plan's GPU kernels, with a header naming them and the launch
+    options they run with (`options`, default: `GpuOptions()`; no GPU needed)."""
     generated = render_plan(plan)
     pipeline = ph.unpack(plan)
     header = [
         "// mangonel GPU kernels",
         f"// strategy: {pipeline.window.strategy}",
         f"// module sha256: {generated.digest}",
+        f"// gpu options: {(options or GpuOptions()).describe()}",
         "// kernels: " + ", ".join(generated.names[role] for role in KERNEL_ROLES),
         "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
         "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
