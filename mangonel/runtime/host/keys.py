@@ -1,7 +1,8 @@
 """Key columns as int64 words on the host: string dictionaries, the per-column codes, and the
-snapshot format of a key table. The CPU key table (`runtime.cpu.keys.KeyTable`) and the GPU
-key map (`runtime.gpu.keys.GpuKeyMap`) both encode with these, so either restores the other's
-snapshot.
+snapshot format of a key table. The CPU key table (`runtime.cpu.keys.KeyTable`) keys with
+these; it and the GPU key map (`runtime.gpu.keys.GpuKeyMap`, whose STRING ids come from one
+dictionary shared with its stager) both write and read snapshots with them, so either backend
+restores the other's.
 
 A key row is `len(types) + 1` int64 words: one code per key column (STRING: the id in that
 column's dictionary; floating types: the float64 bits; others: the value as int64; NULL: 0)
