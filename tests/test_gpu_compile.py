@@ -82,6 +82,12 @@ def test_the_cache_is_bounded_least_recently_used_first(built):
     assert built[-1] == sources[1].digest and context.compiles == 4
 
 
+def test_one_shared_context_per_cache_size():
+    assert gpu_compile.shared_context() is gpu_compile.shared_context(64)
+    assert gpu_compile.shared_context(8).capacity == 8
+    assert gpu_compile.shared_context(8) is not gpu_compile.shared_context()
+
+
 def test_plan_keyed_kernels_render_once_per_key(built):
     context = CompileContext(capacity=8)
     generated, module = context.key_module(3)

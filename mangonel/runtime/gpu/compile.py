@@ -9,7 +9,7 @@ the last `capacity` modules in memory, keyed by the source's SHA-256 (`generated
 The context also renders and keeps the kernels that depend only on plan data (the key table
 kernels of a key width, the state kernels of a set of state fields), keyed by that data, so
 two operators of the same shape share one module. One shared context serves every
-`GpuKernels` that is not given its own (`shared_context()`): its cache is the process's.
+`GpuKernels` that is not given its own (`shared_context(options.module_cache_size)`).
 """
 
 from __future__ import annotations
@@ -141,15 +141,16 @@ def _build(generated: GeneratedKernels) -> Any:
     return cp.RawModule(code=generated.source, options=("-std=c++17",))
 
 
-_SHARED: CompileContext | None = None
+_SHARED: dict[int, CompileContext] = {}
 
 
-def shared_context() -> CompileContext:
-    """The process's context (default capacity), created on first use."""
-    global _SHARED
-    if _SHARED is None:
-        _SHARED = CompileContext()
-    return _SHARED
+def shared_context(capacity: int = GpuOptions().module_cache_size) -> CompileContext:
+    """The process's context of that cache size, created on first use (every `GpuKernels`
+    not given its own shares it, so a second query of the same plan compiles nothing)."""
+    context = _SHARED.get(capacity)
+    if context is None:
+        context = _SHARED[capacity] = CompileContext(capacity)
+    return context
 
 
 __all__ = ["CompileContext", "cache_directory", "nvcc_command", "shared_context"]

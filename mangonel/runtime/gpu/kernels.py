@@ -84,7 +84,9 @@ class GpuKernels:
         self, options: GpuOptions | None = None, compiler: CompileContext | None = None
     ) -> None:
         self.options = options if options is not None else GpuOptions()
-        self.compiler = compiler if compiler is not None else shared_context()
+        self.compiler = (
+            compiler if compiler is not None else shared_context(self.options.module_cache_size)
+        )
         self.metrics = GpuKernelMetrics()
         # modules by plan data: (lift, window) -> (GeneratedKernels, RawModule); by lift alone
         # the last one made for it (any module of a lift serves its lift and state kernels)
