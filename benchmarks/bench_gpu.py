@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from mangonel.runtime.gpu.bench import default_gpu_shapes, run_gpu_benchmarks
+from mangonel.runtime.local.gpu_bench import default_gpu_shapes, run_gpu_benchmarks
 
 
 def main() -> None:

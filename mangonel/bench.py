@@ -259,7 +259,7 @@ def main(arguments: argparse.Namespace) -> int:
     if arguments.config:
         load_shapes(arguments.config)
     if arguments.backend == "gpu":
-        from mangonel.compiler.backend import require_gpu
+        from mangonel.runtime.gpu.probe import require_gpu
 
         require_gpu()
     print(
@@ -271,7 +271,7 @@ def main(arguments: argparse.Namespace) -> int:
 
         rows = run_spark_benchmarks(arguments)
     elif arguments.backend == "gpu":
-        from mangonel.runtime.gpu.bench import run_gpu_benchmarks
+        from mangonel.runtime.local.gpu_bench import run_gpu_benchmarks
 
         rows = run_gpu_benchmarks(tuples=arguments.tuples or 150_000_000, verbose=True)
     else:

@@ -166,6 +166,7 @@ def _source_batches(
     What the run should tell the user afterwards (CSV values read as NULL) goes to `warnings`."""
     from mangonel.catalog.sources import file_source, generate, generator_source, read_files
     from mangonel.catalog.sources.options import source_of
+    from mangonel.compiler.parse import parse_duration
 
     options = dict(stream.options)
     path = None
@@ -189,7 +190,12 @@ def _source_batches(
         flags["rows_per_batch"] = arguments.batch_size
         options.update({key: str(value) for key, value in flags.items() if value is not None})
         generator = generator_source(
-            options, stream.schema, stream.event_time, stream.name, RUN_GENERATOR_DEFAULTS
+            options,
+            stream.schema,
+            stream.event_time,
+            stream.name,
+            RUN_GENERATOR_DEFAULTS,
+            durations=parse_duration,
         )
         batches = generate(
             stream.schema, stream.event_time, generator.config, generator.key_columns
@@ -294,7 +300,7 @@ def command_run(arguments: argparse.Namespace) -> int:
     if arguments.output:
         output_format(arguments.output)
     if query.backend == "gpu":
-        from mangonel.compiler.backend import require_gpu
+        from mangonel.runtime.gpu.probe import require_gpu
 
         require_gpu()
     stream = unpack(query.plan).scan.stream

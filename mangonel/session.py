@@ -1,70 +1,27 @@
-"""The standalone session: DDL, queries, EXPLAIN. Batches in, results out; no Spark."""
+"""The standalone session: DDL, queries, EXPLAIN. Batches in, results out; no Spark.
+
+Statements and planning are `mangonel.compiler.statements.StatementRunner`'s; this layer adds
+what needs the runtime: the GPU probe and running a planned query on Arrow batches.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from sqlglot import exp
 
-from mangonel.catalog.catalog import (
-    DUPLICATE_COLUMN_HINT,
-    Catalog,
-    Column,
-    Schema,
-    Stream,
-    Table,
-    duplicate_column,
-)
-from mangonel.catalog.options import check_stream_options
-from mangonel.catalog.types import SqlType, type_from_arrow
-from mangonel.compiler import ddl, physical
-from mangonel.compiler.backend import BACKENDS, choose_backend
-from mangonel.compiler.bind import bind
-from mangonel.compiler.explain import explain_json, explain_text
-from mangonel.compiler.limits import MAX_DURATION_DAYS, MAX_DURATION_US
-from mangonel.compiler.nodes import Explain
-from mangonel.compiler.parse import parse_duration, parse_statement
-from mangonel.compiler.streams import stream_from_ddl
-from mangonel.errors import BackendUnavailableError, CatalogError
+from mangonel.compiler import physical
+from mangonel.compiler.statements import PlannedQuery, QueryOptions, StatementRunner
+from mangonel.runtime.gpu.probe import gpu_status
 
 
-@dataclass(frozen=True)
-class QueryOptions:
-    windows_per_batch: int | None = None
-
-
-class Query:
+class Query(PlannedQuery):
     """A planned window query. Runs on batches of Arrow data; explains itself."""
 
     def __init__(self, text: str, plan: physical.ProjectExec, logical: Any) -> None:
-        self.text = text
-        self.plan = plan
-        self.logical = logical
+        super().__init__(text, plan, logical)
         self._runner: Any = None
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The Arrow schema of the results."""
-        return pa.schema([pa.field(o.name, o.type.info.arrow) for o in self.plan.outputs])
-
-    @property
-    def backend(self) -> str:
-        return physical.unpack(self.plan).window.backend
-
-    def explain(self, codegen: bool = False, format: str = "text") -> str | dict:
-        """The physical plan as text (or a dict with format='json'); codegen=True appends the
-        CUDA source of the query's GPU plan (rendered on any machine, no GPU needed)."""
-        if format == "json":
-            return explain_json(self.plan)
-        text = explain_text(self.plan)
-        if codegen:
-            from mangonel.compiler.codegen import explain_codegen
-
-            text += "\n" + explain_codegen(self.plan)
-        return text
 
     def _new_runner(self) -> Any:
         from mangonel.runtime.local.query import LocalQuery
@@ -89,151 +46,17 @@ class Query:
         return self._runner.metrics
 
 
-class Session:
+class Session(StatementRunner):
     """A catalog of streams and tables, and the compiler bound to it.
 
     backend: "cpu", "gpu" or "auto" (GPU when CuPy sees a device, else CPU).
     """
 
     def __init__(self, backend: str = "auto", *, windows_per_batch: int | None = None) -> None:
-        if backend not in BACKENDS:
-            raise BackendUnavailableError(
-                f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}"
-            )
-        self.backend = backend
-        self.options = QueryOptions(windows_per_batch=windows_per_batch)
-        self.catalog = Catalog()
+        super().__init__(backend, windows_per_batch=windows_per_batch, gpu_probe=gpu_status)
 
-    # -- DDL -------------------------------------------------------------------------
-
-    def execute(self, statement: str) -> pa.Table | str | Query | None:
-        """Run one statement: CREATE STREAM/TABLE and DROP return None, SHOW returns a
-        table, EXPLAIN returns the plan text, a query returns a Query (as `sql`)."""
-        parsed = parse_statement(statement)
-        if isinstance(parsed, ddl.CreateStream):
-            self.catalog.add_stream(
-                stream_from_ddl(parsed), replace=getattr(parsed, "or_replace", False)
-            )
-            return None
-        if isinstance(parsed, ddl.CreateTable):
-            table = Table(parsed.name, Schema(parsed.columns), parsed.options)
-            self.catalog.add_table(table, replace=getattr(parsed, "or_replace", False))
-            return None
-        if isinstance(parsed, ddl.Drop):
-            self.catalog.drop(parsed.kind, parsed.name, if_exists=parsed.if_exists)
-            return None
-        if isinstance(parsed, ddl.Show):
-            return self._show(parsed.kind)
-        return self._query_or_explain(statement, parsed)
-
-    def create_stream(
-        self,
-        name: str,
-        schema: pa.Schema,
-        *,
-        event_time: str,
-        watermark: str | int = 0,
-        replace: bool = False,
-        **options: str,
-    ) -> Stream:
-        """Declare a stream from an Arrow schema (the API twin of CREATE STREAM): the same
-        column rules (names case-insensitively distinct) and the same options (`source` and
-        its options, see docs/sql.md); `watermark` is a duration or microseconds."""
-        columns = []
-        for field in schema:
-            sql_type = type_from_arrow(field.type)
-            if sql_type is None:
-                raise CatalogError(
-                    f"column {field.name!r} has Arrow type {field.type}, which mangonel does "
-                    "not support",
-                    hint="supported: " + ", ".join(t.value for t in SqlType),
-                )
-            columns.append(Column(field.name, sql_type, field.nullable))
-        duplicate = duplicate_column(columns)
-        if duplicate is not None:
-            raise CatalogError(
-                f"stream {name!r}: {duplicate[1]}",
-                hint=f"{DUPLICATE_COLUMN_HINT} (rename the Arrow field)",
-            )
-        options = {key.lower(): str(value) for key, value in options.items()}
-        problem = check_stream_options(name, options.items())
-        if problem is not None:
-            raise CatalogError(problem.message, hint=problem.hint)
-        delay = watermark if isinstance(watermark, int) else parse_duration(watermark)
-        if not 0 <= delay <= MAX_DURATION_US:
-            raise CatalogError(
-                f"stream {name!r}: watermark {delay} microseconds is out of range",
-                hint=f"the watermark is a duration from 0 to {MAX_DURATION_DAYS} days, e.g. "
-                "'500 milliseconds' or 500000 (microseconds)",
-            )
-        event = Schema(tuple(columns)).find(event_time)
-        if event is None or event.type is not SqlType.TIMESTAMP:
-            raise CatalogError(
-                f"event_time {event_time!r} must name a TIMESTAMP column of the stream",
-                hint="columns: " + ", ".join(c.name for c in columns),
-            )
-        stream = Stream(
-            name, Schema(tuple(columns)), event.name, delay, tuple(sorted(options.items()))
-        )
-        self.catalog.add_stream(stream, replace=replace)
-        return stream
-
-    def _show(self, kind: str) -> pa.Table:
-        if kind == "STREAMS":
-            streams = sorted(self.catalog.streams.values(), key=lambda s: s.name.lower())
-            return pa.table(
-                {
-                    "name": [s.name for s in streams],
-                    "columns": [_columns_text(s.schema) for s in streams],
-                    "event_time": [s.event_time for s in streams],
-                    "watermark_us": pa.array([s.watermark_delay_us for s in streams], pa.int64()),
-                }
-            )
-        tables = sorted(self.catalog.tables.values(), key=lambda t: t.name.lower())
-        return pa.table(
-            {
-                "name": [t.name for t in tables],
-                "columns": [_columns_text(t.schema) for t in tables],
-            }
-        )
-
-    # -- queries ---------------------------------------------------------------------
-
-    def sql(self, query: str) -> Query | str:
-        """Plan a window query (returns a Query), or answer `EXPLAIN [CODEGEN] <query>`
-        with the plan text."""
-        parsed = parse_statement(query)
-        if isinstance(parsed, (ddl.CreateStream, ddl.CreateTable, ddl.Drop, ddl.Show)):
-            raise CatalogError(
-                "sql() plans queries; DDL goes to execute()",
-                line=1,
-                column=1,
-                construct=query.strip().splitlines()[0] if query.strip() else query,
-                hint='session.execute("CREATE STREAM ...")',
-            )
-        return self._query_or_explain(query, parsed)
-
-    def _query_or_explain(self, text: str, parsed: exp.Expression) -> Query | str:
-        if isinstance(parsed, Explain):
-            query = self._plan(text, parsed.this)
-            return query.explain(codegen=bool(parsed.args.get("codegen")))
-        return self._plan(text, parsed)
-
-    def _plan(self, text: str, select: exp.Expression) -> Query:
-        bound = bind(select, self.catalog)
-        backend, reason = choose_backend(self.backend)
-        plan = physical.plan(
-            bound.logical,
-            argument_types=bound.argument_types,
-            backend=backend,
-            backend_reason=reason,
-            windows_per_batch=self.options.windows_per_batch,
-        )
-        return Query(text, plan, bound.logical)
+    def _query(self, text: str, plan: physical.ProjectExec, logical: Any) -> Query:
+        return Query(text, plan, logical)
 
 
-def _columns_text(schema: Schema) -> str:
-    """`ts TIMESTAMP NOT NULL, symbol STRING`: the columns as CREATE STREAM/TABLE declares them."""
-    return ", ".join(
-        f"{c.name} {c.type}" + ("" if c.nullable else " NOT NULL") for c in schema.columns
-    )
+__all__ = ["Query", "QueryOptions", "Session"]

@@ -370,7 +370,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_gpu_without_a_gpu_is_a_one_line_error_before_any_work(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from mangonel.compiler.backend import gpu_status
+    from mangonel.runtime.gpu.probe import gpu_status
 
     if gpu_status()[0]:
         pytest.skip("a GPU is usable here")

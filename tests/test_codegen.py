@@ -238,6 +238,7 @@ def test_explain_codegen_needs_no_gpu():
     text = codegen.explain_codegen(plan)
     assert text.startswith("// mangonel GPU kernels")
     assert "strategy:" in text and "__global__" in text
+    assert "// gpu options: threads=256 chunk_rows=262144 tree_span=8 " in text
 
 
 def test_debug_env_dumps_source(monkeypatch, capsys):

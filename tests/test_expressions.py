@@ -12,15 +12,9 @@ from sqlglot import exp
 
 from mangonel.catalog.types import TYPE_INFO, SqlType
 from mangonel.compiler import nodes
-from mangonel.compiler.expressions import (
-    CPU_OPS,
-    CUDA_OPS,
-    CudaContext,
-    CudaValue,
-    evaluate,
-    render_cuda,
-)
+from mangonel.compiler.cuda_expressions import CUDA_OPS, CudaContext, CudaValue, render_cuda
 from mangonel.compiler.typing import TYPE_RULES, ExpressionError, TypeEnv, infer_type
+from mangonel.runtime.cpu.expressions import CPU_OPS, evaluate
 
 T = SqlType
 NAN = math.nan

@@ -10,8 +10,9 @@ import sqlglot
 from sqlglot import exp
 
 from mangonel.catalog.types import SqlType
-from mangonel.compiler.expressions import CudaContext, CudaValue, evaluate, render_cuda
+from mangonel.compiler.cuda_expressions import CudaContext, CudaValue, render_cuda
 from mangonel.compiler.typing import TypeEnv
+from mangonel.runtime.cpu.expressions import evaluate
 
 HOSTILE_NAMES = [
     'a"; system("rm -rf /"); //',

@@ -20,14 +20,14 @@ from sqlglot import exp
 
 from mangonel.catalog.types import TYPE_INFO, SqlType
 from mangonel.compiler import nodes
-from mangonel.compiler.expressions import (
+from mangonel.compiler.cuda_expressions import (
     STRING_LITERAL_IDS,
     CudaContext,
     CudaValue,
-    evaluate,
     render_cuda,
 )
 from mangonel.compiler.typing import TypeEnv
+from mangonel.runtime.cpu.expressions import evaluate
 
 T = SqlType
 HOSTILE_NUMBER = 'a"; system("rm -rf /"); //'

@@ -23,10 +23,12 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType as T
 from mangonel.compiler import codegen
-from mangonel.compiler import expressions as ex
-from mangonel.compiler.expressions import CudaContext, evaluate, render_cuda
+from mangonel.compiler import cuda_expressions as ex
+from mangonel.compiler.cuda_expressions import CudaContext, render_cuda
 from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.compiler.typing import TypeEnv
+from mangonel.runtime.cpu import expressions as cpu_ex
+from mangonel.runtime.cpu.expressions import evaluate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from plans import make_plan  # noqa: E402
@@ -167,13 +169,13 @@ def test_cpu_evaluates_each_node_once(monkeypatch) -> None:
     """IN, BETWEEN and CASE x WHEN compare one operand several times: it is evaluated once
     (nested BETWEEN of depth 30 would otherwise evaluate its column 2**30 times)."""
     reads = []
-    column_op = ex.CPU_OPS[exp.Column]
+    column_op = cpu_ex.CPU_OPS[exp.Column]
 
     def counting(r, node):
         reads.append(node.name)
         return column_op(r, node)
 
-    monkeypatch.setitem(ex.CPU_OPS, exp.Column, counting)
+    monkeypatch.setitem(cpu_ex.CPU_OPS, exp.Column, counting)
     columns = {
         "i": pa.array([1, None, 3], pa.int32()),
         "l": pa.array([0, 2, None], pa.int64()),

@@ -45,6 +45,7 @@ from test_window_properties import SETTINGS, _check, _rows, streams  # noqa: E40
 from mangonel.catalog.types import SqlType as T  # noqa: E402
 from mangonel.compiler import physical as ph  # noqa: E402
 from mangonel.compiler.logical import AggregateFunction as F  # noqa: E402
+from mangonel.compiler.options import GpuOptions  # noqa: E402
 from mangonel.runtime.local.query import LocalQuery  # noqa: E402
 
 
@@ -61,12 +62,12 @@ def on_gpu(plan: ph.ProjectExec) -> ph.ProjectExec:
     return ph.ProjectExec(top, plan.outputs)
 
 
-def compare(plan, batches, snapshot_at=None) -> None:
-    cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan))
+def compare(plan, batches, snapshot_at=None, options: GpuOptions | None = None) -> None:
+    cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan), gpu_options=options)
     for position, batch in enumerate(batches):
         if position == snapshot_at:
             saved = gpu.snapshot()
-            gpu = LocalQuery(on_gpu(plan))
+            gpu = LocalQuery(on_gpu(plan), gpu_options=options)
             gpu.restore(saved)
         want, got = _rows(cpu.process(batch)), _rows(gpu.process(batch))
         assert rows_close(got, want), f"after batch {position}:\n{got}\n!=\n{want}"
@@ -169,17 +170,16 @@ def test_gpu_count_windows_match_the_oracle(case):
     _check(on_gpu(plan), batches, snapshot_at)
 
 
-def test_gpu_pinned_source_batches_equal_cpu(monkeypatch):
+def test_gpu_pinned_source_batches_equal_cpu():
     """The benchmark's input path: Arrow batches that are views of pinned memory (staged with
     no host copy), 1000 keys, through the fused pass in chunks (copy of chunk c + 1 beside the
     launch of chunk c); then pageable batches with disorder (late tuples, panes behind the
     segment); the CPU engine gives the same rows."""
     import pyarrow.compute as pc
 
-    from mangonel.runtime.gpu import backend
-    from mangonel.runtime.gpu.bench import GpuShape, PinnedSource, source_batches
+    from mangonel.runtime.local.gpu_bench import GpuShape, PinnedSource, source_batches
 
-    monkeypatch.setattr(backend, "_CHUNK_ROWS", 9_999)  # 5 chunks per 1 MiB batch
+    options = GpuOptions(chunk_rows=9_999)  # 5 chunks per 1 MiB batch
 
     source = PinnedSource(300_000)
     pinned = source_batches(GpuShape(100, 1000, 0, 1 << 20), source, 300_000)
@@ -203,18 +203,17 @@ def test_gpu_pinned_source_batches_equal_cpu(monkeypatch):
         delay=500,
     )
     assert pc.min(pinned[1].column(0)).as_py() is not None
-    compare(plan, pinned + disordered)
+    compare(plan, pinned + disordered, options=options)
 
 
-def test_gpu_stream_lookahead_equals_cpu(monkeypatch):
+def test_gpu_stream_lookahead_equals_cpu():
     """`LocalQuery.stream` over a list reads one batch ahead: batch k + 1's columns are copied
     (prefetched) while batch k is merged and fired. Pinned and pageable batches, chunked copies,
     new keys and late tuples; the GPU's rows, in order, equal the CPU's batch-by-batch rows.
     Then a prefetched batch that is never processed and one processed without a prefetch."""
-    from mangonel.runtime.gpu import backend
-    from mangonel.runtime.gpu.bench import GpuShape, PinnedSource, source_batches
+    from mangonel.runtime.local.gpu_bench import GpuShape, PinnedSource, source_batches
 
-    monkeypatch.setattr(backend, "_CHUNK_ROWS", 7_777)
+    options = GpuOptions(chunk_rows=7_777)
     source = PinnedSource(200_000, seed=3)
     pinned = source_batches(GpuShape(100, 1000, 1_000_000, 1 << 20), source, 200_000)
     pageable = [
@@ -245,7 +244,7 @@ def test_gpu_stream_lookahead_equals_cpu(monkeypatch):
     )
     cpu = LocalQuery(plan)
     want = [row for batch in batches for row in _rows(cpu.process(batch))] + _rows(cpu.finish())
-    gpu = LocalQuery(on_gpu(plan))
+    gpu = LocalQuery(on_gpu(plan), gpu_options=options)
     got = _rows(list(gpu.stream(batches)))
     assert len(got) == len(want) > 1000
     assert rows_close(got, want)
@@ -253,7 +252,7 @@ def test_gpu_stream_lookahead_equals_cpu(monkeypatch):
     assert gpu.metrics.tuples_in == cpu.metrics.tuples_in
 
     # a stale prefetch (never processed) and a batch without one change nothing
-    cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan))
+    cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan), gpu_options=options)
     for position, batch in enumerate(batches):
         gpu.operator.prefetch(pageable[position % len(pageable)])
         if position % 3 == 0:
@@ -263,17 +262,14 @@ def test_gpu_stream_lookahead_equals_cpu(monkeypatch):
 
 
 @pytest.mark.parametrize("span", [2, 5, 8])
-def test_gpu_tree_levels_per_launch(monkeypatch, span):
+def test_gpu_tree_levels_per_launch(span):
     """The tree builds `span` levels per launch (a block per subtree, fewer threads than the
     subtree's lowest level in the small spans); 640 panes per window (10 levels) and every
     aggregate kind give the CPU's rows whatever the span."""
-    from mangonel.runtime.gpu import backend
-
-    monkeypatch.setattr(backend, "_TREE_SPAN", span)
-    monkeypatch.setattr(backend, "_TREE_THREADS", max(1, 1 << (span - 2)))
+    options = GpuOptions(tree_span=span, tree_threads=max(1, 1 << (span - 2)))
     plan = make_plan(COLUMNS, keys=("k",), aggregates=ALL, size=64_000, slide=8_100, delay=3000)
     assert ph.unpack(plan).window.panes_per_window == 640
-    compare(plan, random_batches(11, 20_000, 50, 3000, 6))
+    compare(plan, random_batches(11, 20_000, 50, 3000, 6), options=options)
 
 
 FEW = [
@@ -288,28 +284,25 @@ FEW = [
 @pytest.mark.parametrize(
     ("keys", "load", "aggregates", "slide"), [(2, 0.5, FEW, 5000), (300, 1e9, ALL, 1000)]
 )
-def test_gpu_block_table_out_of_order(monkeypatch, keys, load, aggregates, slide):
+def test_gpu_block_table_out_of_order(keys, load, aggregates, slide):
     """Out-of-order rows of non-uniform warps combine in the fused kernel's shared-memory
     block table (one global atomic per cell per block). Few keys (7 state parts: 256 buckets,
     used for up to 128 cells; ~18 panes x 3 keys per batch): the table holds every cell;
     300 keys with the load limit lifted: the table overflows and cells that find no bucket go
     to the global store. Every aggregate kind (MOMENTS takes the table's cell locks) gives the
     CPU's rows, and the table was used."""
-    from mangonel.runtime.gpu import backend
-
-    monkeypatch.setattr(backend, "_BLOCK_TABLE_LOAD", load)
-    monkeypatch.setattr(backend, "_CHUNK_ROWS", 9_000)
+    options = GpuOptions(block_table_load=load, chunk_rows=9_000)
     plan = make_plan(
         COLUMNS, keys=("k",), aggregates=aggregates, size=20_000, slide=slide, delay=20_000
     )
     batches = random_batches(13, 60_000, keys, 15_000, 8)
-    cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan))
+    cpu, gpu = LocalQuery(plan), LocalQuery(on_gpu(plan), gpu_options=options)
     for position, batch in enumerate(batches):
         want, got = _rows(cpu.process(batch)), _rows(gpu.process(batch))
         assert rows_close(got, want), f"after batch {position}"
     assert rows_close(_rows(gpu.finish()), _rows(cpu.finish()))
     assert gpu.metrics.tuples_in == cpu.metrics.tuples_in
-    assert gpu.operator.kernels.block_table_passes > 0
+    assert gpu.operator.kernels.metrics.block_table_passes > 0
 
 
 # --- numeric semantics (issue 8): the CPU cases of tests/test_numeric_semantics.py on the GPU

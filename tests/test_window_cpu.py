@@ -356,7 +356,7 @@ def test_windows_passed_before_any_tuple_contributed_stay_fired():
 
 
 def test_having_and_expressions_in_outputs():
-    pytest.importorskip("mangonel.compiler.expressions")
+    pytest.importorskip("mangonel.runtime.cpu.expressions")
     plan = make_plan(
         COLUMNS,
         keys=["k"],

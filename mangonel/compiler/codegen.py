@@ -5,12 +5,13 @@ Render, compile and run are three steps (tinygrad's habit):
 - `render_kernels(lift, window)` returns a `GeneratedKernels`: the CUDA source of every kernel
   the GPU backend launches for one query (lift, pane merge, fused lift+merge, tree levels,
   window compute, key hash table), specialised per query: column types, state fields,
-  predicate and aggregate arguments (through `expressions.render_cuda`), pane/slide/size.
+  predicate and aggregate arguments (through `cuda_expressions.render_cuda`), pane/slide/size.
   Rendering needs no GPU and never imports CuPy. Templates (`kernels_templates/*.cu.j2`) only
   loop over plan parameters; every C fragment that depends on a state kind comes from the
   lookup tables below, one entry per `StateKind`.
-- `load_module(generated)` compiles with `cupy.RawModule` (lazily imported) and caches the
-  module by source hash, in memory and on disk (`$MANGONEL_CACHE` or `~/.cache/mangonel`).
+- `mangonel.runtime.gpu.compile.CompileContext` compiles (nvcc or NVRTC through CuPy) and
+  keeps the modules by source hash, in a bounded memory cache and on disk (`$MANGONEL_CACHE`
+  or `~/.cache/mangonel`); this module never compiles and never imports CuPy.
 - The runtime (`mangonel.runtime.gpu`) launches.
 
 Kernel names carry the first 12 hex digits of the SHA-256 of their module's source, so two
@@ -34,6 +35,7 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import LiftExec, StateField, StateKind, WindowAggregateExec
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "kernels_templates"
@@ -50,7 +52,6 @@ TEMPLATES = (
 STATE_TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "merge.cu.j2", "windows.cu.j2")
 KEY_TEMPLATES = ("prelude.cu.j2", "keys.cu.j2")
 KERNEL_ROLES = ("lift", "merge", "fused", "tree_levels", "window_compute", "map_keys", "renumber")
-_NVCC_ARCH = "sm_90"
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def _column_types(lift: LiftExec) -> dict[str, SqlType]:
 def _render_expressions(lift: LiftExec):
     """C expressions of the WHERE predicate and of every distinct aggregate argument, and the
     declarations of the temporaries they read (emitted once per row, before all of them)."""
-    from mangonel.compiler.expressions import CudaContext, render_cuda
+    from mangonel.compiler.cuda_expressions import CudaContext, render_cuda
     from mangonel.compiler.typing import TypeEnv
 
     columns = lift.child.columns
@@ -364,80 +365,18 @@ def render_plan(plan: ph.ProjectExec) -> GeneratedKernels:
     return render_kernels(pipeline.lift, pipeline.window)
 
 
-def explain_codegen(plan: ph.ProjectExec) -> str:
-    """The CUDA source of a plan's GPU kernels, with a header naming them (no GPU needed)."""
+def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> str:
+    """The CUDA source of a plan's GPU kernels, with a header naming them and the launch
+    options they run with (`options`, default: `GpuOptions()`; no GPU needed)."""
     generated = render_plan(plan)
     pipeline = ph.unpack(plan)
     header = [
         "// mangonel GPU kernels",
         f"// strategy: {pipeline.window.strategy}",
         f"// module sha256: {generated.digest}",
+        f"// gpu options: {(options or GpuOptions()).describe()}",
         "// kernels: " + ", ".join(generated.names[role] for role in KERNEL_ROLES),
         "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
         "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
     ]
     return "\n".join(header) + "\n" + generated.source
-
-
-# ---------------------------------------------------------------------------------------
-# Compile (the only part that needs CuPy; imported lazily)
-
-_MODULES: dict[str, Any] = {}
-
-
-def cache_directory() -> Path:
-    root = os.environ.get("MANGONEL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "mangonel"
-
-
-def nvcc_command(source_path: Path, output_path: Path, *, ptx: bool, arch: str) -> list[str]:
-    kind = "--ptx" if ptx else "--cubin"
-    return [
-        "nvcc",
-        kind,
-        f"-arch={arch}",
-        "-O3",
-        "-std=c++17",
-        "-diag-suppress",
-        "177",
-        "-o",
-        str(output_path),
-        str(source_path),
-    ]
-
-
-def load_module(generated: GeneratedKernels) -> Any:
-    """A `cupy.RawModule` of the generated source, cached by source hash (memory, then disk).
-
-    With nvcc on the PATH the disk cache holds a cubin per hash under cache_directory();
-    without it NVRTC compiles (CuPy keeps its own disk cache of that).
-    """
-    module = _MODULES.get(generated.digest)
-    if module is not None:
-        return module
-    import shutil
-    import subprocess
-
-    import cupy
-
-    arch = f"sm_{cupy.cuda.Device().compute_capability}"
-    directory = cache_directory()
-    cubin = directory / f"{generated.digest}.{arch}.cubin"
-    if not cubin.exists() and shutil.which("nvcc"):
-        directory.mkdir(parents=True, exist_ok=True)
-        source_path = directory / f"{generated.digest}.cu"
-        source_path.write_text(generated.source)
-        partial = cubin.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run(
-            nvcc_command(source_path, partial, ptx=False, arch=arch),
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        partial.replace(cubin)  # atomic: concurrent processes never read half a file
-    if cubin.exists():
-        module = cupy.RawModule(path=str(cubin))
-    else:
-        module = cupy.RawModule(code=generated.source, options=("-std=c++17",))
-    _MODULES[generated.digest] = module
-    return module

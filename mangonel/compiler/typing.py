@@ -4,9 +4,10 @@ Expressions are sqlglot expressions already resolved by the binder: columns are 
 with one identifier holding the schema spelling, plus `nodes.WindowBound` (TIMESTAMP) and
 `nodes.AggregateRef` (the type of aggregate number i, from `TypeEnv.aggregates`).
 
-Typing is a lookup table (`TYPE_RULES`) over the same node classes both renderers in
-`mangonel.compiler.expressions` handle, so an expression one target cannot render fails here,
-for both targets alike. The rules follow Spark (non-ANSI mode):
+Typing is a lookup table (`TYPE_RULES`) over the same node classes both renderers
+(`mangonel.runtime.cpu.expressions`, `mangonel.compiler.cuda_expressions`) handle, so an
+expression one target cannot render fails here, for both targets alike. The rules follow
+Spark (non-ANSI mode):
 
 - numeric widening INT < BIGINT < FLOAT < DOUBLE (`catalog.types.common_numeric_type`);
 - `/` always yields DOUBLE; SQRT, LN, LOG, LOG10, EXP, POWER and SIGN yield DOUBLE (LOG(x)

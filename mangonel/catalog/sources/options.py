@@ -73,12 +73,10 @@ def _whole(text: str) -> int:
     return int(text.strip())
 
 
-def _delay(text: str) -> int:
+def _delay(text: str, durations: Callable[[str], int]) -> int:
     if text.strip().lstrip("-").isdigit():
         return int(text)
-    from mangonel.compiler.parse import parse_duration  # durations are the compiler's syntax
-
-    return parse_duration(text)
+    return durations(text)
 
 
 def _number(text: str) -> float:
@@ -91,7 +89,6 @@ def _number(text: str) -> float:
 _PARSERS: dict[str, Callable[[str], int | float]] = {
     "skew": _number,
     "null_fraction": _number,
-    "delay_us": _delay,
 }
 
 
@@ -101,16 +98,21 @@ def generator_source(
     event_time: str,
     stream: str,
     defaults: Mapping[str, str] | None = None,
+    *,
+    durations: Callable[[str], int],
 ) -> GeneratorSource:
     """The generator a stream's options describe. `defaults` (option -> text) fill options the
-    stream does not set; anything unset keeps GeneratorConfig's default."""
+    stream does not set; anything unset keeps GeneratorConfig's default. `durations` reads a
+    duration's text (`mangonel.compiler.parse.parse_duration`: durations are the SQL
+    dialect's syntax, which the catalog below the compiler does not import)."""
     given = {**(defaults or {}), **options}
+    parsers = {**_PARSERS, "delay_us": lambda text: _delay(text, durations)}
     values: dict[str, int | float] = {}
     for key, (field, wanted) in GENERATOR_FIELDS.items():
         if key not in given:
             continue
         try:
-            values[field] = _PARSERS.get(field, _whole)(given[key])
+            values[field] = parsers.get(field, _whole)(given[key])
         except (ValueError, SqlError):  # SqlError: a malformed duration
             raise _bad(stream, key, given[key], wanted) from None
     try:

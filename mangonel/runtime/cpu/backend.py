@@ -8,8 +8,10 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.compiler.physical import LiftExec, StateField, StateKind
 from mangonel.runtime.cpu import aggregate as agg
-from mangonel.runtime.cpu.evaluation import evaluate_expression, to_mask, to_values
+from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
+from mangonel.runtime.host.arrays import batch_columns, to_mask, to_values
+from mangonel.runtime.host.arrays import column as _column
 from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, neutral
 
 _OPS = {
@@ -18,24 +20,6 @@ _OPS = {
     StateKind.MIN: agg.OP_MIN,
     StateKind.MAX: agg.OP_MAX,
 }
-
-
-def batch_columns(batch: pa.RecordBatch) -> dict[str, pa.Array]:
-    """Columns by name; also by lower-case name (columns resolve case-insensitively)."""
-    columns: dict[str, pa.Array] = {}
-    for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        columns[name] = column
-        columns.setdefault(name.lower(), column)
-    return columns
-
-
-def _column(columns: dict[str, pa.Array], name: str) -> pa.Array:
-    found = columns.get(name, columns.get(name.lower()))
-    if found is None:
-        from mangonel.errors import DataError
-
-        raise DataError(f"input batch has no column {name!r} (has: {sorted(columns)})")
-    return found
 
 
 class CpuPaneState:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
+from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import ProjectExec, unpack
 from mangonel.errors import BackendUnavailableError
 from mangonel.runtime.operators.base import OperatorMetrics, as_record_batch
@@ -14,17 +15,18 @@ from mangonel.runtime.operators.results import output_schema
 from mangonel.runtime.operators.window import make_operator
 
 
-def kernels_for(backend: str) -> WindowKernels:
-    """The kernels of a plan's backend ("cpu" or "gpu"); the GPU module loads lazily."""
+def kernels_for(backend: str, gpu_options: GpuOptions | None = None) -> WindowKernels:
+    """The kernels of a plan's backend ("cpu" or "gpu"); the GPU module loads lazily.
+    `gpu_options` tunes the GPU kernels (None: the defaults)."""
     if backend == "cpu":
         from mangonel.runtime.cpu.backend import CpuKernels
 
         return CpuKernels()
     if backend == "gpu":
         try:
-            from mangonel.runtime.gpu import backend as gpu_backend  # type: ignore[attr-defined]
+            from mangonel.runtime.gpu.kernels import GpuKernels
 
-            return gpu_backend.GpuKernels()
+            return GpuKernels(options=gpu_options)
         except (ImportError, AttributeError) as error:
             raise BackendUnavailableError(
                 f"the GPU backend cannot be loaded here ({error}); plan the query with "
@@ -39,12 +41,13 @@ class LocalQuery:
     Every input batch is one micro-batch: the watermark moves only after it. `stream` yields
     results as windows fire (end of input fires the rest); `run` collects them in a table.
     `snapshot()`/`restore()` save and load the operator state between two batches.
+    `gpu_options` tunes the GPU kernels of a GPU plan (None: the defaults).
     """
 
-    def __init__(self, plan: ProjectExec) -> None:
+    def __init__(self, plan: ProjectExec, *, gpu_options: GpuOptions | None = None) -> None:
         self.plan = plan
         self.pipeline = unpack(plan)
-        self.kernels = kernels_for(self.pipeline.window.backend)
+        self.kernels = kernels_for(self.pipeline.window.backend, gpu_options)
         self.operator = make_operator(self.pipeline, self.kernels)
         self.schema = output_schema(self.pipeline)
 

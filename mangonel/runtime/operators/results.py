@@ -8,7 +8,8 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.compiler.logical import AggregateFunction
 from mangonel.compiler.physical import AggregatePlan, WindowPipeline
-from mangonel.runtime.cpu.evaluation import array_with_nulls, evaluate_expression, to_mask
+from mangonel.runtime.cpu.evaluation import evaluate_expression
+from mangonel.runtime.host.arrays import array_with_nulls, to_mask
 
 
 def finalize(

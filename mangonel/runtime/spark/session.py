@@ -26,7 +26,9 @@ from mangonel.catalog.catalog import Table
 from mangonel.compiler import physical as ph
 from mangonel.compiler.explain import explain_text, format_duration, format_expression
 from mangonel.compiler.logical import WindowKind
+from mangonel.compiler.statements import PlannedQuery, StatementRunner
 from mangonel.errors import CatalogError, PlanError
+from mangonel.runtime.gpu.probe import gpu_status
 from mangonel.runtime.spark import native as native_module
 from mangonel.runtime.spark import stage1 as stage1_module
 from mangonel.runtime.spark import stage2 as stage2_module
@@ -110,12 +112,10 @@ class SparkMangonelSession:
         stage1: str | None = None,
         native: bool | None = None,
     ) -> None:
-        from mangonel.session import Session
-
         if stage1 not in (None, "arrow", "kernels"):
             raise PlanError(f"stage1 must be 'arrow' or 'kernels', not {stage1!r}")
         self.spark = spark
-        self.session = Session(backend=backend)
+        self.session = StatementRunner(backend, gpu_probe=gpu_status)
         self.buckets = buckets
         self.stage1 = stage1
         self.native = native
@@ -178,9 +178,7 @@ class SparkMangonelSession:
         'parquet' | 'csv' | 'kafka', ...)` also creates the Spark source. A query returns a
         streaming DataFrame (as `sql`)."""
         result = self.session.execute(statement)
-        from mangonel.session import Query
-
-        if isinstance(result, Query):
+        if isinstance(result, PlannedQuery):
             return self._build(result)
         for stream in list(self.catalog.streams.values()):
             if stream.option("source") and stream.name.lower() not in self._frames:

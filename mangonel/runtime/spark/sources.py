@@ -35,6 +35,7 @@ from mangonel.catalog.sources.options import (
     source_of,
 )
 from mangonel.catalog.types import SqlType, type_from_name
+from mangonel.compiler.parse import parse_duration
 from mangonel.errors import CatalogError
 from mangonel.runtime.spark.schema import schema_ddl
 
@@ -64,6 +65,7 @@ def _generator(options: dict[str, str]) -> GeneratorSource:
         _schema_from_options(options),
         options["event_time"],
         options.get("stream", GENERATOR_FORMAT),
+        durations=parse_duration,
     )
 
 
@@ -161,7 +163,11 @@ def generator_options(stream: Stream) -> dict[str, str]:
     """The reader options of a generator stream: its generator options, checked now (so a bad
     value fails at CREATE STREAM, not when the query starts), plus schema and event time."""
     generator = generator_source(
-        dict(stream.options), stream.schema, stream.event_time, stream.name
+        dict(stream.options),
+        stream.schema,
+        stream.event_time,
+        stream.name,
+        durations=parse_duration,
     )
     options = generator_reader_options(generator)
     options["stream"] = stream.name

@@ -30,6 +30,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
 from mangonel.compiler import physical as ph
 from mangonel.runtime.gpu import device
+from mangonel.runtime.local.query import LocalQuery
 
 BYTES_PER_TUPLE = 24
 TUPLES_PER_EVENT_SECOND = 100_000_000
@@ -162,8 +163,6 @@ def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
     the source's batches exist (views of pinned memory) before it starts.
     """
     cp = device.cupy()
-    from mangonel.runtime.local.query import LocalQuery
-
     query = LocalQuery(bench_plan(shape))
     batches = source_batches(shape, source, tuples)
     rows_out = 0

@@ -1,0 +1,401 @@
+"""The GPU implementation of `WindowKernels` (CuPy + kernels rendered by compiler.codegen).
+
+Driven by the same backend-neutral driver as the CPU (`runtime.operators.window`). What runs
+on the device: the fused lift (filter + projection + event time + per-row partial state, one
+generated kernel), key slots through a GPU open-addressing hash table (`gpu.keys`; STRING
+keys first go through a host dictionary to int ids), the pane merge into the flat
+`[keys x panes]` store (`gpu.state`; warp-combined atomics, no sort), and every fired window
+of every key in one tree launch per level plus one compute launch. Columns travel host ->
+device through pinned staging buffers on a copy stream (`gpu.staging`), only those the query
+reads, STRING as int32 ids and BOOLEAN as one byte. Modules come from a `CompileContext`
+(`gpu.compile`); tuning comes from `GpuOptions` (`compiler.options`).
+
+Run on the host (documented fallbacks, small data): stage 1 of the split Spark form
+(`preaggregate`) and the count-window tree (`segment_windows`), which reuse the CPU kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import codegen
+from mangonel.compiler import physical as ph
+from mangonel.compiler.options import GpuOptions
+from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
+from mangonel.runtime.gpu import device
+from mangonel.runtime.gpu.compile import CompileContext, shared_context
+from mangonel.runtime.gpu.keys import GpuKeyMap
+from mangonel.runtime.gpu.staging import Stager
+from mangonel.runtime.gpu.state import GpuPaneState
+from mangonel.runtime.host.arrays import batch_columns, column
+from mangonel.runtime.host.keys import StringDictionary
+from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, PaneTarget
+
+_STATUS_WORDS = 6
+_INT64_MIN = int(np.iinfo(np.int64).min)
+_U64 = (1 << 64) - 1
+
+
+def _unbias(value: int) -> int:
+    """The signed value the fused kernel stored as x ^ 2^63 (unsigned order = signed order)."""
+    value ^= 1 << 63
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+@dataclass
+class GpuKernelMetrics:
+    """What the GPU kernels did so far (counts since the kernels were made)."""
+
+    fused_passes: int = 0  # batches merged by the fused lift + merge kernel
+    block_table_passes: int = 0  # of those, passes that combined in the shared-memory table
+    passes_with_rest: int = 0  # fused passes that left rows to the split path (new keys...)
+    prefetches: int = 0  # batches whose copies `prefetch` started
+    prefetch_hits: int = 0  # fused passes that found their batch's copies already queued
+
+
+@dataclass
+class _Prefetched:
+    """A batch's fused-kernel columns, queued for copy: device arrays, one event per chunk."""
+
+    batch: pa.RecordBatch
+    lift: LiftExec
+    inputs: list[Any]
+    copied: list[Any]
+    bounds: list[tuple[int, int]]
+
+
+class GpuKernels:
+    """CuPy kernels rendered per query; the driver is `runtime.operators.window`.
+
+    `options` sets launch geometry, chunking and the block-table choice (defaults: today's
+    tuned values); `compiler` owns compiled modules (default: the process's shared context).
+    The kernels own one string dictionary (`strings`): the stager encodes STRING columns into
+    it, key maps hold its ids, string literals are looked up in it; its ids stay valid for
+    the kernels' lifetime (it only grows), so device ids never need translating."""
+
+    name = "gpu"
+
+    def __init__(
+        self, options: GpuOptions | None = None, compiler: CompileContext | None = None
+    ) -> None:
+        self.options = options if options is not None else GpuOptions()
+        self.compiler = (
+            compiler if compiler is not None else shared_context(self.options.module_cache_size)
+        )
+        self.metrics = GpuKernelMetrics()
+        # modules by plan data: (lift, window) -> (GeneratedKernels, RawModule); by lift alone
+        # the last one made for it (any module of a lift serves its lift and state kernels)
+        self._query_modules: dict[tuple, tuple] = {}
+        self._lift_modules: dict[LiftExec, tuple] = {}
+        self._last_module: tuple | None = None  # (lift, window, found) of the last call
+        self._fields_module: dict[tuple, tuple] = {}
+        self.strings = StringDictionary()
+        self.stager = Stager(self.strings)
+        cp = device.cupy()
+        # the fused pass's status words and their pinned host mirror: one copy, one sync
+        self._status = cp.zeros(_STATUS_WORDS, cp.uint64)
+        self._status_host = cp.cuda.alloc_pinned_memory(8 * _STATUS_WORDS)
+        self._status_view = np.frombuffer(self._status_host, np.uint64, _STATUS_WORDS)
+        # batches whose copies `prefetch` started; the driver's lookahead keeps at most two
+        # (batch k and k + 1)
+        self._prefetched: list[_Prefetched] = []
+        # (key, pane) cells the last fused pass merged into (known keys x its pane span):
+        # block_table="auto" uses the shared-memory block table when they would fit it
+        self._last_cells: int | None = None
+
+    # -- compile --------------------------------------------------------------------------
+
+    def module_for(self, lift: LiftExec, window: WindowAggregateExec | None = None):
+        """(GeneratedKernels, module) of one query, found by plan data (equal plans share a
+        module); `window` bakes pane/slide/size into the fused kernel. Without `window`, the
+        last module made for the lift serves (its lift and state kernels do not depend on
+        the window)."""
+        last = self._last_module
+        # the hot path (every batch asks for the same plan): the last answer, by identity.
+        # The memo holds both plan nodes, so no other object can take their ids: an identity
+        # hit is a value hit. Hashing a plan node costs microseconds per call; this, none.
+        if last is not None and last[0] is lift and (window is None or last[1] is window):
+            return last[2]
+        found = self._lift_modules.get(lift) if window is None else None
+        if found is None:
+            key = (lift, window)
+            found = self._query_modules.get(key)
+            if found is None:
+                found = self.compiler.rendered(
+                    ("query", lift, window), lambda: codegen.render_kernels(lift, window)
+                )
+                self._query_modules[key] = found
+            self._lift_modules[lift] = found
+            self._fields_module[lift.fields] = found
+        self._last_module = (lift, window, found)
+        return found
+
+    def _module_for_fields(self, fields: tuple[StateField, ...]):
+        found = self._fields_module.get(fields)
+        if found is None:
+            found = self.compiler.state_module(fields)
+            self._fields_module[fields] = found
+        return found
+
+    # -- WindowKernels --------------------------------------------------------------------
+
+    def lift_tuples(self, lift: LiftExec, batch: pa.RecordBatch) -> LiftedTuples:
+        cp = device.cupy()
+        generated, module = self.module_for(lift)
+        length = batch.num_rows
+        columns = batch_columns(batch)
+        inputs = self.stager.stage(
+            [column(columns, c.name) for c in generated.columns], generated.columns
+        )
+        event_time = cp.empty(length, cp.int64)
+        has_event_time = cp.empty(length, cp.uint8)
+        contributes = cp.empty(length, cp.uint8)
+        partials = {p.member: cp.empty(length, p.numpy) for p in generated.parts}
+        literal_ids = self.stager.literal_ids(generated.string_literals)
+        if length:
+            threads = self.options.threads
+            module.get_function(generated.names["lift"])(
+                (device.grid(length, threads),),
+                (threads,),
+                (
+                    *inputs,
+                    event_time,
+                    has_event_time,
+                    contributes,
+                    *[partials[p.member] for p in generated.parts],
+                    literal_ids,
+                    np.int64(length),
+                ),
+            )
+        has_time = has_event_time.astype(cp.bool_)
+        with_time = int(has_time.sum())
+        max_event_time = (
+            int(cp.where(has_time, event_time, np.iinfo(np.int64).min).max()) if with_time else None
+        )
+        by_field: dict[str, list] = {}
+        for part in generated.parts:
+            by_field.setdefault(part.field, []).append(partials[part.member])
+        keys = [column(columns, key.name) for key in lift.keys]
+        keys = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
+        return LiftedTuples(
+            length,
+            event_time,
+            has_time,
+            contributes.astype(cp.bool_),
+            keys,
+            {name: tuple(v) for name, v in by_field.items()},
+            max_event_time,
+            length - with_time,
+        )
+
+    def pane_ids(self, lifted: LiftedTuples, pane_length: int):
+        cp = device.cupy()
+        return cp.where(lifted.has_event_time, lifted.event_time // pane_length, 0)
+
+    def late_tuples(self, panes, include, pane_length, slide, size, watermark):
+        last_window_end = (panes * pane_length) // slide * slide + size
+        return include & (last_window_end <= watermark)
+
+    def new_key_map(self, types: tuple[SqlType, ...]) -> GpuKeyMap:
+        return GpuKeyMap(types, self.strings, self.compiler, self.options)
+
+    def key_map_from_arrays(self, types, arrays, prefix) -> GpuKeyMap:
+        return GpuKeyMap.from_arrays(
+            types, arrays, prefix, self.strings, self.compiler, self.options
+        )
+
+    def _chunk_bounds(self, rows: int) -> list[tuple[int, int]]:
+        chunks = -(-rows // self.options.chunk_rows)
+        return [(rows * c // chunks, rows * (c + 1) // chunks) for c in range(chunks)]
+
+    def _stage_fused(self, generated, batch: pa.RecordBatch, lift: LiftExec) -> _Prefetched:
+        """Copies of the fused kernel's columns, chunk after chunk, on the copy stream."""
+        columns = batch_columns(batch)
+        bounds = self._chunk_bounds(batch.num_rows)
+        inputs, copied = self.stager.stage_chunks(
+            [column(columns, c.name) for c in generated.columns], generated.columns, bounds
+        )
+        return _Prefetched(batch, lift, inputs, copied, bounds)
+
+    def prefetch(self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch) -> None:
+        """Queue the host-to-device copies of the next batch's columns now (copy stream), so
+        they run while the current batch is merged and its windows fire; `lift_merge` of the
+        same batch object then waits only for those copies' events. Count windows and empty
+        batches take no fused pass, so nothing is copied for them.
+
+        Contract: a prefetch is used by the `lift_merge` that receives the very same batch
+        object (and an equal lift). Identity, not equality, on purpose: comparing contents
+        would cost a pass over the data, and an Arrow batch is immutable, so the same object
+        is the same data. The caller (`LocalQuery.stream`) converts each input once and hands
+        that one object to both calls. Two prefetches are kept (batch k and k + 1); older
+        ones, and those before the one used, were never processed: they are dropped."""
+        if window.window.kind is ph.WindowKind.COUNT or batch.num_rows == 0:
+            return
+        generated, _ = self.module_for(lift, window)
+        staged = self._stage_fused(generated, batch, lift)
+        self.metrics.prefetches += 1
+        self._prefetched = [*self._prefetched[-1:], staged]
+
+    def _take_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> _Prefetched | None:
+        for index, entry in enumerate(self._prefetched):
+            if entry.batch is batch and (entry.lift is lift or entry.lift == lift):
+                # entries before it were never processed (stale): drop them with it
+                del self._prefetched[: index + 1]
+                self.metrics.prefetch_hits += 1
+                return entry
+        return None
+
+    def _use_block_table(self, block_cells: int) -> bool:
+        """Whether this fused pass combines rows per block in shared memory first (few
+        cells: few keys, out of order); many cells would overflow the table and only add
+        work. With block_table="auto" the cells of the previous fused pass decide (the only
+        input from an earlier batch; the choice changes the order of combines, never which
+        rows combine)."""
+        mode = self.options.block_table
+        if mode != "auto":
+            return mode == "on"
+        return (
+            self._last_cells is not None
+            and 0 < self._last_cells <= block_cells * self.options.block_table_load
+        )
+
+    def lift_merge(
+        self,
+        lift: LiftExec,
+        window: WindowAggregateExec,
+        batch: pa.RecordBatch,
+        keys,
+        target: PaneTarget | None,
+        watermark: int | None,
+    ) -> FusedMerge:
+        """One batch in one launch per 2^18 rows: staged columns -> fused lift + key probe +
+        pane + lateness + block-combined merge into the target segment (the copy of chunk
+        c + 1 overlaps the launch of chunk c); one pinned read of the status (late, NULL
+        times, max event time, merged pane range, rows left) and one sync.
+
+        Rows it leaves (a key the table does not hold yet, a pane outside the target; in a
+        steady stream only the first batch and new keys) are lifted again by `lift_tuples`
+        and returned as the rest for the driver's split path."""
+        rows = batch.num_rows
+        staged = self._take_prefetched(lift, batch)
+        usable = (
+            target is not None
+            and isinstance(keys, GpuKeyMap)
+            and keys.device_keys
+            and window.window.kind is not ph.WindowKind.COUNT
+            and rows > 0
+        )
+        if not usable:
+            lifted = self.lift_tuples(lift, batch)
+            return FusedMerge.unplaced(lifted)
+        cp = device.cupy()
+        generated, module = self.module_for(lift, window)
+        staged = staged or self._stage_fused(generated, batch, lift)
+        inputs, copied, bounds = staged.inputs, staged.copied, staged.bounds
+        chunks = len(bounds)
+        stream = cp.cuda.get_current_stream()
+        status = self._status
+        cp.cuda.runtime.memsetAsync(status.data.ptr, 0, 8 * _STATUS_WORDS, stream.ptr)
+        decided = cp.empty(rows, cp.uint8)
+        state = target.state
+        fused = module.get_function(generated.names["fused"])
+        literal_ids = self.stager.literal_ids(generated.string_literals)
+        use_block_table = np.int32(self._use_block_table(generated.block_cells))
+        self.metrics.fused_passes += 1
+        self.metrics.block_table_passes += int(use_block_table)
+        threads = self.options.threads
+        # one launch per chunk, each after its chunk's copy: chunk c merges while chunk c + 1
+        # crosses PCIe
+        for (first, end), event in zip(bounds, copied, strict=True):
+            stream.wait_event(event)
+            chunk = (
+                inputs
+                if chunks == 1
+                else [None if array is None else array[first:end] for array in inputs]
+            )
+            fused(
+                (device.fused_grid(end - first, threads),),
+                (threads,),
+                (
+                    *chunk,
+                    keys.table_words,
+                    keys.table_slots,
+                    np.int64(keys.capacity),
+                    np.int32(target.known_keys),
+                    *state.struct_args(),
+                    literal_ids,
+                    np.int64(end - first),
+                    np.int64(state.pane_capacity),
+                    np.int64(state.origin),
+                    np.int64(target.first_pane),
+                    np.int64(target.end_pane),
+                    np.int64(_INT64_MIN if watermark is None else watermark),
+                    use_block_table,
+                    decided[first:end],
+                    status,
+                ),
+            )
+        status.data.copy_to_host_async(self._status_host.ptr, 8 * _STATUS_WORDS, stream)
+        stream.synchronize()
+        late, nulls, max_ts, low, high, undecided = (int(v) for v in self._status_view)
+        max_event_time = _unbias(max_ts) if nulls < rows else None
+        first_pane = _unbias(~low & _U64) if high else None
+        last_pane = _unbias(high) if high else None
+        self._last_cells = (
+            None if first_pane is None else target.known_keys * (last_pane - first_pane + 1)
+        )
+        if not undecided:
+            return FusedMerge(rows, late, nulls, max_event_time, first_pane, last_pane, None, None)
+        self.metrics.passes_with_rest += 1
+        lifted = self.lift_tuples(lift, batch)
+        rest_include = lifted.contributes & (decided == 0)
+        return FusedMerge(
+            rows, late, nulls, max_event_time, first_pane, last_pane, lifted, rest_include
+        )
+
+    def new_pane_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
+        return GpuPaneState(fields, lambda: self._module_for_fields(fields), self.options)
+
+    def flat_index(self, slots, panes, state: GpuPaneState):
+        cp = device.cupy()
+        slots64 = slots.astype(cp.int64)
+        return cp.where(slots64 >= 0, slots64 * state.pane_capacity + (panes - state.origin), -1)
+
+    def preaggregate(self, slots, panes, partials, fields):
+        # stage 1 of the split (Spark) form runs on the host: its output crosses processes
+        host = {name: tuple(self.to_host(v) for v in values) for name, values in partials.items()}
+        from mangonel.runtime.cpu import backend as cpu  # fallback: helper "tree" removes it
+
+        return cpu.CpuKernels().preaggregate(
+            self.to_host(slots).astype(np.int64), self.to_host(panes), host, fields
+        )
+
+    def segment_windows(
+        self, fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch
+    ):
+        # count windows: the per-key tuple segments are small and irregular; the CPU tree
+        # answers them (documented fallback), results moved back to the device
+        host = {name: tuple(self.to_host(v) for v in values) for name, values in leaves.items()}
+        from mangonel.runtime.cpu import backend as cpu  # fallback: helper "tree" removes it
+
+        result = cpu.CpuKernels().segment_windows(
+            fields, host, base, windows, panes_per_slide, panes_per_window, windows_per_batch
+        )
+        return {name: tuple(self.from_host(v) for v in values) for name, values in result.items()}
+
+    def to_host(self, array) -> np.ndarray:
+        cp = device.cupy()
+        if isinstance(array, cp.ndarray):
+            return cp.asnumpy(array)
+        return np.asarray(array)
+
+    def from_host(self, array: np.ndarray):
+        return device.cupy().asarray(array)
+
+
+__all__ = ["GpuKernelMetrics", "GpuKernels"]

@@ -1,0 +1,255 @@
+"""Window state on the GPU: the pane store, the pane merge and the firing tree."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from mangonel.compiler import codegen
+from mangonel.compiler.codegen import GeneratedKernels
+from mangonel.compiler.options import GpuOptions
+from mangonel.compiler.physical import StateField
+from mangonel.runtime.gpu import device
+from mangonel.runtime.operators.kernels import neutral
+
+
+class GpuPaneState:
+    """Flat CuPy arrays per state part, `[key_capacity x pane_capacity]` row-major, column c is
+    pane `origin + c` (the CPU layout, so snapshots are interchangeable)."""
+
+    def __init__(
+        self,
+        fields: tuple[StateField, ...],
+        module_of: Callable[[], tuple[GeneratedKernels, Any]],
+        options: GpuOptions,
+    ) -> None:
+        self.fields = fields
+        self._module_of = module_of  # () -> (GeneratedKernels, RawModule)
+        self.options = options
+        self.parts = codegen.state_parts(fields)
+        self.key_capacity = 0
+        self.pane_capacity = 0
+        self.origin = 0
+        cp = device.cupy()
+        self.arrays = {p.member: cp.empty(0, p.numpy) for p in self.parts}
+        self.lock = cp.zeros(0, cp.int32)
+
+    def _neutral(self, member: str) -> float | int:
+        for field in self.fields:
+            values = neutral(field)[1]
+            for part in self.parts:
+                if part.member == member:
+                    if part.field == field.name:
+                        return values[part.part]
+        raise KeyError(member)
+
+    def reshape(self, key_capacity: int, pane_capacity: int, origin: int) -> None:
+        cp = device.cupy()
+        keep_keys = min(self.key_capacity, key_capacity)
+        for part in self.parts:
+            old = self.arrays[part.member]
+            array = cp.full((key_capacity, pane_capacity), self._neutral(part.member), part.numpy)
+            if keep_keys and self.pane_capacity:
+                old2 = old.reshape(self.key_capacity, self.pane_capacity)
+                # pane q sits at column q - origin; copy the panes both layouts hold
+                first = max(self.origin, origin)
+                end = min(self.origin + self.pane_capacity, origin + pane_capacity)
+                if end > first:
+                    array[:keep_keys, first - origin : end - origin] = old2[
+                        :keep_keys, first - self.origin : end - self.origin
+                    ]
+            self.arrays[part.member] = array.reshape(-1)
+        self.lock = cp.zeros(key_capacity * pane_capacity, cp.int32)
+        self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes of the state arrays and their locks (at capacity)."""
+        return sum(int(a.nbytes) for a in self.arrays.values()) + int(self.lock.nbytes)
+
+    def struct_args(self, arrays: dict[str, object] | None = None) -> list:
+        arrays = self.arrays if arrays is None else arrays
+        return [arrays[p.member] for p in self.parts] + [self.lock]
+
+    def merge(self, index, partials: dict[str, tuple]) -> None:
+        cp = device.cupy()
+        generated, module = self._module_of()
+        rows = int(index.shape[0])
+        if rows == 0:
+            return
+        values = [
+            cp.ascontiguousarray(partials[p.field][p.part], dtype=p.numpy) for p in self.parts
+        ]
+        kernel = module.get_function(generated.names["merge"])
+        threads = self.options.threads
+        kernel(
+            (device.grid(rows, threads),),
+            (threads,),
+            (
+                cp.ascontiguousarray(index, dtype=cp.int64),
+                *device.struct(values),
+                *device.struct(self.struct_args()),
+                np.int64(rows),
+            ),
+        )
+
+    def _matrix(self, member: str):
+        return self.arrays[member].reshape(self.key_capacity, self.pane_capacity)
+
+    def occupied(self, n_keys: int, first_pane: int, end_pane: int) -> np.ndarray:
+        first = max(first_pane - self.origin, 0)
+        end = min(end_pane - self.origin, self.pane_capacity)
+        result = np.zeros(max(end_pane - first_pane, 0), np.bool_)
+        if end > first and n_keys:
+            rows = self._matrix(self.parts[0].member)[:n_keys, first:end]
+            hit = device.cupy().asnumpy((rows > 0).any(axis=0))
+            result[first + self.origin - first_pane : end + self.origin - first_pane] = hit
+        return result
+
+    def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
+        """All keys' windows of all runs: the tree levels over the columns the runs touch (one
+        launch per `options.tree_span` levels, every key at once, all levels in one allocation per
+        part), then one launch computes every (window, key). The levels' pointers, strides,
+        bases, widths and the windows' first columns cross to the device in one copy."""
+        cp = device.cupy()
+        generated, module = self._module_of()
+        first_columns = (
+            np.concatenate(
+                [
+                    np.arange(count, dtype=np.int64) * panes_per_slide + (first - self.origin)
+                    for first, count in runs
+                ]
+            )
+            if runs
+            else np.empty(0, np.int64)
+        )
+        total = len(first_columns)
+        if total == 0 or n_keys == 0:
+            out = {
+                p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
+                for p in self.parts
+            }
+            return self._by_field(out)
+        low = int(first_columns.min())
+        high = int(first_columns.max()) + panes_per_window  # exclusive
+        top = 0
+        while (2 << top) <= panes_per_window:
+            top += 1
+        if low >= 0 and high <= self.pane_capacity:
+            leaves = self.struct_args()
+            strides, bases, widths = [self.pane_capacity], [0], [self.pane_capacity]
+        else:
+            # A window may start before `origin` (its first panes were never seen) or end past
+            # the last column (panes not seen yet): the leaves of [low, high) are copied into
+            # a neutral-padded block, so every read stays inside memory this firing owns.
+            width = high - low
+            first, end = max(low, 0), min(high, self.pane_capacity)
+            padded = {}
+            for part in self.parts:
+                block = cp.full((n_keys, width), self._neutral(part.member), part.numpy)
+                if end > first:
+                    block[:, first - low : end - low] = self._matrix(part.member)[
+                        :n_keys, first:end
+                    ]
+                padded[part.member] = block.reshape(-1)
+            leaves = self.struct_args(padded)
+            strides, bases, widths = [width], [low], [width]
+        # level l keeps nodes [low >> l, high >> l): those the windows' decompositions read
+        for level in range(1, top + 1):
+            bases.append(low >> level)
+            widths.append((high >> level) - (low >> level))
+            strides.append(widths[-1])
+        offsets = np.concatenate(([0], np.cumsum(widths[1:]))) * n_keys
+        upper = {p.member: cp.empty(max(int(offsets[-1]), 1), p.numpy) for p in self.parts}
+        pointers = [[array.data.ptr for array in leaves[:-1]]]
+        for level in range(1, top + 1):
+            pointers.append(
+                [upper[p.member].data.ptr + 8 * int(offsets[level - 1]) for p in self.parts]
+            )
+        count = top + 1
+        meta = cp.asarray(
+            np.concatenate(
+                (
+                    np.array(pointers, np.uint64).reshape(-1).view(np.int64),
+                    np.array(strides + bases + widths, np.int64),
+                    first_columns,
+                )
+            )
+        )
+        parts = len(self.parts)
+        level_pointers = meta[: count * parts]
+        level_stride = meta[count * parts : count * parts + count]
+        level_base = meta[count * parts + count : count * parts + 2 * count]
+        level_width = meta[count * parts + 2 * count : count * parts + 3 * count]
+        first_column = meta[count * parts + 3 * count :]
+        tree = module.get_function(generated.names["tree_levels"])
+        span, threads = self.options.tree_span, self.options.threads
+        for from_level in range(0, top, span):
+            to_level = min(from_level + span, top)
+            first_root = bases[from_level + 1] >> (span - 1)
+            last_root = (bases[from_level + 1] + widths[from_level + 1] - 1) >> (span - 1)
+            roots = last_root - first_root + 1
+            tree(
+                (n_keys * roots,),
+                (self.options.tree_threads,),
+                (
+                    level_pointers,
+                    level_stride,
+                    level_base,
+                    level_width,
+                    np.int32(from_level),
+                    np.int32(to_level),
+                    np.int32(span),
+                    np.int64(first_root),
+                    np.int64(roots),
+                ),
+            )
+        # every (window, key) cell is written by the compute launch: no fill needed
+        out = {p.member: cp.empty(total * n_keys, p.numpy) for p in self.parts}
+        compute = module.get_function(generated.names["window_compute"])
+        compute(
+            (device.grid(total * n_keys, threads),),
+            (threads,),
+            (
+                level_pointers,
+                level_stride,
+                level_base,
+                np.int32(count),
+                first_column,
+                np.int64(total),
+                np.int64(n_keys),
+                np.int64(panes_per_window),
+                np.int64(0),
+                *device.struct(self.struct_args(out)),
+                np.int64(n_keys),
+            ),
+        )
+        return self._by_field(out)
+
+    def _by_field(self, arrays: dict[str, object]) -> dict[str, tuple]:
+        result: dict[str, list] = {}
+        for part in self.parts:
+            result.setdefault(part.field, []).append(arrays[part.member])
+        return {name: tuple(values) for name, values in result.items()}
+
+    def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
+        cp = device.cupy()
+        first, end = first_pane - self.origin, end_pane - self.origin
+        return {
+            f"{p.field}.{p.part}": cp.asnumpy(self._matrix(p.member)[:n_keys, first:end])
+            for p in self.parts
+        }
+
+    def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
+        cp = device.cupy()
+        first = first_pane - self.origin
+        for p in self.parts:
+            block = arrays[f"{p.field}.{p.part}"]
+            self._matrix(p.member)[: block.shape[0], first : first + block.shape[1]] = cp.asarray(
+                block
+            )
+
+
+__all__ = ["GpuPaneState"]

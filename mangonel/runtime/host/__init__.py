@@ -1,0 +1,1 @@
+"""Host-side Arrow/NumPy helpers every backend may use (no numba, no CuPy, no plan logic)."""
