@@ -390,7 +390,9 @@ def cache_directory() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "mangonel"
 
 
-def nvcc_command(source_path: Path, output_path: Path, *, ptx: bool, arch: str) -> list[str]:
+def nvcc_command(
+    source_path: Path, output_path: Path, *, ptx: bool, arch: str, options: tuple[str, ...] = ()
+) -> list[str]:
     kind = "--ptx" if ptx else "--cubin"
     return [
         "nvcc",
@@ -400,17 +402,20 @@ def nvcc_command(source_path: Path, output_path: Path, *, ptx: bool, arch: str) 
         "-std=c++17",
         "-diag-suppress",
         "177",
+        *options,
         "-o",
         str(output_path),
         str(source_path),
     ]
 
 
-def load_module(generated: GeneratedKernels) -> Any:
+def load_module(generated: GeneratedKernels, options: tuple[str, ...] = ()) -> Any:
     """A `cupy.RawModule` of the generated source, cached by source hash (memory, then disk).
 
     With nvcc on the PATH the disk cache holds a cubin per hash under cache_directory();
-    without it NVRTC compiles (CuPy keeps its own disk cache of that).
+    without it NVRTC compiles (CuPy keeps its own disk cache of that). `options` (extra
+    compiler flags, e.g. the project kernel's -fmad=false) must be named in the source, since
+    the caches are keyed by its hash alone.
     """
     module = _MODULES.get(generated.digest)
     if module is not None:
@@ -429,7 +434,7 @@ def load_module(generated: GeneratedKernels) -> Any:
         source_path.write_text(generated.source)
         partial = cubin.with_suffix(f".{os.getpid()}.tmp")
         subprocess.run(
-            nvcc_command(source_path, partial, ptx=False, arch=arch),
+            nvcc_command(source_path, partial, ptx=False, arch=arch, options=options),
             check=True,
             capture_output=True,
             text=True,
@@ -438,6 +443,6 @@ def load_module(generated: GeneratedKernels) -> Any:
     if cubin.exists():
         module = cupy.RawModule(path=str(cubin))
     else:
-        module = cupy.RawModule(code=generated.source, options=("-std=c++17",))
+        module = cupy.RawModule(code=generated.source, options=("-std=c++17", *options))
     _MODULES[generated.digest] = module
     return module
