@@ -549,3 +549,26 @@ def test_gpu_evaluator_on_the_host_equals_cpu(host_gpu_evaluator) -> None:
     assert run_operators(window_results(8, 0), predicates[0], outputs, host_gpu_evaluator) == []
     with pytest.raises(PlanError, match="STRING"):
         ProjectOperator(outputs_of([parse("s = 'a'")]), SCHEMA, host_gpu_evaluator)
+
+
+def test_gpu_bare_references_need_no_kernel(host_gpu_evaluator) -> None:
+    from mangonel.runtime.gpu.project import GpuProjectEvaluator
+
+    evaluator = GpuProjectEvaluator()
+    bare = [exp.column("s"), exp.Paren(this=exp.column("i")), nodes.WindowBound(this="end")]
+    projection = ProjectOperator(outputs_of([*bare, nodes.AggregateRef(this=0)]), SCHEMA, evaluator)
+    filter_ = FilterOperator(exp.column("b"), SCHEMA, evaluator)
+    assert evaluator._stager is None  # no kernel, no staging: the batch's own columns
+    batch = window_results(12, 50)
+    (out,) = projection.process(batch)
+    for k, name in enumerate(["s", "i", WINDOW_END, aggregate_column(0)]):
+        source = batch.column(SCHEMA.get_field_index(name))
+        assert out.column(k).buffers()[1].address == source.buffers()[1].address  # no copy
+    (kept,) = filter_.process(batch)
+    flags = batch.column(SCHEMA.get_field_index("b")).to_pylist()
+    assert kept.num_rows == flags.count(True) < 50 and kept.schema == SCHEMA
+    assert kept.column(0).to_pylist() == [
+        v for v, flag in zip(batch.column(0).to_pylist(), flags, strict=True) if flag
+    ]
+    # a kernel for the fixture's teardown check (it asserts the project kernels' options)
+    ProjectOperator(outputs_of([parse("i + 1")]), SCHEMA, evaluator)

@@ -12,7 +12,7 @@ are refused at binding: the planner places such steps on the CPU, nothing falls 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -65,7 +65,7 @@ class _ProjectKernel:
         expressions: Sequence[exp.Expression],
         predicate: exp.Expression | None,
         layout: WindowResultLayout,
-        stager: device.Stager,
+        stager: Callable[[], device.Stager],
     ) -> None:
         env = layout.env
         checked = [*expressions, *([] if predicate is None else [predicate])]
@@ -76,7 +76,7 @@ class _ProjectKernel:
         module = codegen.load_module(self.generated, self.generated.compile_options)
         self._kernel = module.get_function(self.generated.names["project"])
         self._positions = [layout.position(i.reference) for i in self.generated.inputs]
-        self._stager = stager
+        self._stager = stager()
 
     def _segments(self, rows: int) -> tuple[list[tuple[int, np.dtype, int]], int]:
         """(offset, dtype, rows) of each output's values and validity, then of the mask, in
@@ -119,7 +119,10 @@ class GpuOutputs:
     """Outputs on the GPU: computed ones from the kernel, bare references from the batch."""
 
     def __init__(
-        self, expressions: Sequence[exp.Expression], layout: WindowResultLayout, stager
+        self,
+        expressions: Sequence[exp.Expression],
+        layout: WindowResultLayout,
+        stager: Callable[[], device.Stager],
     ) -> None:
         self._bare: dict[int, int] = {}  # output number -> batch column
         computed: list[exp.Expression] = []
@@ -144,7 +147,12 @@ class GpuOutputs:
 class GpuPredicate:
     """A predicate on the GPU: the kernel's mask; a bare BOOLEAN reference read on the host."""
 
-    def __init__(self, predicate: exp.Expression, layout: WindowResultLayout, stager) -> None:
+    def __init__(
+        self,
+        predicate: exp.Expression,
+        layout: WindowResultLayout,
+        stager: Callable[[], device.Stager],
+    ) -> None:
         self._bare: int | None = None
         self._kernel = None
         if is_bare_reference(predicate):
@@ -160,7 +168,8 @@ class GpuPredicate:
 
 class GpuProjectEvaluator:
     """`runtime.operators.project.ProjectEvaluator` on the GPU: the bound kernels of one
-    evaluator share one pinned stager (its copy stream and double buffers)."""
+    evaluator share one pinned stager (its copy stream and double buffers), made when the
+    first kernel is (outputs that are all bare references need neither)."""
 
     backend = "gpu"
 
@@ -175,7 +184,7 @@ class GpuProjectEvaluator:
     def bind_outputs(
         self, expressions: Sequence[exp.Expression], layout: WindowResultLayout
     ) -> GpuOutputs:
-        return GpuOutputs(expressions, layout, self._staging())
+        return GpuOutputs(expressions, layout, self._staging)
 
     def bind_predicate(self, predicate: exp.Expression, layout: WindowResultLayout) -> GpuPredicate:
-        return GpuPredicate(predicate, layout, self._staging())
+        return GpuPredicate(predicate, layout, self._staging)
