@@ -52,7 +52,7 @@ def built(monkeypatch):
     """Compiles counted by source hash instead of run (no GPU, no nvcc needed)."""
     calls: list[str] = []
 
-    def fake_build(generated):
+    def fake_build(generated, options=()):
         calls.append(generated.digest)
         return ("module", generated.digest)
 

@@ -37,8 +37,11 @@ def cache_directory() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "mangonel"
 
 
-def nvcc_command(source_path: Path, output_path: Path, *, ptx: bool, arch: str) -> list[str]:
-    """The nvcc command line that compiles one generated source (`--ptx` or `--cubin`)."""
+def nvcc_command(
+    source_path: Path, output_path: Path, *, ptx: bool, arch: str, options: tuple[str, ...] = ()
+) -> list[str]:
+    """The nvcc command line that compiles one generated source (`--ptx` or `--cubin`), with
+    extra compiler flags `options` (e.g. the project kernel's -fmad=false)."""
     kind = "--ptx" if ptx else "--cubin"
     return [
         "nvcc",
@@ -48,6 +51,7 @@ def nvcc_command(source_path: Path, output_path: Path, *, ptx: bool, arch: str) 
         "-std=c++17",
         "-diag-suppress",
         "177",
+        *options,
         "-o",
         str(output_path),
         str(source_path),
@@ -88,11 +92,13 @@ class CompileContext:
         self._rendered: _Lru[tuple[GeneratedKernels, Any]] = _Lru(capacity)
         self.compiles = 0  # modules built (from source or a disk cubin): misses of the cache
 
-    def module(self, generated: GeneratedKernels) -> Any:
-        """A `cupy.RawModule` of the generated source (memory cache, then disk, then build)."""
+    def module(self, generated: GeneratedKernels, options: tuple[str, ...] = ()) -> Any:
+        """A `cupy.RawModule` of the generated source (memory cache, then disk, then build).
+        Extra compiler flags `options` must be named in the source: every cache is keyed by
+        the source's hash alone."""
         module = self._modules.get(generated.digest)
         if module is None:
-            module = _build(generated)
+            module = _build(generated, options)
             self.compiles += 1
             self._modules.put(generated.digest, module)
         return module
@@ -117,7 +123,7 @@ class CompileContext:
         return self.rendered(("state", fields), lambda: codegen.render_state_kernels(fields))
 
 
-def _build(generated: GeneratedKernels) -> Any:
+def _build(generated: GeneratedKernels, options: tuple[str, ...] = ()) -> Any:
     """Compile or load one module. With nvcc on the PATH the disk cache holds a cubin per
     hash under cache_directory(); without it NVRTC compiles (CuPy keeps its own disk cache)."""
     cp = device.cupy()
@@ -130,7 +136,7 @@ def _build(generated: GeneratedKernels) -> Any:
         source_path.write_text(generated.source)
         partial = cubin.with_suffix(f".{os.getpid()}.tmp")
         subprocess.run(
-            nvcc_command(source_path, partial, ptx=False, arch=arch),
+            nvcc_command(source_path, partial, ptx=False, arch=arch, options=options),
             check=True,
             capture_output=True,
             text=True,
@@ -138,7 +144,7 @@ def _build(generated: GeneratedKernels) -> Any:
         partial.replace(cubin)  # atomic: concurrent processes never read half a file
     if cubin.exists():
         return cp.RawModule(path=str(cubin))
-    return cp.RawModule(code=generated.source, options=("-std=c++17",))
+    return cp.RawModule(code=generated.source, options=("-std=c++17", *options))
 
 
 _SHARED: dict[int, CompileContext] = {}
