@@ -1,5 +1,6 @@
 """What both window operators share: input conformance, watermark, metrics, the partial
-wire format of the split (Spark) form, and the snapshot header."""
+wire format of the split (Spark) form, the snapshot header, and the operator protocol's
+entries (`process`, `on_watermark`, `finish`; see protocol.py)."""
 
 from __future__ import annotations
 

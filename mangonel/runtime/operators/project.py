@@ -27,23 +27,32 @@ class _WindowResultOperator:
     def __init__(self, node: ph.FilterExec | ph.ProjectExec, input_schema: pa.Schema) -> None:
         window = ph.find(node, ph.WindowAggregateExec)
         self.input_schema = input_schema
-        self.key_names = [k.name for k in window.keys]
         self.column_types: dict[str, SqlType] = {k.name: k.type for k in window.keys}
         self.aggregate_types = [a.result_type for a in window.aggregates]
-        self.aggregate_names = [ph.aggregate_column(i) for i in range(len(window.aggregates))]
+        # positions in the window-result batch (`window_result_columns`: keys, bounds, aggregates)
+        self.key_count = len(window.keys)
+        self.aggregate_count = len(window.aggregates)
 
-    def _evaluate(self, expression, batch: pa.RecordBatch) -> pa.Array:  # noqa: ANN001
+    def _environment(self, batch: pa.RecordBatch) -> dict:
+        """The evaluator's inputs over one batch, read once for every expression."""
+        columns = batch.columns
+        keys = self.key_count
+        return {
+            "columns": {name: columns[i] for i, name in enumerate(self.column_types)},
+            "aggregates": columns[keys + 2 : keys + 2 + self.aggregate_count],
+            "window_bounds": {"start": columns[keys], "end": columns[keys + 1]},
+            "length": batch.num_rows,
+        }
+
+    def _evaluate(self, expression, environment: dict) -> pa.Array:  # noqa: ANN001
         return evaluate_expression(
             expression,
             self.column_types,
-            {name: batch.column(name) for name in self.key_names},
-            aggregates=[batch.column(name) for name in self.aggregate_names],
+            environment["columns"],
+            aggregates=environment["aggregates"],
             aggregate_types=self.aggregate_types,
-            window_bounds={
-                "start": batch.column(ph.WINDOW_START),
-                "end": batch.column(ph.WINDOW_END),
-            },
-            length=batch.num_rows,
+            window_bounds=environment["window_bounds"],
+            length=environment["length"],
         )
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
@@ -73,7 +82,7 @@ class FilterOperator(_WindowResultOperator):
     def process(self, batch: pa.RecordBatch, input: int = 0) -> list[pa.RecordBatch]:
         if not batch.num_rows:
             return []
-        keep = to_mask(self._evaluate(self.predicate, batch))
+        keep = to_mask(self._evaluate(self.predicate, self._environment(batch)))
         if keep.all():
             return [batch]
         if not keep.any():
@@ -91,8 +100,9 @@ class ProjectOperator(_WindowResultOperator):
 
     def process(self, batch: pa.RecordBatch, input: int = 0) -> list[pa.RecordBatch]:
         arrays = []
+        environment = self._environment(batch)
         for output, field in zip(self.outputs, self.schema, strict=True):
-            array = self._evaluate(output.expression, batch)
+            array = self._evaluate(output.expression, environment)
             if isinstance(array, pa.ChunkedArray):
                 array = array.combine_chunks()
             if array.type != field.type:

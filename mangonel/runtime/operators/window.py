@@ -39,11 +39,18 @@ apart (`event_time_out_of_range_dropped`; they do not move the watermark).
 Other decisions: tuples with a NULL event time are dropped and counted
 (`null_event_time_dropped`, whatever WHERE says); `late_tuples_dropped` counts late tuples
 that passed WHERE (a tuple WHERE removes is not "dropped as late"); `windows_fired` counts
-(window, key) results before HAVING, `rows_out` the rows after it.
+(window, key) results before HAVING, `rows_out` the rows after it (counted by the
+`tree.OperatorTree` that pushes the results through Filter and Project).
+
+Output: window results (`physical.window_result_columns`: keys, `__window_start`,
+`__window_end`, `__aggregate_<i>`), one row per fired (window, key) in the order above;
+HAVING and the SELECT list are the Filter and Project operators above it (`project`).
 
 The shared part of both operators (input, watermark, metrics, partials, snapshot header)
-is `base.OperatorBase`; count windows are `count_window.CountWindowOperator`; finalize,
-HAVING and the output projection are `results`; the snapshot codec is `snapshot`.
+is `base.OperatorBase`; count windows are `count_window.CountWindowOperator`; finalize and
+the window-result batch are `results`; the snapshot codec is `snapshot`; the registry's
+factory is `make_window_operator`, and `kernels` (a `registry.StepKernels`) gives each step
+the kernels of the backend its placement names.
 """
 
 from __future__ import annotations
