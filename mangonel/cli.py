@@ -295,7 +295,7 @@ def command_run(arguments: argparse.Namespace) -> int:
     if isinstance(query, str):
         print(query)
         return 0
-    from mangonel.compiler.physical import unpack
+    from mangonel.compiler.physical import StreamScanExec, find
 
     if arguments.output:
         output_format(arguments.output)
@@ -303,7 +303,7 @@ def command_run(arguments: argparse.Namespace) -> int:
         from mangonel.runtime.gpu.probe import require_gpu
 
         require_gpu()
-    stream = unpack(query.plan).scan.stream
+    stream = find(query.plan, StreamScanExec).stream
     warnings: list[str] = []
     batches, total = _source_batches(arguments, stream, warnings)
     progress = Progress(total, enabled=not arguments.quiet and sys.stderr.isatty())

@@ -16,7 +16,14 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
 from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.compiler.nodes import AggregateRef, WindowBound
-from mangonel.compiler.physical import ProjectExec, plan, unpack
+from mangonel.compiler.physical import (
+    FilterExec,
+    ProjectExec,
+    WindowAggregateExec,
+    find,
+    plan,
+    walk,
+)
 
 _BINARY = {
     exp.Add: "+",
@@ -93,12 +100,13 @@ def to_oracle_expression(node: exp.Expression) -> list:
 
 def oracle_query(project: ProjectExec) -> OracleQuery:
     """The oracle's description of a physical plan."""
-    pipeline = unpack(project)
-    window = pipeline.window.window
-    lift = pipeline.lift
+    window_exec = find(project, WindowAggregateExec)
+    window = window_exec.window
+    lift = window_exec.lift
+    having = next((n for n in walk(project) if isinstance(n, FilterExec)), None)
     return OracleQuery(
-        columns={c.name: _oracle_type(c.type) for c in pipeline.scan.columns},
-        event_time=pipeline.scan.stream.event_time,
+        columns={c.name: _oracle_type(c.type) for c in lift.scan.columns},
+        event_time=lift.scan.stream.event_time,
         kind="time" if window.kind is lg.WindowKind.TIME else "count",
         size=window.size,
         slide=window.slide,
@@ -109,11 +117,11 @@ def oracle_query(project: ProjectExec) -> OracleQuery:
                 _FUNCTIONS[a.function],
                 None if a.argument is None else to_oracle_expression(a.argument),
             )
-            for a in pipeline.window.aggregates
+            for a in window_exec.aggregates
         ),
         where=None if lift.predicate is None else to_oracle_expression(lift.predicate),
-        having=None if pipeline.having is None else to_oracle_expression(pipeline.having),
-        outputs=tuple((o.name, to_oracle_expression(o.expression)) for o in pipeline.outputs),
+        having=None if having is None else to_oracle_expression(having.predicate),
+        outputs=tuple((o.name, to_oracle_expression(o.expression)) for o in project.outputs),
     )
 
 

@@ -208,18 +208,18 @@ def test_every_query_renders_and_names_carry_the_hash():
         sources[name] = generated.source
     # kernels depend on the state fields, predicate and window, not on the finalize step
     # (VAR_POP and STDDEV_SAMP of x share one MOMENTS field): same lift, same code
-    from mangonel.compiler.physical import unpack
+    from mangonel.compiler.physical import WindowAggregateExec, find
 
     signature = {}
     for name, plan in corpus():
-        pipeline = unpack(plan)
+        window = find(plan, WindowAggregateExec)
         signature[name] = (
-            pipeline.lift.fields,
-            pipeline.lift.predicate,
-            pipeline.lift.keys,
-            pipeline.window.window.size,
-            pipeline.window.window.slide,
-            pipeline.window.window.kind,
+            window.lift.fields,
+            window.lift.predicate,
+            window.lift.keys,
+            window.window.size,
+            window.window.slide,
+            window.window.kind,
         )
     for a in sources:
         for b in sources:
@@ -274,9 +274,9 @@ def test_every_template_compiles_with_nvcc(tmp_path):
         path = tmp_path / f"q{index:02d}.cu"
         path.write_text(source)
         paths.append(path)
-    from mangonel.compiler.physical import unpack
+    from mangonel.compiler.physical import LiftExec, find
 
-    fields = codegen.render_state_kernels(unpack(corpus()[-1][1]).lift.fields)
+    fields = codegen.render_state_kernels(find(corpus()[-1][1], LiftExec).fields)
     extra = tmp_path / "state.cu"
     extra.write_text(fields.source)
     keys = tmp_path / "keys.cu"

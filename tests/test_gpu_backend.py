@@ -7,7 +7,6 @@ property tests reuse the random streams of tests/test_window_properties.py again
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -51,15 +50,7 @@ from mangonel.runtime.local.query import LocalQuery  # noqa: E402
 
 def on_gpu(plan: ph.ProjectExec) -> ph.ProjectExec:
     """The same plan with the window operator on the GPU backend."""
-    pipeline = ph.unpack(plan)
-    window = dataclasses.replace(
-        pipeline.window,
-        backend="gpu",
-        backend_reason="test",
-        strategy=ph.default_strategy("gpu", pipeline.window.window),
-    )
-    top = window if pipeline.having is None else ph.FilterExec(window, pipeline.having)
-    return ph.ProjectExec(top, plan.outputs)
+    return ph.with_backend(plan, "gpu", "test")
 
 
 def compare(plan, batches, snapshot_at=None, options: GpuOptions | None = None) -> None:
@@ -268,7 +259,7 @@ def test_gpu_tree_levels_per_launch(span):
     aggregate kind give the CPU's rows whatever the span."""
     options = GpuOptions(tree_span=span, tree_threads=max(1, 1 << (span - 2)))
     plan = make_plan(COLUMNS, keys=("k",), aggregates=ALL, size=64_000, slide=8_100, delay=3000)
-    assert ph.unpack(plan).window.panes_per_window == 640
+    assert ph.find(plan, ph.WindowAggregateExec).panes_per_window == 640
     compare(plan, random_batches(11, 20_000, 50, 3000, 6), options=options)
 
 
@@ -302,7 +293,7 @@ def test_gpu_block_table_out_of_order(keys, load, aggregates, slide):
         assert rows_close(got, want), f"after batch {position}"
     assert rows_close(_rows(gpu.finish()), _rows(cpu.finish()))
     assert gpu.metrics.tuples_in == cpu.metrics.tuples_in
-    assert gpu.operator.kernels.metrics.block_table_passes > 0
+    assert gpu.window_operator.kernels.metrics.block_table_passes > 0
 
 
 # --- numeric semantics (issue 8): the CPU cases of tests/test_numeric_semantics.py on the GPU

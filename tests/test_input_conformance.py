@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import mangonel as mg
-from mangonel.compiler.physical import unpack
+from mangonel.compiler.physical import WindowAggregateExec, find
 from mangonel.errors import DataError
 from mangonel.runtime.operators.conform import event_time_range
 
@@ -190,10 +190,10 @@ def test_matching_batches_are_not_copied() -> None:
     query = _query()
     runner = query._new_runner()
     batch = _batch(SECONDS, KEYS, pa.array([1, 2, 3]))
-    assert runner.operator.conform(batch) == (batch, 0)
-    assert runner.operator.conform(batch)[0] is batch
+    assert runner.window_operator.conform(batch) == (batch, 0)
+    assert runner.window_operator.conform(batch)[0] is batch
     widened = _batch(SECONDS, KEYS, pa.array([1, 2, 3], pa.int32()))
-    conformed, _ = runner.operator.conform(widened)
+    conformed, _ = runner.window_operator.conform(widened)
     assert conformed.schema.field("v").type == pa.int64()
 
 
@@ -222,7 +222,7 @@ def _micros(table: pa.Table, name: str) -> list[int]:
 )
 def test_event_times_near_int64_limits_are_dropped_and_counted(window: str) -> None:
     query = _limit_query(window)
-    low, high = event_time_range(unpack(query.plan).window.window)
+    low, high = event_time_range(find(query.plan, WindowAggregateExec).window)
     times = [INT64_MIN, low - 1, low, 0, high, high + 1, INT64_MAX]
     batch = _batch(
         pa.array(times, pa.int64()).cast(UTC),

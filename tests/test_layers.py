@@ -12,9 +12,6 @@ Every module under mangonel/ is parsed with `ast`; module-level and function-lev
 (lazy ones too, and those under TYPE_CHECKING) count. CuPy may be imported only under
 runtime/gpu, pyspark only under runtime/spark, numba only under runtime/cpu (where the CPU
 kernels are jitted; nothing else uses it).
-
-PENDING lists imports known to break the rule whose removal belongs to another part of
-issue 9; the test fails when one of them no longer occurs, so the list cannot rot.
 """
 
 from __future__ import annotations
@@ -53,26 +50,6 @@ CONFINED = {
     "cupy": "runtime.gpu",
     "pyspark": "runtime.spark",
     "numba": "runtime.cpu",
-}
-
-# "importer -> imported": why it is still there (the lead empties this set at merge)
-PENDING = {
-    "mangonel.runtime.operators.results -> mangonel.runtime.cpu.evaluation": (
-        "HAVING and the output projection run on the host CPU evaluator inside the window "
-        "driver; helper 'project' moves them into Project/Filter operators"
-    ),
-    "mangonel.runtime.gpu.kernels -> mangonel.runtime.cpu.backend": (
-        "GpuKernels.preaggregate/segment_windows fall back to CpuKernels; helper 'tree' "
-        "removes the fallbacks (placement in the plan)"
-    ),
-    "mangonel.runtime.spark.stage1 -> mangonel.runtime.local.query": (
-        "Spark stage 1 picks kernels with local.query.kernels_for; helper 'tree' replaces it "
-        "with the operator registry"
-    ),
-    "mangonel.runtime.spark.stage2 -> mangonel.runtime.local.query": (
-        "Spark stage 2 picks kernels with local.query.kernels_for; helper 'tree' replaces it "
-        "with the operator registry"
-    ),
 }
 
 
@@ -149,15 +126,8 @@ def package_sources() -> dict[str, tuple[str, bool]]:
 def test_imports_only_point_down():
     broken, problems = violations(package_sources())
     assert not problems, "\n".join(problems)
-    new = sorted(broken - set(PENDING))
-    assert not new, "imports from a layer above or beside the importer's:\n" + "\n".join(new)
-
-
-def test_pending_exceptions_still_occur():
-    broken, _ = violations(package_sources())
-    gone = sorted(set(PENDING) - broken)
-    assert not gone, "no longer imported: remove from PENDING in tests/test_layers.py:\n" + (
-        "\n".join(gone)
+    assert not broken, "imports from a layer above or beside the importer's:\n" + "\n".join(
+        sorted(broken)
     )
 
 

@@ -33,9 +33,11 @@ from mangonel.compiler.codegen_project import (
 from mangonel.compiler.logical import OutputColumn
 from mangonel.compiler.typing import TypeEnv, infer_type
 from mangonel.errors import PlanError
+from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.project import CpuProjectEvaluator
 from mangonel.runtime.gpu import device, staging
 from mangonel.runtime.gpu import project as gpu_project
+from mangonel.runtime.host.arrays import to_mask
 from mangonel.runtime.operators.project import (
     WINDOW_END,
     WINDOW_START,
@@ -46,7 +48,6 @@ from mangonel.runtime.operators.project import (
     aggregate_column,
     window_result_schema,
 )
-from mangonel.runtime.operators.results import project
 
 T = SqlType
 KEYS = tuple(ENV.columns.items())  # every SQL type, STRINGs and hostile names among them
@@ -104,6 +105,69 @@ def window_results(seed: int, rows: int, nulls: float = 0.15) -> pa.RecordBatch:
         for sql_type in ENV.aggregates
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+_TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
+
+
+def _timestamps(micros: np.ndarray) -> pa.Array:
+    # a view of the int64 buffer as timestamps (an Arrow cast copies and checks every value)
+    micros = np.ascontiguousarray(micros, np.int64)
+    return pa.Array.from_buffers(_TIMESTAMP_UTC, len(micros), [None, pa.py_buffer(micros)])
+
+
+def project(
+    pipeline,  # the old WindowPipeline's shape: lift.keys, window.aggregates, having, outputs
+    keys: list[pa.Array],
+    aggregates: list[pa.Array],
+    window_start: np.ndarray,
+    window_end: np.ndarray,
+) -> pa.RecordBatch:
+    """The window operator's emit before Filter and Project were operators (fa452ae's
+    `results.project`), kept as the reference the operators must equal."""
+    length = len(window_start)
+    key_columns = pipeline.lift.keys
+    column_types = {c.name: c.type for c in key_columns}
+    columns = {c.name: array for c, array in zip(key_columns, keys, strict=True)}
+    aggregate_types = [p.result_type for p in pipeline.window.aggregates]
+    bounds = {"start": _timestamps(window_start), "end": _timestamps(window_end)}
+    if pipeline.having is not None and length:
+        keep = to_mask(
+            evaluate_expression(
+                pipeline.having,
+                column_types,
+                columns,
+                aggregates=aggregates,
+                aggregate_types=aggregate_types,
+                window_bounds=bounds,
+                length=length,
+            )
+        )
+        if not keep.all():
+            selection = pa.array(np.nonzero(keep)[0], pa.int64())
+            columns = {name: array.take(selection) for name, array in columns.items()}
+            aggregates = [array.take(selection) for array in aggregates]
+            bounds = {name: array.take(selection) for name, array in bounds.items()}
+            length = int(keep.sum())
+    arrays, fields = [], []
+    for output in pipeline.outputs:
+        arrow_type = output.type.info.arrow
+        array = evaluate_expression(
+            output.expression,
+            column_types,
+            columns,
+            aggregates=aggregates,
+            aggregate_types=aggregate_types,
+            window_bounds=bounds,
+            length=length,
+        )
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        if array.type != arrow_type:
+            array = array.cast(arrow_type)
+        arrays.append(array)
+        fields.append(pa.field(output.name, arrow_type))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def outputs_of(expressions: list[exp.Expression]) -> tuple[OutputColumn, ...]:

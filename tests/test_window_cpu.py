@@ -402,9 +402,9 @@ def test_sparse_segments_merge_when_data_fills_the_gap():
     ]
     query = LocalQuery(plan)
     query.process(batches[0])
-    assert len(query.operator.segments) == 3  # far apart: three small blocks
+    assert len(query.window_operator.segments) == 3  # far apart: three small blocks
     query.process(batches[1])
-    assert len(query.operator.segments) == 2  # the filler bridged the first two
+    assert len(query.window_operator.segments) == 2  # the filler bridged the first two
     check(plan, batches)
 
 
@@ -476,14 +476,14 @@ def test_split_lift_merge_equals_process():
         batch([13, 4, 30], k=[2, 1, 1], v=[4.0, 5.0, 6.0]),
     ]
     straight, _ = per_batch(plan, batches)
-    stage2 = LocalQuery(plan).operator
-    stage1 = LocalQuery(plan).operator
+    stage2 = LocalQuery(plan).operator  # the operator tree, as Spark's stage 2 drives it
+    stage1 = LocalQuery(plan).window_operator
     out = []
     for b in batches:
         partials = stage1.lift(b)
         assert "__pane" in partials.schema.names
-        stage2.merge(partials)
-        out.append(as_rows(stage2.advance_watermark(stage2.max_event_time)))
+        stage2.leaf().merge(partials)
+        out.append(as_rows(stage2.on_watermark(stage2.leaf().max_event_time)))
     out.append(as_rows(stage2.finish()))
     assert len(out) == len(straight)
     for a, b in zip(out, straight, strict=True):

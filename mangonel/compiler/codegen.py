@@ -168,7 +168,7 @@ def _device_ctype(sql_type: SqlType) -> str:
 
 
 def _column_types(lift: LiftExec) -> dict[str, SqlType]:
-    return {column.name: column.type for column in lift.child.columns}
+    return {column.name: column.type for column in lift.scan.columns}
 
 
 def _render_expressions(lift: LiftExec):
@@ -177,7 +177,7 @@ def _render_expressions(lift: LiftExec):
     from mangonel.compiler.cuda_expressions import CudaContext, render_cuda
     from mangonel.compiler.typing import TypeEnv
 
-    columns = lift.child.columns
+    columns = lift.scan.columns
     values = {c.name: f"v{i}" for i, c in enumerate(columns)}
     valid = {c.name: f"m{i}" for i, c in enumerate(columns)}
     env = TypeEnv(columns=_column_types(lift))
@@ -296,7 +296,7 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
     (without it, the fused kernel is rendered for a 1-microsecond tumbling window)."""
     predicate, arguments, argument_of, statements, literals = _render_expressions(lift)
     parts, field_code, part_code = _field_fragments(lift.fields, argument_of)
-    scan = lift.child
+    scan = lift.scan
     columns = tuple(InputColumn(c.name, c.type, _device_ctype(c.type)) for c in scan.columns)
     event_index = next(
         i for i, c in enumerate(scan.columns) if c.name.lower() == scan.stream.event_time.lower()
@@ -361,18 +361,18 @@ def render_key_kernels(words: int) -> GeneratedKernels:
 
 
 def render_plan(plan: ph.ProjectExec) -> GeneratedKernels:
-    pipeline = ph.unpack(plan)
-    return render_kernels(pipeline.lift, pipeline.window)
+    window = ph.find(plan, ph.WindowAggregateExec)
+    return render_kernels(window.lift, window)
 
 
 def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> str:
     """The CUDA source of a plan's GPU kernels, with a header naming them and the launch
     options they run with (`options`, default: `GpuOptions()`; no GPU needed)."""
     generated = render_plan(plan)
-    pipeline = ph.unpack(plan)
+    window = ph.find(plan, ph.WindowAggregateExec)
     header = [
         "// mangonel GPU kernels",
-        f"// strategy: {pipeline.window.strategy}",
+        f"// strategy: {window.strategy}",
         f"// module sha256: {generated.digest}",
         f"// gpu options: {(options or GpuOptions()).describe()}",
         "// kernels: " + ", ".join(generated.names[role] for role in KERNEL_ROLES),

@@ -91,8 +91,22 @@ def _window_size(key: str, node: ph.WindowAggregateExec, value: int) -> Paramete
     return Parameter(key, f"{value}rows", value)
 
 
-def operator_parameters(node: ph.PhysicalNode) -> tuple[str, list[Parameter]]:
+@dataclass(frozen=True)
+class PlanNode:
+    """An operator outside mangonel's physical plan that EXPLAIN prints the same way (the
+    Spark side of a query, from `runtime.spark.planner`): name, parameters, placements of its
+    steps (printed when off the plan's backend), children (top, sink side, first)."""
+
+    name: str
+    parameters: tuple[Parameter, ...]
+    children: tuple[PlanNode, ...] = ()
+    placements: tuple[ph.Placement, ...] = ()
+
+
+def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Parameter]]:
     """The operator's name and its parameters, in a fixed order."""
+    if isinstance(node, PlanNode):
+        return node.name, list(node.parameters)
     if isinstance(node, ph.ProjectExec):
         outputs = [f"{o.name}:{o.type}={format_expression(o.expression)}" for o in node.outputs]
         return "Project", [_list("outputs", outputs)]
@@ -101,14 +115,20 @@ def operator_parameters(node: ph.PhysicalNode) -> tuple[str, list[Parameter]]:
         return "Filter", [Parameter("having", having, having)]
     if isinstance(node, ph.WindowAggregateExec):
         window = node.window
-        return "WindowAggregate", [
+        parameters = [
             Parameter("window", window.kind.value, window.kind.value),
             _window_size("range", node, window.size),
             _window_size("slide", node, window.slide),
             _duration("watermark", window.watermark_delay_us),
-            _window_size("pane_length", node, node.pane_length),
-            _number("panes_per_window", node.panes_per_window),
-            _number("panes_per_slide", node.panes_per_slide),
+        ]
+        if window.kind is WindowKind.TIME:  # count windows keep per-tuple partials: no panes
+            parameters += [
+                _window_size("pane_length", node, node.pane_length),
+                _number("panes_per_window", node.panes_per_window),
+                _number("panes_per_slide", node.panes_per_slide),
+            ]
+        return "WindowAggregate", [
+            *parameters,
             _number("windows_per_batch", node.windows_per_batch),
             _list("keys", [k.name for k in node.keys]),
             _list("aggregates", [_aggregate(a) for a in node.aggregates]),
@@ -135,25 +155,48 @@ def operator_parameters(node: ph.PhysicalNode) -> tuple[str, list[Parameter]]:
     raise TypeError(f"not a physical plan node: {type(node).__name__}")
 
 
-def explain_text(root: ph.PhysicalNode) -> str:
-    lines = []
-    node: ph.PhysicalNode | None = root
-    depth = 0
-    while node is not None:
-        name, parameters = operator_parameters(node)
-        rendered = " ".join(f"{p.key}={p.text}" for p in parameters)
-        lines.append(f"{'  ' * depth}{name}: {rendered}")
-        found = ph.children(node)
-        node = found[0] if found else None
-        depth += 1
-    return "\n".join(lines)
+def _placements(node: ph.PhysicalNode | PlanNode) -> tuple[ph.Placement, ...]:
+    return getattr(node, "placements", ())
+
+
+def explain_text(
+    root: ph.PhysicalNode | PlanNode, backend: str | None = None, depth: int = 0
+) -> str:
+    """One line per operator, children indented under their parent; under an operator, one
+    `! <step> runs on <backend> because <reason>` line per step placed off the plan's backend
+    (as spark-rapids prints its CPU fallbacks). `backend`: the plan's (default: read from the
+    physical plan's window operator); `depth`: the indentation of the root."""
+    if backend is None and not isinstance(root, PlanNode):
+        backend = ph.plan_backend(root)
+    return "\n".join(_lines(root, depth, backend))
+
+
+def _lines(node: ph.PhysicalNode | PlanNode, depth: int, backend: str | None) -> list[str]:
+    name, parameters = operator_parameters(node)
+    rendered = " ".join(f"{p.key}={p.text}" for p in parameters)
+    lines = [f"{'  ' * depth}{name}: {rendered}"]
+    lines += [
+        f"{'  ' * (depth + 1)}! {p.step} runs on {p.backend} because {p.reason}"
+        for p in _placements(node)
+        if backend is not None and p.backend != backend
+    ]
+    for child in node.children:
+        lines += _lines(child, depth + 1, backend)
+    return lines
 
 
 def explain_json(root: ph.PhysicalNode) -> dict[str, Any]:
+    """The plan as nested dictionaries: operator, parameters, placements (every step, on the
+    plan's backend or not), children."""
     name, parameters = operator_parameters(root)
-    found = ph.children(root)
-    return {
+    tree: dict[str, Any] = {
         "operator": name,
         "parameters": {p.key: p.value for p in parameters},
-        "children": [explain_json(child) for child in found],
     }
+    placements = _placements(root)
+    if placements:
+        tree["placements"] = [
+            {"step": p.step, "backend": p.backend, "reason": p.reason} for p in placements
+        ]
+    tree["children"] = [explain_json(child) for child in ph.children(root)]
+    return tree

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 from sqlglot import exp
@@ -23,6 +25,8 @@ from mangonel.catalog.catalog import Column, Stream
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
 from mangonel.compiler.logical import AggregateFunction, OutputColumn, WindowKind, WindowSpec
+
+N = TypeVar("N")
 
 DEFAULT_WINDOWS_PER_BATCH = 100  # SPRINGALD's batch of windows per tree update
 
@@ -77,19 +81,35 @@ class AggregatePlan:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where one step of an operator runs and why, decided at planning time. EXPLAIN prints
+    every step placed off the plan's backend (`! <step> runs on cpu because <reason>`) and
+    the operators obey it: a step placed on the CPU gets the CPU kernels on a GPU plan."""
+
+    step: str  # lift, merge, tree, finalize, filter, project
+    backend: str  # "cpu" or "gpu"
+    reason: str
+
+
+@dataclass(frozen=True)
 class StreamScanExec:
     stream: Stream
     columns: tuple[Column, ...]  # only what the query reads; the event-time column first
+    children: tuple[()] = ()
 
 
 @dataclass(frozen=True)
 class LiftExec:
     """Per tuple: filter, key slot, pane id, partial state. Fused into one pass (one kernel)."""
 
-    child: StreamScanExec
+    children: tuple[StreamScanExec]
     predicate: exp.Expression | None
     keys: tuple[Column, ...]
     fields: tuple[StateField, ...]  # fields[0] is always the row count of the window
+
+    @property
+    def scan(self) -> StreamScanExec:
+        return self.children[0]
 
 
 @dataclass(frozen=True)
@@ -99,66 +119,126 @@ class WindowAggregateExec:
     pane_length: microseconds (time) or rows (count) = gcd(size, slide).
     panes_per_window = size / pane_length; panes_per_slide = slide / pane_length.
     windows_per_batch: windows computed per tree update (n_w).
+    backend/backend_reason: the plan's backend (`compiler.backend.choose_backend`);
+    placements: where each step runs (lift, merge, tree, finalize for time windows; lift,
+    tree, finalize for count windows, which keep per-tuple partials and merge no panes).
+    The operator fuses its Lift and StreamScan children: it reads the stream's batches.
     """
 
-    child: LiftExec
+    children: tuple[LiftExec]
     window: WindowSpec
     pane_length: int
     panes_per_window: int
     panes_per_slide: int
     windows_per_batch: int
     aggregates: tuple[AggregatePlan, ...]
-    strategy: str
     backend: str
     backend_reason: str
+    placements: tuple[Placement, ...]
+
+    @property
+    def lift(self) -> LiftExec:
+        return self.children[0]
 
     @property
     def keys(self) -> tuple[Column, ...]:
-        return self.child.keys
+        return self.lift.keys
 
     @property
     def fields(self) -> tuple[StateField, ...]:
-        return self.child.fields
+        return self.lift.fields
+
+    @property
+    def strategy(self) -> str:
+        """The pane pre-aggregation and window strategy, named from the placements."""
+        if self.window.kind is WindowKind.COUNT:
+            return "count-panes+tree"
+        if placement(self, "merge").backend == "gpu":
+            return "hash-preaggregate+tree"
+        return "pane-preaggregate+tree"
 
 
 @dataclass(frozen=True)
 class FilterExec:
-    child: WindowAggregateExec
+    """HAVING over the window results (`window_result_columns`)."""
+
+    children: tuple[WindowAggregateExec]
     predicate: exp.Expression
+    placements: tuple[Placement, ...]
 
 
 @dataclass(frozen=True)
 class ProjectExec:
-    child: FilterExec | WindowAggregateExec
+    """The SELECT list over the window results (`window_result_columns`), after HAVING."""
+
+    children: tuple[FilterExec | WindowAggregateExec]
     outputs: tuple[OutputColumn, ...]
+    placements: tuple[Placement, ...]
 
 
 PhysicalNode = ProjectExec | FilterExec | WindowAggregateExec | LiftExec | StreamScanExec
 
 
-@dataclass(frozen=True)
-class WindowPipeline:
-    """The chain of one window query, unpacked for the operators."""
-
-    scan: StreamScanExec
-    lift: LiftExec
-    window: WindowAggregateExec
-    having: exp.Expression | None
-    outputs: tuple[OutputColumn, ...]
-
-
-def unpack(root: ProjectExec) -> WindowPipeline:
-    having = None
-    node = root.child
-    if isinstance(node, FilterExec):
-        having = node.predicate
-        node = node.child
-    return WindowPipeline(node.child.child, node.child, node, having, root.outputs)
-
-
 def children(node: PhysicalNode) -> tuple[PhysicalNode, ...]:
-    child = getattr(node, "child", None)
-    return (child,) if child is not None else ()
+    return node.children
+
+
+def walk(root: PhysicalNode) -> Iterator[PhysicalNode]:
+    """Every node of the plan, root first (depth first, children in order)."""
+    yield root
+    for child in root.children:
+        yield from walk(child)
+
+
+def find(root: PhysicalNode, node_type: type[N]) -> N:
+    """The one node of `node_type` in the plan (the first, root first); LookupError if none."""
+    for node in walk(root):
+        if isinstance(node, node_type):
+            return node
+    raise LookupError(f"the plan has no {node_type.__name__}")
+
+
+def placement(node: WindowAggregateExec | FilterExec | ProjectExec, step: str) -> Placement:
+    for candidate in node.placements:
+        if candidate.step == step:
+            return candidate
+    raise LookupError(f"{type(node).__name__} has no step {step!r}")
+
+
+def plan_backend(root: PhysicalNode) -> str:
+    """The plan's backend (`choose_backend`'s choice), read from its window operator."""
+    return find(root, WindowAggregateExec).backend
+
+
+# Column names of the window operator's output ("window results"): key columns under their own
+# names, then these two bounds, then one column per aggregate.
+WINDOW_START = "__window_start"
+WINDOW_END = "__window_end"
+AGGREGATE_PREFIX = "__aggregate_"
+
+
+def aggregate_column(number: int) -> str:
+    """The window-result column of aggregate number `number` (AggregateRef(number))."""
+    return f"{AGGREGATE_PREFIX}{number}"
+
+
+def result_columns(
+    keys: Sequence[tuple[str, SqlType]], aggregate_types: Sequence[SqlType]
+) -> tuple[tuple[str, SqlType], ...]:
+    """Window-result columns: keys (declared types), `__window_start`, `__window_end`
+    (TIMESTAMP, UTC), `__aggregate_0..n-1` (the aggregates' result types)."""
+    columns = list(keys)
+    columns += [(WINDOW_START, SqlType.TIMESTAMP), (WINDOW_END, SqlType.TIMESTAMP)]
+    columns += [(aggregate_column(i), sql_type) for i, sql_type in enumerate(aggregate_types)]
+    return tuple(columns)
+
+
+def window_result_columns(node: WindowAggregateExec) -> tuple[tuple[str, SqlType], ...]:
+    """The columns of the batches the window operator emits, one row per fired (window, key)
+    before HAVING (`result_columns`). Filter and Project read these."""
+    return result_columns(
+        [(k.name, k.type) for k in node.keys], [a.result_type for a in node.aggregates]
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -279,18 +359,15 @@ def plan(
     backend: str,
     backend_reason: str,
     windows_per_batch: int | None = None,
-    strategy: str | None = None,
 ) -> ProjectExec:
     """Turn the logical plan of a window query into its physical plan."""
     outputs, having, aggregate, where, scan = _unwrap(root)
     fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
     pane_length, panes_per_window, panes_per_slide = window_parameters(aggregate.window)
     scan_exec = StreamScanExec(scan.stream, scan.columns)
-    lift = LiftExec(scan_exec, where, aggregate.keys, fields)
-    if strategy is None:
-        strategy = default_strategy(backend, aggregate.window)
+    lift = LiftExec((scan_exec,), where, aggregate.keys, fields)
     window_exec = WindowAggregateExec(
-        child=lift,
+        children=(lift,),
         window=aggregate.window,
         pane_length=pane_length,
         panes_per_window=panes_per_window,
@@ -298,14 +375,23 @@ def plan(
         windows_per_batch=windows_per_batch
         or default_windows_per_batch(panes_per_window, panes_per_slide),
         aggregates=aggregate_plans,
-        strategy=strategy,
         backend=backend,
         backend_reason=backend_reason,
+        placements=window_placements(aggregate.window, backend, backend_reason),
     )
     top: FilterExec | WindowAggregateExec = window_exec
     if having is not None:
-        top = FilterExec(window_exec, having)
-    return ProjectExec(top, outputs)
+        top = FilterExec(
+            (window_exec,),
+            having,
+            (expression_placement("filter", backend, backend_reason, (having,), window_exec),),
+        )
+    expressions = tuple(o.expression for o in outputs)
+    return ProjectExec(
+        (top,),
+        outputs,
+        (expression_placement("project", backend, backend_reason, expressions, window_exec),),
+    )
 
 
 def default_windows_per_batch(panes_per_window: int, panes_per_slide: int) -> int:
@@ -316,10 +402,81 @@ def default_windows_per_batch(panes_per_window: int, panes_per_slide: int) -> in
     return max(DEFAULT_WINDOWS_PER_BATCH, -(-panes_per_window // panes_per_slide))
 
 
-def default_strategy(backend: str, window: WindowSpec) -> str:
-    """The name of the pane pre-aggregation and window strategy a backend uses."""
+# -- placement: which backend runs each step, and why ------------------------------------
+
+# Why a step of a GPU plan runs on the CPU (EXPLAIN prints these after "because").
+COUNT_TREE_ON_CPU = "count windows' per-key tuple segments have no GPU tree kernel"
+FINALIZE_ON_CPU = "the window values are finalized on the host after their device-to-host copy"
+
+
+def window_placements(window: WindowSpec, backend: str, reason: str) -> tuple[Placement, ...]:
+    """The steps of the window operator: lift, merge, tree, finalize (time windows); lift,
+    tree, finalize (count windows: per-tuple partials, no pane merge)."""
     if window.kind is WindowKind.COUNT:
-        return "count-panes+tree"
+        steps = ("lift", "tree", "finalize")
+    else:
+        steps = ("lift", "merge", "tree", "finalize")
+    placements = []
+    for step in steps:
+        if backend == "gpu" and step == "tree" and window.kind is WindowKind.COUNT:
+            placements.append(Placement(step, "cpu", COUNT_TREE_ON_CPU))
+        elif backend == "gpu" and step == "finalize":
+            placements.append(Placement(step, "cpu", FINALIZE_ON_CPU))
+        else:
+            placements.append(Placement(step, backend, reason))
+    return tuple(placements)
+
+
+def expression_placement(
+    step: str,
+    backend: str,
+    reason: str,
+    expressions: tuple[exp.Expression, ...],
+    window: WindowAggregateExec,
+) -> Placement:
+    """The placement of a Filter or Project step over the window results of `window`: on a
+    GPU plan, the GPU unless the generated project kernel cannot evaluate an expression
+    (`codegen_project.gpu_unsupported_reason`, e.g. a STRING comparison)."""
     if backend == "gpu":
-        return "hash-preaggregate+tree"
-    return "pane-preaggregate+tree"
+        # codegen imports this module: the renderer is looked up when a plan is made
+        from mangonel.compiler.codegen_project import gpu_unsupported_reason
+        from mangonel.compiler.typing import TypeEnv
+
+        env = TypeEnv(
+            columns={k.name: k.type for k in window.keys},
+            aggregates=tuple(a.result_type for a in window.aggregates),
+        )
+        unsupported = gpu_unsupported_reason(expressions, env)
+        if unsupported is not None:
+            return Placement(step, "cpu", unsupported)
+    return Placement(step, backend, reason)
+
+
+def with_backend(root: ProjectExec, backend: str, reason: str) -> ProjectExec:
+    """The same plan planned for another backend (placements decided again)."""
+
+    def rebuild(node: PhysicalNode) -> PhysicalNode:
+        children = tuple(rebuild(child) for child in node.children)
+        if isinstance(node, WindowAggregateExec):
+            placements = window_placements(node.window, backend, reason)
+            return replace(
+                node,
+                children=children,
+                backend=backend,
+                backend_reason=reason,
+                placements=placements,
+            )
+        if isinstance(node, FilterExec):
+            window = find(children[0], WindowAggregateExec)
+            step = expression_placement("filter", backend, reason, (node.predicate,), window)
+            return replace(node, children=children, placements=(step,))
+        if isinstance(node, ProjectExec):
+            expressions = tuple(o.expression for o in node.outputs)
+            window = find(children[0], WindowAggregateExec)
+            step = expression_placement("project", backend, reason, expressions, window)
+            return replace(node, children=children, placements=(step,))
+        return replace(node, children=children) if children else node
+
+    rebuilt = rebuild(root)
+    assert isinstance(rebuilt, ProjectExec)
+    return rebuilt

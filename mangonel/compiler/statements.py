@@ -58,7 +58,7 @@ class PlannedQuery:
 
     @property
     def backend(self) -> str:
-        return physical.unpack(self.plan).window.backend
+        return physical.plan_backend(self.plan)
 
     def explain(self, codegen: bool = False, format: str = "text") -> str | dict:
         """The physical plan as text (or a dict with format='json'); codegen=True appends the

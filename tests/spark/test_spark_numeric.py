@@ -99,8 +99,8 @@ def test_generated_spark_sql_never_raises_and_equals_standalone(spark):
     columns = {name: table[name].combine_chunks() for name in types}
     for text in EXPRESSIONS:
         plan = session.sql(f"SELECT COUNT(*) AS n FROM t [RANGE 1 SECOND] WHERE ({text}) IS NULL")
-        scan = ph.unpack(plan.plan).scan
-        predicate = ph.unpack(plan.plan).lift.predicate
+        scan = ph.find(plan.plan, ph.StreamScanExec)
+        predicate = ph.find(plan.plan, ph.LiftExec).predicate
         expression = predicate.this.this  # (text) IS NULL -> text
         rendered = lift_sql(expression, scan)
         theirs = [row[0] for row in frame.selectExpr(rendered).collect()]
@@ -207,8 +207,7 @@ def test_arrow_stage1_partials_follow_the_kernels():
     window operator's own lift gives: NaN is the largest value, the MIN/MAX neutrals of an
     all-NULL pane are the true extremes, AVG's sum is a DOUBLE sum, m2 is NaN for non-finite
     data."""
-    from mangonel.runtime.local.query import kernels_for
-    from mangonel.runtime.operators.window import make_operator
+    from mangonel.runtime.local.query import LocalQuery
     from mangonel.runtime.spark.stage1 import argument_column, arrow_preaggregate, spark_name
 
     session = mg.Session(backend="cpu")
@@ -217,7 +216,7 @@ def test_arrow_stage1_partials_follow_the_kernels():
         "SELECT MIN(d) AS lo, MAX(d) AS hi, VAR_POP(d) AS v, AVG(b) AS a, SUM(b) AS s, "
         "MAX(b) AS mb FROM t [RANGE 1 SECOND]"
     ).plan
-    pipeline = ph.unpack(plan)
+    window = ph.find(plan, ph.WindowAggregateExec)
     second = 1_000_000
     ts = [0, 1, 2, second, second + 1, 2 * second, 3 * second, 3 * second + 1]
     d = [1.0, math.nan, 3.0, math.nan, math.nan, math.inf, None, None]
@@ -230,15 +229,15 @@ def test_arrow_stage1_partials_follow_the_kernels():
             "d": pa.array(d, pa.float64()),
         }
     )
-    ours = make_operator(pipeline, kernels_for("cpu")).lift(rows)
+    ours = LocalQuery(plan).window_operator.lift(rows)
     # stage 1's input: pane id and one column per distinct argument (b, d in field order)
     columns = {"__pane": pa.array([t // second for t in ts], pa.int64())}
     arguments = []
-    for field in pipeline.window.fields:
+    for field in window.fields:
         if field.argument is not None and field.argument not in arguments:
             arguments.append(field.argument)
             columns[argument_column(len(arguments) - 1)] = rows[field.argument.name]
-    theirs = arrow_preaggregate(pipeline.window)(pa.table(columns))
+    theirs = arrow_preaggregate(window)(pa.table(columns))
     assert theirs.num_rows == ours.num_rows == 4
     for name in ours.schema.names:
         if name == "__pane":
@@ -248,7 +247,7 @@ def test_arrow_stage1_partials_follow_the_kernels():
         assert all(_same(x, y) for x, y in zip(left, right, strict=True)), (name, left, right)
     by_kind = {
         (f.kind, f.argument.name, f.type): spark_name(f.name)
-        for f in pipeline.window.fields
+        for f in window.fields
         if f.argument is not None and f.kind is not ph.StateKind.MOMENTS
     }
     column = {key: theirs.column(name).to_pylist() for key, name in by_kind.items()}

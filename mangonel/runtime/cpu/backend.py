@@ -219,7 +219,7 @@ def tuple_partials(
     """The per-tuple partial state of every field: neutral where the argument is NULL. Rows
     that do not contribute get slot -1 and are never merged, so their partials are whatever
     is cheapest (no masking pass when an argument has no NULLs)."""
-    column_types = {c.name: c.type for c in lift.child.columns}
+    column_types = {c.name: c.type for c in lift.scan.columns}
     evaluated: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     partials: dict[str, tuple[np.ndarray, ...]] = {}
     rows = contributes.astype(np.int64)
@@ -271,7 +271,7 @@ class CpuKernels:
     def lift_tuples(self, lift: LiftExec, batch: pa.RecordBatch) -> LiftedTuples:
         length = batch.num_rows
         columns = batch_columns(batch)
-        scan = lift.child
+        scan = lift.scan
         event_time_name = scan.stream.event_time
         event_time, has_event_time = to_values(_column(columns, event_time_name), np.int64)
         contributes = has_event_time.copy()

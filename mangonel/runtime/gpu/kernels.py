@@ -10,8 +10,10 @@ device through pinned staging buffers on a copy stream (`gpu.staging`), only tho
 reads, STRING as int32 ids and BOOLEAN as one byte. Modules come from a `CompileContext`
 (`gpu.compile`); tuning comes from `GpuOptions` (`compiler.options`).
 
-Run on the host (documented fallbacks, small data): stage 1 of the split Spark form
-(`preaggregate`) and the count-window tree (`segment_windows`), which reuse the CPU kernels.
+Not here: stage 1's pane pre-aggregation of the split Spark form (`preaggregate`) and the
+count-window tree (`segment_windows`). The plan places those steps on the CPU
+(`physical.window_placements`, `spark.planner`), so the operators call the CPU kernels for
+them and EXPLAIN says so.
 """
 
 from __future__ import annotations
@@ -365,28 +367,6 @@ class GpuKernels:
         cp = device.cupy()
         slots64 = slots.astype(cp.int64)
         return cp.where(slots64 >= 0, slots64 * state.pane_capacity + (panes - state.origin), -1)
-
-    def preaggregate(self, slots, panes, partials, fields):
-        # stage 1 of the split (Spark) form runs on the host: its output crosses processes
-        host = {name: tuple(self.to_host(v) for v in values) for name, values in partials.items()}
-        from mangonel.runtime.cpu import backend as cpu  # fallback: helper "tree" removes it
-
-        return cpu.CpuKernels().preaggregate(
-            self.to_host(slots).astype(np.int64), self.to_host(panes), host, fields
-        )
-
-    def segment_windows(
-        self, fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch
-    ):
-        # count windows: the per-key tuple segments are small and irregular; the CPU tree
-        # answers them (documented fallback), results moved back to the device
-        host = {name: tuple(self.to_host(v) for v in values) for name, values in leaves.items()}
-        from mangonel.runtime.cpu import backend as cpu  # fallback: helper "tree" removes it
-
-        result = cpu.CpuKernels().segment_windows(
-            fields, host, base, windows, panes_per_slide, panes_per_window, windows_per_batch
-        )
-        return {name: tuple(self.from_host(v) for v in values) for name, values in result.items()}
 
     def to_host(self, array) -> np.ndarray:
         cp = device.cupy()

@@ -186,7 +186,7 @@ def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
         "windows_fired": metrics.windows_fired,
         "late": metrics.late_tuples_dropped,
         "bytes_per_tuple": BYTES_PER_TUPLE,
-        "strategy": query.pipeline.window.strategy,
+        "strategy": ph.find(query.plan, ph.WindowAggregateExec).strategy,
         "fired_after_every_batch": True,
         "lookahead": True,
     }

@@ -7,32 +7,11 @@ from collections.abc import Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from mangonel.compiler.options import GpuOptions
-from mangonel.compiler.physical import ProjectExec, unpack
-from mangonel.errors import BackendUnavailableError
-from mangonel.runtime.operators.base import OperatorMetrics, as_record_batch
-from mangonel.runtime.operators.kernels import WindowKernels
-from mangonel.runtime.operators.results import output_schema
-from mangonel.runtime.operators.window import make_operator
-
-
-def kernels_for(backend: str, gpu_options: GpuOptions | None = None) -> WindowKernels:
-    """The kernels of a plan's backend ("cpu" or "gpu"); the GPU module loads lazily.
-    `gpu_options` tunes the GPU kernels (None: the defaults)."""
-    if backend == "cpu":
-        from mangonel.runtime.cpu.backend import CpuKernels
-
-        return CpuKernels()
-    if backend == "gpu":
-        try:
-            from mangonel.runtime.gpu.kernels import GpuKernels
-
-            return GpuKernels(options=gpu_options)
-        except (ImportError, AttributeError) as error:
-            raise BackendUnavailableError(
-                f"the GPU backend cannot be loaded here ({error}); plan the query with "
-                "backend='cpu' or install CuPy on a machine with an NVIDIA GPU"
-            ) from error
-    raise BackendUnavailableError(f"unknown backend {backend!r}; use 'cpu' or 'gpu'")
+from mangonel.compiler.physical import ProjectExec
+from mangonel.runtime.operators.base import OperatorBase, as_record_batch
+from mangonel.runtime.operators.protocol import OperatorMetrics
+from mangonel.runtime.operators.tree import OperatorTree
+from mangonel.runtime.operators.window import WindowOperator
 
 
 class LocalQuery:
@@ -40,16 +19,20 @@ class LocalQuery:
 
     Every input batch is one micro-batch: the watermark moves only after it. `stream` yields
     results as windows fire (end of input fires the rest); `run` collects them in a table.
-    `snapshot()`/`restore()` save and load the operator state between two batches.
+    `snapshot()`/`restore()` save and load the operator state between two batches. The plan's
+    operators form `self.operator` (an `OperatorTree`, driven through the operator protocol).
     `gpu_options` tunes the GPU kernels of a GPU plan (None: the defaults).
     """
 
     def __init__(self, plan: ProjectExec, *, gpu_options: GpuOptions | None = None) -> None:
         self.plan = plan
-        self.pipeline = unpack(plan)
-        self.kernels = kernels_for(self.pipeline.window.backend, gpu_options)
-        self.operator = make_operator(self.pipeline, self.kernels)
-        self.schema = output_schema(self.pipeline)
+        self.operator = OperatorTree(plan, gpu_options=gpu_options)
+        self.schema = self.operator.schema
+
+    @property
+    def window_operator(self) -> WindowOperator:
+        """The window operator of the tree (its state, conformance and split form)."""
+        return self.operator.find(OperatorBase)  # type: ignore[return-value]
 
     def stream(
         self, batches: Iterable[pa.RecordBatch | pa.Table], lookahead: bool | None = None

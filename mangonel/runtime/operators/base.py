@@ -1,37 +1,26 @@
 """What both window operators share: input conformance, watermark, metrics, the partial
-wire format of the split (Spark) form, and the snapshot header."""
+wire format of the split (Spark) form, the snapshot header, and the operator protocol's
+entries (`process`, `on_watermark`, `finish`; see protocol.py)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from mangonel.compiler.physical import StateKind, WindowPipeline
+from mangonel.compiler import physical as ph
+from mangonel.compiler.physical import StateKind
 from mangonel.errors import DataError
 from mangonel.runtime.operators.conform import INT64_MIN, BatchConformer, event_time_range
-from mangonel.runtime.operators.kernels import WindowKernels
-from mangonel.runtime.operators.results import project
+from mangonel.runtime.operators.protocol import OperatorMetrics
+from mangonel.runtime.operators.registry import StepKernels
+from mangonel.runtime.operators.results import window_result_batch, window_result_schema
 from mangonel.runtime.operators.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION
 
 PANE_META = "__pane"
 EVENT_TIME_META = "__ts"
-
-
-@dataclass(frozen=True)
-class OperatorMetrics:
-    tuples_in: int
-    late_tuples_dropped: int
-    null_event_time_dropped: int
-    windows_fired: int
-    rows_out: int
-    state_bytes: int
-    # tuples whose event time lies outside `event_time_range` (a window bound would not fit
-    # int64): dropped and counted like NULL event times, but apart from them
-    event_time_out_of_range_dropped: int = 0
 
 
 def as_record_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
@@ -54,16 +43,25 @@ def partial_column_name(field_name: str, part: int, parts: int) -> str:
 
 
 class OperatorBase:
-    kind = ""
+    """The window operator of a `WindowAggregateExec` (its Lift and StreamScan fused in): it
+    reads the stream's batches and emits window results (`physical.window_result_columns`).
+    `kernels` gives each step the kernels of the backend its placement names; `self.kernels`
+    are the lift's (key map, pane state and merge run beside it)."""
 
-    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
-        self.pipeline = pipeline
-        self.kernels = kernels
-        self.window = pipeline.window
-        self.spec = pipeline.window.window
-        self.fields = pipeline.lift.fields
-        self.key_types = tuple(k.type for k in pipeline.lift.keys)
-        self.keys = kernels.new_key_map(self.key_types)
+    kind = ""
+    stateful = True
+
+    def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
+        self.node = node
+        self.lift_node = node.lift
+        self.step_kernels = kernels
+        self.kernels = kernels("lift")
+        self.window = node
+        self.spec = node.window
+        self.fields = node.fields
+        self.schema = window_result_schema(node)
+        self.key_types = tuple(k.type for k in node.keys)
+        self.keys = self.kernels.new_key_map(self.key_types)
         self.watermark: int | None = None  # None is -infinity
         self.max_event_time: int | None = None
         self.tuples_in = 0
@@ -72,7 +70,7 @@ class OperatorBase:
         self.windows_fired = 0
         self.rows_out = 0
         self.finished = False
-        scan = pipeline.lift.child
+        scan = node.lift.scan
         self.conform = BatchConformer(
             scan.columns, scan.stream.name, scan.stream.event_time, event_time_range(self.spec)
         )
@@ -115,7 +113,7 @@ class OperatorBase:
         self._conformed = [*self._conformed[-1:], (batch, conformed)]
         return conformed
 
-    def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
+    def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         """Lift + merge one batch, then update the watermark and fire (standalone form)."""
         conformed, out_of_range = self._input(batch)
         self._process(conformed)
@@ -145,7 +143,7 @@ class OperatorBase:
             conformed, _ = self._input(batch)
         except DataError:
             return  # `process` of this batch raises it, after the batches before it ran
-        self.kernels.prefetch(self.pipeline.lift, self.window, conformed)
+        self.kernels.prefetch(self.lift_node, self.window, conformed)
 
     def _count_out_of_range(self, count: int) -> None:
         """The lift saw out-of-range event times as NULL: count them apart."""
@@ -162,6 +160,15 @@ class OperatorBase:
             self.watermark = watermark
         return self._fire(final=False)
 
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return self.advance_watermark(watermark)
+
+    def add_rows_out(self, rows: int) -> None:
+        """Rows the plan above emitted from this operator's results (after HAVING): the
+        `OperatorTree` counts them here, so the snapshot header keeps the query's counters
+        together (`rows_out`)."""
+        self.rows_out += rows
+
     def finish(self) -> list[pa.RecordBatch]:
         """End of input: everything fires."""
         self.finished = True
@@ -171,9 +178,7 @@ class OperatorBase:
         self.windows_fired += len(starts)
         if not len(starts):
             return []
-        batch = project(self.pipeline, keys, aggregates, starts, ends)
-        self.rows_out += batch.num_rows
-        return [batch] if batch.num_rows else []
+        return [window_result_batch(self.schema, keys, aggregates, starts, ends)]
 
     def _header(self) -> dict[str, Any]:
         return {
@@ -224,7 +229,7 @@ class OperatorBase:
         host = self.kernels.to_host
         selection = pa.array(np.asarray(rows, np.int64), pa.int64())
         arrays = [key.take(selection) for key in lifted.keys]
-        names = [k.name for k in self.pipeline.lift.keys]
+        names = [k.name for k in self.node.keys]
         arrays.append(pa.array(host(extra), pa.int64()))
         names.append(extra_name)
         for name, parts in field_arrays(self.fields):
@@ -246,7 +251,7 @@ class OperatorBase:
         self.null_event_time += int(metadata.get("mangonel.null_event_time", 0))
         self.out_of_range += int(metadata.get("mangonel.event_time_out_of_range", 0))
         self._observe(json.loads(metadata.get("mangonel.max_event_time", "null")))
-        keys = [partials.column(k.name) for k in self.pipeline.lift.keys]
+        keys = [partials.column(k.name) for k in self.node.keys]
         device = self.kernels.from_host
         extra = device(np.asarray(partials.column(extra_name)).astype(np.int64))
         values = {}

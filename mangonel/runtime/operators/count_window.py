@@ -16,13 +16,14 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
-from mangonel.compiler.physical import StateKind, WindowPipeline
+from mangonel.compiler import physical as ph
+from mangonel.compiler.physical import StateKind
 from mangonel.runtime.operators.base import (
     EVENT_TIME_META,
     OperatorBase,
     field_arrays,
 )
-from mangonel.runtime.operators.kernels import WindowKernels
+from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
 from mangonel.runtime.operators.snapshot import pack, unpack
 
@@ -32,8 +33,10 @@ class CountWindowOperator(OperatorBase):
 
     kind = "count"
 
-    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
-        super().__init__(pipeline, kernels)
+    def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
+        super().__init__(node, kernels)
+        # the per-key tree over host-side tuple segments: the backend its placement names
+        self.tree_kernels = kernels("tree")
         self.size = self.spec.size
         self.slide = self.spec.slide
         self.arrivals = 0  # arrival sequence number of the next tuple (ties in event time)
@@ -64,7 +67,7 @@ class CountWindowOperator(OperatorBase):
         return columns
 
     def _process(self, batch: pa.RecordBatch) -> None:
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, batch)
+        lifted = self.kernels.lift_tuples(self.lift_node, batch)
         self.tuples_in += lifted.rows
         self.null_event_time += lifted.null_event_time
         self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
@@ -73,7 +76,7 @@ class CountWindowOperator(OperatorBase):
     def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
         conformed, out_of_range = self._lift_input(batch)
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, conformed)
+        lifted = self.kernels.lift_tuples(self.lift_node, conformed)
         lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
         rows = np.nonzero(self.kernels.to_host(lifted.contributes))[0]
         partials = {
@@ -154,7 +157,7 @@ class CountWindowOperator(OperatorBase):
             name: tuple(self.final[f"{name}.{part}"] for part in range(parts))
             for name, parts in field_arrays(self.fields)
         }
-        values = self.kernels.segment_windows(
+        values = self.tree_kernels.segment_windows(
             self.fields, leaves, base, windows, m, n, self.window.windows_per_batch
         )
         slot_of_row = np.repeat(keys_firing, windows)
@@ -164,7 +167,7 @@ class CountWindowOperator(OperatorBase):
         starts = self.final["ts"][first_leaf]
         ends = self.final["ts"][first_leaf + n - 1] + 1
         order = np.lexsort((slot_of_row, window_of_row))
-        host = self.kernels.to_host
+        host = self.tree_kernels.to_host
         chosen = {
             name: tuple(host(part)[order] for part in parts) for name, parts in values.items()
         }

@@ -11,7 +11,8 @@ path: it hands them back to the kernels. A backend supplies:
   pane partials into it (pane pre-aggregation), `windows` runs the batched pane aggregation
   tree over runs of consecutive windows and returns finalizable field values;
 - `preaggregate`: stage 1 of the split (Spark) form: per-tuple partials -> one partial per
-  (key, pane) of a batch;
+  (key, pane) of a batch (a step of its own: placed on the CPU for GPU plans, whose kernels
+  lack it, as is `segment_windows`, the count-window tree);
 - `to_host` / `from_host`: move an array to / from numpy (results, snapshots);
 - `lift_merge`: the fused standalone entry (`process`): lift + key slots + pane + lateness +
   merge of one batch in one pass where the backend can (GPU: one generated kernel), with the

@@ -25,33 +25,18 @@ import pyarrow as pa
 from sqlglot import exp
 
 from mangonel.catalog.types import SqlType, type_from_arrow
+from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import OutputColumn
+from mangonel.compiler.physical import AGGREGATE_PREFIX, WINDOW_END, WINDOW_START, aggregate_column
 from mangonel.compiler.typing import TypeEnv
-
-WINDOW_START = "__window_start"
-WINDOW_END = "__window_end"
-AGGREGATE_PREFIX = "__aggregate_"
-_BOUND_COLUMNS = {"start": WINDOW_START, "end": WINDOW_END}
-
-
-def aggregate_column(number: int) -> str:
-    """The window-result column of aggregate number `number` (AggregateRef(number))."""
-    return f"{AGGREGATE_PREFIX}{number}"
 
 
 def window_result_schema(
     keys: Sequence[tuple[str, SqlType]], aggregate_types: Sequence[SqlType]
 ) -> pa.Schema:
-    """The schema of the window operator's result batches (keys, bounds, aggregates)."""
-    timestamp = SqlType.TIMESTAMP.info.arrow
-    return pa.schema(
-        [pa.field(name, sql_type.info.arrow) for name, sql_type in keys]
-        + [pa.field(WINDOW_START, timestamp), pa.field(WINDOW_END, timestamp)]
-        + [
-            pa.field(aggregate_column(i), sql_type.info.arrow)
-            for i, sql_type in enumerate(aggregate_types)
-        ]
-    )
+    """The schema of the window operator's result batches (`physical.result_columns`)."""
+    columns = ph.result_columns(keys, aggregate_types)
+    return pa.schema([pa.field(name, sql_type.info.arrow) for name, sql_type in columns])
 
 
 @dataclass(frozen=True)
@@ -157,6 +142,7 @@ class _Stateless:
     empty snapshot."""
 
     schema: pa.Schema
+    stateful = False
 
     def __init__(self) -> None:
         self.rows_in = 0

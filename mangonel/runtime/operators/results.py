@@ -1,4 +1,5 @@
-"""Finalize, HAVING and the output projection of a window firing (host side, Arrow)."""
+"""Finalize of a window firing: aggregate results from state-field values (host side, Arrow),
+and the window-result batch the window operator emits (`physical.window_result_columns`)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
+from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import AggregateFunction
-from mangonel.compiler.physical import AggregatePlan, WindowPipeline
-from mangonel.runtime.cpu.evaluation import evaluate_expression
-from mangonel.runtime.host.arrays import array_with_nulls, to_mask
+from mangonel.compiler.physical import AggregatePlan
+from mangonel.runtime.host.arrays import array_with_nulls
+from mangonel.runtime.operators import project
 
 
 def finalize(
@@ -62,58 +64,19 @@ def _timestamps(micros: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(_TIMESTAMP_UTC, len(micros), [None, pa.py_buffer(micros)])
 
 
-def project(
-    pipeline: WindowPipeline,
+def window_result_schema(node: ph.WindowAggregateExec) -> pa.Schema:
+    """The Arrow schema of the window operator's result batches."""
+    keys = [(k.name, k.type) for k in node.keys]
+    return project.window_result_schema(keys, [a.result_type for a in node.aggregates])
+
+
+def window_result_batch(
+    schema: pa.Schema,
     keys: list[pa.Array],
     aggregates: list[pa.Array],
     window_start: np.ndarray,
     window_end: np.ndarray,
 ) -> pa.RecordBatch:
-    """HAVING first, then the plan's output expressions, typed as the plan says."""
-    length = len(window_start)
-    key_columns = pipeline.lift.keys
-    column_types = {c.name: c.type for c in key_columns}
-    columns = {c.name: array for c, array in zip(key_columns, keys, strict=True)}
-    aggregate_types = [p.result_type for p in pipeline.window.aggregates]
-    bounds = {"start": _timestamps(window_start), "end": _timestamps(window_end)}
-    if pipeline.having is not None and length:
-        keep = to_mask(
-            evaluate_expression(
-                pipeline.having,
-                column_types,
-                columns,
-                aggregates=aggregates,
-                aggregate_types=aggregate_types,
-                window_bounds=bounds,
-                length=length,
-            )
-        )
-        if not keep.all():
-            selection = pa.array(np.nonzero(keep)[0], pa.int64())
-            columns = {name: array.take(selection) for name, array in columns.items()}
-            aggregates = [array.take(selection) for array in aggregates]
-            bounds = {name: array.take(selection) for name, array in bounds.items()}
-            length = int(keep.sum())
-    arrays, fields = [], []
-    for output in pipeline.outputs:
-        arrow_type = output.type.info.arrow
-        array = evaluate_expression(
-            output.expression,
-            column_types,
-            columns,
-            aggregates=aggregates,
-            aggregate_types=aggregate_types,
-            window_bounds=bounds,
-            length=length,
-        )
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        if array.type != arrow_type:
-            array = array.cast(arrow_type)
-        arrays.append(array)
-        fields.append(pa.field(output.name, arrow_type))
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
-
-
-def output_schema(pipeline: WindowPipeline) -> pa.Schema:
-    return pa.schema([pa.field(o.name, o.type.info.arrow) for o in pipeline.outputs])
+    """One row per fired (window, key): keys, bounds, aggregate results (no copy)."""
+    arrays = [*keys, _timestamps(window_start), _timestamps(window_end), *aggregates]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -39,11 +39,18 @@ apart (`event_time_out_of_range_dropped`; they do not move the watermark).
 Other decisions: tuples with a NULL event time are dropped and counted
 (`null_event_time_dropped`, whatever WHERE says); `late_tuples_dropped` counts late tuples
 that passed WHERE (a tuple WHERE removes is not "dropped as late"); `windows_fired` counts
-(window, key) results before HAVING, `rows_out` the rows after it.
+(window, key) results before HAVING, `rows_out` the rows after it (counted by the
+`tree.OperatorTree` that pushes the results through Filter and Project).
+
+Output: window results (`physical.window_result_columns`: keys, `__window_start`,
+`__window_end`, `__aggregate_<i>`), one row per fired (window, key) in the order above;
+HAVING and the SELECT list are the Filter and Project operators above it (`project`).
 
 The shared part of both operators (input, watermark, metrics, partials, snapshot header)
-is `base.OperatorBase`; count windows are `count_window.CountWindowOperator`; finalize,
-HAVING and the output projection are `results`; the snapshot codec is `snapshot`.
+is `base.OperatorBase`; count windows are `count_window.CountWindowOperator`; finalize and
+the window-result batch are `results`; the snapshot codec is `snapshot`; the registry's
+factory is `make_window_operator`, and `kernels` (a `registry.StepKernels`) gives each step
+the kernels of the backend its placement names.
 """
 
 from __future__ import annotations
@@ -54,11 +61,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import WindowKind
-from mangonel.compiler.physical import WindowPipeline
+from mangonel.errors import PlanError
 from mangonel.runtime.operators.base import PANE_META, OperatorBase, field_arrays
 from mangonel.runtime.operators.count_window import CountWindowOperator
-from mangonel.runtime.operators.kernels import PaneTarget, WindowKernels
+from mangonel.runtime.operators.kernels import PaneTarget
+from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
 from mangonel.runtime.operators.snapshot import pack, unpack
 
@@ -96,8 +105,16 @@ class TimeWindowOperator(OperatorBase):
 
     kind = "time"
 
-    def __init__(self, pipeline: WindowPipeline, kernels: WindowKernels) -> None:
-        super().__init__(pipeline, kernels)
+    def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
+        super().__init__(node, kernels)
+        for step in ("merge", "tree"):
+            # the pane state lives with the lift's kernels: merge and tree run where it is
+            if kernels.backend_of(step) != kernels.backend_of("lift"):
+                raise PlanError(
+                    f"time windows run lift, merge and tree on one backend; the plan places "
+                    f"lift on {kernels.backend_of('lift')} and {step} on "
+                    f"{kernels.backend_of(step)}"
+                )
         self.pane_length = self.window.pane_length
         self.panes_per_window = self.window.panes_per_window
         self.panes_per_slide = self.window.panes_per_slide
@@ -114,7 +131,7 @@ class TimeWindowOperator(OperatorBase):
         path, so segments and first-seen key order stay the driver's decisions."""
         target, segment = self._fused_target()
         fused = self.kernels.lift_merge(
-            self.pipeline.lift, self.window, batch, self.keys, target, self.watermark
+            self.lift_node, self.window, batch, self.keys, target, self.watermark
         )
         self.tuples_in += fused.rows
         self.null_event_time += fused.null_event_time
@@ -152,12 +169,20 @@ class TimeWindowOperator(OperatorBase):
     def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1 (stateless): one row of partial state per (key, pane) of the batch."""
         conformed, out_of_range = self._lift_input(batch)
-        lifted = self.kernels.lift_tuples(self.pipeline.lift, conformed)
+        lifted = self.kernels.lift_tuples(self.lift_node, conformed)
         lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
         panes = self.kernels.pane_ids(lifted, self.pane_length)
         local_keys = self.kernels.new_key_map(self.key_types)
         slots = local_keys.map_columns(lifted.keys, lifted.contributes)
-        rows, pane_of_row, partials = self.kernels.preaggregate(
+        preaggregate = self.step_kernels("preaggregate")
+        if preaggregate is not self.kernels:  # placed apart (Spark's planner): move the rows
+            host = self.kernels.to_host
+            slots, panes = host(slots).astype(np.int64, copy=False), host(panes)
+            lifted.partials = {
+                name: tuple(preaggregate.from_host(host(part)) for part in parts)
+                for name, parts in lifted.partials.items()
+            }
+        rows, pane_of_row, partials = preaggregate.preaggregate(
             slots, panes, lifted.partials, self.fields
         )
         return self._partial_batch(lifted, rows, PANE_META, pane_of_row, partials, out_of_range)
@@ -473,7 +498,11 @@ class TimeWindowOperator(OperatorBase):
 WindowOperator = TimeWindowOperator | CountWindowOperator
 
 
-def make_operator(pipeline: WindowPipeline, kernels: WindowKernels) -> WindowOperator:
-    if pipeline.window.window.kind is WindowKind.COUNT:
-        return CountWindowOperator(pipeline, kernels)
-    return TimeWindowOperator(pipeline, kernels)
+def make_window_operator(
+    node: ph.WindowAggregateExec, input_schema: pa.Schema | None, kernels: StepKernels
+) -> WindowOperator:
+    """The registry's factory of `WindowAggregateExec` (every backend: the driver is
+    backend-neutral, `kernels` are the backend's)."""
+    if node.window.kind is WindowKind.COUNT:
+        return CountWindowOperator(node, kernels)
+    return TimeWindowOperator(node, kernels)

@@ -23,7 +23,6 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from mangonel.compiler import physical as ph
-from mangonel.compiler.explain import format_duration
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.sql import aggregate_sql, lift_sql, output_sql
@@ -88,20 +87,21 @@ def resolve_outputs(expression: exp.Expression, window: ph.WindowAggregateExec) 
     return output_sql(expression, window, column)
 
 
-def native_query(pipeline: ph.WindowPipeline, watermarked: DataFrame) -> DataFrame:
+def native_query(plan: ph.ProjectExec, watermarked: DataFrame) -> DataFrame:
     """The query as Spark's streaming window aggregation (append mode); `watermarked` is the
     stream's DataFrame with Spark's watermark on the event time."""
-    window = pipeline.window
-    event_time = pipeline.scan.stream.event_time
+    window = ph.find(plan, ph.WindowAggregateExec)
+    scan = window.lift.scan
+    event_time = scan.stream.event_time
     rows = watermarked
-    if pipeline.lift.predicate is not None:
-        rows = rows.where(lift_sql(pipeline.lift.predicate, pipeline.scan))
+    if window.lift.predicate is not None:
+        rows = rows.where(lift_sql(window.lift.predicate, scan))
     size = f"{window.window.size} microseconds"
     slide = f"{window.window.slide} microseconds"
     keys = [F.col(quote(k.name)) for k in window.keys]
     aggregates = [
-        F.expr(aggregate_sql(plan, pipeline.scan)).alias(aggregate_column(number))
-        for number, plan in enumerate(window.aggregates)
+        F.expr(aggregate_sql(aggregate, scan)).alias(aggregate_column(number))
+        for number, aggregate in enumerate(window.aggregates)
     ]
     grouped = rows.groupBy(F.window(quote(event_time), size, slide).alias(WINDOW), *keys).agg(
         *aggregates
@@ -111,36 +111,13 @@ def native_query(pipeline: ph.WindowPipeline, watermarked: DataFrame) -> DataFra
         F.col(f"{WINDOW}.start").alias(WINDOW_START),
         F.col(f"{WINDOW}.end").alias(WINDOW_END),
     )
-    if pipeline.having is not None:
-        flat = flat.where(resolve_outputs(pipeline.having, window))
+    for having in (node for node in ph.walk(plan) if isinstance(node, ph.FilterExec)):
+        flat = flat.where(resolve_outputs(having.predicate, window))
     return flat.select(
         *[
             F.expr(resolve_outputs(output.expression, window))
             .cast(output.type.info.spark)
             .alias(output.name)
-            for output in pipeline.outputs
+            for output in plan.outputs
         ]
     )
-
-
-def native_stages_text(pipeline: ph.WindowPipeline, reason: str) -> str:
-    """The Spark side of a natively planned query, top (sink side) first."""
-    window = pipeline.window
-    stream = pipeline.scan.stream
-    keys = ", ".join(quote(k.name) for k in window.keys)
-    calls = [aggregate_sql(plan, pipeline.scan) for plan in window.aggregates]
-    predicate = pipeline.lift.predicate
-    where = f" where={lift_sql(predicate, pipeline.scan)}" if predicate is not None else ""
-    lines = [
-        f"Spark: native window aggregation (reason: {reason})",
-        f"  StreamingAggregate: group_by=[window({stream.event_time}, "
-        f"{format_duration(window.window.size)}, {format_duration(window.window.slide)})"
-        f"{', ' if keys else ''}{keys}] "
-        f"aggregates=[{', '.join(calls)}] output_mode=append fires=window_end<=watermark",
-        f"    Filter:{where or ' none'}",
-        f"      EventTimeWatermark: column={stream.event_time} "
-        f"delay={format_duration(window.window.watermark_delay_us)}",
-        f"        Source: stream={stream.name}"
-        + (f" source={stream.option('source')}" if stream.option("source") else ""),
-    ]
-    return "\n".join(lines)

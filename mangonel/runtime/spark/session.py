@@ -17,15 +17,12 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from mangonel.catalog.catalog import Table
-from mangonel.compiler import physical as ph
-from mangonel.compiler.explain import explain_text, format_duration, format_expression
-from mangonel.compiler.logical import WindowKind
+from mangonel.compiler.explain import explain_text
 from mangonel.compiler.statements import PlannedQuery, StatementRunner
 from mangonel.errors import CatalogError, PlanError
 from mangonel.runtime.gpu.probe import gpu_status
@@ -33,7 +30,13 @@ from mangonel.runtime.spark import native as native_module
 from mangonel.runtime.spark import stage1 as stage1_module
 from mangonel.runtime.spark import stage2 as stage2_module
 from mangonel.runtime.spark.java import check_java
-from mangonel.runtime.spark.schema import quote, schema_from_spark
+from mangonel.runtime.spark.planner import (
+    STAGE1_KINDS,
+    SparkQueryPlan,
+    plan_spark,
+    spark_stages_text,
+)
+from mangonel.runtime.spark.schema import schema_from_spark
 from mangonel.runtime.spark.sources import create_source
 
 _EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN(\s+CODEGEN)?\s+", re.IGNORECASE)
@@ -79,18 +82,6 @@ def spark_interval(microseconds: int) -> str:
     return f"{microseconds} microseconds"
 
 
-@dataclass(frozen=True)
-class SparkQueryPlan:
-    """What one `sql()` built: mangonel's plan and the Spark side of it."""
-
-    text: str
-    plan: ph.ProjectExec
-    buckets: int
-    stage1: str  # "arrow" (CPU: Arrow hash aggregation) or "kernels" (the backend's lift)
-    native: bool = False  # planned as Spark's own window aggregation (native.py)
-    native_reason: str = ""
-
-
 class SparkMangonelSession:
     """A mangonel catalog whose streams are Spark streaming DataFrames.
 
@@ -112,7 +103,7 @@ class SparkMangonelSession:
         stage1: str | None = None,
         native: bool | None = None,
     ) -> None:
-        if stage1 not in (None, "arrow", "kernels"):
+        if stage1 not in (None, *STAGE1_KINDS):
             raise PlanError(f"stage1 must be 'arrow' or 'kernels', not {stage1!r}")
         self.spark = spark
         self.session = StatementRunner(backend, gpu_probe=gpu_status)
@@ -199,29 +190,32 @@ class SparkMangonelSession:
         """A window query as a streaming DataFrame with the query's output schema (append
         mode); `EXPLAIN <query>` returns the text of `explain`."""
         result = self.session.sql(query)
-        if isinstance(result, str):  # EXPLAIN [CODEGEN] <query>: mangonel's text, then Spark's
+        if isinstance(result, str):  # EXPLAIN [CODEGEN] <query>: mangonel's plan, Spark's, code
+            prefix = _EXPLAIN_PREFIX.match(query)
             inner = self.session.sql(_EXPLAIN_PREFIX.sub("", query, count=1))
-            codegen = result[len(explain_text(inner.plan)) :]
-            return self._explain(self._spark_plan(inner)) + codegen
+            text = self._explain(self._spark_plan(inner))
+            if prefix is not None and prefix.group(1):
+                from mangonel.compiler.codegen import explain_codegen
+
+                text += "\n" + explain_codegen(inner.plan)
+            return text
         return self._build(result)
 
     def _spark_plan(self, query: Any) -> SparkQueryPlan:
-        pipeline = ph.unpack(query.plan)
-        if pipeline.window.window.kind is WindowKind.COUNT:
-            raise PlanError(
-                "count windows (ROWS n SLIDE m) do not run inside Spark yet: their order is "
-                "per key over all partitions",
-            )
         partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions", "2"))
-        buckets = self.buckets or 2 * partitions
-        stage1 = self.stage1 or ("kernels" if pipeline.window.backend == "gpu" else "arrow")
-        choice = native_module.choose_native(pipeline.window, self.native)
-        return SparkQueryPlan(query.text, query.plan, buckets, stage1, choice.native, choice.reason)
+        return plan_spark(
+            query.text,
+            query.plan,
+            partitions=partitions,
+            buckets=self.buckets,
+            stage1=self.stage1,
+            native=self.native,
+        )
 
     def _build(self, query: Any) -> DataFrame:
         planned = self._spark_plan(query)
-        pipeline = ph.unpack(planned.plan)
-        stream = pipeline.scan.stream
+        window = planned.window
+        stream = window.lift.scan.stream
         source = self._frames.get(stream.name.lower())
         if source is None:
             raise CatalogError(
@@ -229,15 +223,17 @@ class SparkMangonelSession:
                 hint=f"register({stream.name!r}, spark.readStream..., event_time=...) or declare "
                 "it with WITH (source = 'generator' | 'parquet' | 'csv' | 'kafka', ...)",
             )
-        delay = pipeline.window.window.watermark_delay_us
+        delay = window.window.watermark_delay_us
         watermarked = source.withWatermark(stream.event_time, spark_interval(delay))
         self._last = planned
         if planned.native:
-            return native_module.native_query(pipeline, watermarked)
+            return native_module.native_query(planned.plan, watermarked)
         if planned.stage1 == "kernels":
-            partials = stage1_module.kernel_stage1(pipeline, watermarked, planned.buckets)
+            partials = stage1_module.kernel_stage1(
+                window, watermarked, planned.buckets, planned.stage1_placements
+            )
         else:
-            partials = stage1_module.stage1(pipeline.window, watermarked, planned.buckets)
+            partials = stage1_module.stage1(window, watermarked, planned.buckets)
         return stage2_module.stage2(planned.plan, partials)
 
     @property
@@ -258,42 +254,6 @@ class SparkMangonelSession:
 
     def _explain(self, planned: SparkQueryPlan) -> str:
         return explain_text(planned.plan) + "\n" + spark_stages_text(planned)
-
-
-def spark_stages_text(planned: SparkQueryPlan) -> str:
-    """The Spark side of a query, one operator per line, top (sink side) first."""
-    pipeline = ph.unpack(planned.plan)
-    if planned.native:
-        return native_module.native_stages_text(pipeline, planned.native_reason)
-    window = pipeline.window
-    stream = pipeline.scan.stream
-    keys = ", ".join(quote(k.name) for k in window.keys)
-    bucket = f"pmod(hash({keys}), {planned.buckets})" if keys else "0"
-    where = f"{stream.event_time} IS NOT NULL"
-    if pipeline.lift.predicate is not None:
-        where += f" AND ({format_expression(pipeline.lift.predicate)})"
-    if planned.stage1 == "arrow":
-        preaggregate = "arrow-hash-aggregate"
-        pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
-        native = f"where={where} pane={pane}"
-    else:
-        preaggregate = f"{window.backend}-lift-kernels"
-        native = "where=none (fused into the lift kernel)"
-    lines = [
-        "Spark:",
-        f"  Stage2 applyInPandasWithState: key={bucket} buckets={planned.buckets} "
-        "state=window-operator-snapshot output_mode=append timeout=event-time "
-        f"fires=window_end<=watermark backend={window.backend}",
-        f"    Exchange: hashpartitioning(bucket={bucket}) rows=(key, pane) partials",
-        f"      Stage1 mapInArrow: preaggregate={preaggregate} group_by=[{keys}"
-        f"{', ' if keys else ''}pane]",
-        f"        Stage1 native Project/Filter: {native}",
-        f"          EventTimeWatermark: column={stream.event_time} "
-        f"delay={format_duration(window.window.watermark_delay_us)}",
-        f"            Source: stream={stream.name}"
-        + (f" source={stream.option('source')}" if stream.option("source") else ""),
-    ]
-    return "\n".join(lines)
 
 
 __all__ = ["SparkMangonelSession", "local_spark"]

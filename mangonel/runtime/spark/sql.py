@@ -239,7 +239,7 @@ def output_sql(
     """Spark SQL of a HAVING or SELECT expression (over keys, window bounds and aggregate
     results); `names` gives the column that holds a window bound or an aggregate result."""
     env = TypeEnv(
-        columns=_lift_env(window.child.child).columns,  # key columns keep their names
+        columns=_lift_env(window.lift.scan).columns,  # key columns keep their names
         aggregates=tuple(plan.result_type for plan in window.aggregates),
     )
     return _render(expression, env, names)

@@ -107,8 +107,8 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
     """(WHERE text, projected columns) of the native part of stage 1. Only what the
     pre-aggregation reads crosses into Python (the JVM -> Arrow copy is stage 1's main cost):
     keys, pane id, aggregate arguments. Rows without an event time are dropped here."""
-    lift = window.child
-    scan = lift.child
+    lift = window.lift
+    scan = lift.scan
     where = f"{quote(scan.stream.event_time)} IS NOT NULL"
     if lift.predicate is not None:
         where += f" AND ({lift_sql(lift.predicate, scan)})"
@@ -255,15 +255,19 @@ def stage1(
     return partials.withColumn(BUCKET, bucket_column(window, buckets))
 
 
-def kernel_stage1(pipeline: ph.WindowPipeline, source: DataFrame, buckets: int) -> DataFrame:
+def kernel_stage1(
+    window: ph.WindowAggregateExec,
+    source: DataFrame,
+    buckets: int,
+    placements: tuple[ph.Placement, ...],
+) -> DataFrame:
     """Stage 1 with the backend's own lift kernels (the GPU backend's path): the scan columns
     go to `mapInArrow`, where the window operator's stateless `lift` filters, projects and
-    pre-aggregates each partition's rows in one fused pass."""
-    from mangonel.runtime.local.query import kernels_for
-    from mangonel.runtime.operators.window import make_operator
+    pre-aggregates each partition's rows in one fused pass, its steps placed as the Spark
+    planner's `placements` say."""
+    from mangonel.runtime.operators.tree import OperatorTree
 
-    window = pipeline.window
-    columns = [F.col(quote(c.name)) for c in pipeline.scan.columns]
+    columns = [F.col(quote(c.name)) for c in window.lift.scan.columns]
     schema = partial_schema(window)
     spark_schema = spark_partial_schema(window)
     carriers = carrier_rows(window, buckets)
@@ -276,7 +280,7 @@ def kernel_stage1(pipeline: ph.WindowPipeline, source: DataFrame, buckets: int) 
         table = pa.Table.from_batches(collected)
         if not table.num_rows:
             return
-        partials = make_operator(pipeline, kernels_for(window.backend)).lift(table)
+        partials = OperatorTree(window, extra_placements=placements).leaf().lift(table)
         if partials.num_rows:
             yield pa.RecordBatch.from_arrays(
                 [partials.column(f.name).cast(f.type) for f in schema], schema=spark_schema

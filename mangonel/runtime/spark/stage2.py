@@ -41,9 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from mangonel.compiler import physical as ph
-from mangonel.runtime.local.query import kernels_for
-from mangonel.runtime.operators.results import output_schema
-from mangonel.runtime.operators.window import make_operator
+from mangonel.runtime.operators.tree import OperatorTree
 from mangonel.runtime.spark.schema import ddl
 from mangonel.runtime.spark.stage1 import (
     BUCKET,
@@ -86,29 +84,28 @@ def _to_arrow(
 
 def bucket_function(plan: ph.ProjectExec):  # noqa: ANN201  (a pyspark callback)
     """The applyInPandasWithState callback of one query."""
-    pipeline = ph.unpack(plan)
-    schema = partial_schema(pipeline.window)
-    spark_schema = spark_partial_schema(pipeline.window)
-    rows = pipeline.window.fields[0].name
-    results = output_schema(pipeline)
-    backend = pipeline.window.backend
+    window = ph.find(plan, ph.WindowAggregateExec)
+    schema = partial_schema(window)
+    spark_schema = spark_partial_schema(window)
+    rows = window.fields[0].name
 
     def run_bucket(
         bucket: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
-        operator = make_operator(pipeline, kernels_for(backend))
+        tree = OperatorTree(plan)  # the window operator, then HAVING and the projection
+        results = tree.schema
         if state.exists:
             # the bucket ran in every earlier micro-batch (carrier rows, timeouts), so the
             # operator's watermark is the previous micro-batch's: Spark's lateness bound
-            operator.restore(bytes(state.get[0]))
+            tree.restore(bytes(state.get[0]))
         watermark_ms = state.getCurrentWatermarkMs()
         if not state.hasTimedOut:
             partials = _to_arrow(frames, spark_schema, schema, rows)
             if partials is not None:
-                operator.merge(partials)
+                tree.leaf().merge(partials)  # the split form's stage 2 input
         # then Spark's eviction: every window with end <= this micro-batch's watermark
-        fired = operator.advance_watermark(watermark_ms * 1000)
-        state.update((operator.snapshot(),))
+        fired = tree.on_watermark(watermark_ms * 1000)
+        state.update((tree.snapshot(),))
         # wake the bucket in the next micro-batch whose watermark is higher (Spark times a key
         # out once watermark > timeout and runs a no-data micro-batch for it)
         state.setTimeoutTimestamp(max(watermark_ms, 1))

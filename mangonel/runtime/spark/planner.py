@@ -1,0 +1,191 @@
+"""The Spark planner pass: how a planned window query runs inside Spark, as frozen plan data.
+
+It decides native or two-stage (`native.choose_native`, by cost or forced), the stage-1 kind
+("arrow": Arrow's hash aggregation after a native projection; "kernels": the backend's fused
+lift), the key buckets of stage 2, and the placement of stage 1's steps; and it builds the
+Spark side of EXPLAIN as `explain.PlanNode`s, printed by compiler/explain's generic node
+formatting under a title line. The session builds DataFrames from this data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mangonel.compiler import physical as ph
+from mangonel.compiler.explain import (
+    Parameter,
+    PlanNode,
+    explain_text,
+    format_duration,
+    format_expression,
+)
+from mangonel.compiler.logical import WindowKind
+from mangonel.errors import PlanError
+from mangonel.runtime.spark import native as native_module
+from mangonel.runtime.spark.schema import quote
+from mangonel.runtime.spark.sql import aggregate_sql, lift_sql
+
+STAGE1_KINDS = ("arrow", "kernels")
+
+# Why stage 1's pane pre-aggregation of a GPU plan runs on the CPU (EXPLAIN prints it).
+PREAGGREGATE_ON_CPU = (
+    "stage 1's partials leave the process through the host; the split form has no GPU "
+    "pre-aggregation kernel"
+)
+
+
+@dataclass(frozen=True)
+class SparkQueryPlan:
+    """What one `sql()` builds: mangonel's plan and the Spark side of it."""
+
+    text: str
+    plan: ph.ProjectExec
+    buckets: int
+    stage1: str  # "arrow" (CPU: Arrow hash aggregation) or "kernels" (the backend's lift)
+    native: bool = False  # planned as Spark's own window aggregation (native.py)
+    native_reason: str = ""
+    # where stage 1's steps run when its kind is "kernels" (lift, preaggregate); the window
+    # operator of stage 1 obeys them
+    stage1_placements: tuple[ph.Placement, ...] = ()
+
+    @property
+    def window(self) -> ph.WindowAggregateExec:
+        return ph.find(self.plan, ph.WindowAggregateExec)
+
+
+def plan_spark(
+    text: str,
+    plan: ph.ProjectExec,
+    *,
+    partitions: int,
+    buckets: int | None = None,
+    stage1: str | None = None,
+    native: bool | None = None,
+) -> SparkQueryPlan:
+    """The Spark planner pass over a physical plan (see the module docstring)."""
+    window = ph.find(plan, ph.WindowAggregateExec)
+    if window.window.kind is WindowKind.COUNT:
+        raise PlanError(
+            "count windows (ROWS n SLIDE m) do not run inside Spark yet: their order is "
+            "per key over all partitions",
+        )
+    kind = stage1 or ("kernels" if window.backend == "gpu" else "arrow")
+    choice = native_module.choose_native(window, native)
+    placements: tuple[ph.Placement, ...] = ()
+    if kind == "kernels":
+        lift = ph.placement(window, "lift")
+        on_cpu = lift.backend == "gpu"
+        placements = (
+            lift,
+            ph.Placement(
+                "preaggregate",
+                "cpu" if on_cpu else lift.backend,
+                PREAGGREGATE_ON_CPU if on_cpu else lift.reason,
+            ),
+        )
+    return SparkQueryPlan(
+        text,
+        plan,
+        buckets or 2 * partitions,
+        kind,
+        choice.native,
+        choice.reason,
+        placements,
+    )
+
+
+def _source(stream) -> PlanNode:  # noqa: ANN001 - a catalog Stream
+    parameters = [Parameter("stream", stream.name, stream.name)]
+    if stream.option("source"):
+        parameters.append(Parameter("source", stream.option("source"), stream.option("source")))
+    return PlanNode("Source", tuple(parameters))
+
+
+def _watermark(window: ph.WindowAggregateExec, stream, child: PlanNode) -> PlanNode:  # noqa: ANN001
+    delay = window.window.watermark_delay_us
+    return PlanNode(
+        "EventTimeWatermark",
+        (
+            Parameter("column", stream.event_time, stream.event_time),
+            Parameter("delay", format_duration(delay), delay),
+        ),
+        (child,),
+    )
+
+
+def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
+    """(title line, operators top first) of the Spark side of a planned query."""
+    window = planned.window
+    scan = window.lift.scan
+    stream = scan.stream
+    keys = ", ".join(quote(k.name) for k in window.keys)
+    watermarked = _watermark(window, stream, _source(stream))
+    if planned.native:
+        calls = [aggregate_sql(plan, scan) for plan in window.aggregates]
+        predicate = window.lift.predicate
+        where = lift_sql(predicate, scan) if predicate is not None else "none"
+        group_by = (
+            f"window({stream.event_time}, {format_duration(window.window.size)}, "
+            f"{format_duration(window.window.slide)}){', ' if keys else ''}{keys}"
+        )
+        aggregate = PlanNode(
+            "StreamingAggregate",
+            (
+                Parameter("group_by", f"[{group_by}]", group_by),
+                Parameter("aggregates", f"[{', '.join(calls)}]", calls),
+                Parameter("output_mode", "append", "append"),
+                Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
+            ),
+            (PlanNode("Filter", (Parameter("where", where, where),), (watermarked,)),),
+        )
+        return f"Spark: native window aggregation (reason: {planned.native_reason})", aggregate
+    bucket = f"pmod(hash({keys}), {planned.buckets})" if keys else "0"
+    where = f"{stream.event_time} IS NOT NULL"
+    if window.lift.predicate is not None:
+        where += f" AND ({format_expression(window.lift.predicate)})"
+    if planned.stage1 == "arrow":
+        preaggregate = "arrow-hash-aggregate"
+        pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
+        project = (Parameter("where", where, where), Parameter("pane", pane, pane))
+    else:
+        preaggregate = f"{window.backend}-lift-kernels"
+        fused = "none (fused into the lift kernel)"
+        project = (Parameter("where", fused, None),)
+    group_by = f"[{keys}{', ' if keys else ''}pane]"
+    stage1 = PlanNode(
+        "Stage1 mapInArrow",
+        (
+            Parameter("preaggregate", preaggregate, preaggregate),
+            Parameter("group_by", group_by, group_by),
+        ),
+        (PlanNode("Stage1 native Project/Filter", project, (watermarked,)),),
+        planned.stage1_placements,
+    )
+    exchange = PlanNode(
+        "Exchange",
+        (
+            Parameter("partitioning", f"hashpartitioning(bucket={bucket})", bucket),
+            Parameter("rows", "(key, pane) partials", "(key, pane) partials"),
+        ),
+        (stage1,),
+    )
+    stage2 = PlanNode(
+        "Stage2 applyInPandasWithState",
+        (
+            Parameter("key", bucket, bucket),
+            Parameter("buckets", str(planned.buckets), planned.buckets),
+            Parameter("state", "window-operator-snapshot", "window-operator-snapshot"),
+            Parameter("output_mode", "append", "append"),
+            Parameter("timeout", "event-time", "event-time"),
+            Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
+            Parameter("backend", window.backend, window.backend),
+        ),
+        (exchange,),
+    )
+    return "Spark:", stage2
+
+
+def spark_stages_text(planned: SparkQueryPlan) -> str:
+    """The Spark side of a query, one operator per line, top (sink side) first."""
+    title, root = spark_stages(planned)
+    return title + "\n" + explain_text(root, planned.window.backend, depth=1)

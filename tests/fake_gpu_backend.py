@@ -1,0 +1,36 @@
+"""A stand-in "gpu" backend for tests on machines without a GPU: the CPU kernels, less the
+steps the real GPU kernels lack (`segment_windows`, `preaggregate`), counting the lifts they
+run. `runtime.operators.registry` loads it when a test points BACKEND_MODULES["gpu"] here, so
+a test sees which steps the operators send to which backend's kernels."""
+
+from __future__ import annotations
+
+from mangonel.compiler import physical as ph
+from mangonel.runtime.cpu.backend import CpuKernels
+from mangonel.runtime.operators.registry import Registration
+from mangonel.runtime.operators.window import make_window_operator
+
+LIFTS = []  # one entry per lift the fake kernels ran (any instance)
+
+
+class FakeGpuKernels(CpuKernels):
+    def lift_tuples(self, lift, batch):  # noqa: ANN001, ANN201
+        LIFTS.append(batch.num_rows)
+        return super().lift_tuples(lift, batch)
+
+    def lift_merge(self, lift, window, batch, keys, target, watermark):  # noqa: ANN001, ANN201
+        LIFTS.append(batch.num_rows)
+        return super().lift_merge(lift, window, batch, keys, target, watermark)
+
+    def segment_windows(self, *arguments):  # noqa: ANN002, ANN201
+        raise AssertionError("the count-window tree is placed on the CPU")
+
+    def preaggregate(self, *arguments):  # noqa: ANN002, ANN201
+        raise AssertionError("stage 1's pre-aggregation is placed on the CPU")
+
+
+def new_kernels() -> FakeGpuKernels:
+    return FakeGpuKernels()
+
+
+OPERATORS = {ph.WindowAggregateExec: Registration(make_window_operator, reads_stream=True)}

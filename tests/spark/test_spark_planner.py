@@ -1,0 +1,62 @@
+"""The Spark planner pass: its choices are plan data, and EXPLAIN prints them through the
+generic node formatting (no Spark session needed: planning starts no Spark job)."""
+
+from __future__ import annotations
+
+import pytest
+
+import mangonel as mg
+from mangonel.compiler import physical as ph
+from mangonel.errors import PlanError
+from mangonel.runtime.spark.planner import PREAGGREGATE_ON_CPU, plan_spark, spark_stages_text
+
+CREATE = (
+    "CREATE STREAM t (ts TIMESTAMP, k BIGINT, v DOUBLE) "
+    "WITH (event_time = 'ts', watermark = '200 milliseconds')"
+)
+QUERY = (
+    "SELECT k, SUM(v) AS s FROM t [RANGE 1 SECOND SLIDE 250 MILLISECONDS] WHERE v > 0 GROUP BY k"
+)
+
+
+def _plan(query: str = QUERY) -> ph.ProjectExec:
+    session = mg.Session(backend="cpu")
+    session.execute(CREATE)
+    return session.sql(query).plan
+
+
+def test_choices_are_plan_data() -> None:
+    planned = plan_spark(QUERY, _plan(), partitions=3)
+    assert (planned.buckets, planned.stage1, planned.native) == (6, "arrow", False)
+    assert planned.stage1_placements == ()
+    forced = plan_spark(QUERY, _plan(), partitions=3, buckets=5, native=True)
+    assert forced.native and forced.buckets == 5 and "native=True" in forced.native_reason
+    with pytest.raises(PlanError, match="count windows"):
+        plan_spark("", _plan("SELECT COUNT(*) AS n FROM t [ROWS 4]"), partitions=2)
+
+
+def test_gpu_kernels_stage_one_places_preaggregation_on_the_cpu() -> None:
+    plan = ph.with_backend(_plan(), "gpu", "test")
+    planned = plan_spark(QUERY, plan, partitions=2)
+    assert planned.stage1 == "kernels"
+    assert [(p.step, p.backend) for p in planned.stage1_placements] == [
+        ("lift", "gpu"),
+        ("preaggregate", "cpu"),
+    ]
+    lines = spark_stages_text(planned).splitlines()
+    assert lines[0] == "Spark:"
+    stage1 = next(i for i, line in enumerate(lines) if "Stage1 mapInArrow:" in line)
+    assert "preaggregate=gpu-lift-kernels" in lines[stage1]
+    assert lines[stage1 + 1] == f"        ! preaggregate runs on cpu because {PREAGGREGATE_ON_CPU}"
+    cpu = spark_stages_text(plan_spark(QUERY, _plan(), partitions=2, stage1="kernels"))
+    assert "preaggregate=cpu-lift-kernels" in cpu and "!" not in cpu
+
+
+def test_native_stages_text() -> None:
+    planned = plan_spark(QUERY, _plan(), partitions=2, native=True)
+    lines = spark_stages_text(planned).splitlines()
+    assert lines[0].startswith("Spark: native window aggregation (reason: native=True requested")
+    assert lines[1].startswith("  StreamingAggregate: group_by=[window(ts, 1s, 250ms), `k`]")
+    assert lines[2] == "    Filter: where=`v` > 0"  # Spark SQL, as Spark runs it
+    assert lines[3] == "      EventTimeWatermark: column=ts delay=200ms"
+    assert lines[4] == "        Source: stream=t"
