@@ -6,6 +6,7 @@ a test sees which steps the operators send to which backend's kernels."""
 from __future__ import annotations
 
 from mangonel.compiler import physical as ph
+from mangonel.runtime.cpu import operators as cpu_operators
 from mangonel.runtime.cpu.backend import CpuKernels
 from mangonel.runtime.operators.registry import Registration
 from mangonel.runtime.operators.window import make_window_operator
@@ -29,8 +30,13 @@ class FakeGpuKernels(CpuKernels):
         raise AssertionError("stage 1's pre-aggregation is placed on the CPU")
 
 
-def new_kernels() -> FakeGpuKernels:
+def new_kernels(gpu_options=None) -> FakeGpuKernels:  # noqa: ANN001
     return FakeGpuKernels()
 
 
-OPERATORS = {ph.WindowAggregateExec: Registration(make_window_operator, reads_stream=True)}
+# Filter and Project evaluate with the CPU's evaluator here (the GPU's needs CuPy)
+OPERATORS = {
+    ph.WindowAggregateExec: Registration(make_window_operator, reads_stream=True),
+    ph.FilterExec: cpu_operators.OPERATORS[ph.FilterExec],
+    ph.ProjectExec: cpu_operators.OPERATORS[ph.ProjectExec],
+}
