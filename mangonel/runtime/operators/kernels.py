@@ -124,8 +124,12 @@ class KeyMap(Protocol):
 
 
 class PaneState(Protocol):
-    """Flat `[key_capacity x pane_capacity]` arrays per state field; column c is pane
-    `origin + c`. Cells never written hold the field's neutral element."""
+    """The cells of every state field for key slots [0, key_capacity) and panes
+    [origin, origin + pane_capacity), in flat arrays laid out as the backend chooses (CPU:
+    pane-major, a batch's few panes stay cache-resident; GPU: key-major, one key's leaves are
+    contiguous for the tree). The driver never assumes the layout: it addresses cells through
+    the kernels' `flat_index`, and `to_arrays`/`load_arrays` use the one shared `[n_keys,
+    panes]` layout of snapshots. Cells never written hold the field's neutral element."""
 
     key_capacity: int
     pane_capacity: int
