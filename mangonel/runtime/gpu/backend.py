@@ -20,7 +20,7 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import codegen
 from mangonel.compiler import physical as ph
-from mangonel.compiler.physical import LiftExec, StateField, StateKind, WindowAggregateExec
+from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
 from mangonel.runtime.cpu import backend as cpu
 from mangonel.runtime.cpu.evaluation import array_with_nulls, to_values
 from mangonel.runtime.cpu.keys import StringDictionary
@@ -761,4 +761,4 @@ class GpuKernels:
         return device.cupy().asarray(array)
 
 
-__all__ = ["GpuKernels", "GpuKeyMap", "GpuPaneState", "StateKind"]
+__all__ = ["GpuKernels", "GpuKeyMap", "GpuPaneState"]
