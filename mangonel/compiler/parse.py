@@ -29,6 +29,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.parsers.base import BaseParser
 from sqlglot.tokens import Token, TokenType
 
+from mangonel import aggregates
 from mangonel.compiler import ddl
 from mangonel.compiler.durations import (
     CLAUSE_WORDS,
@@ -175,8 +176,27 @@ class _PartPosition:
     text: str
 
 
+def _aggregate_builder(cls: type[exp.Expression]) -> Callable[[list], exp.Expression]:
+    def build(args: list) -> exp.Expression:
+        return cls.from_arg_list(args)
+
+    return build
+
+
 class MangonelParser(BaseParser):
-    """sqlglot's parser plus the CQL window clause after a table name."""
+    """sqlglot's parser plus the CQL window clause after a table name, and the aggregate
+    names sqlglot reads as something else (EVERY, ANY, SOME: `Aggregate.parse_names` in the
+    registry) built as their aggregate's sqlglot class. `x = ANY (SELECT ..)` stays a
+    subquery predicate (sqlglot decides that before it looks a function up)."""
+
+    FUNCTIONS = {
+        **BaseParser.FUNCTIONS,
+        **{
+            name: _aggregate_builder(definition.sqlglot_classes[0])
+            for definition in aggregates.aggregates()
+            for name in definition.parse_names
+        },
+    }
 
     def _parse_select(self, *args, **kwargs):
         start_index = self._index
