@@ -176,6 +176,14 @@ class _PartPosition:
     text: str
 
 
+# Aggregate names sqlglot does not read as their aggregate (`Aggregate.parse_names`) -> class
+_AGGREGATE_NAMES: dict[str, type[exp.Expression]] = {
+    name: definition.sqlglot_classes[0]
+    for definition in aggregates.aggregates()
+    for name in definition.parse_names
+}
+
+
 def _aggregate_builder(cls: type[exp.Expression]) -> Callable[[list], exp.Expression]:
     def build(args: list) -> exp.Expression:
         return cls.from_arg_list(args)
@@ -191,11 +199,13 @@ class MangonelParser(BaseParser):
 
     FUNCTIONS = {
         **BaseParser.FUNCTIONS,
-        **{
-            name: _aggregate_builder(definition.sqlglot_classes[0])
-            for definition in aggregates.aggregates()
-            for name in definition.parse_names
-        },
+        **{name: _aggregate_builder(cls) for name, cls in _AGGREGATE_NAMES.items()},
+    }
+    # sqlglot reads `ANY <expr>` as a subquery predicate before any function lookup
+    NO_PAREN_FUNCTION_PARSERS = {
+        name: parser
+        for name, parser in BaseParser.NO_PAREN_FUNCTION_PARSERS.items()
+        if name not in _AGGREGATE_NAMES
     }
 
     def _parse_select(self, *args, **kwargs):
