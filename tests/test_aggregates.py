@@ -320,3 +320,14 @@ def test_a_fixed_kind_without_all_faces_is_refused(monkeypatch):
         )
     with pytest.raises(ValueError, match="already registered"):
         aggregates.register_state(aggregates.state_kind("sum"))
+
+
+def test_every_aggregate_class_prints_as_one_of_its_sql_names():
+    """Messages and EXPLAIN show an aggregate as the user may write it (VAR_POP, not
+    sqlglot's VARIANCE_POP)."""
+    from mangonel.compiler.parse import display_sql
+
+    for definition in aggregates.aggregates():
+        for cls in definition.sqlglot_classes:
+            printed = display_sql(cls(this=exp.column("x")))
+            assert printed.split("(")[0] in definition.names, (definition.key, printed)

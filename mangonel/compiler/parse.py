@@ -423,9 +423,27 @@ def _explain_sql(self: generator.Generator, explain: Explain) -> str:
     return f"EXPLAIN {codegen}{self.sql(explain, 'this')}"
 
 
+def _aggregate_name_sql(name: str) -> Callable:
+    def sql(self: generator.Generator, node: exp.Expression) -> str:
+        return self.func(name, node.this)
+
+    return sql
+
+
+# Registered aggregates whose sqlglot class prints under another name (LogicalAnd prints
+# LOGICAL_AND) print as their first SQL name (BOOL_AND) in messages and EXPLAIN.
+_AGGREGATE_SPELLINGS = {
+    cls: _aggregate_name_sql(definition.names[0])
+    for definition in aggregates.aggregates()
+    for cls in definition.sqlglot_classes
+    if definition.names and cls.sql_name() not in definition.names
+}
+
+
 class MangonelGenerator(generator.Generator):
     TRANSFORMS = {
         **generator.Generator.TRANSFORMS,
+        **_AGGREGATE_SPELLINGS,
         WindowClause: _window_clause_sql,
         WindowBound: lambda self, e: f"window_{e.bound}",
         AggregateRef: _aggregate_ref_sql,
