@@ -16,6 +16,8 @@ MOMENTS: (n, mean, m2) of the argument; combine with Chan et al.'s parallel upda
          m2 = m2_a + m2_b + delta^2 * n_a * n_b / n  (numerically stable). A tuple whose
          value is infinite or NaN lifts m2 = NaN, so the variance of data containing one
          is NaN (Spark's CentralMomentAgg gets NaN from inf - inf in its update).
+BOOL_AND/BOOL_OR: a BOOLEAN argument kept as int64 0/1; lift the argument (the neutral when
+         NULL: 1 for AND, 0 for OR); combine & or |.
 """
 
 from __future__ import annotations
@@ -317,6 +319,65 @@ MOMENTS = register_state(
 
 
 # ---------------------------------------------------------------------------------------
+# BOOL_AND, BOOL_OR
+
+
+def _and(a, b):
+    return (a & b,)
+
+
+def _or(a, b):
+    return (a | b,)
+
+
+def _and_arrays(a, b):
+    return (a & b,)
+
+
+def _or_arrays(a, b):
+    return (a | b,)
+
+
+BOOL_AND = register_state(
+    StateKind(
+        name="bool_and",
+        doc="whether every non-NULL argument is TRUE (int64 0/1)",
+        parts=_VALUE,
+        storage=lambda accumulator: np.dtype(np.int64),
+        neutral=lambda dtype: (1,),
+        lift=_lift_value,
+        combine=_and_arrays,
+        scalar_combine=_and,
+        cuda=CudaFragments(
+            lift=("{ok} ? ({ctype}){a} : {neutral}",),
+            combine="a.{value} = a.{value} & b.{value};",
+            # over 0/1, min is AND; a 1 changes nothing
+            atomic="if (s.{value} == 0) mg_atomic_min(&t.{value}[j], s.{value});",
+        ),
+        arrow=_arrow_simple("all"),  # NULLs skipped; NULL (-> the neutral) when all NULL
+    )
+)
+BOOL_OR = register_state(
+    StateKind(
+        name="bool_or",
+        doc="whether some non-NULL argument is TRUE (int64 0/1)",
+        parts=_VALUE,
+        storage=lambda accumulator: np.dtype(np.int64),
+        neutral=lambda dtype: (0,),
+        lift=_lift_value,
+        combine=_or_arrays,
+        scalar_combine=_or,
+        cuda=CudaFragments(
+            lift=("{ok} ? ({ctype}){a} : {neutral}",),
+            combine="a.{value} = a.{value} | b.{value};",
+            atomic="if (s.{value} != 0) mg_atomic_max(&t.{value}[j], s.{value});",
+        ),
+        arrow=_arrow_simple("any"),
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------
 # Aggregate functions
 
 
@@ -342,6 +403,16 @@ def _sum_type(argument: SqlType | None) -> SqlType | None:
 
 def _double(argument: SqlType | None) -> SqlType | None:
     return SqlType.DOUBLE if argument is not None and argument.is_numeric else None
+
+
+def _boolean(argument: SqlType | None) -> SqlType | None:
+    return SqlType.BOOLEAN if argument is SqlType.BOOLEAN else None
+
+
+def _finalize_boolean(xp, count, value, result_type):
+    """BOOL_AND/BOOL_OR: the 0/1 state (Arrow casts it to BOOLEAN); NULL over no non-NULL
+    input."""
+    return value[0], null_when_empty(xp, count)
 
 
 def _finalize_count(xp, count, value, result_type):
@@ -489,5 +560,23 @@ for _key, _names, _classes, _sample, _root in (
             state=_MOMENTS,
             finalize=_variance(_sample, _root),
             spark_name=_key.lower(),
+        )
+    )
+for _key, _kind, _class, _names, _parse_names in (
+    ("BOOL_AND", BOOL_AND, exp.LogicalAnd, ("BOOL_AND", "EVERY"), ("EVERY",)),
+    ("BOOL_OR", BOOL_OR, exp.LogicalOr, ("BOOL_OR", "ANY", "SOME"), ("ANY", "SOME")),
+):
+    register_aggregate(
+        Aggregate(
+            key=_key,
+            display=_key,
+            names=_names,
+            sqlglot_classes=(_class,),
+            result_type=_boolean,
+            accepts="BOOLEAN",
+            state=StateUse(_kind, lambda argument: SqlType.BOOLEAN),
+            finalize=_finalize_boolean,
+            spark_name=_key.lower(),
+            parse_names=_parse_names,
         )
     )
