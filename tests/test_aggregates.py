@@ -331,3 +331,16 @@ def test_every_aggregate_class_prints_as_one_of_its_sql_names():
         for cls in definition.sqlglot_classes:
             printed = display_sql(cls(this=exp.column("x")))
             assert printed.split("(")[0] in definition.names, (definition.key, printed)
+
+
+def test_generated_kernels_compile_without_a_writable_cache_directory(monkeypatch, tmp_path):
+    from mangonel.runtime.cpu import generated
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the cache directory would go: mkdir fails
+    monkeypatch.setenv("MANGONEL_CACHE", str(blocker))
+    kind = aggregates.state_kind("sum")
+    module = generated._load("sum_no_cache_test", render_source(kind))
+    target = np.zeros(2, np.int64)
+    module.scatter(target, np.array([0, 1, 0, -1]), np.array([1, 2, 3, 4], np.int64))
+    assert target.tolist() == [4, 2]

@@ -156,9 +156,11 @@ def _load(name: str, source: str) -> ModuleType:
         spec.loader.exec_module(module)
         return module
     except OSError:
-        # no writable cache directory: compile in memory (numba then caches nothing)
+        # no writable cache directory: compile in memory (numba cannot cache code without a
+        # source file, and refuses cache=True for it)
         module = ModuleType(f"mangonel_generated_{name}")
-        exec(compile(source, f"<mangonel {name}>", "exec"), module.__dict__)
+        code = compile(source.replace("cache=True", "cache=False"), f"<mangonel {name}>", "exec")
+        exec(code, module.__dict__)
         return module
 
 
