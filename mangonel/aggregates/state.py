@@ -10,7 +10,8 @@ A state kind is defined once, here as a `StateKind` value registered with `regis
 - CPU: `lift` (numpy: per-tuple partials from argument values and validity), `combine`
   (numpy, elementwise over whole arrays) and `scalar_combine` (plain Python over scalars, 2P
   arguments -> a P-tuple, which the CPU backend compiles with numba into its scatter and
-  aggregation tree);
+  aggregation tree; keep it self-contained: numba inlines it, and the on-disk cache of the
+  generated kernels is keyed by its own code only);
 - CUDA: `cuda`, C fragments the kernel templates paste (lift per part, combine, atomic
   merge), formatted with the C member name of each part;
 - Spark stage 1: `arrow`, the Arrow hash aggregations that compute one partial per group;
