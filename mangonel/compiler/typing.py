@@ -128,9 +128,9 @@ def aggregate_result_type(
     aggregate cannot take.
     """
     definition = function.definition
-    if argument_type is None and definition.takes_argument:
-        raise ExpressionError(f"{function.value} needs an argument", node=node)
     result = definition.result_type(argument_type)
+    if argument_type is None and result is None:
+        raise ExpressionError(f"{function.value} needs an argument", node=node)
     if result is None:
         raise ExpressionError(
             f"{function.value} cannot take a {argument_type} argument",
