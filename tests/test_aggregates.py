@@ -344,3 +344,16 @@ def test_generated_kernels_compile_without_a_writable_cache_directory(monkeypatc
     target = np.zeros(2, np.int64)
     module.scatter(target, np.array([0, 1, 0, -1]), np.array([1, 2, 3, 4], np.int64))
     assert target.tolist() == [4, 2]
+
+
+def test_count_needs_no_argument_type_and_the_others_do():
+    from mangonel.compiler.typing import aggregate_result_type
+    from mangonel.errors import MangonelError
+
+    assert aggregate_result_type(AggregateFunction.COUNT, None) is SqlType.BIGINT
+    assert aggregate_result_type(AggregateFunction.COUNT_STAR, None) is SqlType.BIGINT
+    for definition in aggregates.aggregates():
+        if definition.key in ("COUNT", "COUNT_STAR"):
+            continue
+        with pytest.raises(MangonelError, match="needs an argument"):
+            aggregate_result_type(AggregateFunction[definition.key], None)
