@@ -357,3 +357,27 @@ def test_count_needs_no_argument_type_and_the_others_do():
             continue
         with pytest.raises(MangonelError, match="needs an argument"):
             aggregate_result_type(AggregateFunction[definition.key], None)
+
+
+def test_plans_pickle_to_the_registered_definitions():
+    """Spark ships plans to Python workers: their state kinds must come back as the registered
+    objects (identity checks and the per-kind kernel cache rely on it)."""
+    import copy
+    import pickle
+
+    try:  # what Spark pickles with
+        from pyspark import cloudpickle
+    except ImportError:
+        cloudpickle = pickle
+
+    fields, _ = ph.decompose(
+        (lg.Aggregate(AggregateFunction.VAR_POP, exp.column("x"), SqlType.DOUBLE),),
+        {0: SqlType.DOUBLE},
+    )
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        again = pickle.loads(dumps(fields))
+        assert [f.kind for f in again] == [f.kind for f in fields]
+        assert all(a.kind is b.kind for a, b in zip(again, fields, strict=True))
+    assert copy.deepcopy(fields)[2].kind is aggregates.state_kind("moments")
+    sum_ = aggregates.aggregate("SUM")
+    assert pickle.loads(cloudpickle.dumps(sum_)) is sum_

@@ -68,6 +68,9 @@ class Aggregate:
     def __repr__(self) -> str:
         return f"Aggregate({self.key})"
 
+    def __reduce__(self) -> tuple:
+        return aggregate, (self.key,)  # the registered object in the unpickling process
+
 
 _AGGREGATES: dict[str, Aggregate] = {}
 

@@ -135,6 +135,11 @@ class StateKind:
     def __repr__(self) -> str:
         return f"StateKind({self.name})"
 
+    def __reduce__(self) -> tuple:
+        # a plan shipped to another process (Spark's Python workers) names its kinds: the
+        # registered object there, so identity checks and per-kind caches hold
+        return state_kind, (self.name,)
+
 
 _STATE_KINDS: dict[str, StateKind] = {}
 
