@@ -46,7 +46,10 @@ SQL_FUNCTION = {
     "var_samp": "VAR_SAMP",
     "stddev_pop": "STDDEV_POP",
     "stddev_samp": "STDDEV_SAMP",
+    "bool_and": "BOOL_AND",
+    "bool_or": "BOOL_OR",
 }
+BOOLEAN_FUNCTIONS = ("bool_and", "bool_or")
 _SQL_OPS = {"+", "-", "*", "/", "%", "=", "<>", "<", "<=", ">", ">="}
 
 
@@ -193,7 +196,10 @@ def _int_literal(rng: random.Random, low: int, high: int) -> list:
 
 
 def _argument(rng: random.Random, function: str) -> list:
-    """An aggregate argument: mostly a column, sometimes arithmetic over columns."""
+    """An aggregate argument: mostly a column, sometimes arithmetic over columns; for
+    BOOL_AND/BOOL_OR the boolean column or a predicate."""
+    if function in BOOLEAN_FUNCTIONS:
+        return ["col", "ok"] if rng.random() < 0.4 else _predicate(rng, 1)
     if function in ("min", "max") and rng.random() < 0.15:
         return ["col", "ts"]
     column = ["col", rng.choice(["x", "n", "v", "v", "x"])]
@@ -306,6 +312,7 @@ def _aggregate_type(function: str, argument: list | None) -> str:
 def _aggregates(rng: random.Random, count: int) -> list:
     functions = ["count_star", "count", "sum", "min", "max", "avg"]
     functions += ["var_pop", "var_samp", "stddev_pop", "stddev_samp"]
+    functions += list(BOOLEAN_FUNCTIONS)
     chosen = []
     for _ in range(count):
         function = rng.choice(functions)

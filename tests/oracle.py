@@ -42,7 +42,10 @@ AGGREGATE_FUNCTIONS = (
     "var_samp",
     "stddev_pop",
     "stddev_samp",
+    "bool_and",
+    "bool_or",
 )
+BOOLEAN_AGGREGATES = ("bool_and", "bool_or")
 # Relative error allowed for floating results, on top of an absolute bound the oracle derives
 # from the magnitude of what was summed (the engine sums in another order than math.fsum).
 REL_TOL = 1e-9
@@ -112,6 +115,8 @@ def aggregate_type(function: str, argument_type: str | None) -> str:
     if function in ("min", "max"):
         assert argument_type is not None
         return argument_type
+    if function in BOOLEAN_AGGREGATES:
+        return "boolean"
     return "double"
 
 
@@ -371,6 +376,10 @@ def aggregate_value(function: str, values: list, rows: int, integral: bool) -> t
         if function == "max":
             return (nan[0] if nan else max(numbers)), 0.0
         return (min(numbers) if numbers else nan[0]), 0.0
+    if function == "bool_and":
+        return all(present), 0.0
+    if function == "bool_or":
+        return any(present), 0.0
     if function == "sum" and integral:
         return _wrap(sum(present), "bigint"), 0.0
     floats = [float(v) for v in present]

@@ -49,6 +49,8 @@ _FUNCTIONS = {
     F.VAR_SAMP: "var_samp",
     F.STDDEV_POP: "stddev_pop",
     F.STDDEV_SAMP: "stddev_samp",
+    F.BOOL_AND: "bool_and",
+    F.BOOL_OR: "bool_or",
 }
 
 
@@ -140,6 +142,8 @@ def _result_type(function: F, argument_type):
         return SqlType.BIGINT if argument_type.is_integer else SqlType.DOUBLE
     if function in (F.MIN, F.MAX):
         return argument_type
+    if function in (F.BOOL_AND, F.BOOL_OR):
+        return SqlType.BOOLEAN
     return SqlType.DOUBLE
 
 

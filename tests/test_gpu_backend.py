@@ -348,3 +348,41 @@ def test_gpu_nan_inf_and_int64_extremes_through_the_atomics_equal_cpu():
                 assert (math.isnan(a) and math.isnan(c)) or a == pytest.approx(c, rel=1e-9)
             else:
                 assert same(ours[name], theirs[name]), (name, ours, theirs)
+
+
+@pytest.mark.parametrize("window", ["RANGE 100 MICROSECONDS SLIDE 50 MICROSECONDS", "ROWS 5"])
+def test_bool_and_bool_or_equal_the_cpu(window):
+    """BOOL_AND/BOOL_OR (aliases included) on the GPU: the fused lift + merge (atomic min/max
+    over 0/1), the tree and count windows give the CPU's results, NULL windows included."""
+    import mangonel as mg
+
+    rng = np.random.default_rng(3)
+    n = 20_000
+    ts = np.sort(rng.integers(0, 5_000, n))
+    keys = rng.integers(0, 7, n)
+    flags = pa.array(rng.random(n) < 0.9, mask=(rng.random(n) < 0.3) | (keys == 6))  # 6: NULLs
+    batch = pa.record_batch(
+        [
+            pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(keys, pa.int64()),
+            pa.array(rng.normal(0, 1, n), pa.float64()),
+            flags,
+        ],
+        names=["ts", "k", "d", "b"],
+    )
+    results = {}
+    for backend in ("cpu", "gpu"):
+        session = mg.Session(backend=backend)
+        session.execute(
+            "CREATE STREAM t (ts TIMESTAMP, k BIGINT, d DOUBLE, b BOOLEAN) "
+            "WITH (event_time = 'ts', watermark = '0 microseconds')"
+        )
+        query = session.sql(
+            "SELECT k, window_start, BOOL_AND(b) AS a, BOOL_OR(b) AS o, EVERY(d > -2) AS e, "
+            "ANY(d > 2.5) AS y, SOME(b AND d > 0) AS s "
+            f"FROM t [{window}] GROUP BY k"
+        )
+        results[backend] = query.run([batch]).to_pylist()
+    assert len(results["cpu"]) == len(results["gpu"]) > 0
+    assert results["gpu"] == results["cpu"]
+    assert any(row["a"] is None for row in results["cpu"])

@@ -7,8 +7,8 @@ Render, compile and run are three steps (tinygrad's habit):
   window compute, key hash table), specialised per query: column types, state fields,
   predicate and aggregate arguments (through `cuda_expressions.render_cuda`), pane/slide/size.
   Rendering needs no GPU and never imports CuPy. Templates (`kernels_templates/*.cu.j2`) only
-  loop over plan parameters; every C fragment that depends on a state kind comes from the
-  lookup tables below, one entry per `StateKind`.
+  loop over plan parameters; every C fragment that depends on a state kind is that kind's
+  `cuda` face in the aggregate registry (`mangonel.aggregates`).
 - `mangonel.runtime.gpu.compile.CompileContext` compiles (nvcc or NVRTC through CuPy) and
   keeps the modules by source hash, in a bounded memory cache and on disk (`$MANGONEL_CACHE`
   or `~/.cache/mangonel`); this module never compiles and never imports CuPy.
@@ -33,10 +33,11 @@ from typing import Any
 import jinja2
 from sqlglot import exp
 
+from mangonel.aggregates import require_fixed
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.options import GpuOptions
-from mangonel.compiler.physical import LiftExec, StateField, StateKind, WindowAggregateExec
+from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "kernels_templates"
 # keys before fused: the fused kernel probes the key hash table (mg_find_slot)
@@ -56,7 +57,7 @@ KERNEL_ROLES = ("lift", "merge", "fused", "tree_levels", "window_compute", "map_
 
 @dataclass(frozen=True)
 class StatePart:
-    """One device array of a state field (MOMENTS has three: n, mean, m2)."""
+    """One device array of a state field (one per part of its kind; MOMENTS has three)."""
 
     field: str
     part: int
@@ -98,7 +99,8 @@ def block_table_cells(parts: tuple[StatePart, ...], budget_bytes: int = 24 << 10
 
 
 # ---------------------------------------------------------------------------------------
-# Lookup tables: one C fragment per StateKind (the templates never branch on a kind).
+# State fragments: each state kind's `cuda` face (`mangonel.aggregates`); the templates never
+# branch on a kind.
 
 
 def _c_neutral(value: float | int, ctype: str) -> str:
@@ -115,49 +117,16 @@ def _c_neutral(value: float | int, ctype: str) -> str:
     return repr(float(value))
 
 
-_COMBINE = {
-    StateKind.COUNT: "a.{m} = a.{m} + b.{m};",
-    StateKind.SUM: "a.{m} = a.{m} + b.{m};",
-    StateKind.MIN: "a.{m} = mg_min(a.{m}, b.{m});",
-    StateKind.MAX: "a.{m} = mg_max(a.{m}, b.{m});",
-}
-_ATOMIC = {
-    StateKind.COUNT: "if (s.{m} != 0) mg_atomic_add(&t.{m}[j], s.{m});",
-    StateKind.SUM: "mg_atomic_add(&t.{m}[j], s.{m});",
-    StateKind.MIN: "mg_atomic_min(&t.{m}[j], s.{m});",
-    StateKind.MAX: "mg_atomic_max(&t.{m}[j], s.{m});",
-}
-_LIFT = {  # partial state of one row from argument value a / validity ok
-    StateKind.COUNT: "{ok} ? 1LL : 0LL",
-    StateKind.SUM: "{ok} ? ({ctype}){a} : ({ctype})0",
-    StateKind.MIN: "{ok} ? ({ctype}){a} : {neutral}",
-    StateKind.MAX: "{ok} ? ({ctype}){a} : {neutral}",
-}
-_MOMENTS_COMBINE = "mg_chan(a.{n}, a.{mean}, a.{m2}, b.{n}, b.{mean}, b.{m2});"
-_MOMENTS_ATOMIC = (
-    "if (s.{n} != 0.0) {{ mg_lock(&t.lock[j]); "
-    "mg_chan_cell(&t.{n}[j], &t.{mean}[j], &t.{m2}[j], s.{n}, s.{mean}, s.{m2}); "
-    "mg_unlock(&t.lock[j]); }}"
-)
-# m2 of one tuple is NaN when its value is infinite or NaN (see physical.StateKind.MOMENTS)
-_MOMENTS_LIFT = (
-    "{ok} ? 1.0 : 0.0",
-    "{ok} ? (double){a} : 0.0",
-    "({ok} && !isfinite((double){a})) ? __longlong_as_double(0x7ff8000000000000LL) : 0.0",
-)
-
-
 def state_parts(fields: tuple[StateField, ...]) -> tuple[StatePart, ...]:
-    """The device arrays of every state field, in field order (same as the CPU backend)."""
+    """The device arrays of every state field, in field order (same as the CPU backend):
+    one per part of the field's kind, of the kind's storage dtype."""
     parts = []
     for index, field in enumerate(fields):
-        if field.kind is StateKind.MOMENTS:
-            for part in range(3):
-                parts.append(StatePart(field.name, part, f"f{index}_{part}", "double", "float64"))
-        elif ph.is_integer_state(field):
-            parts.append(StatePart(field.name, 0, f"f{index}_0", "long long", "int64"))
-        else:
-            parts.append(StatePart(field.name, 0, f"f{index}_0", "double", "float64"))
+        require_fixed(field.kind, "the GPU backend")
+        integer = ph.is_integer_state(field)
+        ctype, numpy = ("long long", "int64") if integer else ("double", "float64")
+        for part in range(len(field.kind.parts)):
+            parts.append(StatePart(field.name, part, f"f{index}_{part}", ctype, numpy))
     return tuple(parts)
 
 
@@ -215,52 +184,37 @@ def _render_expressions(lift: LiftExec):
 
 
 def _field_fragments(fields: tuple[StateField, ...], argument_of: dict[int, int]):
+    """The C fragments of every field: its kind's `cuda` face with the part names bound to
+    the C members of the field's parts."""
     parts = state_parts(fields)
     by_field: dict[str, list[StatePart]] = {}
     for part in parts:
         by_field.setdefault(part.field, []).append(part)
     field_code, part_code = [], []
     for position, field in enumerate(fields):
-        members = [p.member for p in by_field[field.name]]
+        cuda = field.kind.cuda
+        field_parts = by_field[field.name]
+        members = {name: p.member for name, p in zip(field.kind.parts, field_parts, strict=True)}
         if field.argument is None:
             ok, a = "contributes", "1"
         else:
             k = argument_of[position]
             ok, a = f"a{k}_ok", f"a{k}"
-        if field.kind is StateKind.MOMENTS:
-            n, mean, m2 = members
-            field_code.append(
+        field_code.append(
+            {"combine": cuda.combine.format(**members), "atomic": cuda.atomic.format(**members)}
+        )
+        for part, neutral_value, lift in zip(
+            field_parts, ph.neutral(field)[1], cuda.lift, strict=True
+        ):
+            neutral = _c_neutral(neutral_value, part.ctype)
+            part_code.append(
                 {
-                    "combine": _MOMENTS_COMBINE.format(n=n, mean=mean, m2=m2),
-                    "atomic": _MOMENTS_ATOMIC.format(n=n, mean=mean, m2=m2),
+                    "member": part.member,
+                    "ctype": part.ctype,
+                    "neutral": neutral,
+                    "lift": lift.format(ok=ok, a=a, ctype=part.ctype, neutral=neutral, **members),
                 }
             )
-            for part, lift in zip(by_field[field.name], _MOMENTS_LIFT, strict=True):
-                part_code.append(
-                    {
-                        "member": part.member,
-                        "ctype": part.ctype,
-                        "neutral": "0.0",
-                        "lift": lift.format(ok=ok, a=a),
-                    }
-                )
-            continue
-        part = by_field[field.name][0]
-        neutral = _c_neutral(ph.neutral(field)[1][0], part.ctype)
-        field_code.append(
-            {
-                "combine": _COMBINE[field.kind].format(m=part.member),
-                "atomic": _ATOMIC[field.kind].format(m=part.member),
-            }
-        )
-        part_code.append(
-            {
-                "member": part.member,
-                "ctype": part.ctype,
-                "neutral": neutral,
-                "lift": _LIFT[field.kind].format(ok=ok, a=a, ctype=part.ctype, neutral=neutral),
-            }
-        )
     return parts, field_code, part_code
 
 

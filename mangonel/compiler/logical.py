@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from mangonel import aggregates
 from mangonel.catalog.catalog import Column, Stream
 from mangonel.catalog.types import SqlType
 
@@ -31,17 +32,20 @@ class WindowSpec:
     watermark_delay_us: int
 
 
-class AggregateFunction(enum.Enum):
-    COUNT_STAR = "COUNT(*)"
-    COUNT = "COUNT"
-    SUM = "SUM"
-    MIN = "MIN"
-    MAX = "MAX"
-    AVG = "AVG"
-    VAR_POP = "VAR_POP"
-    VAR_SAMP = "VAR_SAMP"
-    STDDEV_POP = "STDDEV_POP"
-    STDDEV_SAMP = "STDDEV_SAMP"
+class _AggregateFunctionBase(enum.Enum):
+    """An aggregate function of the registry, as an enum member (value: its display name)."""
+
+    @property
+    def definition(self) -> aggregates.Aggregate:
+        """Everything the compiler and the runtime know about the function."""
+        return aggregates.aggregate(self.name)
+
+
+# Derived from the registry (`mangonel.aggregates.builtin`): COUNT_STAR ("COUNT(*)"), COUNT,
+# SUM, MIN, MAX, AVG, VAR_POP, ... in registration order; never listed here.
+AggregateFunction = _AggregateFunctionBase(
+    "AggregateFunction", [(a.key, a.display) for a in aggregates.aggregates()]
+)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.parsers.base import BaseParser
 from sqlglot.tokens import Token, TokenType
 
+from mangonel import aggregates
 from mangonel.compiler import ddl
 from mangonel.compiler.durations import (
     CLAUSE_WORDS,
@@ -175,8 +176,37 @@ class _PartPosition:
     text: str
 
 
+# Aggregate names sqlglot does not read as their aggregate (`Aggregate.parse_names`) -> class
+_AGGREGATE_NAMES: dict[str, type[exp.Expression]] = {
+    name: definition.sqlglot_classes[0]
+    for definition in aggregates.aggregates()
+    for name in definition.parse_names
+}
+
+
+def _aggregate_builder(cls: type[exp.Expression]) -> Callable[[list], exp.Expression]:
+    def build(args: list) -> exp.Expression:
+        return cls.from_arg_list(args)
+
+    return build
+
+
 class MangonelParser(BaseParser):
-    """sqlglot's parser plus the CQL window clause after a table name."""
+    """sqlglot's parser plus the CQL window clause after a table name, and the aggregate
+    names sqlglot reads as something else (EVERY, ANY, SOME: `Aggregate.parse_names` in the
+    registry) built as their aggregate's sqlglot class. `x = ANY (SELECT ..)` stays a
+    subquery predicate (sqlglot decides that before it looks a function up)."""
+
+    FUNCTIONS = {
+        **BaseParser.FUNCTIONS,
+        **{name: _aggregate_builder(cls) for name, cls in _AGGREGATE_NAMES.items()},
+    }
+    # sqlglot reads `ANY <expr>` as a subquery predicate before any function lookup
+    NO_PAREN_FUNCTION_PARSERS = {
+        name: parser
+        for name, parser in BaseParser.NO_PAREN_FUNCTION_PARSERS.items()
+        if name not in _AGGREGATE_NAMES
+    }
 
     def _parse_select(self, *args, **kwargs):
         start_index = self._index
@@ -393,9 +423,27 @@ def _explain_sql(self: generator.Generator, explain: Explain) -> str:
     return f"EXPLAIN {codegen}{self.sql(explain, 'this')}"
 
 
+def _aggregate_name_sql(name: str) -> Callable:
+    def sql(self: generator.Generator, node: exp.Expression) -> str:
+        return self.func(name, node.this)
+
+    return sql
+
+
+# Registered aggregates whose sqlglot class prints under another name (LogicalAnd prints
+# LOGICAL_AND) print as their first SQL name (BOOL_AND) in messages and EXPLAIN.
+_AGGREGATE_SPELLINGS = {
+    cls: _aggregate_name_sql(definition.names[0])
+    for definition in aggregates.aggregates()
+    for cls in definition.sqlglot_classes
+    if definition.names and cls.sql_name() not in definition.names
+}
+
+
 class MangonelGenerator(generator.Generator):
     TRANSFORMS = {
         **generator.Generator.TRANSFORMS,
+        **_AGGREGATE_SPELLINGS,
         WindowClause: _window_clause_sql,
         WindowBound: lambda self, e: f"window_{e.bound}",
         AggregateRef: _aggregate_ref_sql,

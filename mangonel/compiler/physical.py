@@ -12,7 +12,6 @@ same windows and a pane can be pre-aggregated before any window is known.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +20,7 @@ from typing import TypeVar
 import numpy as np
 from sqlglot import exp
 
+from mangonel.aggregates import COUNT, StateKind, require_fixed
 from mangonel.catalog.catalog import Column, Stream
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
@@ -31,32 +31,10 @@ N = TypeVar("N")
 DEFAULT_WINDOWS_PER_BATCH = 100  # SPRINGALD's batch of windows per tree update
 
 
-class StateKind(enum.Enum):
-    """How a state field lifts one tuple and combines two partials.
-
-    COUNT: lift 1 if the argument is not NULL (always, without argument); combine +.
-    SUM:   lift the argument (0 when NULL); combine +. BIGINT sums wrap around in two's
-           complement (Spark's non-ANSI sum); DOUBLE sums (also AVG's, over any numeric
-           argument: Spark averages in double) follow IEEE.
-    MIN/MAX: lift the argument (the neutral when NULL); combine min/max in Spark's order,
-             where NaN is larger than every other value (+inf included) and equal to NaN.
-    MOMENTS: (n, mean, m2) of the argument; combine with Chan et al.'s parallel update
-             delta = mean_b - mean_a; n = n_a + n_b; mean = mean_a + delta * n_b / n;
-             m2 = m2_a + m2_b + delta^2 * n_a * n_b / n  (numerically stable). A tuple whose
-             value is infinite or NaN lifts m2 = NaN, so the variance of data containing one
-             is NaN (Spark's CentralMomentAgg gets NaN from inf - inf in its update).
-    """
-
-    COUNT = "count"
-    SUM = "sum"
-    MIN = "min"
-    MAX = "max"
-    MOMENTS = "moments"
-
-
 @dataclass(frozen=True)
 class StateField:
-    """One partial aggregate kept per (key, pane). MOMENTS is three arrays: n, mean, m2."""
+    """One partial aggregate kept per (key, pane): one array per part of its kind (MOMENTS
+    has three: n, mean, m2). The kind is the registered definition (`mangonel.aggregates`)."""
 
     name: str
     kind: StateKind
@@ -66,17 +44,13 @@ class StateField:
 
 @dataclass(frozen=True)
 class AggregatePlan:
-    """How one aggregate call is finalized from state fields (by `function`):
-
-    COUNT(*), COUNT(x): the COUNT field. SUM, MIN, MAX: the value field, NULL when the
-    non-NULL count is 0. AVG: sum / count. VAR_*/STDDEV_*: m2 / n or m2 / (n - 1), sqrt for
-    STDDEV; NULL when n is 0 (and for the sample forms when n is 1, as in Spark).
-    """
+    """How one aggregate call is finalized from state fields: its function's `finalize`
+    (`mangonel.aggregates`) over the count field and the value field, if it has one."""
 
     function: AggregateFunction
     argument: exp.Expression | None
     count_field: str  # non-NULL count of the argument (rows for COUNT(*))
-    value_field: str | None  # SUM/MIN/MAX/MOMENTS field; None for COUNT
+    value_field: str | None  # the field of the function's `state`; None for COUNT
     result_type: SqlType
 
 
@@ -267,46 +241,37 @@ def _unwrap(node: lg.LogicalNode):
     return outputs, having, aggregate, where, node
 
 
-def _sum_type(argument_type: SqlType) -> SqlType:
-    return SqlType.BIGINT if argument_type.is_integer else SqlType.DOUBLE
+def field_dtype(field: StateField) -> np.dtype:
+    """The storage dtype of every array of a state field (its kind's rule)."""
+    return field.kind.storage(field.type)
 
 
 def is_integer_state(field: StateField) -> bool:
     """Whether a field's arrays are int64 (counts, integer sums and MIN/MAX of integers and
     timestamps) rather than float64."""
-    if field.kind is StateKind.MOMENTS:
-        return False
-    return field.kind is StateKind.COUNT or field.type.is_integer or field.type is SqlType.TIMESTAMP
+    return field_dtype(field) == np.dtype(np.int64)
 
 
 def neutral(field: StateField) -> tuple[np.dtype, tuple[float | int, ...]]:
     """(storage dtype, neutral element per array) of a state field: the identity of its
-    combine, never a marker. Emptiness is decided by the count fields, so MIN/MAX start from
-    the true extremes of Spark's order: the int64 range for integers, and for floats NaN
-    (the largest value) for MIN and -inf for MAX. Every backend and the Spark partials start
-    cells from these values."""
-    if field.kind is StateKind.MOMENTS:
-        return np.dtype(np.float64), (0.0, 0.0, 0.0)
-    integer = is_integer_state(field)
-    dtype = np.dtype(np.int64) if integer else np.dtype(np.float64)
-    if field.kind in (StateKind.COUNT, StateKind.SUM):
-        return dtype, (0,)
-    if field.kind is StateKind.MIN:
-        return dtype, (int(np.iinfo(np.int64).max) if integer else math.nan,)
-    return dtype, (int(np.iinfo(np.int64).min) if integer else -math.inf,)
+    combine, never a marker (each kind's `neutral`). Every backend and the Spark partials
+    start cells from these values. Fixed-width kinds only."""
+    require_fixed(field.kind, "a backend's pane state")
+    dtype = field_dtype(field)
+    return dtype, field.kind.neutral(dtype)
 
 
 class _FieldTable:
     """State fields shared between aggregates: SUM(x) and AVG(x) read one sum of x."""
 
     def __init__(self) -> None:
-        self.fields: list[StateField] = [StateField("rows", StateKind.COUNT, None, SqlType.BIGINT)]
+        self.fields: list[StateField] = [StateField("rows", COUNT, None, SqlType.BIGINT)]
 
     def get(self, kind: StateKind, argument: exp.Expression | None, type_: SqlType) -> str:
         for field in self.fields:
             if field.kind is kind and field.argument == argument and field.type is type_:
                 return field.name
-        name = f"{kind.value}_{len(self.fields)}"
+        name = f"{kind.name}_{len(self.fields)}"
         self.fields.append(StateField(name, kind, argument, type_))
         return name
 
@@ -314,7 +279,9 @@ class _FieldTable:
 def decompose(
     aggregates: tuple[lg.Aggregate, ...], argument_types: dict[int, SqlType]
 ) -> tuple[tuple[StateField, ...], tuple[AggregatePlan, ...]]:
-    """Decompose aggregate calls into shared state fields and finalize rules.
+    """Decompose aggregate calls into shared state fields and finalize rules: every call
+    with an argument reads the non-NULL count of it, and the field of its function's
+    `state` (kind and accumulator type from the registry).
 
     argument_types maps the position of each aggregate to the type of its argument.
     """
@@ -322,26 +289,16 @@ def decompose(
     plans = []
     for position, aggregate in enumerate(aggregates):
         function, argument = aggregate.function, aggregate.argument
-        if function is AggregateFunction.COUNT_STAR:
+        definition = function.definition
+        if not definition.takes_argument:
             plans.append(AggregatePlan(function, None, "rows", None, aggregate.result_type))
             continue
         argument_type = argument_types[position]
-        count = table.get(StateKind.COUNT, argument, SqlType.BIGINT)
-        value: str | None
-        if function is AggregateFunction.COUNT:
-            value = None
-        elif function is AggregateFunction.SUM:
-            value = table.get(StateKind.SUM, argument, _sum_type(argument_type))
-        elif function is AggregateFunction.AVG:
-            # Spark's Average sums in double for every non-decimal argument, so AVG of BIGINT
-            # values near 2^63 is their mean, not the mean of a wrapped sum.
-            value = table.get(StateKind.SUM, argument, SqlType.DOUBLE)
-        elif function is AggregateFunction.MIN:
-            value = table.get(StateKind.MIN, argument, argument_type)
-        elif function is AggregateFunction.MAX:
-            value = table.get(StateKind.MAX, argument, argument_type)
-        else:
-            value = table.get(StateKind.MOMENTS, argument, SqlType.DOUBLE)
+        count = table.get(COUNT, argument, SqlType.BIGINT)
+        value: str | None = None
+        if definition.state is not None:
+            use = definition.state
+            value = table.get(use.kind, argument, use.accumulator(argument_type))
         plans.append(AggregatePlan(function, argument, count, value, aggregate.result_type))
     return tuple(table.fields), tuple(plans)
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from mangonel import aggregates
 from mangonel.catalog.types import SqlType, common_numeric_type, type_from_name
 from mangonel.compiler import nodes
 from mangonel.compiler.limits import ensure_recursion_headroom
@@ -102,32 +103,16 @@ _FUNCTION_CLASSES: dict[str, type[exp.Expression]] = {
 SUPPORTED_FUNCTIONS: tuple[str, ...] = tuple(sorted(_FUNCTION_CLASSES))
 _FUNCTIONS_HINT = "supported functions: " + ", ".join(SUPPORTED_FUNCTIONS)
 
-# Aggregate functions: sqlglot class -> logical aggregate. COUNT(*) is exp.Count over exp.Star;
-# the binder turns that into AggregateFunction.COUNT_STAR.
+# Aggregate functions: sqlglot class -> logical aggregate, and the names a query may use, both
+# derived from the registry (`mangonel.aggregates`). COUNT(*) is exp.Count over exp.Star; the
+# binder turns that into AggregateFunction.COUNT_STAR.
 AGGREGATE_FUNCTIONS: dict[type[exp.Expression], AggregateFunction] = {
-    exp.Count: AggregateFunction.COUNT,
-    exp.Sum: AggregateFunction.SUM,
-    exp.Min: AggregateFunction.MIN,
-    exp.Max: AggregateFunction.MAX,
-    exp.Avg: AggregateFunction.AVG,
-    exp.VariancePop: AggregateFunction.VAR_POP,
-    exp.Variance: AggregateFunction.VAR_SAMP,  # VAR_SAMP and VARIANCE
-    exp.StddevPop: AggregateFunction.STDDEV_POP,
-    exp.StddevSamp: AggregateFunction.STDDEV_SAMP,
-    exp.Stddev: AggregateFunction.STDDEV_SAMP,  # STDDEV is STDDEV_SAMP, as in Spark
+    cls: AggregateFunction[definition.key]
+    for definition in aggregates.aggregates()
+    for cls in definition.sqlglot_classes
 }
-AGGREGATE_FUNCTION_NAMES: tuple[str, ...] = (
-    "AVG",
-    "COUNT",
-    "MAX",
-    "MIN",
-    "STDDEV",
-    "STDDEV_POP",
-    "STDDEV_SAMP",
-    "SUM",
-    "VARIANCE",
-    "VAR_POP",
-    "VAR_SAMP",
+AGGREGATE_FUNCTION_NAMES: tuple[str, ...] = tuple(
+    sorted(name for definition in aggregates.aggregates() for name in definition.names)
 )
 
 
@@ -137,32 +122,23 @@ def aggregate_result_type(
     *,
     node: exp.Expression | None = None,
 ) -> SqlType:
-    """The type aggregate `function` over values of `argument_type` yields (Spark's rules).
+    """The type aggregate `function` over values of `argument_type` yields (Spark's rules,
+    each function's `result_type`).
 
     `argument_type` is None only for COUNT(*). Raises ExpressionError for an argument the
     aggregate cannot take.
     """
-    if function in (AggregateFunction.COUNT_STAR, AggregateFunction.COUNT):
-        return SqlType.BIGINT
-    if argument_type is None:
+    definition = function.definition
+    result = definition.result_type(argument_type)
+    if argument_type is None and result is None:
         raise ExpressionError(f"{function.value} needs an argument", node=node)
-    if function in (AggregateFunction.MIN, AggregateFunction.MAX):
-        if argument_type.is_numeric or argument_type is SqlType.TIMESTAMP:
-            return argument_type
-    elif argument_type.is_numeric:
-        if function is AggregateFunction.SUM:
-            return SqlType.BIGINT if argument_type.is_integer else SqlType.DOUBLE
-        return SqlType.DOUBLE
-    allowed = (
-        "numeric or TIMESTAMP"
-        if function in (AggregateFunction.MIN, AggregateFunction.MAX)
-        else "numeric"
-    )
-    raise ExpressionError(
-        f"{function.value} cannot take a {argument_type} argument",
-        node=node,
-        hint=f"{function.value} takes a {allowed} argument; COUNT takes any type",
-    )
+    if result is None:
+        raise ExpressionError(
+            f"{function.value} cannot take a {argument_type} argument",
+            node=node,
+            hint=f"{function.value} takes a {definition.accepts} argument; COUNT takes any type",
+        )
+    return result
 
 
 # The type map of one expression: id(node) -> its type (None: a NULL whose type the context

@@ -112,6 +112,12 @@ SELECT SUM(symbol) FROM trades [RANGE 1 SECOND]
 -- name: avg_of_timestamp
 SELECT AVG(ts) FROM trades [RANGE 1 SECOND]
 
+-- name: bool_and_of_bigint
+SELECT BOOL_AND(volume) FROM trades [RANGE 1 SECOND]
+
+-- name: any_of_double
+SELECT symbol, ANY(price) FROM trades [RANGE 1 SECOND] GROUP BY symbol
+
 -- name: string_compared_with_number
 SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE price = 'cheap'
 

@@ -12,6 +12,7 @@ import pytest
 from spark_harness import file_stream, run_to_memory, write_micro_batches
 
 import mangonel as mg
+from mangonel.aggregates import builtin as kinds  # the state kinds
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.runtime.cpu.evaluation import evaluate_expression
@@ -248,13 +249,13 @@ def test_arrow_stage1_partials_follow_the_kernels():
     by_kind = {
         (f.kind, f.argument.name, f.type): spark_name(f.name)
         for f in window.fields
-        if f.argument is not None and f.kind is not ph.StateKind.MOMENTS
+        if f.argument is not None and f.kind is not kinds.MOMENTS
     }
     column = {key: theirs.column(name).to_pylist() for key, name in by_kind.items()}
-    high = column[(ph.StateKind.MAX, "d", SqlType.DOUBLE)]
-    low = column[(ph.StateKind.MIN, "d", SqlType.DOUBLE)]
+    high = column[(kinds.MAX, "d", SqlType.DOUBLE)]
+    low = column[(kinds.MIN, "d", SqlType.DOUBLE)]
     assert math.isnan(high[0]) and math.isnan(low[1]) and high[2] == math.inf
     assert math.isnan(low[3]) and high[3] == -math.inf  # all NULL: the neutrals
-    assert column[(ph.StateKind.MAX, "b", SqlType.BIGINT)] == [INT64_MAX, INT64_MIN, 2, INT64_MIN]
-    assert column[(ph.StateKind.SUM, "b", SqlType.DOUBLE)][0] == 2.0 * INT64_MAX + 1
-    assert column[(ph.StateKind.SUM, "b", SqlType.BIGINT)][0] == -1  # 2^64 - 1 wraps
+    assert column[(kinds.MAX, "b", SqlType.BIGINT)] == [INT64_MAX, INT64_MIN, 2, INT64_MIN]
+    assert column[(kinds.SUM, "b", SqlType.DOUBLE)][0] == 2.0 * INT64_MAX + 1
+    assert column[(kinds.SUM, "b", SqlType.BIGINT)][0] == -1  # 2^64 - 1 wraps

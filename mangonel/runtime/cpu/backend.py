@@ -5,21 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from mangonel.aggregates import LiftInput
 from mangonel.catalog.types import SqlType
-from mangonel.compiler.physical import LiftExec, StateField, StateKind
+from mangonel.compiler.physical import LiftExec, StateField
 from mangonel.runtime.cpu import aggregate as agg
 from mangonel.runtime.cpu.evaluation import evaluate_expression
+from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
 from mangonel.runtime.host.arrays import batch_columns, to_mask, to_values
 from mangonel.runtime.host.arrays import column as _column
 from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, neutral
-
-_OPS = {
-    StateKind.COUNT: agg.OP_ADD,
-    StateKind.SUM: agg.OP_ADD,
-    StateKind.MIN: agg.OP_MIN,
-    StateKind.MAX: agg.OP_MAX,
-}
 
 
 class CpuPaneState:
@@ -63,12 +58,7 @@ class CpuPaneState:
 
     def merge(self, index: np.ndarray, partials: dict[str, tuple[np.ndarray, ...]]) -> None:
         for field in self.fields:
-            target = self.arrays[field.name]
-            values = partials[field.name]
-            if field.kind is StateKind.MOMENTS:
-                agg.scatter_moments(*target, index, *values)
-            else:
-                agg.scatter(_OPS[field.kind], target[0], index, values[0])
+            kind_kernels(field.kind).scatter(*self.arrays[field.name], index, *partials[field.name])
 
     def _matrix(self, name: str, part: int = 0) -> np.ndarray:
         return self.arrays[name][part].reshape(self.pane_capacity, self.key_capacity)
@@ -152,36 +142,20 @@ def _run_trees(
     for field in fields:
         source = leaves[field.name]
         dtype, neutrals = neutral(field)
-        if field.kind is StateKind.MOMENTS:
-            outs = tuple(np.zeros(size, np.float64) for _ in range(3))
-            agg.tree_windows_moments(
-                *source,
-                leaf_stride,
-                base,
-                windows,
-                out_at,
-                stride,
-                panes_per_slide,
-                panes_per_window,
-                windows_per_batch,
-                *outs,
-            )
-        else:
-            outs = (np.full(size, neutrals[0], dtype),)
-            agg.tree_windows(
-                _OPS[field.kind],
-                dtype.type(neutrals[0]),
-                source[0],
-                leaf_stride,
-                base,
-                windows,
-                out_at,
-                stride,
-                panes_per_slide,
-                panes_per_window,
-                windows_per_batch,
-                outs[0],
-            )
+        outs = tuple(np.full(size, value, dtype) for value in neutrals)
+        kind_kernels(field.kind).tree_windows(
+            *source,
+            *(dtype.type(value) for value in neutrals),
+            leaf_stride,
+            base,
+            windows,
+            out_at,
+            stride,
+            panes_per_slide,
+            panes_per_window,
+            windows_per_batch,
+            *outs,
+        )
         results[field.name] = outs
     return results
 
@@ -220,11 +194,10 @@ def tuple_partials(
     that do not contribute get slot -1 and are never merged, so their partials are whatever
     is cheapest (no masking pass when an argument has no NULLs)."""
     column_types = {c.name: c.type for c in lift.scan.columns}
-    evaluated: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    evaluated: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
     partials: dict[str, tuple[np.ndarray, ...]] = {}
     rows = contributes.astype(np.int64)
     for field in fields:
-        dtype, neutrals = neutral(field)
         if field.argument is None:
             partials[field.name] = (rows,)
             continue
@@ -232,35 +205,13 @@ def tuple_partials(
         if key not in evaluated:
             argument = evaluate_expression(field.argument, column_types, columns, length=length)
             floating = pa.types.is_floating(argument.type)
-            evaluated[key] = to_values(argument, np.dtype(np.float64 if floating else np.int64))
-        values, valid = evaluated[key]
-        all_valid = bool(valid.all())
-        if field.kind is StateKind.COUNT:
-            partials[field.name] = (rows if all_valid else (valid & contributes).astype(np.int64),)
-        elif field.kind is StateKind.MOMENTS:
-            partials[field.name] = (
-                rows.astype(np.float64) if all_valid else valid.astype(np.float64),
-                values.astype(np.float64, copy=False)
-                if all_valid
-                else np.where(valid, values, 0.0),
-                _moments_m2(values),
-            )
-        elif all_valid:
-            partials[field.name] = (values.astype(dtype, copy=False),)
-        else:
-            partials[field.name] = (
-                np.where(valid, values.astype(dtype), neutrals[0]).astype(dtype),
-            )
+            values, valid = to_values(argument, np.dtype(np.float64 if floating else np.int64))
+            evaluated[key] = (values, valid, bool(valid.all()))
+        values, valid, all_valid = evaluated[key]
+        dtype, neutrals = neutral(field)
+        lifted = LiftInput(values, valid, all_valid, rows, contributes)
+        partials[field.name] = field.kind.lift(lifted, dtype, neutrals)
     return partials
-
-
-def _moments_m2(values: np.ndarray) -> np.ndarray:
-    """m2 of one tuple: 0, or NaN where the value is infinite or NaN, so that the variance of
-    data containing one is NaN, as Spark's CentralMomentAgg gives (its update computes
-    inf - inf); Chan's combine carries the NaN to every window holding the tuple."""
-    if values.dtype.kind != "f":
-        return np.zeros(values.shape[0], np.float64)
-    return np.where(np.isfinite(values), 0.0, np.nan)
 
 
 class CpuKernels:
@@ -326,10 +277,7 @@ class CpuKernels:
         for field in fields:
             dtype, neutrals = neutral(field)
             target = tuple(np.full(count, value, dtype) for value in neutrals)
-            if field.kind is StateKind.MOMENTS:
-                agg.scatter_moments(*target, index, *partials[field.name])
-            else:
-                agg.scatter(_OPS[field.kind], target[0], index, partials[field.name][0])
+            kind_kernels(field.kind).scatter(*target, index, *partials[field.name])
             out[field.name] = target
         return first, panes[first], out
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.compiler import physical as ph
-from mangonel.compiler.physical import StateKind
+from mangonel.compiler.physical import StateField
 from mangonel.errors import DataError
 from mangonel.runtime.operators.conform import INT64_MIN, BatchConformer, event_time_range
 from mangonel.runtime.operators.protocol import OperatorMetrics
@@ -34,12 +34,15 @@ def as_record_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     return batch
 
 
-def field_arrays(fields) -> list[tuple[str, int]]:
-    return [(f.name, 3 if f.kind is StateKind.MOMENTS else 1) for f in fields]
+def field_arrays(fields: tuple[StateField, ...]) -> list[tuple[str, int]]:
+    """(name, number of arrays) of every state field (one array per part of its kind)."""
+    return [(f.name, len(f.kind.parts)) for f in fields]
 
 
-def partial_column_name(field_name: str, part: int, parts: int) -> str:
-    return field_name if parts == 1 else f"{field_name}.{('n', 'mean', 'm2')[part]}"
+def partial_column_name(field: StateField, part: int) -> str:
+    """`<name>` for a kind of one part, else `<name>.<part name>` (MOMENTS: n, mean, m2)."""
+    names = field.kind.parts
+    return field.name if len(names) == 1 else f"{field.name}.{names[part]}"
 
 
 class OperatorBase:
@@ -232,11 +235,11 @@ class OperatorBase:
         names = [k.name for k in self.node.keys]
         arrays.append(pa.array(host(extra), pa.int64()))
         names.append(extra_name)
-        for name, parts in field_arrays(self.fields):
-            for part in range(parts):
-                values = host(partials[name][part])
+        for field in self.fields:
+            for part in range(len(field.kind.parts)):
+                values = host(partials[field.name][part])
                 arrays.append(pa.array(values, pa.from_numpy_dtype(values.dtype)))
-                names.append(partial_column_name(name, part, parts))
+                names.append(partial_column_name(field, part))
         metadata = {
             "mangonel.max_event_time": json.dumps(lifted.max_event_time),
             "mangonel.null_event_time": str(lifted.null_event_time),
@@ -255,10 +258,10 @@ class OperatorBase:
         device = self.kernels.from_host
         extra = device(np.asarray(partials.column(extra_name)).astype(np.int64))
         values = {}
-        for name, parts in field_arrays(self.fields):
-            values[name] = tuple(
-                device(np.asarray(partials.column(partial_column_name(name, part, parts))))
-                for part in range(parts)
+        for field in self.fields:
+            values[field.name] = tuple(
+                device(np.asarray(partials.column(partial_column_name(field, part))))
+                for part in range(len(field.kind.parts))
             )
         return keys, extra, values
 

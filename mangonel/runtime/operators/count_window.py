@@ -15,9 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.physical import StateKind
+from mangonel.compiler.physical import field_dtype
 from mangonel.runtime.operators.base import (
     EVENT_TIME_META,
     OperatorBase,
@@ -53,16 +52,8 @@ class CountWindowOperator(OperatorBase):
             "pos": np.empty(0, np.int64),
         }
         for field in self.fields:
-            dtype = (
-                np.float64
-                if field.kind is StateKind.MOMENTS
-                else (
-                    np.int64
-                    if field.type.is_integer or field.type is SqlType.TIMESTAMP
-                    else np.float64
-                )
-            )
-            for part in range(3 if field.kind is StateKind.MOMENTS else 1):
+            dtype = field_dtype(field)
+            for part in range(len(field.kind.parts)):
                 columns[f"{field.name}.{part}"] = np.empty(0, dtype)
         return columns
 

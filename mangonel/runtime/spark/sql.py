@@ -19,7 +19,8 @@ query, so no generated form can raise:
 - `SUM` of an integer argument wraps around like standalone (Spark's non-ANSI sum of longs)
   instead of failing on overflow: it is summed as two halves that cannot overflow (the high
   32 bits and the low 32 bits of each value) and recombined with shifts. Exact as long as one
-  (window, key) has fewer than 2^31 rows.
+  (window, key) has fewer than 2^31 rows. (Aggregate spellings, this one included, are each
+  function's `spark` face in `mangonel.aggregates.builtin`.)
 
 Nodes are typed with the same rules the compiler uses (`compiler.typing.annotate_types`), and
 the renderer is sqlglot's Spark generator with the raising node forms overridden.
@@ -34,24 +35,10 @@ from sqlglot.dialects.spark import Spark
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.logical import AggregateFunction
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 from mangonel.compiler.typing import TypeEnv, annotate_types, round_scale
 
-SPARK_AGGREGATES = {
-    AggregateFunction.COUNT: "count",
-    AggregateFunction.SUM: "sum",
-    AggregateFunction.MIN: "min",
-    AggregateFunction.MAX: "max",
-    AggregateFunction.AVG: "avg",
-    AggregateFunction.VAR_POP: "var_pop",
-    AggregateFunction.VAR_SAMP: "var_samp",
-    AggregateFunction.STDDEV_POP: "stddev_pop",
-    AggregateFunction.STDDEV_SAMP: "stddev_samp",
-}
-
 _FLOATING = (SqlType.FLOAT, SqlType.DOUBLE)
-_LOW_32 = 4294967295
 _INTEGER_MAX = {SqlType.INT: 2**31 - 1, SqlType.BIGINT: 2**63 - 1}
 
 
@@ -246,15 +233,8 @@ def output_sql(
 
 
 def aggregate_sql(plan: ph.AggregatePlan, scan: ph.StreamScanExec) -> str:
-    """Spark SQL of one aggregate call (Spark's own aggregation, the native plan)."""
-    if plan.function is AggregateFunction.COUNT_STAR:
-        return "count(1)"
-    argument = lift_sql(plan.argument, scan)
-    if plan.function is AggregateFunction.SUM and plan.result_type is SqlType.BIGINT:
-        # Spark's sum of longs raises on overflow under ANSI; the sums of the high and the low
-        # 32-bit halves cannot overflow (< 2^31 rows), and shifts recombine them modulo 2^64
-        value = f"CAST({argument} AS BIGINT)"
-        high = f"sum(shiftright({value}, 32))"
-        low = f"sum({value} & {_LOW_32})"
-        return f"(shiftleft({high} + shiftright({low}, 32), 32) | ({low} & {_LOW_32}))"
-    return f"{SPARK_AGGREGATES[plan.function]}({argument})"
+    """Spark SQL of one aggregate call (Spark's own aggregation, the native plan): the
+    function's Spark spelling (`mangonel.aggregates`) over its argument as Spark SQL."""
+    definition = plan.function.definition
+    argument = lift_sql(plan.argument, scan) if plan.argument is not None else ""
+    return definition.spark_sql(argument, plan.result_type)

@@ -13,10 +13,12 @@ keyed by `__mangonel_bucket` (Spark's hash of the keys, computed natively on the
 
 Partial rows (`partial_schema`) are exactly what the window operator's `lift` writes and its
 `merge` reads: the key columns (declared types, original names), `__pane` (BIGINT), then the
-state fields in plan order, one column each (`<name>`, BIGINT or DOUBLE storage) and three for
-MOMENTS (`<name>.n`, `<name>.mean`, `<name>.m2`). Cells of a partial whose argument was all
-NULL hold the field's neutral element (`physical.neutral`: 0 for counts, sums and moments;
-for MIN/MAX the largest/smallest value in Spark's order: the int64 range, NaN and -inf).
+state fields in plan order, one column per part of the field's kind (`<name>` for a kind of one
+part, BIGINT or DOUBLE storage; `<name>.<part>` otherwise: MOMENTS has `<name>.n`,
+`<name>.mean`, `<name>.m2`). Cells of a partial whose argument was all NULL hold the field's
+neutral element (`physical.neutral`: 0 for counts, sums and moments; for MIN/MAX the
+largest/smallest value in Spark's order: the int64 range, NaN and -inf). The Arrow
+aggregations of each kind are its `arrow` face (`mangonel.aggregates`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -52,7 +53,7 @@ def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
     dtype, neutrals = neutral(field)
     sql_type = SqlType.BIGINT if dtype == np.dtype(np.int64) else SqlType.DOUBLE
     parts = len(neutrals)
-    return [(partial_column_name(field.name, part, parts), sql_type) for part in range(parts)]
+    return [(partial_column_name(field, part), sql_type) for part in range(parts)]
 
 
 def partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]:
@@ -136,36 +137,18 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
 
     def preaggregate(table: pa.Table) -> pa.RecordBatch:
         aggregations: list[tuple] = []
+        requested: list[int] = []  # how many aggregations each field asked for
         derived: dict[str, pa.ChunkedArray] = {}  # extra input columns, computed once
         for field in window.fields:
             if field.argument is None:
                 aggregations.append(([], "count_all"))
+                requested.append(1)
                 continue
             source = column_of(field)
-            floating = pa.types.is_floating(table.schema.field(source).type)
-            if field.kind is ph.StateKind.COUNT:
-                aggregations.append((source, "count"))
-            elif field.kind is ph.StateKind.SUM:
-                if field.type is SqlType.DOUBLE and not floating:
-                    # AVG sums in double (Spark's Average): convert every value before summing
-                    # (unchecked: int64 -> double rounds, and a checked cast refuses that)
-                    name = f"{source}.double"
-                    derived[name] = table[source].cast(pa.float64(), safe=False)
-                    source = name
-                aggregations.append((source, "sum"))  # Arrow's integer sum wraps, as Spark's
-            elif field.kind is ph.StateKind.MIN:
-                aggregations.append((source, "min"))  # NaN only when every value is NaN
-            elif field.kind is ph.StateKind.MAX:
-                aggregations.append((source, "max"))
-                if floating:
-                    # Arrow's max skips NaN; in Spark's order NaN is the largest value
-                    name = f"{source}.nan"
-                    derived[name] = pc.is_nan(table[source])
-                    aggregations.append((name, "any"))
-            else:
-                aggregations.append((source, "count"))
-                aggregations.append((source, "mean"))
-                aggregations.append((source, "variance", pc.VarianceOptions(ddof=0)))
+            extra, asked = field.kind.arrow.requests(source, table[source], field.type)
+            derived.update(extra)
+            aggregations.extend(asked)
+            requested.append(len(asked))
         for name, column in derived.items():
             table = table.append_column(name, column)
         grouping_columns = keys + [PANE]
@@ -178,26 +161,11 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
             i for i, name in enumerate(grouped.column_names) if name not in grouping
         ]
         position = 0
-        for field in window.fields:
-            if field.kind is ph.StateKind.MOMENTS:
-                n = grouped.column(aggregate_positions[position]).cast(pa.float64())
-                mean = pc.fill_null(grouped.column(aggregate_positions[position + 1]), 0.0)
-                variance = pc.fill_null(grouped.column(aggregate_positions[position + 2]), 0.0)
-                arrays += [n, mean, pc.multiply(variance, n)]
-                position += 3
-                continue
-            value = grouped.column(aggregate_positions[position])
-            dtype, (empty,) = neutral(field)
-            arrow_type = pa.from_numpy_dtype(dtype)
-            if pa.types.is_timestamp(value.type):
-                value = value.cast(pa.int64())
-            value = pc.fill_null(value.cast(arrow_type), pa.scalar(empty, arrow_type))
-            position += 1
-            if field.kind is ph.StateKind.MAX and pa.types.is_floating(value.type):
-                has_nan = pc.fill_null(grouped.column(aggregate_positions[position]), False)
-                value = pc.if_else(has_nan, pa.scalar(float("nan")), value)
-                position += 1
-            arrays.append(value)
+        for field, count in zip(window.fields, requested, strict=True):
+            columns = [grouped.column(i) for i in aggregate_positions[position : position + count]]
+            dtype, neutrals = neutral(field)
+            arrays += field.kind.arrow.results(columns, dtype, neutrals)
+            position += count
         combined = [
             pa.chunked_array(a).combine_chunks() if isinstance(a, pa.ChunkedArray) else a
             for a in arrays

@@ -1,0 +1,54 @@
+"""Aggregates and their state kinds, one definition each (`builtin`), read by every layer
+above: the binder and typing (names, result types), the planner (state fields), codegen
+(CUDA fragments), the CPU backend (lift, numba combine), finalize and the Spark glue.
+
+Layer: above `catalog` and `errors`, below `compiler`; imports no compiler or runtime module.
+To add an incremental aggregate, add its `StateKind` (if no existing one fits) and its
+`Aggregate` to `builtin.py`.
+"""
+
+from __future__ import annotations
+
+from mangonel.aggregates import builtin as builtin  # registers the built-in definitions
+from mangonel.aggregates.functions import (
+    Aggregate,
+    StateUse,
+    aggregate,
+    aggregates,
+    null_when_empty,
+    register_aggregate,
+)
+from mangonel.aggregates.state import (
+    ArrowPartial,
+    CudaFragments,
+    Layout,
+    LiftInput,
+    StateKind,
+    accumulator_dtype,
+    register_state,
+    require_fixed,
+    state_kind,
+    state_kinds,
+)
+
+COUNT = builtin.COUNT  # the state kind every aggregate with an argument reads (its count)
+
+__all__ = [
+    "COUNT",
+    "Aggregate",
+    "ArrowPartial",
+    "CudaFragments",
+    "Layout",
+    "LiftInput",
+    "StateKind",
+    "StateUse",
+    "accumulator_dtype",
+    "aggregate",
+    "aggregates",
+    "null_when_empty",
+    "register_aggregate",
+    "register_state",
+    "require_fixed",
+    "state_kind",
+    "state_kinds",
+]
