@@ -21,8 +21,8 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import AggregateFunction
 from mangonel.compiler.typing import AGGREGATE_FUNCTION_NAMES, AGGREGATE_FUNCTIONS
 from mangonel.errors import PlanError
-from mangonel.runtime.cpu.evaluation import to_values
 from mangonel.runtime.cpu.generated import kind_kernels, render_source
+from mangonel.runtime.host.arrays import to_values
 
 FIXED = [k for k in aggregates.state_kinds() if k.layout is aggregates.Layout.FIXED]
 ACCUMULATORS = {  # accumulator types each kind is planned with somewhere

@@ -17,6 +17,7 @@ from test_window_cpu import STAMP, check, r
 import mangonel as mg
 from mangonel.catalog.types import SqlType as T
 from mangonel.compiler import codegen
+from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.compiler.parse import parse_statement
 from mangonel.compiler.typing import AGGREGATE_FUNCTIONS, aggregate_result_type
@@ -142,7 +143,7 @@ def test_count_windows_use_the_same_state():
 
 def test_finalize_gives_arrow_booleans_with_nulls():
     plan = make_plan(COLUMNS, aggregates=[(F.BOOL_AND, exp.column("b"))])
-    aggregate = plan.child.aggregates[0]
+    aggregate = ph.find(plan, ph.WindowAggregateExec).aggregates[0]
     import numpy as np
 
     values = {
