@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mangonel.compiler import physical as ph
 from mangonel.runtime.cpu import operators as cpu_operators
-from mangonel.runtime.cpu.backend import CpuKernels
+from mangonel.runtime.cpu.kernels import CpuKernels
 from mangonel.runtime.operators.registry import Registration
 from mangonel.runtime.operators.window import make_window_operator
 

@@ -127,7 +127,7 @@ def test_the_fuzzer_finds_and_shrinks_a_planted_bug(monkeypatch, tmp_path) -> No
     """A CPU kernel that loses the third row of every batch of three or more rows: the fuzzer
     must find it within seconds, shrink it to a few rows, and write a regression file that
     the engine fails and the oracle agrees with."""
-    from mangonel.runtime.cpu.backend import CpuKernels
+    from mangonel.runtime.cpu.kernels import CpuKernels
 
     original = CpuKernels.lift_tuples
 

@@ -157,10 +157,10 @@ def test_stage_one_preaggregation_obeys_its_placement(fake_gpu: list[int]) -> No
     plan = ph.with_backend(_plan(), "gpu", "test")
     window = ph.find(plan, ph.WindowAggregateExec)
     with pytest.raises(AssertionError, match="placed on the CPU"):
-        OperatorTree(window).leaf().lift(BATCHES[0])  # unplaced: the plan's backend
+        OperatorTree(window).leaf().preaggregate(BATCHES[0])  # unplaced: the plan's backend
     placed = (ph.Placement("preaggregate", "cpu", "test"),)
-    partials = OperatorTree(window, extra_placements=placed).leaf().lift(BATCHES[0])
-    assert partials.equals(LocalQuery(_plan()).window_operator.lift(BATCHES[0]))
+    partials = OperatorTree(window, extra_placements=placed).leaf().preaggregate(BATCHES[0])
+    assert partials.equals(LocalQuery(_plan()).window_operator.preaggregate(BATCHES[0]))
 
 
 def test_time_windows_refuse_a_tree_placed_apart_from_the_merge() -> None:

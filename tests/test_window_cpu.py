@@ -480,7 +480,7 @@ def test_split_lift_merge_equals_process():
     stage1 = LocalQuery(plan).window_operator
     out = []
     for b in batches:
-        partials = stage1.lift(b)
+        partials = stage1.preaggregate(b)
         assert "__pane" in partials.schema.names
         stage2.leaf().merge(partials)
         out.append(as_rows(stage2.on_watermark(stage2.leaf().max_event_time)))

@@ -323,18 +323,10 @@ MOMENTS = register_state(
 
 
 def _and(a, b):
-    return (a & b,)
+    return (a & b,)  # scalars (numba) and numpy arrays alike
 
 
 def _or(a, b):
-    return (a | b,)
-
-
-def _and_arrays(a, b):
-    return (a & b,)
-
-
-def _or_arrays(a, b):
     return (a | b,)
 
 
@@ -346,7 +338,7 @@ BOOL_AND = register_state(
         storage=lambda accumulator: np.dtype(np.int64),
         neutral=lambda dtype: (1,),
         lift=_lift_value,
-        combine=_and_arrays,
+        combine=_and,
         scalar_combine=_and,
         cuda=CudaFragments(
             lift=("{ok} ? ({ctype}){a} : {neutral}",),
@@ -365,7 +357,7 @@ BOOL_OR = register_state(
         storage=lambda accumulator: np.dtype(np.int64),
         neutral=lambda dtype: (0,),
         lift=_lift_value,
-        combine=_or_arrays,
+        combine=_or,
         scalar_combine=_or,
         cuda=CudaFragments(
             lift=("{ok} ? ({ctype}){a} : {neutral}",),

@@ -2,7 +2,7 @@
 
 Render, compile and run are three steps (tinygrad's habit):
 
-- `render_kernels(lift, window)` returns a `GeneratedKernels`: the CUDA source of every kernel
+- `render_kernels(lift, window)` returns a `GeneratedModule`: the CUDA source of every kernel
   the GPU backend launches for one query (lift, pane merge, fused lift+merge, tree levels,
   window compute, key hash table), specialised per query: column types, state fields,
   predicate and aggregate arguments (through `cuda_expressions.render_cuda`), pane/slide/size.
@@ -76,7 +76,10 @@ class InputColumn:
 
 
 @dataclass(frozen=True)
-class GeneratedKernels:
+class GeneratedModule:
+    """The CUDA source of one module (a compilation unit of several kernels) and what the
+    runtime needs to launch it; `runtime.gpu.compile` compiles it."""
+
     source: str
     digest: str  # hex SHA-256 of the source
     names: dict[str, str]  # kernel role -> extern "C" name
@@ -245,7 +248,7 @@ def _finish(context: dict[str, Any], templates: tuple[str, ...], roles: tuple[st
     return source, hashlib.sha256(source.encode()).hexdigest(), names
 
 
-def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) -> GeneratedKernels:
+def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) -> GeneratedModule:
     """Render every kernel of one query. `window` bakes pane/slide/size into the fused kernel
     (without it, the fused kernel is rendered for a 1-microsecond tumbling window)."""
     predicate, arguments, argument_of, statements, literals = _render_expressions(lift)
@@ -290,12 +293,12 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
         "block_cells": block_table_cells(parts),
     }
     source, digest, names = _finish(context, TEMPLATES, KERNEL_ROLES)
-    return GeneratedKernels(
+    return GeneratedModule(
         source, digest, names, columns, parts, literals, key_words, context["block_cells"]
     )
 
 
-def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedKernels:
+def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedModule:
     """Merge and window kernels of a set of state fields alone (no lift: restored state,
     stage 2 of the split form)."""
     parts, field_code, part_code = _field_fragments(
@@ -305,16 +308,16 @@ def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedKernels:
     source, digest, names = _finish(
         context, STATE_TEMPLATES, ("merge", "tree_levels", "window_compute")
     )
-    return GeneratedKernels(source, digest, names, (), parts, (), 0)
+    return GeneratedModule(source, digest, names, (), parts, (), 0)
 
 
-def render_key_kernels(words: int) -> GeneratedKernels:
+def render_key_kernels(words: int) -> GeneratedModule:
     """The key hash table kernels for keys of `words` 64-bit words."""
     source, digest, names = _finish({"words": int(words)}, KEY_TEMPLATES, ("map_keys", "renumber"))
-    return GeneratedKernels(source, digest, names, (), (), (), int(words))
+    return GeneratedModule(source, digest, names, (), (), (), int(words))
 
 
-def render_plan(plan: ph.ProjectExec) -> GeneratedKernels:
+def render_plan(plan: ph.ProjectExec) -> GeneratedModule:
     window = ph.find(plan, ph.WindowAggregateExec)
     return render_kernels(window.lift, window)
 

@@ -230,7 +230,7 @@ def test_arrow_stage1_partials_follow_the_kernels():
             "d": pa.array(d, pa.float64()),
         }
     )
-    ours = LocalQuery(plan).window_operator.lift(rows)
+    ours = LocalQuery(plan).window_operator.preaggregate(rows)
     # stage 1's input: pane id and one column per distinct argument (b, d in field order)
     columns = {"__pane": pa.array([t // second for t in ts], pa.int64())}
     arguments = []

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from mangonel.compiler import codegen
-from mangonel.compiler.codegen import GeneratedKernels
+from mangonel.compiler.codegen import GeneratedModule
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import StateField
 from mangonel.runtime.gpu import device
@@ -89,10 +89,10 @@ class CompileContext:
     def __init__(self, capacity: int = GpuOptions().module_cache_size) -> None:
         self.capacity = capacity
         self._modules: _Lru[Any] = _Lru(capacity)
-        self._rendered: _Lru[tuple[GeneratedKernels, Any]] = _Lru(capacity)
+        self._rendered: _Lru[tuple[GeneratedModule, Any]] = _Lru(capacity)
         self.compiles = 0  # modules built (from source or a disk cubin): misses of the cache
 
-    def module(self, generated: GeneratedKernels, options: tuple[str, ...] = ()) -> Any:
+    def module(self, generated: GeneratedModule, options: tuple[str, ...] = ()) -> Any:
         """A `cupy.RawModule` of the generated source (memory cache, then disk, then build).
         Extra compiler flags `options` must be named in the source: every cache is keyed by
         the source's hash alone."""
@@ -104,8 +104,8 @@ class CompileContext:
         return module
 
     def rendered(
-        self, key: Hashable, render: Callable[[], GeneratedKernels]
-    ) -> tuple[GeneratedKernels, Any]:
+        self, key: Hashable, render: Callable[[], GeneratedModule]
+    ) -> tuple[GeneratedModule, Any]:
         """(kernels, module) of plan data `key`; `render` makes the source on a miss."""
         found = self._rendered.get(key)
         if found is None:
@@ -114,16 +114,16 @@ class CompileContext:
             self._rendered.put(key, found)
         return found
 
-    def key_module(self, words: int) -> tuple[GeneratedKernels, Any]:
+    def key_module(self, words: int) -> tuple[GeneratedModule, Any]:
         """The key hash table kernels for keys of `words` 64-bit words."""
         return self.rendered(("keys", words), lambda: codegen.render_key_kernels(words))
 
-    def state_module(self, fields: tuple[StateField, ...]) -> tuple[GeneratedKernels, Any]:
+    def state_module(self, fields: tuple[StateField, ...]) -> tuple[GeneratedModule, Any]:
         """Merge and window kernels of a set of state fields alone (restored state)."""
         return self.rendered(("state", fields), lambda: codegen.render_state_kernels(fields))
 
 
-def _build(generated: GeneratedKernels, options: tuple[str, ...] = ()) -> Any:
+def _build(generated: GeneratedModule, options: tuple[str, ...] = ()) -> Any:
     """Compile or load one module. With nvcc on the PATH the disk cache holds a cubin per
     hash under cache_directory(); without it NVRTC compiles (CuPy keeps its own disk cache)."""
     cp = device.cupy()

@@ -90,7 +90,7 @@ class GpuKernels:
             compiler if compiler is not None else shared_context(self.options.module_cache_size)
         )
         self.metrics = GpuKernelMetrics()
-        # modules by plan data: (lift, window) -> (GeneratedKernels, RawModule); by lift alone
+        # modules by plan data: (lift, window) -> (GeneratedModule, RawModule); by lift alone
         # the last one made for it (any module of a lift serves its lift and state kernels)
         self._query_modules: dict[tuple, tuple] = {}
         self._lift_modules: dict[LiftExec, tuple] = {}
@@ -113,7 +113,7 @@ class GpuKernels:
     # -- compile --------------------------------------------------------------------------
 
     def module_for(self, lift: LiftExec, window: WindowAggregateExec | None = None):
-        """(GeneratedKernels, module) of one query, found by plan data (equal plans share a
+        """(GeneratedModule, module) of one query, found by plan data (equal plans share a
         module); `window` bakes pane/slide/size into the fused kernel. Without `window`, the
         last module made for the lift serves (its lift and state kernels do not depend on
         the window)."""

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from mangonel.compiler import codegen
-from mangonel.compiler.codegen import GeneratedKernels
+from mangonel.compiler.codegen import GeneratedModule
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import StateField
 from mangonel.runtime.gpu import device
@@ -22,11 +22,11 @@ class GpuPaneState:
     def __init__(
         self,
         fields: tuple[StateField, ...],
-        module_of: Callable[[], tuple[GeneratedKernels, Any]],
+        module_of: Callable[[], tuple[GeneratedModule, Any]],
         options: GpuOptions,
     ) -> None:
         self.fields = fields
-        self._module_of = module_of  # () -> (GeneratedKernels, RawModule)
+        self._module_of = module_of  # () -> (GeneratedModule, RawModule)
         self.options = options
         self.parts = codegen.state_parts(fields)
         self.key_capacity = 0

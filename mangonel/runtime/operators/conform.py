@@ -1,6 +1,6 @@
 """Input batches -> the declared stream types: the one conformance step at the batch boundary.
 
-Every batch a window operator gets (standalone `process`, the Spark kernel stage 1 `lift`)
+Every batch a window operator gets (standalone `process`, the Spark kernel stage 1 `preaggregate`)
 passes here once, before any backend work, on the host and in Arrow, so the CPU and GPU
 backends only ever see the declared types (DESIGN section 3: input columns must match the
 declared types, lossless widening only, or the batch is refused with a DataError naming the

@@ -64,7 +64,7 @@ class CountWindowOperator(OperatorBase):
         self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
         self._observe(lifted.max_event_time)
 
-    def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    def preaggregate(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
         conformed, out_of_range = self._lift_input(batch)
         lifted = self.kernels.lift_tuples(self.lift_node, conformed)

@@ -16,7 +16,7 @@ imports no backend.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +29,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import OutputColumn
 from mangonel.compiler.physical import AGGREGATE_PREFIX, WINDOW_END, WINDOW_START, aggregate_column
 from mangonel.compiler.typing import TypeEnv
+from mangonel.runtime.operators.registry import Registration, StepKernels
 
 
 def window_result_schema(
@@ -236,3 +237,20 @@ class ProjectOperator(_Stateless):
 def output_schema(outputs: Sequence[OutputColumn]) -> pa.Schema:
     """The schema of a Project's batches: each output's name and plan type."""
     return pa.schema([pa.field(o.name, o.type.info.arrow) for o in outputs])
+
+
+def registrations(new_evaluator: Callable[[], ProjectEvaluator]) -> dict[type, Registration]:
+    """The Filter and Project entries of a backend's `OPERATORS`: the operators of this
+    module over that backend's evaluator (one per operator: a bound evaluator keeps its
+    compiled kernel and staging)."""
+
+    def filter_operator(node: ph.FilterExec, schema: pa.Schema, kernels: StepKernels):
+        return FilterOperator(node.predicate, schema, new_evaluator())
+
+    def project_operator(node: ph.ProjectExec, schema: pa.Schema, kernels: StepKernels):
+        return ProjectOperator(node.outputs, schema, new_evaluator())
+
+    return {
+        ph.FilterExec: Registration(filter_operator),
+        ph.ProjectExec: Registration(project_operator),
+    }

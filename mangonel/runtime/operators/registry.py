@@ -74,22 +74,27 @@ def _module(backend: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except (ImportError, AttributeError) as error:
-        raise BackendUnavailableError(
-            f"the {backend.upper()} backend cannot be loaded here ({error}); plan the query "
-            "with backend='cpu' or install CuPy on a machine with an NVIDIA GPU"
-        ) from error
+        raise _unavailable(backend, error) from error
+
+
+def _unavailable(backend: str, error: Exception) -> BackendUnavailableError:
+    if backend == "gpu":
+        hint = "plan the query with backend='cpu' or install CuPy on a machine with an NVIDIA GPU"
+    else:
+        hint = "the installation is incomplete: reinstall mangonel (make install)"
+    return BackendUnavailableError(
+        f"the {backend.upper()} backend cannot be loaded here ({error}); {hint}"
+    )
 
 
 def new_kernels(backend: str, gpu_options: GpuOptions | None = None) -> WindowKernels:
     """A new kernels object of a backend ("cpu" or "gpu"); the GPU module loads lazily.
     `gpu_options` tune the GPU kernels (the CPU has none)."""
+    module = _module(backend)
     try:
-        return _module(backend).new_kernels(gpu_options)
+        return module.new_kernels(gpu_options)
     except (ImportError, AttributeError) as error:
-        raise BackendUnavailableError(
-            f"the {backend.upper()} backend cannot be loaded here ({error}); plan the query "
-            "with backend='cpu' or install CuPy on a machine with an NVIDIA GPU"
-        ) from error
+        raise _unavailable(backend, error) from error
 
 
 def node_backend(node: ph.PhysicalNode) -> str:

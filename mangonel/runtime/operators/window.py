@@ -22,14 +22,14 @@ Time windows (`TimeWindowOperator`), SPRINGALD's two stages:
   contributed (the first state field counts rows). Rows are ordered by window, then key in
   first-seen order (the order keys first contributed a tuple).
 
-Split form (Spark): `lift(batch)` is stateless and returns a `pa.RecordBatch` of pane partials
-(original key values, `__pane`, state fields; one row per (key, pane) of the batch, with the
-batch's max event time and NULL-event-time count in the schema metadata); `merge(partials)`
-decides lateness per pane and combines them; `advance_watermark(W)` fires. `process(batch)`
-is the fused standalone form of lift + merge + watermark update + fire (it skips the
-intermediate partial rows: tuples combine straight into the state): it calls the kernels'
-`lift_merge` with the newest segment as target, and merges the rows the backend could not place
-there (new keys, panes elsewhere; on the CPU every row) through the split path.
+Split form (Spark): `preaggregate(batch)` is stateless and returns a `pa.RecordBatch` of pane
+partials (original key values, `__pane`, state fields; one row per (key, pane) of the batch,
+with the batch's max event time and NULL-event-time count in the schema metadata);
+`merge(partials)` decides lateness per pane and combines them; `advance_watermark(W)` fires.
+`process(batch)` is the fused standalone form of lift + merge + watermark update + fire (it
+skips the intermediate partial rows: tuples combine straight into the state): it calls the
+kernels' `lift_merge` with the newest segment as target, and merges the rows the backend could
+not place there (new keys, panes elsewhere; on the CPU every row) through the split path.
 
 Input: every batch first passes `conform.BatchConformer` (declared types, lossless widening
 only, NOT NULL; DataError otherwise) before any backend work. Event times outside
@@ -166,7 +166,7 @@ class TimeWindowOperator(OperatorBase):
         known = min(self.keys.n_slots, state.key_capacity)
         return PaneTarget(state, first, end, known), segment
 
-    def lift(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    def preaggregate(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1 (stateless): one row of partial state per (key, pane) of the batch."""
         conformed, out_of_range = self._lift_input(batch)
         lifted = self.kernels.lift_tuples(self.lift_node, conformed)
@@ -188,7 +188,7 @@ class TimeWindowOperator(OperatorBase):
         return self._partial_batch(lifted, rows, PANE_META, pane_of_row, partials, out_of_range)
 
     def merge(self, partials: pa.RecordBatch) -> None:
-        """Stage 2: combine pane partials from `lift` (of any process) into the state."""
+        """Stage 2: combine pane partials from `preaggregate` (of any process) into the state."""
         keys, panes, values = self._read_partials(partials, PANE_META)
         include = self.kernels.from_host(np.ones(partials.num_rows, np.bool_))
         self._merge(keys, panes, include, values)

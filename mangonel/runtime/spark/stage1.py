@@ -11,7 +11,7 @@ partition — runs in `mapInArrow`: Arrow's C++ hash aggregation on the CPU back
 backend's lift kernels on the GPU backend. Only these partials cross the shuffle to stage 2,
 keyed by `__mangonel_bucket` (Spark's hash of the keys, computed natively on the partials).
 
-Partial rows (`partial_schema`) are exactly what the window operator's `lift` writes and its
+Partial rows (`partial_schema`) are exactly what the window operator's `preaggregate` writes and its
 `merge` reads: the key columns (declared types, original names), `__pane` (BIGINT), then the
 state fields in plan order, one column per part of the field's kind (`<name>` for a kind of one
 part, BIGINT or DOUBLE storage; `<name>.<part>` otherwise: MOMENTS has `<name>.n`,
@@ -49,7 +49,7 @@ def argument_column(position: int) -> str:
 
 def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
     """The partial columns of a state field, named and typed as the window operator's
-    `lift` writes them (storage types: BIGINT for integer accumulators, else DOUBLE)."""
+    `preaggregate` writes them (storage types: BIGINT for integer accumulators, else DOUBLE)."""
     dtype, neutrals = neutral(field)
     sql_type = SqlType.BIGINT if dtype == np.dtype(np.int64) else SqlType.DOUBLE
     parts = len(neutrals)
@@ -230,7 +230,7 @@ def kernel_stage1(
     placements: tuple[ph.Placement, ...],
 ) -> DataFrame:
     """Stage 1 with the backend's own lift kernels (the GPU backend's path): the scan columns
-    go to `mapInArrow`, where the window operator's stateless `lift` filters, projects and
+    go to `mapInArrow`, where the window operator's stateless `preaggregate` filters, projects and
     pre-aggregates each partition's rows in one fused pass, its steps placed as the Spark
     planner's `placements` say."""
     from mangonel.runtime.operators.tree import OperatorTree
@@ -248,7 +248,7 @@ def kernel_stage1(
         table = pa.Table.from_batches(collected)
         if not table.num_rows:
             return
-        partials = OperatorTree(window, extra_placements=placements).leaf().lift(table)
+        partials = OperatorTree(window, extra_placements=placements).leaf().preaggregate(table)
         if partials.num_rows:
             yield pa.RecordBatch.from_arrays(
                 [partials.column(f.name).cast(f.type) for f in schema], schema=spark_schema
