@@ -6,12 +6,12 @@ values, rendered for the GPU and compiled with nvcc."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pyarrow as pa
 import pytest
 from plans import make_plan
 from sqlglot import exp
+from test_codegen import _compile as compile_ptx
 from test_window_cpu import STAMP, check, r
 
 import mangonel as mg
@@ -174,19 +174,5 @@ def test_gpu_kernels_render_and_compile(tmp_path):
         pytest.skip("nvcc is not on PATH; the kernels were rendered, not compiled")
     source = tmp_path / "bool.cu"
     source.write_text(generated.source)
-    result = subprocess.run(
-        [
-            "nvcc",
-            "--ptx",
-            "-arch=sm_90",
-            "-std=c++17",
-            "-diag-suppress",
-            "177",
-            "-odir",
-            str(tmp_path),
-            str(source),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    result = compile_ptx([source], tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
