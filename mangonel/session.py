@@ -50,10 +50,23 @@ class Session(StatementRunner):
     """A catalog of streams and tables, and the compiler bound to it.
 
     backend: "cpu", "gpu" or "auto" (GPU when CuPy sees a device, else CPU).
+    join_algorithm: the algorithm of join queries, "hash" or "sort-merge" (None or "auto":
+    the planner's choice, which EXPLAIN prints with its reason).
     """
 
-    def __init__(self, backend: str = "auto", *, windows_per_batch: int | None = None) -> None:
-        super().__init__(backend, windows_per_batch=windows_per_batch, gpu_probe=gpu_status)
+    def __init__(
+        self,
+        backend: str = "auto",
+        *,
+        windows_per_batch: int | None = None,
+        join_algorithm: str | None = None,
+    ) -> None:
+        super().__init__(
+            backend,
+            windows_per_batch=windows_per_batch,
+            join_algorithm=join_algorithm,
+            gpu_probe=gpu_status,
+        )
 
     def _query(self, text: str, plan: physical.ProjectExec, logical: Any) -> Query:
         return Query(text, plan, logical)
