@@ -28,13 +28,17 @@ class Query(PlannedQuery):
 
         return LocalQuery(self.plan)
 
-    def run(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> pa.Table:
-        """Run the query over a finite sequence of batches; every window fires at the end."""
+    def run(self, batches: Iterable[pa.RecordBatch | pa.Table] | Any) -> pa.Table:  # noqa: ANN401
+        """Run the query over a finite sequence of batches; every window fires at the end.
+        A join query takes its inputs by name: `(name, batch)` pairs in arrival order, or a
+        dict name -> batches interleaved round-robin (docs/semantics.md, "Joins")."""
         self._runner = self._new_runner()
         return self._runner.run(batches)
 
-    def stream(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa.RecordBatch]:
-        """Results as windows fire, batch by batch."""
+    def stream(
+        self, batches: Iterable[pa.RecordBatch | pa.Table] | Any
+    ) -> Iterator[pa.RecordBatch]:  # noqa: ANN401, E501
+        """Results as windows fire, batch by batch (a join query: its arrivals, as `run`)."""
         self._runner = self._new_runner()
         return self._runner.stream(batches)
 

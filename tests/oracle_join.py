@@ -10,7 +10,8 @@ to it, and fires by joining them with two nested loops, so nothing here knows of
 tables or sort order. Decisions it encodes, as the docs state them: each stream keeps its
 own watermark and the query's is their minimum (None, minus infinity, until every stream
 has had a batch); a row contributes to each of its windows with `window_end > W` at its
-arrival, and is late (counted per input) when none is left; NULL keys match nothing; an
+arrival, and is late (counted per input) when none is left (rows without a time are
+dropped and counted apart); NULL keys match nothing; an
 unmatched row of a kept side is emitted once per window it contributed to; WHERE filters
 joined rows after the join; a table's rows belong to every window and are all read before
 the first stream batch.
@@ -82,7 +83,7 @@ class _Window:
 
 class JoinOracle:
     """Feed arrivals with `process(name, batch)` (returns the rows that fire after it), then
-    `finish`. `late` counts late (and NULL-time) rows per input name."""
+    `finish`. `late` counts late rows per input name, `null_time` rows without a time."""
 
     def __init__(self, query: JoinOracleQuery) -> None:
         self.query = query
@@ -115,6 +116,7 @@ class JoinOracle:
         self.max_ts: list[int | None] = [None, None]
         self.seen = [side.is_table for side in self.sides]
         self.late = {side.name: 0 for side in self.sides}
+        self.null_time = {side.name: 0 for side in self.sides}
         self.table: tuple[list, list] = ([], [])
         self.windows: dict[int, _Window] = defaultdict(_Window)
         self.tolerances: list[dict] = []
@@ -154,7 +156,7 @@ class JoinOracle:
             fired = []
             for row in rows:
                 if row[side.event_time] is None:
-                    self.late[side.name] += 1
+                    self.null_time[side.name] += 1
                     continue
                 pair = ([row], []) if index == 0 else ([], [row])
                 pair[1 - index].extend(self.table[1 - index])
@@ -164,7 +166,7 @@ class JoinOracle:
         for row in rows:
             ts = row[side.event_time]
             if ts is None:
-                self.late[side.name] += 1
+                self.null_time[side.name] += 1
                 continue
             self.max_ts[index] = ts if self.max_ts[index] is None else max(self.max_ts[index], ts)
             windows = [

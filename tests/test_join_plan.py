@@ -9,7 +9,7 @@ import pytest
 from mangonel.compiler import logical as lg
 from mangonel.compiler import physical as ph
 from mangonel.compiler.explain import explain_text
-from mangonel.errors import BackendUnavailableError, CatalogError, PlanError, SqlError
+from mangonel.errors import CatalogError, PlanError, SqlError
 from mangonel.session import Session
 
 STREAMS = (
@@ -194,10 +194,3 @@ def test_errors_are_positioned() -> None:
     with pytest.raises(CatalogError, match="unknown stream or table 'nope'"):
         s.sql("SELECT COUNT(*) FROM clicks [RANGE 1 SECOND] AS l JOIN nope AS n ON l.a = n.a")
 
-
-def test_running_a_join_needs_the_join_operator() -> None:
-    """The join operator is not built yet (issue 10's next step): running says so plainly
-    instead of failing somewhere inside the window operator."""
-    for text in (AGGREGATED, SLIDING):
-        with pytest.raises(BackendUnavailableError, match="no operator for Join|WindowJoin"):
-            session().sql(text).run([])

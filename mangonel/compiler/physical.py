@@ -148,6 +148,7 @@ class TableScanExec:
 
 
 JOIN_ALGORITHMS = ("hash", "sort-merge")
+SCAN_TYPES = (StreamScanExec, TableScanExec)  # the inputs a query reads
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,7 @@ class WindowJoinExec:
     """The join of two inputs per window (docs/semantics.md, "Joins").
 
     children: (left, right) scans; a TableScanExec side is a static table (no window needed).
-    aliases: the qualifiers of each side; the joined row's columns are `columns`
-    (`alias.column`, left side first). watermark_delays: per side, the stream's delay (the
+    aliases: the qualifiers of each side. watermark_delays: per side, the stream's delay (the
     clause's WATERMARK, else the declared one; None for a table): each stream keeps its own
     watermark and the query's is their minimum.
     window: the join's window (None: stream-static without a window clause); pane_length =
@@ -165,6 +165,7 @@ class WindowJoinExec:
     algorithm: "hash" (build on the smaller side, probe with the other) or "sort-merge"
     (skewed keys), chosen for `algorithm_reason`.
     where: WHERE over the joined rows, after the join (outer rows included).
+    columns: the joined row, `alias.column` of what each side's scan reads, left first.
     placements: the `join` step (GPU plans: on the CPU until GPU join kernels exist).
     """
 
@@ -568,7 +569,12 @@ def plan_join(
         right_keys=join.right_keys,
         residual=join.residual,
         where=where,
-        columns=join.columns,
+        # the joined row holds what the query reads of each side
+        columns=tuple(
+            Column(lg.joined_name(side.alias, c.name), c.type, True)
+            for side, scan in zip((join.left, join.right), scans, strict=True)
+            for c in scan.columns
+        ),
         watermark_delays=(join.left.watermark_delay_us, join.right.watermark_delay_us),
         algorithm=algorithm,
         algorithm_reason=algorithm_reason,
