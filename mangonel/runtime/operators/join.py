@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
@@ -46,6 +47,8 @@ from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.results import finalize, window_result_batch
 from mangonel.runtime.operators.snapshot import pack, unpack
 
+# (window, group) cells one credit call combines densely before the kept cells see them
+LOCAL_CELLS = 1 << 22
 # The window range of a static table's rows: every window.
 ALL_FIRST = -(2**62)
 ALL_LAST = 2**62
@@ -184,7 +187,13 @@ class JoinOperator:
         self.fired = -(2**62)  # the last window fired
         self.windows_fired = 0
         self.rows_out = 0
+        self.residual_columns = _columns_of(join.residual)
         if self.aggregate is not None:
+            self.credit_columns = _columns_of(
+                join.where,
+                *(f.argument for f in self.aggregate.fields),
+                *(exp.column(k.name) for k in self.aggregate.keys),
+            )
             self.schema = window_result_schema_of(self.aggregate)
             self.groups = kernels.new_key_map(tuple(k.type for k in self.aggregate.keys))
             self._reset_cells()
@@ -350,8 +359,10 @@ class JoinOperator:
         theirs_ids = theirs + other.base
         left, right = (mine_ids, theirs_ids) if side.index == 0 else (theirs_ids, mine_ids)
         if self.join.residual is not None:
-            joined = self._gather(left, right)
-            keep = to_mask(self.kernels.evaluate(self.join.residual, self.column_types, joined))
+            joined = self._gather(left, right, self.residual_columns)
+            keep = to_mask(
+                self.kernels.evaluate(self.join.residual, self.column_types, joined, len(left))
+            )
             left, right, lo, hi = left[keep], right[keep], lo[keep], hi[keep]
         for index, ids in ((0, left), (1, right)):
             keeper = self.sides[index]
@@ -368,7 +379,7 @@ class JoinOperator:
             for name, values in zip(self.pending, (left, right, lo, hi), strict=True):
                 self.pending[name].extend(values)
             return
-        joined = self._gather(left, right)
+        joined = self._gather(left, right, self.credit_columns)
         keep = self._where(joined, len(left))
         if keep is not None:
             joined = {name: column.filter(pa.array(keep)) for name, column in joined.items()}
@@ -382,30 +393,59 @@ class JoinOperator:
         partials = self.kernels.partials(
             self.aggregate.fields, self.column_types, joined, np.ones(n, np.bool_), n
         )
-        entries, windows = self.kernels.expand(lo, hi, int(lo.min()), int(hi.max()))
-        cells = self.cells.map_rows(
-            np.vstack([windows, groups[entries], np.zeros(len(entries), np.int64)])
-        )
+        k_lo, k_hi = int(lo.min()), int(hi.max())
+        if np.array_equal(lo, hi):  # one window per joined row (tumbling): no expansion
+            windows = lo
+        else:
+            entries, windows = self.kernels.expand(lo, hi, k_lo, k_hi)
+            groups = groups[entries]
+            partials = {name: tuple(p[entries] for p in parts) for name, parts in partials.items()}
+        n_groups = max(1, self.groups.n_slots)
+        span = k_hi - k_lo + 1
+        if span * n_groups <= LOCAL_CELLS:
+            # combine into dense (window, group) cells of this call first, then merge only
+            # the touched ones into the kept cells: the key map sees cells, not joined rows
+            local = (windows - k_lo) * n_groups + groups
+            local_state = {}
+            for f in self.aggregate.fields:
+                dtype, neutrals = ph.neutral(f)
+                targets = tuple(np.full(span * n_groups, v, dtype) for v in neutrals)
+                self.kernels.scatter(f.kind)(*targets, local, *partials[f.name])
+                local_state[f.name] = targets
+            touched = np.flatnonzero(local_state[self.aggregate.fields[0].name][0] > 0)
+            windows, groups = touched // n_groups + k_lo, touched % n_groups
+            partials = {
+                name: tuple(p[touched] for p in parts) for name, parts in local_state.items()
+            }
+        rows = np.zeros((3, len(windows)), np.int64)
+        rows[0], rows[1] = windows, groups
+        cells = self.cells.map_rows(rows)
         self._grow_cells()
         for f in self.aggregate.fields:
             scatter = self.kernels.scatter(f.kind)
-            scatter(*self.cell_state[f.name], cells, *(p[entries] for p in partials[f.name]))
+            scatter(*self.cell_state[f.name], cells, *partials[f.name])
 
     def _where(self, joined: dict[str, pa.Array], n: int) -> np.ndarray | None:
         if self.join.where is None:
             return None
         return to_mask(self.kernels.evaluate(self.join.where, self.column_types, joined, n))
 
-    def _gather(self, left: np.ndarray, right: np.ndarray) -> dict[str, pa.Array]:
-        """The joined rows' columns (`alias.column`), NULL where an id is -1."""
+    def _gather(
+        self, left: np.ndarray, right: np.ndarray, names: frozenset[str] | None = None
+    ) -> dict[str, pa.Array]:
+        """The joined rows' columns (`alias.column`; `names`: only those), NULL where an id
+        is -1."""
         columns: dict[str, pa.Array] = {}
         for side, ids in zip(self.sides, (left, right), strict=True):
             schema = side.conformer.schema  # type: ignore[attr-defined]
-            table = side.table(schema)
+            wanted = [n for n in schema.names if names is None or f"{side.alias}.{n}" in names]
+            if not wanted:
+                continue
+            table = side.table(schema).select(wanted)
             local = ids - side.base
             index = pa.array(local, mask=ids < 0) if (ids < 0).any() else pa.array(local)
             taken = table.take(index)
-            for name in schema.names:
+            for name in wanted:
                 column = taken.column(name)
                 columns[f"{side.alias}.{name}"] = (
                     column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
@@ -430,10 +470,9 @@ class JoinOperator:
         mine_ids, theirs_ids = mine + start, theirs + other.base
         if self.join.residual is not None and len(mine):
             left, right = (mine_ids, theirs_ids) if side.index == 0 else (theirs_ids, mine_ids)
+            joined = self._gather(left, right, self.residual_columns)
             keep = to_mask(
-                self.kernels.evaluate(
-                    self.join.residual, self.column_types, self._gather(left, right)
-                )
+                self.kernels.evaluate(self.join.residual, self.column_types, joined, len(left))
             )
             mine_ids, theirs_ids = mine_ids[keep], theirs_ids[keep]
         if side.keeps_unmatched:
@@ -683,6 +722,16 @@ class _TableConformer:
                 raise DataError(f"the table's batch has no column {c.name!r}")
             arrays.append(batch.column(position).cast(c.type.info.arrow))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _columns_of(*expressions: exp.Expression | None) -> frozenset[str]:
+    """The joined-row columns the expressions read."""
+    return frozenset(
+        column.name
+        for expression in expressions
+        if expression is not None
+        for column in expression.find_all(exp.Column)
+    )
 
 
 def window_result_schema_of(node: ph.JoinAggregateExec) -> pa.Schema:
