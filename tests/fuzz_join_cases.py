@@ -45,6 +45,7 @@ class JoinCase:
     residual: bool
     where: bool
     aggregated: bool
+    integers: bool  # aggregates: COUNT(*), COUNT(l.x), SUM(l.x) (credited by differences)
     algorithm: str
     arrivals: tuple[tuple[str, tuple[dict, ...]], ...]
     restore_at: int | None  # arrivals before the snapshot/restore; None: none
@@ -66,7 +67,12 @@ class JoinCase:
         on = "l.k = r.k" + (" AND r.y > l.x" if self.residual else "")
         where = " WHERE l.x IS NULL OR l.x < 7" if self.where else ""
         if self.aggregated:
-            select = "l.k, window_start AS start, COUNT(*) AS n, SUM(r.y) AS s, MIN(l.x) AS m"
+            calls = (
+                "COUNT(l.x) AS s, SUM(l.x) AS m"
+                if self.integers
+                else "SUM(r.y) AS s, MIN(l.x) AS m"
+            )
+            select = f"l.k, window_start AS start, COUNT(*) AS n, {calls}"
             tail = " GROUP BY l.k"
         else:
             select, tail = "l.x, r.y, window_start AS start", ""
@@ -80,8 +86,8 @@ class JoinCase:
                 "keys": ("l.k",),
                 "aggregates": (
                     ("count_star", None),
-                    ("sum", ["col", "r.y"]),
-                    ("min", ["col", "l.x"]),
+                    ("count", ["col", "l.x"]) if self.integers else ("sum", ["col", "r.y"]),
+                    ("sum", ["col", "l.x"]) if self.integers else ("min", ["col", "l.x"]),
                 ),
                 "outputs": AGGREGATED_OUT,
             }
@@ -147,6 +153,7 @@ def draw_join_case(seed: int) -> JoinCase:
         residual=rng.random() < 0.4,
         where=rng.random() < 0.3,
         aggregated=rng.random() < 0.5,
+        integers=rng.random() < 0.5,
         algorithm=rng.choice(["hash", "sort-merge"]),
         arrivals=tuple(arrivals),
         restore_at=rng.randrange(len(arrivals) + 1) if rng.random() < 0.4 else None,

@@ -193,4 +193,3 @@ def test_errors_are_positioned() -> None:
     assert (error.value.line, error.value.column) == (2, 6)
     with pytest.raises(CatalogError, match="unknown stream or table 'nope'"):
         s.sql("SELECT COUNT(*) FROM clicks [RANGE 1 SECOND] AS l JOIN nope AS n ON l.a = n.a")
-

@@ -144,6 +144,57 @@ def _mark(matched, rows, first, last, origin):
             matched[r, k - origin[r]] = 1
 
 
+@numba.njit(cache=True)
+def _prefix_windows(cell_k, cell_g, deltas, running, lo, hi):
+    """Windows lo..hi of difference-credited cells (sorted by window): add each window's
+    deltas to the running sums, then emit every group whose running row count (part 0) is
+    positive; windows where no group is active are skipped. Two passes (count, write); the
+    second leaves `running` at window hi."""
+    n_parts, n_groups = running.shape[0], running.shape[1]
+    total = 0
+    out_k = np.empty(0, np.int64)
+    out_g = np.empty(0, np.int64)
+    out_v = np.empty((n_parts, 0), np.int64)
+    for write in range(2):
+        r = running.copy() if write == 0 else running
+        if write == 1:
+            out_k = np.empty(total, np.int64)
+            out_g = np.empty(total, np.int64)
+            out_v = np.empty((n_parts, total), np.int64)
+        active = 0
+        for g in range(n_groups):
+            if r[0, g] != 0:
+                active += 1
+        w = 0
+        c = 0
+        k = lo
+        while k <= hi:
+            while c < len(cell_k) and cell_k[c] == k:
+                g = cell_g[c]
+                before = r[0, g] != 0
+                for p in range(n_parts):
+                    r[p, g] += deltas[p, c]
+                after = r[0, g] != 0
+                active += int(after) - int(before)
+                c += 1
+            if active > 0:
+                for g in range(n_groups):
+                    if r[0, g] > 0:
+                        if write == 1:
+                            out_k[w] = k
+                            out_g[w] = g
+                            for p in range(n_parts):
+                                out_v[p, w] = r[p, g]
+                        w += 1
+                k += 1
+            elif c < len(cell_k):
+                k = max(k + 1, cell_k[c])
+            else:
+                break
+        total = w
+    return out_k, out_g, out_v
+
+
 def _sorted_rows(slots: np.ndarray) -> np.ndarray:
     rows = np.flatnonzero(slots >= 0)
     return rows[np.argsort(slots[rows], kind="stable")]
@@ -188,6 +239,16 @@ class CpuJoinKernels:
 
     def scatter(self, kind: Any) -> Any:  # noqa: ANN401
         return kind_kernels(kind).scatter
+
+    def prefix_windows(self, cell_k, cell_g, deltas, running, lo, hi):
+        return _prefix_windows(
+            np.ascontiguousarray(cell_k),
+            np.ascontiguousarray(cell_g),
+            np.ascontiguousarray(deltas),
+            running,
+            lo,
+            hi,
+        )
 
     def new_key_map(self, types):
         return KeyTable(types)

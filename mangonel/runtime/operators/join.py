@@ -16,9 +16,10 @@ and implements docs/semantics.md, "Joins":
   the joined rows of its windows in window order (`kernels.expand` over the pending pairs:
   count, scan, write), gathered from the stored rows.
 - Aggregated: the pairs' aggregate arguments are evaluated once per pair and their partials
-  combined into one cell per (window, group) right away (the state kinds' scatter), for every
-  window of the pair; a firing finalizes the cells of its windows. Joined rows are never
-  materialised as output.
+  combined into (window, group) cells right away (the state kinds' scatter; `JoinCells` in
+  join_cells.py: every window of the pair, or, for counts and integer sums, two difference
+  cells whatever the slide); a firing finalizes the cells of its windows. Joined rows are
+  never materialised as output.
 - Outer joins keep a matched flag per (row, window) of a kept side; a firing adds the rows
   unmatched in its windows with the other side NULL.
 - A static table (inputs under its name, all read before the first stream batch) covers
@@ -42,13 +43,11 @@ from mangonel.errors import DataError
 from mangonel.runtime.host.arrays import to_mask, to_values
 from mangonel.runtime.operators.base import as_record_batch
 from mangonel.runtime.operators.conform import BatchConformer, event_time_range
+from mangonel.runtime.operators.join_cells import JoinCells
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.protocol import OperatorMetrics
-from mangonel.runtime.operators.results import finalize, window_result_batch
 from mangonel.runtime.operators.snapshot import pack, unpack
 
-# (window, group) cells one credit call combines densely before the kept cells see them
-LOCAL_CELLS = 1 << 22
 # The window range of a static table's rows: every window.
 ALL_FIRST = -(2**62)
 ALL_LAST = 2**62
@@ -195,8 +194,7 @@ class JoinOperator:
                 *(exp.column(k.name) for k in self.aggregate.keys),
             )
             self.schema = window_result_schema_of(self.aggregate)
-            self.groups = kernels.new_key_map(tuple(k.type for k in self.aggregate.keys))
-            self._reset_cells()
+            self.cells = JoinCells(self.aggregate, kernels)
         else:
             self.schema = pa.schema(
                 [pa.field(name, t.info.arrow) for name, t in ph.join_row_columns(join)]
@@ -384,46 +382,8 @@ class JoinOperator:
         if keep is not None:
             joined = {name: column.filter(pa.array(keep)) for name, column in joined.items()}
             lo, hi = lo[keep], hi[keep]
-        n = len(lo)
-        if not n:
-            return
-        groups = self.groups.map_columns(
-            [joined[k.name] for k in self.aggregate.keys], np.ones(n, np.bool_)
-        )
-        partials = self.kernels.partials(
-            self.aggregate.fields, self.column_types, joined, np.ones(n, np.bool_), n
-        )
-        k_lo, k_hi = int(lo.min()), int(hi.max())
-        if np.array_equal(lo, hi):  # one window per joined row (tumbling): no expansion
-            windows = lo
-        else:
-            entries, windows = self.kernels.expand(lo, hi, k_lo, k_hi)
-            groups = groups[entries]
-            partials = {name: tuple(p[entries] for p in parts) for name, parts in partials.items()}
-        n_groups = max(1, self.groups.n_slots)
-        span = k_hi - k_lo + 1
-        if span * n_groups <= LOCAL_CELLS:
-            # combine into dense (window, group) cells of this call first, then merge only
-            # the touched ones into the kept cells: the key map sees cells, not joined rows
-            local = (windows - k_lo) * n_groups + groups
-            local_state = {}
-            for f in self.aggregate.fields:
-                dtype, neutrals = ph.neutral(f)
-                targets = tuple(np.full(span * n_groups, v, dtype) for v in neutrals)
-                self.kernels.scatter(f.kind)(*targets, local, *partials[f.name])
-                local_state[f.name] = targets
-            touched = np.flatnonzero(local_state[self.aggregate.fields[0].name][0] > 0)
-            windows, groups = touched // n_groups + k_lo, touched % n_groups
-            partials = {
-                name: tuple(p[touched] for p in parts) for name, parts in local_state.items()
-            }
-        rows = np.zeros((3, len(windows)), np.int64)
-        rows[0], rows[1] = windows, groups
-        cells = self.cells.map_rows(rows)
-        self._grow_cells()
-        for f in self.aggregate.fields:
-            scatter = self.kernels.scatter(f.kind)
-            scatter(*self.cell_state[f.name], cells, *partials[f.name])
+        if len(lo):
+            self.cells.credit(joined, lo, hi)
 
     def _where(self, joined: dict[str, pa.Array], n: int) -> np.ndarray | None:
         if self.join.where is None:
@@ -497,7 +457,7 @@ class JoinOperator:
         if self.aggregate is None:
             out = self._fire_rows(lo, upto)
         else:
-            out = self._fire_cells(upto)
+            out = self._fire_cells(lo, upto)
         self.fired = upto
         for side in self.sides:
             if not side.is_table:
@@ -546,54 +506,10 @@ class JoinOperator:
             batch = batch.filter(pa.array(keep))
         return [batch] if batch.num_rows else []
 
-    def _reset_cells(self, keep: np.ndarray | None = None) -> None:
-        """The (window, group) cells: a key map over (k, group) and the fields' arrays."""
-        old_rows = None if keep is None else self.cells.slot_rows[: self.cells.n_slots][keep]
-        old_state = None if keep is None else self.cell_state
-        self.cells = self.kernels.new_key_map((SqlType.BIGINT, SqlType.BIGINT))
-        self.cell_state: dict[str, tuple[np.ndarray, ...]] = {}
-        capacity = max(64, 0 if old_rows is None else len(old_rows))
-        for f in self.aggregate.fields:
-            dtype, neutrals = ph.neutral(f)
-            self.cell_state[f.name] = tuple(np.full(capacity, v, dtype) for v in neutrals)
-        if old_rows is not None and len(old_rows):
-            self.cells.map_rows(np.ascontiguousarray(old_rows.T))
-            for name, parts in old_state.items():
-                for target, source in zip(self.cell_state[name], parts, strict=True):
-                    target[: len(old_rows)] = source[: len(keep)][keep]
-
-    def _grow_cells(self) -> None:
-        n = self.cells.n_slots
-        for f in self.aggregate.fields:
-            parts = self.cell_state[f.name]
-            if len(parts[0]) >= n:
-                continue
-            dtype, neutrals = ph.neutral(f)
-            capacity = max(n, 2 * len(parts[0]))
-            grown = []
-            for part, v in zip(parts, neutrals, strict=True):
-                array = np.full(capacity, v, dtype)
-                array[: len(part)] = part
-                grown.append(array)
-            self.cell_state[f.name] = tuple(grown)
-
-    def _fire_cells(self, upto: int) -> list[pa.RecordBatch]:
-        n = self.cells.n_slots
-        rows = self.cells.slot_rows[:n]
-        due = rows[:, 0] <= upto
-        if not due.any():
-            return []
-        cells = np.flatnonzero(due)
-        cells = cells[np.lexsort((rows[cells, 1], rows[cells, 0]))]  # window, then group
-        windows = rows[cells, 0]
-        values = {name: tuple(p[cells] for p in parts) for name, parts in self.cell_state.items()}
-        aggregates = finalize(self.aggregate.aggregates, values)
-        keys = self.groups.decode(rows[cells, 1])
-        start = windows * self.window.slide
-        batch = window_result_batch(self.schema, keys, aggregates, start, start + self.window.size)
-        self.windows_fired += len(cells)
-        self._reset_cells(~due)
-        return [batch]
+    def _fire_cells(self, lo: int, upto: int) -> list[pa.RecordBatch]:
+        batch, results = self.cells.fire(lo, upto, self.schema)
+        self.windows_fired += results
+        return [] if batch is None else [batch]
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         return []  # each stream's watermark comes from its own batches
@@ -604,8 +520,8 @@ class JoinOperator:
         ends = [s.last.view.max() for s in self.sides if not s.is_table and s.rows]
         if self.aggregate is None and self.pending["hi"].size:
             ends.append(self.pending["hi"].view.max())
-        if self.aggregate is not None and self.cells.n_slots:
-            ends.append(self.cells.slot_rows[: self.cells.n_slots, 0].max())
+        if self.aggregate is not None and self.cells.max_window() is not None:
+            ends.append(self.cells.max_window())
         return self._fire(int(max(ends))) if ends else []
 
     # -- metrics, snapshot ----------------------------------------------------------------
@@ -618,8 +534,7 @@ class JoinOperator:
         if self.aggregate is None:
             total += sum(g.data.nbytes for g in self.pending.values())
         else:
-            total += self.cells.nbytes + self.groups.nbytes
-            total += sum(p.nbytes for parts in self.cell_state.values() for p in parts)
+            total += self.cells.nbytes
         return total
 
     def metrics(self) -> JoinMetrics:
@@ -662,11 +577,7 @@ class JoinOperator:
         if self.aggregate is None:
             arrays.update({f"pending_{n}": g.view.copy() for n, g in self.pending.items()})
         else:
-            arrays.update(self.groups.to_arrays("groups_"))
-            arrays["cells"] = self.cells.slot_rows[: self.cells.n_slots].copy()
-            for name, parts in self.cell_state.items():
-                for i, part in enumerate(parts):
-                    arrays[f"cell_{name}_{i}"] = part[: self.cells.n_slots].copy()
+            arrays.update(self.cells.to_arrays())
         return pack(header, arrays)
 
     def restore(self, data: bytes) -> None:
@@ -695,15 +606,7 @@ class JoinOperator:
                 g.size = 0
                 g.extend(arrays[f"pending_{n}"])
             return
-        self.groups = self.kernels.key_map_from_arrays(self.groups.types, arrays, "groups_")
-        cells = arrays["cells"]
-        self.cells = self.kernels.new_key_map((SqlType.BIGINT, SqlType.BIGINT))
-        self._reset_cells()
-        self.cells.map_rows(np.ascontiguousarray(cells.T))
-        self._grow_cells()
-        for name, parts in self.cell_state.items():
-            for i, part in enumerate(parts):
-                part[: len(cells)] = arrays[f"cell_{name}_{i}"]
+        self.cells.restore(arrays)
 
 
 class _TableConformer:

@@ -15,7 +15,8 @@ the slots and a "sort-merge" join a merge of both sides sorted by slot.
   min(last, hi)], grouped by k: the crediting of a pair (or an unmatched row) to each window
   it shares, in two passes too.
 - `mark_matched(...)`: a row's per-window matched flags (outer joins) from its pairs.
-- `scatter(kind)`: the kind's combine of many values into cells (aggregated joins).
+- `scatter(kind)`: the kind's combine of many values into cells (aggregated joins), and
+  `prefix_windows`: the firing of difference-credited cells (`join_cells.py`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,21 @@ class JoinKernels(Protocol):
 
     def scatter(self, kind: Any) -> Any:  # noqa: ANN401 - the kind's compiled scatter
         """scatter(target_0.., index, values_0..): target[index[i]] (+)= values[i]."""
+        ...
+
+    def prefix_windows(
+        self,
+        cell_k: np.ndarray,
+        cell_g: np.ndarray,
+        deltas: np.ndarray,
+        running: np.ndarray,
+        lo: int,
+        hi: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Difference-credited cells (sorted by window k; `deltas`: one int64 row per state
+        part, part 0 the row count) -> (k, group, values per part) of every group with a
+        positive running count in each window lo..hi; `running` (parts x groups) is left at
+        window hi."""
         ...
 
     def new_key_map(self, types: tuple) -> Any:  # noqa: ANN401
