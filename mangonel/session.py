@@ -28,13 +28,17 @@ class Query(PlannedQuery):
 
         return LocalQuery(self.plan)
 
-    def run(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> pa.Table:
-        """Run the query over a finite sequence of batches; every window fires at the end."""
+    def run(self, batches: Iterable[pa.RecordBatch | pa.Table] | Any) -> pa.Table:  # noqa: ANN401
+        """Run the query over a finite sequence of batches; every window fires at the end.
+        A join query takes its inputs by name: `(name, batch)` pairs in arrival order, or a
+        dict name -> batches interleaved round-robin (docs/semantics.md, "Joins")."""
         self._runner = self._new_runner()
         return self._runner.run(batches)
 
-    def stream(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa.RecordBatch]:
-        """Results as windows fire, batch by batch."""
+    def stream(
+        self, batches: Iterable[pa.RecordBatch | pa.Table] | Any
+    ) -> Iterator[pa.RecordBatch]:  # noqa: ANN401, E501
+        """Results as windows fire, batch by batch (a join query: its arrivals, as `run`)."""
         self._runner = self._new_runner()
         return self._runner.stream(batches)
 
@@ -50,10 +54,23 @@ class Session(StatementRunner):
     """A catalog of streams and tables, and the compiler bound to it.
 
     backend: "cpu", "gpu" or "auto" (GPU when CuPy sees a device, else CPU).
+    join_algorithm: the algorithm of join queries, "hash" or "sort-merge" (None or "auto":
+    the planner's choice, which EXPLAIN prints with its reason).
     """
 
-    def __init__(self, backend: str = "auto", *, windows_per_batch: int | None = None) -> None:
-        super().__init__(backend, windows_per_batch=windows_per_batch, gpu_probe=gpu_status)
+    def __init__(
+        self,
+        backend: str = "auto",
+        *,
+        windows_per_batch: int | None = None,
+        join_algorithm: str | None = None,
+    ) -> None:
+        super().__init__(
+            backend,
+            windows_per_batch=windows_per_batch,
+            join_algorithm=join_algorithm,
+            gpu_probe=gpu_status,
+        )
 
     def _query(self, text: str, plan: physical.ProjectExec, logical: Any) -> Query:
         return Query(text, plan, logical)

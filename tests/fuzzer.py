@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from fuzz_cases import Case, draw_case, without
+from fuzz_join_cases import JOIN_EVERY, check_join, draw_join_case, shrink_join
 from oracle import Oracle, OracleQuery, first_difference
 
 ARROW_TYPES = {
@@ -416,6 +417,10 @@ def fuzz(
     for seed in seeds:
         if result.cases and time.monotonic() - started >= budget_s:
             break
+        if backend == "cpu" and seed % JOIN_EVERY == 0:  # joins run on the CPU backend only
+            if _join_case_fails(seed, run_seed, result, report):
+                break
+            continue
         case = draw_case(seed, special_values=special_values, large_share=large_share)
         case_started = time.monotonic()
         try:
@@ -456,6 +461,27 @@ def fuzz(
             break
     result.seconds = time.monotonic() - started
     return result
+
+
+def _join_case_fails(
+    seed: int, run_seed: int, result: FuzzResult, report: Callable[[str], None]
+) -> bool:
+    """Run join case `seed` (tests/fuzz_join_cases.py); on a failure, shrink it and report
+    the minimal case (join cases have no regression file format yet)."""
+    case = draw_join_case(seed)
+    problem = check_join(case)
+    result.cases += 1
+    result.rows += case.rows
+    result.kinds["join"] = result.kinds.get("join", 0) + 1
+    if problem is None:
+        return False
+    result.case_seed = seed
+    result.failure = Failure("join", "over the arrivals", problem)
+    report(f"fuzz: FAILED join case seed {seed} (run seed {run_seed}): {problem}")
+    shrunk = shrink_join(case, problem)
+    report(f"fuzz: minimal join case ({shrunk.rows} rows): {check_join(shrunk)}")
+    report(shrunk.describe())
+    return True
 
 
 def fresh_seed() -> int:

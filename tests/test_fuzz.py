@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from fuzz_cases import draw_case
+from fuzz_join_cases import JOIN_EVERY, check_join, draw_join_case
 from fuzzer import Scenario, check, fresh_seed, fuzz, oracle_run
 
 HERE = Path(__file__).parent
@@ -94,6 +95,15 @@ def test_random_cases_match_the_oracle(request: pytest.FixtureRequest, fuzz_summ
             f"--fuzz-case={result.case_seed} --backend={backend} --fuzz-special={special}",
             pytrace=False,
         )
+
+
+@pytest.mark.parametrize("seed", range(1, 21))
+def test_fixed_join_cases_match_the_oracle(seed: int) -> None:
+    """Join cases (tests/fuzz_join_cases.py) at fixed seeds; the slice draws one in every
+    JOIN_EVERY case seeds."""
+    case = draw_join_case(seed * JOIN_EVERY)
+    problem = check_join(case)
+    assert problem is None, f"join case seed {seed * JOIN_EVERY}: {problem}\n{case.describe()}"
 
 
 @pytest.mark.parametrize("seed", range(1, 41))

@@ -56,12 +56,13 @@ _KEY_TYPES = (SqlType.INT, SqlType.BIGINT, SqlType.STRING)
 @dataclass(frozen=True)
 class BoundQuery:
     """A bound window query. argument_types: aggregate position -> its argument's type
-    (every aggregate but COUNT(*))."""
+    (every aggregate but COUNT(*)). A join query's `stream` is its left stream and its
+    `window` the one window of both sides (None: a stream joined with a table, no window)."""
 
     logical: lg.Project
     argument_types: dict[int, SqlType]
     stream: Stream
-    window: WindowSpec
+    window: WindowSpec | None
 
     @property
     def outputs(self) -> tuple[lg.OutputColumn, ...]:
@@ -70,6 +71,11 @@ class BoundQuery:
 
 def bind(query: exp.Expression, catalog: Catalog) -> BoundQuery:
     """Resolve `query` (a parsed SELECT) against `catalog` into its logical plan."""
+    if isinstance(query, exp.Select) and query.args.get("joins"):
+        # the join binder extends this module's binder
+        from mangonel.compiler.bind_join import JoinBinder
+
+        return JoinBinder(query, catalog).bind()
     return _Binder(query, catalog).bind()
 
 
@@ -174,9 +180,16 @@ _UNSUPPORTED_CLAUSES: tuple[tuple[str, str, str], ...] = (
     ("cluster", "CLUSTER BY is not supported", "drop CLUSTER BY"),
 )
 _ALLOWED_SELECT_ARGS = frozenset({"expressions", "from_", "where", "group", "having"})
+_AGGREGATE_IN_CLAUSE_HINTS = {
+    "WHERE": "WHERE filters tuples before aggregation; filter windows with HAVING",
+    "ON": "ON pairs the rows of both sides; filter windows with HAVING",
+}
 
 
 class _Binder:
+    # the join binder (bind_join.py) reads JOIN; this one refuses it
+    joins_allowed = False
+
     def __init__(self, query: exp.Expression, catalog: Catalog) -> None:
         self.query = query
         self.catalog = catalog
@@ -224,12 +237,18 @@ class _Binder:
                 "mangonel runs window queries: SELECT ... FROM <stream> [RANGE ..] ...",
             )
         for arg, message, hint in _UNSUPPORTED_CLAUSES:
+            if arg == "joins" and self.joins_allowed:
+                continue
             value = query.args.get(arg)
             if value:
                 node = value[0] if isinstance(value, list) else value
                 raise _error(message, node, hint, fallback=query)
         for arg, value in query.args.items():
-            if value and arg not in _ALLOWED_SELECT_ARGS:
+            if (
+                value
+                and arg not in _ALLOWED_SELECT_ARGS
+                and not (arg == "joins" and self.joins_allowed)
+            ):
                 raise _error(
                     f"{arg.rstrip('_').upper().replace('_', ' ')} is not supported",
                     value[0] if isinstance(value, list) else value,
@@ -272,7 +291,44 @@ class _Binder:
         return query
 
     def _resolve_from(self, select: exp.Select) -> tuple[Stream, WindowClause | None]:
-        source = select.args["from_"].this
+        clause, table = self._checked_source(select.args["from_"].this, select)
+        name = table.name
+        stream = self.catalog.stream(name)
+        if stream is not None:
+            return stream, clause
+        if self.catalog.table(name) is not None:
+            if clause is not None:
+                raise _error(
+                    f"a window clause on the static table {name!r}",
+                    clause,
+                    "window clauses apply to streams (CREATE STREAM); queries cannot read "
+                    "static tables",
+                    construct=display_sql(clause),
+                )
+            raise _error(
+                f"{name!r} is a static table; queries read streams",
+                table,
+                "query a stream (CREATE STREAM ... WITH (event_time = ...)); queries "
+                "cannot read static tables",
+            )
+        raise self._unknown_source(table)
+
+    def _unknown_source(self, table: exp.Table) -> SqlError:
+        streams = sorted(s.name for s in self.catalog.streams.values())
+        return _error(
+            f"unknown stream {table.name!r}",
+            table.this,
+            ("known streams: " + ", ".join(streams))
+            if streams
+            else "no streams yet: CREATE STREAM name (cols) WITH (event_time = 'col') first",
+            error_class=CatalogError,
+        )
+
+    def _checked_source(
+        self, source: exp.Expression, select: exp.Select
+    ) -> tuple[WindowClause | None, exp.Table]:
+        """The window clause (if any) and the table of a FROM or JOIN source: one plain
+        name, at most an alias."""
         clause = source if isinstance(source, WindowClause) else None
         table = clause.this if clause is not None else source
         if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
@@ -304,34 +360,7 @@ class _Binder:
                 "alias the stream alone (FROM trades [RANGE 1 SECOND] AS t) and name "
                 "outputs in SELECT",
             )
-        name = table.name
-        stream = self.catalog.stream(name)
-        if stream is not None:
-            return stream, clause
-        if self.catalog.table(name) is not None:
-            if clause is not None:
-                raise _error(
-                    f"a window clause on the static table {name!r}",
-                    clause,
-                    "window clauses apply to streams (CREATE STREAM); queries cannot read "
-                    "static tables",
-                    construct=display_sql(clause),
-                )
-            raise _error(
-                f"{name!r} is a static table; queries read streams",
-                table,
-                "query a stream (CREATE STREAM ... WITH (event_time = ...)); queries "
-                "cannot read static tables",
-            )
-        streams = sorted(s.name for s in self.catalog.streams.values())
-        raise _error(
-            f"unknown stream {name!r}",
-            table.this,
-            ("known streams: " + ", ".join(streams))
-            if streams
-            else "no streams yet: CREATE STREAM name (cols) WITH (event_time = 'col') first",
-            error_class=CatalogError,
-        )
+        return clause, table
 
     def _missing_window(self, select: exp.Select, table: exp.Table) -> SqlError:
         name = self.stream.name
@@ -512,9 +541,7 @@ class _Binder:
                 raise _error(
                     f"aggregate {node.sql_name()} in {clause}",
                     node,
-                    "WHERE filters tuples before aggregation; filter windows with HAVING"
-                    if clause == "WHERE"
-                    else "GROUP BY takes columns of the stream",
+                    _AGGREGATE_IN_CLAUSE_HINTS.get(clause, "GROUP BY takes columns of the stream"),
                 )
             if isinstance(node, exp.Column):
                 resolved = self._resolve_column(node, clause)
@@ -705,7 +732,7 @@ class _Binder:
             expression = self._windowed(original, "SELECT")
             if name is None:
                 if isinstance(expression, exp.Column):
-                    name = expression.name
+                    name = self._column_output_name(expression)
                 elif isinstance(expression, WindowBound):
                     name = f"window_{expression.bound}"
                 else:
@@ -727,6 +754,10 @@ class _Binder:
             self.outputs_by_alias[name.lower()] = expression
             outputs.append(lg.OutputColumn(name, expression, output_type))
         return tuple(outputs)
+
+    def _column_output_name(self, column: exp.Column) -> str:
+        """The name of an output that is a bare column: the column's."""
+        return column.name
 
     def _having(self, having: exp.Having | None) -> exp.Expression | None:
         if having is None:

@@ -325,6 +325,8 @@ def render_plan(plan: ph.ProjectExec) -> GeneratedModule:
 def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> str:
     """The CUDA source of a plan's GPU kernels, with a header naming them and the launch
     options they run with (`options`, default: `GpuOptions()`; no GPU needed)."""
+    if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
+        return f"// mangonel GPU kernels: none; the join steps run on the cpu ({ph.JOIN_ON_CPU})"
     generated = render_plan(plan)
     window = ph.find(plan, ph.WindowAggregateExec)
     header = [

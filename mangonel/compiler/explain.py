@@ -136,6 +136,21 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             Parameter("backend", node.backend, node.backend),
             Parameter("reason", f'"{node.backend_reason}"', node.backend_reason),
         ]
+    if isinstance(node, ph.WindowJoinExec):
+        return "WindowJoin", _join_parameters(node)
+    if isinstance(node, ph.JoinAggregateExec):
+        return "JoinAggregate", [
+            _list("keys", [_column(k) for k in node.keys]),
+            _list("fields", [_field(f) for f in node.fields]),
+            _list("aggregates", [_aggregate(a) for a in node.aggregates]),
+            # fused into the join's probe: matches are aggregated, never materialised
+            Parameter("fused", "probe", "probe"),
+        ]
+    if isinstance(node, ph.TableScanExec):
+        return "TableScan", [
+            Parameter("table", node.table.name, node.table.name),
+            _list("columns", [_column(c) for c in node.columns]),
+        ]
     if isinstance(node, ph.LiftExec):
         predicate = format_expression(node.predicate)
         return "Lift", [
@@ -153,6 +168,44 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             _duration("declared_watermark", stream.watermark_delay_us),
         ]
     raise TypeError(f"not a physical plan node: {type(node).__name__}")
+
+
+def _join_parameters(node: ph.WindowJoinExec) -> list[Parameter]:
+    parameters = [Parameter("kind", node.kind.value, node.kind.value)]
+    window = node.window
+    if window is None:
+        parameters.append(Parameter("window", "none", None))
+    else:
+        windowing = "pane-pairs" if node.pane_pairs else "per-window"
+        parameters += [
+            Parameter("window", window.kind.value, window.kind.value),
+            _duration("range", window.size),
+            _duration("slide", window.slide),
+            _duration("pane_length", node.pane_length),
+            _number("panes_per_window", node.panes_per_window),
+            _number("panes_per_slide", node.panes_per_slide),
+            # pane-pairs: each pair of panes joined once, credited to every window covering
+            # both; per-window: tumbling, a pane is a window
+            Parameter("windowing", windowing, windowing),
+        ]
+    delays = [
+        f"{alias}:{'static' if delay is None else format_duration(delay)}"
+        for alias, delay in zip(node.aliases, node.watermark_delays, strict=True)
+    ]
+    residual = format_expression(node.residual)
+    where = format_expression(node.where)
+    return [
+        *parameters,
+        _list("watermarks", delays),
+        _list("left_keys", [k.name for k in node.left_keys]),
+        _list("right_keys", [k.name for k in node.right_keys]),
+        Parameter("residual", residual, None if node.residual is None else residual),
+        Parameter("where", where, None if node.where is None else where),
+        Parameter("algorithm", node.algorithm, node.algorithm),
+        Parameter("algorithm_reason", f'"{node.algorithm_reason}"', node.algorithm_reason),
+        Parameter("backend", node.backend, node.backend),
+        Parameter("reason", f'"{node.backend_reason}"', node.backend_reason),
+    ]
 
 
 def _placements(node: ph.PhysicalNode | PlanNode) -> tuple[ph.Placement, ...]:

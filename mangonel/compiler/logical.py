@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mangonel import aggregates
-from mangonel.catalog.catalog import Column, Stream
+from mangonel.catalog.catalog import Column, Stream, Table
 from mangonel.catalog.types import SqlType
 
 
@@ -90,4 +90,71 @@ class Project:
     outputs: tuple[OutputColumn, ...]
 
 
-LogicalNode = StreamScan | Filter | WindowAggregate | Project
+# -- joins ---------------------------------------------------------------------------------
+
+
+class JoinKind(enum.Enum):
+    """Which unmatched rows a join keeps (with the other side NULL): none, the left side's,
+    the right side's, both."""
+
+    INNER = "inner"
+    LEFT = "left"
+    RIGHT = "right"
+    FULL = "full"
+
+    @property
+    def keeps_left(self) -> bool:
+        return self in (JoinKind.LEFT, JoinKind.FULL)
+
+    @property
+    def keeps_right(self) -> bool:
+        return self in (JoinKind.RIGHT, JoinKind.FULL)
+
+
+@dataclass(frozen=True)
+class TableScan:
+    """A static table, read as it is when the query starts."""
+
+    table: Table
+    columns: tuple[Column, ...]  # only the columns the query reads, in schema order
+
+
+@dataclass(frozen=True)
+class JoinSide:
+    """One input of a join: its alias (the qualifier of its columns), what it reads, and
+    (a stream) its watermark delay: the clause's WATERMARK, else the stream's declared one."""
+
+    alias: str
+    scan: StreamScan | TableScan
+    watermark_delay_us: int | None
+
+    @property
+    def name(self) -> str:
+        return self.scan.stream.name if isinstance(self.scan, StreamScan) else self.scan.table.name
+
+
+@dataclass(frozen=True)
+class WindowJoin:
+    """The rows of two inputs that share a window (or, stream-static without a window, the
+    stream row's table matches) with equal keys and a true residual predicate.
+
+    The joined row's columns are `joined_name(alias, column)` of both sides, left first
+    (`columns`); `window` is the one window of both streams (None: stream-static without a
+    window clause). `left_keys[i]` equals `right_keys[i]`; NULL never equals NULL."""
+
+    left: JoinSide
+    right: JoinSide
+    kind: JoinKind
+    window: WindowSpec | None
+    left_keys: tuple[Column, ...]
+    right_keys: tuple[Column, ...]
+    residual: exp.Expression | None
+    columns: tuple[Column, ...]
+
+
+def joined_name(alias: str, column: str) -> str:
+    """The name of a side's column in the joined row: `alias.column` (one identifier)."""
+    return f"{alias}.{column}"
+
+
+LogicalNode = StreamScan | TableScan | Filter | WindowAggregate | WindowJoin | Project

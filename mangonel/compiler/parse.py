@@ -127,6 +127,9 @@ def display_sql(node: exp.Expression) -> str:
     """Readable SQL of a (possibly resolved) node for messages: simple names unquoted."""
 
     def unquote(child: exp.Expression) -> exp.Expression:
+        if isinstance(child, exp.Identifier) and child.quoted and child.meta.get("joined"):
+            # a join's resolved `alias.column` reads as the user wrote it
+            return exp.Identifier(this=child.name, quoted=False)
         if (
             isinstance(child, exp.Identifier)
             and child.quoted

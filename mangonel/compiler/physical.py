@@ -21,10 +21,16 @@ import numpy as np
 from sqlglot import exp
 
 from mangonel.aggregates import COUNT, StateKind, require_fixed
-from mangonel.catalog.catalog import Column, Stream
+from mangonel.catalog.catalog import Column, Stream, Table
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
-from mangonel.compiler.logical import AggregateFunction, OutputColumn, WindowKind, WindowSpec
+from mangonel.compiler.logical import (
+    AggregateFunction,
+    JoinKind,
+    OutputColumn,
+    WindowKind,
+    WindowSpec,
+)
 
 N = TypeVar("N")
 
@@ -133,10 +139,97 @@ class WindowAggregateExec:
 
 
 @dataclass(frozen=True)
+class TableScanExec:
+    """A static table, read once as it is when the query starts."""
+
+    table: Table
+    columns: tuple[Column, ...]  # only what the query reads, in schema order
+    children: tuple[()] = ()
+
+
+JOIN_ALGORITHMS = ("hash", "sort-merge")
+SCAN_TYPES = (StreamScanExec, TableScanExec)  # the inputs a query reads
+
+
+@dataclass(frozen=True)
+class WindowJoinExec:
+    """The join of two inputs per window (docs/semantics.md, "Joins").
+
+    children: (left, right) scans; a TableScanExec side is a static table (no window needed).
+    aliases: the qualifiers of each side. watermark_delays: per side, the stream's delay (the
+    clause's WATERMARK, else the declared one; None for a table): each stream keeps its own
+    watermark and the query's is their minimum.
+    window: the join's window (None: stream-static without a window clause); pane_length =
+    gcd(size, slide). `pane_pairs`: sliding windows are joined once per pair of panes and
+    each pair credited to every window covering both panes (not re-joined per window).
+    algorithm: "hash" (build on the smaller side, probe with the other) or "sort-merge"
+    (skewed keys), chosen for `algorithm_reason`.
+    where: WHERE over the joined rows, after the join (outer rows included).
+    columns: the joined row, `alias.column` of what each side's scan reads, left first.
+    placements: the `join` step (GPU plans: on the CPU until GPU join kernels exist).
+    """
+
+    children: tuple[StreamScanExec, StreamScanExec | TableScanExec]
+    aliases: tuple[str, str]
+    kind: JoinKind
+    window: WindowSpec | None
+    pane_length: int
+    panes_per_window: int
+    panes_per_slide: int
+    left_keys: tuple[Column, ...]
+    right_keys: tuple[Column, ...]
+    residual: exp.Expression | None
+    where: exp.Expression | None
+    columns: tuple[Column, ...]
+    watermark_delays: tuple[int | None, int | None]
+    algorithm: str
+    algorithm_reason: str
+    backend: str
+    backend_reason: str
+    placements: tuple[Placement, ...]
+
+    @property
+    def pane_pairs(self) -> bool:
+        return self.window is not None and self.window.slide != self.window.size
+
+    @property
+    def static_side(self) -> int | None:
+        """The index of the static table side, if one side is a table."""
+        for index, child in enumerate(self.children):
+            if isinstance(child, TableScanExec):
+                return index
+        return None
+
+
+@dataclass(frozen=True)
+class JoinAggregateExec:
+    """Aggregation over the joined rows of each window, per group, fused into the join:
+    matches are aggregated where they are found (state fields of the aggregate registry's
+    state kinds), never materialised. Emits window results (`window_result_columns`), as
+    the window operator does, so HAVING and the SELECT list read them the same way."""
+
+    children: tuple[WindowJoinExec]
+    keys: tuple[Column, ...]
+    fields: tuple[StateField, ...]  # fields[0] is always the count of joined rows
+    aggregates: tuple[AggregatePlan, ...]
+    placements: tuple[Placement, ...]
+
+    @property
+    def join(self) -> WindowJoinExec:
+        return self.children[0]
+
+    @property
+    def window(self) -> WindowSpec:
+        window = self.join.window
+        assert window is not None  # the binder refuses aggregates without a window
+        return window
+
+
+@dataclass(frozen=True)
 class FilterExec:
     """HAVING over the window results (`window_result_columns`)."""
 
-    children: tuple[WindowAggregateExec]
+    children: tuple[WindowAggregateExec | JoinAggregateExec]
     predicate: exp.Expression
     placements: tuple[Placement, ...]
 
@@ -145,12 +238,21 @@ class FilterExec:
 class ProjectExec:
     """The SELECT list over the window results (`window_result_columns`), after HAVING."""
 
-    children: tuple[FilterExec | WindowAggregateExec]
+    children: tuple[FilterExec | WindowAggregateExec | JoinAggregateExec | WindowJoinExec]
     outputs: tuple[OutputColumn, ...]
     placements: tuple[Placement, ...]
 
 
-PhysicalNode = ProjectExec | FilterExec | WindowAggregateExec | LiftExec | StreamScanExec
+PhysicalNode = (
+    ProjectExec
+    | FilterExec
+    | WindowAggregateExec
+    | LiftExec
+    | StreamScanExec
+    | JoinAggregateExec
+    | WindowJoinExec
+    | TableScanExec
+)
 
 
 def children(node: PhysicalNode) -> tuple[PhysicalNode, ...]:
@@ -172,16 +274,20 @@ def find(root: PhysicalNode, node_type: type[N]) -> N:
     raise LookupError(f"the plan has no {node_type.__name__}")
 
 
-def placement(node: WindowAggregateExec | FilterExec | ProjectExec, step: str) -> Placement:
-    for candidate in node.placements:
+def placement(node: PhysicalNode, step: str) -> Placement:
+    for candidate in getattr(node, "placements", ()):
         if candidate.step == step:
             return candidate
     raise LookupError(f"{type(node).__name__} has no step {step!r}")
 
 
 def plan_backend(root: PhysicalNode) -> str:
-    """The plan's backend (`choose_backend`'s choice), read from its window operator."""
-    return find(root, WindowAggregateExec).backend
+    """The plan's backend (`choose_backend`'s choice), read from its window or join
+    operator."""
+    for node in walk(root):
+        if isinstance(node, (WindowAggregateExec, WindowJoinExec)):
+            return node.backend
+    raise LookupError("the plan has no window or join operator")
 
 
 # Column names of the window operator's output ("window results"): key columns under their own
@@ -207,12 +313,24 @@ def result_columns(
     return tuple(columns)
 
 
-def window_result_columns(node: WindowAggregateExec) -> tuple[tuple[str, SqlType], ...]:
+def window_result_columns(
+    node: WindowAggregateExec | JoinAggregateExec,
+) -> tuple[tuple[str, SqlType], ...]:
     """The columns of the batches the window operator emits, one row per fired (window, key)
     before HAVING (`result_columns`). Filter and Project read these."""
     return result_columns(
         [(k.name, k.type) for k in node.keys], [a.result_type for a in node.aggregates]
     )
+
+
+def join_row_columns(node: WindowJoinExec) -> tuple[tuple[str, SqlType], ...]:
+    """The columns of the batches a (non-aggregating) join emits, one row per joined pair
+    (or kept unmatched row) and window: the joined row's columns, then `__window_start`,
+    `__window_end` (absent without a window). The SELECT list reads these."""
+    columns = [(c.name, c.type) for c in node.columns]
+    if node.window is not None:
+        columns += [(WINDOW_START, SqlType.TIMESTAMP), (WINDOW_END, SqlType.TIMESTAMP)]
+    return tuple(columns)
 
 
 # ---------------------------------------------------------------------------------------
@@ -316,8 +434,18 @@ def plan(
     backend: str,
     backend_reason: str,
     windows_per_batch: int | None = None,
+    join_algorithm: str | None = None,
 ) -> ProjectExec:
-    """Turn the logical plan of a window query into its physical plan."""
+    """Turn the logical plan of a window query into its physical plan. `join_algorithm`
+    ("hash", "sort-merge"; None or "auto": the planner's choice) applies to join queries."""
+    if _is_join(root):
+        return plan_join(
+            root,
+            argument_types=argument_types,
+            backend=backend,
+            backend_reason=backend_reason,
+            join_algorithm=join_algorithm,
+        )
     outputs, having, aggregate, where, scan = _unwrap(root)
     fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
     pane_length, panes_per_window, panes_per_slide = window_parameters(aggregate.window)
@@ -348,6 +476,130 @@ def plan(
         (top,),
         outputs,
         (expression_placement("project", backend, backend_reason, expressions, window_exec),),
+    )
+
+
+def _is_join(node: lg.LogicalNode) -> bool:
+    while not isinstance(node, (lg.StreamScan, lg.TableScan, lg.WindowJoin)):
+        node = node.child
+    return isinstance(node, lg.WindowJoin)
+
+
+# Why a join step of a GPU plan runs on the CPU (EXPLAIN prints these after "because").
+JOIN_ON_CPU = "no GPU join kernels yet"
+JOIN_OUTPUT_ON_CPU = "its input comes from the join, on the cpu (no GPU join kernels yet)"
+AUTO_JOIN_ALGORITHM = (
+    "no key statistics before the first batch: hash, built on the smaller side of each window"
+)
+
+
+STATIC_JOIN_ALGORITHM = "the static table is the build side, hashed once when the query starts"
+
+
+def choose_join_algorithm(option: str | None, static: bool = False) -> tuple[str, str]:
+    """(algorithm, reason): the option's when given, else hash. The planner keeps no key
+    statistics of streams yet (key count, skew, side sizes); until it does, "auto" is hash
+    and sort-merge (for skewed keys) is chosen by option (`Session(join_algorithm=...)`).
+    `static`: one side is a static table, the build side of a hash join."""
+    if option is None or option == "auto":
+        return "hash", STATIC_JOIN_ALGORITHM if static else AUTO_JOIN_ALGORITHM
+    if option not in JOIN_ALGORITHMS:
+        raise ValueError(
+            f"unknown join algorithm {option!r}; choose auto, " + " or ".join(JOIN_ALGORITHMS)
+        )
+    return option, f"join_algorithm={option} option"
+
+
+def join_placement(step: str, backend: str, reason: str) -> Placement:
+    """Join steps (and Filter/Project over a join's output) run on the CPU in GPU plans."""
+    if backend != "gpu":
+        return Placement(step, backend, reason)
+    if step in ("join", "aggregate", "finalize"):
+        return Placement(step, "cpu", JOIN_ON_CPU)
+    return Placement(step, "cpu", JOIN_OUTPUT_ON_CPU)
+
+
+def plan_join(
+    root: lg.LogicalNode,
+    *,
+    argument_types: dict[int, SqlType],
+    backend: str,
+    backend_reason: str,
+    join_algorithm: str | None = None,
+) -> ProjectExec:
+    """The physical plan of a join query: Project <- [Filter (HAVING)] <- JoinAggregate
+    <- WindowJoin (aggregated), or Project <- WindowJoin (rows); WHERE goes into the join."""
+    if not isinstance(root, lg.Project):
+        raise TypeError(f"expected a Project at the root, got {type(root).__name__}")
+    node = root.child
+    having = None
+    aggregate = None
+    if isinstance(node, lg.Filter) and isinstance(node.child, lg.WindowAggregate):
+        having, node = node.predicate, node.child
+    if isinstance(node, lg.WindowAggregate):
+        aggregate, node = node, node.child
+    where = None
+    if isinstance(node, lg.Filter):
+        where, node = node.predicate, node.child
+    if not isinstance(node, lg.WindowJoin):
+        raise TypeError(f"expected a WindowJoin, got {type(node).__name__}")
+    join = node
+    scans = tuple(
+        StreamScanExec(side.scan.stream, side.scan.columns)
+        if isinstance(side.scan, lg.StreamScan)
+        else TableScanExec(side.scan.table, side.scan.columns)
+        for side in (join.left, join.right)
+    )
+    if join.window is not None:
+        pane_length, panes_per_window, panes_per_slide = window_parameters(join.window)
+    else:
+        pane_length, panes_per_window, panes_per_slide = 0, 0, 0
+    algorithm, algorithm_reason = choose_join_algorithm(
+        join_algorithm, static=any(isinstance(scan, TableScanExec) for scan in scans)
+    )
+    join_exec = WindowJoinExec(
+        children=scans,  # type: ignore[arg-type]
+        aliases=(join.left.alias, join.right.alias),
+        kind=join.kind,
+        window=join.window,
+        pane_length=pane_length,
+        panes_per_window=panes_per_window,
+        panes_per_slide=panes_per_slide,
+        left_keys=join.left_keys,
+        right_keys=join.right_keys,
+        residual=join.residual,
+        where=where,
+        # the joined row holds what the query reads of each side
+        columns=tuple(
+            Column(lg.joined_name(side.alias, c.name), c.type, True)
+            for side, scan in zip((join.left, join.right), scans, strict=True)
+            for c in scan.columns
+        ),
+        watermark_delays=(join.left.watermark_delay_us, join.right.watermark_delay_us),
+        algorithm=algorithm,
+        algorithm_reason=algorithm_reason,
+        backend=backend,
+        backend_reason=backend_reason,
+        placements=(join_placement("join", backend, backend_reason),),
+    )
+    top: FilterExec | JoinAggregateExec | WindowJoinExec = join_exec
+    if aggregate is not None:
+        fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
+        top = JoinAggregateExec(
+            children=(join_exec,),
+            keys=aggregate.keys,
+            fields=fields,
+            aggregates=aggregate_plans,
+            placements=tuple(
+                join_placement(step, backend, backend_reason) for step in ("aggregate", "finalize")
+            ),
+        )
+        if having is not None:
+            top = FilterExec((top,), having, (join_placement("filter", backend, backend_reason),))
+    return ProjectExec(
+        (top,),  # type: ignore[arg-type]
+        root.outputs,
+        (join_placement("project", backend, backend_reason),),
     )
 
 
@@ -409,6 +661,10 @@ def expression_placement(
     return Placement(step, backend, reason)
 
 
+def _over_join(node: PhysicalNode) -> bool:
+    return any(isinstance(n, WindowJoinExec) for n in walk(node))
+
+
 def with_backend(root: ProjectExec, backend: str, reason: str) -> ProjectExec:
     """The same plan planned for another backend (placements decided again)."""
 
@@ -423,6 +679,20 @@ def with_backend(root: ProjectExec, backend: str, reason: str) -> ProjectExec:
                 backend_reason=reason,
                 placements=placements,
             )
+        if isinstance(node, WindowJoinExec):
+            return replace(
+                node,
+                children=children,
+                backend=backend,
+                backend_reason=reason,
+                placements=(join_placement("join", backend, reason),),
+            )
+        if isinstance(node, JoinAggregateExec):
+            steps = tuple(join_placement(p.step, backend, reason) for p in node.placements)
+            return replace(node, children=children, placements=steps)
+        if isinstance(node, (FilterExec, ProjectExec)) and _over_join(children[0]):
+            steps = tuple(join_placement(p.step, backend, reason) for p in node.placements)
+            return replace(node, children=children, placements=steps)
         if isinstance(node, FilterExec):
             window = find(children[0], WindowAggregateExec)
             step = expression_placement("filter", backend, reason, (node.predicate,), window)

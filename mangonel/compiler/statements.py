@@ -34,12 +34,13 @@ from mangonel.compiler.limits import MAX_DURATION_DAYS, MAX_DURATION_US
 from mangonel.compiler.nodes import Explain
 from mangonel.compiler.parse import parse_duration, parse_statement
 from mangonel.compiler.streams import stream_from_ddl
-from mangonel.errors import BackendUnavailableError, CatalogError
+from mangonel.errors import BackendUnavailableError, CatalogError, PlanError
 
 
 @dataclass(frozen=True)
 class QueryOptions:
     windows_per_batch: int | None = None
+    join_algorithm: str | None = None  # join queries: "hash", "sort-merge"; None: auto
 
 
 class PlannedQuery:
@@ -88,6 +89,7 @@ class StatementRunner:
         backend: str = "auto",
         *,
         windows_per_batch: int | None = None,
+        join_algorithm: str | None = None,
         gpu_probe: Callable[[], tuple[bool, str]] | None = None,
     ) -> None:
         if backend not in BACKENDS:
@@ -95,7 +97,14 @@ class StatementRunner:
                 f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}"
             )
         self.backend = backend
-        self.options = QueryOptions(windows_per_batch=windows_per_batch)
+        if join_algorithm not in (None, "auto", *physical.JOIN_ALGORITHMS):
+            raise PlanError(
+                f"unknown join_algorithm {join_algorithm!r}",
+                hint="choose 'auto', " + " or ".join(repr(a) for a in physical.JOIN_ALGORITHMS),
+            )
+        self.options = QueryOptions(
+            windows_per_batch=windows_per_batch, join_algorithm=join_algorithm
+        )
         self.catalog = Catalog()
         self.gpu_probe = gpu_probe
 
@@ -224,6 +233,7 @@ class StatementRunner:
             backend=backend,
             backend_reason=reason,
             windows_per_batch=self.options.windows_per_batch,
+            join_algorithm=self.options.join_algorithm,
         )
         return self._query(text, plan, bound.logical)
 

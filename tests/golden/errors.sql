@@ -160,10 +160,110 @@ SELECT 1 + 1
 -- name: select_star
 SELECT * FROM trades [RANGE 1 SECOND]
 
--- name: join
+-- name: join_different_windows
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 2 SECONDS SLIDE 1 SECOND] AS c ON t.venue = c.user_id
+
+-- name: join_stream_without_window
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks AS c ON t.venue = c.user_id
+
+-- name: join_without_key_equality
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c ON t.volume > c.user_id
+
+-- name: join_equality_within_one_side
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c ON t.volume = t.venue
+
+-- name: join_key_types_differ
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c ON t.symbol = c.user_id
+
+-- name: join_unqualified_column
 SELECT COUNT(*)
 FROM trades [RANGE 1 SECOND] AS t
 JOIN clicks [RANGE 1 SECOND] AS c ON t.venue = c.user_id
+GROUP BY symbol
+
+-- name: join_unknown_alias
+SELECT x.symbol, COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c ON t.venue = c.user_id
+GROUP BY t.symbol
+
+-- name: join_unknown_column_of_side
+SELECT t.user_id, COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c ON t.venue = c.user_id
+
+-- name: join_colliding_output_names
+SELECT t.symbol, s.symbol, window_start
+FROM trades [RANGE 1 SECOND] AS t
+JOIN symbols AS s ON t.symbol = s.symbol
+
+-- name: join_table_on_both_sides
+SELECT s.sector FROM symbols AS s JOIN symbols AS x ON s.symbol = x.symbol
+
+-- name: join_window_clause_on_table
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN symbols [RANGE 1 SECOND] AS s ON t.symbol = s.symbol
+
+-- name: join_right_keeps_table_rows
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+RIGHT JOIN symbols AS s ON t.symbol = s.symbol
+
+-- name: join_same_alias
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] JOIN trades [RANGE 1 SECOND] ON venue = venue
+
+-- name: join_using
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c USING (user_id)
+
+-- name: join_cross
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] AS t CROSS JOIN clicks [RANGE 1 SECOND] AS c
+
+-- name: join_comma
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] AS t, clicks [RANGE 1 SECOND] AS c
+
+-- name: join_three_inputs
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c ON t.venue = c.user_id
+JOIN symbols AS s ON t.symbol = s.symbol
+
+-- name: join_count_windows
+SELECT COUNT(*)
+FROM trades [ROWS 100] AS t
+JOIN clicks [ROWS 100] AS c ON t.venue = c.user_id
+
+-- name: join_window_bound_in_on
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c
+  ON t.venue = c.user_id AND t.window_start = c.window_start
+
+-- name: join_aggregate_without_window
+SELECT COUNT(*) FROM trades AS t JOIN symbols AS s ON t.symbol = s.symbol
+
+-- name: join_having_without_aggregates
+SELECT t.price, s.sector
+FROM trades [RANGE 1 SECOND] AS t
+JOIN symbols AS s ON t.symbol = s.symbol
+HAVING t.price > 1
+
+-- name: join_aggregate_in_on
+SELECT COUNT(*)
+FROM trades [RANGE 1 SECOND] AS t
+JOIN clicks [RANGE 1 SECOND] AS c ON t.venue = c.user_id AND SUM(t.price) > 1
 
 -- name: order_by
 SELECT symbol, COUNT(*) AS n FROM trades [RANGE 1 SECOND] GROUP BY symbol ORDER BY n DESC

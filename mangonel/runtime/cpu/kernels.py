@@ -185,15 +185,15 @@ def tree_over_segments(
 
 def tuple_partials(
     fields: tuple[StateField, ...],
-    lift: LiftExec,
+    column_types: dict[str, SqlType],
     columns: dict[str, pa.Array],
     contributes: np.ndarray,
     length: int,
 ) -> dict[str, tuple[np.ndarray, ...]]:
     """The per-tuple partial state of every field: neutral where the argument is NULL. Rows
     that do not contribute get slot -1 and are never merged, so their partials are whatever
-    is cheapest (no masking pass when an argument has no NULLs)."""
-    column_types = {c.name: c.type for c in lift.scan.columns}
+    is cheapest (no masking pass when an argument has no NULLs). `column_types`: the types
+    of the columns the arguments read (a stream's, or a join's joined row)."""
     evaluated: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
     partials: dict[str, tuple[np.ndarray, ...]] = {}
     rows = contributes.astype(np.int64)
@@ -225,12 +225,12 @@ class CpuKernels:
         scan = lift.scan
         event_time_name = scan.stream.event_time
         event_time, has_event_time = to_values(_column(columns, event_time_name), np.int64)
+        column_types = {c.name: c.type for c in scan.columns}
         contributes = has_event_time.copy()
         if lift.predicate is not None and length:
-            column_types = {c.name: c.type for c in scan.columns}
             predicate = evaluate_expression(lift.predicate, column_types, columns, length=length)
             contributes &= to_mask(predicate)
-        partials = tuple_partials(lift.fields, lift, columns, contributes, length)
+        partials = tuple_partials(lift.fields, column_types, columns, contributes, length)
         keys = [_column(columns, key.name) for key in lift.keys]
         keys = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
         with_time = int(has_event_time.sum())

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 
+from mangonel.compiler import physical as ph
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import ProjectExec
+from mangonel.errors import DataError
 from mangonel.runtime.operators.base import OperatorBase, as_record_batch
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.tree import OperatorTree
@@ -28,6 +31,11 @@ class LocalQuery:
         self.plan = plan
         self.operator = OperatorTree(plan, gpu_options=gpu_options)
         self.schema = self.operator.schema
+        # a join reads named inputs: input i is the plan's i-th scan (stream or table)
+        scans = [n for n in ph.walk(plan) if isinstance(n, ph.SCAN_TYPES)]
+        self.is_join = any(isinstance(n, ph.WindowJoinExec) for n in ph.walk(plan))
+        self.inputs = {_scan_name(scan).lower(): i for i, scan in enumerate(scans)}
+        self.tables = {i for i, scan in enumerate(scans) if isinstance(scan, ph.TableScanExec)}
 
     @property
     def window_operator(self) -> WindowOperator:
@@ -45,6 +53,9 @@ class LocalQuery:
         when `batches` is a sequence (every batch already in memory: no result waits on the
         source); pass True to read one batch ahead of a live iterator as well.
         """
+        if self.is_join:
+            yield from self._arrivals(batches)
+            return
         if lookahead is None:
             lookahead = isinstance(batches, Sequence)
         if not lookahead:
@@ -63,9 +74,46 @@ class LocalQuery:
             yield from self.operator.process(pending)
         yield from self.operator.finish()
 
-    def process(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
-        """One batch without ending the input (for callers that drive batches themselves)."""
-        return self.operator.process(batch)
+    def _arrivals(self, inputs: Any) -> Iterator[pa.RecordBatch]:  # noqa: ANN401
+        """A join query's arrivals: `(name, batch)` pairs in arrival order, or a mapping
+        name -> batches taken round-robin; every batch of a static table first."""
+        if isinstance(inputs, Mapping):
+            queues = [(name, list(batches)) for name, batches in inputs.items()]
+            arrivals = [
+                (name, queue[i])
+                for i in range(max((len(q) for _, q in queues), default=0))
+                for name, queue in queues
+                if i < len(queue)
+            ]
+        else:
+            arrivals = list(inputs)
+        numbered = []
+        for arrival in arrivals:
+            if not (isinstance(arrival, tuple) and len(arrival) == 2):
+                raise DataError(
+                    "a join query reads (name, batch) pairs in arrival order, or a dict "
+                    "name -> batches: query.run([('clicks', batch), ('views', batch), ...])"
+                )
+            name, batch = arrival
+            number = self.inputs.get(str(name).lower())
+            if number is None:
+                raise DataError(
+                    f"{name!r} is not an input of this query; its inputs: "
+                    + ", ".join(sorted(self.inputs))
+                )
+            numbered.append((number, batch))
+        for number, batch in numbered:  # the table as it is when the query starts
+            if number in self.tables:
+                yield from self.operator.process(as_record_batch(batch), number)
+        for number, batch in numbered:
+            if number not in self.tables:
+                yield from self.operator.process(as_record_batch(batch), number)
+        yield from self.operator.finish()
+
+    def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
+        """One batch without ending the input (for callers that drive batches themselves);
+        `input`: which input of a join (`self.inputs` maps names to numbers)."""
+        return self.operator.process(batch, input)
 
     def finish(self) -> list[pa.RecordBatch]:
         return self.operator.finish()
@@ -84,3 +132,7 @@ class LocalQuery:
         """Counters so far (see `mangonel.runtime.operators.window` for definitions:
         windows_fired counts (window, key) results before HAVING; rows_out rows after it)."""
         return self.operator.metrics()
+
+
+def _scan_name(scan: ph.StreamScanExec | ph.TableScanExec) -> str:
+    return scan.table.name if isinstance(scan, ph.TableScanExec) else scan.stream.name

@@ -48,16 +48,19 @@ class WindowResultLayout:
     key_types: tuple[SqlType, ...]
     aggregate_types: tuple[SqlType, ...]
     key_positions: tuple[int, ...]
-    bound_positions: tuple[int, int]  # (start, end)
+    # (start, end); None for a join without a window, whose rows have no bounds
+    bound_positions: tuple[int, int] | None
     aggregate_positions: tuple[int, ...]
 
     @classmethod
     def from_schema(cls, schema: pa.Schema) -> WindowResultLayout:
         names = list(schema.names)
         aggregates = sum(1 for name in names if name.startswith(AGGREGATE_PREFIX))
-        bounds = (names.index(WINDOW_START), names.index(WINDOW_END))
+        bounds = (
+            (names.index(WINDOW_START), names.index(WINDOW_END)) if WINDOW_START in names else None
+        )
         aggregate_positions = tuple(names.index(aggregate_column(i)) for i in range(aggregates))
-        reserved = {*bounds, *aggregate_positions}
+        reserved = {*(bounds or ()), *aggregate_positions}
         key_positions = tuple(i for i in range(len(names)) if i not in reserved)
         types = [type_from_arrow(field.type) for field in schema]
         if None in types:
@@ -87,6 +90,7 @@ class WindowResultLayout:
         if kind == "column":
             return self.key_positions[self.key_names.index(key)]
         if kind == "window_bound":
+            assert self.bound_positions is not None  # the binder allows bounds with a window
             return self.bound_positions[0 if key == "start" else 1]
         return self.aggregate_positions[key]
 
@@ -97,6 +101,8 @@ class WindowResultLayout:
         names, positions = self.key_names, self.key_positions
         columns = {n: batch.column(i) for n, i in zip(names, positions, strict=True)}
         aggregates = [batch.column(i) for i in self.aggregate_positions]
+        if self.bound_positions is None:
+            return columns, aggregates, {}
         start, end = self.bound_positions
         return columns, aggregates, {"start": batch.column(start), "end": batch.column(end)}
 

@@ -50,6 +50,7 @@ class OperatorTree:
         self.nodes: list[ph.PhysicalNode] = []
         self.parents: list[tuple[int, int] | None] = []  # (parent index, its input number)
         self.leaves: list[int] = []  # the operator that reads input i
+        self.leaf_inputs: list[int] = []  # which of its inputs input i is (a join reads two)
         top = self._build(root)
         self.root = top
         self.schema: pa.Schema = self.operators[top].schema
@@ -81,7 +82,10 @@ class OperatorTree:
         for number, child in enumerate(inputs):
             self.parents[child] = (index, number)
         if entry.reads_stream:
-            self.leaves.append(index)
+            scans = [n for n in ph.walk(node) if isinstance(n, ph.SCAN_TYPES)]
+            for number in range(len(scans)):
+                self.leaves.append(index)
+                self.leaf_inputs.append(number)
         return index
 
     def leaf(self, input: int = 0) -> Any:  # noqa: ANN401 - the leaf's own type
@@ -99,7 +103,11 @@ class OperatorTree:
 
     def process(self, batch: pa.RecordBatch, input: int = 0) -> list[pa.RecordBatch]:
         leaf = self.leaves[input]
-        return self._up(leaf, self.operators[leaf].process(batch))
+        number = self.leaf_inputs[input]
+        operator = self.operators[leaf]
+        return self._up(
+            leaf, operator.process(batch, number) if number else operator.process(batch)
+        )
 
     def prefetch(self, batch: pa.RecordBatch, input: int = 0) -> None:
         """The leaf operator's hint that `batch` comes next (a no-op where it has none)."""

@@ -63,6 +63,11 @@ def plan_spark(
     native: bool | None = None,
 ) -> SparkQueryPlan:
     """The Spark planner pass over a physical plan (see the module docstring)."""
+    if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
+        raise PlanError(
+            "join queries do not run inside Spark yet",
+            hint="run the join standalone (mangonel.Session), or join in Spark SQL",
+        )
     window = ph.find(plan, ph.WindowAggregateExec)
     if window.window.kind is WindowKind.COUNT:
         raise PlanError(

@@ -1,0 +1,265 @@
+"""The CPU join kernels (numba): `runtime.operators.join_kernels.JoinKernels`.
+
+Both algorithms compare key slots (the join's key table gives equal keys one slot) and keep a
+pair only when the two rows' window ranges overlap. Results are written in two passes: count
+the matches of each probe row (or run), exclusive scan, write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from mangonel.runtime.cpu.evaluation import evaluate_expression
+from mangonel.runtime.cpu.generated import kind_kernels
+from mangonel.runtime.cpu.kernels import tuple_partials
+from mangonel.runtime.cpu.keys import KeyTable
+
+
+@numba.njit(cache=True)
+def _buckets(slots: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the rows of each slot: rows order[offsets[s]:offsets[s + 1]] have slot s."""
+    offsets = np.zeros(n_slots + 1, np.int64)
+    for i in range(len(slots)):
+        if slots[i] >= 0:
+            offsets[slots[i] + 1] += 1
+    for s in range(n_slots):
+        offsets[s + 1] += offsets[s]
+    fill = offsets[:-1].copy()
+    order = np.empty(offsets[n_slots], np.int64)
+    for i in range(len(slots)):
+        s = slots[i]
+        if s >= 0:
+            order[fill[s]] = i
+            fill[s] += 1
+    return offsets, order
+
+
+@numba.njit(cache=True)
+def _hash_probe(build_slots, build_first, build_last, probe_slots, probe_first, probe_last):
+    """Pairs (build row, probe row): build buckets once, probe twice (count, then write)."""
+    n_slots = 0
+    for i in range(len(build_slots)):
+        n_slots = max(n_slots, build_slots[i] + 1)
+    for i in range(len(probe_slots)):
+        n_slots = max(n_slots, probe_slots[i] + 1)
+    offsets, order = _buckets(build_slots, n_slots)
+    counts = np.zeros(len(probe_slots) + 1, np.int64)
+    for p in range(len(probe_slots)):
+        s = probe_slots[p]
+        if s < 0:
+            continue
+        c = 0
+        for q in range(offsets[s], offsets[s + 1]):
+            b = order[q]
+            if max(build_first[b], probe_first[p]) <= min(build_last[b], probe_last[p]):
+                c += 1
+        counts[p + 1] = c
+    for p in range(len(probe_slots)):
+        counts[p + 1] += counts[p]
+    out_build = np.empty(counts[-1], np.int64)
+    out_probe = np.empty(counts[-1], np.int64)
+    for p in range(len(probe_slots)):
+        s = probe_slots[p]
+        if s < 0:
+            continue
+        w = counts[p]
+        for q in range(offsets[s], offsets[s + 1]):
+            b = order[q]
+            if max(build_first[b], probe_first[p]) <= min(build_last[b], probe_last[p]):
+                out_build[w] = b
+                out_probe[w] = p
+                w += 1
+    return out_build, out_probe
+
+
+@numba.njit(cache=True)
+def _merge(order_a, slots_a, first_a, last_a, order_b, slots_b, first_b, last_b):
+    """Pairs of two sides sorted by slot (order_*: row numbers in slot order, NULL keys left
+    out): runs of one slot meet once; two passes over the runs (count, write)."""
+    total = 0
+    for write in range(2):
+        if write == 1:
+            out_a = np.empty(total, np.int64)
+            out_b = np.empty(total, np.int64)
+        else:
+            out_a = np.empty(0, np.int64)
+            out_b = np.empty(0, np.int64)
+        w = 0
+        i = 0
+        j = 0
+        while i < len(order_a) and j < len(order_b):
+            sa = slots_a[order_a[i]]
+            sb = slots_b[order_b[j]]
+            if sa < sb:
+                i += 1
+            elif sb < sa:
+                j += 1
+            else:
+                i_end = i
+                while i_end < len(order_a) and slots_a[order_a[i_end]] == sa:
+                    i_end += 1
+                j_end = j
+                while j_end < len(order_b) and slots_b[order_b[j_end]] == sb:
+                    j_end += 1
+                for x in range(i, i_end):
+                    a = order_a[x]
+                    for y in range(j, j_end):
+                        b = order_b[y]
+                        if max(first_a[a], first_b[b]) <= min(last_a[a], last_b[b]):
+                            if write == 1:
+                                out_a[w] = a
+                                out_b[w] = b
+                            w += 1
+                i, j = i_end, j_end
+        total = w
+    return out_a, out_b
+
+
+@numba.njit(cache=True)
+def _expand(first, last, lo, hi):
+    """(entry, k) per window k in [max(first, lo), min(last, hi)], entry by entry: count per
+    entry, exclusive scan, write (the caller orders the result by k)."""
+    counts = np.zeros(len(first) + 1, np.int64)
+    for e in range(len(first)):
+        counts[e + 1] = counts[e] + max(0, min(last[e], hi) - max(first[e], lo) + 1)
+    entries = np.empty(counts[-1], np.int64)
+    windows = np.empty(counts[-1], np.int64)
+    for e in range(len(first)):
+        w = counts[e]
+        for k in range(max(first[e], lo), min(last[e], hi) + 1):
+            entries[w] = e
+            windows[w] = k
+            w += 1
+    return entries, windows
+
+
+@numba.njit(cache=True)
+def _mark(matched, rows, first, last, origin):
+    for p in range(len(rows)):
+        r = rows[p]
+        for k in range(first[p], last[p] + 1):
+            matched[r, k - origin[r]] = 1
+
+
+@numba.njit(cache=True)
+def _prefix_windows(cell_k, cell_g, deltas, running, lo, hi):
+    """Windows lo..hi of difference-credited cells (sorted by window): add each window's
+    deltas to the running sums, then emit every group whose running row count (part 0) is
+    positive; windows where no group is active are skipped. Two passes (count, write); the
+    second leaves `running` at window hi."""
+    n_parts, n_groups = running.shape[0], running.shape[1]
+    total = 0
+    out_k = np.empty(0, np.int64)
+    out_g = np.empty(0, np.int64)
+    out_v = np.empty((n_parts, 0), np.int64)
+    for write in range(2):
+        r = running.copy() if write == 0 else running
+        if write == 1:
+            out_k = np.empty(total, np.int64)
+            out_g = np.empty(total, np.int64)
+            out_v = np.empty((n_parts, total), np.int64)
+        active = 0
+        for g in range(n_groups):
+            if r[0, g] != 0:
+                active += 1
+        w = 0
+        c = 0
+        k = lo
+        while k <= hi:
+            while c < len(cell_k) and cell_k[c] == k:
+                g = cell_g[c]
+                before = r[0, g] != 0
+                for p in range(n_parts):
+                    r[p, g] += deltas[p, c]
+                after = r[0, g] != 0
+                active += int(after) - int(before)
+                c += 1
+            if active > 0:
+                for g in range(n_groups):
+                    if r[0, g] > 0:
+                        if write == 1:
+                            out_k[w] = k
+                            out_g[w] = g
+                            for p in range(n_parts):
+                                out_v[p, w] = r[p, g]
+                        w += 1
+                k += 1
+            elif c < len(cell_k):
+                k = max(k + 1, cell_k[c])
+            else:
+                break
+        total = w
+    return out_k, out_g, out_v
+
+
+def _sorted_rows(slots: np.ndarray) -> np.ndarray:
+    rows = np.flatnonzero(slots >= 0)
+    return rows[np.argsort(slots[rows], kind="stable")]
+
+
+class CpuJoinKernels:
+    """numba kernels of the join driver on the CPU."""
+
+    name = "cpu"
+
+    def match(self, algorithm, slots_a, first_a, last_a, slots_b, first_b, last_b):
+        if not len(slots_a) or not len(slots_b):
+            empty = np.empty(0, np.int64)
+            return empty, empty
+        if algorithm == "sort-merge":
+            return _merge(
+                _sorted_rows(slots_a),
+                slots_a,
+                first_a,
+                last_a,
+                _sorted_rows(slots_b),
+                slots_b,
+                first_b,
+                last_b,
+            )
+        if len(slots_a) <= len(slots_b):  # build on the smaller side, probe with the other
+            return _hash_probe(slots_a, first_a, last_a, slots_b, first_b, last_b)
+        j, i = _hash_probe(slots_b, first_b, last_b, slots_a, first_a, last_a)
+        return i, j
+
+    def expand(self, first, last, lo, hi):
+        if hi < lo or not len(first):
+            empty = np.empty(0, np.int64)
+            return empty, empty
+        entries, windows = _expand(first, last, lo, hi)
+        order = np.argsort(windows, kind="stable")  # window order, entries in order within
+        return entries[order], windows[order]
+
+    def mark_matched(self, matched, rows, first, last, origin) -> None:
+        if len(rows):
+            _mark(matched, rows, first, last, origin)
+
+    def scatter(self, kind: Any) -> Any:  # noqa: ANN401
+        return kind_kernels(kind).scatter
+
+    def prefix_windows(self, cell_k, cell_g, deltas, running, lo, hi):
+        return _prefix_windows(
+            np.ascontiguousarray(cell_k),
+            np.ascontiguousarray(cell_g),
+            np.ascontiguousarray(deltas),
+            running,
+            lo,
+            hi,
+        )
+
+    def new_key_map(self, types):
+        return KeyTable(types)
+
+    def key_map_from_arrays(self, types, arrays, prefix):
+        return KeyTable.from_arrays(types, arrays, prefix)
+
+    def evaluate(self, expression, column_types, columns, length=None):
+        if length is None:
+            length = len(next(iter(columns.values()))) if columns else 0
+        return evaluate_expression(expression, column_types, columns, length=length)
+
+    def partials(self, fields, column_types, columns, contributes, length):
+        return tuple_partials(fields, column_types, columns, contributes, length)

@@ -1,0 +1,672 @@
+"""The join operator: a backend-neutral driver of `WindowJoinExec` (joined rows) and of
+`JoinAggregateExec` over it (aggregated joined rows), over `JoinKernels`.
+
+It reads both inputs itself (`process(batch, input=0|1)`, input i is the plan's i-th side)
+and implements docs/semantics.md, "Joins":
+
+- Each arriving row gets the windows it contributes to, `[first, last]` (those with
+  `window_end > W` on arrival; none left: late, counted per input), and its key slot in the
+  join's key table (shared by both sides; -1 for a NULL key, which matches nothing).
+- Eager, symmetric: the rows of a batch are joined at once with every stored row of the other
+  side (`kernels.match`, hash or sort-merge as the plan says), so each pair is found exactly
+  once, whatever the slide. A pair shares the windows `[max(first), min(last)]`: the windows
+  covering both rows' panes that both contribute to. It is credited to each of them
+  (`kernels.expand`) instead of being joined again per window: pane-pair crediting.
+- Rows: the pairs wait, with their window range, until their windows fire; each firing emits
+  the joined rows of its windows in window order (`kernels.expand` over the pending pairs:
+  count, scan, write), gathered from the stored rows.
+- Aggregated: the pairs' aggregate arguments are evaluated once per pair and their partials
+  combined into (window, group) cells right away (the state kinds' scatter; `JoinCells` in
+  join_cells.py: every window of the pair, or, for counts and integer sums, two difference
+  cells whatever the slide); a firing finalizes the cells of its windows. Joined rows are
+  never materialised as output.
+- Outer joins keep a matched flag per (row, window) of a kept side; a firing adds the rows
+  unmatched in its windows with the other side NULL.
+- A static table (inputs under its name, all read before the first stream batch) covers
+  every window; without a window each stream row is joined and emitted as its batch arrives.
+- State is bounded by the watermark: rows whose last window has fired are freed (in arrival
+  order, whole batches at a time), pending pairs and cells of fired windows dropped.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import physical as ph
+from mangonel.errors import DataError
+from mangonel.runtime.host.arrays import to_mask, to_values
+from mangonel.runtime.operators.base import as_record_batch
+from mangonel.runtime.operators.conform import BatchConformer, event_time_range
+from mangonel.runtime.operators.join_cells import JoinCells
+from mangonel.runtime.operators.join_kernels import JoinKernels
+from mangonel.runtime.operators.protocol import OperatorMetrics
+from mangonel.runtime.operators.snapshot import pack, unpack
+
+# The window range of a static table's rows: every window.
+ALL_FIRST = -(2**62)
+ALL_LAST = 2**62
+JOIN_OPERATOR = "join"
+
+
+@dataclass(frozen=True)
+class JoinMetrics(OperatorMetrics):
+    """OperatorMetrics of a join query (tuples_in counts both streams; late_tuples_dropped
+    their sum), with the late rows of each input by name."""
+
+    late_by_input: tuple[tuple[str, int], ...] = ()
+
+
+class _Grow:
+    """An int64 (or uint8 2-D) array appended to in place, with doubling capacity."""
+
+    def __init__(self, dtype: type = np.int64, width: int = 0) -> None:
+        shape = (64, width) if width else (64,)
+        self.data = np.zeros(shape, dtype)
+        self.size = 0
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[: self.size]
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.size + len(values)
+        if need > len(self.data):
+            capacity = max(need, 2 * len(self.data))
+            grown = np.zeros((capacity, *self.data.shape[1:]), self.data.dtype)
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size : need] = values
+        self.size = need
+
+    def drop_front(self, count: int) -> None:
+        if count:
+            self.data[: self.size - count] = self.data[count : self.size]
+            self.size -= count
+
+
+@dataclass
+class _Side:
+    """One input's stored rows: payload batches (the columns the query reads) and per row its
+    key slot, window range, first possible window (`origin`, for the matched flags)."""
+
+    index: int
+    alias: str
+    name: str
+    is_table: bool
+    scan: ph.StreamScanExec | ph.TableScanExec
+    keys: tuple[str, ...]
+    delay: int
+    keeps_unmatched: bool
+    max_windows: int
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    batch_rows: list[int] = field(default_factory=list)
+    base: int = 0  # global id of the first stored row
+    slots: _Grow = field(default_factory=_Grow)
+    first: _Grow = field(default_factory=_Grow)
+    last: _Grow = field(default_factory=_Grow)
+    origin: _Grow = field(default_factory=_Grow)
+    matched: _Grow | None = None
+    watermark: int | None = None
+    max_ts: int | None = None
+    seen: bool = False
+    tuples_in: int = 0
+    late: int = 0
+    null_time: int = 0
+    _table: pa.Table | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.slots.size
+
+    def table(self, schema: pa.Schema) -> pa.Table:
+        if self._table is None:
+            self._table = pa.Table.from_batches(self.batches, schema=schema)
+        return self._table
+
+    def append(self, batch: pa.RecordBatch, slots, first, last, origin) -> None:
+        self.batches.append(batch)
+        self.batch_rows.append(batch.num_rows)
+        self._table = None
+        self.slots.extend(slots)
+        self.first.extend(first)
+        self.last.extend(last)
+        self.origin.extend(origin)
+        if self.matched is not None:
+            self.matched.extend(np.zeros((len(slots), self.max_windows), np.uint8))
+
+    def free_fired(self, fired: int) -> None:
+        """Drop the leading batches whose rows' windows have all fired (window <= fired)."""
+        drop_batches = drop_rows = 0
+        last = self.last.view
+        for rows in self.batch_rows:
+            if rows and last[drop_rows : drop_rows + rows].max() > fired:
+                break
+            drop_batches += 1
+            drop_rows += rows
+        if not drop_batches:
+            return
+        del self.batches[:drop_batches], self.batch_rows[:drop_batches]
+        self._table = None
+        for grow in (self.slots, self.first, self.last, self.origin, self.matched):
+            if grow is not None:
+                grow.drop_front(drop_rows)
+        self.base += drop_rows
+
+    def nbytes(self) -> int:
+        arrays = (self.slots, self.first, self.last, self.origin, self.matched)
+        total = sum(g.data.nbytes for g in arrays if g is not None)
+        return total + sum(b.nbytes for b in self.batches)
+
+
+class JoinOperator:
+    """The driver of one join (see the module docstring). `node`: a WindowJoinExec, or the
+    JoinAggregateExec above one; `kernels`: the backend's JoinKernels."""
+
+    stateful = True
+
+    def __init__(self, node: ph.WindowJoinExec | ph.JoinAggregateExec, kernels: JoinKernels):
+        self.kernels = kernels
+        self.aggregate = node if isinstance(node, ph.JoinAggregateExec) else None
+        join = node.join if isinstance(node, ph.JoinAggregateExec) else node
+        self.join = join
+        self.window = join.window
+        self.column_types = {c.name: c.type for c in join.columns}
+        kind = join.kind
+        self.sides = [self._side(join, i, (kind.keeps_left, kind.keeps_right)[i]) for i in (0, 1)]
+        key_types = tuple(
+            SqlType.STRING if k.type is SqlType.STRING else SqlType.BIGINT for k in join.left_keys
+        )
+        self.keys = kernels.new_key_map(key_types)
+        self.fired = -(2**62)  # the last window fired
+        self.windows_fired = 0
+        self.rows_out = 0
+        self.residual_columns = _columns_of(join.residual)
+        if self.aggregate is not None:
+            self.credit_columns = _columns_of(
+                join.where,
+                *(f.argument for f in self.aggregate.fields),
+                *(exp.column(k.name) for k in self.aggregate.keys),
+            )
+            self.schema = window_result_schema_of(self.aggregate)
+            self.cells = JoinCells(self.aggregate, kernels)
+        else:
+            self.schema = pa.schema(
+                [pa.field(name, t.info.arrow) for name, t in ph.join_row_columns(join)]
+            )
+            self.pending = {name: _Grow() for name in ("left", "right", "lo", "hi")}
+
+    def _side(self, join: ph.WindowJoinExec, index: int, keeps: bool) -> _Side:
+        scan = join.children[index]
+        keys = join.left_keys if index == 0 else join.right_keys
+        prefix = join.aliases[index] + "."
+        is_table = isinstance(scan, ph.TableScanExec)
+        window = join.window
+        max_windows = 1 if window is None else -(-window.size // window.slide)
+        side = _Side(
+            index=index,
+            alias=join.aliases[index],
+            name=scan.table.name if is_table else scan.stream.name,
+            is_table=is_table,
+            scan=scan,
+            keys=tuple(k.name[len(prefix) :] for k in keys),
+            delay=join.watermark_delays[index] or 0,
+            keeps_unmatched=keeps,
+            max_windows=max_windows,
+            seen=is_table,
+        )
+        if keeps and not is_table and window is not None:
+            side.matched = _Grow(np.uint8, max_windows)
+        if is_table:
+            side.conformer = _TableConformer(scan)  # type: ignore[attr-defined]
+        else:
+            limits = event_time_range(window) if window is not None else (-(2**63), 2**63 - 1)
+            side.conformer = BatchConformer(  # type: ignore[attr-defined]
+                scan.columns, scan.stream.name, scan.stream.event_time, limits
+            )
+        return side
+
+    # -- the watermark --------------------------------------------------------------------
+
+    def watermark(self) -> int | None:
+        """The query's: the minimum of the streams', None (minus infinity) until every
+        stream has had a batch."""
+        values = [s.watermark for s in self.sides if not s.is_table]
+        if not all(s.seen for s in self.sides) or any(v is None for v in values):
+            return None
+        return min(values)  # type: ignore[type-var]
+
+    def _last_closed(self, watermark: int | None) -> int:
+        """The last window with window_end <= watermark."""
+        if watermark is None or self.window is None:
+            return -(2**62)
+        return (watermark - self.window.size) // self.window.slide
+
+    # -- input ----------------------------------------------------------------------------
+
+    def process(self, batch: pa.RecordBatch, input: int = 0) -> list[pa.RecordBatch]:
+        side = self.sides[input]
+        batch = as_record_batch(batch)
+        if side.is_table:
+            self._load_table(side, batch)
+            return []
+        conformed = self._conformed(side, batch)
+        n = conformed.num_rows
+        side.tuples_in += n
+        ts, has_ts = to_values(conformed.column(side.scan.stream.event_time), np.int64)
+        side.null_time += int(n - has_ts.sum())
+        window = self.window
+        if window is None:
+            first = last = origin = np.zeros(n, np.int64)
+            keep = has_ts
+        else:
+            size, slide = window.size, window.slide
+            origin = (ts - size) // slide + 1
+            last = ts // slide
+            first = origin.copy()
+            closed = self._last_closed(self.watermark())
+            np.maximum(first, closed + 1, out=first)
+            keep = has_ts & (first <= last)
+            side.late += int((has_ts & ~keep).sum())
+            if has_ts.any():
+                top = int(ts[has_ts].max())
+                side.max_ts = top if side.max_ts is None else max(side.max_ts, top)
+        rows = conformed.filter(pa.array(keep)) if not keep.all() else conformed
+        first, last, origin = first[keep], last[keep], origin[keep]
+        slots = self._slots(side, rows)
+        out: list[pa.RecordBatch] = []
+        if window is None:
+            out = self._static_rows(side, rows, slots)
+            side.seen = True
+        else:
+            start = side.base + side.rows
+            side.append(rows, slots, first, last, origin)
+            self._join_new(side, start, slots, first, last)
+            side.seen = True
+            if side.max_ts is not None:
+                candidate = side.max_ts - side.delay
+                if side.watermark is None or candidate > side.watermark:
+                    side.watermark = candidate
+            out = self._fire(self._last_closed(self.watermark()))
+        return out
+
+    def _conformed(self, side: _Side, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch as the side stores it: the columns the query reads, declared types
+        (event times out of range are made NULL, and dropped as NULL times are)."""
+        conformer = side.conformer  # type: ignore[attr-defined]
+        conformed, _ = conformer(batch)
+        schema = conformer.schema
+        arrays = []
+        for f in schema:
+            array = conformed.column(f.name)
+            arrays.append(array if array.type == f.type else array.cast(f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def _load_table(self, side: _Side, batch: pa.RecordBatch) -> None:
+        if any(not s.is_table and s.seen for s in self.sides):
+            raise DataError(
+                f"table {side.name!r} arrived after the first stream batch: a join reads the "
+                "table as it is when the query starts (Query.run reads its batches first)"
+            )
+        rows = side.conformer(batch)  # type: ignore[attr-defined]
+        n = rows.num_rows
+        all_first = np.full(n, ALL_FIRST, np.int64)
+        all_last = np.full(n, ALL_LAST, np.int64)
+        side.append(rows, self._slots(side, rows), all_first, all_last, all_first)
+
+    def _slots(self, side: _Side, rows: pa.RecordBatch) -> np.ndarray:
+        columns = [rows.column(rows.schema.get_field_index(name)) for name in side.keys]
+        columns = [
+            c.cast(pa.int64()) if pa.types.is_integer(c.type) and c.type != pa.int64() else c
+            for c in columns
+        ]
+        include = np.ones(rows.num_rows, np.bool_)
+        for column in columns:
+            if column.null_count:
+                include &= ~np.asarray(column.is_null())
+        return self.keys.map_columns(columns, include)
+
+    # -- joining --------------------------------------------------------------------------
+
+    def _join_new(self, side: _Side, start: int, slots, first, last) -> None:
+        """Join the rows just stored on `side` (global ids from `start`) with the other
+        side's stored rows; credit or keep the pairs."""
+        other = self.sides[1 - side.index]
+        count = len(slots)
+        if not count or not other.rows:
+            return
+        mine, theirs = self.kernels.match(
+            self.join.algorithm,
+            slots,
+            first,
+            last,
+            other.slots.view,
+            other.first.view,
+            other.last.view,
+        )
+        if not len(mine):
+            return
+        lo = np.maximum(first[mine], other.first.view[theirs])
+        hi = np.minimum(last[mine], other.last.view[theirs])
+        mine_ids = mine + start
+        theirs_ids = theirs + other.base
+        left, right = (mine_ids, theirs_ids) if side.index == 0 else (theirs_ids, mine_ids)
+        if self.join.residual is not None:
+            joined = self._gather(left, right, self.residual_columns)
+            keep = to_mask(
+                self.kernels.evaluate(self.join.residual, self.column_types, joined, len(left))
+            )
+            left, right, lo, hi = left[keep], right[keep], lo[keep], hi[keep]
+        for index, ids in ((0, left), (1, right)):
+            keeper = self.sides[index]
+            if keeper.matched is not None and len(ids):
+                local = ids - keeper.base
+                self.kernels.mark_matched(keeper.matched.view, local, lo, hi, keeper.origin.view)
+        self._credit(left, right, lo, hi)
+
+    def _credit(self, left, right, lo, hi) -> None:
+        """Joined rows (global ids, -1: the NULL side) sharing windows [lo, hi]."""
+        if not len(left):
+            return
+        if self.aggregate is None:
+            for name, values in zip(self.pending, (left, right, lo, hi), strict=True):
+                self.pending[name].extend(values)
+            return
+        joined = self._gather(left, right, self.credit_columns)
+        keep = self._where(joined, len(left))
+        if keep is not None:
+            joined = {name: column.filter(pa.array(keep)) for name, column in joined.items()}
+            lo, hi = lo[keep], hi[keep]
+        if len(lo):
+            self.cells.credit(joined, lo, hi)
+
+    def _where(self, joined: dict[str, pa.Array], n: int) -> np.ndarray | None:
+        if self.join.where is None:
+            return None
+        return to_mask(self.kernels.evaluate(self.join.where, self.column_types, joined, n))
+
+    def _gather(
+        self, left: np.ndarray, right: np.ndarray, names: frozenset[str] | None = None
+    ) -> dict[str, pa.Array]:
+        """The joined rows' columns (`alias.column`; `names`: only those), NULL where an id
+        is -1."""
+        columns: dict[str, pa.Array] = {}
+        for side, ids in zip(self.sides, (left, right), strict=True):
+            schema = side.conformer.schema  # type: ignore[attr-defined]
+            wanted = [n for n in schema.names if names is None or f"{side.alias}.{n}" in names]
+            if not wanted:
+                continue
+            table = side.table(schema).select(wanted)
+            local = ids - side.base
+            index = pa.array(local, mask=ids < 0) if (ids < 0).any() else pa.array(local)
+            taken = table.take(index)
+            for name in wanted:
+                column = taken.column(name)
+                columns[f"{side.alias}.{name}"] = (
+                    column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+                )
+        return columns
+
+    def _static_rows(self, side: _Side, rows: pa.RecordBatch, slots) -> list[pa.RecordBatch]:
+        """A stream joined with a table, no window: join the batch and emit it now."""
+        other = self.sides[1 - side.index]
+        start = side.base + side.rows
+        zeros = np.zeros(len(slots), np.int64)
+        side.append(rows, slots, zeros, zeros, zeros)
+        mine, theirs = self.kernels.match(
+            self.join.algorithm,
+            slots,
+            zeros,
+            zeros,
+            other.slots.view,
+            other.first.view,
+            other.last.view,
+        )
+        mine_ids, theirs_ids = mine + start, theirs + other.base
+        if self.join.residual is not None and len(mine):
+            left, right = (mine_ids, theirs_ids) if side.index == 0 else (theirs_ids, mine_ids)
+            joined = self._gather(left, right, self.residual_columns)
+            keep = to_mask(
+                self.kernels.evaluate(self.join.residual, self.column_types, joined, len(left))
+            )
+            mine_ids, theirs_ids = mine_ids[keep], theirs_ids[keep]
+        if side.keeps_unmatched:
+            matched = np.zeros(len(slots), np.bool_)
+            matched[mine_ids - start] = True
+            lonely = np.flatnonzero(~matched) + start
+            mine_ids = np.concatenate([mine_ids, lonely])
+            theirs_ids = np.concatenate([theirs_ids, np.full(len(lonely), -1, np.int64)])
+        left, right = (mine_ids, theirs_ids) if side.index == 0 else (theirs_ids, mine_ids)
+        out = self._row_batch(left, right, None)
+        side.free_fired(ALL_LAST)  # nothing of a stream row is kept after its batch
+        return out
+
+    # -- firing ---------------------------------------------------------------------------
+
+    def _fire(self, upto: int) -> list[pa.RecordBatch]:
+        """Fire the windows after the last fired one up to `upto`, in window order."""
+        if upto <= self.fired:
+            return []
+        lo = self.fired + 1
+        self._unmatched(lo, upto)
+        if self.aggregate is None:
+            out = self._fire_rows(lo, upto)
+        else:
+            out = self._fire_cells(lo, upto)
+        self.fired = upto
+        for side in self.sides:
+            if not side.is_table:
+                side.free_fired(upto)
+        return out
+
+    def _unmatched(self, lo: int, hi: int) -> None:
+        """Credit the rows of kept sides unmatched in windows lo..hi, other side NULL."""
+        for side in self.sides:
+            if side.matched is None or not side.rows:
+                continue
+            rows, windows = self.kernels.expand(side.first.view, side.last.view, lo, hi)
+            if not len(rows):
+                continue
+            flags = side.matched.view[rows, windows - side.origin.view[rows]]
+            lonely = flags == 0
+            rows, windows = rows[lonely], windows[lonely]
+            ids = rows + side.base
+            none = np.full(len(ids), -1, np.int64)
+            left, right = (ids, none) if side.index == 0 else (none, ids)
+            self._credit(left, right, windows, windows)
+
+    def _fire_rows(self, lo: int, hi: int) -> list[pa.RecordBatch]:
+        pending = {name: grow.view for name, grow in self.pending.items()}
+        entries, windows = self.kernels.expand(pending["lo"], pending["hi"], lo, hi)
+        out = self._row_batch(pending["left"][entries], pending["right"][entries], windows)
+        alive = pending["hi"] > hi
+        for _name, grow in self.pending.items():
+            values = grow.view[alive].copy()
+            grow.size = 0
+            grow.extend(values)
+        return out
+
+    def _row_batch(self, left, right, windows) -> list[pa.RecordBatch]:
+        if not len(left):
+            return []
+        joined = self._gather(left, right)
+        arrays = [joined[c.name] for c in self.join.columns]
+        if windows is not None:
+            self.windows_fired += len(np.unique(windows))
+            start = windows * self.window.slide
+            arrays += [_timestamps(start), _timestamps(start + self.window.size)]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        keep = self._where(joined, len(left))
+        if keep is not None:
+            batch = batch.filter(pa.array(keep))
+        return [batch] if batch.num_rows else []
+
+    def _fire_cells(self, lo: int, upto: int) -> list[pa.RecordBatch]:
+        batch, results = self.cells.fire(lo, upto, self.schema)
+        self.windows_fired += results
+        return [] if batch is None else [batch]
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return []  # each stream's watermark comes from its own batches
+
+    def finish(self) -> list[pa.RecordBatch]:
+        if self.window is None:
+            return []
+        ends = [s.last.view.max() for s in self.sides if not s.is_table and s.rows]
+        if self.aggregate is None and self.pending["hi"].size:
+            ends.append(self.pending["hi"].view.max())
+        if self.aggregate is not None and self.cells.max_window() is not None:
+            ends.append(self.cells.max_window())
+        return self._fire(int(max(ends))) if ends else []
+
+    # -- metrics, snapshot ----------------------------------------------------------------
+
+    def add_rows_out(self, rows: int) -> None:
+        self.rows_out += rows
+
+    def state_bytes(self) -> int:
+        total = sum(side.nbytes() for side in self.sides) + self.keys.nbytes
+        if self.aggregate is None:
+            total += sum(g.data.nbytes for g in self.pending.values())
+        else:
+            total += self.cells.nbytes
+        return total
+
+    def metrics(self) -> JoinMetrics:
+        streams = [s for s in self.sides if not s.is_table]
+        return JoinMetrics(
+            tuples_in=sum(s.tuples_in for s in streams),
+            late_tuples_dropped=sum(s.late for s in streams),
+            null_event_time_dropped=sum(s.null_time for s in streams),
+            windows_fired=self.windows_fired,
+            rows_out=self.rows_out,
+            state_bytes=self.state_bytes(),
+            late_by_input=tuple((s.name, s.late) for s in streams),
+        )
+
+    def snapshot(self) -> bytes:
+        header: dict = {"format": "mangonel.window-state", "version": 1}
+        header.update(
+            operator=JOIN_OPERATOR,
+            fired=self.fired,
+            windows_fired=self.windows_fired,
+            rows_out=self.rows_out,
+            sides=[
+                {
+                    k: getattr(s, k)
+                    for k in ("base", "watermark", "max_ts", "seen", "tuples_in", "late")
+                }
+                | {"null_time": s.null_time, "batch_rows": s.batch_rows}
+                for s in self.sides
+            ],
+        )
+        arrays: dict[str, np.ndarray] = {}
+        for s in self.sides:
+            p = f"side{s.index}_"
+            for name in ("slots", "first", "last", "origin", "matched"):
+                grow = getattr(s, name)
+                if grow is not None:
+                    arrays[p + name] = grow.view.copy()
+            arrays[p + "payload"] = _ipc(s.batches, s.conformer.schema)  # type: ignore[attr-defined]
+        arrays.update(self.keys.to_arrays("keys_"))
+        if self.aggregate is None:
+            arrays.update({f"pending_{n}": g.view.copy() for n, g in self.pending.items()})
+        else:
+            arrays.update(self.cells.to_arrays())
+        return pack(header, arrays)
+
+    def restore(self, data: bytes) -> None:
+        header, arrays = unpack(data)
+        if header.get("operator") != JOIN_OPERATOR:
+            raise DataError("snapshot does not match this query: it is not a join's state")
+        self.fired = header["fired"]
+        self.windows_fired = header["windows_fired"]
+        self.rows_out = header["rows_out"]
+        for s, saved in zip(self.sides, header["sides"], strict=True):
+            p = f"side{s.index}_"
+            for key, value in saved.items():
+                if key != "batch_rows":
+                    setattr(s, key, value)
+            s.batches = _from_ipc(arrays[p + "payload"])
+            s.batch_rows = list(saved["batch_rows"])
+            s._table = None
+            for name in ("slots", "first", "last", "origin", "matched"):
+                grow = getattr(s, name)
+                if grow is not None:
+                    grow.size = 0
+                    grow.extend(arrays[p + name])
+        self.keys = self.kernels.key_map_from_arrays(self.keys.types, arrays, "keys_")
+        if self.aggregate is None:
+            for n, g in self.pending.items():
+                g.size = 0
+                g.extend(arrays[f"pending_{n}"])
+            return
+        self.cells.restore(arrays)
+
+
+class _TableConformer:
+    """A static table's batches, cast to the declared types of the columns the query reads."""
+
+    def __init__(self, scan: ph.TableScanExec) -> None:
+        self.columns = scan.columns
+        self.schema = pa.schema([pa.field(c.name, c.type.info.arrow) for c in scan.columns])
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+        arrays = []
+        for c in self.columns:
+            position = names.get(c.name.lower())
+            if position is None:
+                raise DataError(f"the table's batch has no column {c.name!r}")
+            arrays.append(batch.column(position).cast(c.type.info.arrow))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _columns_of(*expressions: exp.Expression | None) -> frozenset[str]:
+    """The joined-row columns the expressions read."""
+    return frozenset(
+        column.name
+        for expression in expressions
+        if expression is not None
+        for column in expression.find_all(exp.Column)
+    )
+
+
+def window_result_schema_of(node: ph.JoinAggregateExec) -> pa.Schema:
+    from mangonel.runtime.operators import project
+
+    keys = [(k.name, k.type) for k in node.keys]
+    return project.window_result_schema(keys, [a.result_type for a in node.aggregates])
+
+
+def _timestamps(micros: np.ndarray) -> pa.Array:
+    return pa.array(np.ascontiguousarray(micros, np.int64), pa.timestamp("us", tz="UTC"))
+
+
+def _ipc(batches: list[pa.RecordBatch], schema: pa.Schema) -> np.ndarray:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    return np.frombuffer(sink.getvalue(), np.uint8)
+
+
+def _from_ipc(data: np.ndarray) -> list[pa.RecordBatch]:
+    return list(pa.ipc.open_stream(pa.py_buffer(data.tobytes())))
+
+
+def make_join_operator(kernels_factory):  # noqa: ANN001, ANN201 - a backend's JoinKernels class
+    """The registry factory of WindowJoinExec / JoinAggregateExec for one backend."""
+
+    def factory(node, input_schema, step_kernels):  # noqa: ANN001, ANN202
+        return JoinOperator(node, kernels_factory())
+
+    return factory
+
+
+__all__ = ["JoinMetrics", "JoinOperator", "make_join_operator"]

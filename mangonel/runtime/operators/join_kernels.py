@@ -1,0 +1,100 @@
+"""The kernels a join driver (`mangonel.runtime.operators.join`) calls: what every backend
+implements for joins, as `kernels.WindowKernels` is for window aggregation.
+
+Rows reach the kernels as numpy arrays per side: `slots` (the dense id of the row's key
+tuple in the join's key table, shared by both sides; -1 for a key with a NULL, which never
+matches) and the window range each row contributes to, `[first, last]` (window numbers k of
+`[k*s, k*s + w)`; a static table's rows cover every window). Matching compares slots only:
+the key table is the hash (equal keys, equal slot), so a "hash" join is a bucketed probe of
+the slots and a "sort-merge" join a merge of both sides sorted by slot.
+
+- `match(algorithm, ...)`: the pairs (i, j) with equal slots whose window ranges overlap, in
+  two passes (count per probe row, exclusive scan, write): never one pair at a time into a
+  growing list. Hash builds on the smaller side and probes with the other.
+- `expand(first, last, lo, hi)`: one entry per (row, window k) for k in [max(first, lo),
+  min(last, hi)], grouped by k: the crediting of a pair (or an unmatched row) to each window
+  it shares, in two passes too.
+- `mark_matched(...)`: a row's per-window matched flags (outer joins) from its pairs.
+- `scatter(kind)`: the kind's combine of many values into cells (aggregated joins), and
+  `prefix_windows`: the firing of difference-credited cells (`join_cells.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class JoinKernels(Protocol):
+    name: str
+
+    def match(
+        self,
+        algorithm: str,
+        slots_a: np.ndarray,
+        first_a: np.ndarray,
+        last_a: np.ndarray,
+        slots_b: np.ndarray,
+        first_b: np.ndarray,
+        last_b: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(i, j): every pair slots_a[i] == slots_b[j] >= 0 whose window ranges overlap."""
+        ...
+
+    def expand(
+        self, first: np.ndarray, last: np.ndarray, lo: int, hi: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(entry, k) for every entry and window k in [max(first, lo), min(last, hi)],
+        ordered by k (then by entry)."""
+        ...
+
+    def mark_matched(
+        self,
+        matched: np.ndarray,
+        rows: np.ndarray,
+        first: np.ndarray,
+        last: np.ndarray,
+        origin: np.ndarray,
+    ) -> None:
+        """matched[rows[p], k - origin[rows[p]]] = 1 for k in [first[p], last[p]]."""
+        ...
+
+    def scatter(self, kind: Any) -> Any:  # noqa: ANN401 - the kind's compiled scatter
+        """scatter(target_0.., index, values_0..): target[index[i]] (+)= values[i]."""
+        ...
+
+    def prefix_windows(
+        self,
+        cell_k: np.ndarray,
+        cell_g: np.ndarray,
+        deltas: np.ndarray,
+        running: np.ndarray,
+        lo: int,
+        hi: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Difference-credited cells (sorted by window k; `deltas`: one int64 row per state
+        part, part 0 the row count) -> (k, group, values per part) of every group with a
+        positive running count in each window lo..hi; `running` (parts x groups) is left at
+        window hi."""
+        ...
+
+    def new_key_map(self, types: tuple) -> Any:  # noqa: ANN401
+        """A key map (key columns or a key-row matrix -> dense slots), as the window
+        kernels' `new_key_map`: the join's keys, its groups, its (window, group) cells."""
+        ...
+
+    def key_map_from_arrays(self, types: tuple, arrays: dict, prefix: str) -> Any:  # noqa: ANN401
+        ...
+
+    def evaluate(
+        self, expression: Any, column_types: dict, columns: dict, length: int | None = None
+    ) -> Any:  # noqa: ANN401
+        """An expression over joined rows (`alias.column` columns): an Arrow array."""
+        ...
+
+    def partials(
+        self, fields: tuple, column_types: dict, columns: dict, contributes: np.ndarray, length: int
+    ) -> dict[str, tuple[np.ndarray, ...]]:
+        """The per-row partial state of every field over joined rows (the window lift's)."""
+        ...
