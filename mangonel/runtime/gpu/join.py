@@ -1,0 +1,277 @@
+"""The GPU join kernels: `runtime.operators.join_kernels.JoinKernels` on the device.
+
+The kernels come from `compiler.codegen_join` (one module per query: its algorithm, crediting,
+marking, and the scatter kernels of its aggregation), compiled through the shared
+`CompileContext`. Every device step is written in two passes where it produces a variable
+number of results (count per item, exclusive scan with CuPy between the launches, write at
+the scanned offset), and its results come back through pinned host buffers.
+
+The driver keeps the join's state (stored rows, pending pairs, (window, group) cells) on the
+host, so each call uploads what it reads. The host faces of the protocol (key maps, the
+evaluation of residual/WHERE/aggregate arguments over joined Arrow columns, their partials)
+are `host`'s: another backend's JoinKernels the GPU operator factory passes in (the CPU's;
+this package may not import it).
+
+These kernels have not yet run on a device: plans place the join on the CPU unless
+`GpuOptions(join=True)` (docs/explain.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mangonel.aggregates.state import StateKind
+from mangonel.compiler import physical as ph
+from mangonel.compiler.codegen_join import render_node_join_kernels, scatter_role
+from mangonel.compiler.options import GpuOptions
+from mangonel.runtime.gpu import device
+from mangonel.runtime.gpu.compile import shared_context
+from mangonel.runtime.operators.join_kernels import JoinKernels
+
+
+class GpuJoinKernels:
+    """JoinKernels of one join node on the GPU (see the module docstring)."""
+
+    name = "gpu"
+
+    def __init__(
+        self,
+        node: ph.WindowJoinExec | ph.JoinAggregateExec,
+        host: JoinKernels,
+        options: GpuOptions | None = None,
+    ) -> None:
+        self.options = options or GpuOptions()
+        self.host = host
+        self.generated = render_node_join_kernels(node)
+        module = shared_context(self.options.module_cache_size).module(self.generated)
+        self._functions = {
+            role: module.get_function(name) for role, name in self.generated.names.items()
+        }
+        self.launches = 0
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _launch(self, role: str, items: int, *arguments: Any) -> None:
+        threads = self.options.threads
+        self._functions[role]((device.grid(items, threads),), (threads,), arguments)
+        self.launches += 1
+
+    @staticmethod
+    def _up(array: np.ndarray, dtype: Any = np.int64) -> Any:  # noqa: ANN401
+        return device.cupy().asarray(np.ascontiguousarray(array, dtype))
+
+    @staticmethod
+    def _down(array: Any) -> np.ndarray:  # noqa: ANN401
+        """A device array on the host through pinned memory (CuPy's pinned pool reuses it)."""
+        cp = device.cupy()
+        size = int(array.size)
+        memory = cp.cuda.alloc_pinned_memory(max(size * array.dtype.itemsize, 1))
+        out = np.frombuffer(memory, array.dtype, size).reshape(array.shape)
+        array.get(out=out)
+        return out
+
+    @staticmethod
+    def _offsets(counts: Any) -> tuple[Any, int]:  # noqa: ANN401
+        """The exclusive scan of per-item counts, and their total."""
+        cp = device.cupy()
+        scan = cp.cumsum(counts)
+        total = int(scan[-1]) if len(scan) else 0
+        return scan - counts, total
+
+    @staticmethod
+    def _sorted_rows(slots: Any) -> Any:  # noqa: ANN401
+        """Rows with a key, ordered by (slot, row)."""
+        cp = device.cupy()
+        rows = cp.flatnonzero(slots >= 0)
+        keys = cp.stack([rows, slots[rows]])
+        return rows[cp.lexsort(keys)]
+
+    # -- matching -------------------------------------------------------------------------
+
+    def match(self, algorithm, slots_a, first_a, last_a, slots_b, first_b, last_b):
+        empty = np.empty(0, np.int64)
+        if not len(slots_a) or not len(slots_b):
+            return empty, empty
+        if algorithm == "sort-merge":
+            return self._merge(slots_a, first_a, last_a, slots_b, first_b, last_b)
+        if len(slots_a) <= len(slots_b):  # build on the smaller side, probe with the other
+            return self._hash(slots_a, first_a, last_a, slots_b, first_b, last_b)
+        j, i = self._hash(slots_b, first_b, last_b, slots_a, first_a, last_a)
+        return i, j
+
+    def _hash(self, build_slots, build_first, build_last, probe_slots, probe_first, probe_last):
+        cp = device.cupy()
+        bs, bf, bl = (self._up(a) for a in (build_slots, build_first, build_last))
+        ps, pf, pl = (self._up(a) for a in (probe_slots, probe_first, probe_last))
+        n_slots = int(max(int(build_slots.max()), 0)) + 1
+        bucket = cp.zeros(n_slots, cp.int64)
+        self._launch("bucket_count", len(bs), bs, np.int64(len(bs)), bucket)
+        offsets = cp.zeros(n_slots + 1, cp.int64)
+        offsets[1:] = cp.cumsum(bucket)
+        order = self._sorted_rows(bs)
+        head = (ps, pf, pl, np.int64(len(ps)), bf, bl, offsets, order, np.int64(n_slots))
+        counts = cp.zeros(len(ps), cp.int64)
+        self._launch("probe_count", len(ps), *head, counts)
+        starts, total = self._offsets(counts)
+        out_build = cp.empty(total, cp.int64)
+        out_probe = cp.empty(total, cp.int64)
+        if total:
+            self._launch("probe_write", len(ps), *head, starts, out_build, out_probe)
+        return self._down(out_build), self._down(out_probe)
+
+    def _merge(self, slots_a, first_a, last_a, slots_b, first_b, last_b):
+        cp = device.cupy()
+        sa, fa, la = (self._up(a) for a in (slots_a, first_a, last_a))
+        sb, fb, lb = (self._up(a) for a in (slots_b, first_b, last_b))
+        order_a, order_b = self._sorted_rows(sa), self._sorted_rows(sb)
+        sorted_b = cp.ascontiguousarray(sb[order_b])
+        head = (order_a, np.int64(len(order_a)), sa, fa, la)
+        head += (order_b, sorted_b, np.int64(len(order_b)), fb, lb)
+        counts = cp.zeros(len(order_a), cp.int64)
+        self._launch("merge_count", len(order_a), *head, counts)
+        starts, total = self._offsets(counts)
+        out_a = cp.empty(total, cp.int64)
+        out_b = cp.empty(total, cp.int64)
+        if total:
+            self._launch("merge_write", len(order_a), *head, starts, out_a, out_b)
+        return self._down(out_a), self._down(out_b)
+
+    # -- crediting ------------------------------------------------------------------------
+
+    def _expand_device(self, first: Any, last: Any, lo: int, hi: int) -> tuple[Any, Any]:  # noqa: ANN401
+        """(entry, k) on the device, ordered by window k, then entry."""
+        cp = device.cupy()
+        n = len(first)
+        head = (first, last, np.int64(n), np.int64(lo), np.int64(hi))
+        counts = cp.zeros(n, cp.int64)
+        self._launch("expand_count", n, *head, counts)
+        starts, total = self._offsets(counts)
+        entries = cp.empty(total, cp.int64)
+        windows = cp.empty(total, cp.int64)
+        if total:
+            self._launch("expand_write", n, *head, starts, entries, windows)
+            order = cp.lexsort(cp.stack([entries, windows]))
+            entries, windows = entries[order], windows[order]
+        return entries, windows
+
+    def expand(self, first, last, lo, hi):
+        if hi < lo or not len(first):
+            empty = np.empty(0, np.int64)
+            return empty, empty
+        entries, windows = self._expand_device(self._up(first), self._up(last), lo, hi)
+        return self._down(entries), self._down(windows)
+
+    def mark_matched(self, matched, rows, first, last, origin) -> None:
+        if not len(rows):
+            return
+        flags = self._up(matched, np.uint8)
+        arguments = (flags, np.int64(matched.shape[1]), self._up(rows), self._up(first))
+        arguments += (self._up(last), self._up(origin), np.int64(len(rows)))
+        self._launch("mark", len(rows), *arguments)
+        matched[...] = self._down(flags)
+
+    # -- join + aggregate -----------------------------------------------------------------
+
+    def scatter(self, kind: StateKind) -> Any:  # noqa: ANN401
+        """The kind's scatter on the device: `(target_0.., index, values_0..)`, the targets
+        updated in place (the driver keeps the cells on the host)."""
+        parts = len(kind.parts)
+
+        def scatter(*arguments: np.ndarray) -> None:
+            targets, index, values = arguments[:parts], arguments[parts], arguments[parts + 1 :]
+            if not len(index):
+                return
+            dtype = targets[0].dtype
+            ctype = "long long" if dtype == np.dtype(np.int64) else "double"
+            device_targets = [self._up(t, dtype) for t in targets]
+            lock = device.cupy().zeros(len(targets[0]), device.cupy().int32)
+            device_values = [self._up(v, dtype) for v in values]
+            self._launch(
+                scatter_role(kind, ctype),
+                len(index),
+                *device_targets,
+                lock,
+                self._up(index),
+                *device_values,
+                np.int64(len(index)),
+            )
+            for target, device_target in zip(targets, device_targets, strict=True):
+                target[...] = self._down(device_target)
+
+        return scatter
+
+    def prefix_windows(self, cell_k, cell_g, deltas, running, lo, hi):
+        """Difference-credited cells fired on the device: per group, the running sums after
+        each of its cells hold until its next cell; the runs with a positive count are
+        expanded to their windows (the expand kernels) and ordered by (window, group)."""
+        cp = device.cupy()
+        n_parts = running.shape[0]
+        keep = np.asarray(cell_k) <= hi
+        ks, gs = self._up(np.asarray(cell_k)[keep]), self._up(np.asarray(cell_g)[keep])
+        ds = self._up(np.asarray(deltas)[:, keep])
+        start = self._up(running)
+        n_groups = running.shape[1]
+        order = cp.lexsort(cp.stack([ks, gs]))  # by group, then window
+        ks, gs, ds = ks[order], gs[order], ds[:, order]
+        n = len(ks)
+        if n:
+            new_group = cp.ones(n, cp.bool_)
+            new_group[1:] = gs[1:] != gs[:-1]
+            sums = cp.cumsum(ds, axis=1)
+            group_start = cp.flatnonzero(new_group)
+            before = sums[:, group_start] - ds[:, group_start]  # sums before each group
+            run = cp.cumsum(new_group.astype(cp.int64)) - 1
+            after = start[:, gs] + sums - before[:, run]  # running values after each cell
+            last_of_key = cp.ones(n, cp.bool_)
+            last_of_key[:-1] = (ks[1:] != ks[:-1]) | (gs[1:] != gs[:-1])
+            next_k = cp.full(n, hi + 1, cp.int64)
+            next_k[:-1] = cp.where(gs[1:] == gs[:-1], ks[1:], hi + 1)
+            # the last cell of each (window, group) holds from its window to the next one
+            seg_g, seg_first, seg_last = gs[last_of_key], ks[last_of_key], next_k[last_of_key] - 1
+            seg_values = after[:, last_of_key]
+            first_k = cp.full(n_groups, hi + 1, cp.int64)
+            first_k[gs[group_start]] = ks[group_start]
+            last_of_group = cp.ones(n, cp.bool_)
+            last_of_group[:-1] = new_group[1:]
+            final = start.copy()
+            final[:, gs[last_of_group]] = after[:, last_of_group]
+        else:
+            seg_g = seg_first = seg_last = cp.zeros(0, cp.int64)
+            seg_values = cp.zeros((n_parts, 0), cp.int64)
+            first_k = cp.full(n_groups, hi + 1, cp.int64)
+            final = start
+        # before its first cell, each group holds its running values from window lo
+        groups = cp.arange(n_groups, dtype=cp.int64)
+        seg_g = cp.concatenate([groups, seg_g])
+        seg_first = cp.concatenate([cp.full(n_groups, lo, cp.int64), seg_first])
+        seg_last = cp.concatenate([first_k - 1, seg_last])
+        seg_values = cp.concatenate([start, seg_values], axis=1)
+        live = cp.flatnonzero(seg_values[0] > 0)
+        entries, windows = self._expand_device(
+            cp.ascontiguousarray(seg_first[live]), cp.ascontiguousarray(seg_last[live]), lo, hi
+        )
+        entries = live[entries]
+        order = cp.lexsort(cp.stack([seg_g[entries], windows]))  # by window, then group
+        entries, windows = entries[order], windows[order]
+        running[...] = self._down(final)
+        values = cp.ascontiguousarray(seg_values[:, entries])
+        return self._down(windows), self._down(seg_g[entries]), self._down(values)
+
+    # -- host faces -----------------------------------------------------------------------
+
+    def new_key_map(self, types):
+        return self.host.new_key_map(types)
+
+    def key_map_from_arrays(self, types, arrays, prefix):
+        return self.host.key_map_from_arrays(types, arrays, prefix)
+
+    def evaluate(self, expression, column_types, columns, length=None):
+        return self.host.evaluate(expression, column_types, columns, length)
+
+    def partials(self, fields, column_types, columns, contributes, length):
+        return self.host.partials(fields, column_types, columns, contributes, length)
+
+
+__all__ = ["GpuJoinKernels"]
