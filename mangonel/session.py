@@ -56,6 +56,9 @@ class Session(StatementRunner):
     backend: "cpu", "gpu" or "auto" (GPU when CuPy sees a device, else CPU).
     join_algorithm: the algorithm of join queries, "hash" or "sort-merge" (None or "auto":
     the planner's choice, which EXPLAIN prints with its reason).
+    gpu_join: in GPU plans, run the join's matching, crediting and fused aggregation on the
+    GPU (runtime/gpu/join.py). Off by default: those kernels have not yet been verified on a
+    device, so GPU plans place the join on the CPU (EXPLAIN says so).
     """
 
     def __init__(
@@ -64,11 +67,13 @@ class Session(StatementRunner):
         *,
         windows_per_batch: int | None = None,
         join_algorithm: str | None = None,
+        gpu_join: bool = False,
     ) -> None:
         super().__init__(
             backend,
             windows_per_batch=windows_per_batch,
             join_algorithm=join_algorithm,
+            gpu_join=gpu_join,
             gpu_probe=gpu_status,
         )
 

@@ -31,13 +31,15 @@ def session() -> Session:
 # gpu_NAME.sql: the plan for the GPU (its placements and `!` lines), whatever this machine has;
 # the reason is fixed so the text does not depend on whether CuPy imports here
 GPU_REASON = "golden: planned for the GPU"
+# gpu_gpujoin_NAME.sql: the same with the join placed on the GPU (Session(gpu_join=True))
 
 
 def explain_case(case: str) -> str:
     """The EXPLAIN text of a golden case (what NAME.txt holds, less the final newline)."""
     query = session().sql((GOLDEN / f"{case}.sql").read_text())
     if case.startswith("gpu_"):
-        return explain_text(ph.with_backend(query.plan, "gpu", GPU_REASON))
+        gpu_join = case.startswith("gpu_gpujoin_")
+        return explain_text(ph.with_backend(query.plan, "gpu", GPU_REASON, gpu_join=gpu_join))
     return query.explain()
 
 

@@ -18,17 +18,23 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from fuzz_join_cases import check_join, draw_join_case
+from oracle import rows_of
 
 from mangonel.aggregates import state_kinds
 from mangonel.aggregates.state import Layout
 from mangonel.catalog.types import SqlType
+from mangonel.compiler import physical as ph
+from mangonel.compiler.codegen import explain_codegen
 from mangonel.compiler.codegen_join import JoinScatter, render_join_kernels, scatter_role
+from mangonel.compiler.explain import explain_text
 from mangonel.runtime.cpu import operators as cpu_operators
 from mangonel.runtime.cpu.join import CpuJoinKernels
 from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu import join as gpu_join
+from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.join import JoinOperator
 from mangonel.runtime.operators.registry import Registration
+from mangonel.session import Session
 
 FIXED_KINDS = tuple(k for k in state_kinds() if k.layout is Layout.FIXED and k.cuda is not None)
 ALL_SCATTERS = tuple(
@@ -324,3 +330,103 @@ def test_random_joins_over_gpu_kernels_match_the_oracle(gpu_kernels_in_cpu_plans
         assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
     assert len(gpu_kernels_in_cpu_plans) >= 40
     assert sum(k.launches for k in gpu_kernels_in_cpu_plans) > 1000
+
+
+# -- placement: the join on the GPU only with gpu_join --------------------------------------
+
+JOIN_SQL = """SELECT l.k, window_start, COUNT(*) AS n, SUM(l.x) AS s
+FROM clicks [RANGE 4 SECONDS SLIDE 1 SECOND] AS l
+LEFT JOIN views [RANGE 4 SECONDS SLIDE 1 SECOND] AS r ON l.k = r.k
+GROUP BY l.k"""
+
+
+def join_session(**options) -> Session:  # noqa: ANN003
+    session = Session("cpu", **options)
+    for statement in draw_join_case(0).ddl():
+        session.execute(statement)
+    return session
+
+
+def test_gpu_plans_keep_the_join_on_the_cpu_unless_gpu_join() -> None:
+    query = join_session().sql(JOIN_SQL)
+    default = ph.with_backend(query.plan, "gpu", "test")
+    join, aggregate = ph.find(default, ph.WindowJoinExec), ph.find(default, ph.JoinAggregateExec)
+    assert ph.placement(join, "join") == ph.Placement("join", "cpu", ph.JOIN_ON_CPU)
+    assert ph.JOIN_ON_CPU == "GPU join kernels not yet verified on a device"
+    assert "join runs on cpu because GPU join kernels not yet verified" in explain_text(default)
+    assert "none; the join steps run on the cpu" in explain_codegen(default)
+    on_gpu = ph.with_backend(query.plan, "gpu", "test", gpu_join=True)
+    join, aggregate = ph.find(on_gpu, ph.WindowJoinExec), ph.find(on_gpu, ph.JoinAggregateExec)
+    assert ph.placement(join, "join").backend == "gpu"
+    assert ph.placement(aggregate, "aggregate").backend == "gpu"
+    assert ph.placement(aggregate, "finalize") == ph.Placement(
+        "finalize", "cpu", ph.JOIN_FINALIZE_ON_CPU
+    )
+    assert "join runs on cpu" not in explain_text(on_gpu)
+    source = explain_codegen(on_gpu)
+    assert source.startswith("// mangonel GPU join kernels (hash)")
+    assert "scatter_count_i64" in source and "scatter_sum_i64" in source
+    # the option reaches the planner through the session; CPU plans ignore it
+    planned = join_session(gpu_join=True).sql(JOIN_SQL).plan
+    assert ph.placement(ph.find(planned, ph.WindowJoinExec), "join").backend == "cpu"
+
+
+def test_gpu_operators_register_the_join(host_device, monkeypatch) -> None:
+    """A gpu_join plan runs through runtime/gpu/operators.py's registrations (on the host
+    shim) and gives the CPU plan's rows."""
+    from mangonel.runtime.gpu import operators as gpu_operators
+    from mangonel.runtime.local.query import LocalQuery
+
+    assert {ph.WindowJoinExec, ph.JoinAggregateExec} <= set(gpu_operators.OPERATORS)
+    case = draw_join_case(3)
+    session = join_session()
+    query = session.sql(JOIN_SQL)
+    gpu_plan = ph.with_backend(query.plan, "gpu", "test", gpu_join=True)
+
+    # the GPU window kernels (CuPy streams) are not needed by the join: only their options
+    original = registry.new_kernels
+    stub = SimpleNamespace(options=gpu_join.GpuOptions(threads=64))
+    monkeypatch.setattr(
+        registry,
+        "new_kernels",
+        lambda backend, options=None: stub if backend == "gpu" else original(backend, options),
+    )
+    runner = LocalQuery(gpu_plan)
+    made = [op for op in runner.operator.operators if isinstance(op, JoinOperator)]
+    assert made and isinstance(made[0].kernels, gpu_join.GpuJoinKernels)
+    assert made[0].kernels.options.threads == 64
+    got = runner.run(list(case.batches()))
+    want = LocalQuery(query.plan).run(list(case.batches()))
+    assert got.num_rows > 0
+    assert rows_of(got) == rows_of(want)
+
+
+@pytest.mark.gpu
+def test_gpu_join_equals_the_oracle_on_a_device(monkeypatch) -> None:
+    """On a GPU host: the random join cases with the join on the GPU (Session(gpu_join=True))
+    give the oracle's rows, as the CPU's do."""
+    pytest.importorskip("cupy")
+    import mangonel
+
+    real = mangonel.Session
+    monkeypatch.setattr(
+        mangonel, "Session", lambda backend, **options: real("gpu", gpu_join=True, **options)
+    )
+    for seed in range(40):
+        case = draw_join_case(seed)
+        problem = check_join(case)
+        assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algorithm", ["hash", "sort-merge"])
+def test_gpu_kernels_equal_cpu_on_a_device(algorithm: str) -> None:
+    pytest.importorskip("cupy")
+    rng = np.random.default_rng(11)
+    gpu = gpu_join.GpuJoinKernels(SimpleNamespace(algorithm=algorithm), CpuJoinKernels())
+    cpu = CpuJoinKernels()
+    for n_a, n_b in [(5_000, 200_000), (200_000, 5_000), (1, 1)]:
+        a, b = _rows(rng, n_a, 1000, algorithm == "sort-merge"), _rows(rng, n_b, 1000, False)
+        assert _pairs(*gpu.match(algorithm, *a, *b)) == _pairs(*cpu.match(algorithm, *a, *b))
+    _, first, last = _rows(rng, 100_000, 1, False)
+    assert _pairs(*gpu.expand(first, last, 3, 17)) == _pairs(*cpu.expand(first, last, 3, 17))

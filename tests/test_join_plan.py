@@ -137,8 +137,8 @@ def test_gpu_plans_place_every_join_step_on_the_cpu_and_say_so() -> None:
         for step in getattr(node, "placements", ()):
             assert step.backend == "cpu", (type(node).__name__, step)
     text = explain_text(plan)
-    assert "! join runs on cpu because no GPU join kernels yet" in text
-    assert "! aggregate runs on cpu because no GPU join kernels yet" in text
+    assert "! join runs on cpu because GPU join kernels not yet verified on a device" in text
+    assert "! aggregate runs on cpu because GPU join kernels not yet verified on a device" in text
     back = ph.with_backend(plan, "cpu", "again")
     assert all(p.backend == "cpu" and p.reason == "again" for p in join_node(back).placements)
     assert "none; the join steps run on the cpu" in session().sql(AGGREGATED).explain(codegen=True)

@@ -322,11 +322,29 @@ def render_plan(plan: ph.ProjectExec) -> GeneratedModule:
     return render_kernels(window.lift, window)
 
 
+def _explain_join_codegen(plan: ph.ProjectExec, join: ph.WindowJoinExec) -> str:
+    """The join module of a join plan whose join runs on the GPU (`gpu_join`), else why none."""
+    step = ph.placement(join, "join")
+    if step.backend != "gpu":
+        return f"// mangonel GPU kernels: none; the join steps run on the cpu ({ph.JOIN_ON_CPU})"
+    from mangonel.compiler.codegen_join import render_node_join_kernels  # imports this module
+
+    aggregate = next((n for n in ph.walk(plan) if isinstance(n, ph.JoinAggregateExec)), None)
+    generated = render_node_join_kernels(aggregate if aggregate is not None else join)
+    header = [
+        f"// mangonel GPU join kernels ({join.algorithm})",
+        f"// module sha256: {generated.digest}",
+        "// kernels: " + ", ".join(generated.names.values()),
+    ]
+    return "\n".join(header) + "\n" + generated.source
+
+
 def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> str:
     """The CUDA source of a plan's GPU kernels, with a header naming them and the launch
     options they run with (`options`, default: `GpuOptions()`; no GPU needed)."""
-    if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
-        return f"// mangonel GPU kernels: none; the join steps run on the cpu ({ph.JOIN_ON_CPU})"
+    join = next((n for n in ph.walk(plan) if isinstance(n, ph.WindowJoinExec)), None)
+    if join is not None:
+        return _explain_join_codegen(plan, join)
     generated = render_plan(plan)
     window = ph.find(plan, ph.WindowAggregateExec)
     header = [

@@ -435,9 +435,11 @@ def plan(
     backend_reason: str,
     windows_per_batch: int | None = None,
     join_algorithm: str | None = None,
+    gpu_join: bool = False,
 ) -> ProjectExec:
     """Turn the logical plan of a window query into its physical plan. `join_algorithm`
-    ("hash", "sort-merge"; None or "auto": the planner's choice) applies to join queries."""
+    ("hash", "sort-merge"; None or "auto": the planner's choice) and `gpu_join` (place the
+    join on the GPU in GPU plans) apply to join queries."""
     if _is_join(root):
         return plan_join(
             root,
@@ -445,6 +447,7 @@ def plan(
             backend=backend,
             backend_reason=backend_reason,
             join_algorithm=join_algorithm,
+            gpu_join=gpu_join,
         )
     outputs, having, aggregate, where, scan = _unwrap(root)
     fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
@@ -486,8 +489,14 @@ def _is_join(node: lg.LogicalNode) -> bool:
 
 
 # Why a join step of a GPU plan runs on the CPU (EXPLAIN prints these after "because").
-JOIN_ON_CPU = "no GPU join kernels yet"
-JOIN_OUTPUT_ON_CPU = "its input comes from the join, on the cpu (no GPU join kernels yet)"
+# The GPU join kernels (runtime/gpu/join.py) have run only on the host, through a CUDA shim:
+# GPU plans keep the join on the CPU unless the `gpu_join` option places it on the GPU.
+JOIN_ON_CPU = "GPU join kernels not yet verified on a device"
+JOIN_OUTPUT_ON_CPU = "its input comes from the join, on the cpu (GPU join kernels not yet verified)"
+# With gpu_join: what stays on the host, because the driver keeps the join's cells there and
+# the GPU Filter/Project evaluator is bound to window-aggregate results only.
+JOIN_FINALIZE_ON_CPU = "the join's (window, group) cells are kept on the host"
+JOIN_OUTPUT_ON_HOST = "its input is the join's result, on the host"
 AUTO_JOIN_ALGORITHM = (
     "no key statistics before the first batch: hash, built on the smaller side of each window"
 )
@@ -510,10 +519,18 @@ def choose_join_algorithm(option: str | None, static: bool = False) -> tuple[str
     return option, f"join_algorithm={option} option"
 
 
-def join_placement(step: str, backend: str, reason: str) -> Placement:
-    """Join steps (and Filter/Project over a join's output) run on the CPU in GPU plans."""
+def join_placement(step: str, backend: str, reason: str, gpu_join: bool = False) -> Placement:
+    """Join steps (and Filter/Project over a join's output) run on the CPU in GPU plans, unless
+    `gpu_join`: then matching, crediting and the fused aggregation ("join", "aggregate") run
+    on the GPU, finalize and Filter/Project over the join on the CPU."""
     if backend != "gpu":
         return Placement(step, backend, reason)
+    if gpu_join:
+        if step in ("join", "aggregate"):
+            return Placement(step, "gpu", reason)
+        if step == "finalize":
+            return Placement(step, "cpu", JOIN_FINALIZE_ON_CPU)
+        return Placement(step, "cpu", JOIN_OUTPUT_ON_HOST)
     if step in ("join", "aggregate", "finalize"):
         return Placement(step, "cpu", JOIN_ON_CPU)
     return Placement(step, "cpu", JOIN_OUTPUT_ON_CPU)
@@ -526,6 +543,7 @@ def plan_join(
     backend: str,
     backend_reason: str,
     join_algorithm: str | None = None,
+    gpu_join: bool = False,
 ) -> ProjectExec:
     """The physical plan of a join query: Project <- [Filter (HAVING)] <- JoinAggregate
     <- WindowJoin (aggregated), or Project <- WindowJoin (rows); WHERE goes into the join."""
@@ -580,7 +598,7 @@ def plan_join(
         algorithm_reason=algorithm_reason,
         backend=backend,
         backend_reason=backend_reason,
-        placements=(join_placement("join", backend, backend_reason),),
+        placements=(join_placement("join", backend, backend_reason, gpu_join),),
     )
     top: FilterExec | JoinAggregateExec | WindowJoinExec = join_exec
     if aggregate is not None:
@@ -591,15 +609,18 @@ def plan_join(
             fields=fields,
             aggregates=aggregate_plans,
             placements=tuple(
-                join_placement(step, backend, backend_reason) for step in ("aggregate", "finalize")
+                join_placement(step, backend, backend_reason, gpu_join)
+                for step in ("aggregate", "finalize")
             ),
         )
         if having is not None:
-            top = FilterExec((top,), having, (join_placement("filter", backend, backend_reason),))
+            top = FilterExec(
+                (top,), having, (join_placement("filter", backend, backend_reason, gpu_join),)
+            )
     return ProjectExec(
         (top,),  # type: ignore[arg-type]
         root.outputs,
-        (join_placement("project", backend, backend_reason),),
+        (join_placement("project", backend, backend_reason, gpu_join),),
     )
 
 
@@ -665,8 +686,11 @@ def _over_join(node: PhysicalNode) -> bool:
     return any(isinstance(n, WindowJoinExec) for n in walk(node))
 
 
-def with_backend(root: ProjectExec, backend: str, reason: str) -> ProjectExec:
-    """The same plan planned for another backend (placements decided again)."""
+def with_backend(
+    root: ProjectExec, backend: str, reason: str, gpu_join: bool = False
+) -> ProjectExec:
+    """The same plan planned for another backend (placements decided again; `gpu_join`:
+    a join's steps on the GPU, as `plan`'s option)."""
 
     def rebuild(node: PhysicalNode) -> PhysicalNode:
         children = tuple(rebuild(child) for child in node.children)
@@ -685,13 +709,17 @@ def with_backend(root: ProjectExec, backend: str, reason: str) -> ProjectExec:
                 children=children,
                 backend=backend,
                 backend_reason=reason,
-                placements=(join_placement("join", backend, reason),),
+                placements=(join_placement("join", backend, reason, gpu_join),),
             )
         if isinstance(node, JoinAggregateExec):
-            steps = tuple(join_placement(p.step, backend, reason) for p in node.placements)
+            steps = tuple(
+                join_placement(p.step, backend, reason, gpu_join) for p in node.placements
+            )
             return replace(node, children=children, placements=steps)
         if isinstance(node, (FilterExec, ProjectExec)) and _over_join(children[0]):
-            steps = tuple(join_placement(p.step, backend, reason) for p in node.placements)
+            steps = tuple(
+                join_placement(p.step, backend, reason, gpu_join) for p in node.placements
+            )
             return replace(node, children=children, placements=steps)
         if isinstance(node, FilterExec):
             window = find(children[0], WindowAggregateExec)

@@ -41,6 +41,7 @@ from mangonel.errors import BackendUnavailableError, CatalogError, PlanError
 class QueryOptions:
     windows_per_batch: int | None = None
     join_algorithm: str | None = None  # join queries: "hash", "sort-merge"; None: auto
+    gpu_join: bool = False  # GPU plans of join queries: the join on the GPU (else the CPU)
 
 
 class PlannedQuery:
@@ -90,6 +91,7 @@ class StatementRunner:
         *,
         windows_per_batch: int | None = None,
         join_algorithm: str | None = None,
+        gpu_join: bool = False,
         gpu_probe: Callable[[], tuple[bool, str]] | None = None,
     ) -> None:
         if backend not in BACKENDS:
@@ -103,7 +105,9 @@ class StatementRunner:
                 hint="choose 'auto', " + " or ".join(repr(a) for a in physical.JOIN_ALGORITHMS),
             )
         self.options = QueryOptions(
-            windows_per_batch=windows_per_batch, join_algorithm=join_algorithm
+            windows_per_batch=windows_per_batch,
+            join_algorithm=join_algorithm,
+            gpu_join=gpu_join,
         )
         self.catalog = Catalog()
         self.gpu_probe = gpu_probe
@@ -234,6 +238,7 @@ class StatementRunner:
             backend_reason=reason,
             windows_per_batch=self.options.windows_per_batch,
             join_algorithm=self.options.join_algorithm,
+            gpu_join=self.options.gpu_join,
         )
         return self._query(text, plan, bound.logical)
 

@@ -18,6 +18,10 @@ def new_kernels(gpu_options: GpuOptions | None = None) -> CpuKernels:
     return CpuKernels()  # the CPU kernels have no options
 
 
+def new_join_kernels() -> CpuJoinKernels:
+    return CpuJoinKernels()
+
+
 OPERATORS: dict[type, Registration] = {
     ph.WindowAggregateExec: Registration(make_window_operator, reads_stream=True),
     ph.WindowJoinExec: Registration(make_join_operator(CpuJoinKernels), reads_stream=True),

@@ -97,6 +97,17 @@ def new_kernels(backend: str, gpu_options: GpuOptions | None = None) -> WindowKe
         raise _unavailable(backend, error) from error
 
 
+def new_join_kernels(backend: str) -> Any:  # noqa: ANN401 - the backend's JoinKernels
+    """A new JoinKernels of a backend (`new_join_kernels` of its operators module): the GPU
+    join kernels take the CPU's for their host faces (key maps, expressions over joined
+    rows), since one backend package may not import another."""
+    module = _module(backend)
+    try:
+        return module.new_join_kernels()
+    except (ImportError, AttributeError) as error:
+        raise _unavailable(backend, error) from error
+
+
 def node_backend(node: ph.PhysicalNode) -> str:
     """The backend whose operator runs a node: the plan's backend for the window operator
     (its steps may still be placed apart), the one step's backend for Filter and Project."""
