@@ -85,8 +85,9 @@ class GpuJoinKernels:
         """Rows with a key, ordered by (slot, row)."""
         cp = device.cupy()
         rows = cp.flatnonzero(slots >= 0)
-        keys = cp.stack([rows, slots[rows]])
-        return rows[cp.lexsort(keys)]
+        if not len(rows):  # (CuPy's lexsort is not asked about empty keys)
+            return rows
+        return rows[cp.lexsort(cp.stack([rows, slots[rows]]))]
 
     # -- matching -------------------------------------------------------------------------
 
@@ -213,10 +214,10 @@ class GpuJoinKernels:
         ds = self._up(np.asarray(deltas)[:, keep])
         start = self._up(running)
         n_groups = running.shape[1]
-        order = cp.lexsort(cp.stack([ks, gs]))  # by group, then window
-        ks, gs, ds = ks[order], gs[order], ds[:, order]
         n = len(ks)
         if n:
+            order = cp.lexsort(cp.stack([ks, gs]))  # by group, then window
+            ks, gs, ds = ks[order], gs[order], ds[:, order]
             new_group = cp.ones(n, cp.bool_)
             new_group[1:] = gs[1:] != gs[:-1]
             sums = cp.cumsum(ds, axis=1)
@@ -253,8 +254,9 @@ class GpuJoinKernels:
             cp.ascontiguousarray(seg_first[live]), cp.ascontiguousarray(seg_last[live]), lo, hi
         )
         entries = live[entries]
-        order = cp.lexsort(cp.stack([seg_g[entries], windows]))  # by window, then group
-        entries, windows = entries[order], windows[order]
+        if len(entries):
+            order = cp.lexsort(cp.stack([seg_g[entries], windows]))  # by window, then group
+            entries, windows = entries[order], windows[order]
         running[...] = self._down(final)
         values = cp.ascontiguousarray(seg_values[:, entries])
         return self._down(windows), self._down(seg_g[entries]), self._down(values)
