@@ -294,8 +294,8 @@ def test_a_planted_bug_is_found_and_shrunk(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_a_gpu_plan_runs_its_join_steps_on_the_cpu() -> None:
-    """Every join step of a GPU plan is placed on the CPU ("GPU join kernels not yet verified on a device"): the
-    plan runs here, without CuPy, and gives the CPU plan's rows."""
+    """Every join step of a GPU plan is placed on the CPU ("GPU join kernels not yet verified
+    on a device"): the plan runs here, without CuPy, and gives the CPU plan's rows."""
     from mangonel.compiler import physical as ph
 
     query = session().sql(ROWS_SQL.format(kind="FULL", residual=""))
