@@ -26,13 +26,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
+from mangonel.catalog.catalog import Column
+from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.errors import CatalogError
 from mangonel.runtime.operators.join import JoinOperator
@@ -49,6 +53,7 @@ from mangonel.runtime.spark.stage2 import (
 )
 
 SIDE = "__mangonel_side"
+NULL_FLAG = "__null"  # an integer column's NULL flag (see `_carried`)
 
 
 def side_column(side: int, name: str) -> str:
@@ -60,30 +65,59 @@ def _event_time(scan: ph.StreamScanExec | ph.TableScanExec) -> str | None:
     return scan.stream.event_time if isinstance(scan, ph.StreamScanExec) else None
 
 
-def _transport_schema(scan: ph.StreamScanExec | ph.TableScanExec, side: int) -> pa.Schema:
-    """A side's columns as they cross into Python: the event time as BIGINT microseconds."""
+def _carried(
+    scan: ph.StreamScanExec | ph.TableScanExec, side: int
+) -> list[tuple[str, Column, str]]:
+    """How a side's columns cross into Python: (name, column, how). Rows reach the callback
+    as pandas, where an integer column with a NULL becomes float64 and a BIGINT loses its low
+    bits above 2^53; so integers travel as a never-NULL BIGINT plus a NULL flag ("int"), the
+    event time as BIGINT microseconds ("time": it is never NULL here, and it must not carry
+    Spark's watermark metadata, see the module docstring), the rest as they are ("plain")."""
     event_time = _event_time(scan)
-    fields = []
+    out = []
     for column in scan.columns:
-        arrow = pa.int64() if column.name == event_time else column.type.info.arrow
-        fields.append(pa.field(side_column(side, column.name), arrow))
-    return pa.schema(fields)
+        if column.name == event_time:
+            how = "time"
+        elif column.type in (SqlType.INT, SqlType.BIGINT):
+            how = "int"
+        else:
+            how = "plain"
+        out.append((side_column(side, column.name), column, how))
+    return out
+
+
+def _transport_columns(
+    scan: ph.StreamScanExec | ph.TableScanExec, side: int, own: bool
+) -> list[SparkColumn]:
+    """A side's transport columns: its values (`own`), or fillers for the other side's rows
+    (the union needs no missing column, so no integer column is NULL-padded)."""
+    columns = []
+    for name, column, how in _carried(scan, side):
+        source = F.col(quote(column.name))
+        if how == "time":
+            value = F.expr(f"unix_micros({quote(column.name)})") if own else F.lit(0)
+            columns.append(value.cast("bigint").alias(name))
+        elif how == "int":
+            value = F.coalesce(source.cast("bigint"), F.lit(0)) if own else F.lit(0)
+            columns.append(value.cast("bigint").alias(name))
+            columns.append((source.isNull() if own else F.lit(True)).alias(name + NULL_FLAG))
+        else:
+            value = source if own else F.lit(None).cast(column.type.info.spark)
+            columns.append(value.alias(name))
+    return columns
 
 
 def _side_rows(
     join: ph.WindowJoinExec, side: int, frame: DataFrame, planned: SparkQueryPlan
 ) -> DataFrame:
-    """A side's rows, its tag and bucket (Spark SQL, run by Spark)."""
+    """A side's rows, fillers for the other stream's columns, its tag and bucket (Spark SQL,
+    run by Spark)."""
     scan = join.children[side]
     event_time = _event_time(scan)
     columns = []
-    for column in scan.columns:
-        value = (
-            F.expr(f"unix_micros({quote(column.name)})")
-            if column.name == event_time
-            else F.col(quote(column.name))
-        )
-        columns.append(value.alias(side_column(side, column.name)))
+    for index, other in enumerate(join.children):
+        if index == side or (event_time is not None and isinstance(other, ph.StreamScanExec)):
+            columns += _transport_columns(other, index, own=index == side)
     columns.append(F.lit(side).alias(SIDE))
     bucket = join_bucket_sql(join, side, planned.join_keys, planned.buckets)
     columns.append(F.expr(bucket).cast("int").alias(BUCKET))
@@ -96,15 +130,31 @@ def _side_batch(
     table: pa.Table, scan: ph.StreamScanExec | ph.TableScanExec, side: int
 ) -> pa.RecordBatch:
     """A side's rows as its scan names and types them (what the join operator reads)."""
-    event_time = _event_time(scan)
     arrays = []
-    for column in scan.columns:
-        array = table[side_column(side, column.name)].combine_chunks()
-        if column.name == event_time:
-            array = array.cast(pa.int64()).cast(column.type.info.arrow)
+    for name, column, how in _carried(scan, side):
+        array = table[name].combine_chunks()
+        if how == "time":
+            array = array.cast(column.type.info.arrow)
+        elif how == "int":
+            flags = table[name + NULL_FLAG].combine_chunks()
+            values = array.to_numpy(zero_copy_only=False)
+            nulls = flags.to_numpy(zero_copy_only=False)
+            array = pa.array(values, pa.int64(), mask=nulls).cast(column.type.info.arrow)
         arrays.append(array)
     schema = pa.schema([pa.field(c.name, c.type.info.arrow) for c in scan.columns])
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _from_pandas(rows: pd.DataFrame, scan: ph.StreamScanExec, side: int) -> pa.Table:
+    columns: dict[str, pa.Array] = {}
+    for name, column, how in _carried(scan, side):
+        if how == "plain":
+            columns[name] = pa.Array.from_pandas(rows[name], type=column.type.info.arrow)
+            continue
+        columns[name] = pa.array(rows[name].to_numpy(np.int64))
+        if how == "int":
+            columns[name + NULL_FLAG] = pa.array(rows[name + NULL_FLAG].to_numpy(np.bool_))
+    return pa.table(columns)
 
 
 def _frames_by_side(
@@ -120,11 +170,8 @@ def _frames_by_side(
         if isinstance(scan, ph.TableScanExec):
             continue
         rows = frame[frame[SIDE] == side]
-        if not len(rows):
-            continue
-        schema = _transport_schema(scan, side)
-        table = pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False)
-        out.append((side, _side_batch(table, scan, side)))
+        if len(rows):
+            out.append((side, _side_batch(_from_pandas(rows, scan, side), scan, side)))
     return out
 
 
@@ -186,7 +233,7 @@ def join_query(planned: SparkQueryPlan, frames: dict[str, DataFrame]) -> DataFra
         streams.append(_side_rows(join, side, watermarked, planned))
     rows = streams[0]
     if len(streams) == 2:
-        rows = rows.unionByName(streams[1], allowMissingColumns=True)
+        rows = rows.unionByName(streams[1])
     never_late = F.lit(NEVER_LATE_VALUE).cast("timestamp")
     keyed = rows.select("*", never_late.alias(NEVER_LATE, metadata={WATERMARK_DELAY_KEY: 0}))
     return keyed.groupBy(BUCKET).applyInPandasWithState(

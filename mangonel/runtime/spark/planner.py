@@ -217,7 +217,7 @@ def _join_stages(planned: SparkQueryPlan, join: ph.WindowJoinExec) -> tuple[str,
         streams[0]
         if len(streams) == 1
         else PlanNode(
-            "Union", (Parameter("by", "name, missing columns NULL", "name"),), tuple(streams)
+            "Union", (Parameter("by", "name, other side's columns filled", "name"),), tuple(streams)
         )
     )
     rows = "rows of both sides, tagged by side" if len(streams) == 2 else "the stream's rows"
