@@ -5,6 +5,8 @@ It decides native or two-stage (`native.choose_native`, by cost or forced), the 
 lift), the key buckets of stage 2, and the placement of stage 1's steps; and it builds the
 Spark side of EXPLAIN as `explain.PlanNode`s, printed by compiler/explain's generic node
 formatting under a title line. The session builds DataFrames from this data.
+Join queries (`plan_join`) choose the key pairs whose hash buckets both sides' rows
+(`bucket_key_pairs`: a group must not span buckets) and print their own Spark side.
 """
 
 from __future__ import annotations

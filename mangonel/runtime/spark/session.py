@@ -9,7 +9,8 @@
 
 A query becomes two Spark stages (see stage1.py and stage2.py): stateless pane
 pre-aggregation over every input partition, a shuffle of the partials by key bucket, and the
-stateful window operator per bucket with its snapshot in Spark's state store.
+stateful window operator per bucket with its snapshot in Spark's state store. A join query
+runs as join.py says: both sides' rows bucketed by join key, one join operator per bucket.
 """
 
 from __future__ import annotations
