@@ -60,3 +60,55 @@ def test_native_stages_text() -> None:
     assert lines[2] == "    Filter: where=`v` > 0"  # Spark SQL, as Spark runs it
     assert lines[3] == "      EventTimeWatermark: column=ts delay=200ms"
     assert lines[4] == "        Source: stream=t"
+
+
+JOIN_CREATE = (
+    "CREATE STREAM u (ts TIMESTAMP, k INT, j STRING, w DOUBLE) "
+    "WITH (event_time = 'ts', watermark = '100 milliseconds')"
+)
+
+
+def _join_plan(query: str) -> ph.ProjectExec:
+    session = mg.Session(backend="cpu")
+    session.execute(CREATE)
+    session.execute(JOIN_CREATE)
+    session.execute("CREATE TABLE d (k BIGINT, name STRING)")
+    return session.sql(query).plan
+
+
+@pytest.mark.parametrize(
+    ("kind", "group_by", "pairs", "buckets"),
+    [
+        ("JOIN", "a.k", (0,), 6),
+        ("JOIN", "b.k", (0,), 6),
+        ("LEFT JOIN", "a.k", (0,), 6),
+        ("LEFT JOIN", "b.k", (), 1),  # b.k is NULL in a's unmatched rows: spans buckets
+        ("RIGHT JOIN", "b.k", (0,), 6),
+        ("FULL JOIN", "a.k", (), 1),
+        ("JOIN", "b.j", (), 1),  # groups across join keys
+    ],
+)
+def test_join_buckets_keep_each_group_in_one_bucket(kind, group_by, pairs, buckets) -> None:
+    query = (
+        f"SELECT {group_by}, COUNT(*) AS n FROM t [RANGE 1 SECOND] AS a {kind} "
+        f"u [RANGE 1 SECOND] AS b ON a.k = b.k GROUP BY {group_by}"
+    )
+    planned = plan_spark(query, _join_plan(query), partitions=3)
+    assert (planned.join_keys, planned.buckets) == (pairs, buckets)
+    assert planned.join is not None and planned.backend == "cpu"
+
+
+def test_join_stages_text_hashes_both_sides_alike() -> None:
+    query = (
+        "SELECT a.v, b.w, window_start FROM t [RANGE 1 SECOND] AS a "
+        "JOIN u [RANGE 1 SECOND] AS b ON a.k = b.k"
+    )
+    lines = spark_stages_text(plan_spark(query, _join_plan(query), partitions=2)).splitlines()
+    assert lines[0] == "Spark: window join (buckets: rows of equal keys meet in one bucket)"
+    projects = [line for line in lines if "Project: side=" in line]
+    bucket = "bucket=pmod(hash(CAST(`k` AS BIGINT)), 4)"  # INT and BIGINT keys hash alike
+    assert len(projects) == 2 and all(bucket in line for line in projects)
+    assert "EventTimeWatermark: column=ts delay=100ms" in "\n".join(lines)
+    static = "SELECT a.v, d.name FROM t AS a JOIN d ON a.k = d.k"
+    text = spark_stages_text(plan_spark(static, _join_plan(static), partitions=2))
+    assert "Static Project: side=1 columns=[`k`, `name`]" in text and "Union" not in text

@@ -184,6 +184,10 @@ class JoinOperator:
         )
         self.keys = kernels.new_key_map(key_types)
         self.fired = -(2**62)  # the last window fired
+        # Driven from outside (inside Spark, `drive_watermark`): the query's watermark is
+        # given through on_watermark instead of being derived from each stream's batches.
+        self.external = False
+        self.external_watermark: int | None = None
         self.windows_fired = 0
         self.rows_out = 0
         self.residual_columns = _columns_of(join.residual)
@@ -233,9 +237,17 @@ class JoinOperator:
 
     # -- the watermark --------------------------------------------------------------------
 
+    def drive_watermark(self) -> None:
+        """Take the query's watermark from `on_watermark` only (a runner that sees part of
+        the rows, as a Spark key bucket does, while the watermark is global): batches are
+        joined against the last watermark given, and windows fire only in `on_watermark`."""
+        self.external = True
+
     def watermark(self) -> int | None:
         """The query's: the minimum of the streams', None (minus infinity) until every
-        stream has had a batch."""
+        stream has had a batch; driven from outside: the last one given."""
+        if self.external:
+            return self.external_watermark
         values = [s.watermark for s in self.sides if not s.is_table]
         if not all(s.seen for s in self.sides) or any(v is None for v in values):
             return None
@@ -288,6 +300,8 @@ class JoinOperator:
             side.append(rows, slots, first, last, origin)
             self._join_new(side, start, slots, first, last)
             side.seen = True
+            if self.external:
+                return out
             if side.max_ts is not None:
                 candidate = side.max_ts - side.delay
                 if side.watermark is None or candidate > side.watermark:
@@ -512,7 +526,11 @@ class JoinOperator:
         return [] if batch is None else [batch]
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        return []  # each stream's watermark comes from its own batches
+        if not self.external:
+            return []  # each stream's watermark comes from its own batches
+        if self.external_watermark is None or watermark > self.external_watermark:
+            self.external_watermark = watermark
+        return self._fire(self._last_closed(self.external_watermark))
 
     def finish(self) -> list[pa.RecordBatch]:
         if self.window is None:
@@ -556,6 +574,7 @@ class JoinOperator:
             fired=self.fired,
             windows_fired=self.windows_fired,
             rows_out=self.rows_out,
+            external_watermark=self.external_watermark,
             sides=[
                 {
                     k: getattr(s, k)
@@ -587,6 +606,7 @@ class JoinOperator:
         self.fired = header["fired"]
         self.windows_fired = header["windows_fired"]
         self.rows_out = header["rows_out"]
+        self.external_watermark = header.get("external_watermark")
         for s, saved in zip(self.sides, header["sides"], strict=True):
             p = f"side{s.index}_"
             for key, value in saved.items():

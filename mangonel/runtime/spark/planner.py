@@ -5,12 +5,15 @@ It decides native or two-stage (`native.choose_native`, by cost or forced), the 
 lift), the key buckets of stage 2, and the placement of stage 1's steps; and it builds the
 Spark side of EXPLAIN as `explain.PlanNode`s, printed by compiler/explain's generic node
 formatting under a title line. The session builds DataFrames from this data.
+Join queries (`plan_join`) choose the key pairs whose hash buckets both sides' rows
+(`bucket_key_pairs`: a group must not span buckets) and print their own Spark side.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.explain import (
     Parameter,
@@ -47,10 +50,24 @@ class SparkQueryPlan:
     # where stage 1's steps run when its kind is "kernels" (lift, preaggregate); the window
     # operator of stage 1 obeys them
     stage1_placements: tuple[ph.Placement, ...] = ()
+    # join queries: the key pairs (positions in the join's keys) whose hash picks the bucket
+    # of both sides' rows, and why these (EXPLAIN prints it)
+    join_keys: tuple[int, ...] = ()
+    join_reason: str = ""
 
     @property
     def window(self) -> ph.WindowAggregateExec:
         return ph.find(self.plan, ph.WindowAggregateExec)
+
+    @property
+    def join(self) -> ph.WindowJoinExec | None:
+        joins = [node for node in ph.walk(self.plan) if isinstance(node, ph.WindowJoinExec)]
+        return joins[0] if joins else None
+
+    @property
+    def backend(self) -> str:
+        join = self.join
+        return join.backend if join is not None else self.window.backend
 
 
 def plan_spark(
@@ -64,10 +81,7 @@ def plan_spark(
 ) -> SparkQueryPlan:
     """The Spark planner pass over a physical plan (see the module docstring)."""
     if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
-        raise PlanError(
-            "join queries do not run inside Spark yet",
-            hint="run the join standalone (mangonel.Session), or join in Spark SQL",
-        )
+        return plan_join(text, plan, partitions=partitions, buckets=buckets)
     window = ph.find(plan, ph.WindowAggregateExec)
     if window.window.kind is WindowKind.COUNT:
         raise PlanError(
@@ -99,6 +113,62 @@ def plan_spark(
     )
 
 
+def bucket_key_pairs(plan: ph.ProjectExec) -> tuple[tuple[int, ...], str]:
+    """The join key pairs that may pick a row's bucket, and why.
+
+    Rows of both sides with equal keys must meet in one bucket: any subset of the key pairs
+    does that, since a pair matches only if every key pair is equal. With GROUP BY over the
+    join, every group must also live in one bucket (a bucket's aggregates are final), so only
+    key pairs the groups determine may be used: a GROUP BY column that is one side's key and
+    is never NULL-padded (the left key unless the join keeps unmatched right rows, and the
+    mirror). None of them (no GROUP BY, or groups across keys): one bucket."""
+    join = ph.find(plan, ph.WindowJoinExec)
+    pairs = range(len(join.left_keys))
+    aggregates = [node for node in ph.walk(plan) if isinstance(node, ph.JoinAggregateExec)]
+    if not aggregates:
+        return tuple(pairs), "rows of equal keys meet in one bucket"
+    groups = {key.name for key in aggregates[0].keys}
+    covered = tuple(
+        i
+        for i in pairs
+        if (join.left_keys[i].name in groups and not join.kind.keeps_right)
+        or (join.right_keys[i].name in groups and not join.kind.keeps_left)
+    )
+    if covered:
+        names = ", ".join(join.left_keys[i].name for i in covered)
+        return covered, f"GROUP BY holds the join key ({names}): each group in one bucket"
+    return (), (
+        "GROUP BY does not hold a join key of a side that is never NULL-padded: a group may "
+        "span keys, so one bucket aggregates it all"
+    )
+
+
+def plan_join(
+    text: str, plan: ph.ProjectExec, *, partitions: int, buckets: int | None = None
+) -> SparkQueryPlan:
+    """A join query inside Spark (runtime/spark/join.py): both sides' rows, tagged by side,
+    grouped by a bucket of their join key; each bucket's join operator is its state."""
+    pairs, reason = bucket_key_pairs(plan)
+    count = (buckets or 2 * partitions) if pairs else 1
+    return SparkQueryPlan(text, plan, count, "", join_keys=pairs, join_reason=reason)
+
+
+def join_bucket_sql(
+    join: ph.WindowJoinExec, side: int, pairs: tuple[int, ...], buckets: int
+) -> str:
+    """Spark SQL of a row's bucket on one side of a join (its own column names): Spark's hash
+    of the chosen key columns, integers as BIGINT so INT and BIGINT keys hash alike."""
+    if not pairs or buckets == 1:
+        return "0"
+    keys = join.left_keys if side == 0 else join.right_keys
+    prefix = join.aliases[side] + "."
+    parts = []
+    for i in pairs:
+        name = quote(keys[i].name[len(prefix) :])
+        parts.append(name if keys[i].type is SqlType.STRING else f"CAST({name} AS BIGINT)")
+    return f"pmod(hash({', '.join(parts)}), {buckets})"
+
+
 def _source(stream) -> PlanNode:  # noqa: ANN001 - a catalog Stream
     parameters = [Parameter("stream", stream.name, stream.name)]
     if stream.option("source"):
@@ -118,8 +188,74 @@ def _watermark(window: ph.WindowAggregateExec, stream, child: PlanNode) -> PlanN
     )
 
 
+def _join_stages(planned: SparkQueryPlan, join: ph.WindowJoinExec) -> tuple[str, PlanNode]:
+    sides: list[PlanNode] = []
+    for index, scan in enumerate(join.children):
+        bucket = join_bucket_sql(join, index, planned.join_keys, planned.buckets)
+        columns = ", ".join(quote(c.name) for c in scan.columns)
+        parameters = [
+            Parameter("side", str(index), index),
+            Parameter("columns", f"[{columns}]", [c.name for c in scan.columns]),
+            Parameter("bucket", bucket, bucket),
+        ]
+        if isinstance(scan, ph.TableScanExec):
+            table = PlanNode("Table", (Parameter("table", scan.table.name, scan.table.name),))
+            parameters.append(Parameter("read", "once at sql(), shipped per bucket", "once"))
+            sides.append(PlanNode("Static Project", tuple(parameters), (table,)))
+            continue
+        stream = scan.stream
+        delay = join.watermark_delays[index] or 0
+        watermarked = PlanNode(
+            "EventTimeWatermark",
+            (
+                Parameter("column", stream.event_time, stream.event_time),
+                Parameter("delay", format_duration(delay), delay),
+            ),
+            (_source(stream),),
+        )
+        sides.append(PlanNode("Project", tuple(parameters), (watermarked,)))
+    streams = [s for s in sides if s.name == "Project"]
+    below = (
+        streams[0]
+        if len(streams) == 1
+        else PlanNode(
+            "Union", (Parameter("by", "name, other side's columns filled", "name"),), tuple(streams)
+        )
+    )
+    rows = "rows of both sides, tagged by side" if len(streams) == 2 else "the stream's rows"
+    exchange = PlanNode(
+        "Exchange",
+        (
+            Parameter("partitioning", "hashpartitioning(bucket)", "bucket"),
+            Parameter("rows", rows, rows),
+        ),
+        (below,),
+    )
+    children = (exchange, *[s for s in sides if s.name != "Project"])
+    watermark = "min over the streams" if len(streams) == 2 else "the stream's"
+    stage2 = PlanNode(
+        "Stage2 applyInPandasWithState",
+        (
+            Parameter("key", "bucket", "bucket"),
+            Parameter("buckets", str(planned.buckets), planned.buckets),
+            Parameter("state", "join-operator-snapshot", "join-operator-snapshot"),
+            Parameter("output_mode", "append", "append"),
+            Parameter("timeout", "event-time", "event-time"),
+            Parameter("watermark", watermark, watermark),
+            Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
+            Parameter("algorithm", join.algorithm, join.algorithm),
+            Parameter("backend", join.backend, join.backend),
+        ),
+        children,
+    )
+    return f"Spark: window join (buckets: {planned.join_reason})", stage2
+
+
 def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     """(title line, operators top first) of the Spark side of a planned query."""
+    join = planned.join
+    if join is not None:
+        return _join_stages(planned, join)
     window = planned.window
     scan = window.lift.scan
     stream = scan.stream
@@ -193,4 +329,4 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
 def spark_stages_text(planned: SparkQueryPlan) -> str:
     """The Spark side of a query, one operator per line, top (sink side) first."""
     title, root = spark_stages(planned)
-    return title + "\n" + explain_text(root, planned.window.backend, depth=1)
+    return title + "\n" + explain_text(root, planned.backend, depth=1)

@@ -48,3 +48,10 @@ def schema_from_spark(name: str, spark_schema: StructType) -> Schema:
             )
         columns.append(Column(field.name, sql_type, field.nullable))
     return Schema(tuple(columns))
+
+
+def spark_interval(microseconds: int) -> str:
+    """A Spark interval string for a watermark delay (Spark keeps milliseconds)."""
+    if microseconds % 1000 == 0:
+        return f"{microseconds // 1000} milliseconds"
+    return f"{microseconds} microseconds"

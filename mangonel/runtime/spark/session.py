@@ -9,7 +9,8 @@
 
 A query becomes two Spark stages (see stage1.py and stage2.py): stateless pane
 pre-aggregation over every input partition, a shuffle of the partials by key bucket, and the
-stateful window operator per bucket with its snapshot in Spark's state store.
+stateful window operator per bucket with its snapshot in Spark's state store. A join query
+runs as join.py says: both sides' rows bucketed by join key, one join operator per bucket.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mangonel.compiler.explain import explain_text
 from mangonel.compiler.statements import PlannedQuery, StatementRunner
 from mangonel.errors import CatalogError, PlanError
 from mangonel.runtime.gpu.probe import gpu_status
+from mangonel.runtime.spark import join as join_module
 from mangonel.runtime.spark import native as native_module
 from mangonel.runtime.spark import stage1 as stage1_module
 from mangonel.runtime.spark import stage2 as stage2_module
@@ -36,7 +38,7 @@ from mangonel.runtime.spark.planner import (
     plan_spark,
     spark_stages_text,
 )
-from mangonel.runtime.spark.schema import schema_from_spark
+from mangonel.runtime.spark.schema import schema_from_spark, spark_interval
 from mangonel.runtime.spark.sources import create_source
 
 _EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN(\s+CODEGEN)?\s+", re.IGNORECASE)
@@ -73,13 +75,6 @@ def local_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
-
-
-def spark_interval(microseconds: int) -> str:
-    """A Spark interval string for a watermark delay (Spark keeps milliseconds)."""
-    if microseconds % 1000 == 0:
-        return f"{microseconds // 1000} milliseconds"
-    return f"{microseconds} microseconds"
 
 
 class SparkMangonelSession:
@@ -154,7 +149,8 @@ class SparkMangonelSession:
         self._frames[name.lower()] = streaming_df
 
     def register_table(self, name: str, df: DataFrame, *, replace: bool = False) -> None:
-        """A static DataFrame as table `name` (joins with tables are a later wave)."""
+        """A static DataFrame as table `name`, for stream-table joins (read once, when a
+        query that joins it is built by `sql()`)."""
         if df.isStreaming:
             raise CatalogError(
                 f"the DataFrame registered as table {name!r} is a streaming DataFrame",
@@ -214,6 +210,10 @@ class SparkMangonelSession:
 
     def _build(self, query: Any) -> DataFrame:
         planned = self._spark_plan(query)
+        if planned.join is not None:
+            frame = join_module.join_query(planned, self._frames)
+            self._last = planned
+            return frame
         window = planned.window
         stream = window.lift.scan.stream
         source = self._frames.get(stream.name.lower())
@@ -256,4 +256,4 @@ class SparkMangonelSession:
         return explain_text(planned.plan) + "\n" + spark_stages_text(planned)
 
 
-__all__ = ["SparkMangonelSession", "local_spark"]
+__all__ = ["SparkMangonelSession", "local_spark", "spark_interval"]

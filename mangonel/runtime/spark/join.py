@@ -1,0 +1,248 @@
+"""Window joins inside Spark: both sides' rows, tagged by side, grouped by a key bucket
+(`applyInPandasWithState`); one bucket's whole join operator is its Spark state.
+
+Each stream side keeps Spark's `withWatermark(event_time, delay)`; the side's rows (the columns
+the query reads) get the side tag and a bucket, Spark's hash of the join keys that the planner
+chose (`planner.bucket_key_pairs`): rows with equal keys meet in one bucket. The two sides are
+unioned by name (a side's columns are NULL in the other side's rows) and grouped by bucket.
+A static table (`register_table`) is read once when `sql()` builds the query (the table "as it
+is when the query starts"), bucketed by Spark with the same hash, and shipped with the
+callback: a bucket loads its table rows once, when it starts; from then on they are part of
+its snapshot.
+
+Watermark: Spark's global one, `min` over the two streams' watermarks (Spark's default
+`multipleWatermarkPolicy`; 0 until every stream has had data, where mangonel standalone says
+minus infinity), read per call with `getCurrentWatermarkMs()`. The join operator is driven by
+it (`JoinOperator.drive_watermark`): a bucket sees only its keys' rows, so it cannot derive the
+watermark from them. As in stage2.py, rows of micro-batch N are late against the watermark the
+bucket saw last (W_{N-1}: a bucket runs in every micro-batch whose watermark moved, through its
+event-time timeout), then every window with end <= W_N fires. The event times travel as
+microseconds (BIGINT), so no input column carries Spark's watermark metadata: the callback's
+watermarked column is stage2's far-future constant and no input row is dropped by Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+from mangonel.catalog.catalog import Column
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import physical as ph
+from mangonel.errors import CatalogError
+from mangonel.runtime.operators.join import JoinOperator
+from mangonel.runtime.operators.tree import OperatorTree
+from mangonel.runtime.spark.planner import SparkQueryPlan, join_bucket_sql
+from mangonel.runtime.spark.schema import quote, spark_interval
+from mangonel.runtime.spark.stage1 import BUCKET
+from mangonel.runtime.spark.stage2 import (
+    NEVER_LATE,
+    NEVER_LATE_VALUE,
+    STATE_DDL,
+    WATERMARK_DELAY_KEY,
+    output_ddl,
+)
+
+SIDE = "__mangonel_side"
+NULL_FLAG = "__null"  # an integer column's NULL flag (see `_carried`)
+
+
+def side_column(side: int, name: str) -> str:
+    """A side's column in the unioned rows (both sides may have a column of one name)."""
+    return f"__mangonel_s{side}_{name}"
+
+
+def _event_time(scan: ph.StreamScanExec | ph.TableScanExec) -> str | None:
+    return scan.stream.event_time if isinstance(scan, ph.StreamScanExec) else None
+
+
+def _carried(
+    scan: ph.StreamScanExec | ph.TableScanExec, side: int
+) -> list[tuple[str, Column, str]]:
+    """How a side's columns cross into Python: (name, column, how). Rows reach the callback
+    as pandas, where an integer column with a NULL becomes float64 and a BIGINT loses its low
+    bits above 2^53; so integers travel as a never-NULL BIGINT plus a NULL flag ("int"), the
+    event time as BIGINT microseconds ("time": it is never NULL here, and it must not carry
+    Spark's watermark metadata, see the module docstring), the rest as they are ("plain")."""
+    event_time = _event_time(scan)
+    out = []
+    for column in scan.columns:
+        if column.name == event_time:
+            how = "time"
+        elif column.type in (SqlType.INT, SqlType.BIGINT):
+            how = "int"
+        else:
+            how = "plain"
+        out.append((side_column(side, column.name), column, how))
+    return out
+
+
+def _transport_columns(
+    scan: ph.StreamScanExec | ph.TableScanExec, side: int, own: bool
+) -> list[SparkColumn]:
+    """A side's transport columns: its values (`own`), or fillers for the other side's rows
+    (the union needs no missing column, so no integer column is NULL-padded)."""
+    columns = []
+    for name, column, how in _carried(scan, side):
+        source = F.col(quote(column.name))
+        if how == "time":
+            value = F.expr(f"unix_micros({quote(column.name)})") if own else F.lit(0)
+            columns.append(value.cast("bigint").alias(name))
+        elif how == "int":
+            value = F.coalesce(source.cast("bigint"), F.lit(0)) if own else F.lit(0)
+            columns.append(value.cast("bigint").alias(name))
+            columns.append((source.isNull() if own else F.lit(True)).alias(name + NULL_FLAG))
+        else:
+            value = source if own else F.lit(None).cast(column.type.info.spark)
+            columns.append(value.alias(name))
+    return columns
+
+
+def _side_rows(
+    join: ph.WindowJoinExec, side: int, frame: DataFrame, planned: SparkQueryPlan
+) -> DataFrame:
+    """A side's rows, fillers for the other stream's columns, its tag and bucket (Spark SQL,
+    run by Spark)."""
+    scan = join.children[side]
+    event_time = _event_time(scan)
+    columns = []
+    for index, other in enumerate(join.children):
+        if index == side or (event_time is not None and isinstance(other, ph.StreamScanExec)):
+            columns += _transport_columns(other, index, own=index == side)
+    columns.append(F.lit(side).alias(SIDE))
+    bucket = join_bucket_sql(join, side, planned.join_keys, planned.buckets)
+    columns.append(F.expr(bucket).cast("int").alias(BUCKET))
+    if event_time is not None:
+        frame = frame.where(f"{quote(event_time)} IS NOT NULL")
+    return frame.select(*columns)
+
+
+def _side_batch(
+    table: pa.Table, scan: ph.StreamScanExec | ph.TableScanExec, side: int
+) -> pa.RecordBatch:
+    """A side's rows as its scan names and types them (what the join operator reads)."""
+    arrays = []
+    for name, column, how in _carried(scan, side):
+        array = table[name].combine_chunks()
+        if how == "time":
+            array = array.cast(column.type.info.arrow)
+        elif how == "int":
+            flags = table[name + NULL_FLAG].combine_chunks()
+            values = array.to_numpy(zero_copy_only=False)
+            nulls = flags.to_numpy(zero_copy_only=False)
+            array = pa.array(values, pa.int64(), mask=nulls).cast(column.type.info.arrow)
+        arrays.append(array)
+    schema = pa.schema([pa.field(c.name, c.type.info.arrow) for c in scan.columns])
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _from_pandas(rows: pd.DataFrame, scan: ph.StreamScanExec, side: int) -> pa.Table:
+    columns: dict[str, pa.Array] = {}
+    for name, column, how in _carried(scan, side):
+        if how == "plain":
+            columns[name] = pa.Array.from_pandas(rows[name], type=column.type.info.arrow)
+            continue
+        columns[name] = pa.array(rows[name].to_numpy(np.int64))
+        if how == "int":
+            columns[name + NULL_FLAG] = pa.array(rows[name + NULL_FLAG].to_numpy(np.bool_))
+    return pa.table(columns)
+
+
+def _frames_by_side(
+    frames: Iterator[pd.DataFrame], join: ph.WindowJoinExec
+) -> list[tuple[int, pa.RecordBatch]]:
+    """One call's rows, split by side (stream sides only)."""
+    parts = [frame for frame in frames if len(frame)]
+    if not parts:
+        return []
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    out = []
+    for side, scan in enumerate(join.children):
+        if isinstance(scan, ph.TableScanExec):
+            continue
+        rows = frame[frame[SIDE] == side]
+        if len(rows):
+            out.append((side, _side_batch(_from_pandas(rows, scan, side), scan, side)))
+    return out
+
+
+def bucket_function(plan: ph.ProjectExec, table_rows: tuple[int, pa.Table] | None):  # noqa: ANN201
+    """The applyInPandasWithState callback of one join query; `table_rows`: (side, rows with
+    their bucket) of a static table."""
+    join = ph.find(plan, ph.WindowJoinExec)
+
+    def run_bucket(
+        bucket: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
+    ) -> Iterator[pd.DataFrame]:
+        tree = OperatorTree(plan)  # the join operator, then aggregation, HAVING, projection
+        tree.find(JoinOperator).drive_watermark()
+        results = tree.schema
+        out: list[pa.RecordBatch] = []
+        if state.exists:
+            tree.restore(bytes(state.get[0]))
+        elif table_rows is not None:
+            side, rows = table_rows
+            mine = rows.filter(pc.equal(rows[BUCKET], pa.scalar(int(bucket[0]), pa.int32())))
+            tree.process(_side_batch(mine, join.children[side], side), side)
+        watermark_ms = state.getCurrentWatermarkMs()
+        if not state.hasTimedOut:
+            for side, batch in _frames_by_side(frames, join):
+                out += tree.process(batch, side)
+        out += tree.on_watermark(watermark_ms * 1000)
+        state.update((tree.snapshot(),))
+        # woken in the next micro-batch whose watermark is higher (see stage2.py)
+        state.setTimeoutTimestamp(max(watermark_ms, 1))
+        for batch in out:
+            if batch.num_rows:
+                yield pa.Table.from_batches([batch], schema=results).to_pandas()
+
+    return run_bucket
+
+
+def join_query(planned: SparkQueryPlan, frames: dict[str, DataFrame]) -> DataFrame:
+    """The join query as a streaming DataFrame in append mode; `frames`: each input's
+    DataFrame by lower-case name (streams without a watermark yet)."""
+    join = planned.join
+    assert join is not None
+    streams: list[DataFrame] = []
+    table_rows: tuple[int, pa.Table] | None = None
+    for side, scan in enumerate(join.children):
+        name = scan.table.name if isinstance(scan, ph.TableScanExec) else scan.stream.name
+        frame = frames.get(name.lower())
+        if frame is None:
+            kind = "table" if isinstance(scan, ph.TableScanExec) else "stream"
+            raise CatalogError(
+                f"{kind} {name!r} has no Spark DataFrame behind it",
+                hint=f"register({name!r}, spark.readStream..., event_time=...) or "
+                f"register_table({name!r}, df)",
+            )
+        if isinstance(scan, ph.TableScanExec):
+            table_rows = (side, _side_rows(join, side, frame, planned).toArrow())
+            continue
+        delay = spark_interval(join.watermark_delays[side] or 0)
+        watermarked = frame.withWatermark(scan.stream.event_time, delay)
+        streams.append(_side_rows(join, side, watermarked, planned))
+    rows = streams[0]
+    if len(streams) == 2:
+        rows = rows.unionByName(streams[1])
+    never_late = F.lit(NEVER_LATE_VALUE).cast("timestamp")
+    keyed = rows.select("*", never_late.alias(NEVER_LATE, metadata={WATERMARK_DELAY_KEY: 0}))
+    return keyed.groupBy(BUCKET).applyInPandasWithState(
+        bucket_function(planned.plan, table_rows),
+        outputStructType=output_ddl(planned.plan),
+        stateStructType=STATE_DDL,
+        outputMode="append",
+        timeoutConf=GroupStateTimeout.EventTimeTimeout,
+    )
+
+
+__all__ = ["join_query", "side_column"]
