@@ -43,7 +43,7 @@ from mangonel.errors import DataError
 from mangonel.runtime.host.arrays import to_mask, to_values
 from mangonel.runtime.operators.base import as_record_batch
 from mangonel.runtime.operators.conform import BatchConformer, event_time_range
-from mangonel.runtime.operators.join_cells import JoinCells
+from mangonel.runtime.operators.join_cells import JoinCells, groups_follow_join_keys
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.snapshot import pack, unpack
@@ -195,6 +195,13 @@ class JoinOperator:
             )
             self.schema = window_result_schema_of(self.aggregate)
             self.cells = JoinCells(self.aggregate, kernels)
+            self.group_columns = frozenset(k.name for k in self.aggregate.keys)
+            # groups from the pairs' join key slots: gather only what WHERE and the
+            # aggregates read
+            self.groups_by_key = groups_follow_join_keys(self.aggregate)
+            self.value_columns = _columns_of(
+                join.where, *(f.argument for f in self.aggregate.fields)
+            )
         else:
             self.schema = pa.schema(
                 [pa.field(name, t.info.arrow) for name, t in ph.join_row_columns(join)]
@@ -353,6 +360,7 @@ class JoinOperator:
             return
         lo = np.maximum(first[mine], other.first.view[theirs])
         hi = np.minimum(last[mine], other.last.view[theirs])
+        key_slots = slots[mine]
         mine_ids = mine + start
         theirs_ids = theirs + other.base
         left, right = (mine_ids, theirs_ids) if side.index == 0 else (theirs_ids, mine_ids)
@@ -362,28 +370,40 @@ class JoinOperator:
                 self.kernels.evaluate(self.join.residual, self.column_types, joined, len(left))
             )
             left, right, lo, hi = left[keep], right[keep], lo[keep], hi[keep]
+            key_slots = key_slots[keep]
         for index, ids in ((0, left), (1, right)):
             keeper = self.sides[index]
             if keeper.matched is not None and len(ids):
                 local = ids - keeper.base
                 self.kernels.mark_matched(keeper.matched.view, local, lo, hi, keeper.origin.view)
-        self._credit(left, right, lo, hi)
+        self._credit(left, right, lo, hi, key_slots)
 
-    def _credit(self, left, right, lo, hi) -> None:
-        """Joined rows (global ids, -1: the NULL side) sharing windows [lo, hi]."""
+    def _credit(self, left, right, lo, hi, key_slots=None) -> None:  # noqa: ANN001
+        """Joined rows (global ids, -1: the NULL side) sharing windows [lo, hi];
+        `key_slots`: their join key slot (matched pairs; None for outer rows)."""
         if not len(left):
             return
         if self.aggregate is None:
             for name, values in zip(self.pending, (left, right, lo, hi), strict=True):
                 self.pending[name].extend(values)
             return
-        joined = self._gather(left, right, self.credit_columns)
+        by_key = self.groups_by_key and key_slots is not None
+        names = self.value_columns if by_key else self.credit_columns
+        joined = self._gather(left, right, names)
         keep = self._where(joined, len(left))
         if keep is not None:
             joined = {name: column.filter(pa.array(keep)) for name, column in joined.items()}
-            lo, hi = lo[keep], hi[keep]
-        if len(lo):
-            self.cells.credit(joined, lo, hi)
+            lo, hi, left, right = lo[keep], hi[keep], left[keep], right[keep]
+            if by_key:
+                key_slots = key_slots[keep]
+        if not len(lo):
+            return
+        groups = None
+        if by_key:
+            groups = self.cells.groups_by_key(
+                key_slots, lambda at: self._gather(left[at], right[at], self.group_columns)
+            )
+        self.cells.credit(joined, lo, hi, groups)
 
     def _where(self, joined: dict[str, pa.Array], n: int) -> np.ndarray | None:
         if self.join.where is None:
