@@ -60,6 +60,8 @@ class JoinMetrics(OperatorMetrics):
     their sum), with the late rows of each input by name."""
 
     late_by_input: tuple[tuple[str, int], ...] = ()
+    # batches joined by each algorithm ("auto" chooses per batch from key statistics)
+    batches_by_algorithm: tuple[tuple[str, int], ...] = ()
 
 
 class _Grow:
@@ -184,6 +186,7 @@ class JoinOperator:
         )
         self.keys = kernels.new_key_map(key_types)
         self.fired = -(2**62)  # the last window fired
+        self.batches_by_algorithm: dict[str, int] = {}
         self.windows_fired = 0
         self.rows_out = 0
         self.residual_columns = _columns_of(join.residual)
@@ -347,8 +350,10 @@ class JoinOperator:
         count = len(slots)
         if not count or not other.rows:
             return
+        algorithm = self._algorithm(slots, other.slots.view)
+        self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
         mine, theirs = self.kernels.match(
-            self.join.algorithm,
+            algorithm,
             slots,
             first,
             last,
@@ -377,6 +382,22 @@ class JoinOperator:
                 local = ids - keeper.base
                 self.kernels.mark_matched(keeper.matched.view, local, lo, hi, keeper.origin.view)
         self._credit(left, right, lo, hi, key_slots)
+
+    def _algorithm(self, batch_slots: np.ndarray, stored_slots: np.ndarray) -> str:
+        """The plan's algorithm, or (join_algorithm "auto") the choice from the key statistics
+        of the rows about to be joined: sort-merge when the most frequent key holds over
+        SKEWED_KEYS times an even share of them (skew: one hash bucket holds most pairs),
+        else hash."""
+        if not self.join.adaptive:
+            return self.join.algorithm
+        n = self.keys.n_slots  # every slot is below it
+        counts = np.bincount(batch_slots[batch_slots >= 0], minlength=n)
+        counts += np.bincount(stored_slots[stored_slots >= 0], minlength=n)
+        rows = int(counts.sum())
+        if not rows:
+            return self.join.algorithm
+        even_shares = int(counts.max()) * int(np.count_nonzero(counts)) / rows
+        return "sort-merge" if even_shares > ph.SKEWED_KEYS else "hash"
 
     def _credit(self, left, right, lo, hi, key_slots=None) -> None:  # noqa: ANN001
         """Joined rows (global ids, -1: the NULL side) sharing windows [lo, hi];
@@ -567,6 +588,7 @@ class JoinOperator:
             rows_out=self.rows_out,
             state_bytes=self.state_bytes(),
             late_by_input=tuple((s.name, s.late) for s in streams),
+            batches_by_algorithm=tuple(sorted(self.batches_by_algorithm.items())),
         )
 
     def snapshot(self) -> bytes:
@@ -576,6 +598,7 @@ class JoinOperator:
             fired=self.fired,
             windows_fired=self.windows_fired,
             rows_out=self.rows_out,
+            batches_by_algorithm=self.batches_by_algorithm,
             sides=[
                 {
                     k: getattr(s, k)
@@ -607,6 +630,7 @@ class JoinOperator:
         self.fired = header["fired"]
         self.windows_fired = header["windows_fired"]
         self.rows_out = header["rows_out"]
+        self.batches_by_algorithm = dict(header.get("batches_by_algorithm", {}))
         for s, saved in zip(self.sides, header["sides"], strict=True):
             p = f"side{s.index}_"
             for key, value in saved.items():
