@@ -154,7 +154,9 @@ class JoinCells:
         elif np.array_equal(lo, hi):  # one window per joined row: nothing to spread
             windows = lo
         else:
-            entries, windows = self.kernels.expand(lo, hi, int(lo.min()), int(hi.max()))
+            entries, windows = self.kernels.expand(
+                lo, hi, int(lo.min()), int(hi.max()), ordered=False
+            )
             groups = groups[entries]
             partials = {name: tuple(p[entries] for p in parts) for name, parts in partials.items()}
         windows, groups, partials = self._combine_locally(windows, groups, partials)
