@@ -252,6 +252,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peer-tuples", type=positive_int, default=200_000)
     parser.add_argument("--quick", action="store_true", help="only the s = 10 ms SUM shapes")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument(
+        "--join",
+        action="store_true",
+        help="the join shapes (issue 10) vs Spark's native window join (--tuples: both "
+        "streams' rows, default 4 M; --peer-tuples for Spark)",
+    )
+    parser.add_argument(
+        "--join-rate",
+        type=positive_int,
+        default=20_000,
+        help="join shapes: rows per second of event time of each stream",
+    )
+    parser.add_argument(
+        "--join-batch-size", type=positive_int, default=20_000, help="join shapes: rows per batch"
+    )
 
 
 def main(arguments: argparse.Namespace) -> int:
@@ -266,7 +281,11 @@ def main(arguments: argparse.Namespace) -> int:
         f"mangonel bench  {dt.date.today().isoformat()}  {platform.node()}  "
         f"{platform.processor() or platform.machine()}"
     )
-    if arguments.spark:
+    if arguments.join:
+        from mangonel.bench_join import run_join_benchmarks
+
+        rows = [asdict(result) for result in run_join_benchmarks(arguments)]
+    elif arguments.spark:
         from mangonel.runtime.spark.bench import run_spark_benchmarks
 
         rows = run_spark_benchmarks(arguments)

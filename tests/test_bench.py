@@ -69,3 +69,34 @@ def test_bench_prints_one_row_per_shape(tmp_path: Path, capsys: pytest.CaptureFi
         Shape(1_000_000, 100_000, 3, "AVG", 200_000).name,
     ]
     assert all(r["tuples"] == 30_000 and r["rows_out"] > 0 for r in rows)
+
+
+def test_bench_join_runs_every_join_shape(tmp_path: Path) -> None:
+    """`mangonel bench --join` without the peer: one row per shape, each with joined output
+    (the peer and its equality check need Spark: tests/spark)."""
+    from mangonel.bench_join import default_join_shapes
+
+    out_json = tmp_path / "join.json"
+    arguments = ["bench", "--join", "--tuples", "8000", "--join-rate", "2000"]
+    arguments += ["--join-batch-size", "1000", "--no-peer", "--json", str(out_json)]
+    assert main(arguments) == 0
+    rows = json.loads(out_json.read_text())
+    assert [r["shape"] for r in rows] == [s.label for s in default_join_shapes()]
+    assert rows[0]["rows_in"] == 8000 and all(r["rows_out"] > 0 for r in rows)
+    assert {r["algorithm"] for r in rows} >= {"hash", "sort-merge"}
+
+
+def test_join_rows_compare_as_multisets() -> None:
+    """same_rows: the check of mangonel's rows against Spark's (order-free, sums to 1e-9)."""
+    import pyarrow as pa
+
+    from mangonel.bench_join import same_rows
+
+    ts = pa.array([0, 0], pa.timestamp("us"))
+    ours = pa.table(
+        {"key": [1, 2], "window_start": ts, "window_end": ts, "n": [3, 4], "total": [0.3, 1.0]}
+    )
+    theirs = ours.take([1, 0]).set_column(4, "total", pa.array([1.0, 0.1 + 0.2]))
+    assert same_rows(ours, theirs, aggregate=True)
+    assert not same_rows(ours, theirs.set_column(3, "n", pa.array([4, 2])), aggregate=True)
+    assert not same_rows(ours, theirs.slice(1), aggregate=True)

@@ -193,6 +193,12 @@ class WindowJoinExec:
         return self.window is not None and self.window.slide != self.window.size
 
     @property
+    def adaptive(self) -> bool:
+        """Whether the runtime chooses the algorithm per batch from its key statistics
+        (join_algorithm "auto"); `algorithm` is then the choice before the first batch."""
+        return self.algorithm_reason == AUTO_JOIN_ALGORITHM
+
+    @property
     def static_side(self) -> int | None:
         """The index of the static table side, if one side is a table."""
         for index, child in enumerate(self.children):
@@ -497,8 +503,13 @@ JOIN_OUTPUT_ON_CPU = "its input comes from the join, on the cpu (GPU join kernel
 # the GPU Filter/Project evaluator is bound to window-aggregate results only.
 JOIN_FINALIZE_ON_CPU = "the join's (window, group) cells are kept on the host"
 JOIN_OUTPUT_ON_HOST = "its input is the join's result, on the host"
+# A stored side is "skewed" when its most frequent key holds more than this many times an
+# even share of its rows (top share x distinct keys): the runtime's per-batch choice.
+SKEWED_KEYS = 8
 AUTO_JOIN_ALGORITHM = (
-    "no key statistics before the first batch: hash, built on the smaller side of each window"
+    "no key statistics before the first batch: hash, built on the smaller side of each window;"
+    " then per batch from the join's running key statistics: sort-merge while the most"
+    f" frequent key holds over {SKEWED_KEYS}x an even share of the rows"
 )
 
 
@@ -506,10 +517,11 @@ STATIC_JOIN_ALGORITHM = "the static table is the build side, hashed once when th
 
 
 def choose_join_algorithm(option: str | None, static: bool = False) -> tuple[str, str]:
-    """(algorithm, reason): the option's when given, else hash. The planner keeps no key
-    statistics of streams yet (key count, skew, side sizes); until it does, "auto" is hash
-    and sort-merge (for skewed keys) is chosen by option (`Session(join_algorithm=...)`).
-    `static`: one side is a static table, the build side of a hash join."""
+    """(algorithm, reason): the option's when given, else "auto": hash before the first
+    batch, then chosen per batch by the join operator from the key statistics it keeps
+    (distinct keys and the most frequent key's share of the stored rows; streams declare
+    none), see `WindowJoinExec.adaptive` and `SKEWED_KEYS`. `static`: one side is a static
+    table, the build side of a hash join."""
     if option is None or option == "auto":
         return "hash", STATIC_JOIN_ALGORITHM if static else AUTO_JOIN_ALGORITHM
     if option not in JOIN_ALGORITHMS:

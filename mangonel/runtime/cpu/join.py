@@ -225,11 +225,13 @@ class CpuJoinKernels:
         j, i = _hash_probe(slots_b, first_b, last_b, slots_a, first_a, last_a)
         return i, j
 
-    def expand(self, first, last, lo, hi):
+    def expand(self, first, last, lo, hi, ordered=True):
         if hi < lo or not len(first):
             empty = np.empty(0, np.int64)
             return empty, empty
         entries, windows = _expand(first, last, lo, hi)
+        if not ordered:
+            return entries, windows  # entry by entry
         order = np.argsort(windows, kind="stable")  # window order, entries in order within
         return entries[order], windows[order]
 

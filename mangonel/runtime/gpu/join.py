@@ -157,7 +157,9 @@ class GpuJoinKernels:
             entries, windows = entries[order], windows[order]
         return entries, windows
 
-    def expand(self, first, last, lo, hi):
+    def expand(self, first, last, lo, hi, ordered=True):
+        # the device expansion always comes out ordered by window, which `ordered=False`
+        # (any order) accepts as well
         if hi < lo or not len(first):
             empty = np.empty(0, np.int64)
             return empty, empty

@@ -43,7 +43,7 @@ from mangonel.errors import DataError
 from mangonel.runtime.host.arrays import to_mask, to_values
 from mangonel.runtime.operators.base import as_record_batch
 from mangonel.runtime.operators.conform import BatchConformer, event_time_range
-from mangonel.runtime.operators.join_cells import JoinCells
+from mangonel.runtime.operators.join_cells import JoinCells, groups_follow_join_keys
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.snapshot import pack, unpack
@@ -60,6 +60,8 @@ class JoinMetrics(OperatorMetrics):
     their sum), with the late rows of each input by name."""
 
     late_by_input: tuple[tuple[str, int], ...] = ()
+    # batches joined by each algorithm ("auto" chooses per batch from key statistics)
+    batches_by_algorithm: tuple[tuple[str, int], ...] = ()
 
 
 class _Grow:
@@ -188,6 +190,7 @@ class JoinOperator:
         # given through on_watermark instead of being derived from each stream's batches.
         self.external = False
         self.external_watermark: int | None = None
+        self.batches_by_algorithm: dict[str, int] = {}
         self.windows_fired = 0
         self.rows_out = 0
         self.residual_columns = _columns_of(join.residual)
@@ -199,6 +202,13 @@ class JoinOperator:
             )
             self.schema = window_result_schema_of(self.aggregate)
             self.cells = JoinCells(self.aggregate, kernels)
+            self.group_columns = frozenset(k.name for k in self.aggregate.keys)
+            # groups from the pairs' join key slots: gather only what WHERE and the
+            # aggregates read
+            self.groups_by_key = groups_follow_join_keys(self.aggregate)
+            self.value_columns = _columns_of(
+                join.where, *(f.argument for f in self.aggregate.fields)
+            )
         else:
             self.schema = pa.schema(
                 [pa.field(name, t.info.arrow) for name, t in ph.join_row_columns(join)]
@@ -354,8 +364,10 @@ class JoinOperator:
         count = len(slots)
         if not count or not other.rows:
             return
+        algorithm = self._algorithm(slots, other.slots.view)
+        self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
         mine, theirs = self.kernels.match(
-            self.join.algorithm,
+            algorithm,
             slots,
             first,
             last,
@@ -367,6 +379,7 @@ class JoinOperator:
             return
         lo = np.maximum(first[mine], other.first.view[theirs])
         hi = np.minimum(last[mine], other.last.view[theirs])
+        key_slots = slots[mine]
         mine_ids = mine + start
         theirs_ids = theirs + other.base
         left, right = (mine_ids, theirs_ids) if side.index == 0 else (theirs_ids, mine_ids)
@@ -376,28 +389,56 @@ class JoinOperator:
                 self.kernels.evaluate(self.join.residual, self.column_types, joined, len(left))
             )
             left, right, lo, hi = left[keep], right[keep], lo[keep], hi[keep]
+            key_slots = key_slots[keep]
         for index, ids in ((0, left), (1, right)):
             keeper = self.sides[index]
             if keeper.matched is not None and len(ids):
                 local = ids - keeper.base
                 self.kernels.mark_matched(keeper.matched.view, local, lo, hi, keeper.origin.view)
-        self._credit(left, right, lo, hi)
+        self._credit(left, right, lo, hi, key_slots)
 
-    def _credit(self, left, right, lo, hi) -> None:
-        """Joined rows (global ids, -1: the NULL side) sharing windows [lo, hi]."""
+    def _algorithm(self, batch_slots: np.ndarray, stored_slots: np.ndarray) -> str:
+        """The plan's algorithm, or (join_algorithm "auto") the choice from the key statistics
+        of the rows about to be joined: sort-merge when the most frequent key holds over
+        SKEWED_KEYS times an even share of them (skew: one hash bucket holds most pairs),
+        else hash."""
+        if not self.join.adaptive:
+            return self.join.algorithm
+        n = self.keys.n_slots  # every slot is below it
+        counts = np.bincount(batch_slots[batch_slots >= 0], minlength=n)
+        counts += np.bincount(stored_slots[stored_slots >= 0], minlength=n)
+        rows = int(counts.sum())
+        if not rows:
+            return self.join.algorithm
+        even_shares = int(counts.max()) * int(np.count_nonzero(counts)) / rows
+        return "sort-merge" if even_shares > ph.SKEWED_KEYS else "hash"
+
+    def _credit(self, left, right, lo, hi, key_slots=None) -> None:  # noqa: ANN001
+        """Joined rows (global ids, -1: the NULL side) sharing windows [lo, hi];
+        `key_slots`: their join key slot (matched pairs; None for outer rows)."""
         if not len(left):
             return
         if self.aggregate is None:
             for name, values in zip(self.pending, (left, right, lo, hi), strict=True):
                 self.pending[name].extend(values)
             return
-        joined = self._gather(left, right, self.credit_columns)
+        by_key = self.groups_by_key and key_slots is not None
+        names = self.value_columns if by_key else self.credit_columns
+        joined = self._gather(left, right, names)
         keep = self._where(joined, len(left))
         if keep is not None:
             joined = {name: column.filter(pa.array(keep)) for name, column in joined.items()}
-            lo, hi = lo[keep], hi[keep]
-        if len(lo):
-            self.cells.credit(joined, lo, hi)
+            lo, hi, left, right = lo[keep], hi[keep], left[keep], right[keep]
+            if by_key:
+                key_slots = key_slots[keep]
+        if not len(lo):
+            return
+        groups = None
+        if by_key:
+            groups = self.cells.groups_by_key(
+                key_slots, lambda at: self._gather(left[at], right[at], self.group_columns)
+            )
+        self.cells.credit(joined, lo, hi, groups)
 
     def _where(self, joined: dict[str, pa.Array], n: int) -> np.ndarray | None:
         if self.join.where is None:
@@ -565,6 +606,7 @@ class JoinOperator:
             rows_out=self.rows_out,
             state_bytes=self.state_bytes(),
             late_by_input=tuple((s.name, s.late) for s in streams),
+            batches_by_algorithm=tuple(sorted(self.batches_by_algorithm.items())),
         )
 
     def snapshot(self) -> bytes:
@@ -575,6 +617,7 @@ class JoinOperator:
             windows_fired=self.windows_fired,
             rows_out=self.rows_out,
             external_watermark=self.external_watermark,
+            batches_by_algorithm=self.batches_by_algorithm,
             sides=[
                 {
                     k: getattr(s, k)
@@ -607,6 +650,7 @@ class JoinOperator:
         self.windows_fired = header["windows_fired"]
         self.rows_out = header["rows_out"]
         self.external_watermark = header.get("external_watermark")
+        self.batches_by_algorithm = dict(header.get("batches_by_algorithm", {}))
         for s, saved in zip(self.sides, header["sides"], strict=True):
             p = f"side{s.index}_"
             for key, value in saved.items():

@@ -12,11 +12,17 @@ Two ways to credit a joined row that shares windows `[lo, hi]`:
   Floating sums keep the expanded way: `x + inf - inf` is NaN, and float addition does not
   undo exactly.
 
+A joined row's group is mapped from its group columns, or, when every GROUP BY column is a
+join key, from its join key slot through a slot -> group array (`groups_by_key`): the group
+map then sees each key once, not every pair.
+
 Before the kept cells see a credit call, its entries are combined into dense (window, group)
 cells of that call (when few enough), so the key map of the cells sees cells, not pairs.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +44,16 @@ def credits_by_difference(node: ph.JoinAggregateExec) -> bool:
     return all(f.kind.invertible and ph.field_dtype(f) == np.dtype(np.int64) for f in node.fields)
 
 
+def groups_follow_join_keys(node: ph.JoinAggregateExec) -> bool:
+    """Whether every GROUP BY column is a join key column (of either side, integer or
+    STRING): a joined row's group is then a function of its join key slot."""
+    join = node.join
+    names = {k.name for k in (*join.left_keys, *join.right_keys)}
+    return bool(node.keys) and all(
+        k.name in names and (k.type.is_integer or k.type is SqlType.STRING) for k in node.keys
+    )
+
+
 class JoinCells:
     def __init__(self, node: ph.JoinAggregateExec, kernels: JoinKernels) -> None:
         self.node = node
@@ -45,6 +61,8 @@ class JoinCells:
         self.fields = node.fields
         self.differences = credits_by_difference(node)
         self.groups = kernels.new_key_map(tuple(k.type for k in node.keys))
+        # groups_follow_join_keys: the group slot of each join key slot seen (-1: not yet)
+        self.group_of_key = np.full(0, -1, np.int64)
         # differences: the running sum of every part (rows: parts, columns: groups) at the
         # last fired window
         n_parts = sum(len(f.kind.parts) for f in self.fields)
@@ -86,11 +104,44 @@ class JoinCells:
 
     # -- crediting ------------------------------------------------------------------------
 
-    def credit(self, joined: dict[str, pa.Array], lo: np.ndarray, hi: np.ndarray) -> None:
-        """Joined rows (their columns `joined`) sharing windows [lo, hi] each."""
+    def groups_by_key(
+        self, key_slots: np.ndarray, group_columns_at: Callable[[np.ndarray], dict]
+    ) -> np.ndarray:
+        """The group slots of joined rows whose groups follow their join key slots
+        (`groups_follow_join_keys`): only the rows of join key slots not seen before go through
+        the group map (`group_columns_at(rows)`: their group columns), in row order, so
+        groups get the slots that mapping every row would give them."""
+        if not len(key_slots):
+            return np.empty(0, np.int64)
+        need = int(key_slots.max()) + 1
+        if len(self.group_of_key) < need:
+            grown = np.full(max(need, 2 * len(self.group_of_key)), -1, np.int64)
+            grown[: len(self.group_of_key)] = self.group_of_key
+            self.group_of_key = grown
+        groups = self.group_of_key[key_slots]
+        unseen = np.flatnonzero(groups < 0)
+        if len(unseen):
+            columns = group_columns_at(unseen)
+            mapped = self.groups.map_columns(
+                [columns[k.name] for k in self.node.keys], np.ones(len(unseen), np.bool_)
+            )
+            self.group_of_key[key_slots[unseen]] = mapped  # equal slots, equal groups
+            groups[unseen] = mapped
+        return groups
+
+    def credit(
+        self,
+        joined: dict[str, pa.Array],
+        lo: np.ndarray,
+        hi: np.ndarray,
+        groups: np.ndarray | None = None,
+    ) -> None:
+        """Joined rows (their columns `joined`) sharing windows [lo, hi] each; `groups`: their
+        group slots when known (`groups_by_key`), else mapped from the group columns."""
         n = len(lo)
         ones = np.ones(n, np.bool_)
-        groups = self.groups.map_columns([joined[k.name] for k in self.node.keys], ones)
+        if groups is None:
+            groups = self.groups.map_columns([joined[k.name] for k in self.node.keys], ones)
         column_types = {c.name: c.type for c in self.node.join.columns}
         partials = self.kernels.partials(self.fields, column_types, joined, ones, n)
         if self.differences:  # cells hold differences: every credit is +lo, -(hi + 1)
@@ -103,7 +154,9 @@ class JoinCells:
         elif np.array_equal(lo, hi):  # one window per joined row: nothing to spread
             windows = lo
         else:
-            entries, windows = self.kernels.expand(lo, hi, int(lo.min()), int(hi.max()))
+            entries, windows = self.kernels.expand(
+                lo, hi, int(lo.min()), int(hi.max()), ordered=False
+            )
             groups = groups[entries]
             partials = {name: tuple(p[entries] for p in parts) for name, parts in partials.items()}
         windows, groups, partials = self._combine_locally(windows, groups, partials)
@@ -204,6 +257,7 @@ class JoinCells:
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
         self.groups = self.kernels.key_map_from_arrays(self.groups.types, arrays, "groups_")
+        self.group_of_key = np.full(0, -1, np.int64)  # rebuilt from the restored group map
         self.running = arrays["running"].copy()
         cells = arrays["cells"]
         self.reset()

@@ -11,9 +11,10 @@ the slots and a "sort-merge" join a merge of both sides sorted by slot.
 - `match(algorithm, ...)`: the pairs (i, j) with equal slots whose window ranges overlap, in
   two passes (count per probe row, exclusive scan, write): never one pair at a time into a
   growing list. Hash builds on the smaller side and probes with the other.
-- `expand(first, last, lo, hi)`: one entry per (row, window k) for k in [max(first, lo),
-  min(last, hi)], grouped by k: the crediting of a pair (or an unmatched row) to each window
-  it shares, in two passes too.
+- `expand(first, last, lo, hi, ordered)`: one entry per (row, window k) for k in
+  [max(first, lo), min(last, hi)], grouped by k (in any order with `ordered=False`, for
+  crediting cells): the crediting of a pair (or an unmatched row) to each window it shares,
+  in two passes too.
 - `mark_matched(...)`: a row's per-window matched flags (outer joins) from its pairs.
 - `scatter(kind)`: the kind's combine of many values into cells (aggregated joins), and
   `prefix_windows`: the firing of difference-credited cells (`join_cells.py`).
@@ -43,10 +44,11 @@ class JoinKernels(Protocol):
         ...
 
     def expand(
-        self, first: np.ndarray, last: np.ndarray, lo: int, hi: int
+        self, first: np.ndarray, last: np.ndarray, lo: int, hi: int, ordered: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
         """(entry, k) for every entry and window k in [max(first, lo), min(last, hi)],
-        ordered by k (then by entry)."""
+        ordered by k (then by entry); `ordered=False`: in any order (crediting cells needs
+        no order, and skipping the sort by window is most of its cost)."""
         ...
 
     def mark_matched(

@@ -1,0 +1,238 @@
+"""`mangonel bench --join`: issue 10's join shapes through the public API, with Spark's
+native window join as the peer in the same run.
+
+Two streams, `lefts` and `rights`, of 16-byte rows (ts TIMESTAMP, key INT, value FLOAT),
+each from the built-in generator (its own seed), arriving alternately one batch at a time
+(`Query.run` over `(stream, batch)` arrivals). Rates count both sides' input rows. The peer
+(`runtime/spark/join_peer.py`) runs on a smaller input of the same generator; mangonel runs
+that input too, untimed, and its rows are checked equal to Spark's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from mangonel.catalog.catalog import Column, Schema
+from mangonel.catalog.sources.generator import GeneratorConfig, generate
+from mangonel.catalog.types import SqlType
+
+JOIN_SCHEMA = Schema(
+    (
+        Column("ts", SqlType.TIMESTAMP),
+        Column("key", SqlType.INT),
+        Column("value", SqlType.FLOAT),
+    )
+)
+ROW_BYTES = 16
+
+
+@dataclass(frozen=True)
+class JoinShape:
+    label: str
+    keys: int = 1000
+    skew: float = 0.0  # Zipf exponent of key popularity
+    range_us: int = 1_000_000
+    slide_us: int = 1_000_000
+    aggregate: bool = True  # False: the joined rows are materialised
+    algorithm: str = "auto"
+    share: float = 1.0  # of --tuples: the costly shapes run on a part of the input
+
+    def query(self) -> str:
+        window = f"[RANGE {self.range_us} MICROSECONDS SLIDE {self.slide_us} MICROSECONDS]"
+        source = f"FROM lefts {window} AS l JOIN rights {window} AS r ON l.key = r.key"
+        if self.aggregate:
+            return (
+                "SELECT l.key AS key, window_start, window_end, COUNT(*) AS n, "
+                f"SUM(r.value) AS total {source} GROUP BY l.key"
+            )
+        return (
+            "SELECT l.key AS key, l.value AS l_value, r.value AS r_value, window_start, "
+            f"window_end {source}"
+        )
+
+
+def default_join_shapes() -> list[JoinShape]:
+    """The issue's shapes: 1,000 uniform keys, tumbling 1 s, aggregate over the join; Zipf 1
+    keys (both algorithms); sliding w/s = 100 and tumbling on the same (smaller) input; the
+    join materialised."""
+    return [
+        JoinShape("uniform, tumbling 1 s, aggregated"),
+        JoinShape("zipf 1, tumbling 1 s, aggregated, hash", skew=1.0, algorithm="hash", share=0.1),
+        JoinShape(
+            "zipf 1, tumbling 1 s, aggregated, sort-merge",
+            skew=1.0,
+            algorithm="sort-merge",
+            share=0.1,
+        ),
+        JoinShape("uniform, tumbling 1 s, aggregated (sliding's input)", share=0.05),
+        JoinShape("uniform, sliding 1 s / 10 ms, aggregated", slide_us=10_000, share=0.05),
+        JoinShape("uniform, tumbling 1 s, materialised", aggregate=False),
+    ]
+
+
+@dataclass
+class JoinResult:
+    shape: str
+    rows_in: int
+    seconds: float
+    rows_per_second: float
+    rows_out: int
+    algorithm: str
+    peer_rows_in: int | None = None
+    peer_rows_per_second: float | None = None
+    peer_ratio: float | None = None
+    equal_to_peer: bool | None = None
+
+
+def make_arrivals(
+    shape: JoinShape, rows: int, rate: int, batch_size: int, seed: int
+) -> list[tuple[str, pa.RecordBatch]]:
+    """`rows` rows in all, half per stream, each stream at `rate` rows per second of event
+    time, in order; arrivals alternate between the streams batch by batch."""
+    sides = []
+    for offset, name in enumerate(("lefts", "rights")):
+        config = GeneratorConfig(
+            tuples=rows // 2,
+            rate=rate,
+            keys=shape.keys,
+            skew=shape.skew,
+            batch_size=batch_size,
+            seed=seed * 2 + offset,
+        )
+        sides.append([(name, b) for b in generate(JOIN_SCHEMA, "ts", config, key_columns=("key",))])
+    arrivals = []
+    for pair in zip(*sides, strict=False):
+        arrivals.extend(pair)
+    longer = max(sides, key=len)
+    arrivals.extend(longer[len(min(sides, key=len)) :])
+    return arrivals
+
+
+def make_session(shape: JoinShape):  # noqa: ANN201
+    from mangonel.session import Session
+
+    session = Session("cpu", join_algorithm=shape.algorithm)
+    for name in ("lefts", "rights"):
+        session.create_stream(name, JOIN_SCHEMA.to_arrow(), event_time="ts", watermark=0)
+    return session
+
+
+def run_engine(shape: JoinShape, arrivals: list) -> tuple[float, pa.Table, str]:
+    """Seconds to run every arrival through the query (end of input included), its result,
+    the join algorithms it ran (what "auto" chose per batch from its key statistics)."""
+    query = make_session(shape).sql(shape.query())
+    query.run(arrivals[:4])  # warm-up: JIT compilation stays out of the timing
+    started = time.perf_counter()
+    table = query.run(arrivals)
+    seconds = time.perf_counter() - started
+    return seconds, table, "+".join(name for name, _ in query.metrics.batches_by_algorithm)
+
+
+def same_rows(ours: pa.Table, theirs: pa.Table, aggregate: bool) -> bool:
+    """Equal as multisets of rows (sums compared to a relative 1e-9: the engines add in
+    different orders; every other value exactly)."""
+    names = ["key", "window_start", "window_end"] + (
+        ["n", "total"] if aggregate else ["l_value", "r_value"]
+    )
+    if ours.num_rows != theirs.num_rows:
+        return False
+
+    def rows(table: pa.Table) -> list[tuple]:
+        columns = []
+        for name in names:
+            column = table.column(name)
+            if pa.types.is_timestamp(column.type):
+                column = column.cast(pa.timestamp("us")).cast(pa.int64())
+            columns.append(column.to_pylist())
+        # (key, window) is unique in aggregated rows, so the inexact sum never decides order;
+        # materialised rows carry the inputs' values unchanged and sort on every column
+        width = 4 if aggregate else len(names)
+        return sorted(zip(*columns, strict=True), key=lambda r: r[:width])
+
+    for a, b in zip(rows(ours), rows(theirs), strict=True):
+        for x, y in zip(a, b, strict=True):
+            if isinstance(x, float) or isinstance(y, float):
+                if not math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
+    rows = arguments.tuples or 4_000_000
+    rate = arguments.join_rate
+    batch_size = arguments.join_batch_size
+    peer = None
+    if arguments.peer:
+        from mangonel.runtime.spark.bench import start_local_spark
+        from mangonel.runtime.spark.join_peer import native_window_join
+
+        spark = start_local_spark()
+
+        def peer(shape: JoinShape, arrivals: list) -> tuple[float, pa.Table]:
+            tables = [
+                pa.Table.from_batches([b for n, b in arrivals if n == name])
+                for name in ("lefts", "rights")
+            ]
+            return native_window_join(
+                spark, *tables, shape.range_us, shape.slide_us, shape.aggregate
+            )
+
+        # warm-up of Spark's JVM paths outside every timing
+        warm = make_arrivals(JoinShape("warm-up"), 20_000, rate, batch_size, arguments.seed)
+        peer(JoinShape("warm-up"), warm)
+    print(
+        f"{'shape':46s} {'rows in':>11s} {'mangonel':>12s} {'rows out':>12s} {'algorithm':>10s}"
+        f" {'Spark':>12s} {'ratio':>8s}  equal"
+    )
+    results = []
+    cache: dict[tuple, list] = {}
+    for shape in _selected_join_shapes(arguments):
+        size = max(2 * batch_size, int(rows * shape.share))
+        key = (shape.keys, shape.skew, size)
+        if key not in cache:
+            cache = {key: make_arrivals(shape, size, rate, batch_size, arguments.seed)}
+        seconds, table, algorithm = run_engine(shape, cache[key])
+        result = JoinResult(shape.label, size, seconds, size / seconds, table.num_rows, algorithm)
+        del table
+        if peer is not None:
+            small = make_arrivals(shape, arguments.peer_tuples, rate, batch_size, arguments.seed)
+            peer_seconds, theirs = peer(shape, small)
+            ours = make_session(shape).sql(shape.query()).run(small)
+            result.peer_rows_in = arguments.peer_tuples
+            result.peer_rows_per_second = arguments.peer_tuples / peer_seconds
+            result.peer_ratio = result.rows_per_second / result.peer_rows_per_second
+            result.equal_to_peer = same_rows(ours, theirs, shape.aggregate)
+        results.append(result)
+        _print_join_row(result)
+    return results
+
+
+def _selected_join_shapes(arguments: argparse.Namespace) -> list[JoinShape]:
+    shapes = default_join_shapes()
+    if arguments.quick:
+        shapes = shapes[:1]
+    return shapes
+
+
+def _print_join_row(result: JoinResult) -> None:
+    peer = (
+        f"{result.peer_rows_per_second / 1e6:8.3f} M/s x{result.peer_ratio:7.1f}  "
+        f"{'yes' if result.equal_to_peer else 'NO'}"
+        if result.peer_ratio
+        else ""
+    )
+    print(
+        f"{result.shape:46s} {result.rows_in:>11,} {result.rows_per_second / 1e6:8.2f} M/s "
+        f"{result.rows_out:>12,} {result.algorithm:>10s} {peer}",
+        flush=True,
+    )
+
+
+__all__ = ["JoinShape", "default_join_shapes", "run_join_benchmarks", "same_rows"]
