@@ -10,13 +10,13 @@ join cases. On a GPU host (`pytest -m gpu`) the same comparisons run on the devi
 
 from __future__ import annotations
 
-import ctypes
 import shutil
 import subprocess
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from cuda_host import HostCupy, HostModule, write_shim
 from fuzz_join_cases import check_join, draw_join_case
 from oracle import rows_of
 
@@ -79,88 +79,6 @@ def test_join_kernels_compile_with_nvcc(tmp_path) -> None:
 
 # -- the kernels on the host: g++ over a CUDA shim, numpy for CuPy ------------------------
 
-CUDA_SHIM = r"""
-#include <cmath>
-#include <climits>
-#include <cstring>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-struct mg_dim { long long x; };
-static const mg_dim blockIdx = {0}, blockDim = {1}, gridDim = {1}, threadIdx = {0};
-using std::isnan; using std::isinf; using std::isfinite;
-static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
-static inline long long __double_as_longlong(double v) { long long d; memcpy(&d, &v, 8); return d; }
-// one thread: an atomic is a plain read-modify-write
-template <class T> static inline T atomicAdd(T* a, T v) { T o = *a; *a = o + v; return o; }
-template <class T> static inline T atomicMin(T* a, T v) { T o = *a; if (v < o) *a = v; return o; }
-template <class T> static inline T atomicMax(T* a, T v) { T o = *a; if (v > o) *a = v; return o; }
-template <class T> static inline T atomicCAS(T* a, T c, T v)
-{ T o = *a; if (o == c) *a = v; return o; }
-template <class T> static inline T atomicExch(T* a, T v) { T o = *a; *a = v; return o; }
-static inline void __threadfence() {}
-static inline void __nanosleep(unsigned) {}
-"""
-
-
-class _HostArray(np.ndarray):
-    """A numpy array with CuPy's `get()`."""
-
-    def get(self, out: np.ndarray | None = None) -> np.ndarray:
-        if out is None:
-            return np.array(self)
-        out[...] = self
-        return out
-
-
-class _HostCupy:
-    """The part of CuPy the GPU join kernels use, over numpy."""
-
-    cuda = SimpleNamespace(alloc_pinned_memory=lambda nbytes: bytearray(nbytes))
-
-    def __getattr__(self, name: str):  # noqa: ANN204
-        found = getattr(np, name)
-        if not callable(found) or isinstance(found, type):
-            return found
-
-        def wrapped(*args, **kwargs):  # noqa: ANN202
-            result = found(*args, **kwargs)
-            return result.view(_HostArray) if isinstance(result, np.ndarray) else result
-
-        return wrapped
-
-
-class _HostModule:
-    def __init__(self, source: str, folder) -> None:
-        path = folder / f"join_{abs(hash(source))}.cu"
-        path.write_text(source)
-        library = path.with_suffix(".so")
-        result = subprocess.run(
-            ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-x", "c++"]
-            + ["-include", str(folder / "shim.h"), str(path), "-o", str(library)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr[-5000:]
-        self.library = ctypes.CDLL(str(library))
-
-    def get_function(self, name: str):  # noqa: ANN201
-        function = getattr(self.library, name)
-
-        def launch(grid, block, arguments) -> None:  # noqa: ANN001
-            converted = []
-            for argument in arguments:
-                if isinstance(argument, np.ndarray):
-                    assert argument.flags.c_contiguous
-                    converted.append(ctypes.c_void_p(argument.ctypes.data))
-                else:
-                    converted.append(ctypes.c_longlong(int(argument)))
-            function(*converted)
-
-        return launch
-
 
 @pytest.fixture(scope="module")
 def host_device(tmp_path_factory):
@@ -168,16 +86,16 @@ def host_device(tmp_path_factory):
     if shutil.which("g++") is None:
         pytest.skip("g++ not on PATH")
     folder = tmp_path_factory.mktemp("join_shim")
-    (folder / "shim.h").write_text(CUDA_SHIM)
-    modules: dict[str, _HostModule] = {}
+    write_shim(folder)
+    modules: dict[str, HostModule] = {}
 
     def module(generated, options=()):  # noqa: ANN001, ANN202
         if generated.digest not in modules:
-            modules[generated.digest] = _HostModule(generated.source, folder)
+            modules[generated.digest] = HostModule(generated.source, folder)
         return modules[generated.digest]
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(device, "cupy", lambda: _HostCupy())
+    patch.setattr(device, "cupy", lambda: HostCupy())
     patch.setattr(gpu_join, "shared_context", lambda size: SimpleNamespace(module=module))
     yield modules
     patch.undo()

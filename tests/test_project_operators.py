@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 import pytest
+from cuda_host import HostCupy, HostModule, write_shim
 from sqlglot import exp
 from test_expressions_nvcc import ENV, HOSTILE_NUMBER, HOSTILE_STRING, corpus, parse
 
@@ -482,44 +483,6 @@ def test_gpu_refuses_strings(gpu_evaluator) -> None:
 # and the launch is a ctypes call. What this cannot check is CuPy and the device themselves
 # (the gpu-marked tests above do).
 
-CUDA_SHIM = r"""
-#include <cmath>
-#include <climits>
-#include <cstring>
-#define __global__
-#define __restrict__
-struct mg_dim { long long x; };
-static const mg_dim blockIdx = {0}, blockDim = {1}, gridDim = {1}, threadIdx = {0};
-using std::isnan; using std::isinf; using std::isfinite;
-static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
-static inline float __double2float_rn(double x) { return (float)x; }
-// cvt.rzi/rmi/rpi: round, then saturate (NaN -> the minimum, as the renderer expects)
-static inline long long mg_saturate(double x, double low, double high, long long lo, long long hi)
-{ return std::isnan(x) ? lo : x <= low ? lo : x >= high ? hi : (long long)x; }
-#define MG_LL(x) mg_saturate(x, -0x1p63, 0x1p63, LLONG_MIN, LLONG_MAX)
-static inline int __double2int_rz(double x)
-{ return (int)mg_saturate(std::trunc(x), -0x1p31, 0x1p31 - 1, INT_MIN, INT_MAX); }
-static inline long long __double2ll_rz(double x) { return MG_LL(std::trunc(x)); }
-static inline long long __double2ll_rd(double x) { return MG_LL(std::floor(x)); }
-static inline long long __double2ll_ru(double x) { return MG_LL(std::ceil(x)); }
-"""
-
-
-class _HostArray(np.ndarray):
-    """A numpy array with CuPy's `get()`."""
-
-    def get(self) -> np.ndarray:
-        return np.array(self)
-
-
-class _HostCupy:
-    uint8 = np.uint8
-
-    @staticmethod
-    def empty(shape, dtype) -> _HostArray:
-        return np.zeros(shape, dtype).view(_HostArray)
-
-
 _STAGER = staging.Stager  # the real one (the fixture below replaces it in gpu_project)
 
 
@@ -533,57 +496,20 @@ class _HostStager:
         return _STAGER.host_columns(self, arrays, columns)
 
 
-class _HostModule:
-    def __init__(self, source: str, folder) -> None:
-        import ctypes
-
-        path = folder / f"project_{abs(hash(source))}.cu"
-        path.write_text(source)
-        library = path.with_suffix(".so")
-        result = subprocess.run(
-            ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-x", "c++"]
-            + ["-include", str(folder / "shim.h"), str(path), "-o", str(library)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr[-5000:]
-        self.library = ctypes.CDLL(str(library))
-
-    def get_function(self, name: str):
-        import ctypes
-
-        function = getattr(self.library, name)
-
-        def launch(grid, block, arguments) -> None:
-            converted = []
-            for argument in arguments:
-                if argument is None:
-                    converted.append(ctypes.c_void_p(None))
-                elif isinstance(argument, np.ndarray):
-                    assert argument.flags.c_contiguous
-                    converted.append(ctypes.c_void_p(argument.ctypes.data))
-                else:
-                    converted.append(ctypes.c_longlong(int(argument)))
-            function(*converted)
-
-        return launch
-
-
 @pytest.fixture
 def host_gpu_evaluator(tmp_path, monkeypatch):
     if shutil.which("g++") is None:
         pytest.skip("g++ not on PATH")
     from mangonel.runtime.gpu.project import GpuProjectEvaluator
 
-    (tmp_path / "shim.h").write_text(CUDA_SHIM)
+    write_shim(tmp_path)
     options_seen = []
 
     def load_module(generated, options=()):
         options_seen.append(options)
-        return _HostModule(generated.source, tmp_path)
+        return HostModule(generated.source, tmp_path)
 
-    monkeypatch.setattr(device, "cupy", lambda: _HostCupy)
+    monkeypatch.setattr(device, "cupy", lambda: HostCupy())
     monkeypatch.setattr(gpu_project, "Stager", _HostStager)
     context = SimpleNamespace(module=load_module)
     monkeypatch.setattr(gpu_project, "shared_context", lambda: context)

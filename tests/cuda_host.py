@@ -1,0 +1,127 @@
+"""Generated CUDA run on the host, for tests on machines without a GPU.
+
+A kernel source is compiled with g++ against `CUDA_SHIM` (the few CUDA intrinsics the
+renderers use; one thread walks every row, so atomics are plain read-modify-writes), CuPy's
+arrays are numpy arrays (`HostArray`, `HostCupy`), and a launch is a ctypes call
+(`HostModule`). Faithful for grid-stride kernels without block-level cooperation (the project
+and join kernels are written so); what it cannot check is CuPy and the device themselves (the
+gpu-marked tests do).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+CUDA_SHIM = r"""
+#include <cmath>
+#include <climits>
+#include <cstring>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+struct mg_dim { long long x; };
+static const mg_dim blockIdx = {0}, blockDim = {1}, gridDim = {1}, threadIdx = {0};
+using std::isnan; using std::isinf; using std::isfinite;
+static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
+static inline long long __double_as_longlong(double v) { long long d; memcpy(&d, &v, 8); return d; }
+static inline float __double2float_rn(double x) { return (float)x; }
+// cvt.rzi/rmi/rpi: round, then saturate (NaN -> the minimum, as the renderer expects)
+static inline long long mg_saturate(double x, double low, double high, long long lo, long long hi)
+{ return std::isnan(x) ? lo : x <= low ? lo : x >= high ? hi : (long long)x; }
+#define MG_LL(x) mg_saturate(x, -0x1p63, 0x1p63, LLONG_MIN, LLONG_MAX)
+static inline int __double2int_rz(double x)
+{ return (int)mg_saturate(std::trunc(x), -0x1p31, 0x1p31 - 1, INT_MIN, INT_MAX); }
+static inline long long __double2ll_rz(double x) { return MG_LL(std::trunc(x)); }
+static inline long long __double2ll_rd(double x) { return MG_LL(std::floor(x)); }
+static inline long long __double2ll_ru(double x) { return MG_LL(std::ceil(x)); }
+// one thread: an atomic is a plain read-modify-write
+template <class T> static inline T atomicAdd(T* a, T v) { T o = *a; *a = o + v; return o; }
+template <class T> static inline T atomicMin(T* a, T v) { T o = *a; if (v < o) *a = v; return o; }
+template <class T> static inline T atomicMax(T* a, T v) { T o = *a; if (v > o) *a = v; return o; }
+template <class T> static inline T atomicCAS(T* a, T c, T v)
+{ T o = *a; if (o == c) *a = v; return o; }
+template <class T> static inline T atomicExch(T* a, T v) { T o = *a; *a = v; return o; }
+static inline void __threadfence() {}
+static inline void __nanosleep(unsigned) {}
+"""
+
+
+def write_shim(folder: Path) -> None:
+    (folder / "shim.h").write_text(CUDA_SHIM)
+
+
+class HostArray(np.ndarray):
+    """A numpy array with CuPy's `get()`."""
+
+    def get(self, out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            return np.array(self)
+        out[...] = self
+        return out
+
+
+class HostCupy:
+    """The part of CuPy the GPU kernels' hosts use, over numpy (arrays come back as
+    HostArray)."""
+
+    cuda = SimpleNamespace(alloc_pinned_memory=lambda nbytes: bytearray(nbytes))
+
+    @staticmethod
+    def empty(shape, dtype=np.float64) -> HostArray:  # noqa: ANN001
+        # zeros, not garbage: a run is the same every time
+        return np.zeros(shape, dtype).view(HostArray)
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        found = getattr(np, name)
+        if not callable(found) or isinstance(found, type):
+            return found
+
+        def wrapped(*args, **kwargs):  # noqa: ANN202
+            result = found(*args, **kwargs)
+            return result.view(HostArray) if isinstance(result, np.ndarray) else result
+
+        return wrapped
+
+
+class HostModule:
+    """A generated module compiled by g++ over the shim in `folder` (`write_shim`), with
+    CuPy's RawModule `get_function(name)(grid, block, arguments)` launch."""
+
+    def __init__(self, source: str, folder: Path) -> None:
+        path = folder / f"module_{abs(hash(source))}.cu"
+        path.write_text(source)
+        library = path.with_suffix(".so")
+        # -ffp-contract=off: the host rounds every operation, as the kernels compiled with
+        # -fmad=false do (and as the CPU evaluator does)
+        result = subprocess.run(
+            ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-x", "c++"]
+            + ["-include", str(folder / "shim.h"), str(path), "-o", str(library)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-5000:]
+        self.library = ctypes.CDLL(str(library))
+
+    def get_function(self, name: str):  # noqa: ANN201
+        function = getattr(self.library, name)
+
+        def launch(grid, block, arguments) -> None:  # noqa: ANN001
+            converted = []
+            for argument in arguments:
+                if argument is None:
+                    converted.append(ctypes.c_void_p(None))
+                elif isinstance(argument, np.ndarray):
+                    assert argument.flags.c_contiguous
+                    converted.append(ctypes.c_void_p(argument.ctypes.data))
+                else:
+                    converted.append(ctypes.c_longlong(int(argument)))
+            function(*converted)
+
+        return launch
