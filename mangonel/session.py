@@ -59,6 +59,9 @@ class Session(StatementRunner):
     gpu_join: in GPU plans, run the join's matching, crediting and fused aggregation on the
     GPU (runtime/gpu/join.py). Off by default: those kernels have not yet been verified on a
     device, so GPU plans place the join on the CPU (EXPLAIN says so).
+    join_factorised: aggregated joins whose shape allows it (INNER, grouped by join keys,
+    each aggregate reading one side) are computed from per-side counts and partials, never
+    per joined pair (EXPLAIN: fused=factorised); False keeps the pair path.
     """
 
     def __init__(
@@ -68,12 +71,14 @@ class Session(StatementRunner):
         windows_per_batch: int | None = None,
         join_algorithm: str | None = None,
         gpu_join: bool = False,
+        join_factorised: bool = True,
     ) -> None:
         super().__init__(
             backend,
             windows_per_batch=windows_per_batch,
             join_algorithm=join_algorithm,
             gpu_join=gpu_join,
+            join_factorised=join_factorised,
             gpu_probe=gpu_status,
         )
 

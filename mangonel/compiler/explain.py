@@ -143,8 +143,16 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             _list("keys", [_column(k) for k in node.keys]),
             _list("fields", [_field(f) for f in node.fields]),
             _list("aggregates", [_aggregate(a) for a in node.aggregates]),
-            # fused into the join's probe: matches are aggregated, never materialised
-            Parameter("fused", "probe", "probe"),
+            # fused into the join's probe: matches are aggregated, never materialised;
+            # factorised: pairs are never formed, per-side counts and partials multiply
+            *(
+                [Parameter("fused", "probe", "probe")]
+                if node.factorised is None
+                else [
+                    Parameter("fused", "factorised", "factorised"),
+                    Parameter("factorised_reason", f'"{node.factorised}"', node.factorised),
+                ]
+            ),
         ]
     if isinstance(node, ph.TableScanExec):
         return "TableScan", [

@@ -219,6 +219,8 @@ class JoinAggregateExec:
     fields: tuple[StateField, ...]  # fields[0] is always the count of joined rows
     aggregates: tuple[AggregatePlan, ...]
     placements: tuple[Placement, ...]
+    # why the aggregation is factorised (`factorised_reason`), None: per joined pair
+    factorised: str | None = None
 
     @property
     def join(self) -> WindowJoinExec:
@@ -442,10 +444,12 @@ def plan(
     windows_per_batch: int | None = None,
     join_algorithm: str | None = None,
     gpu_join: bool = False,
+    join_factorised: bool = True,
 ) -> ProjectExec:
     """Turn the logical plan of a window query into its physical plan. `join_algorithm`
     ("hash", "sort-merge"; None or "auto": the planner's choice) and `gpu_join` (place the
-    join on the GPU in GPU plans) apply to join queries."""
+    join on the GPU in GPU plans) and `join_factorised` (factorised aggregation where it
+    applies, `factorised_reason`) apply to join queries."""
     if _is_join(root):
         return plan_join(
             root,
@@ -454,6 +458,7 @@ def plan(
             backend_reason=backend_reason,
             join_algorithm=join_algorithm,
             gpu_join=gpu_join,
+            factorise=join_factorised,
         )
     outputs, having, aggregate, where, scan = _unwrap(root)
     fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
@@ -548,6 +553,49 @@ def join_placement(step: str, backend: str, reason: str, gpu_join: bool = False)
     return Placement(step, "cpu", JOIN_OUTPUT_ON_CPU)
 
 
+FACTORISED_FUNCTIONS = frozenset({"COUNT_STAR", "COUNT", "SUM", "AVG", "MIN", "MAX"})
+FACTORISED_KINDS = frozenset({"count", "sum", "min", "max"})
+
+
+def factorised_reason(
+    join: WindowJoinExec,
+    keys: tuple[Column, ...],
+    fields: tuple[StateField, ...],
+    aggregates: tuple[AggregatePlan, ...],
+) -> str | None:
+    """Why an aggregated join can be computed from per-(window, key) per-side counts and
+    partials instead of per joined pair (None: it cannot): an INNER window join of two
+    streams, no residual, no WHERE, grouped by join key columns only, every aggregate a
+    COUNT(*) or a COUNT/SUM/AVG/MIN/MAX reading one side only. A key's pairs in a window are
+    then the product of its rows on each side: COUNT(*) = n_l * n_r, SUM(x_l) = s_l * n_r,
+    MIN/MAX(x_l) = min_l/max_l, whatever the skew."""
+    if join.kind is not JoinKind.INNER or join.window is None:
+        return None
+    if join.residual is not None or join.where is not None:
+        return None
+    if not all(isinstance(c, StreamScanExec) for c in join.children):
+        return None
+    join_keys = {k.name for k in (*join.left_keys, *join.right_keys)}
+    if not keys or not all(
+        k.name in join_keys and (k.type.is_integer or k.type is SqlType.STRING) for k in keys
+    ):
+        return None
+    if not all(a.function.name in FACTORISED_FUNCTIONS for a in aggregates):
+        return None
+    for f in fields:
+        if f.kind.name not in FACTORISED_KINDS:
+            return None
+        if f.argument is None:
+            continue
+        sides = {c.name.split(".", 1)[0] for c in f.argument.find_all(exp.Column)}
+        if len(sides) != 1 or not sides <= set(join.aliases):
+            return None
+    return (
+        "inner join grouped by join keys, each aggregate reading one side: per (window, key) "
+        "per-side counts and partials, combined as products at firing, not per joined pair"
+    )
+
+
 def plan_join(
     root: lg.LogicalNode,
     *,
@@ -556,6 +604,7 @@ def plan_join(
     backend_reason: str,
     join_algorithm: str | None = None,
     gpu_join: bool = False,
+    factorise: bool = True,
 ) -> ProjectExec:
     """The physical plan of a join query: Project <- [Filter (HAVING)] <- JoinAggregate
     <- WindowJoin (aggregated), or Project <- WindowJoin (rows); WHERE goes into the join."""
@@ -615,6 +664,11 @@ def plan_join(
     top: FilterExec | JoinAggregateExec | WindowJoinExec = join_exec
     if aggregate is not None:
         fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
+        factorised = (
+            None
+            if gpu_join or not factorise
+            else factorised_reason(join_exec, aggregate.keys, fields, aggregate_plans)
+        )
         top = JoinAggregateExec(
             children=(join_exec,),
             keys=aggregate.keys,
@@ -624,6 +678,7 @@ def plan_join(
                 join_placement(step, backend, backend_reason, gpu_join)
                 for step in ("aggregate", "finalize")
             ),
+            factorised=factorised,
         )
         if having is not None:
             top = FilterExec(

@@ -42,6 +42,7 @@ class QueryOptions:
     windows_per_batch: int | None = None
     join_algorithm: str | None = None  # join queries: "hash", "sort-merge"; None: auto
     gpu_join: bool = False  # GPU plans of join queries: the join on the GPU (else the CPU)
+    join_factorised: bool = True  # aggregated joins: factorised where the shape allows
 
 
 class PlannedQuery:
@@ -92,6 +93,7 @@ class StatementRunner:
         windows_per_batch: int | None = None,
         join_algorithm: str | None = None,
         gpu_join: bool = False,
+        join_factorised: bool = True,
         gpu_probe: Callable[[], tuple[bool, str]] | None = None,
     ) -> None:
         if backend not in BACKENDS:
@@ -108,6 +110,7 @@ class StatementRunner:
             windows_per_batch=windows_per_batch,
             join_algorithm=join_algorithm,
             gpu_join=gpu_join,
+            join_factorised=join_factorised,
         )
         self.catalog = Catalog()
         self.gpu_probe = gpu_probe
@@ -239,6 +242,7 @@ class StatementRunner:
             windows_per_batch=self.options.windows_per_batch,
             join_algorithm=self.options.join_algorithm,
             gpu_join=self.options.gpu_join,
+            join_factorised=self.options.join_factorised,
         )
         return self._query(text, plan, bound.logical)
 

@@ -44,6 +44,7 @@ from mangonel.runtime.host.arrays import to_mask, to_values
 from mangonel.runtime.operators.base import as_record_batch
 from mangonel.runtime.operators.conform import BatchConformer, event_time_range
 from mangonel.runtime.operators.join_cells import JoinCells, groups_follow_join_keys
+from mangonel.runtime.operators.join_factor import FactorisedCells
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.snapshot import pack, unpack
@@ -194,6 +195,7 @@ class JoinOperator:
         self.windows_fired = 0
         self.rows_out = 0
         self.residual_columns = _columns_of(join.residual)
+        self.factorised = False
         if self.aggregate is not None:
             self.credit_columns = _columns_of(
                 join.where,
@@ -201,7 +203,13 @@ class JoinOperator:
                 *(exp.column(k.name) for k in self.aggregate.keys),
             )
             self.schema = window_result_schema_of(self.aggregate)
-            self.cells = JoinCells(self.aggregate, kernels)
+            # factorised (the planner's choice): per-side counts and partials, no pairs
+            self.factorised = self.aggregate.factorised is not None
+            self.cells = (
+                FactorisedCells(self.aggregate, kernels, lambda: self.keys)
+                if self.factorised
+                else JoinCells(self.aggregate, kernels)
+            )
             self.group_columns = frozenset(k.name for k in self.aggregate.keys)
             # groups from the pairs' join key slots: gather only what WHERE and the
             # aggregates read
@@ -306,9 +314,12 @@ class JoinOperator:
             out = self._static_rows(side, rows, slots)
             side.seen = True
         else:
-            start = side.base + side.rows
-            side.append(rows, slots, first, last, origin)
-            self._join_new(side, start, slots, first, last)
+            if self.factorised:  # no rows kept, no pairs formed
+                self.cells.credit(side.index, rows, slots, first, last)
+            else:
+                start = side.base + side.rows
+                side.append(rows, slots, first, last, origin)
+                self._join_new(side, start, slots, first, last)
             side.seen = True
             if self.external:
                 return out
