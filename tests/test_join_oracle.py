@@ -3,10 +3,10 @@ docs/semantics.md, "Joins": the differential tests trust it, so it is checked on
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from oracle_join import JoinInput, JoinOracle, JoinOracleQuery, canonical
+from test_fuzz import imported_modules
 
 HERE = Path(__file__).parent
 S = 1_000_000  # one second in microseconds
@@ -165,11 +165,5 @@ def test_stream_joined_with_a_table_with_and_without_a_window() -> None:
 
 
 def test_the_join_oracle_shares_no_code_with_the_engine() -> None:
-    tree = ast.parse((HERE / "oracle_join.py").read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add(node.module or "")
+    imported = imported_modules(HERE / "oracle_join.py")
     assert imported <= {"__future__", "collections", "dataclasses", "typing", "oracle"}

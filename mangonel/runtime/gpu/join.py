@@ -80,6 +80,20 @@ class GpuJoinKernels:
         total = int(scan[-1]) if len(scan) else 0
         return scan - counts, total
 
+    def _two_pass(self, role: str, n: int, head: tuple) -> tuple[Any, Any]:  # noqa: ANN401
+        """Variable-size output of `n` items in two launches: `<role>_count` writes each
+        item's count, an exclusive scan gives its start, `<role>_write` fills the two int64
+        output arrays there (device arrays; never per-row atomics into host memory)."""
+        cp = device.cupy()
+        counts = cp.zeros(n, cp.int64)
+        self._launch(f"{role}_count", n, *head, counts)
+        starts, total = self._offsets(counts)
+        first_out = cp.empty(total, cp.int64)
+        second_out = cp.empty(total, cp.int64)
+        if total:
+            self._launch(f"{role}_write", n, *head, starts, first_out, second_out)
+        return first_out, second_out
+
     @staticmethod
     def _sorted_rows(slots: Any) -> Any:  # noqa: ANN401
         """Rows with a key, ordered by (slot, row)."""
@@ -113,13 +127,7 @@ class GpuJoinKernels:
         offsets[1:] = cp.cumsum(bucket)
         order = self._sorted_rows(bs)
         head = (ps, pf, pl, np.int64(len(ps)), bf, bl, offsets, order, np.int64(n_slots))
-        counts = cp.zeros(len(ps), cp.int64)
-        self._launch("probe_count", len(ps), *head, counts)
-        starts, total = self._offsets(counts)
-        out_build = cp.empty(total, cp.int64)
-        out_probe = cp.empty(total, cp.int64)
-        if total:
-            self._launch("probe_write", len(ps), *head, starts, out_build, out_probe)
+        out_build, out_probe = self._two_pass("probe", len(ps), head)
         return self._down(out_build), self._down(out_probe)
 
     def _merge(self, slots_a, first_a, last_a, slots_b, first_b, last_b):
@@ -130,13 +138,7 @@ class GpuJoinKernels:
         sorted_b = cp.ascontiguousarray(sb[order_b])
         head = (order_a, np.int64(len(order_a)), sa, fa, la)
         head += (order_b, sorted_b, np.int64(len(order_b)), fb, lb)
-        counts = cp.zeros(len(order_a), cp.int64)
-        self._launch("merge_count", len(order_a), *head, counts)
-        starts, total = self._offsets(counts)
-        out_a = cp.empty(total, cp.int64)
-        out_b = cp.empty(total, cp.int64)
-        if total:
-            self._launch("merge_write", len(order_a), *head, starts, out_a, out_b)
+        out_a, out_b = self._two_pass("merge", len(order_a), head)
         return self._down(out_a), self._down(out_b)
 
     # -- crediting ------------------------------------------------------------------------
@@ -146,13 +148,8 @@ class GpuJoinKernels:
         cp = device.cupy()
         n = len(first)
         head = (first, last, np.int64(n), np.int64(lo), np.int64(hi))
-        counts = cp.zeros(n, cp.int64)
-        self._launch("expand_count", n, *head, counts)
-        starts, total = self._offsets(counts)
-        entries = cp.empty(total, cp.int64)
-        windows = cp.empty(total, cp.int64)
-        if total:
-            self._launch("expand_write", n, *head, starts, entries, windows)
+        entries, windows = self._two_pass("expand", n, head)
+        if len(entries):
             order = cp.lexsort(cp.stack([entries, windows]))
             entries, windows = entries[order], windows[order]
         return entries, windows
