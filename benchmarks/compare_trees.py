@@ -39,7 +39,10 @@ def export(ref: str, target: Path) -> Path:
 def run_tree(tree: Path, backend: str, arguments: list[str], workdir: Path) -> list[dict]:
     """One benchmark run of `tree` in its own process and working directory; its JSON rows."""
     workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    # The tree first, so its `mangonel` wins; then what the caller put there (e.g. a
+    # --target install of sqlglot on a machine without a virtual environment).
+    inherited = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), inherited])))
     if backend == "cpu":
         output = workdir / "bench.json"
         command = [
