@@ -57,8 +57,7 @@ class Session(StatementRunner):
     join_algorithm: the algorithm of join queries, "hash" or "sort-merge" (None or "auto":
     the planner's choice, which EXPLAIN prints with its reason).
     gpu_join: in GPU plans, run the join's matching, crediting and fused aggregation on the
-    GPU (runtime/gpu/join.py). Off by default: those kernels have not yet been verified on a
-    device, so GPU plans place the join on the CPU (EXPLAIN says so).
+    GPU (runtime/gpu/join.py; the default). False keeps the join on the CPU (EXPLAIN says so).
     join_factorised: aggregated joins whose shape allows it (INNER, grouped by join keys,
     each aggregate reading one side) are computed from per-side counts and partials, never
     per joined pair (EXPLAIN: fused=factorised); False keeps the pair path.
@@ -70,7 +69,7 @@ class Session(StatementRunner):
         *,
         windows_per_batch: int | None = None,
         join_algorithm: str | None = None,
-        gpu_join: bool = False,
+        gpu_join: bool = True,
         join_factorised: bool = True,
     ) -> None:
         super().__init__(

@@ -31,14 +31,15 @@ def session() -> Session:
 # gpu_NAME.sql: the plan for the GPU (its placements and `!` lines), whatever this machine has;
 # the reason is fixed so the text does not depend on whether CuPy imports here
 GPU_REASON = "golden: planned for the GPU"
-# gpu_gpujoin_NAME.sql: the same with the join placed on the GPU (Session(gpu_join=True))
+# gpu_gpujoin_NAME.sql: join queries planned for the GPU (the join there: the default);
+# gpu_join_NAME.sql: the same with Session(gpu_join=False), the join kept on the CPU
 
 
 def explain_case(case: str) -> str:
     """The EXPLAIN text of a golden case (what NAME.txt holds, less the final newline)."""
     query = session().sql((GOLDEN / f"{case}.sql").read_text())
     if case.startswith("gpu_"):
-        gpu_join = case.startswith("gpu_gpujoin_")
+        gpu_join = not case.startswith("gpu_join_")
         return explain_text(ph.with_backend(query.plan, "gpu", GPU_REASON, gpu_join=gpu_join))
     return query.explain()
 

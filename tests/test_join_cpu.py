@@ -293,13 +293,13 @@ def test_a_planted_bug_is_found_and_shrunk(monkeypatch: pytest.MonkeyPatch) -> N
     assert shrunk.rows <= min(failing.rows, 6)
 
 
-def test_a_gpu_plan_runs_its_join_steps_on_the_cpu() -> None:
-    """Every join step of a GPU plan is placed on the CPU ("GPU join kernels not yet verified
-    on a device"): the plan runs here, without CuPy, and gives the CPU plan's rows."""
+def test_a_gpu_plan_with_gpu_join_off_runs_its_join_steps_on_the_cpu() -> None:
+    """Every join step of a GPU plan with gpu_join=False is placed on the CPU: the plan runs
+    here, without CuPy, and gives the CPU plan's rows."""
     from mangonel.compiler import physical as ph
 
     query = session().sql(ROWS_SQL.format(kind="FULL", residual=""))
-    gpu_plan = ph.with_backend(query.plan, "gpu", "test")
+    gpu_plan = ph.with_backend(query.plan, "gpu", "test", gpu_join=False)
     runner = LocalQuery(gpu_plan)
     assert set(runner.operator._kernels) <= {"cpu"}
     assert_same(engine_rows(runner.run(ARRIVALS)), engine_rows(query.run(ARRIVALS)))

@@ -250,7 +250,7 @@ def test_random_joins_over_gpu_kernels_match_the_oracle(gpu_kernels_in_cpu_plans
     assert sum(k.launches for k in gpu_kernels_in_cpu_plans) > 1000
 
 
-# -- placement: the join on the GPU only with gpu_join --------------------------------------
+# -- placement: the join on the GPU unless gpu_join=False --------------------------------------
 
 JOIN_SQL = """SELECT l.k, window_start, COUNT(*) AS n, SUM(l.x) AS s
 FROM clicks [RANGE 4 SECONDS SLIDE 1 SECOND] AS l
@@ -265,15 +265,9 @@ def join_session(**options) -> Session:  # noqa: ANN003
     return session
 
 
-def test_gpu_plans_keep_the_join_on_the_cpu_unless_gpu_join() -> None:
+def test_gpu_plans_put_the_join_on_the_gpu_unless_gpu_join_is_off() -> None:
     query = join_session().sql(JOIN_SQL)
-    default = ph.with_backend(query.plan, "gpu", "test")
-    join, aggregate = ph.find(default, ph.WindowJoinExec), ph.find(default, ph.JoinAggregateExec)
-    assert ph.placement(join, "join") == ph.Placement("join", "cpu", ph.JOIN_ON_CPU)
-    assert ph.JOIN_ON_CPU == "GPU join kernels not yet verified on a device"
-    assert "join runs on cpu because GPU join kernels not yet verified" in explain_text(default)
-    assert "none; the join steps run on the cpu" in explain_codegen(default)
-    on_gpu = ph.with_backend(query.plan, "gpu", "test", gpu_join=True)
+    on_gpu = ph.with_backend(query.plan, "gpu", "test")
     join, aggregate = ph.find(on_gpu, ph.WindowJoinExec), ph.find(on_gpu, ph.JoinAggregateExec)
     assert ph.placement(join, "join").backend == "gpu"
     assert ph.placement(aggregate, "aggregate").backend == "gpu"
@@ -284,8 +278,13 @@ def test_gpu_plans_keep_the_join_on_the_cpu_unless_gpu_join() -> None:
     source = explain_codegen(on_gpu)
     assert source.startswith("// mangonel GPU join kernels (hash)")
     assert "scatter_count_i64" in source and "scatter_sum_i64" in source
+    off = ph.with_backend(query.plan, "gpu", "test", gpu_join=False)
+    join = ph.find(off, ph.WindowJoinExec)
+    assert ph.placement(join, "join") == ph.Placement("join", "cpu", ph.JOIN_ON_CPU)
+    assert "join runs on cpu because the gpu_join=False option" in explain_text(off)
+    assert "none; the join steps run on the cpu" in explain_codegen(off)
     # the option reaches the planner through the session; CPU plans ignore it
-    planned = join_session(gpu_join=True).sql(JOIN_SQL).plan
+    planned = join_session(gpu_join=False).sql(JOIN_SQL).plan
     assert ph.placement(ph.find(planned, ph.WindowJoinExec), "join").backend == "cpu"
 
 

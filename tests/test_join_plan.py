@@ -130,15 +130,15 @@ def test_explain_says_whether_pane_pairs_are_credited() -> None:
     assert [c["operator"] for c in join["children"]] == ["StreamScan", "StreamScan"]
 
 
-def test_gpu_plans_place_every_join_step_on_the_cpu_and_say_so() -> None:
-    plan = ph.with_backend(session().sql(AGGREGATED).plan, "gpu", "test")
+def test_gpu_plans_with_gpu_join_off_place_every_join_step_on_the_cpu_and_say_so() -> None:
+    plan = ph.with_backend(session().sql(AGGREGATED).plan, "gpu", "test", gpu_join=False)
     assert ph.plan_backend(plan) == "gpu"
     for node in ph.walk(plan):
         for step in getattr(node, "placements", ()):
             assert step.backend == "cpu", (type(node).__name__, step)
     text = explain_text(plan)
-    assert "! join runs on cpu because GPU join kernels not yet verified on a device" in text
-    assert "! aggregate runs on cpu because GPU join kernels not yet verified on a device" in text
+    assert "! join runs on cpu because the gpu_join=False option keeps the join on" in text
+    assert "! aggregate runs on cpu because the gpu_join=False option keeps the join" in text
     back = ph.with_backend(plan, "cpu", "again")
     assert all(p.backend == "cpu" and p.reason == "again" for p in join_node(back).placements)
     assert "none; the join steps run on the cpu" in session().sql(AGGREGATED).explain(codegen=True)

@@ -443,7 +443,7 @@ def plan(
     backend_reason: str,
     windows_per_batch: int | None = None,
     join_algorithm: str | None = None,
-    gpu_join: bool = False,
+    gpu_join: bool = True,
     join_factorised: bool = True,
 ) -> ProjectExec:
     """Turn the logical plan of a window query into its physical plan. `join_algorithm`
@@ -500,10 +500,12 @@ def _is_join(node: lg.LogicalNode) -> bool:
 
 
 # Why a join step of a GPU plan runs on the CPU (EXPLAIN prints these after "because").
-# The GPU join kernels (runtime/gpu/join.py) have run only on the host, through a CUDA shim:
-# GPU plans keep the join on the CPU unless the `gpu_join` option places it on the GPU.
-JOIN_ON_CPU = "GPU join kernels not yet verified on a device"
-JOIN_OUTPUT_ON_CPU = "its input comes from the join, on the cpu (GPU join kernels not yet verified)"
+# GPU plans place the join on the GPU (runtime/gpu/join.py, verified on a device) unless the
+# `gpu_join=False` option keeps it on the CPU.
+JOIN_ON_CPU = "the gpu_join=False option keeps the join on the cpu"
+JOIN_OUTPUT_ON_CPU = "its input comes from the join, on the cpu (gpu_join=False)"
+# Factorised join aggregation keeps its per-(window, key) cells in host arrays.
+JOIN_FACTORISED_ON_CPU = "factorised join cells (per-side counts and partials) are host arrays"
 # With gpu_join: what stays on the host, because the driver keeps the join's cells there and
 # the GPU Filter/Project evaluator is bound to window-aggregate results only.
 JOIN_FINALIZE_ON_CPU = "the join's (window, group) cells are kept on the host"
@@ -536,12 +538,19 @@ def choose_join_algorithm(option: str | None, static: bool = False) -> tuple[str
     return option, f"join_algorithm={option} option"
 
 
-def join_placement(step: str, backend: str, reason: str, gpu_join: bool = False) -> Placement:
-    """Join steps (and Filter/Project over a join's output) run on the CPU in GPU plans, unless
-    `gpu_join`: then matching, crediting and the fused aggregation ("join", "aggregate") run
-    on the GPU, finalize and Filter/Project over the join on the CPU."""
+def join_placement(
+    step: str, backend: str, reason: str, gpu_join: bool = True, factorised: bool = False
+) -> Placement:
+    """Join steps (and Filter/Project over a join's output) in GPU plans: with `gpu_join`
+    (the default) matching, crediting and the fused aggregation ("join", "aggregate") run on
+    the GPU, finalize and Filter/Project over the join on the CPU; a `factorised` aggregated
+    join, or `gpu_join=False`, runs its steps on the CPU."""
     if backend != "gpu":
         return Placement(step, backend, reason)
+    if factorised:
+        if step in ("join", "aggregate", "finalize"):
+            return Placement(step, "cpu", JOIN_FACTORISED_ON_CPU)
+        return Placement(step, "cpu", JOIN_OUTPUT_ON_HOST)
     if gpu_join:
         if step in ("join", "aggregate"):
             return Placement(step, "gpu", reason)
@@ -603,7 +612,7 @@ def plan_join(
     backend: str,
     backend_reason: str,
     join_algorithm: str | None = None,
-    gpu_join: bool = False,
+    gpu_join: bool = True,
     factorise: bool = True,
 ) -> ProjectExec:
     """The physical plan of a join query: Project <- [Filter (HAVING)] <- JoinAggregate
@@ -659,36 +668,31 @@ def plan_join(
         algorithm_reason=algorithm_reason,
         backend=backend,
         backend_reason=backend_reason,
-        placements=(join_placement("join", backend, backend_reason, gpu_join),),
+        placements=(),
     )
-    top: FilterExec | JoinAggregateExec | WindowJoinExec = join_exec
+    factorised = None
     if aggregate is not None:
         fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
-        factorised = (
-            None
-            if gpu_join or not factorise
-            else factorised_reason(join_exec, aggregate.keys, fields, aggregate_plans)
-        )
+        if factorise:
+            factorised = factorised_reason(join_exec, aggregate.keys, fields, aggregate_plans)
+
+    def place(step: str) -> Placement:
+        return join_placement(step, backend, backend_reason, gpu_join, factorised is not None)
+
+    join_exec = replace(join_exec, placements=(place("join"),))
+    top: FilterExec | JoinAggregateExec | WindowJoinExec = join_exec
+    if aggregate is not None:
         top = JoinAggregateExec(
             children=(join_exec,),
             keys=aggregate.keys,
             fields=fields,
             aggregates=aggregate_plans,
-            placements=tuple(
-                join_placement(step, backend, backend_reason, gpu_join)
-                for step in ("aggregate", "finalize")
-            ),
+            placements=tuple(place(step) for step in ("aggregate", "finalize")),
             factorised=factorised,
         )
         if having is not None:
-            top = FilterExec(
-                (top,), having, (join_placement("filter", backend, backend_reason, gpu_join),)
-            )
-    return ProjectExec(
-        (top,),  # type: ignore[arg-type]
-        root.outputs,
-        (join_placement("project", backend, backend_reason, gpu_join),),
-    )
+            top = FilterExec((top,), having, (place("filter"),))
+    return ProjectExec((top,), root.outputs, (place("project"),))  # type: ignore[arg-type]
 
 
 def default_windows_per_batch(panes_per_window: int, panes_per_slide: int) -> int:
@@ -754,10 +758,13 @@ def _over_join(node: PhysicalNode) -> bool:
 
 
 def with_backend(
-    root: ProjectExec, backend: str, reason: str, gpu_join: bool = False
+    root: ProjectExec, backend: str, reason: str, gpu_join: bool = True
 ) -> ProjectExec:
     """The same plan planned for another backend (placements decided again; `gpu_join`:
     a join's steps on the GPU, as `plan`'s option)."""
+    factorised = any(
+        isinstance(node, JoinAggregateExec) and node.factorised is not None for node in walk(root)
+    )
 
     def rebuild(node: PhysicalNode) -> PhysicalNode:
         children = tuple(rebuild(child) for child in node.children)
@@ -776,16 +783,18 @@ def with_backend(
                 children=children,
                 backend=backend,
                 backend_reason=reason,
-                placements=(join_placement("join", backend, reason, gpu_join),),
+                placements=(join_placement("join", backend, reason, gpu_join, factorised),),
             )
         if isinstance(node, JoinAggregateExec):
             steps = tuple(
-                join_placement(p.step, backend, reason, gpu_join) for p in node.placements
+                join_placement(p.step, backend, reason, gpu_join, factorised)
+                for p in node.placements
             )
             return replace(node, children=children, placements=steps)
         if isinstance(node, (FilterExec, ProjectExec)) and _over_join(children[0]):
             steps = tuple(
-                join_placement(p.step, backend, reason, gpu_join) for p in node.placements
+                join_placement(p.step, backend, reason, gpu_join, factorised)
+                for p in node.placements
             )
             return replace(node, children=children, placements=steps)
         if isinstance(node, FilterExec):

@@ -41,7 +41,7 @@ from mangonel.errors import BackendUnavailableError, CatalogError, PlanError
 class QueryOptions:
     windows_per_batch: int | None = None
     join_algorithm: str | None = None  # join queries: "hash", "sort-merge"; None: auto
-    gpu_join: bool = False  # GPU plans of join queries: the join on the GPU (else the CPU)
+    gpu_join: bool = True  # GPU plans of join queries: the join on the GPU (else the CPU)
     join_factorised: bool = True  # aggregated joins: factorised where the shape allows
 
 
@@ -92,7 +92,7 @@ class StatementRunner:
         *,
         windows_per_batch: int | None = None,
         join_algorithm: str | None = None,
-        gpu_join: bool = False,
+        gpu_join: bool = True,
         join_factorised: bool = True,
         gpu_probe: Callable[[], tuple[bool, str]] | None = None,
     ) -> None:
