@@ -112,3 +112,53 @@ def test_join_stages_text_hashes_both_sides_alike() -> None:
     static = "SELECT a.v, d.name FROM t AS a JOIN d ON a.k = d.k"
     text = spark_stages_text(plan_spark(static, _join_plan(static), partitions=2))
     assert "Static Project: side=1 columns=[`k`, `name`]" in text and "Union" not in text
+
+
+def _stage2_line(planned) -> str:  # noqa: ANN001
+    return next(line for line in spark_stages_text(planned).splitlines() if "Stage2" in line)
+
+
+@pytest.mark.parametrize(
+    ("query", "gpu_join", "runs_on"),
+    [
+        # pairwise (a residual): with gpu_join the join and its aggregation on the GPU
+        (
+            "SELECT a.k, COUNT(*) AS n FROM t [RANGE 1 SECOND] AS a JOIN u [RANGE 1 SECOND] "
+            "AS b ON a.k = b.k AND a.v < b.w GROUP BY a.k",
+            True,
+            "gpu",
+        ),
+        (
+            "SELECT a.k, COUNT(*) AS n FROM t [RANGE 1 SECOND] AS a JOIN u [RANGE 1 SECOND] "
+            "AS b ON a.k = b.k AND a.v < b.w GROUP BY a.k",
+            False,
+            "cpu",
+        ),
+        # factorised cells are host arrays: the join runs on the CPU in a GPU plan
+        (
+            "SELECT a.k, COUNT(*) AS n FROM t [RANGE 1 SECOND] AS a JOIN u [RANGE 1 SECOND] "
+            "AS b ON a.k = b.k GROUP BY a.k",
+            True,
+            "cpu",
+        ),
+    ],
+)
+def test_join_stage_two_says_where_a_gpu_plans_join_runs(query, gpu_join, runs_on) -> None:
+    """EXPLAIN inside Spark names the backend the bucket's join runs on (a GPU plan may keep
+    it on the CPU) and prints every step of the bucket placed off the plan's backend."""
+    plan = ph.with_backend(_join_plan(query), "gpu", "test", gpu_join=gpu_join)
+    join = ph.find(plan, ph.WindowJoinExec)
+    assert join.backend == "gpu" and ph.placement(join, "join").backend == runs_on
+    planned = plan_spark(query, plan, partitions=2)
+    line = _stage2_line(planned)
+    assert f"backend={runs_on}" in line and "metrics=observe(mangonel_join)" in line
+    text = spark_stages_text(planned).splitlines()
+    stage2 = next(i for i, line in enumerate(text) if "Stage2" in line)
+    off = [line.strip() for line in text[stage2 + 1 :] if line.strip().startswith("!")]
+    steps = [p for node in ph.walk(plan) for p in getattr(node, "placements", ())]
+    expected = {f"! {p.step} runs on cpu because {p.reason}" for p in steps if p.backend == "cpu"}
+    assert set(off) == expected and off  # finalize/project always stay on the host
+    if runs_on == "cpu":
+        assert any(line.startswith("! join runs on cpu") for line in off)
+    # the CPU plan of the same query: nothing off its backend
+    assert "!" not in spark_stages_text(plan_spark(query, _join_plan(query), partitions=2))

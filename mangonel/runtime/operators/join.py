@@ -61,6 +61,8 @@ class JoinMetrics(OperatorMetrics):
     their sum), with the late rows of each input by name."""
 
     late_by_input: tuple[tuple[str, int], ...] = ()
+    # rows read from each input by name (late and NULL-time rows included, as tuples_in)
+    tuples_by_input: tuple[tuple[str, int], ...] = ()
     # batches joined by each algorithm ("auto" chooses per batch from key statistics)
     batches_by_algorithm: tuple[tuple[str, int], ...] = ()
 
@@ -617,6 +619,7 @@ class JoinOperator:
             rows_out=self.rows_out,
             state_bytes=self.state_bytes(),
             late_by_input=tuple((s.name, s.late) for s in streams),
+            tuples_by_input=tuple((s.name, s.tuples_in) for s in streams),
             batches_by_algorithm=tuple(sorted(self.batches_by_algorithm.items())),
         )
 

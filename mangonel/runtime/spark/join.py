@@ -41,15 +41,20 @@ from mangonel.compiler import physical as ph
 from mangonel.errors import CatalogError
 from mangonel.runtime.operators.join import JoinOperator
 from mangonel.runtime.operators.tree import OperatorTree
+from mangonel.runtime.spark.join_metrics import (
+    metric_columns,
+    metric_row,
+    metric_values,
+    observed,
+)
 from mangonel.runtime.spark.planner import SparkQueryPlan, join_bucket_sql
-from mangonel.runtime.spark.schema import quote, spark_interval
+from mangonel.runtime.spark.schema import ddl, quote, spark_interval
 from mangonel.runtime.spark.stage1 import BUCKET
 from mangonel.runtime.spark.stage2 import (
     NEVER_LATE,
     NEVER_LATE_VALUE,
     STATE_DDL,
     WATERMARK_DELAY_KEY,
-    output_ddl,
 )
 
 SIDE = "__mangonel_side"
@@ -71,8 +76,9 @@ def _carried(
     """How a side's columns cross into Python: (name, column, how). Rows reach the callback
     as pandas, where an integer column with a NULL becomes float64 and a BIGINT loses its low
     bits above 2^53; so integers travel as a never-NULL BIGINT plus a NULL flag ("int"), the
-    event time as BIGINT microseconds ("time": it is never NULL here, and it must not carry
-    Spark's watermark metadata, see the module docstring), the rest as they are ("plain")."""
+    event time as BIGINT microseconds and a NULL flag ("time": it must not carry Spark's
+    watermark metadata, see the module docstring; rows with a NULL time reach the operator,
+    which drops and counts them as standalone), the rest as they are ("plain")."""
     event_time = _event_time(scan)
     out = []
     for column in scan.columns:
@@ -94,11 +100,9 @@ def _transport_columns(
     columns = []
     for name, column, how in _carried(scan, side):
         source = F.col(quote(column.name))
-        if how == "time":
-            value = F.expr(f"unix_micros({quote(column.name)})") if own else F.lit(0)
-            columns.append(value.cast("bigint").alias(name))
-        elif how == "int":
-            value = F.coalesce(source.cast("bigint"), F.lit(0)) if own else F.lit(0)
+        if how in ("time", "int"):
+            micros = F.expr(f"unix_micros({quote(column.name)})") if how == "time" else source
+            value = F.coalesce(micros.cast("bigint"), F.lit(0)) if own else F.lit(0)
             columns.append(value.cast("bigint").alias(name))
             columns.append((source.isNull() if own else F.lit(True)).alias(name + NULL_FLAG))
         else:
@@ -121,8 +125,6 @@ def _side_rows(
     columns.append(F.lit(side).alias(SIDE))
     bucket = join_bucket_sql(join, side, planned.join_keys, planned.buckets)
     columns.append(F.expr(bucket).cast("int").alias(BUCKET))
-    if event_time is not None:
-        frame = frame.where(f"{quote(event_time)} IS NOT NULL")
     return frame.select(*columns)
 
 
@@ -133,9 +135,7 @@ def _side_batch(
     arrays = []
     for name, column, how in _carried(scan, side):
         array = table[name].combine_chunks()
-        if how == "time":
-            array = array.cast(column.type.info.arrow)
-        elif how == "int":
+        if how in ("time", "int"):
             flags = table[name + NULL_FLAG].combine_chunks()
             values = array.to_numpy(zero_copy_only=False)
             nulls = flags.to_numpy(zero_copy_only=False)
@@ -152,8 +152,7 @@ def _from_pandas(rows: pd.DataFrame, scan: ph.StreamScanExec, side: int) -> pa.T
             columns[name] = pa.Array.from_pandas(rows[name], type=column.type.info.arrow)
             continue
         columns[name] = pa.array(rows[name].to_numpy(np.int64))
-        if how == "int":
-            columns[name + NULL_FLAG] = pa.array(rows[name + NULL_FLAG].to_numpy(np.bool_))
+        columns[name + NULL_FLAG] = pa.array(rows[name + NULL_FLAG].to_numpy(np.bool_))
     return pa.table(columns)
 
 
@@ -175,25 +174,38 @@ def _frames_by_side(
     return out
 
 
+def _null_row(schema: pa.Schema) -> pa.Table:
+    """One row of NULLs in every result column (the metrics row's result part)."""
+    return pa.table([pa.nulls(1, f.type) for f in schema], schema=schema)
+
+
 def bucket_function(plan: ph.ProjectExec, table_rows: tuple[int, pa.Table] | None):  # noqa: ANN201
     """The applyInPandasWithState callback of one join query; `table_rows`: (side, rows with
     their bucket) of a static table."""
     join = ph.find(plan, ph.WindowJoinExec)
+    metrics = [name for name, _ in metric_columns(join)]
 
     def run_bucket(
         bucket: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
         tree = OperatorTree(plan)  # the join operator, then aggregation, HAVING, projection
-        tree.find(JoinOperator).drive_watermark()
+        operator = tree.find(JoinOperator)
+        operator.drive_watermark()
         results = tree.schema
         out: list[pa.RecordBatch] = []
+        watermark_ms = state.getCurrentWatermarkMs()
         if state.exists:
             tree.restore(bytes(state.get[0]))
-        elif table_rows is not None:
-            side, rows = table_rows
-            mine = rows.filter(pc.equal(rows[BUCKET], pa.scalar(int(bucket[0]), pa.int32())))
-            tree.process(_side_batch(mine, join.children[side], side), side)
-        watermark_ms = state.getCurrentWatermarkMs()
+            before = metric_values(join, operator.metrics())
+        else:
+            before = metric_values(join, None)
+            # A new bucket has not seen the watermark yet (a bucket learns it when it runs):
+            # its first rows are judged against this micro-batch's, the one Spark knows now.
+            out += tree.on_watermark(watermark_ms * 1000)
+            if table_rows is not None:
+                side, rows = table_rows
+                mine = rows.filter(pc.equal(rows[BUCKET], pa.scalar(int(bucket[0]), pa.int32())))
+                tree.process(_side_batch(mine, join.children[side], side), side)
         if not state.hasTimedOut:
             for side, batch in _frames_by_side(frames, join):
                 out += tree.process(batch, side)
@@ -203,7 +215,20 @@ def bucket_function(plan: ph.ProjectExec, table_rows: tuple[int, pa.Table] | Non
         state.setTimeoutTimestamp(max(watermark_ms, 1))
         for batch in out:
             if batch.num_rows:
-                yield pa.Table.from_batches([batch], schema=results).to_pandas()
+                yield _with_metrics(pa.Table.from_batches([batch], schema=results), None)
+        after = metric_values(join, operator.metrics())
+        yield _with_metrics(_null_row(results), metric_row(before, after))
+
+    def _with_metrics(table: pa.Table, values: dict[str, int] | None) -> pd.DataFrame:
+        """Result rows (metric columns NULL) or the metrics row (`values`)."""
+        for name in metrics:
+            value = (
+                pa.nulls(table.num_rows, pa.int64())
+                if values is None
+                else pa.array([values[name]], pa.int64())
+            )
+            table = table.append_column(name, value)
+        return table.to_pandas()
 
     return run_bucket
 
@@ -236,13 +261,16 @@ def join_query(planned: SparkQueryPlan, frames: dict[str, DataFrame]) -> DataFra
         rows = rows.unionByName(streams[1])
     never_late = F.lit(NEVER_LATE_VALUE).cast("timestamp")
     keyed = rows.select("*", never_late.alias(NEVER_LATE, metadata={WATERMARK_DELAY_KEY: 0}))
-    return keyed.groupBy(BUCKET).applyInPandasWithState(
+    outputs = [o.name for o in planned.plan.outputs]
+    columns = [(o.name, o.type) for o in planned.plan.outputs] + metric_columns(join)
+    joined = keyed.groupBy(BUCKET).applyInPandasWithState(
         bucket_function(planned.plan, table_rows),
-        outputStructType=output_ddl(planned.plan),
+        outputStructType=ddl(columns),
         stateStructType=STATE_DDL,
         outputMode="append",
         timeoutConf=GroupStateTimeout.EventTimeTimeout,
     )
+    return observed(joined, join, outputs)
 
 
 __all__ = ["join_query", "side_column"]

@@ -25,6 +25,7 @@ from mangonel.compiler.explain import (
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import PlanError
 from mangonel.runtime.spark import native as native_module
+from mangonel.runtime.spark.join_metrics import OBSERVATION
 from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.sql import aggregate_sql, lift_sql
 
@@ -233,6 +234,9 @@ def _join_stages(planned: SparkQueryPlan, join: ph.WindowJoinExec) -> tuple[str,
     )
     children = (exchange, *[s for s in sides if s.name != "Project"])
     watermark = "min over the streams" if len(streams) == 2 else "the stream's"
+    # where the join itself runs: a GPU plan may keep it on the CPU (gpu_join=False,
+    # factorised cells); the plan's other steps print as `!` lines when off its backend
+    join_step = ph.placement(join, "join")
     stage2 = PlanNode(
         "Stage2 applyInPandasWithState",
         (
@@ -244,11 +248,26 @@ def _join_stages(planned: SparkQueryPlan, join: ph.WindowJoinExec) -> tuple[str,
             Parameter("watermark", watermark, watermark),
             Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
             Parameter("algorithm", join.algorithm, join.algorithm),
-            Parameter("backend", join.backend, join.backend),
+            Parameter("backend", join_step.backend, join_step.backend),
+            Parameter("metrics", f"observe({OBSERVATION})", OBSERVATION),
         ),
         children,
+        _join_placements(planned.plan),
     )
     return f"Spark: window join (buckets: {planned.join_reason})", stage2
+
+
+def _join_placements(plan: ph.ProjectExec) -> tuple[ph.Placement, ...]:
+    """Every step the bucket callback runs: the join's and those of the operators over it
+    (aggregation, HAVING, projection), bottom up."""
+    nodes = [
+        node
+        for node in ph.walk(plan)
+        if isinstance(
+            node, (ph.WindowJoinExec, ph.JoinAggregateExec, ph.FilterExec, ph.ProjectExec)
+        )
+    ]
+    return tuple(p for node in reversed(nodes) for p in node.placements)
 
 
 def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:

@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from mangonel.catalog.catalog import Table
 from mangonel.compiler.explain import explain_text
@@ -32,6 +33,7 @@ from mangonel.runtime.spark import native as native_module
 from mangonel.runtime.spark import stage1 as stage1_module
 from mangonel.runtime.spark import stage2 as stage2_module
 from mangonel.runtime.spark.java import check_java
+from mangonel.runtime.spark.join_metrics import progress_totals
 from mangonel.runtime.spark.planner import (
     STAGE1_KINDS,
     SparkQueryPlan,
@@ -87,7 +89,8 @@ class SparkMangonelSession:
     default), "kernels" (the backend's fused lift kernels; the GPU default), or None.
     native: None lets the planner choose Spark's native window aggregation by cost (where
     each tuple falls in one window, see native.py; EXPLAIN gives the reason); True / False
-    force that plan / mangonel's two stages.
+    force that plan / mangonel's two stages. gpu_join: in GPU plans, run join queries' join
+    on the GPU (as mangonel.Session; False keeps it on the CPU).
     """
 
     def __init__(
@@ -97,11 +100,12 @@ class SparkMangonelSession:
         buckets: int | None = None,
         stage1: str | None = None,
         native: bool | None = None,
+        gpu_join: bool = True,
     ) -> None:
         if stage1 not in (None, *STAGE1_KINDS):
             raise PlanError(f"stage1 must be 'arrow' or 'kernels', not {stage1!r}")
         self.spark = spark
-        self.session = StatementRunner(backend, gpu_probe=gpu_status)
+        self.session = StatementRunner(backend, gpu_join=gpu_join, gpu_probe=gpu_status)
         self.buckets = buckets
         self.stage1 = stage1
         self.native = native
@@ -235,6 +239,14 @@ class SparkMangonelSession:
         else:
             partials = stage1_module.stage1(window, watermarked, planned.buckets)
         return stage2_module.stage2(planned.plan, partials)
+
+    def join_metrics(self, query: StreamingQuery) -> dict[str, int]:
+        """The join operator's metrics of a running (or stopped) join query, summed over the
+        micro-batches Spark still reports in `query.recentProgress` (each micro-batch's own
+        are in its progress, `observedMetrics["mangonel_join"]`; see join_metrics.py):
+        rows_in_<alias> and late_<alias> per stream side, null_event_time_dropped,
+        windows_fired, rows_out, state_bytes, batches_hash, batches_sort_merge."""
+        return progress_totals(query.recentProgress)
 
     @property
     def last_plan(self) -> SparkQueryPlan | None:
