@@ -327,36 +327,84 @@ def merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarray
 
 
 @_jit
+def _sigma(x: float) -> float:
+    """Ertl's sigma(x) = x + sum_k>=1 x^(2^k) 2^(k-1), summed until it stops changing."""
+    if x == 1.0:
+        return np.inf
+    y = 1.0
+    z = x
+    while True:
+        x = x * x
+        previous = z
+        z += x * y
+        y += y
+        if z == previous:
+            return z
+
+
+@_jit
+def _tau(x: float) -> float:
+    """Ertl's tau(x) = (1 - x - sum_k>=1 (1 - x^(2^-k))^2 2^-k) / 3."""
+    if x == 0.0 or x == 1.0:
+        return 0.0
+    y = 1.0
+    z = 1.0 - x
+    while True:
+        x = np.sqrt(x)
+        previous = z
+        y *= 0.5
+        z -= (1.0 - x) ** 2 * y
+        if z == previous:
+            return z / 3.0
+
+
+@_jit
+def _improved_estimate(histogram: np.ndarray, m: int, q: int) -> float:
+    """Ertl's improved raw estimator (O. Ertl, "New cardinality estimation algorithms for
+    HyperLogLog sketches", arXiv:1702.01284, 2017, Algorithm 6) from the register histogram
+    C_0..C_{q+1} (q = 64 - p): nearly unbiased across the whole range, with no tables."""
+    z = m * _tau(1.0 - histogram[q + 1] / m)
+    for k in range(q, 0, -1):
+        z = 0.5 * (z + histogram[k])
+    z += m * _sigma(histogram[0] / m)
+    return m * m / (2.0 * np.log(2.0)) / z
+
+
+@_jit
 def _estimate(
-    registers: np.ndarray, m: int, alpha_m2: float, threshold: float, out: np.ndarray
+    registers: np.ndarray, p: int, alpha_m2: float, threshold: float, out: np.ndarray
 ) -> None:
+    m = 1 << p
+    q = 64 - p
+    histogram = np.zeros(q + 2, np.int64)
     for c in range(registers.shape[0]):
-        z_inverse = 0.0
-        zeros = 0
+        histogram[:] = 0
         for j in range(m):
-            r = registers[c, j]
-            z_inverse += 2.0 ** -np.float64(r)
-            if r == 0:
-                zeros += 1
+            histogram[registers[c, j]] += 1
+        z_inverse = 0.0
+        for k in range(q + 2):
+            z_inverse += histogram[k] * 2.0 ** -np.float64(k)
         e = alpha_m2 / z_inverse
-        estimate = e
-        if zeros > 0:
-            h = m * np.log(m / zeros)
-            if h <= threshold or e <= 2.5 * m:
-                estimate = h
+        zeros = histogram[0]
+        h = m * np.log(m / zeros) if zeros > 0 else np.inf
+        if zeros > 0 and (h <= threshold or e <= 2.5 * m):
+            estimate = h  # linear counting, where Spark uses it
+        elif e < 5.0 * m:
+            estimate = _improved_estimate(histogram, m, q)  # where Spark subtracts its bias
+        else:
+            estimate = e
         out[c] = np.int64(np.floor(estimate + 0.5))  # Java's Math.round
 
 
 def estimate(registers: np.ndarray, p: int) -> np.ndarray:
-    """APPROX_COUNT_DISTINCT of each register set (int64): linear counting while it is the
-    better estimate (Spark's rule), else the raw HLL estimate (see aggregates.sketches for
-    the bias band where Spark subtracts its table bias)."""
+    """APPROX_COUNT_DISTINCT of each register set (int64): Spark's estimate, except in the
+    band where Spark subtracts its empirical bias (see aggregates.sketches)."""
     registers = np.atleast_2d(registers)
     m = hll_registers(p)
     if registers.shape[1] != m:
         raise ValueError(f"registers have {registers.shape[1]} columns, p = {p} needs {m}")
     out = np.empty(registers.shape[0], np.int64)
-    _estimate(registers, m, hll_alpha_m2(p), hll_threshold(p), out)
+    _estimate(registers, p, hll_alpha_m2(p), hll_threshold(p), out)
     return out
 
 
