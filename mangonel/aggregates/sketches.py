@@ -14,8 +14,9 @@ where E >= 5 m (Spark's too). In between Spark subtracts an empirical bias from 
 not carry those tables and uses Ertl's improved raw estimator there instead (O. Ertl, "New
 cardinality estimation algorithms for HyperLogLog sketches", arXiv:1702.01284, 2017: no
 tables, nearly unbiased), so in that band only the estimate may differ from Spark's, by the
-two corrections' difference (measured within one standard deviation 1.04 / sqrt(m); the
-uncorrected E there overestimates by up to 3 standard deviations near 2.5 m).
+two corrections' difference (under 0.15 standard deviations 1.04 / sqrt(m) in
+tests/spark/test_spark_sketches.py; the uncorrected E there overestimates by up to 3 standard
+deviations near 2.5 m).
 
 APPROX_PERCENTILE(x, p [, accuracy]) -- Spark's Greenwald-Khanna summary (QuantileSummaries)
 with relative error eps = 1 / accuracy: a sorted list of (value, g, delta) samples where g is
