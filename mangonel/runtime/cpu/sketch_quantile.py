@@ -174,47 +174,115 @@ def _compact(
 
 
 @_jit
-def _merge_two(
+def _merge_pass(
     v: np.ndarray,
     g: np.ndarray,
     d: np.ndarray,
-    alo: int,
-    ahi: int,
-    acount: int,
-    blo: int,
-    bhi: int,
-    bcount: int,
-    eps: float,
+    src: np.ndarray,
+    bounds: np.ndarray,
+    runs: int,
+    ov: np.ndarray,
+    og: np.ndarray,
+    od: np.ndarray,
+    osrc: np.ndarray,
+) -> int:
+    """One level of a merge tree: runs 2j and 2j + 1 (bounds[r]..bounds[r + 1] of v, g, d,
+    src) merge into o*, the smaller value first in Spark's order and, on a tie, the later run's
+    sample (Spark's merge takes the other side's). Rewrites bounds; returns the run count."""
+    out = 0
+    for j in range(0, runs, 2):
+        lo = bounds[j]
+        if j + 1 == runs:
+            hi = bounds[j + 1]
+            ov[lo:hi], og[lo:hi], od[lo:hi], osrc[lo:hi] = v[lo:hi], g[lo:hi], d[lo:hi], src[lo:hi]
+        else:
+            i, iend, k, kend = lo, bounds[j + 1], bounds[j + 1], bounds[j + 2]
+            w = lo
+            while i < iend and k < kend:
+                if _less(v[i], v[k]):
+                    ov[w], og[w], od[w], osrc[w] = v[i], g[i], d[i], src[i]
+                    i += 1
+                else:
+                    ov[w], og[w], od[w], osrc[w] = v[k], g[k], d[k], src[k]
+                    k += 1
+                w += 1
+            n = iend - i
+            ov[w : w + n], og[w : w + n], od[w : w + n] = v[i:iend], g[i:iend], d[i:iend]
+            osrc[w : w + n] = src[i:iend]
+            w += n
+            n = kend - k
+            ov[w : w + n], og[w : w + n], od[w : w + n] = v[k:kend], g[k:kend], d[k:kend]
+            osrc[w : w + n] = src[k:kend]
+        bounds[out] = lo
+        out += 1
+    bounds[out] = bounds[runs]
+    return out
+
+
+@_jit
+def _merge_runs(
+    v: np.ndarray,
+    g: np.ndarray,
+    d: np.ndarray,
+    los: np.ndarray,
+    his: np.ndarray,
+    weights: np.ndarray,
     ov: np.ndarray,
     og: np.ndarray,
     od: np.ndarray,
     olo: int,
 ) -> int:
-    """Merge summary A = [alo, ahi) with B = [blo, bhi) (both in v, g, d) into o* from olo,
-    Spark's merge: a sample of one side that lands between samples of the other gains the
-    other side's floor(2 eps n) of rank uncertainty; then COMPRESS at 2 eps (na + nb). Ties
-    take B's sample first (Spark takes self's only when strictly smaller). Returns the end;
-    the merged samples are [returned lo, end) -- see `_merge_groups`."""
-    extra_a = np.int64(np.floor(2.0 * eps * bcount))
-    extra_b = np.int64(np.floor(2.0 * eps * acount))
-    i, j, w = alo, blo, olo
-    while i < ahi and j < bhi:
-        if _less(v[i], v[j]):
-            ov[w], og[w], od[w] = v[i], g[i], d[i] + (extra_a if j > blo else 0)
-            i += 1
-        else:
-            ov[w], og[w], od[w] = v[j], g[j], d[j] + (extra_b if i > alo else 0)
-            j += 1
-        w += 1
-    while i < ahi:
-        ov[w], og[w], od[w] = v[i], g[i], d[i]
-        i += 1
-        w += 1
-    while j < bhi:
-        ov[w], og[w], od[w] = v[j], g[j], d[j]
-        j += 1
-        w += 1
-    return w
+    """Merge sorted runs [los[r], his[r]) of v, g, d into o* from olo (a balanced tree of
+    two-way merges: sequential memory access, O(samples log runs)); returns the end. Spark's
+    two-sided merge, generalised: a sample gains weights[s] = floor(2 eps n_s) of rank
+    uncertainty from every other run s that has samples both before and after it (its true
+    rank could lie anywhere in s's gap there), nothing from a run wholly before or after it.
+    With two runs this is exactly Spark's QuantileSummaries.merge."""
+    k = los.shape[0]
+    total = 0
+    for r in range(k):
+        total += his[r] - los[r]
+    av, ag, ad = np.empty(total, np.float64), np.empty(total, np.int64), np.empty(total, np.int64)
+    asrc = np.empty(total, np.int64)
+    bounds = np.empty(k + 1, np.int64)
+    at = 0
+    for r in range(k):
+        n = his[r] - los[r]
+        bounds[r] = at
+        av[at : at + n], ag[at : at + n] = v[los[r] : his[r]], g[los[r] : his[r]]
+        ad[at : at + n] = d[los[r] : his[r]]
+        asrc[at : at + n] = r
+        at += n
+    bounds[k] = total
+    bv, bg, bd = np.empty(total, np.float64), np.empty(total, np.int64), np.empty(total, np.int64)
+    bsrc = np.empty(total, np.int64)
+    runs = k
+    while runs > 1:
+        runs = _merge_pass(av, ag, ad, asrc, bounds, runs, bv, bg, bd, bsrc)
+        av, bv = bv, av
+        ag, bg = bg, ag
+        ad, bd = bd, ad
+        asrc, bsrc = bsrc, asrc
+    first = np.full(k, total, np.int64)  # merged position of each run's first, last sample
+    last = np.zeros(k, np.int64)
+    for p in range(total):
+        r = asrc[p]
+        if first[r] == total:
+            first[r] = p
+        last[r] = p
+    # extra[p] = sum of weights of runs s with first[s] < p < last[s], less the sample's own
+    extra = np.zeros(total + 1, np.int64)
+    for r in range(k):
+        if last[r] - first[r] > 1:
+            extra[first[r] + 1] += weights[r]
+            extra[last[r]] -= weights[r]
+    running = np.int64(0)
+    for p in range(total):
+        running += extra[p]
+        r = asrc[p]
+        own = weights[r] if first[r] < p < last[r] else 0
+        ov[olo + p], og[olo + p], od[olo + p] = av[p], ag[p], ad[p] + running - own
+    return olo + total
 
 
 @_jit
@@ -238,67 +306,34 @@ def _merge_groups(
             size += offsets[c + 1] - offsets[c]
         starts[q + 1] = starts[q] + size
     total = starts[groups]
-    # two work areas the fold ping-pongs between; the result lands in acc*
-    acc_v = np.empty(total, np.float64)
-    acc_g = np.empty(total, np.int64)
-    acc_d = np.empty(total, np.int64)
-    tmp_v = np.empty(total, np.float64)
-    tmp_g = np.empty(total, np.int64)
-    tmp_d = np.empty(total, np.int64)
+    ov = np.empty(total, np.float64)
+    og = np.empty(total, np.int64)
+    od = np.empty(total, np.int64)
     out_counts = np.zeros(groups, np.int64)
     kept_lo = np.empty(groups, np.int64)
     for q in range(groups):
         lo = starts[q]
-        n = 0  # samples in the accumulator [lo, lo + n)
+        runs = 0
+        for k in range(group_offsets[q], group_offsets[q + 1]):
+            if counts[members[k]] > 0:
+                runs += 1
+        los = np.empty(runs, np.int64)
+        his = np.empty(runs, np.int64)
+        weights = np.empty(runs, np.int64)
+        r = 0
         count = 0
         for k in range(group_offsets[q], group_offsets[q + 1]):
             c = members[k]
-            clo, chi = offsets[c], offsets[c + 1]
-            if counts[c] == 0:
-                continue
-            if count == 0:
-                # Spark's merge with an empty side copies the other, uncompressed
-                acc_v[lo : lo + chi - clo] = v[clo:chi]
-                acc_g[lo : lo + chi - clo] = g[clo:chi]
-                acc_d[lo : lo + chi - clo] = d[clo:chi]
-                n = chi - clo
-                count = counts[c]
-                continue
-            # tmp = merge(acc, cell): copy the cell after the accumulator so both sides
-            # live in one array triple for _merge_two
-            acc_v[lo + n : lo + n + chi - clo] = v[clo:chi]
-            acc_g[lo + n : lo + n + chi - clo] = g[clo:chi]
-            acc_d[lo + n : lo + n + chi - clo] = d[clo:chi]
-            end = _merge_two(
-                acc_v,
-                acc_g,
-                acc_d,
-                lo,
-                lo + n,
-                count,
-                lo + n,
-                lo + n + chi - clo,
-                counts[c],
-                eps,
-                tmp_v,
-                tmp_g,
-                tmp_d,
-                lo,
-            )
-            count += counts[c]
-            new_lo = _compress(tmp_v, tmp_g, tmp_d, lo, end, 2.0 * eps * count)
-            n = end - new_lo
-            acc_v[lo : lo + n] = tmp_v[new_lo:end]
-            acc_g[lo : lo + n] = tmp_g[new_lo:end]
-            acc_d[lo : lo + n] = tmp_d[new_lo:end]
+            if counts[c] > 0:
+                los[r], his[r] = offsets[c], offsets[c + 1]
+                weights[r] = np.int64(np.floor(2.0 * eps * counts[c]))
+                count += counts[c]
+                r += 1
+        end = _merge_runs(v, g, d, los, his, weights, ov, og, od, lo)
         out_counts[q] = count
-        # _compact reads [kept_lo, starts[q + 1]): move the result to the top of the slot
-        top = starts[q + 1]
-        acc_v[top - n : top] = acc_v[lo : lo + n].copy()
-        acc_g[top - n : top] = acc_g[lo : lo + n].copy()
-        acc_d[top - n : top] = acc_d[lo : lo + n].copy()
-        kept_lo[q] = top - n
-    return _compact(starts, kept_lo, out_counts, acc_v, acc_g, acc_d)
+        # one run: Spark's merge with an empty side copies the other, uncompressed
+        kept_lo[q] = _compress(ov, og, od, lo, end, 2.0 * eps * count) if runs > 1 else lo
+    return _compact(starts, kept_lo, out_counts, ov, og, od)
 
 
 @_jit
@@ -362,8 +397,11 @@ def build(
 def merge_groups(
     sketches: QuantileSketches, members: np.ndarray, group_offsets: np.ndarray
 ) -> QuantileSketches:
-    """Group q = the merge, in order, of cells members[group_offsets[q]:group_offsets[q + 1]]
-    (a window from its panes' cells; a pane from its old summary and a new batch's)."""
+    """Group q = the merge of cells members[group_offsets[q]:group_offsets[q + 1]] (a window
+    from its panes' cells; a pane from its old summary and a new batch's): one k-way merge and
+    one COMPRESS per group (`_merge_runs`), so a window of k panes costs O(samples log k).
+    Two cells merge exactly as Spark merges two summaries; for more, Spark's fold compresses
+    after every step (in partition order), this compresses once: both keep the bound."""
     s = sketches
     arrays = _merge_groups(
         s.counts,
