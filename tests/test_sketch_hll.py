@@ -246,3 +246,17 @@ def test_bad_arguments_are_refused_clearly():
         hll.hash_values(np.arange(3), SqlType.STRING)
     with pytest.raises(ValueError, match="p = 9"):
         hll.estimate(hll.new_registers(2, 10), 9)
+    # numba checks no bounds: ids outside the arrays are refused before any kernel runs
+    with pytest.raises(ValueError, match="cell ids"):
+        hll.build(np.array([0, 2]), 2, np.arange(2), None, SqlType.BIGINT, 9)
+    with pytest.raises(ValueError, match="cell ids and validities"):
+        hll.build(np.array([0]), 2, np.arange(2), None, SqlType.BIGINT, 9)
+    with pytest.raises(ValueError, match="uint8"):
+        hll.update(hll.new_registers(2, 9), np.array([0]), np.arange(1), None, SqlType.BIGINT, 10)
+    registers = hll.new_registers(3, 9)
+    with pytest.raises(ValueError, match="members"):
+        hll.merge_groups(registers, np.array([0, 3]), np.array([0, 2]))
+    with pytest.raises(ValueError, match="offsets"):
+        hll.merge_groups(registers, np.array([0, 1]), np.array([0, 3]))
+    with pytest.raises(ValueError, match="precision"):
+        hll.from_bytes(bytes([30]) + bytes(8))

@@ -218,3 +218,9 @@ def test_snapshot_round_trip_and_concat_checks():
         gk.concat(summaries, _one(np.ones(3), 1e-2))
     with pytest.raises(ValueError, match="cell ids"):
         gk.build(np.array([0, 3]), 3, np.ones(2), None, 1e-3)
+    with pytest.raises(ValueError, match="members"):
+        gk.merge_groups(summaries, np.array([0, 9]), np.array([0, 2]))
+    with pytest.raises(ValueError, match="offsets"):
+        gk.merge_groups(summaries, np.array([0, 1]), np.array([1, 2]))
+    with pytest.raises(ValueError, match="relative error"):
+        gk.build(np.array([0]), 1, np.ones(1), None, 0.0)

@@ -15,6 +15,8 @@ import numba
 import numpy as np
 
 from mangonel.aggregates.sketches import (
+    HLL_MAX_PRECISION,
+    HLL_MIN_PRECISION,
     HLL_SEED,
     hll_alpha_m2,
     hll_hash_width,
@@ -22,6 +24,7 @@ from mangonel.aggregates.sketches import (
     hll_threshold,
 )
 from mangonel.catalog.types import SqlType
+from mangonel.runtime.cpu.sketch_inputs import batch_rows, groups
 
 # XXH64's primes (Yann Collet's xxHash specification)
 _P1 = np.uint64(0x9E3779B185EBCA87)
@@ -275,19 +278,12 @@ def update(
     as hashes (`hash_strings`) with argument=None."""
     mode = _HASHED if argument is None else _mode(values, argument)
     values = _prepare(values, argument)
-    if valid is None:
-        valid = np.ones(values.shape[0], np.bool_)
-    if registers.shape[1] != hll_registers(p):
-        raise ValueError(f"registers have {registers.shape[1]} columns, p = {p} needs 2^{p}")
-    _update(
-        registers,
-        np.ascontiguousarray(cells, np.int64),
-        values,
-        np.ascontiguousarray(valid, np.bool_),
-        mode,
-        p,
-        np.uint64(HLL_SEED),
-    )
+    cells, valid = batch_rows(cells, values, valid, registers.shape[0])
+    if registers.ndim != 2 or registers.dtype != np.uint8 or registers.shape[1] != hll_registers(p):
+        raise ValueError(
+            f"registers must be uint8 [cells, 2^{p}], got {registers.dtype} {registers.shape}"
+        )
+    _update(registers, cells, values, valid, mode, p, np.uint64(HLL_SEED))
 
 
 def build(
@@ -321,9 +317,7 @@ def _merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarra
 def merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Group g = the element-wise max of registers[members[offsets[g]:offsets[g + 1]]] (a
     window from its panes' cells); an empty group is an empty set."""
-    return _merge_groups(
-        registers, np.ascontiguousarray(members, np.int64), np.ascontiguousarray(offsets, np.int64)
-    )
+    return _merge_groups(registers, *groups(members, offsets, registers.shape[0]))
 
 
 @_jit
@@ -415,6 +409,8 @@ def to_bytes(registers: np.ndarray, p: int) -> bytes:
 
 def from_bytes(blob: bytes) -> tuple[np.ndarray, int]:
     p = blob[0]
+    if not HLL_MIN_PRECISION <= p <= HLL_MAX_PRECISION:
+        raise ValueError(f"HLL snapshot names precision {p}, outside [4, 18]")
     m = hll_registers(p)
     body = np.frombuffer(blob, np.uint8, offset=1)
     if body.shape[0] % m:

@@ -18,6 +18,7 @@ import numba
 import numpy as np
 
 from mangonel.aggregates.sketches import check_percentages
+from mangonel.runtime.cpu.sketch_inputs import batch_rows, groups
 
 _jit = numba.njit(cache=True, nogil=True)
 
@@ -384,13 +385,11 @@ def build(
     """One summary per cell 0..n_cells-1 from one batch: row i's value (as a double; skipped
     where not valid) goes into cell cells[i]. One counting-sort pass by cell, a sort per
     cell, then the GK samples and COMPRESS; no Python per row."""
+    if not 0.0 < eps <= 1.0:
+        raise ValueError(f"relative error must be in (0, 1], got {eps}")
     values = np.ascontiguousarray(values, np.float64)
-    if valid is None:
-        valid = np.ones(values.shape[0], np.bool_)
-    cells = np.ascontiguousarray(cells, np.int64)
-    if cells.shape[0] and (cells.min() < 0 or cells.max() >= n_cells):
-        raise ValueError(f"cell ids must lie in [0, {n_cells})")
-    arrays = _build(cells, values, np.ascontiguousarray(valid, np.bool_), n_cells, float(eps))
+    cells, valid = batch_rows(cells, values, valid, n_cells)
+    arrays = _build(cells, values, valid, n_cells, float(eps))
     return QuantileSketches(float(eps), *arrays)
 
 
@@ -398,20 +397,14 @@ def merge_groups(
     sketches: QuantileSketches, members: np.ndarray, group_offsets: np.ndarray
 ) -> QuantileSketches:
     """Group q = the merge of cells members[group_offsets[q]:group_offsets[q + 1]] (a window
-    from its panes' cells; a pane from its old summary and a new batch's): one k-way merge and
+    from its panes' cells; a pane from its old summary and a new batch's): one merge tree and
     one COMPRESS per group (`_merge_runs`), so a window of k panes costs O(samples log k).
     Two cells merge exactly as Spark merges two summaries; for more, Spark's fold compresses
     after every step (in partition order), this compresses once: both keep the bound."""
     s = sketches
+    members, group_offsets = groups(members, group_offsets, s.cells)
     arrays = _merge_groups(
-        s.counts,
-        s.offsets,
-        s.values,
-        s.g,
-        s.delta,
-        np.ascontiguousarray(members, np.int64),
-        np.ascontiguousarray(group_offsets, np.int64),
-        s.eps,
+        s.counts, s.offsets, s.values, s.g, s.delta, members, group_offsets, s.eps
     )
     return QuantileSketches(s.eps, *arrays)
 
