@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.extending import intrinsic
 
 from mangonel.aggregates.sketches import (
     HLL_MAX_PRECISION,
@@ -214,31 +217,31 @@ def hash_strings(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     )
 
 
+@intrinsic
+def _leading_zeros(typingctx, x):
+    """LLVM's ctlz on a uint64 (one instruction, lzcnt): a branchy binary search here costs
+    more than the hash, its branches being as random as the hash bits."""
+    if x != types.uint64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        function = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.IntType(64), [ir.IntType(64), ir.IntType(1)]),
+            "llvm.ctlz.i64",
+        )
+        return builder.call(function, [args[0], ir.Constant(ir.IntType(1), 0)])
+
+    return types.uint64(types.uint64), codegen
+
+
 @_jit
 def _register_of(x: np.uint64, p: int) -> tuple[int, int]:
     """(register index, rank) of hash x: the top p bits, and the number of leading zeros of
     the remaining bits (padded with a 1 at bit p - 1 so the rank is at most 65 - p) + 1."""
     index = int(x >> np.uint64(64 - p))
     w = (x << np.uint64(p)) | (np.uint64(1) << np.uint64(p - 1))
-    zeros = 0
-    if w >> np.uint64(32) == _U0:
-        zeros += 32
-        w <<= np.uint64(32)
-    if w >> np.uint64(48) == _U0:
-        zeros += 16
-        w <<= np.uint64(16)
-    if w >> np.uint64(56) == _U0:
-        zeros += 8
-        w <<= np.uint64(8)
-    if w >> np.uint64(60) == _U0:
-        zeros += 4
-        w <<= np.uint64(4)
-    if w >> np.uint64(62) == _U0:
-        zeros += 2
-        w <<= np.uint64(2)
-    if w >> np.uint64(63) == _U0:
-        zeros += 1
-    return index, zeros + 1
+    return index, int(_leading_zeros(w)) + 1
 
 
 @_jit
