@@ -139,25 +139,46 @@ def xxh64_bytes(data: np.ndarray, start: int, end: int, seed: np.uint64) -> np.u
     return _avalanche(h)
 
 
-# How a row's value becomes its hash: 0 hashLong of an int64 (floats arrive as their
-# normalised IEEE bits, see `_prepare`), 1 hashInt of the low 32 bits, 2 already a hash.
-_LONG, _INT, _HASHED = 0, 1, 2
+# How a row's value becomes its hash: hashLong / hashInt of an integer word, of a double's /
+# float's IEEE bits after Spark's normalisation, or the value is a hash already (strings).
+_LONG, _INT, _DOUBLE, _FLOAT, _HASHED = 0, 1, 2, 3, 4
+_ABS64, _INF64, _SIGN64 = np.uint64(2**63 - 1), np.uint64(0x7FF0000000000000), np.uint64(2**63)
+_ABS32, _INF32, _SIGN32 = np.uint64(2**31 - 1), np.uint64(0x7F800000), np.uint64(2**31)
+_NAN64, _NAN32 = np.uint64(_CANONICAL_NAN), np.uint64(_CANONICAL_NAN32)
 
 
 @_jit
-def _hash_one(values: np.ndarray, i: int, mode: int, seed: np.uint64) -> np.uint64:
+def _hash_one(words: np.ndarray, i: int, mode: int, seed: np.uint64) -> np.uint64:
+    """words: the column as integers; a DOUBLE/FLOAT column as its IEEE bits (a view), which
+    are normalised here as Spark does (every NaN is Java's canonical NaN, -0.0 is 0.0) with
+    integer tests only: a branch reading the doubles as floats made this loop 20x slower, its
+    integer path too (numba 0.68)."""
+    bits = np.uint64(words[i])
     if mode == _LONG:
-        return xxh64_long(np.uint64(values[i]), seed)
+        return xxh64_long(bits, seed)
     if mode == _INT:
-        return xxh64_int(np.uint64(values[i]) & _MASK32, seed)
-    return np.uint64(values[i])
+        return xxh64_int(bits & _MASK32, seed)
+    if mode == _DOUBLE:
+        if bits & _ABS64 > _INF64:
+            bits = _NAN64
+        elif bits == _SIGN64:
+            bits = _U0
+        return xxh64_long(bits, seed)
+    if mode == _FLOAT:
+        bits &= _MASK32
+        if bits & _ABS32 > _INF32:
+            bits = _NAN32
+        elif bits == _SIGN32:
+            bits = _U0
+        return xxh64_int(bits, seed)
+    return bits
 
 
 @_jit
-def _hash_all(values: np.ndarray, mode: int, seed: np.uint64) -> np.ndarray:
-    out = np.empty(values.shape[0], np.uint64)
-    for i in range(values.shape[0]):
-        out[i] = _hash_one(values, i, mode, seed)
+def _hash_all(words: np.ndarray, mode: int, seed: np.uint64) -> np.ndarray:
+    out = np.empty(words.shape[0], np.uint64)
+    for i in range(words.shape[0]):
+        out[i] = _hash_one(words, i, mode, seed)
     return out
 
 
@@ -170,40 +191,32 @@ def _hash_strings(offsets: np.ndarray, data: np.ndarray, seed: np.uint64) -> np.
     return out
 
 
-def _mode(values: np.ndarray, argument: SqlType) -> int:
+def _words(values: np.ndarray, argument: SqlType | None) -> tuple[np.ndarray, int]:
+    """(words, mode) the kernels read: the column as integers, a DOUBLE or FLOAT column as a
+    view of its IEEE bits (no copy when it is already contiguous). argument None: the values
+    are hashes already."""
+    if argument is None:
+        values = np.ascontiguousarray(values)
+        words = values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64)
+        return words, _HASHED
     width = hll_hash_width(argument)
     if width == 0:
         raise TypeError("STRING values hash by their UTF-8 bytes: use hash_strings")
     if values.dtype.kind not in "iubf":
         raise TypeError(f"cannot hash a {values.dtype} array as {argument}")
-    return _LONG if width == 8 else _INT
-
-
-def _prepare(values: np.ndarray, argument: SqlType | None) -> np.ndarray:
-    """The int64 words the kernel hashes: integers as they are, floats as Java's
-    doubleToLongBits / floatToIntBits after Spark's normalisation (-0.0 -> 0.0, any NaN -> the
-    canonical NaN), one vectorised pass."""
-    if argument is None:
-        return (
-            np.ascontiguousarray(values).view(np.int64)
-            if values.dtype == np.uint64
-            else (np.ascontiguousarray(values, np.int64))
-        )
-    if values.dtype.kind != "f":
-        return np.ascontiguousarray(values, np.int64)
-    if hll_hash_width(argument) == 4:
-        floats = np.asarray(values, np.float32) + np.float32(0.0)  # -0.0 + 0.0 == +0.0
-        bits = floats.view(np.int32).astype(np.int64)
-        return np.where(np.isnan(floats), np.int64(_CANONICAL_NAN32), bits)
-    doubles = np.asarray(values, np.float64) + 0.0
-    return np.where(np.isnan(doubles), np.int64(_CANONICAL_NAN), doubles.view(np.int64))
+    if argument is SqlType.DOUBLE:
+        return np.ascontiguousarray(values, np.float64).view(np.int64), _DOUBLE
+    if argument is SqlType.FLOAT:
+        return np.ascontiguousarray(values, np.float32).view(np.int32), _FLOAT
+    return np.ascontiguousarray(values, np.int64), _LONG if width == 8 else _INT
 
 
 def hash_values(values: np.ndarray, argument: SqlType) -> np.ndarray:
     """Spark's xxhash64 (seed 42) of every value of a numeric/BOOLEAN/TIMESTAMP column, as
     uint64 (view as int64 to compare with Spark's signed result)."""
-    mode = _mode(values, argument)
-    return _hash_all(_prepare(values, argument), mode, np.uint64(HLL_SEED))
+    if argument is None:
+        raise TypeError("hash_values needs the argument's SQL type")
+    return _hash_all(*_words(values, argument), np.uint64(HLL_SEED))
 
 
 def hash_strings(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
@@ -248,16 +261,16 @@ def _register_of(x: np.uint64, p: int) -> tuple[int, int]:
 def _update(
     registers: np.ndarray,
     cells: np.ndarray,
-    values: np.ndarray,
-    valid: np.ndarray,
+    words: np.ndarray,
     mode: int,
+    valid: np.ndarray,
     p: int,
     seed: np.uint64,
 ) -> None:
-    for i in range(values.shape[0]):
+    for i in range(words.shape[0]):
         if not valid[i]:
             continue
-        index, rank = _register_of(_hash_one(values, i, mode, seed), p)
+        index, rank = _register_of(_hash_one(words, i, mode, seed), p)
         cell = cells[i]
         if rank > registers[cell, index]:
             registers[cell, index] = rank
@@ -279,14 +292,13 @@ def update(
     """Add a batch to the register sets in place, in one pass: row i's value (skipped where
     not valid: NULL, or not contributing) goes into registers[cells[i]]. STRING values come
     as hashes (`hash_strings`) with argument=None."""
-    mode = _HASHED if argument is None else _mode(values, argument)
-    values = _prepare(values, argument)
-    cells, valid = batch_rows(cells, values, valid, registers.shape[0])
+    words, mode = _words(values, argument)
+    cells, valid = batch_rows(cells, words, valid, registers.shape[0])
     if registers.ndim != 2 or registers.dtype != np.uint8 or registers.shape[1] != hll_registers(p):
         raise ValueError(
             f"registers must be uint8 [cells, 2^{p}], got {registers.dtype} {registers.shape}"
         )
-    _update(registers, cells, values, valid, mode, p, np.uint64(HLL_SEED))
+    _update(registers, cells, words, mode, valid, p, np.uint64(HLL_SEED))
 
 
 def build(
