@@ -214,6 +214,12 @@ def test_snapshot_round_trip_and_concat_checks():
     assert np.array_equal(gk.query(restored, PERCENTAGES), gk.query(summaries, PERCENTAGES))
     with pytest.raises(ValueError, match="trailing"):
         gk.QuantileSketches.from_bytes(summaries.to_bytes() + b"\0")
+    with pytest.raises(ValueError, match="shorter"):
+        gk.QuantileSketches.from_bytes(summaries.to_bytes()[:-8])
+    damaged = bytearray(summaries.to_bytes())
+    damaged[24 + 8 * 9 + 8 + 6] = 0x7F  # offsets[1] far past the samples
+    with pytest.raises(ValueError, match="offsets"):
+        gk.QuantileSketches.from_bytes(bytes(damaged))
     with pytest.raises(ValueError, match="relative errors"):
         gk.concat(summaries, _one(np.ones(3), 1e-2))
     with pytest.raises(ValueError, match="cell ids"):

@@ -64,8 +64,16 @@ class QuantileSketches:
 
     @staticmethod
     def from_bytes(blob: bytes) -> QuantileSketches:
-        eps, cells, samples = struct.unpack_from("<dqq", blob)
+        """The set a snapshot holds, checked for consistency (the kernels index by offsets
+        without bounds checks, so a damaged snapshot must fail here)."""
         at = struct.calcsize("<dqq")
+        if len(blob) < at:
+            raise ValueError("quantile snapshot is shorter than its header")
+        eps, cells, samples = struct.unpack_from("<dqq", blob)
+        if not (0.0 < eps <= 1.0 and cells >= 0 and samples >= 0):
+            raise ValueError(f"quantile snapshot header is damaged: {eps}, {cells}, {samples}")
+        if len(blob) < at + 8 * (2 * cells + 1 + 3 * samples):
+            raise ValueError("quantile snapshot is shorter than its header says")
         arrays = []
         for dtype, n in (
             (np.int64, cells),
@@ -78,6 +86,16 @@ class QuantileSketches:
             at += n * 8
         if at != len(blob):
             raise ValueError(f"quantile snapshot has {len(blob) - at} trailing bytes")
+        counts, offsets = arrays[0], arrays[1]
+        sizes = np.diff(offsets)
+        if (
+            offsets[0] != 0
+            or offsets[-1] != samples
+            or np.any(sizes < 0)
+            or np.any(counts < sizes)
+            or np.any((counts > 0) != (sizes > 0))
+        ):
+            raise ValueError("quantile snapshot offsets and counts do not match")
         return QuantileSketches(eps, *arrays)
 
 
