@@ -1,0 +1,200 @@
+"""Mergeable sketches of the approximate aggregates: their parameters, constants and state
+kinds, defined once (docs/sketches.md). The kernels that build, merge and read them live
+in the backends (`runtime/cpu/sketch_hll.py`, `runtime/cpu/sketch_quantile.py`).
+
+APPROX_COUNT_DISTINCT(x [, rsd]) -- HyperLogLog++ as Spark computes it
+(HyperLogLogPlusPlusHelper): p = ceil(2 * log2(1.106 / rsd)) index bits, m = 2^p registers
+of 6 bits (kept as one uint8 each), a value's 64-bit hash is XXH64 with seed 42 over the
+bytes Spark hashes for its type, its top p bits pick the register and the register keeps the
+maximum of (leading zeros of the remaining bits) + 1; merge is the element-wise maximum.
+Estimate: raw E = alpha_m * m^2 / sum(2^-M[j]); with V > 0 empty registers, linear counting
+H = m * ln(m / V) when H <= THRESHOLDS[p] or E <= 2.5 m (Spark's rule, bit for bit), else E
+where E >= 5 m (Spark's too). In between Spark subtracts an empirical bias from E
+(k-nearest-neighbour interpolation in the HLL++ paper's appendix tables); this version does
+not carry those tables and uses Ertl's improved raw estimator there instead (O. Ertl, "New
+cardinality estimation algorithms for HyperLogLog sketches", arXiv:1702.01284, 2017: no
+tables, nearly unbiased), so in that band only the estimate may differ from Spark's, by the
+two corrections' difference (under 0.15 standard deviations 1.04 / sqrt(m) in
+tests/spark/test_spark_sketches.py; the uncorrected E there overestimates by up to 3 standard
+deviations near 2.5 m).
+
+APPROX_PERCENTILE(x, p [, accuracy]) -- Spark's Greenwald-Khanna summary (QuantileSummaries)
+with relative error eps = 1 / accuracy: a sorted list of (value, g, delta) samples where g is
+the rank gap to the previous sample and delta the rank uncertainty, so the rank of a returned
+value is within eps * n of the requested rank ceil(p * n), rounded to the nearest rank (the
+invariant is g + delta <= 1 + floor(2 eps n) and a query answers within max(g + delta) // 2;
+p <= eps answers the minimum, p >= 1 - eps the maximum). A sketch built from a set of values
+in one go holds them sorted with delta = floor(2 * eps * i) (0 for the first and the last)
+and is then compressed with threshold 2 * eps * n; two sketches merge like Spark's `merge`
+(interleaved samples take the other side's floor(2 * eps * n) as extra delta, then compress).
+Values are doubles (the argument cast, Spark's PercentileDigest); NaN sorts above +inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mangonel.aggregates.state import Layout, StateKind, register_state
+from mangonel.catalog.types import SqlType
+from mangonel.errors import PlanError
+
+# ---------------------------------------------------------------------------------------
+# HyperLogLog++
+
+HLL_SEED = 42  # Spark's seed for XXH64 in HyperLogLogPlusPlus (and its xxhash64 function)
+HLL_DEFAULT_RSD = 0.05
+HLL_MIN_PRECISION = 4  # Spark: "HLL++ requires at least 4 bits for addressing"
+# Registers per cell grow as 2^p: 2^18 bytes per (key, pane) cell is the most this version
+# keeps (rsd ~ 0.2 %); Spark accepts larger p but then skips its bias correction too.
+HLL_MAX_PRECISION = 18
+
+# Linear counting thresholds for p = 4..18 (index p - 4), from the appendix of Heule,
+# Nunkesser and Hall, "HyperLogLog in Practice: Algorithmic Engineering of a State of the Art
+# Cardinality Estimation Algorithm" (EDBT 2013), with the values Spark's
+# HyperLogLogPlusPlusHelper lists (so that linear counting switches where Spark's does).
+HLL_THRESHOLDS = (
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    220.0,
+    400.0,
+    900.0,
+    1800.0,
+    3100.0,
+    6500.0,
+    15500.0,
+    20000.0,
+    50000.0,
+    120000.0,
+    350000.0,
+)
+
+
+def hll_precision(rsd: float) -> int:
+    """Index bits p for a requested relative standard deviation (Spark's formula), checked."""
+    if not isinstance(rsd, (int, float)) or isinstance(rsd, bool) or not math.isfinite(rsd):
+        raise PlanError(f"APPROX_COUNT_DISTINCT: rsd must be a finite number, got {rsd!r}")
+    if rsd <= 0:
+        raise PlanError(f"APPROX_COUNT_DISTINCT: rsd must be positive, got {rsd}")
+    p = math.ceil(2.0 * math.log(1.106 / rsd) / math.log(2.0))
+    if p < HLL_MIN_PRECISION:
+        raise PlanError(
+            f"APPROX_COUNT_DISTINCT: rsd {rsd} is too large: HLL++ requires at least 4 bits "
+            "for addressing; use a lower error, at most 39%"
+        )
+    if p > HLL_MAX_PRECISION:
+        raise PlanError(
+            f"APPROX_COUNT_DISTINCT: rsd {rsd} needs 2^{p} registers per cell; the smallest "
+            f"rsd this version keeps is {hll_true_rsd(HLL_MAX_PRECISION):.5f} (p = 18)"
+        )
+    return p
+
+
+def hll_registers(p: int) -> int:
+    return 1 << p
+
+
+def hll_alpha_m2(p: int) -> float:
+    """alpha_m * m^2 of the raw estimate (Flajolet et al. 2007, Spark's constants)."""
+    m = float(1 << p)
+    alpha = {4: 0.673, 5: 0.697, 6: 0.709}.get(p, 0.7213 / (1.0 + 1.079 / m))
+    return alpha * m * m
+
+
+def hll_true_rsd(p: int) -> float:
+    """The relative standard deviation p registers give: 1.04 / sqrt(m)."""
+    return 1.04 / math.sqrt(1 << p)
+
+
+def hll_threshold(p: int) -> float:
+    return HLL_THRESHOLDS[p - HLL_MIN_PRECISION]
+
+
+def hll_hash_width(argument: SqlType) -> int:
+    """Bytes Spark's XXH64 hashes for a value of `argument`: 4 (hashInt) for INT, FLOAT
+    (its float bits) and BOOLEAN (0/1), else 8 (hashLong; DOUBLE by its bits); STRING hashes
+    its UTF-8 bytes (0 here)."""
+    if argument is SqlType.STRING:
+        return 0
+    if argument in (SqlType.INT, SqlType.FLOAT, SqlType.BOOLEAN):
+        return 4
+    return 8
+
+
+# ---------------------------------------------------------------------------------------
+# Greenwald-Khanna quantile summary
+
+QUANTILE_DEFAULT_ACCURACY = 10000  # Spark's ApproximatePercentile.DEFAULT_PERCENTILE_ACCURACY
+QUANTILE_MAX_ACCURACY = 2**31 - 1  # Spark: accuracy must be at most Int.MaxValue
+
+
+def quantile_relative_error(accuracy: int) -> float:
+    """eps = 1 / accuracy, checked as Spark checks APPROX_PERCENTILE's accuracy."""
+    if not isinstance(accuracy, (int, np.integer)) or isinstance(accuracy, bool):
+        raise PlanError(f"APPROX_PERCENTILE: accuracy must be an integer literal, got {accuracy!r}")
+    if not 0 < accuracy <= QUANTILE_MAX_ACCURACY:
+        raise PlanError(
+            f"APPROX_PERCENTILE: accuracy must be in [1, {QUANTILE_MAX_ACCURACY}], got {accuracy}"
+        )
+    return 1.0 / float(accuracy)
+
+
+def check_percentages(percentages: float | tuple[float, ...]) -> tuple[float, ...]:
+    """The requested percentages as a tuple, each a number in [0, 1] (a PlanError else)."""
+    values = percentages if isinstance(percentages, (tuple, list)) else (percentages,)
+    if not values:
+        raise PlanError("APPROX_PERCENTILE: the percentage array must not be empty")
+    for p in values:
+        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+            raise PlanError(f"APPROX_PERCENTILE: percentage must be in [0, 1], got {p!r}")
+    return tuple(float(p) for p in values)
+
+
+# ---------------------------------------------------------------------------------------
+# State kinds (declared, not yet planned: every backend refuses VARIABLE kinds through
+# `require_fixed` until the holistic path wires them in)
+
+HLL = register_state(
+    StateKind(
+        name="HLL",
+        doc=(
+            "HyperLogLog++ registers: 2^p uint8 per cell, p from the call's rsd; merge = "
+            "element-wise max (runtime/cpu/sketch_hll.py). Fixed-size for a given p, but p is "
+            "a parameter of the call, so the kind declares no fixed parts."
+        ),
+        parts=(),
+        storage=lambda _accumulator: np.dtype(np.uint8),
+        neutral=lambda _dtype: (),
+        lift=None,
+        combine=None,
+        scalar_combine=None,
+        cuda=None,
+        arrow=None,
+        algebraic=True,
+        layout=Layout.VARIABLE,
+    )
+)
+
+GK_QUANTILE = register_state(
+    StateKind(
+        name="GK_QUANTILE",
+        doc=(
+            "Greenwald-Khanna summary per cell: (count, samples of (value, g, delta)), a "
+            "variable number of samples; merge = Spark's QuantileSummaries.merge "
+            "(runtime/cpu/sketch_quantile.py)."
+        ),
+        parts=(),
+        storage=lambda _accumulator: np.dtype(np.float64),
+        neutral=lambda _dtype: (),
+        lift=None,
+        combine=None,
+        scalar_combine=None,
+        cuda=None,
+        arrow=None,
+        algebraic=True,
+        layout=Layout.VARIABLE,
+    )
+)

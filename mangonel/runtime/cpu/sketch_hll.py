@@ -1,0 +1,433 @@
+"""HyperLogLog++ on the CPU (numba): hash, build one register set per (key, pane) cell from a
+batch in one pass, merge sets of cells, estimate. The definition (precision, constants,
+estimate rule, what differs from Spark) is `mangonel.aggregates.sketches`; docs/sketches.md.
+
+Registers are a `[cells, 2^p]` uint8 array (Spark packs ten 6-bit registers per long; one byte
+each keeps the update a plain store and the merge a vectorisable max). The hash is XXH64 with
+seed 42 over the bytes Spark hashes (`XxHash64Function`): 8 bytes of a BIGINT/TIMESTAMP, 4 of
+an INT/BOOLEAN, the IEEE bits of a DOUBLE (4 of a FLOAT) after Spark's normalisation (-0.0
+as 0.0, every NaN as the canonical NaN), the UTF-8 bytes of a STRING.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.extending import intrinsic
+
+from mangonel.aggregates.sketches import (
+    HLL_MAX_PRECISION,
+    HLL_MIN_PRECISION,
+    HLL_SEED,
+    hll_alpha_m2,
+    hll_hash_width,
+    hll_registers,
+    hll_threshold,
+)
+from mangonel.catalog.types import SqlType
+from mangonel.runtime.cpu.sketch_inputs import batch_rows, groups
+
+# XXH64's primes (Yann Collet's xxHash specification)
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_P4 = np.uint64(0x85EBCA77C2B2AE63)
+_P5 = np.uint64(0x27D4EB2F165667C5)
+_U0 = np.uint64(0)
+_MASK32 = np.uint64(0xFFFFFFFF)
+_CANONICAL_NAN = 0x7FF8000000000000  # Java's doubleToLongBits(NaN)
+_CANONICAL_NAN32 = 0x7FC00000  # Java's floatToIntBits(NaN)
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def _rotl(x: np.uint64, r: int) -> np.uint64:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@_jit
+def _round(acc: np.uint64, lane: np.uint64) -> np.uint64:
+    acc = acc + lane * _P2
+    return _rotl(acc, 31) * _P1
+
+
+@_jit
+def _avalanche(h: np.uint64) -> np.uint64:
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@_jit
+def _tail8(h: np.uint64, lane: np.uint64) -> np.uint64:
+    h ^= _round(_U0, lane)
+    return _rotl(h, 27) * _P1 + _P4
+
+
+@_jit
+def _tail4(h: np.uint64, lane32: np.uint64) -> np.uint64:
+    h ^= lane32 * _P1
+    return _rotl(h, 23) * _P2 + _P3
+
+
+@_jit
+def xxh64_long(value: np.uint64, seed: np.uint64) -> np.uint64:
+    """XXH64 of the 8 little-endian bytes of `value` (Spark's XXH64.hashLong)."""
+    h = seed + _P5 + np.uint64(8)
+    return _avalanche(_tail8(h, value))
+
+
+@_jit
+def xxh64_int(value: np.uint64, seed: np.uint64) -> np.uint64:
+    """XXH64 of the 4 little-endian bytes of the low 32 bits of `value` (XXH64.hashInt)."""
+    h = seed + _P5 + np.uint64(4)
+    return _avalanche(_tail4(h, value & _MASK32))
+
+
+@_jit
+def _read64(data: np.ndarray, at: int) -> np.uint64:
+    v = _U0
+    for k in range(8):
+        v |= np.uint64(data[at + k]) << np.uint64(8 * k)
+    return v
+
+
+@_jit
+def xxh64_bytes(data: np.ndarray, start: int, end: int, seed: np.uint64) -> np.uint64:
+    """XXH64 of data[start:end] (uint8), the full algorithm: 32-byte stripes, then 8-, 4- and
+    1-byte tails (Spark's XXH64.hashUnsafeBytes over a string's UTF-8 bytes)."""
+    length = end - start
+    at = start
+    if length >= 32:
+        v1 = seed + _P1 + _P2
+        v2 = seed + _P2
+        v3 = seed
+        v4 = seed - _P1
+        limit = end - 32
+        while at <= limit:
+            v1 = _round(v1, _read64(data, at))
+            v2 = _round(v2, _read64(data, at + 8))
+            v3 = _round(v3, _read64(data, at + 16))
+            v4 = _round(v4, _read64(data, at + 24))
+            at += 32
+        h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+        for v in (v1, v2, v3, v4):
+            h ^= _round(_U0, v)
+            h = h * _P1 + _P4
+    else:
+        h = seed + _P5
+    h += np.uint64(length)
+    while at + 8 <= end:
+        h = _tail8(h, _read64(data, at))
+        at += 8
+    if at + 4 <= end:
+        lane = _U0
+        for k in range(4):
+            lane |= np.uint64(data[at + k]) << np.uint64(8 * k)
+        h = _tail4(h, lane)
+        at += 4
+    while at < end:
+        h ^= np.uint64(data[at]) * _P5
+        h = _rotl(h, 11) * _P1
+        at += 1
+    return _avalanche(h)
+
+
+# How a row's value becomes its hash: hashLong / hashInt of an integer word, of a double's /
+# float's IEEE bits after Spark's normalisation, or the value is a hash already (strings).
+_LONG, _INT, _DOUBLE, _FLOAT, _HASHED = 0, 1, 2, 3, 4
+_ABS64, _INF64, _SIGN64 = np.uint64(2**63 - 1), np.uint64(0x7FF0000000000000), np.uint64(2**63)
+_ABS32, _INF32, _SIGN32 = np.uint64(2**31 - 1), np.uint64(0x7F800000), np.uint64(2**31)
+_NAN64, _NAN32 = np.uint64(_CANONICAL_NAN), np.uint64(_CANONICAL_NAN32)
+
+
+@_jit
+def _hash_one(words: np.ndarray, i: int, mode: int, seed: np.uint64) -> np.uint64:
+    """words: the column as integers; a DOUBLE/FLOAT column as its IEEE bits (a view), which
+    are normalised here as Spark does (every NaN is Java's canonical NaN, -0.0 is 0.0) with
+    integer tests only: a branch reading the doubles as floats made this loop 20x slower, its
+    integer path too (numba 0.68)."""
+    bits = np.uint64(words[i])
+    if mode == _LONG:
+        return xxh64_long(bits, seed)
+    if mode == _INT:
+        return xxh64_int(bits & _MASK32, seed)
+    if mode == _DOUBLE:
+        if bits & _ABS64 > _INF64:
+            bits = _NAN64
+        elif bits == _SIGN64:
+            bits = _U0
+        return xxh64_long(bits, seed)
+    if mode == _FLOAT:
+        bits &= _MASK32
+        if bits & _ABS32 > _INF32:
+            bits = _NAN32
+        elif bits == _SIGN32:
+            bits = _U0
+        return xxh64_int(bits, seed)
+    return bits
+
+
+@_jit
+def _hash_all(words: np.ndarray, mode: int, seed: np.uint64) -> np.ndarray:
+    out = np.empty(words.shape[0], np.uint64)
+    for i in range(words.shape[0]):
+        out[i] = _hash_one(words, i, mode, seed)
+    return out
+
+
+@_jit
+def _hash_strings(offsets: np.ndarray, data: np.ndarray, seed: np.uint64) -> np.ndarray:
+    n = offsets.shape[0] - 1
+    out = np.empty(n, np.uint64)
+    for i in range(n):
+        out[i] = xxh64_bytes(data, offsets[i], offsets[i + 1], seed)
+    return out
+
+
+def _words(values: np.ndarray, argument: SqlType | None) -> tuple[np.ndarray, int]:
+    """(words, mode) the kernels read: the column as integers, a DOUBLE or FLOAT column as a
+    view of its IEEE bits (no copy when it is already contiguous). argument None: the values
+    are hashes already."""
+    if argument is None:
+        values = np.ascontiguousarray(values)
+        words = values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64)
+        return words, _HASHED
+    width = hll_hash_width(argument)
+    if width == 0:
+        raise TypeError("STRING values hash by their UTF-8 bytes: use hash_strings")
+    if values.dtype.kind not in "iubf":
+        raise TypeError(f"cannot hash a {values.dtype} array as {argument}")
+    if argument is SqlType.DOUBLE:
+        return np.ascontiguousarray(values, np.float64).view(np.int64), _DOUBLE
+    if argument is SqlType.FLOAT:
+        return np.ascontiguousarray(values, np.float32).view(np.int32), _FLOAT
+    return np.ascontiguousarray(values, np.int64), _LONG if width == 8 else _INT
+
+
+def hash_values(values: np.ndarray, argument: SqlType) -> np.ndarray:
+    """Spark's xxhash64 (seed 42) of every value of a numeric/BOOLEAN/TIMESTAMP column, as
+    uint64 (view as int64 to compare with Spark's signed result)."""
+    if argument is None:
+        raise TypeError("hash_values needs the argument's SQL type")
+    return _hash_all(*_words(values, argument), np.uint64(HLL_SEED))
+
+
+def hash_strings(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """Spark's xxhash64 (seed 42) of every string of an Arrow-style string column: string i is
+    data[offsets[i]:offsets[i + 1]] (UTF-8). A dictionary-encoded column hashes its
+    dictionary once and takes hashes[ids]."""
+    return _hash_strings(
+        np.ascontiguousarray(offsets, np.int64),
+        np.ascontiguousarray(data, np.uint8),
+        np.uint64(HLL_SEED),
+    )
+
+
+@intrinsic
+def _leading_zeros(typingctx, x):
+    """LLVM's ctlz on a uint64 (one instruction, lzcnt): a branchy binary search here costs
+    more than the hash, its branches being as random as the hash bits."""
+    if x != types.uint64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        function = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.IntType(64), [ir.IntType(64), ir.IntType(1)]),
+            "llvm.ctlz.i64",
+        )
+        return builder.call(function, [args[0], ir.Constant(ir.IntType(1), 0)])
+
+    return types.uint64(types.uint64), codegen
+
+
+@_jit
+def _register_of(x: np.uint64, p: int) -> tuple[int, int]:
+    """(register index, rank) of hash x: the top p bits, and the number of leading zeros of
+    the remaining bits (padded with a 1 at bit p - 1 so the rank is at most 65 - p) + 1."""
+    index = int(x >> np.uint64(64 - p))
+    w = (x << np.uint64(p)) | (np.uint64(1) << np.uint64(p - 1))
+    return index, int(_leading_zeros(w)) + 1
+
+
+@_jit
+def _update(
+    registers: np.ndarray,
+    cells: np.ndarray,
+    words: np.ndarray,
+    mode: int,
+    valid: np.ndarray,
+    p: int,
+    seed: np.uint64,
+) -> None:
+    for i in range(words.shape[0]):
+        if not valid[i]:
+            continue
+        index, rank = _register_of(_hash_one(words, i, mode, seed), p)
+        cell = cells[i]
+        if rank > registers[cell, index]:
+            registers[cell, index] = rank
+
+
+def new_registers(cells: int, p: int) -> np.ndarray:
+    """Empty register sets (all 0: the estimate of an empty set is 0) for `cells` cells."""
+    return np.zeros((cells, hll_registers(p)), np.uint8)
+
+
+def update(
+    registers: np.ndarray,
+    cells: np.ndarray,
+    values: np.ndarray,
+    valid: np.ndarray | None,
+    argument: SqlType,
+    p: int,
+) -> None:
+    """Add a batch to the register sets in place, in one pass: row i's value (skipped where
+    not valid: NULL, or not contributing) goes into registers[cells[i]]. STRING values come
+    as hashes (`hash_strings`) with argument=None."""
+    words, mode = _words(values, argument)
+    cells, valid = batch_rows(cells, words, valid, registers.shape[0])
+    if registers.ndim != 2 or registers.dtype != np.uint8 or registers.shape[1] != hll_registers(p):
+        raise ValueError(
+            f"registers must be uint8 [cells, 2^{p}], got {registers.dtype} {registers.shape}"
+        )
+    _update(registers, cells, words, mode, valid, p, np.uint64(HLL_SEED))
+
+
+def build(
+    cells: np.ndarray,
+    n_cells: int,
+    values: np.ndarray,
+    valid: np.ndarray | None,
+    argument: SqlType | None,
+    p: int,
+) -> np.ndarray:
+    """One register set per cell 0..n_cells-1 from one batch (see `update`)."""
+    registers = new_registers(n_cells, p)
+    update(registers, cells, values, valid, argument, p)
+    return registers
+
+
+@_jit
+def _merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    groups = offsets.shape[0] - 1
+    m = registers.shape[1]
+    out = np.zeros((groups, m), np.uint8)
+    for g in range(groups):
+        for k in range(offsets[g], offsets[g + 1]):
+            row = registers[members[k]]
+            for j in range(m):
+                if row[j] > out[g, j]:
+                    out[g, j] = row[j]
+    return out
+
+
+def merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Group g = the element-wise max of registers[members[offsets[g]:offsets[g + 1]]] (a
+    window from its panes' cells); an empty group is an empty set."""
+    return _merge_groups(registers, *groups(members, offsets, registers.shape[0]))
+
+
+@_jit
+def _sigma(x: float) -> float:
+    """Ertl's sigma(x) = x + sum_k>=1 x^(2^k) 2^(k-1), summed until it stops changing."""
+    if x == 1.0:
+        return np.inf
+    y = 1.0
+    z = x
+    while True:
+        x = x * x
+        previous = z
+        z += x * y
+        y += y
+        if z == previous:
+            return z
+
+
+@_jit
+def _tau(x: float) -> float:
+    """Ertl's tau(x) = (1 - x - sum_k>=1 (1 - x^(2^-k))^2 2^-k) / 3."""
+    if x == 0.0 or x == 1.0:
+        return 0.0
+    y = 1.0
+    z = 1.0 - x
+    while True:
+        x = np.sqrt(x)
+        previous = z
+        y *= 0.5
+        z -= (1.0 - x) ** 2 * y
+        if z == previous:
+            return z / 3.0
+
+
+@_jit
+def _improved_estimate(histogram: np.ndarray, m: int, q: int) -> float:
+    """Ertl's improved raw estimator (O. Ertl, "New cardinality estimation algorithms for
+    HyperLogLog sketches", arXiv:1702.01284, 2017, Algorithm 6) from the register histogram
+    C_0..C_{q+1} (q = 64 - p): nearly unbiased across the whole range, with no tables."""
+    z = m * _tau(1.0 - histogram[q + 1] / m)
+    for k in range(q, 0, -1):
+        z = 0.5 * (z + histogram[k])
+    z += m * _sigma(histogram[0] / m)
+    return m * m / (2.0 * np.log(2.0)) / z
+
+
+@_jit
+def _estimate(
+    registers: np.ndarray, p: int, alpha_m2: float, threshold: float, out: np.ndarray
+) -> None:
+    m = 1 << p
+    q = 64 - p
+    histogram = np.zeros(q + 2, np.int64)
+    for c in range(registers.shape[0]):
+        histogram[:] = 0
+        for j in range(m):
+            histogram[registers[c, j]] += 1
+        z_inverse = 0.0
+        for k in range(q + 2):
+            z_inverse += histogram[k] * 2.0 ** -np.float64(k)
+        e = alpha_m2 / z_inverse
+        zeros = histogram[0]
+        h = m * np.log(m / zeros) if zeros > 0 else np.inf
+        if zeros > 0 and (h <= threshold or e <= 2.5 * m):
+            estimate = h  # linear counting, where Spark uses it
+        elif e < 5.0 * m:
+            estimate = _improved_estimate(histogram, m, q)  # where Spark subtracts its bias
+        else:
+            estimate = e
+        out[c] = np.int64(np.floor(estimate + 0.5))  # Java's Math.round
+
+
+def estimate(registers: np.ndarray, p: int) -> np.ndarray:
+    """APPROX_COUNT_DISTINCT of each register set (int64): Spark's estimate, except in the
+    band where Spark subtracts its empirical bias (see aggregates.sketches)."""
+    registers = np.atleast_2d(registers)
+    m = hll_registers(p)
+    if registers.shape[1] != m:
+        raise ValueError(f"registers have {registers.shape[1]} columns, p = {p} needs {m}")
+    out = np.empty(registers.shape[0], np.int64)
+    _estimate(registers, p, hll_alpha_m2(p), hll_threshold(p), out)
+    return out
+
+
+def to_bytes(registers: np.ndarray, p: int) -> bytes:
+    """Snapshot of register sets: one byte p, then the uint8 registers row-major."""
+    return bytes([p]) + np.ascontiguousarray(registers, np.uint8).tobytes()
+
+
+def from_bytes(blob: bytes) -> tuple[np.ndarray, int]:
+    p = blob[0]
+    if not HLL_MIN_PRECISION <= p <= HLL_MAX_PRECISION:
+        raise ValueError(f"HLL snapshot names precision {p}, outside [4, 18]")
+    m = hll_registers(p)
+    body = np.frombuffer(blob, np.uint8, offset=1)
+    if body.shape[0] % m:
+        raise ValueError(f"HLL snapshot of {body.shape[0]} register bytes is not a multiple of {m}")
+    return body.reshape(-1, m).copy(), p
