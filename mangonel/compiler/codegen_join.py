@@ -6,16 +6,30 @@ outer joins' matched flags (mark) and, for an aggregated join, one scatter kerne
 (state kind, storage type) of its fields, pasted from the kind's CUDA atomic fragment: the
 state is combined into (window, group) cells where the pairs are found. Rendering needs no
 GPU and imports no CuPy; `runtime/gpu/join.py` compiles and launches.
+
+Device-fused join + aggregate (`device_fusion`, issue 10 item 3): where an aggregated join's
+group is known per row of one side and every predicate and aggregate argument renders in CUDA,
+the module instead holds one `fused_probe` kernel (plus the build side's bucket count for a
+hash join): each stored row of one side walks its matches among a new batch's rows (hash: the
+batch's buckets; sort-merge: the run of its slot in the batch sorted by slot), evaluates the
+residual, WHERE and the aggregate arguments over the two rows (`cuda_expressions`, the joined
+columns of both sides on the device) and combines the lifted state into the dense (window,
+group) cells of every window both rows share with the kinds' atomic fragments. No pair is
+written anywhere.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlglot import exp
+
 from mangonel.aggregates import require_fixed
-from mangonel.aggregates.state import StateKind
+from mangonel.aggregates.state import Layout, StateKind
+from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.codegen import GeneratedModule, _finish
+from mangonel.compiler.codegen import GeneratedModule, _device_ctype, _field_fragments, _finish
+from mangonel.compiler.typing import ExpressionError, TypeEnv
 
 JOIN_TEMPLATES = ("prelude.cu.j2", "join.cu.j2")
 ALGORITHM_ROLES = {
@@ -23,6 +37,10 @@ ALGORITHM_ROLES = {
     "sort-merge": ("merge_count", "merge_write"),
 }
 COMMON_ROLES = ("expand_count", "expand_write", "mark")
+# the fused kernel evaluates expressions as the project kernel does: no contraction into fused
+# multiply-adds (codegen_project.PROJECT_COMPILE_OPTIONS says why)
+FUSED_COMPILE_OPTIONS = ("-fmad=false",)
+FUSED_ROLES = {"hash": ("bucket_count", "fused_probe"), "sort-merge": ("fused_probe",)}
 
 
 @dataclass(frozen=True)
@@ -51,9 +69,167 @@ def join_scatters(node: ph.JoinAggregateExec | None) -> tuple[JoinScatter, ...]:
     return tuple(seen.values())
 
 
-def render_join_kernels(algorithm: str, scatters: tuple[JoinScatter, ...] = ()) -> GeneratedModule:
+@dataclass(frozen=True)
+class FusedColumn:
+    """A joined column the fused kernel reads: side 0 (left) or 1 (right), its bare name in
+    the side's stored rows, its SQL type and device element type."""
+
+    side: int
+    name: str  # the stored column's name (without the alias)
+    joined: str  # `alias.name`
+    type: SqlType
+    ctype: str
+
+
+@dataclass(frozen=True)
+class DeviceFusion:
+    """How an aggregated join is fused on the device: the side whose rows carry the group
+    slot (`group_side`; each GROUP BY column is its own column or a join key equal to one),
+    the columns read, and the kernel's C fragments (`render_join_kernels`)."""
+
+    group_side: int
+    group_columns: tuple[tuple[str, SqlType], ...]  # per GROUP BY column: group side's column
+    columns: tuple[FusedColumn, ...]
+    context: dict
+
+
+def _group_columns(node: ph.JoinAggregateExec, side: int) -> tuple[tuple[str, SqlType], ...] | None:
+    """Per GROUP BY column, the column of `side`'s rows that holds its value (itself, or the
+    join key of `side` that the ON clause equates to it), or None when one is on neither."""
+    join = node.join
+    alias = join.aliases[side] + "."
+    mine = join.left_keys if side == 0 else join.right_keys
+    theirs = join.right_keys if side == 0 else join.left_keys
+    found = []
+    for key in node.keys:
+        if key.name.startswith(alias):
+            found.append((key.name[len(alias) :], key.type))
+            continue
+        match = [m for m, t in zip(mine, theirs, strict=True) if t.name == key.name]
+        if not match or not (key.type.is_integer or key.type is SqlType.STRING):
+            return None
+        found.append((match[0].name[len(alias) :], key.type))
+    return tuple(found)
+
+
+def device_fusion(node: ph.JoinAggregateExec) -> DeviceFusion | str:
+    """The device-fused form of an aggregated join, or why it keeps the probe form (pairs
+    found on the device, their partials computed and scattered by the driver)."""
+    join = node.join
+    if node.factorised is not None:
+        return "the aggregation is factorised"
+    if join.kind.keeps_left or join.kind.keeps_right:
+        return "outer join: its unmatched rows are credited at firing by the probe form"
+    if join.window is None:
+        return "no window"
+    for field in node.fields:
+        if field.kind.layout is not Layout.FIXED or field.kind.cuda is None:
+            return f"the {field.kind.name} state has no CUDA atomic fragment"
+    group_side = next((side for side in (0, 1) if _group_columns(node, side) is not None), None)
+    if group_side is None:
+        return "GROUP BY mixes columns of both sides that are not join keys"
+    types = {c.name: c.type for c in join.columns}
+    predicates = [p for p in (join.residual, join.where) if p is not None]
+    arguments = [f.argument for f in node.fields if f.argument is not None]
+    read: dict[str, None] = {}
+    for expression in (*predicates, *arguments):
+        for column in expression.find_all(exp.Column):
+            read[column.name] = None
+    columns = []
+    for name in read:
+        if types[name] is SqlType.STRING:
+            return f"it reads the STRING column {name} (no device dictionary for joined rows)"
+        side = 0 if name.startswith(join.aliases[0] + ".") else 1
+        bare = name[len(join.aliases[side]) + 1 :]
+        columns.append(FusedColumn(side, bare, name, types[name], _device_ctype(types[name])))
+    try:
+        context = _fused_context(node, tuple(columns), predicates)
+    except (ExpressionError, ValueError) as error:
+        return f"an expression does not render in CUDA: {error}"
+    return DeviceFusion(group_side, _group_columns(node, group_side), tuple(columns), context)
+
+
+def device_fusion_reason(node: ph.JoinAggregateExec) -> str | None:
+    """None when `device_fusion` applies, else why not (EXPLAIN's `fused_reason`)."""
+    fusion = device_fusion(node)
+    return fusion if isinstance(fusion, str) else None
+
+
+def _fused_context(
+    node: ph.JoinAggregateExec, columns: tuple[FusedColumn, ...], predicates: list
+) -> dict:
+    """The template context of the fused kernel: the joined columns as `v{i}`/`m{i}` read at
+    the pair's left row `l` or right row `r`, WHERE and residual as one `contributes`, the
+    distinct aggregate arguments, the lifted parts and every field's atomic fragment."""
+    from mangonel.compiler.cuda_expressions import CudaContext, render_cuda
+
+    env = TypeEnv(columns={c.joined: c.type for c in columns})
+    context = CudaContext(
+        column_values={c.joined: f"v{i}" for i, c in enumerate(columns)},
+        column_valid={c.joined: f"m{i}" for i, c in enumerate(columns)},
+    )
+    checks = []
+    for predicate in predicates:
+        rendered = render_cuda(predicate, env, context)
+        value = rendered.value
+        if rendered.type is not SqlType.BOOLEAN:
+            value = f"(({value}) != 0)"
+        checks.append({"value": value, "valid": rendered.valid})
+    arguments: list[dict[str, str]] = []
+    argument_of: dict[int, int] = {}
+    seen: list = []
+    for position, field in enumerate(node.fields):
+        if field.argument is None:
+            continue
+        if field.argument in seen:
+            argument_of[position] = seen.index(field.argument)
+            continue
+        rendered = render_cuda(field.argument, env, context)
+        k = len(seen)
+        seen.append(field.argument)
+        arguments.append(
+            {
+                "value": rendered.value,
+                "valid": rendered.valid,
+                "ctype": "double" if rendered.type.is_floating else "long long",
+                "value_name": f"a{k}",
+                "valid_name": f"a{k}_ok",
+            }
+        )
+        argument_of[position] = k
+    if context.string_literals:
+        raise ValueError("STRING literals are not staged for joined rows")
+    parts, field_code, part_code = _field_fragments(node.fields, argument_of)
+    return {
+        "columns": [
+            {
+                "ctype": c.ctype,
+                "pointer": f"c{i}",
+                "valid_pointer": f"n{i}",
+                "value": f"v{i}",
+                "valid": f"m{i}",
+                "row": "l" if c.side == 0 else "r",
+            }
+            for i, c in enumerate(columns)
+        ],
+        "checks": checks,
+        "statements": list(context.statements),
+        "arguments": arguments,
+        "parts": part_code,
+        "fields": field_code,
+        "n_parts": len(parts),
+        "compile_note": "compile with " + " ".join(FUSED_COMPILE_OPTIONS),
+    }
+
+
+def render_join_kernels(
+    algorithm: str,
+    scatters: tuple[JoinScatter, ...] = (),
+    fusion: DeviceFusion | None = None,
+) -> GeneratedModule:
     """The join module of one query: its algorithm's kernels, crediting, marking, and the
-    scatter kernels of its aggregation."""
+    scatter kernels of its aggregation; with `fusion`, the fused probe + aggregate kernel
+    instead of the scatters."""
     if algorithm not in ALGORITHM_ROLES:
         raise ValueError(f"unknown join algorithm {algorithm!r}")
     rendered = []
@@ -70,20 +246,36 @@ def render_join_kernels(algorithm: str, scatters: tuple[JoinScatter, ...] = ()) 
             }
         )
     roles = (*ALGORITHM_ROLES[algorithm], *COMMON_ROLES, *(s.role for s in scatters))
-    context = {"algorithm": algorithm, "scatters": rendered}
+    if fusion is not None:
+        roles = tuple(dict.fromkeys((*roles, *FUSED_ROLES[algorithm])))
+    context = {
+        "algorithm": algorithm,
+        "scatters": rendered,
+        "fused": None
+        if fusion is None
+        else {**fusion.context, "group_row": "l" if fusion.group_side == 0 else "r"},
+    }
     source, digest, names = _finish(context, JOIN_TEMPLATES, roles)
     return GeneratedModule(source, digest, names, (), (), (), 0)
 
 
 def render_node_join_kernels(node: ph.WindowJoinExec | ph.JoinAggregateExec) -> GeneratedModule:
-    """The join module of a plan node (EXPLAIN CODEGEN and the GPU join kernels)."""
+    """The join module of a plan node (EXPLAIN CODEGEN and the GPU join kernels): the fused
+    kernel where `device_fusion` applies, else the scatter kernels of the probe form."""
     aggregate = node if isinstance(node, ph.JoinAggregateExec) else None
     join = node.join if aggregate is not None else node
+    fusion = None if aggregate is None else device_fusion(aggregate)
+    if isinstance(fusion, DeviceFusion):
+        return render_join_kernels(join.algorithm, (), fusion)
     return render_join_kernels(join.algorithm, join_scatters(aggregate))
 
 
 __all__ = [
+    "DeviceFusion",
+    "FusedColumn",
     "JoinScatter",
+    "device_fusion",
+    "device_fusion_reason",
     "join_scatters",
     "render_join_kernels",
     "render_node_join_kernels",

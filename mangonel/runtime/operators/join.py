@@ -196,6 +196,7 @@ class JoinOperator:
         self.rows_out = 0
         self.residual_columns = _columns_of(join.residual)
         self.factorised = False
+        self.device_fused = False
         if self.aggregate is not None:
             self.credit_columns = _columns_of(
                 join.where,
@@ -205,10 +206,15 @@ class JoinOperator:
             self.schema = window_result_schema_of(self.aggregate)
             # factorised (the planner's choice): per-side counts and partials, no pairs
             self.factorised = self.aggregate.factorised is not None
+            # device-fused (a backend's `device_cells`, where it fuses this aggregation):
+            # the kernels join and aggregate each batch, the cells stay on the device
+            device_cells = getattr(kernels, "device_cells", None)
+            fused = None if self.factorised or device_cells is None else device_cells(node)
+            self.device_fused = fused is not None
             self.cells = (
                 FactorisedCells(self.aggregate, kernels, lambda: self.keys)
                 if self.factorised
-                else JoinCells(self.aggregate, kernels)
+                else fused or JoinCells(self.aggregate, kernels)
             )
             self.group_columns = frozenset(k.name for k in self.aggregate.keys)
             # groups from the pairs' join key slots: gather only what WHERE and the
@@ -319,7 +325,10 @@ class JoinOperator:
             else:
                 start = side.base + side.rows
                 side.append(rows, slots, first, last, origin)
-                self._join_new(side, start, slots, first, last)
+                if self.device_fused:
+                    self._join_fused(side, slots)
+                else:
+                    self._join_new(side, start, slots, first, last)
             side.seen = True
             if self.external:
                 return out
@@ -407,6 +416,17 @@ class JoinOperator:
                 local = ids - keeper.base
                 self.kernels.mark_matched(keeper.matched.view, local, lo, hi, keeper.origin.view)
         self._credit(left, right, lo, hi, key_slots)
+
+    def _join_fused(self, side: _Side, slots: np.ndarray) -> None:
+        """Join and aggregate the rows just stored on `side` on the device (the backend's
+        device-fused cells): no pair comes back."""
+        other = self.sides[1 - side.index]
+        if len(slots) and other.rows:
+            algorithm = self._algorithm(slots, other.slots.view)
+            self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
+        else:
+            algorithm = self.join.algorithm
+        self.cells.join(self.sides, side.index, len(slots), algorithm, self.keys.n_slots)
 
     def _algorithm(self, batch_slots: np.ndarray, stored_slots: np.ndarray) -> str:
         """The plan's algorithm, or (join_algorithm "auto") the choice from the key statistics

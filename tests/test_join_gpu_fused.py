@@ -1,0 +1,217 @@
+"""The device-fused join + aggregate (`codegen_join.device_fusion`, runtime/gpu/join_fused.py).
+
+Without a GPU: every rendered fused variant compiles with nvcc, and the fused kernel runs on
+the host through the g++ CUDA shim (tests/cuda_host.py; the kernel is grid-stride without
+block cooperation) inside the join operator, on random join cases whose aggregates read both
+sides, grouped by a key of either side, by a non-key column of one side, or not grouped:
+the oracle's rows (tests/oracle_join.py) and the CPU operator's. On a GPU host (`-m gpu`) the
+same cases run on the device through Session("gpu").
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, replace
+
+import pytest
+from fuzz_join_cases import AGGREGATED_OUT, JOIN_WORDS, JoinCase, check_join, draw_join_case
+from test_join_gpu import gpu_kernels_in_cpu_plans, host_device  # noqa: F401 - fixtures
+
+from mangonel.compiler import physical as ph
+from mangonel.compiler.codegen import explain_codegen
+from mangonel.compiler.codegen_join import (
+    DeviceFusion,
+    device_fusion,
+    device_fusion_reason,
+    render_node_join_kernels,
+)
+from mangonel.compiler.explain import explain_text
+from mangonel.session import Session
+
+# GROUP BY of the fused cases: (SQL, oracle keys, the output column "k" or none)
+GROUPINGS = {
+    "left key": ("l.k", ("l.k",), ("k", ["col", "l.k"])),
+    "right key": ("r.k", ("r.k",), ("k", ["col", "r.k"])),
+    "left non-key": ("l.x", ("l.x",), ("k", ["col", "l.x"])),
+    "none": (None, (), None),
+}
+
+
+@dataclass(frozen=True)
+class FusedCase(JoinCase):
+    """A random join case, aggregated over an inner join with aggregates reading both
+    sides (`SUM(l.x * r.y)`, `MAX(r.y - l.x)`): never factorised, fused on the device."""
+
+    grouping: str = "left key"
+
+    def query(self) -> str:
+        window = f"[RANGE {self.size} MICROSECONDS SLIDE {self.slide} MICROSECONDS]"
+        on = "l.k = r.k" + (" AND r.y > l.x" if self.residual else "")
+        where = " WHERE l.x IS NULL OR l.x < 7" if self.where else ""
+        group, _, out = GROUPINGS[self.grouping]
+        key = "" if out is None else f"{group} AS k, "
+        select = (
+            f"{key}window_start AS start, COUNT(*) AS n, SUM(l.x * r.y) AS s, MAX(r.y - l.x) AS m"
+        )
+        tail = "" if group is None else f" GROUP BY {group}"
+        sources = f"clicks {window} AS l {JOIN_WORDS[self.kind]} views {window} AS r ON {on}"
+        return f"SELECT {select} FROM {sources}{where}{tail}"
+
+    def oracle_query(self):  # noqa: ANN201
+        _, keys, out = GROUPINGS[self.grouping]
+        outputs = tuple(o for o in AGGREGATED_OUT if o[0] != "k")
+        return replace(
+            super().oracle_query(),
+            keys=keys,
+            aggregates=(
+                ("count_star", None),
+                ("sum", ["*", ["col", "l.x"], ["col", "r.y"]]),
+                ("max", ["-", ["col", "r.y"], ["col", "l.x"]]),
+            ),
+            outputs=outputs if out is None else (out, *outputs),
+        )
+
+
+def fused_case(seed: int) -> FusedCase:
+    case = draw_join_case(seed)
+    fields = {name: getattr(case, name) for name in JoinCase.__dataclass_fields__}
+    fields.update(kind="inner", aggregated=True)
+    return FusedCase(**fields, grouping=list(GROUPINGS)[seed % len(GROUPINGS)])
+
+
+def _session(case: JoinCase, backend: str = "cpu") -> Session:
+    session = Session(backend, join_algorithm=case.algorithm)
+    for statement in case.ddl():
+        session.execute(statement)
+    return session
+
+
+def _node(case: JoinCase) -> ph.JoinAggregateExec:
+    return ph.find(_session(case).sql(case.query()).plan, ph.JoinAggregateExec)
+
+
+# -- which aggregations fuse, and EXPLAIN ------------------------------------------------
+
+
+def test_device_fusion_applies_to_inner_joins_grouped_per_row() -> None:
+    for grouping in GROUPINGS:
+        case = replace(fused_case(0), grouping=grouping)
+        fusion = device_fusion(_node(case))
+        assert isinstance(fusion, DeviceFusion), (grouping, fusion)
+        # the group side: the first whose rows hold every GROUP BY value (r.k: l.k equals it)
+        assert fusion.group_side == 0
+        assert {c.joined for c in fusion.columns} == {"l.x", "r.y"}
+    outer = replace(fused_case(0), kind="left")
+    assert "outer join" in device_fusion_reason(_node(outer))
+    session = Session("cpu")
+    for name in ("a", "b"):
+        session.execute(
+            f"CREATE STREAM {name} (ts TIMESTAMP, k BIGINT, x BIGINT) WITH (event_time = 'ts')"
+        )
+    mixed = session.sql(
+        "SELECT l.x AS lx, r.x AS rx, window_start, COUNT(*) FROM a [RANGE 1 SECOND] AS l "
+        "JOIN b [RANGE 1 SECOND] AS r ON l.k = r.k GROUP BY l.x, r.x"
+    )
+    node = ph.find(mixed.plan, ph.JoinAggregateExec)
+    assert device_fusion_reason(node) == (
+        "GROUP BY mixes columns of both sides that are not join keys"
+    )
+
+
+def test_explain_says_which_fused_form_runs() -> None:
+    case = fused_case(0)
+    query = _session(case).sql(case.query())
+    assert "fused=probe" in explain_text(query.plan)  # CPU plan: pairs credited on the host
+    assert "fused_reason" not in explain_text(query.plan)
+    on_gpu = ph.with_backend(query.plan, "gpu", "test")
+    text = explain_text(on_gpu)
+    assert "fused=device" in text and "fused_reason" not in text
+    source = explain_codegen(on_gpu)
+    assert "mg_fused_probe_" in source and "scatter_" not in source
+    outer = replace(case, kind="full")
+    text = explain_text(ph.with_backend(_session(outer).sql(outer.query()).plan, "gpu", "test"))
+    assert 'fused=probe fused_reason="outer join: its unmatched rows' in text
+
+
+def test_fused_kernels_compile_with_nvcc(tmp_path) -> None:
+    """Every rendered variant (both algorithms, every grouping, residual and WHERE, a state
+    kind with a lock: STDDEV's moments) compiles for the device."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    rendered = {}
+    for algorithm in ("hash", "sort-merge"):
+        for grouping in GROUPINGS:
+            for residual, where in ((False, False), (True, True)):
+                case = replace(
+                    fused_case(0),
+                    algorithm=algorithm,
+                    grouping=grouping,
+                    residual=residual,
+                    where=where,
+                )
+                generated = render_node_join_kernels(_node(case))
+                rendered[generated.digest] = generated
+    session = _session(fused_case(0))
+    moments = session.sql(
+        "SELECT l.k, window_start, STDDEV_SAMP(l.x * r.y) AS d, BOOL_OR(r.y > 1) AS b "
+        "FROM clicks [RANGE 1 SECOND] AS l JOIN views [RANGE 1 SECOND] AS r ON l.k = r.k "
+        "GROUP BY l.k"
+    )
+    generated = render_node_join_kernels(ph.find(moments.plan, ph.JoinAggregateExec))
+    assert "mg_lock" in generated.source and "fused_probe" in generated.names
+    rendered[generated.digest] = generated
+    for i, generated in enumerate(rendered.values()):
+        source = tmp_path / f"join{i}.cu"
+        source.write_text(generated.source)
+        result = subprocess.run(
+            ["nvcc", "--ptx", "-arch=sm_90", "-O3", "-std=c++17", "-fmad=false"]
+            + ["-o", f"join{i}.ptx", source.name],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-5000:]
+        ptx = (tmp_path / f"join{i}.ptx").read_text()
+        assert f".entry {generated.names['fused_probe']}(" in ptx
+    assert len(rendered) >= 5  # 2 algorithms x (residual, WHERE or not) + moments
+
+
+# -- the fused kernel on the host (g++ shim) against the oracle --------------------------
+
+
+@pytest.mark.parametrize("grouping", list(GROUPINGS))
+def test_fused_joins_on_the_host_shim_match_the_oracle(gpu_kernels_in_cpu_plans, grouping) -> None:  # noqa: F811
+    """Random inner joins (NULL keys and times, late rows, sliding windows, residual and
+    WHERE, both algorithms, snapshot/restore), the aggregates reading both sides: the
+    device-fused operator over the shim gives the oracle's rows and late counts."""
+    for seed in range(24):
+        case = replace(fused_case(seed), grouping=grouping)
+        problem = check_join(case)
+        assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
+    made = gpu_kernels_in_cpu_plans
+    assert len(made) >= 24 and all("fused_probe" in k.generated.names for k in made)
+    assert sum(k.fused_launches for k in made) > 24
+
+
+# -- on a device -------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grouping", list(GROUPINGS))
+def test_fused_joins_on_a_device_match_the_oracle(monkeypatch, grouping) -> None:
+    """On a GPU host: the same cases through Session("gpu") (the aggregation fused on the
+    device: EXPLAIN says fused=device) give the oracle's rows."""
+    pytest.importorskip("cupy")
+    import mangonel
+
+    real = mangonel.Session
+    monkeypatch.setattr(mangonel, "Session", lambda backend, **options: real("gpu", **options))
+    case = replace(fused_case(0), grouping=grouping)
+    plan = _session(case, "gpu").sql(case.query()).plan
+    assert "fused=device" in explain_text(plan)
+    for seed in range(40):
+        case = replace(fused_case(seed), grouping=grouping)
+        problem = check_join(case)
+        assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
