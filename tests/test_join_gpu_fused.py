@@ -76,7 +76,8 @@ class FusedCase(JoinCase):
 def fused_case(seed: int) -> FusedCase:
     case = draw_join_case(seed)
     fields = {name: getattr(case, name) for name in JoinCase.__dataclass_fields__}
-    fields.update(kind="inner", aggregated=True)
+    # "auto" too: the plan's module holds both algorithms, chosen per batch
+    fields.update(kind="inner", aggregated=True, algorithm=("hash", "sort-merge", "auto")[seed % 3])
     return FusedCase(**fields, grouping=list(GROUPINGS)[seed % len(GROUPINGS)])
 
 
@@ -120,7 +121,7 @@ def test_device_fusion_applies_to_inner_joins_grouped_per_row() -> None:
 
 
 def test_explain_says_which_fused_form_runs() -> None:
-    case = fused_case(0)
+    case = replace(fused_case(0), algorithm="auto")
     query = _session(case).sql(case.query())
     assert "fused=probe" in explain_text(query.plan)  # CPU plan: pairs credited on the host
     assert "fused_reason" not in explain_text(query.plan)
@@ -128,7 +129,8 @@ def test_explain_says_which_fused_form_runs() -> None:
     text = explain_text(on_gpu)
     assert "fused=device" in text and "fused_reason" not in text
     source = explain_codegen(on_gpu)
-    assert "mg_fused_probe_" in source and "scatter_" not in source
+    assert "mg_fused_hash_" in source and "mg_fused_merge_" in source  # auto: both
+    assert "mg_chain_insert_" in source and "scatter_" not in source
     outer = replace(case, kind="full")
     text = explain_text(ph.with_backend(_session(outer).sql(outer.query()).plan, "gpu", "test"))
     assert 'fused=probe fused_reason="outer join: its unmatched rows' in text
@@ -159,7 +161,7 @@ def test_fused_kernels_compile_with_nvcc(tmp_path) -> None:
         "GROUP BY l.k"
     )
     generated = render_node_join_kernels(ph.find(moments.plan, ph.JoinAggregateExec))
-    assert "mg_lock" in generated.source and "fused_probe" in generated.names
+    assert "mg_lock" in generated.source and "fused_hash" in generated.names
     rendered[generated.digest] = generated
     for i, generated in enumerate(rendered.values()):
         source = tmp_path / f"join{i}.cu"
@@ -174,7 +176,8 @@ def test_fused_kernels_compile_with_nvcc(tmp_path) -> None:
         )
         assert result.returncode == 0, result.stderr[-5000:]
         ptx = (tmp_path / f"join{i}.ptx").read_text()
-        assert f".entry {generated.names['fused_probe']}(" in ptx
+        fused = [n for r, n in generated.names.items() if r.startswith("fused_")]
+        assert fused and all(f".entry {name}(" in ptx for name in fused)
     assert len(rendered) >= 5  # 2 algorithms x (residual, WHERE or not) + moments
 
 
@@ -191,8 +194,20 @@ def test_fused_joins_on_the_host_shim_match_the_oracle(gpu_kernels_in_cpu_plans,
         problem = check_join(case)
         assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
     made = gpu_kernels_in_cpu_plans
-    assert len(made) >= 24 and all("fused_probe" in k.generated.names for k in made)
+    assert len(made) >= 24
+    assert all(any(r.startswith("fused_") for r in k.generated.names) for k in made)
     assert sum(k.fused_launches for k in made) > 24
+
+
+def test_auto_plans_hold_both_algorithms_on_the_host_shim(gpu_kernels_in_cpu_plans) -> None:  # noqa: F811
+    """An "auto" plan chooses hash or sort-merge per batch: its GPU module has the kernels of
+    both (the probe form, outer joins and rows included), and the results are the oracle's."""
+    for seed in range(30):
+        case = replace(draw_join_case(seed), algorithm="auto")
+        problem = check_join(case)
+        assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
+    names = [k.generated.names for k in gpu_kernels_in_cpu_plans]
+    assert all({"probe_count", "merge_count"} <= set(n) for n in names)
 
 
 # -- on a device -------------------------------------------------------------------------

@@ -9,9 +9,10 @@ GPU and imports no CuPy; `runtime/gpu/join.py` compiles and launches.
 
 Device-fused join + aggregate (`device_fusion`, issue 10 item 3): where an aggregated join's
 group is known per row of one side and every predicate and aggregate argument renders in CUDA,
-the module instead holds one `fused_probe` kernel (plus the build side's bucket count for a
-hash join): each stored row of one side walks its matches among a new batch's rows (hash: the
-batch's buckets; sort-merge: the run of its slot in the batch sorted by slot), evaluates the
+the module instead holds the fused kernel of its algorithm (hash: `fused_hash`, each row of a
+new batch walks the chain of its key slot through the other side's stored rows, kept on the
+device by `chain_insert`; sort-merge: `fused_merge`, each stored row of the other side finds
+the run of its slot in the batch sorted by slot; "auto" plans get both), evaluates the
 residual, WHERE and the aggregate arguments over the two rows (`cuda_expressions`, the joined
 columns of both sides on the device) and combines the lifted state into the dense (window,
 group) cells of every window both rows share with the kinds' atomic fragments. No pair is
@@ -36,11 +37,18 @@ ALGORITHM_ROLES = {
     "hash": ("bucket_count", "probe_count", "probe_write"),
     "sort-merge": ("merge_count", "merge_write"),
 }
+# "auto" plans choose the algorithm per batch (`WindowJoinExec.adaptive`): both are rendered
+ALGORITHM_ROLES["auto"] = ALGORITHM_ROLES["hash"] + ALGORITHM_ROLES["sort-merge"]
 COMMON_ROLES = ("expand_count", "expand_write", "mark")
 # the fused kernel evaluates expressions as the project kernel does: no contraction into fused
 # multiply-adds (codegen_project.PROJECT_COMPILE_OPTIONS says why)
 FUSED_COMPILE_OPTIONS = ("-fmad=false",)
-FUSED_ROLES = {"hash": ("bucket_count", "fused_probe"), "sort-merge": ("fused_probe",)}
+FUSED_ROLES = {
+    "hash": ("fused_hash", "chain_insert"),
+    "sort-merge": ("fused_merge",),
+    "auto": ("fused_hash", "chain_insert", "fused_merge"),
+}
+FUSED_KERNEL_ROLES = {"hash": "fused_hash", "sort-merge": "fused_merge"}
 
 
 @dataclass(frozen=True)
@@ -248,13 +256,12 @@ def render_join_kernels(
     roles = (*ALGORITHM_ROLES[algorithm], *COMMON_ROLES, *(s.role for s in scatters))
     if fusion is not None:
         roles = tuple(dict.fromkeys((*roles, *FUSED_ROLES[algorithm])))
-    context = {
-        "algorithm": algorithm,
-        "scatters": rendered,
-        "fused": None
-        if fusion is None
-        else {**fusion.context, "group_row": "l" if fusion.group_side == 0 else "r"},
-    }
+    fused = None
+    if fusion is not None:
+        variants = [r for r in FUSED_ROLES[algorithm] if r != "chain_insert"]
+        group_row = "l" if fusion.group_side == 0 else "r"
+        fused = {**fusion.context, "group_row": group_row, "variants": variants}
+    context = {"algorithm": algorithm, "scatters": rendered, "fused": fused}
     source, digest, names = _finish(context, JOIN_TEMPLATES, roles)
     return GeneratedModule(source, digest, names, (), (), (), 0)
 
@@ -265,9 +272,10 @@ def render_node_join_kernels(node: ph.WindowJoinExec | ph.JoinAggregateExec) -> 
     aggregate = node if isinstance(node, ph.JoinAggregateExec) else None
     join = node.join if aggregate is not None else node
     fusion = None if aggregate is None else device_fusion(aggregate)
+    algorithm = "auto" if getattr(join, "adaptive", False) else join.algorithm
     if isinstance(fusion, DeviceFusion):
-        return render_join_kernels(join.algorithm, (), fusion)
-    return render_join_kernels(join.algorithm, join_scatters(aggregate))
+        return render_join_kernels(algorithm, (), fusion)
+    return render_join_kernels(algorithm, join_scatters(aggregate))
 
 
 __all__ = [

@@ -60,7 +60,7 @@ class GpuJoinKernels:
         self.host = host
         self.generated = render_node_join_kernels(node)
         # the fused kernel evaluates expressions: compiled as the project kernel is
-        fused = "fused_probe" in self.generated.names
+        fused = any(role.startswith("fused_") for role in self.generated.names)
         module = shared_context(self.options.module_cache_size).module(
             self.generated, FUSED_COMPILE_OPTIONS if fused else ()
         )
@@ -286,7 +286,8 @@ class GpuJoinKernels:
         `device_fusion` applies to it (this module then holds the fused kernel), else None:
         the driver keeps the probe form."""
         fusion = device_fusion(node)
-        if not isinstance(fusion, DeviceFusion) or "fused_probe" not in self._functions:
+        fused = any(role.startswith("fused_") for role in self._functions)
+        if not isinstance(fusion, DeviceFusion) or not fused:
             return None
         return DeviceJoinCells(node, fusion, self)
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.codegen_join import DeviceFusion
+from mangonel.compiler.codegen_join import FUSED_KERNEL_ROLES, DeviceFusion
 from mangonel.errors import DataError
 from mangonel.runtime.gpu import device
 from mangonel.runtime.host.arrays import to_values
@@ -53,9 +53,22 @@ class DeviceRows:
         self.size = 0
         self.capacity = 0
         self.arrays: dict[str, Any] = {}
+        # the fused hash join's chains: per key slot the newest row's global id (-1: none);
+        # each row's `next` the row before it on its chain
+        self.heads: Any = None
+
+    def _grow_heads(self, n_slots: int) -> None:
+        cp = device.cupy()
+        size = 0 if self.heads is None else len(self.heads)
+        if n_slots <= size:
+            return
+        heads = cp.full(max(n_slots, 2 * size, 1024), -1, cp.int64)
+        if size:
+            heads[:size] = self.heads
+        self.heads = heads
 
     def _dtypes(self) -> dict[str, np.dtype]:
-        dtypes = {name: np.dtype(np.int64) for name in ("slots", "first", "last")}
+        dtypes = {name: np.dtype(np.int64) for name in ("slots", "first", "last", "next")}
         if self.group_columns is not None:
             dtypes["groups"] = np.dtype(np.int64)
         for column in self.columns:
@@ -63,12 +76,14 @@ class DeviceRows:
             dtypes[f"m:{column.name}"] = np.dtype(np.uint8)
         return dtypes
 
-    def sync(self, side: Any, groups: Any) -> None:  # noqa: ANN401 - the driver's _Side, key map
-        """Mirror `side`'s stored rows: drop those freed since, append those stored since
-        (their group slots mapped through `groups` on the group side)."""
+    def sync(self, side: Any, groups: Any, kernels: Any, n_slots: int) -> None:  # noqa: ANN401
+        """Mirror `side` (the driver's _Side): drop the rows freed since, append those stored
+        since (their group slots mapped through `groups` on the group side) and, where the
+        module has the fused hash join, push them on their key slots' chains."""
         cp = device.cupy()
         if side.base < self.base or side.base > self.base + self.size:
             self.base, self.size = side.base, 0  # restored, or everything freed: start over
+            self.heads = None  # chains of freed rows end at them anyway; start clean
         drop = side.base - self.base
         if drop:
             for name, array in self.arrays.items():
@@ -107,6 +122,12 @@ class DeviceRows:
             self.arrays[name][self.size : need] = cp.asarray(
                 np.ascontiguousarray(values, self.arrays[name].dtype)
             )
+        if "chain_insert" in kernels._functions:
+            self._grow_heads(n_slots)
+            arguments = (self.arrays["slots"][self.size : need], np.int64(new))
+            arguments += (np.int64(self.base + self.size), self.heads)
+            arguments += (self.arrays["next"][self.size : need], np.int64(len(self.heads)))
+            kernels._launch("chain_insert", new, *arguments)
         self.size = need
 
     def view(self, name: str, start: int = 0) -> Any:  # noqa: ANN401
@@ -211,43 +232,45 @@ class DeviceJoinCells:
 
     def join(self, sides: list, index: int, count: int, algorithm: str, n_slots: int) -> None:
         """The last `count` rows stored on `sides[index]` against the other side's stored
-        rows, aggregated into the cells (the fused kernel)."""
+        rows, aggregated into the cells (the fused kernel of `algorithm`)."""
         for side in sides:
-            self.rows[side.index].sync(side, self.groups)
-        build, probe = self.rows[index], self.rows[1 - index]
-        if not count or not probe.size:
+            self.rows[side.index].sync(side, self.groups, self.kernels, n_slots)
+        batch, stored = self.rows[index], self.rows[1 - index]
+        if not count or not stored.size:
             return
         cp = device.cupy()
-        start = build.size - count
-        b_slots = build.view("slots", start)
+        start = batch.size - count
         lo = int(sides[index].first.view[-count:].min())
         hi = int(sides[index].last.view[-count:].max())
         self._ensure(lo, hi, max(self.groups.n_slots, 1))
-        kernels = self.kernels
-        order = kernels._sorted_rows(b_slots)
-        if algorithm == "hash":
-            n_slots = max(int(n_slots), 1)
-            bucket = cp.zeros(n_slots, cp.int64)
-            kernels._launch("bucket_count", count, b_slots, np.int64(count), bucket)
-            offsets = cp.zeros(n_slots + 1, cp.int64)
-            offsets[1:] = cp.cumsum(bucket)
-            table = (offsets, order, np.int64(n_slots))
-        else:
+        if algorithm == "hash":  # the batch's rows walk the stored rows' chains
+            probe, at, build, build_at = batch, start, stored, 0
+            stored._grow_heads(n_slots)
+            table = (stored.heads, stored.view("next"), np.int64(len(stored.heads)))
+            table += (np.int64(stored.base),)
+        else:  # the stored rows find their runs in the batch sorted by slot
+            probe, at, build, build_at = stored, 0, batch, start
+            b_slots = batch.view("slots", start)
+            order = self.kernels._sorted_rows(b_slots)
             sorted_slots = cp.ascontiguousarray(b_slots[order])
             table = (order, sorted_slots, np.int64(len(order)))
         columns = []
         for column in self.fusion.columns:
-            rows, at = (build, start) if column.side == index else (probe, 0)
-            columns += [rows.view(f"v:{column.name}", at), rows.view(f"m:{column.name}", at)]
-        group_rows = build if self.fusion.group_side == index else probe
-        groups = group_rows.view("groups", start if group_rows is build else 0)
+            rows, offset = (batch, start) if column.side == index else (stored, 0)
+            columns += [
+                rows.view(f"v:{column.name}", offset),
+                rows.view(f"m:{column.name}", offset),
+            ]
+        group_rows = batch if self.fusion.group_side == index else stored
+        groups = group_rows.view("groups", start if group_rows is batch else 0)
+        rows = probe.size - at
         arguments = (
-            probe.view("slots"),
-            probe.view("first"),
-            probe.view("last"),
-            np.int64(probe.size),
-            build.view("first", start),
-            build.view("last", start),
+            probe.view("slots", at),
+            probe.view("first", at),
+            probe.view("last", at),
+            np.int64(rows),
+            build.view("first", build_at),
+            build.view("last", build_at),
             *table,
             np.int32(1 if probe.index == 0 else 0),
             *columns,
@@ -258,8 +281,8 @@ class DeviceJoinCells:
             np.int64(self.windows),
             np.int64(self.group_capacity),
         )
-        kernels._launch("fused_probe", probe.size, *arguments)
-        kernels.fused_launches += 1
+        self.kernels._launch(FUSED_KERNEL_ROLES[algorithm], rows, *arguments)
+        self.kernels.fused_launches += 1
 
     # -- firing ---------------------------------------------------------------------------
 
