@@ -109,6 +109,7 @@ def kernels_of(algorithm: str, scatters: tuple = ()) -> gpu_join.GpuJoinKernels:
     module = gpu_join.shared_context(64).module(kernels.generated)
     kernels._functions = {r: module.get_function(n) for r, n in kernels.generated.names.items()}
     kernels.launches = 0
+    kernels.pinned = gpu_join.PinnedBuffer()
     return kernels
 
 

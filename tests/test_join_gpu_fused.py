@@ -27,6 +27,7 @@ from mangonel.compiler.codegen_join import (
     render_node_join_kernels,
 )
 from mangonel.compiler.explain import explain_text
+from mangonel.runtime.gpu.join_fused import PinnedBuffer
 from mangonel.session import Session
 
 # GROUP BY of the fused cases: (SQL, oracle keys, the output column "k" or none)
@@ -208,6 +209,27 @@ def test_auto_plans_hold_both_algorithms_on_the_host_shim(gpu_kernels_in_cpu_pla
         assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
     names = [k.generated.names for k in gpu_kernels_in_cpu_plans]
     assert all({"probe_count", "merge_count"} <= set(n) for n in names)
+
+
+def test_downloads_reuse_one_pinned_buffer(gpu_kernels_in_cpu_plans, monkeypatch) -> None:  # noqa: F811
+    """Results come back through one pinned buffer per join, grown by doubling: far fewer
+    pinned allocations than downloads (the probe form's pairs and the fused form's cells)."""
+    from cuda_host import HostCupy
+
+    allocations, downloads = [], []
+    allocate = HostCupy.cuda.alloc_pinned_memory
+    monkeypatch.setattr(
+        HostCupy.cuda, "alloc_pinned_memory", lambda n: allocations.append(n) or allocate(n)
+    )
+    original = PinnedBuffer.download
+    monkeypatch.setattr(
+        PinnedBuffer, "download", lambda self, a: downloads.append(len(a)) or original(self, a)
+    )
+    for seed in range(12):
+        for case in (draw_join_case(seed), fused_case(seed)):
+            assert check_join(case) is None
+    assert len(downloads) > 100
+    assert len(allocations) <= 3 * len(gpu_kernels_in_cpu_plans)  # a few per join at most
 
 
 # -- on a device -------------------------------------------------------------------------

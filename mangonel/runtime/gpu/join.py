@@ -4,7 +4,8 @@ The kernels come from `compiler.codegen_join` (one module per query: its algorit
 marking, and the scatter kernels of its aggregation), compiled through the shared
 `CompileContext`. Every device step is written in two passes where it produces a variable
 number of results (count per item, exclusive scan with CuPy between the launches, write at
-the scanned offset), and its results come back through pinned host buffers.
+the scanned offset), and its results come back through one pinned host buffer per join,
+reused (`join_fused.PinnedBuffer`).
 
 Two forms of an aggregated join (EXPLAIN's `fused=`):
 
@@ -41,7 +42,7 @@ from mangonel.compiler.codegen_join import (
 from mangonel.compiler.options import GpuOptions
 from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.compile import shared_context
-from mangonel.runtime.gpu.join_fused import DeviceJoinCells
+from mangonel.runtime.gpu.join_fused import DeviceJoinCells, PinnedBuffer
 from mangonel.runtime.operators.join_kernels import JoinKernels
 
 
@@ -69,6 +70,7 @@ class GpuJoinKernels:
         }
         self.launches = 0
         self.fused_launches = 0  # of the fused probe + aggregate kernel
+        self.pinned = PinnedBuffer()
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -81,15 +83,10 @@ class GpuJoinKernels:
     def _up(array: np.ndarray, dtype: Any = np.int64) -> Any:  # noqa: ANN401
         return device.cupy().asarray(np.ascontiguousarray(array, dtype))
 
-    @staticmethod
-    def _down(array: Any) -> np.ndarray:  # noqa: ANN401
-        """A device array on the host through pinned memory (CuPy's pinned pool reuses it)."""
-        cp = device.cupy()
-        size = int(array.size)
-        memory = cp.cuda.alloc_pinned_memory(max(size * array.dtype.itemsize, 1))
-        out = np.frombuffer(memory, array.dtype, size).reshape(array.shape)
-        array.get(out=out)
-        return out
+    def _down(self, array: Any) -> np.ndarray:  # noqa: ANN401
+        """A device array on the host through this kernels' one pinned buffer (reused: no
+        pinned allocation per call)."""
+        return self.pinned.download([array])[0]
 
     @staticmethod
     def _offsets(counts: Any) -> tuple[Any, int]:  # noqa: ANN401

@@ -41,6 +41,33 @@ def _numpy_dtype(sql_type: SqlType) -> np.dtype:
     return np.dtype(np.uint8) if sql_type is SqlType.BOOLEAN else np.dtype(sql_type.info.numpy)
 
 
+class PinnedBuffer:
+    """One pinned host buffer that every download of its owner goes through, grown by
+    doubling and otherwise reused: no pinned allocation per batch or firing. What comes back
+    is a copy (the buffer is the next download's)."""
+
+    def __init__(self) -> None:
+        self.memory: Any = None
+        self.nbytes = 0
+
+    def download(self, arrays: list[Any]) -> list[np.ndarray]:  # noqa: ANN401
+        cp = device.cupy()
+        contiguous = [cp.ascontiguousarray(a) for a in arrays]
+        nbytes = sum(int(a.nbytes) for a in contiguous)
+        if self.memory is None or nbytes > self.nbytes:
+            self.nbytes = max(nbytes, 2 * self.nbytes, 1 << 16)
+            self.memory = cp.cuda.alloc_pinned_memory(self.nbytes)
+        buffer = np.frombuffer(self.memory, np.uint8, self.nbytes)
+        out, offset = [], 0
+        for array in contiguous:
+            size = int(array.nbytes)
+            host = buffer[offset : offset + size].view(array.dtype).reshape(array.shape)
+            array.get(out=host)
+            out.append(host.copy())
+            offset += size
+        return out
+
+
 class DeviceRows:
     """One side's stored rows on the device, from global row id `base` on (`sync` follows the
     driver's `_Side`: it drops the rows freed there and appends the rows stored since)."""
@@ -167,8 +194,7 @@ class DeviceJoinCells:
         self.base = 0  # the window of the block's row 0
         self.windows = 0  # rows in use
         self.group_capacity = 0
-        self._pinned: Any = None
-        self._pinned_bytes = 0
+        self.pinned = PinnedBuffer()
 
     # -- the block ------------------------------------------------------------------------
 
@@ -210,23 +236,7 @@ class DeviceJoinCells:
         self.base, self.windows, self.group_capacity = base, windows, groups
 
     def _download(self, arrays: list[Any]) -> list[np.ndarray]:  # noqa: ANN401
-        """Device arrays on the host through one pinned buffer, reused while large enough
-        (the arrays come back as copies: the buffer is the next firing's)."""
-        cp = device.cupy()
-        contiguous = [cp.ascontiguousarray(a) for a in arrays]
-        nbytes = sum(int(a.nbytes) for a in contiguous)
-        if nbytes > self._pinned_bytes:
-            self._pinned_bytes = max(nbytes, 2 * self._pinned_bytes, 1 << 16)
-            self._pinned = cp.cuda.alloc_pinned_memory(self._pinned_bytes)
-        out, offset = [], 0
-        buffer = np.frombuffer(self._pinned, np.uint8, self._pinned_bytes)
-        for array in contiguous:
-            host = buffer[offset : offset + int(array.nbytes)].view(array.dtype)
-            host = host.reshape(array.shape)
-            array.get(out=host)
-            out.append(host.copy())
-            offset += int(array.nbytes)
-        return out
+        return self.pinned.download(arrays)
 
     # -- joining --------------------------------------------------------------------------
 
@@ -364,4 +374,4 @@ class DeviceJoinCells:
             part[: saved.shape[0], : saved.shape[1]] = cp.asarray(saved)
 
 
-__all__ = ["MAX_BLOCK_CELLS", "DeviceJoinCells", "DeviceRows"]
+__all__ = ["MAX_BLOCK_CELLS", "DeviceJoinCells", "DeviceRows", "PinnedBuffer"]
