@@ -20,6 +20,10 @@ and implements docs/semantics.md, "Joins":
   join_cells.py: every window of the pair, or, for counts and integer sums, two difference
   cells whatever the slide); a firing finalizes the cells of its windows. Joined rows are
   never materialised as output.
+- Device-fused (a backend's kernels offering `device_cells(node)`, the GPU's where
+  `codegen_join.device_fusion` applies): a batch is joined and aggregated in one kernel into
+  cells the backend keeps (`_join_fused`); no pair comes back to the driver, which still
+  stores the rows (payload, slots, window ranges) it frees, snapshots and fires by.
 - Outer joins keep a matched flag per (row, window) of a kept side; a firing adds the rows
   unmatched in its windows with the other side NULL.
 - A static table (inputs under its name, all read before the first stream batch) covers
