@@ -8,6 +8,7 @@ the oracle's rows (tests/oracle_join.py) and the CPU operator's. On a GPU host (
 same cases run on the device through Session("gpu").
 """
 
+# ruff: noqa: F811 - the tests take test_join_gpu's fixtures, imported by name
 from __future__ import annotations
 
 import shutil
@@ -41,7 +42,7 @@ GROUPINGS = {
 
 @dataclass(frozen=True)
 class FusedCase(JoinCase):
-    """A random join case, aggregated over an inner join with aggregates reading both
+    """A random join case (inner or outer), aggregated with aggregates reading both
     sides (`SUM(l.x * r.y)`, `MAX(r.y - l.x)`): never factorised, fused on the device."""
 
     grouping: str = "left key"
@@ -78,7 +79,7 @@ def fused_case(seed: int) -> FusedCase:
     case = draw_join_case(seed)
     fields = {name: getattr(case, name) for name in JoinCase.__dataclass_fields__}
     # "auto" too: the plan's module holds both algorithms, chosen per batch
-    fields.update(kind="inner", aggregated=True, algorithm=("hash", "sort-merge", "auto")[seed % 3])
+    fields.update(aggregated=True, algorithm=("hash", "sort-merge", "auto")[seed % 3])
     return FusedCase(**fields, grouping=list(GROUPINGS)[seed % len(GROUPINGS)])
 
 
@@ -104,8 +105,11 @@ def test_device_fusion_applies_to_inner_joins_grouped_per_row() -> None:
         # the group side: the first whose rows hold every GROUP BY value (r.k: l.k equals it)
         assert fusion.group_side == 0
         assert {c.joined for c in fusion.columns} == {"l.x", "r.y"}
-    outer = replace(fused_case(0), kind="left")
-    assert "outer join" in device_fusion_reason(_node(outer))
+    for kind, kept in (("left", (0,)), ("right", (1,)), ("full", (0, 1)), ("inner", ())):
+        fusion = device_fusion(_node(replace(fused_case(0), kind=kind)))
+        assert fusion.kept == kept
+        # an unmatched row's GROUP BY columns: its own, the other side's NULL
+        assert fusion.lonely_group_columns[1] == ((None, ph.SqlType.BIGINT),)
     session = Session("cpu")
     for name in ("a", "b"):
         session.execute(
@@ -132,9 +136,17 @@ def test_explain_says_which_fused_form_runs() -> None:
     source = explain_codegen(on_gpu)
     assert "mg_fused_hash_" in source and "mg_fused_merge_" in source  # auto: both
     assert "mg_chain_insert_" in source and "scatter_" not in source
-    outer = replace(case, kind="full")
-    text = explain_text(ph.with_backend(_session(outer).sql(outer.query()).plan, "gpu", "test"))
-    assert 'fused=probe fused_reason="outer join: its unmatched rows' in text
+    session = Session("cpu")
+    for name in ("a", "b"):
+        session.execute(
+            f"CREATE STREAM {name} (ts TIMESTAMP, k BIGINT, x BIGINT) WITH (event_time = 'ts')"
+        )
+    mixed = session.sql(
+        "SELECT l.x AS lx, r.x AS rx, window_start, COUNT(*) FROM a [RANGE 1 SECOND] AS l "
+        "LEFT JOIN b [RANGE 1 SECOND] AS r ON l.k = r.k GROUP BY l.x, r.x"
+    )
+    text = explain_text(ph.with_backend(mixed.plan, "gpu", "test"))
+    assert 'fused=probe fused_reason="GROUP BY mixes columns of both sides' in text
 
 
 def test_fused_kernels_compile_with_nvcc(tmp_path) -> None:
@@ -186,11 +198,11 @@ def test_fused_kernels_compile_with_nvcc(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("grouping", list(GROUPINGS))
-def test_fused_joins_on_the_host_shim_match_the_oracle(gpu_kernels_in_cpu_plans, grouping) -> None:  # noqa: F811
-    """Random inner joins (NULL keys and times, late rows, sliding windows, residual and
-    WHERE, both algorithms, snapshot/restore), the aggregates reading both sides: the
+def test_fused_joins_on_the_host_shim_match_the_oracle(gpu_kernels_in_cpu_plans, grouping) -> None:
+    """Random inner and outer joins (NULL keys and times, late rows, sliding windows,
+    residual and WHERE, both algorithms, snapshot/restore), the aggregates reading both sides: the
     device-fused operator over the shim gives the oracle's rows and late counts."""
-    for seed in range(24):
+    for seed in range(32):
         case = replace(fused_case(seed), grouping=grouping)
         problem = check_join(case)
         assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
@@ -200,7 +212,7 @@ def test_fused_joins_on_the_host_shim_match_the_oracle(gpu_kernels_in_cpu_plans,
     assert sum(k.fused_launches for k in made) > 24
 
 
-def test_auto_plans_hold_both_algorithms_on_the_host_shim(gpu_kernels_in_cpu_plans) -> None:  # noqa: F811
+def test_auto_plans_hold_both_algorithms_on_the_host_shim(gpu_kernels_in_cpu_plans) -> None:
     """An "auto" plan chooses hash or sort-merge per batch: its GPU module has the kernels of
     both (the probe form, outer joins and rows included), and the results are the oracle's."""
     for seed in range(30):
@@ -211,7 +223,22 @@ def test_auto_plans_hold_both_algorithms_on_the_host_shim(gpu_kernels_in_cpu_pla
     assert all({"probe_count", "merge_count"} <= set(n) for n in names)
 
 
-def test_downloads_reuse_one_pinned_buffer(gpu_kernels_in_cpu_plans, monkeypatch) -> None:  # noqa: F811
+def test_probe_form_on_the_host_shim_still_matches_the_oracle(
+    gpu_kernels_in_cpu_plans, monkeypatch
+) -> None:
+    """The probe form (pairs found on the device, partials scattered by the driver), which
+    aggregations that do not fuse keep: the same cases with device_cells declined."""
+    from mangonel.runtime.gpu.join import GpuJoinKernels
+
+    monkeypatch.setattr(GpuJoinKernels, "device_cells", lambda self, node: None)
+    for seed in range(24):
+        for case in (draw_join_case(seed), fused_case(seed)):
+            problem = check_join(case)
+            assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
+    assert sum(k.fused_launches for k in gpu_kernels_in_cpu_plans) == 0
+
+
+def test_downloads_reuse_one_pinned_buffer(gpu_kernels_in_cpu_plans, monkeypatch) -> None:
     """Results come back through one pinned buffer per join, grown by doubling: far fewer
     pinned allocations than downloads (the probe form's pairs and the fused form's cells)."""
     from cuda_host import HostCupy

@@ -16,7 +16,9 @@ the run of its slot in the batch sorted by slot; "auto" plans get both), evaluat
 residual, WHERE and the aggregate arguments over the two rows (`cuda_expressions`, the joined
 columns of both sides on the device) and combines the lifted state into the dense (window,
 group) cells of every window both rows share with the kinds' atomic fragments. No pair is
-written anywhere.
+written anywhere. Outer joins: the pair kernel marks the kept rows matched (after the
+residual, before WHERE), and `fused_lonely_<side>` credits a kept side's unmatched rows at
+firing with the other side's columns NULL.
 """
 
 from __future__ import annotations
@@ -99,6 +101,10 @@ class DeviceFusion:
     group_columns: tuple[tuple[str, SqlType], ...]  # per GROUP BY column: group side's column
     columns: tuple[FusedColumn, ...]
     context: dict
+    # outer joins: the sides whose unmatched rows are credited (matched flags on the device),
+    # and per side the GROUP BY columns of an unmatched row of it (None: NULL, other side's)
+    kept: tuple[int, ...] = ()
+    lonely_group_columns: tuple[tuple[tuple[str | None, SqlType], ...], ...] = ((), ())
 
 
 def _group_columns(node: ph.JoinAggregateExec, side: int) -> tuple[tuple[str, SqlType], ...] | None:
@@ -126,8 +132,6 @@ def device_fusion(node: ph.JoinAggregateExec) -> DeviceFusion | str:
     join = node.join
     if node.factorised is not None:
         return "the aggregation is factorised"
-    if join.kind.keeps_left or join.kind.keeps_right:
-        return "outer join: its unmatched rows are credited at firing by the probe form"
     if join.window is None:
         return "no window"
     for field in node.fields:
@@ -150,11 +154,30 @@ def device_fusion(node: ph.JoinAggregateExec) -> DeviceFusion | str:
         side = 0 if name.startswith(join.aliases[0] + ".") else 1
         bare = name[len(join.aliases[side]) + 1 :]
         columns.append(FusedColumn(side, bare, name, types[name], _device_ctype(types[name])))
+    kept = tuple(
+        side
+        for side, keeps in enumerate((join.kind.keeps_left, join.kind.keeps_right))
+        if keeps and isinstance(join.children[side], ph.StreamScanExec)
+    )
     try:
-        context = _fused_context(node, tuple(columns), predicates)
+        context = _fused_context(node, tuple(columns), kept)
     except (ExpressionError, ValueError) as error:
         return f"an expression does not render in CUDA: {error}"
-    return DeviceFusion(group_side, _group_columns(node, group_side), tuple(columns), context)
+    lonely = tuple(
+        tuple(
+            (
+                k.name[len(join.aliases[side]) + 1 :]
+                if k.name.startswith(join.aliases[side] + ".")
+                else None,
+                k.type,
+            )
+            for k in node.keys
+        )
+        for side in (0, 1)
+    )
+    return DeviceFusion(
+        group_side, _group_columns(node, group_side), tuple(columns), context, kept, lonely
+    )
 
 
 def device_fusion_reason(node: ph.JoinAggregateExec) -> str | None:
@@ -164,11 +187,14 @@ def device_fusion_reason(node: ph.JoinAggregateExec) -> str | None:
 
 
 def _fused_context(
-    node: ph.JoinAggregateExec, columns: tuple[FusedColumn, ...], predicates: list
+    node: ph.JoinAggregateExec, columns: tuple[FusedColumn, ...], kept: tuple[int, ...]
 ) -> dict:
-    """The template context of the fused kernel: the joined columns as `v{i}`/`m{i}` read at
-    the pair's left row `l` or right row `r`, WHERE and residual as one `contributes`, the
-    distinct aggregate arguments, the lifted parts and every field's atomic fragment."""
+    """The template context of the fused kernels: the joined columns as `v{i}`/`m{i}` read at
+    the pair's left row `l` or right row `r` (an unmatched row's kernel: the other side's
+    NULL), the residual (a pair failing it is no match) and WHERE checks, the distinct
+    aggregate arguments, the lifted parts and every field's atomic fragment; `kept`: the
+    sides whose matched flags the pair kernel sets and whose unmatched rows a kernel each
+    credits."""
     from mangonel.compiler.cuda_expressions import CudaContext, render_cuda
 
     env = TypeEnv(columns={c.joined: c.type for c in columns})
@@ -176,13 +202,16 @@ def _fused_context(
         column_values={c.joined: f"v{i}" for i, c in enumerate(columns)},
         column_valid={c.joined: f"m{i}" for i, c in enumerate(columns)},
     )
+    join = node.join
     checks = []
-    for predicate in predicates:
+    for residual, predicate in ((True, join.residual), (False, join.where)):
+        if predicate is None:
+            continue
         rendered = render_cuda(predicate, env, context)
         value = rendered.value
         if rendered.type is not SqlType.BOOLEAN:
             value = f"(({value}) != 0)"
-        checks.append({"value": value, "valid": rendered.valid})
+        checks.append({"value": value, "valid": rendered.valid, "residual": residual})
     arguments: list[dict[str, str]] = []
     argument_of: dict[int, int] = {}
     seen: list = []
@@ -226,6 +255,17 @@ def _fused_context(
         "parts": part_code,
         "fields": field_code,
         "n_parts": len(parts),
+        "marks": [{"row": "lr"[side], "side": side} for side in kept],
+        "lonely": [
+            {
+                "role": f"fused_lonely_{side}",
+                "columns": [
+                    {"index": i, "ctype": c.ctype, "mine": c.side == side}
+                    for i, c in enumerate(columns)
+                ],
+            }
+            for side in kept
+        ],
         "compile_note": "compile with " + " ".join(FUSED_COMPILE_OPTIONS),
     }
 
@@ -255,7 +295,8 @@ def render_join_kernels(
         )
     roles = (*ALGORITHM_ROLES[algorithm], *COMMON_ROLES, *(s.role for s in scatters))
     if fusion is not None:
-        roles = tuple(dict.fromkeys((*roles, *FUSED_ROLES[algorithm])))
+        lonely = (f"fused_lonely_{side}" for side in fusion.kept)
+        roles = tuple(dict.fromkeys((*roles, *FUSED_ROLES[algorithm], *lonely)))
     fused = None
     if fusion is not None:
         variants = [r for r in FUSED_ROLES[algorithm] if r != "chain_insert"]

@@ -9,11 +9,12 @@ reused (`join_fused.PinnedBuffer`).
 
 Two forms of an aggregated join (EXPLAIN's `fused=`):
 
-- `fused=device` (`codegen_join.device_fusion` applies: inner join, the group known per row
-  of one side, every predicate and aggregate argument rendered in CUDA): `device_cells` hands
-  the driver `join_fused.DeviceJoinCells`, whose fused kernel aggregates every match into
-  (window, group) cells kept on the device, both sides' rows mirrored there; no pair is
-  materialised, and firing copies back only the fired windows' cells.
+- `fused=device` (`codegen_join.device_fusion` applies: the group known per row of one
+  side, every predicate and aggregate argument rendered in CUDA; outer joins too):
+  `device_cells` hands the driver `join_fused.DeviceJoinCells`, whose fused kernel
+  aggregates every match into (window, group) cells kept on the device, both sides' rows
+  mirrored there; no pair is materialised, and firing copies back only the fired windows'
+  cells.
 - `fused=probe` (the rest, and joins without GROUP BY materialise rows): the kernels below
   find pairs and expand their windows on the device; the driver keeps the stored rows,
   pending pairs and (window, group) cells on the host, so each call uploads what it reads.

@@ -10,6 +10,11 @@ fused kernel, which evaluates the residual, WHERE and aggregate arguments over t
 combines the lifted state into the (window, group) cells of every window the pair shares. No
 pair is materialised.
 
+Outer joins: a kept side's mirror also holds its matched flags (set by the fused kernel where
+a match passes the residual) and each row's group slot when unmatched; `credit_unmatched`
+credits those rows at a firing, and `flags_to_host` gives the flags to the driver before a
+snapshot.
+
 The cells are a dense block per state part, [window - base x group slot], on the device, grown
 (front or back, more groups) before a launch needs it. Firing copies the fired windows' rows
 of the block to the host through one reused pinned buffer, drops them from the block, and
@@ -76,6 +81,11 @@ class DeviceRows:
         self.index = index
         self.columns = tuple(c for c in fusion.columns if c.side == index)
         self.group_columns = fusion.group_columns if fusion.group_side == index else None
+        # outer joins, a kept side: its matched flags (rows x windows, from `origin`) and
+        # the group slot of each row when unmatched (the other side's GROUP BY columns NULL)
+        self.kept = index in fusion.kept
+        self.lonely_group_columns = fusion.lonely_group_columns[index]
+        self.width = 0
         self.base = 0
         self.size = 0
         self.capacity = 0
@@ -87,7 +97,7 @@ class DeviceRows:
     def _grow_heads(self, n_slots: int) -> None:
         cp = device.cupy()
         size = 0 if self.heads is None else len(self.heads)
-        if n_slots <= size:
+        if self.heads is not None and n_slots <= size:
             return
         heads = cp.full(max(n_slots, 2 * size, 1024), -1, cp.int64)
         if size:
@@ -98,6 +108,9 @@ class DeviceRows:
         dtypes = {name: np.dtype(np.int64) for name in ("slots", "first", "last", "next")}
         if self.group_columns is not None:
             dtypes["groups"] = np.dtype(np.int64)
+        if self.kept:
+            dtypes["origin"] = dtypes["lonely"] = np.dtype(np.int64)
+            dtypes["matched"] = np.dtype(np.uint8)  # (rows, width)
         for column in self.columns:
             dtypes[f"v:{column.name}"] = _numpy_dtype(column.type)
             dtypes[f"m:{column.name}"] = np.dtype(np.uint8)
@@ -132,6 +145,17 @@ class DeviceRows:
                 for name, sql_type in self.group_columns
             ]
             host["groups"] = np.asarray(groups.map_columns(columns, np.ones(new, np.bool_)))
+        if self.kept:
+            self.width = side.matched.view.shape[1]
+            host["origin"] = side.origin.view[-new:]
+            host["matched"] = side.matched.view[-new:]
+            columns = [
+                pa.nulls(new, sql_type.info.arrow)
+                if name is None
+                else rows.column(name).combine_chunks().cast(sql_type.info.arrow)
+                for name, sql_type in self.lonely_group_columns
+            ]
+            host["lonely"] = np.asarray(groups.map_columns(columns, np.ones(new, np.bool_)))
         for column in self.columns:
             values, valid = to_values(rows.column(column.name), _numpy_dtype(column.type))
             host[f"v:{column.name}"], host[f"m:{column.name}"] = values, valid.view(np.uint8)
@@ -140,7 +164,8 @@ class DeviceRows:
             capacity = max(need, 2 * self.capacity, 1024)
             grown = {}
             for name, dtype in self._dtypes().items():
-                array = cp.zeros(capacity, dtype)
+                shape = (capacity, self.width) if name == "matched" else capacity
+                array = cp.zeros(shape, dtype)
                 if name in self.arrays and self.size:
                     array[: self.size] = self.arrays[name][: self.size]
                 grown[name] = array
@@ -189,6 +214,7 @@ class DeviceJoinCells:
             for dtype, value in [(ph.neutral(f)[0], v) for v in ph.neutral(f)[1]]
         ]
         self.rows = [DeviceRows(fusion, 0), DeviceRows(fusion, 1)]
+        self.n_slots = 0  # the join's key slots at the last join (the chains' heads)
         self.block: list[Any] = []
         self.lock: Any = None
         self.base = 0  # the window of the block's row 0
@@ -240,11 +266,16 @@ class DeviceJoinCells:
 
     # -- joining --------------------------------------------------------------------------
 
+    def _sync(self, sides: list) -> None:
+        for side in sides:
+            self.rows[side.index].sync(side, self.groups, self.kernels, self.n_slots)
+
     def join(self, sides: list, index: int, count: int, algorithm: str, n_slots: int) -> None:
         """The last `count` rows stored on `sides[index]` against the other side's stored
-        rows, aggregated into the cells (the fused kernel of `algorithm`)."""
-        for side in sides:
-            self.rows[side.index].sync(side, self.groups, self.kernels, n_slots)
+        rows, aggregated into the cells (the fused kernel of `algorithm`); outer joins: the
+        kept sides' rows marked matched in the windows of their matches."""
+        self.n_slots = n_slots
+        self._sync(sides)
         batch, stored = self.rows[index], self.rows[1 - index]
         if not count or not stored.size:
             return
@@ -273,6 +304,11 @@ class DeviceJoinCells:
             ]
         group_rows = batch if self.fusion.group_side == index else stored
         groups = group_rows.view("groups", start if group_rows is batch else 0)
+        marks = []
+        for side in self.fusion.kept:
+            rows, offset = (batch, start) if side == index else (stored, 0)
+            marks += [rows.view("matched", offset), rows.view("origin", offset)]
+            marks.append(np.int64(rows.width))
         rows = probe.size - at
         arguments = (
             probe.view("slots", at),
@@ -285,6 +321,7 @@ class DeviceJoinCells:
             np.int32(1 if probe.index == 0 else 0),
             *columns,
             groups,
+            *marks,
             *self.block,
             self.lock,
             np.int64(self.base),
@@ -293,6 +330,54 @@ class DeviceJoinCells:
         )
         self.kernels._launch(FUSED_KERNEL_ROLES[algorithm], rows, *arguments)
         self.kernels.fused_launches += 1
+
+    def credit_unmatched(self, sides: list, lo: int, hi: int) -> None:
+        """Outer joins, at a firing of windows lo..hi: every kept side's rows unmatched in
+        them credited to their own cells (the other side NULL), on the device."""
+        self._sync(sides)
+        for side in self.fusion.kept:
+            rows = self.rows[side]
+            if not rows.size:
+                continue
+            # the block grows only to the windows these rows cover (a first firing's lo is
+            # the start of time)
+            lo_rows = max(lo, int(sides[side].first.view.min()))
+            hi_rows = min(hi, int(sides[side].last.view.max()))
+            if lo_rows > hi_rows:
+                continue
+            self._ensure(lo_rows, hi_rows, max(self.groups.n_slots, 1))
+            columns = []
+            for column in self.fusion.columns:
+                if column.side == side:
+                    columns += [rows.view(f"v:{column.name}"), rows.view(f"m:{column.name}")]
+            arguments = (
+                rows.view("first"),
+                rows.view("last"),
+                rows.view("origin"),
+                rows.view("matched"),
+                np.int64(rows.width),
+                np.int64(rows.size),
+                np.int64(lo),
+                np.int64(hi),
+                *columns,
+                rows.view("lonely"),
+                *self.block,
+                self.lock,
+                np.int64(self.base),
+                np.int64(self.windows),
+                np.int64(self.group_capacity),
+            )
+            self.kernels._launch(f"fused_lonely_{side}", rows.size, *arguments)
+            self.kernels.fused_launches += 1
+
+    def flags_to_host(self, sides: list) -> None:
+        """The kept sides' matched flags, set on the device, into the driver's rows (before
+        a snapshot takes them)."""
+        self._sync(sides)
+        for side in sides:
+            rows = self.rows[side.index]
+            if rows.kept and rows.size:
+                side.matched.view[...] = self._download([rows.view("matched")])[0]
 
     # -- firing ---------------------------------------------------------------------------
 

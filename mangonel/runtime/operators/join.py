@@ -556,6 +556,9 @@ class JoinOperator:
 
     def _unmatched(self, lo: int, hi: int) -> None:
         """Credit the rows of kept sides unmatched in windows lo..hi, other side NULL."""
+        if self.device_fused:  # the matched flags and cells are the backend's
+            self.cells.credit_unmatched(self.sides, lo, hi)
+            return
         for side in self.sides:
             if side.matched is None or not side.rows:
                 continue
@@ -645,6 +648,8 @@ class JoinOperator:
         )
 
     def snapshot(self) -> bytes:
+        if self.device_fused:  # outer joins: matched flags set where the pairs were found
+            self.cells.flags_to_host(self.sides)
         header: dict = {"format": "mangonel.window-state", "version": 1}
         header.update(
             operator=JOIN_OPERATOR,
