@@ -227,10 +227,12 @@ def test_probe_form_on_the_host_shim_still_matches_the_oracle(
     gpu_kernels_in_cpu_plans, monkeypatch
 ) -> None:
     """The probe form (pairs found on the device, partials scattered by the driver), which
-    aggregations that do not fuse keep: the same cases with device_cells declined."""
-    from mangonel.runtime.gpu.join import GpuJoinKernels
+    aggregations that do not fuse keep: the same cases with device fusion declined."""
+    from mangonel.compiler import codegen_join
+    from mangonel.runtime.gpu import join as gpu_join
 
-    monkeypatch.setattr(GpuJoinKernels, "device_cells", lambda self, node: None)
+    for module in (codegen_join, gpu_join):
+        monkeypatch.setattr(module, "device_fusion", lambda node: "test: the probe form")
     for seed in range(24):
         for case in (draw_join_case(seed), fused_case(seed)):
             problem = check_join(case)
