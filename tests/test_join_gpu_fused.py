@@ -53,9 +53,14 @@ class FusedCase(JoinCase):
         where = " WHERE l.x IS NULL OR l.x < 7" if self.where else ""
         group, _, out = GROUPINGS[self.grouping]
         key = "" if out is None else f"{group} AS k, "
-        select = (
-            f"{key}window_start AS start, COUNT(*) AS n, SUM(l.x * r.y) AS s, MAX(r.y - l.x) AS m"
+        # integers: every field a count or an integer sum, credited by differences when
+        # sliding
+        calls = (
+            "SUM(l.x * r.k) AS s, COUNT(r.y) AS m"
+            if self.integers
+            else "SUM(l.x * r.y) AS s, MAX(r.y - l.x) AS m"
         )
+        select = f"{key}window_start AS start, COUNT(*) AS n, {calls}"
         tail = "" if group is None else f" GROUP BY {group}"
         sources = f"clicks {window} AS l {JOIN_WORDS[self.kind]} views {window} AS r ON {on}"
         return f"SELECT {select} FROM {sources}{where}{tail}"
@@ -68,8 +73,12 @@ class FusedCase(JoinCase):
             keys=keys,
             aggregates=(
                 ("count_star", None),
-                ("sum", ["*", ["col", "l.x"], ["col", "r.y"]]),
-                ("max", ["-", ["col", "r.y"], ["col", "l.x"]]),
+                ("sum", ["*", ["col", "l.x"], ["col", "r.k"]])
+                if self.integers
+                else ("sum", ["*", ["col", "l.x"], ["col", "r.y"]]),
+                ("count", ["col", "r.y"])
+                if self.integers
+                else ("max", ["-", ["col", "r.y"], ["col", "l.x"]]),
             ),
             outputs=outputs if out is None else (out, *outputs),
         )
@@ -99,7 +108,7 @@ def _node(case: JoinCase) -> ph.JoinAggregateExec:
 
 def test_device_fusion_applies_to_inner_joins_grouped_per_row() -> None:
     for grouping in GROUPINGS:
-        case = replace(fused_case(0), grouping=grouping)
+        case = replace(fused_case(0), grouping=grouping, integers=False)
         fusion = device_fusion(_node(case))
         assert isinstance(fusion, DeviceFusion), (grouping, fusion)
         # the group side: the first whose rows hold every GROUP BY value (r.k: l.k equals it)
@@ -150,20 +159,26 @@ def test_explain_says_which_fused_form_runs() -> None:
 
 
 def test_fused_kernels_compile_with_nvcc(tmp_path) -> None:
-    """Every rendered variant (both algorithms, every grouping, residual and WHERE, a state
+    """Every rendered variant (both algorithms, every grouping, residual and WHERE, sliding
+    integer fields credited by differences, a full join's unmatched-row kernels, a state
     kind with a lock: STDDEV's moments) compiles for the device."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not on PATH")
     rendered = {}
     for algorithm in ("hash", "sort-merge"):
         for grouping in GROUPINGS:
-            for residual, where in ((False, False), (True, True)):
+            # (residual and WHERE, sliding integer fields: differences, outer: unmatched rows)
+            for residual, integers, kind in ((False, False, "inner"), (True, True, "full")):
+                base = fused_case(0)
                 case = replace(
-                    fused_case(0),
+                    base,
                     algorithm=algorithm,
                     grouping=grouping,
                     residual=residual,
-                    where=where,
+                    where=residual,
+                    integers=integers,
+                    kind=kind,
+                    slide=base.size // 4,
                 )
                 generated = render_node_join_kernels(_node(case))
                 rendered[generated.digest] = generated
@@ -191,7 +206,9 @@ def test_fused_kernels_compile_with_nvcc(tmp_path) -> None:
         ptx = (tmp_path / f"join{i}.ptx").read_text()
         fused = [n for r, n in generated.names.items() if r.startswith("fused_")]
         assert fused and all(f".entry {name}(" in ptx for name in fused)
-    assert len(rendered) >= 5  # 2 algorithms x (residual, WHERE or not) + moments
+    assert len(rendered) >= 5  # 2 algorithms x the two shapes + moments
+    sources = "".join(g.source for g in rendered.values())
+    assert "fused_difference(" in sources and "mg_fused_lonely_1_" in sources
 
 
 # -- the fused kernel on the host (g++ shim) against the oracle --------------------------
@@ -207,6 +224,7 @@ def test_fused_joins_on_the_host_shim_match_the_oracle(gpu_kernels_in_cpu_plans,
         problem = check_join(case)
         assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
     made = gpu_kernels_in_cpu_plans
+    assert any("fused_difference" in k.generated.source for k in made)  # sliding integers
     assert len(made) >= 24
     assert all(any(r.startswith("fused_") for r in k.generated.names) for k in made)
     assert sum(k.fused_launches for k in made) > 24

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from sqlglot import exp
 
 from mangonel.aggregates import require_fixed
@@ -180,6 +181,16 @@ def device_fusion(node: ph.JoinAggregateExec) -> DeviceFusion | str:
     )
 
 
+def credits_by_difference(node: ph.JoinAggregateExec) -> bool:
+    """Whether an aggregated join credits by differences (the fused kernels and the probe
+    form's `JoinCells`): sliding windows and every field an int64 state whose combine is
+    addition mod 2^64 (counts, integer sums: the kinds flagged invertible)."""
+    window = node.window
+    if window.slide == window.size:
+        return False  # tumbling: one window per pair already
+    return all(f.kind.invertible and ph.field_dtype(f) == np.dtype(np.int64) for f in node.fields)
+
+
 def device_fusion_reason(node: ph.JoinAggregateExec) -> str | None:
     """None when `device_fusion` applies, else why not (EXPLAIN's `fused_reason`)."""
     fusion = device_fusion(node)
@@ -255,6 +266,7 @@ def _fused_context(
         "parts": part_code,
         "fields": field_code,
         "n_parts": len(parts),
+        "differences": credits_by_difference(node),
         "marks": [{"row": "lr"[side], "side": side} for side in kept],
         "lonely": [
             {
@@ -321,6 +333,7 @@ def render_node_join_kernels(node: ph.WindowJoinExec | ph.JoinAggregateExec) -> 
 
 __all__ = [
     "DeviceFusion",
+    "credits_by_difference",
     "FusedColumn",
     "JoinScatter",
     "device_fusion",

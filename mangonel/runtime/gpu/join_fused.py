@@ -31,7 +31,11 @@ import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.codegen_join import FUSED_KERNEL_ROLES, DeviceFusion
+from mangonel.compiler.codegen_join import (
+    FUSED_KERNEL_ROLES,
+    DeviceFusion,
+    credits_by_difference,
+)
 from mangonel.errors import DataError
 from mangonel.runtime.gpu import device
 from mangonel.runtime.host.arrays import to_values
@@ -215,6 +219,10 @@ class DeviceJoinCells:
         ]
         self.rows = [DeviceRows(fusion, 0), DeviceRows(fusion, 1)]
         self.n_slots = 0  # the join's key slots at the last join (the chains' heads)
+        # differences (`credits_by_difference`): the block holds +/- credits, a firing's
+        # prefix sum over windows continues from each part's running sums per group
+        self.differences = credits_by_difference(node)
+        self.running = np.zeros((len(self.parts), 0), np.int64)
         self.block: list[Any] = []
         self.lock: Any = None
         self.base = 0  # the window of the block's row 0
@@ -283,7 +291,8 @@ class DeviceJoinCells:
         start = batch.size - count
         lo = int(sides[index].first.view[-count:].min())
         hi = int(sides[index].last.view[-count:].max())
-        self._ensure(lo, hi, max(self.groups.n_slots, 1))
+        after = 1 if self.differences else 0  # differences: -credits after the last window
+        self._ensure(lo, hi + after, max(self.groups.n_slots, 1))
         if algorithm == "hash":  # the batch's rows walk the stored rows' chains
             probe, at, build, build_at = batch, start, stored, 0
             stored._grow_heads(n_slots)
@@ -345,7 +354,8 @@ class DeviceJoinCells:
             hi_rows = min(hi, int(sides[side].last.view.max()))
             if lo_rows > hi_rows:
                 continue
-            self._ensure(lo_rows, hi_rows, max(self.groups.n_slots, 1))
+            after = 1 if self.differences else 0
+            self._ensure(lo_rows, hi_rows + after, max(self.groups.n_slots, 1))
             columns = []
             for column in self.fusion.columns:
                 if column.side == side:
@@ -394,6 +404,16 @@ class DeviceJoinCells:
         host = self._download([part[:n, :n_groups] for part in self.block])
         first_window = self.base
         self._drop(n)
+        if self.differences:  # each window's cells: the running sums after its row
+            if self.running.shape[1] < n_groups:
+                grown = np.zeros(
+                    (len(self.parts), max(n_groups, 2 * self.running.shape[1])), np.int64
+                )
+                grown[:, : self.running.shape[1]] = self.running
+                self.running = grown
+            for i, part in enumerate(host):
+                part[...] = np.cumsum(part, axis=0) + self.running[i, :n_groups]
+                self.running[i, :n_groups] = part[-1]
         windows, groups = np.nonzero(host[0] > 0)  # fields[0] counts the joined rows
         if not len(windows):
             return None, 0
@@ -427,11 +447,13 @@ class DeviceJoinCells:
         block = sum(int(p.nbytes) for p in self.block) + (
             0 if self.lock is None else self.lock.nbytes
         )
-        return int(block) + sum(r.nbytes for r in self.rows) + self.groups.nbytes
+        rows = sum(r.nbytes for r in self.rows)
+        return int(block) + rows + self.groups.nbytes + self.running.nbytes
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         arrays = dict(self.groups.to_arrays("groups_"))
         arrays["fused_window_base"] = np.array([self.base, self.windows], np.int64)
+        arrays["fused_running"] = self.running.copy()
         n_groups = max(self.groups.n_slots, 1)
         if self.windows:
             host = self._download([part[: self.windows, :n_groups] for part in self.block])
@@ -448,6 +470,7 @@ class DeviceJoinCells:
         self.groups = self.kernels.key_map_from_arrays(self.groups.types, arrays, "groups_")
         self.rows = [DeviceRows(self.fusion, 0), DeviceRows(self.fusion, 1)]
         self.block, self.lock, self.windows, self.group_capacity = [], None, 0, 0
+        self.running = arrays["fused_running"].copy()
         base, windows = (int(v) for v in arrays["fused_window_base"])
         if not windows:
             return
