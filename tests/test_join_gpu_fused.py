@@ -355,3 +355,22 @@ def test_fused_equals_cpu_on_bench_input_on_the_host_shim(
     assert sum(k.fused_launches for k in gpu_kernels_in_cpu_plans) >= 9  # a join per batch
     assert tables[1].num_rows > 1000
     assert same_rows(tables[0], tables[1], aggregate=True)
+
+
+@pytest.mark.gpu
+def test_probe_form_on_a_device_matches_the_oracle(monkeypatch) -> None:
+    """On a GPU host: the probe form (what aggregations that do not fuse keep), device fusion
+    declined, on the random cases through Session("gpu")."""
+    pytest.importorskip("cupy")
+    import mangonel
+    from mangonel.compiler import codegen_join
+    from mangonel.runtime.gpu import join as gpu_join
+
+    for module in (codegen_join, gpu_join):
+        monkeypatch.setattr(module, "device_fusion", lambda node: "test: the probe form")
+    real = mangonel.Session
+    monkeypatch.setattr(mangonel, "Session", lambda backend, **options: real("gpu", **options))
+    for seed in range(40):
+        for case in (draw_join_case(seed), fused_case(seed)):
+            problem = check_join(case)
+            assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
