@@ -374,3 +374,32 @@ def test_probe_form_on_a_device_matches_the_oracle(monkeypatch) -> None:
         for case in (draw_join_case(seed), fused_case(seed)):
             problem = check_join(case)
             assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
+
+
+def test_stream_table_aggregates_fuse_on_the_host_shim(gpu_kernels_in_cpu_plans) -> None:
+    """A stream joined with a static table (its rows cover every window), grouped by the
+    table's STRING column or the stream's key, inner and LEFT: the fused kernels over the
+    shim give the CPU kernels' rows."""
+    from oracle import rows_of
+    from test_join_cpu import ADS, ARRIVALS, batch, session
+
+    from mangonel.runtime.cpu import operators as cpu_operators
+
+    ads = batch(ADS, [{"k": 1, "c": "one"}, {"k": 1, "c": "uno"}, {"k": 2, "c": None}])
+    arrivals = [*(a for a in ARRIVALS if a[0] == "clicks"), ("ads", ads)]
+    window = "[RANGE 1 SECOND SLIDE 500 MILLISECONDS]"
+    queries = [
+        f"SELECT a.c, window_start AS start, COUNT(*) AS n, SUM(l.x * 2) AS s FROM clicks "
+        f"{window} AS l JOIN ads AS a ON l.k = a.k GROUP BY a.c",
+        f"SELECT l.k, window_start AS start, COUNT(*) AS n, MAX(l.x) AS m FROM clicks "
+        f"{window} AS l LEFT JOIN ads AS a ON l.k = a.k AND l.x > 0 GROUP BY l.k",
+    ]
+    fused_operators = dict(cpu_operators.OPERATORS)
+    for sql in queries:
+        results = []
+        for operators in (fused_operators, ORIGINAL_CPU_OPERATORS):
+            cpu_operators.OPERATORS = operators
+            results.append(sorted(map(str, rows_of(session().sql(sql).run(arrivals)))))
+        cpu_operators.OPERATORS = fused_operators
+        assert results[1] and results[0] == results[1], sql
+    assert sum(k.fused_launches for k in gpu_kernels_in_cpu_plans) > 0
