@@ -109,6 +109,7 @@ def kernels_of(algorithm: str, scatters: tuple = ()) -> gpu_join.GpuJoinKernels:
     module = gpu_join.shared_context(64).module(kernels.generated)
     kernels._functions = {r: module.get_function(n) for r, n in kernels.generated.names.items()}
     kernels.launches = 0
+    kernels.pinned = gpu_join.PinnedBuffer()
     return kernels
 
 
@@ -247,7 +248,8 @@ def test_random_joins_over_gpu_kernels_match_the_oracle(gpu_kernels_in_cpu_plans
         problem = check_join(case)
         assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
     assert len(gpu_kernels_in_cpu_plans) >= 40
-    assert sum(k.launches for k in gpu_kernels_in_cpu_plans) > 1000
+    # (device-fused aggregations launch about one kernel per batch, the probe form several)
+    assert sum(k.launches for k in gpu_kernels_in_cpu_plans) > 400
 
 
 # -- placement: the join on the GPU unless gpu_join=False --------------------------------------
@@ -277,7 +279,10 @@ def test_gpu_plans_put_the_join_on_the_gpu_unless_gpu_join_is_off() -> None:
     assert "join runs on cpu" not in explain_text(on_gpu)
     source = explain_codegen(on_gpu)
     assert source.startswith("// mangonel GPU join kernels (hash)")
-    assert "scatter_count_i64" in source and "scatter_sum_i64" in source
+    # device-fused (LEFT JOIN grouped by l.k): the pair kernels of both algorithms ("auto")
+    # and the kept left side's unmatched-row kernel, no scatters
+    assert "mg_fused_hash_" in source and "mg_fused_lonely_0_" in source
+    assert "scatter_" not in source
     off = ph.with_backend(query.plan, "gpu", "test", gpu_join=False)
     join = ph.find(off, ph.WindowJoinExec)
     assert ph.placement(join, "join") == ph.Placement("join", "cpu", ph.JOIN_ON_CPU)

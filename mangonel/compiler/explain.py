@@ -143,16 +143,7 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             _list("keys", [_column(k) for k in node.keys]),
             _list("fields", [_field(f) for f in node.fields]),
             _list("aggregates", [_aggregate(a) for a in node.aggregates]),
-            # fused into the join's probe: matches are aggregated, never materialised;
-            # factorised: pairs are never formed, per-side counts and partials multiply
-            *(
-                [Parameter("fused", "probe", "probe")]
-                if node.factorised is None
-                else [
-                    Parameter("fused", "factorised", "factorised"),
-                    Parameter("factorised_reason", f'"{node.factorised}"', node.factorised),
-                ]
-            ),
+            *_fused_parameters(node),
         ]
     if isinstance(node, ph.TableScanExec):
         return "TableScan", [
@@ -176,6 +167,30 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             _duration("declared_watermark", stream.watermark_delay_us),
         ]
     raise TypeError(f"not a physical plan node: {type(node).__name__}")
+
+
+def _fused_parameters(node: ph.JoinAggregateExec) -> list[Parameter]:
+    """How the aggregation is fused with the join. device: on the GPU, the fused kernel
+    aggregates each match into (window, group) cells kept on the device, no pair leaves it;
+    probe: pairs are found (on the GPU too with gpu_join) and their partials combined into
+    cells on the host, with `fused_reason` why not device where the aggregation is on the GPU;
+    factorised: pairs are never formed, per-side counts and partials multiply."""
+    if node.factorised is not None:
+        return [
+            Parameter("fused", "factorised", "factorised"),
+            Parameter("factorised_reason", f'"{node.factorised}"', node.factorised),
+        ]
+    if ph.placement(node, "aggregate").backend != "gpu":
+        return [Parameter("fused", "probe", "probe")]
+    from mangonel.compiler.codegen_join import device_fusion_reason  # imports codegen
+
+    reason = device_fusion_reason(node)
+    if reason is None:
+        return [Parameter("fused", "device", "device")]
+    return [
+        Parameter("fused", "probe", "probe"),
+        Parameter("fused_reason", f'"{reason}"', reason),
+    ]
 
 
 def _join_parameters(node: ph.WindowJoinExec) -> list[Parameter]:

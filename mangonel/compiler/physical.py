@@ -506,9 +506,10 @@ JOIN_ON_CPU = "the gpu_join=False option keeps the join on the cpu"
 JOIN_OUTPUT_ON_CPU = "its input comes from the join, on the cpu (gpu_join=False)"
 # Factorised join aggregation keeps its per-(window, key) cells in host arrays.
 JOIN_FACTORISED_ON_CPU = "factorised join cells (per-side counts and partials) are host arrays"
-# With gpu_join: what stays on the host, because the driver keeps the join's cells there and
+# With gpu_join: what stays on the host, because fired cells are finalized there (copied back
+# from the device where the aggregation is device-fused, EXPLAIN's fused=device) and
 # the GPU Filter/Project evaluator is bound to window-aggregate results only.
-JOIN_FINALIZE_ON_CPU = "the join's (window, group) cells are kept on the host"
+JOIN_FINALIZE_ON_CPU = "the fired windows' (window, group) cells are finalized on the host"
 JOIN_OUTPUT_ON_HOST = "its input is the join's result, on the host"
 # A stored side is "skewed" when its most frequent key holds more than this many times an
 # even share of its rows (top share x distinct keys): the runtime's per-batch choice.

@@ -4,16 +4,25 @@ The kernels come from `compiler.codegen_join` (one module per query: its algorit
 marking, and the scatter kernels of its aggregation), compiled through the shared
 `CompileContext`. Every device step is written in two passes where it produces a variable
 number of results (count per item, exclusive scan with CuPy between the launches, write at
-the scanned offset), and its results come back through pinned host buffers.
+the scanned offset), and its results come back through one pinned host buffer per join,
+reused (`join_fused.PinnedBuffer`).
 
-The driver keeps the join's state (stored rows, pending pairs, (window, group) cells) on the
-host, so each call uploads what it reads. The host faces of the protocol (key maps, the
-evaluation of residual/WHERE/aggregate arguments over joined Arrow columns, their partials)
-are `host`'s: another backend's JoinKernels the GPU operator factory passes in (the CPU's;
-this package may not import it).
+Two forms of an aggregated join (EXPLAIN's `fused=`):
 
-These kernels have not yet run on a device: plans place the join on the CPU unless
-`GpuOptions(join=True)` (docs/explain.md).
+- `fused=device` (`codegen_join.device_fusion` applies: the group known per row of one
+  side, every predicate and aggregate argument rendered in CUDA; outer joins too):
+  `device_cells` hands the driver `join_fused.DeviceJoinCells`, whose fused kernel
+  aggregates every match into (window, group) cells kept on the device, both sides' rows
+  mirrored there; no pair is materialised, and firing copies back only the fired windows'
+  cells.
+- `fused=probe` (the rest, and joins without GROUP BY materialise rows): the kernels below
+  find pairs and expand their windows on the device; the driver keeps the stored rows,
+  pending pairs and (window, group) cells on the host, so each call uploads what it reads.
+
+The host faces of the protocol (key maps, the evaluation of residual/WHERE/aggregate arguments
+over joined Arrow columns, their partials) are `host`'s: another backend's JoinKernels the GPU
+operator factory passes in (the CPU's; this package may not import it). The probe form's
+kernels passed `pytest -m gpu` on an H100 (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -24,10 +33,17 @@ import numpy as np
 
 from mangonel.aggregates.state import StateKind
 from mangonel.compiler import physical as ph
-from mangonel.compiler.codegen_join import render_node_join_kernels, scatter_role
+from mangonel.compiler.codegen_join import (
+    FUSED_COMPILE_OPTIONS,
+    DeviceFusion,
+    device_fusion,
+    render_node_join_kernels,
+    scatter_role,
+)
 from mangonel.compiler.options import GpuOptions
 from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.compile import shared_context
+from mangonel.runtime.gpu.join_fused import DeviceJoinCells, PinnedBuffer
 from mangonel.runtime.operators.join_kernels import JoinKernels
 
 
@@ -45,11 +61,17 @@ class GpuJoinKernels:
         self.options = options or GpuOptions()
         self.host = host
         self.generated = render_node_join_kernels(node)
-        module = shared_context(self.options.module_cache_size).module(self.generated)
+        # the fused kernel evaluates expressions: compiled as the project kernel is
+        fused = any(role.startswith("fused_") for role in self.generated.names)
+        module = shared_context(self.options.module_cache_size).module(
+            self.generated, FUSED_COMPILE_OPTIONS if fused else ()
+        )
         self._functions = {
             role: module.get_function(name) for role, name in self.generated.names.items()
         }
         self.launches = 0
+        self.fused_launches = 0  # of the fused probe + aggregate kernel
+        self.pinned = PinnedBuffer()
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -62,15 +84,10 @@ class GpuJoinKernels:
     def _up(array: np.ndarray, dtype: Any = np.int64) -> Any:  # noqa: ANN401
         return device.cupy().asarray(np.ascontiguousarray(array, dtype))
 
-    @staticmethod
-    def _down(array: Any) -> np.ndarray:  # noqa: ANN401
-        """A device array on the host through pinned memory (CuPy's pinned pool reuses it)."""
-        cp = device.cupy()
-        size = int(array.size)
-        memory = cp.cuda.alloc_pinned_memory(max(size * array.dtype.itemsize, 1))
-        out = np.frombuffer(memory, array.dtype, size).reshape(array.shape)
-        array.get(out=out)
-        return out
+    def _down(self, array: Any) -> np.ndarray:  # noqa: ANN401
+        """A device array on the host through this kernels' one pinned buffer (reused: no
+        pinned allocation per call)."""
+        return self.pinned.download([array])[0]
 
     @staticmethod
     def _offsets(counts: Any) -> tuple[Any, int]:  # noqa: ANN401
@@ -259,6 +276,18 @@ class GpuJoinKernels:
         running[...] = self._down(final)
         values = cp.ascontiguousarray(seg_values[:, entries])
         return self._down(windows), self._down(seg_g[entries]), self._down(values)
+
+    # -- device-fused join + aggregate ----------------------------------------------------
+
+    def device_cells(self, node: ph.JoinAggregateExec) -> Any:  # noqa: ANN401
+        """The device-fused cells of an aggregated join (`join_fused.DeviceJoinCells`) where
+        `device_fusion` applies to it (this module then holds the fused kernel), else None:
+        the driver keeps the probe form."""
+        fusion = device_fusion(node)
+        fused = any(role.startswith("fused_") for role in self._functions)
+        if not isinstance(fusion, DeviceFusion) or not fused:
+            return None
+        return DeviceJoinCells(node, fusion, self)
 
     # -- host faces -----------------------------------------------------------------------
 

@@ -20,6 +20,10 @@ and implements docs/semantics.md, "Joins":
   join_cells.py: every window of the pair, or, for counts and integer sums, two difference
   cells whatever the slide); a firing finalizes the cells of its windows. Joined rows are
   never materialised as output.
+- Device-fused (a backend's kernels offering `device_cells(node)`, the GPU's where
+  `codegen_join.device_fusion` applies): a batch is joined and aggregated in one kernel into
+  cells the backend keeps (`_join_fused`); no pair comes back to the driver, which still
+  stores the rows (payload, slots, window ranges) it frees, snapshots and fires by.
 - Outer joins keep a matched flag per (row, window) of a kept side; a firing adds the rows
   unmatched in its windows with the other side NULL.
 - A static table (inputs under its name, all read before the first stream batch) covers
@@ -198,6 +202,7 @@ class JoinOperator:
         self.rows_out = 0
         self.residual_columns = _columns_of(join.residual)
         self.factorised = False
+        self.device_fused = False
         if self.aggregate is not None:
             self.credit_columns = _columns_of(
                 join.where,
@@ -207,10 +212,15 @@ class JoinOperator:
             self.schema = window_result_schema_of(self.aggregate)
             # factorised (the planner's choice): per-side counts and partials, no pairs
             self.factorised = self.aggregate.factorised is not None
+            # device-fused (a backend's `device_cells`, where it fuses this aggregation):
+            # the kernels join and aggregate each batch, the cells stay on the device
+            device_cells = getattr(kernels, "device_cells", None)
+            fused = None if self.factorised or device_cells is None else device_cells(node)
+            self.device_fused = fused is not None
             self.cells = (
                 FactorisedCells(self.aggregate, kernels, lambda: self.keys)
                 if self.factorised
-                else JoinCells(self.aggregate, kernels)
+                else fused or JoinCells(self.aggregate, kernels)
             )
             self.group_columns = frozenset(k.name for k in self.aggregate.keys)
             # groups from the pairs' join key slots: gather only what WHERE and the
@@ -321,7 +331,10 @@ class JoinOperator:
             else:
                 start = side.base + side.rows
                 side.append(rows, slots, first, last, origin)
-                self._join_new(side, start, slots, first, last)
+                if self.device_fused:
+                    self._join_fused(side, slots)
+                else:
+                    self._join_new(side, start, slots, first, last)
             side.seen = True
             if self.external:
                 return out
@@ -409,6 +422,17 @@ class JoinOperator:
                 local = ids - keeper.base
                 self.kernels.mark_matched(keeper.matched.view, local, lo, hi, keeper.origin.view)
         self._credit(left, right, lo, hi, key_slots)
+
+    def _join_fused(self, side: _Side, slots: np.ndarray) -> None:
+        """Join and aggregate the rows just stored on `side` on the device (the backend's
+        device-fused cells): no pair comes back."""
+        other = self.sides[1 - side.index]
+        if len(slots) and other.rows:
+            algorithm = self._algorithm(slots, other.slots.view)
+            self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
+        else:
+            algorithm = self.join.algorithm
+        self.cells.join(self.sides, side.index, len(slots), algorithm, self.keys.n_slots)
 
     def _algorithm(self, batch_slots: np.ndarray, stored_slots: np.ndarray) -> str:
         """The plan's algorithm, or (join_algorithm "auto") the choice from the key statistics
@@ -534,6 +558,9 @@ class JoinOperator:
 
     def _unmatched(self, lo: int, hi: int) -> None:
         """Credit the rows of kept sides unmatched in windows lo..hi, other side NULL."""
+        if self.device_fused:  # the matched flags and cells are the backend's
+            self.cells.credit_unmatched(self.sides, lo, hi)
+            return
         for side in self.sides:
             if side.matched is None or not side.rows:
                 continue
@@ -624,6 +651,8 @@ class JoinOperator:
         )
 
     def snapshot(self) -> bytes:
+        if self.device_fused:  # outer joins: matched flags set where the pairs were found
+            self.cells.flags_to_host(self.sides)
         header: dict = {"format": "mangonel.window-state", "version": 1}
         header.update(
             operator=JOIN_OPERATOR,

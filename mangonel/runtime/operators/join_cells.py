@@ -29,19 +29,12 @@ import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.compiler.codegen_join import credits_by_difference
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.results import finalize, window_result_batch
 
 # (window, group) cells one credit call combines densely before the kept cells see them
 LOCAL_CELLS = 1 << 22
-
-
-def credits_by_difference(node: ph.JoinAggregateExec) -> bool:
-    """Whether every field of the aggregation can be credited by differences."""
-    window = node.window
-    if window.slide == window.size:
-        return False  # tumbling: one window per pair already
-    return all(f.kind.invertible and ph.field_dtype(f) == np.dtype(np.int64) for f in node.fields)
 
 
 def groups_follow_join_keys(node: ph.JoinAggregateExec) -> bool:

@@ -18,6 +18,10 @@ the slots and a "sort-merge" join a merge of both sides sorted by slot.
 - `mark_matched(...)`: a row's per-window matched flags (outer joins) from its pairs.
 - `scatter(kind)`: the kind's combine of many values into cells (aggregated joins), and
   `prefix_windows`: the firing of difference-credited cells (`join_cells.py`).
+- Optional, `device_cells(node)`: cells of an aggregated join that the backend joins and
+  aggregates itself (`join(sides, index, count, algorithm, n_slots)` per batch, then the
+  `JoinCells` interface: fire, max_window, nbytes, to_arrays, restore), or None; the GPU's
+  device-fused form (runtime/gpu/join_fused.py). The CPU has none.
 """
 
 from __future__ import annotations
