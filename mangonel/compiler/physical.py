@@ -504,8 +504,13 @@ def _is_join(node: lg.LogicalNode) -> bool:
 # `gpu_join=False` option keeps it on the CPU.
 JOIN_ON_CPU = "the gpu_join=False option keeps the join on the cpu"
 JOIN_OUTPUT_ON_CPU = "its input comes from the join, on the cpu (gpu_join=False)"
-# Factorised join aggregation keeps its per-(window, key) cells in host arrays.
-JOIN_FACTORISED_ON_CPU = "factorised join cells (per-side counts and partials) are host arrays"
+# Factorised join aggregation: each side is a window aggregation (`factorised_sides`, placed
+# as any window aggregation); the combine of the two sides' fired (window, key) cells (an
+# inner join of cells, products, the GROUP BY) runs on the host.
+JOIN_FACTORISED_COMBINE_ON_CPU = (
+    "the factorised combine inner-joins the two side aggregations' fired (window, key) cells "
+    "on the host"
+)
 # With gpu_join: what stays on the host, because the driver keeps the join's cells there and
 # the GPU Filter/Project evaluator is bound to window-aggregate results only.
 JOIN_FINALIZE_ON_CPU = "the join's (window, group) cells are kept on the host"
@@ -543,13 +548,15 @@ def join_placement(
 ) -> Placement:
     """Join steps (and Filter/Project over a join's output) in GPU plans: with `gpu_join`
     (the default) matching, crediting and the fused aggregation ("join", "aggregate") run on
-    the GPU, finalize and Filter/Project over the join on the CPU; a `factorised` aggregated
-    join, or `gpu_join=False`, runs its steps on the CPU."""
+    the GPU, finalize and Filter/Project over the join on the CPU; `gpu_join=False` runs the
+    join's steps on the CPU. A `factorised` aggregated join combines the fired cells of its
+    two side aggregations on the host (the sides themselves are window aggregations, placed
+    by `window_placements`: `factorised_sides`)."""
     if backend != "gpu":
         return Placement(step, backend, reason)
     if factorised:
         if step in ("join", "aggregate", "finalize"):
-            return Placement(step, "cpu", JOIN_FACTORISED_ON_CPU)
+            return Placement(step, "cpu", JOIN_FACTORISED_COMBINE_ON_CPU)
         return Placement(step, "cpu", JOIN_OUTPUT_ON_HOST)
     if gpu_join:
         if step in ("join", "aggregate"):
@@ -603,6 +610,83 @@ def factorised_reason(
         "inner join grouped by join keys, each aggregate reading one side: per (window, key) "
         "per-side counts and partials, combined as products at firing, not per joined pair"
     )
+
+
+def _unqualified(expression: exp.Expression, alias: str) -> exp.Expression:
+    """An expression over one side's joined columns (`alias.column`) as one over the side's
+    stream columns."""
+    prefix = alias + "."
+
+    def strip(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.name.startswith(prefix):
+            return exp.column(node.name[len(prefix) :], quoted=True)
+        return node
+
+    return expression.copy().transform(strip)
+
+
+def factorised_sides(node: JoinAggregateExec) -> tuple[WindowAggregateExec, WindowAggregateExec]:
+    """The two window aggregations a factorised join aggregation runs (`node.factorised`):
+    per side, the side's stream over the join's window grouped by the side's join key
+    columns, with fields COUNT(*) (`rows`: the side's row count per (window, key)) and the
+    fields of the aggregates reading that side (their arguments over the stream's columns,
+    the join's field names kept). The join combines their fired (window, key) cells
+    (runtime/operators/join_factor.py). Placements are those of any window aggregation on
+    the plan's backend; each side's watermark delay is its stream's, shown only: windows
+    fire on the join's watermark (the minimum over both streams)."""
+    assert node.factorised is not None, "only a factorised join aggregation has sides"
+    join = node.join
+    window = join.window
+    assert window is not None
+    rows = node.fields[0]
+    sides = []
+    for index, alias in enumerate(join.aliases):
+        scan = join.children[index]
+        assert isinstance(scan, StreamScanExec)
+        prefix = alias + "."
+        by_name = {c.name: c for c in scan.columns}
+        join_keys = join.left_keys if index == 0 else join.right_keys
+        keys = tuple(by_name[k.name[len(prefix) :]] for k in join_keys)
+
+        def reads_side(argument: exp.Expression | None, prefix: str = prefix) -> bool:
+            return argument is not None and all(
+                c.name.startswith(prefix) for c in argument.find_all(exp.Column)
+            )
+
+        fields = (rows,) + tuple(
+            replace(f, argument=_unqualified(f.argument, alias))
+            for f in node.fields
+            if f.argument is not None and reads_side(f.argument)
+        )
+        count_star = next(
+            (a for a in node.aggregates if a.argument is None and a.count_field == rows.name),
+            AggregatePlan(AggregateFunction["COUNT_STAR"], None, rows.name, None, SqlType.BIGINT),
+        )
+        aggregates = (count_star,) + tuple(
+            replace(a, argument=_unqualified(a.argument, alias))
+            for a in node.aggregates
+            if a.argument is not None and reads_side(a.argument)
+        )
+        delay = join.watermark_delays[index] or 0
+        side_window = replace(window, watermark_delay_us=delay)
+        lift = LiftExec((scan,), None, keys, fields)
+        sides.append(
+            WindowAggregateExec(
+                children=(lift,),
+                window=side_window,
+                pane_length=join.pane_length,
+                panes_per_window=join.panes_per_window,
+                panes_per_slide=join.panes_per_slide,
+                windows_per_batch=default_windows_per_batch(
+                    join.panes_per_window, join.panes_per_slide
+                ),
+                aggregates=aggregates,
+                backend=join.backend,
+                backend_reason=join.backend_reason,
+                placements=window_placements(side_window, join.backend, join.backend_reason),
+            )
+        )
+    return sides[0], sides[1]
 
 
 def plan_join(

@@ -41,12 +41,14 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.errors import DataError
 from mangonel.runtime.host.arrays import to_mask, to_values
+from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.base import as_record_batch
 from mangonel.runtime.operators.conform import BatchConformer, event_time_range
 from mangonel.runtime.operators.join_cells import JoinCells, groups_follow_join_keys
-from mangonel.runtime.operators.join_factor import FactorisedCells
+from mangonel.runtime.operators.join_factor import FactorisedJoin
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.protocol import OperatorMetrics
+from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.snapshot import pack, unpack
 
 # The window range of a static table's rows: every window.
@@ -173,7 +175,12 @@ class JoinOperator:
 
     stateful = True
 
-    def __init__(self, node: ph.WindowJoinExec | ph.JoinAggregateExec, kernels: JoinKernels):
+    def __init__(
+        self,
+        node: ph.WindowJoinExec | ph.JoinAggregateExec,
+        kernels: JoinKernels,
+        step_kernels: StepKernels | None = None,
+    ) -> None:
         self.kernels = kernels
         self.aggregate = node if isinstance(node, ph.JoinAggregateExec) else None
         join = node.join if isinstance(node, ph.JoinAggregateExec) else node
@@ -205,11 +212,20 @@ class JoinOperator:
             self.schema = window_result_schema_of(self.aggregate)
             # factorised (the planner's choice): per-side counts and partials, no pairs
             self.factorised = self.aggregate.factorised is not None
-            self.cells = (
-                FactorisedCells(self.aggregate, kernels, lambda: self.keys)
-                if self.factorised
-                else JoinCells(self.aggregate, kernels)
-            )
+            if self.factorised:
+                # the sides' window aggregations run on their placements' backends
+                if step_kernels is None:  # built alone: one kernels object per backend
+                    made: dict[str, object] = {}
+
+                    def kernels_of(backend: str):  # noqa: ANN202
+                        if backend not in made:
+                            made[backend] = registry.new_kernels(backend)
+                        return made[backend]
+
+                    step_kernels = StepKernels((), "cpu", kernels_of)
+                self.cells = FactorisedJoin(self.aggregate, kernels, step_kernels)
+            else:
+                self.cells = JoinCells(self.aggregate, kernels)
             self.group_columns = frozenset(k.name for k in self.aggregate.keys)
             # groups from the pairs' join key slots: gather only what WHERE and the
             # aggregates read
@@ -285,6 +301,11 @@ class JoinOperator:
         if side.is_table:
             self._load_table(side, batch)
             return []
+        if self.factorised:  # the side's window aggregation takes the rows: no pairs
+            self.cells.add(side.index, batch, self.watermark())
+            self._count_factorised(side)
+            side.seen = True
+            return self._advance(side)
         conformed = self._conformed(side, batch)
         n = conformed.num_rows
         side.tuples_in += n
@@ -321,14 +342,26 @@ class JoinOperator:
                 side.append(rows, slots, first, last, origin)
                 self._join_new(side, start, slots, first, last)
             side.seen = True
-            if self.external:
-                return out
-            if side.max_ts is not None:
-                candidate = side.max_ts - side.delay
-                if side.watermark is None or candidate > side.watermark:
-                    side.watermark = candidate
-            out = self._fire(self._last_closed(self.watermark()))
+            out = self._advance(side)
         return out
+
+    def _advance(self, side: _Side) -> list[pa.RecordBatch]:
+        """After a batch of `side`: its watermark, then fire what the query's lets close."""
+        if self.external:
+            return []
+        if side.max_ts is not None:
+            candidate = side.max_ts - side.delay
+            if side.watermark is None or candidate > side.watermark:
+                side.watermark = candidate
+        return self._fire(self._last_closed(self.watermark()))
+
+    def _count_factorised(self, side: _Side) -> None:
+        """The input counters of a side kept by its window aggregation (factorised)."""
+        window = self.cells.sides[side.index]
+        side.tuples_in = window.tuples_in
+        side.late = window.late
+        side.null_time = window.null_event_time + window.out_of_range
+        side.max_ts = window.max_event_time
 
     def _conformed(self, side: _Side, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch as the side stores it: the columns the query reads, declared types
@@ -682,6 +715,9 @@ class JoinOperator:
                 g.extend(arrays[f"pending_{n}"])
             return
         self.cells.restore(arrays)
+        if self.factorised:
+            for side in self.sides:
+                self._count_factorised(side)
 
 
 class _TableConformer:
@@ -739,7 +775,7 @@ def make_join_operator(kernels_factory):  # noqa: ANN001, ANN201 - a backend's J
     """The registry factory of WindowJoinExec / JoinAggregateExec for one backend."""
 
     def factory(node, input_schema, step_kernels):  # noqa: ANN001, ANN202
-        return JoinOperator(node, kernels_factory())
+        return JoinOperator(node, kernels_factory(), step_kernels)
 
     return factory
 
