@@ -39,6 +39,10 @@ from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_batch
 from mangonel.runtime.operators.window import TimeWindowOperator, _Segment
 
+# a firing's (window, key id) cells are matched through a dense table up to this many cells
+# (or 4x the cells), else through a sort
+DENSE_MATCH_CELLS = 1 << 22
+
 Cells = tuple[np.ndarray, np.ndarray, dict[str, tuple[np.ndarray, ...]]]
 
 
@@ -144,6 +148,16 @@ class FactorisedJoin:
             left.index(k.name) if k.name in left else right.index(k.name) for k in node.keys
         ]
         self.groups = kernels.new_key_map(tuple(k.type for k in node.keys))
+        # GROUP BY every join key column: one group per join key, nothing to combine
+        self.groups_are_keys = sorted(self.group_positions) == list(range(len(left)))
+        self._reset_key_ids()
+
+    def _reset_key_ids(self) -> None:
+        """The join key ids shared by both sides (`_key_ids`) and their groups: derived
+        from the sides' key maps and `groups` when needed, so not part of a snapshot."""
+        self.key_ids = self.kernels.new_key_map(self.key_types)
+        self.ids_of_slot = [np.zeros(0, np.int64), np.zeros(0, np.int64)]
+        self.group_of_id = np.zeros(0, np.int64)
 
     # -- input ----------------------------------------------------------------------------
 
@@ -162,20 +176,8 @@ class FactorisedJoin:
         left, right = (side.fire_cells(upto) for side in self.sides)
         if left is None or right is None:
             return None, 0
-        left_keys, left_ok = self._join_keys(0, left[1])
-        right_keys, right_ok = self._join_keys(1, right[1])
-        table = self.kernels.new_key_map((SqlType.BIGINT, *self.key_types))
-        left_cells = table.map_columns([pa.array(left[0]), *left_keys], left_ok)
-        n_left = table.n_slots
-        right_cells = table.map_columns([pa.array(right[0]), *right_keys], right_ok)
-        # a left cell's (window, key) is unique: slot -> its left cell
-        at = np.full(n_left, -1, np.int64)
-        at[left_cells[left_ok]] = np.flatnonzero(left_ok)
-        matched = (right_cells >= 0) & (right_cells < n_left)
-        li = at[right_cells[matched]]
-        ri = np.flatnonzero(matched)
-        order = np.argsort(li, kind="stable")  # window order, then the left side's keys
-        li, ri = li[order], ri[order]
+        left_ids, right_ids = self._key_ids(0, left[1]), self._key_ids(1, right[1])
+        li, ri = self._match(left[0], left_ids, right[0], right_ids)
         if not len(li):
             return None, 0
         rows = self.node.fields[0].name
@@ -196,12 +198,16 @@ class FactorisedJoin:
                 parts.append(part)
             values[f.name] = tuple(parts)
         windows = left[0][li]
-        columns = [
-            left_keys[p].take(pa.array(li)).cast(k.type.info.arrow)
-            for p, k in zip(self.group_positions, self.node.keys, strict=True)
-        ]
-        groups = self.groups.map_columns(columns, np.ones(len(li), np.bool_))
-        windows, groups, values = self._by_group(windows, groups, values)
+        groups = self._groups(left_ids[li])
+        if self.groups_are_keys:  # (window, group) is unique: order it, nothing to combine
+            # cells come window-major: one sort of (window, group) codes, when out of order
+            codes = (windows - windows[0]) * self.groups.n_slots + groups
+            if (np.diff(codes) < 0).any():
+                order = np.argsort(codes, kind="stable")
+                windows, groups = windows[order], groups[order]
+                values = {name: tuple(p[order] for p in parts) for name, parts in values.items()}
+        else:
+            windows, groups, values = self._by_group(windows, groups, values)
         aggregates = finalize(self.node.aggregates, values)
         keys = self.groups.decode(groups)
         window = self.node.window
@@ -209,18 +215,72 @@ class FactorisedJoin:
         batch = window_result_batch(schema, keys, aggregates, start, start + window.size)
         return batch, len(windows)
 
-    def _join_keys(self, index: int, slots: np.ndarray) -> tuple[list[pa.Array], np.ndarray]:
-        """A side's key columns of its fired cells as the join compares them (integers as
-        int64), and which cells have no NULL key (a NULL key matches nothing)."""
-        columns = []
-        ok = np.ones(len(slots), np.bool_)
-        for column in self.sides[index].keys.decode(slots):
-            if pa.types.is_integer(column.type) and column.type != pa.int64():
-                column = column.cast(pa.int64())
-            if column.null_count:
-                ok &= ~np.asarray(column.is_null())
-            columns.append(column)
-        return columns, ok
+    def _key_ids(self, index: int, slots: np.ndarray) -> np.ndarray:
+        """The join key ids (shared by both sides: equal keys, equal ids; -1: a NULL key,
+        matching nothing) of a side's key slots. A side's slots are mapped once, as they
+        appear; the key columns are compared as the join compares them (integers as int64)."""
+        known = self.ids_of_slot[index]
+        side_keys = self.sides[index].keys
+        if len(known) < side_keys.n_slots:
+            new = np.arange(len(known), side_keys.n_slots, dtype=np.int64)
+            columns = []
+            ok = np.ones(len(new), np.bool_)
+            for column in side_keys.decode(new):
+                if pa.types.is_integer(column.type) and column.type != pa.int64():
+                    column = column.cast(pa.int64())
+                if column.null_count:
+                    ok &= ~np.asarray(column.is_null())
+                columns.append(column)
+            ids = self.key_ids.map_columns(columns, ok)
+            known = self.ids_of_slot[index] = np.concatenate([known, ids])
+        return known[slots]
+
+    def _match(self, left_windows, left_ids, right_windows, right_ids):  # noqa: ANN001, ANN202
+        """(left cell, right cell) of every (window, key id) both sides hold, in left cell
+        order (window-major). A side's (window, key) is one cell at most."""
+        first = int(min(left_windows.min(), right_windows.min()))
+        span = int(max(left_windows.max(), right_windows.max())) - first + 1
+        n_ids = self.key_ids.n_slots
+        left_codes = (left_windows - first) * n_ids + left_ids
+        right_codes = (right_windows - first) * n_ids + right_ids
+        left_ok, right_ok = left_ids >= 0, right_ids >= 0
+        found = np.full(len(left_codes), -1, np.int64)  # per left cell: its right cell
+        if span * n_ids <= max(DENSE_MATCH_CELLS, 4 * (len(left_ids) + len(right_ids))):
+            cell_of_code = np.full(span * n_ids, -1, np.int64)
+            cell_of_code[right_codes[right_ok]] = np.flatnonzero(right_ok)
+            found[left_ok] = cell_of_code[left_codes[left_ok]]
+        else:  # a sparse firing (far apart windows): sort instead of a dense table
+            order = np.flatnonzero(right_ok)
+            order = order[np.argsort(right_codes[order])]
+            if len(order):
+                sorted_codes = right_codes[order]
+                at = np.minimum(np.searchsorted(sorted_codes, left_codes), len(order) - 1)
+                hit = left_ok & (sorted_codes[at] == left_codes)
+                found[hit] = order[at[hit]]
+        li = np.flatnonzero(found >= 0)
+        return li, found[li]
+
+    def _groups(self, ids: np.ndarray) -> np.ndarray:
+        """The group slots (first-seen order) of join key ids: their GROUP BY columns, cast
+        to the columns' types, mapped once per key id."""
+        if len(self.group_of_id) < self.key_ids.n_slots:
+            grown = np.full(self.key_ids.n_slots, -1, np.int64)
+            grown[: len(self.group_of_id)] = self.group_of_id
+            self.group_of_id = grown
+        groups = self.group_of_id[ids]
+        missing = groups < 0
+        if missing.any():
+            new_ids, first = np.unique(ids[missing], return_index=True)
+            new_ids = new_ids[np.argsort(first)]  # first-seen order in this firing
+            columns = [
+                self.key_ids.decode(new_ids)[p].cast(k.type.info.arrow)
+                for p, k in zip(self.group_positions, self.node.keys, strict=True)
+            ]
+            self.group_of_id[new_ids] = self.groups.map_columns(
+                columns, np.ones(len(new_ids), np.bool_)
+            )
+            groups = self.group_of_id[ids]
+        return groups
 
     def _by_group(self, windows, groups, values):  # noqa: ANN001, ANN202
         """(window, group) results in window order, then group: the keys of one group (a
@@ -245,7 +305,9 @@ class FactorisedJoin:
 
     @property
     def nbytes(self) -> int:
-        return sum(side.state_bytes() for side in self.sides) + self.groups.nbytes
+        ids = self.key_ids.nbytes + self.group_of_id.nbytes
+        ids += sum(slots.nbytes for slots in self.ids_of_slot)
+        return sum(side.state_bytes() for side in self.sides) + self.groups.nbytes + ids
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         arrays = dict(self.groups.to_arrays("groups_"))
@@ -257,3 +319,4 @@ class FactorisedJoin:
         self.groups = self.kernels.key_map_from_arrays(self.groups.types, arrays, "groups_")
         for index, side in enumerate(self.sides):
             side.restore(arrays[f"factorised_side{index}"].tobytes())
+        self._reset_key_ids()
