@@ -22,6 +22,7 @@ from mangonel.compiler.explain import explain_text
 from mangonel.runtime.local.query import LocalQuery
 from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.join import JoinOperator
+from mangonel.runtime.operators.join_factor import FactorisedSide
 from mangonel.session import Session
 
 S = 1_000_000
@@ -68,6 +69,48 @@ def test_sliding_late_rows_are_counted_per_stream() -> None:
     assert_same(run_engine(query, cases), expected)
     assert oracle.late == {"clicks": 1, "views": 1}
     assert dict(query.metrics.late_by_input) == oracle.late
+
+
+def test_a_chunked_merge_fires_early_only_what_the_join_closes(monkeypatch) -> None:
+    """A batch whose dense block would pass MAX_SEGMENT_BYTES is merged in pane chunks, and
+    the windows the join's watermark after the batch closes fire between chunks; their cells
+    wait for the join's combine (the other side reaches them in the same firing)."""
+    from mangonel.runtime.operators import window
+
+    monkeypatch.setattr(window, "MAX_SEGMENT_BYTES", 1)  # every multi-window batch chunks
+    chunked = []
+    original = window.TimeWindowOperator._chunk_panes
+
+    def chunk_panes(self, host_panes, fire_until):  # noqa: ANN001, ANN202
+        chunk = original(self, host_panes, fire_until)
+        chunked.append(chunk)
+        return chunk
+
+    monkeypatch.setattr(window.TimeWindowOperator, "_chunk_panes", chunk_panes)
+    early = []  # the join fires sides through fire_cells: advance_watermark is the merge's
+    advance = FactorisedSide.advance_watermark
+
+    def advance_watermark(self, watermark):  # noqa: ANN001, ANN202
+        early.append(watermark)
+        return advance(self, watermark)
+
+    monkeypatch.setattr(FactorisedSide, "advance_watermark", advance_watermark)
+    clicks = pa.schema([("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64())])
+    views = pa.schema([("ts", pa.timestamp("us")), ("k", pa.int32()), ("y", pa.float64())])
+    lagging = [  # views lag: a clicks batch over 8 s may close only what views reached
+        ("views", batch(views, [{"ts": t, "k": t % 3, "y": 1.0} for t in range(0, S, S // 7)])),
+        ("clicks", batch(clicks, [{"ts": t, "k": t % 3, "x": 2} for t in range(0, 8 * S, S // 9)])),
+        ("views", batch(views, [{"ts": t, "k": t % 3, "y": 2.0} for t in range(S, 9 * S, S // 5)])),
+        ("clicks", batch(clicks, [{"ts": 9 * S, "k": 0, "x": 1}])),
+    ]
+    for seed in range(4):
+        cases = arrivals(seed, 0.0, batches=12) if seed < 3 else lagging
+        expected, oracle = run_oracle(oracle_query(S, S // 10), cases)
+        query = session().sql(sql(1000, 100))
+        for restore_at in (None, 5):
+            assert_same(run_engine(query, cases, restore_at), expected)
+        assert dict(query.metrics.late_by_input) == oracle.late
+    assert any(chunk is not None for chunk in chunked) and early
 
 
 # -- two-column keys of mixed types ------------------------------------------------------

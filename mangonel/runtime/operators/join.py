@@ -20,6 +20,10 @@ and implements docs/semantics.md, "Joins":
   join_cells.py: every window of the pair, or, for counts and integer sums, two difference
   cells whatever the slide); a firing finalizes the cells of its windows. Joined rows are
   never materialised as output.
+- Factorised (`JoinAggregateExec.factorised`, join_factor.py): no rows are stored and no
+  pairs formed; each side's batches go to that side's window aggregation, judged late
+  against the query's watermark, and a firing combines the two sides' fired (window, key)
+  cells. Watermarks, firing and metrics are the driver's, as for every join.
 - Outer joins keep a matched flag per (row, window) of a kept side; a firing adds the rows
   unmatched in its windows with the other side NULL.
 - A static table (inputs under its name, all read before the first stream batch) covers
@@ -302,7 +306,8 @@ class JoinOperator:
             self._load_table(side, batch)
             return []
         if self.factorised:  # the side's window aggregation takes the rows: no pairs
-            self.cells.add(side.index, batch, self.watermark())
+            after = None if self.external else (lambda top: self._watermark_after(side, top))
+            self.cells.add(side.index, batch, self.watermark(), after)
             self._count_factorised(side)
             side.seen = True
             return self._advance(side)
@@ -354,6 +359,18 @@ class JoinOperator:
             if side.watermark is None or candidate > side.watermark:
                 side.watermark = candidate
         return self._fire(self._last_closed(self.watermark()))
+
+    def _watermark_after(self, side: _Side, max_ts: int | None) -> int | None:
+        """The query's watermark once a batch of `side` with this max event time is in
+        (what `_advance` will set), None while it stays minus infinity."""
+        watermark = side.watermark
+        top = side.max_ts if max_ts is None else max(max_ts, side.max_ts or max_ts)
+        if top is not None and (watermark is None or top - side.delay > watermark):
+            watermark = top - side.delay
+        values = [watermark if s is side else s.watermark for s in self.sides if not s.is_table]
+        if not all(s.seen or s is side for s in self.sides) or any(v is None for v in values):
+            return None
+        return min(values)  # type: ignore[type-var]
 
     def _count_factorised(self, side: _Side) -> None:
         """The input counters of a side kept by its window aggregation (factorised)."""

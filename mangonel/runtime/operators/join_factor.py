@@ -29,6 +29,8 @@ Results are in window order, then group in first-fired order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 
@@ -43,6 +45,7 @@ from mangonel.runtime.operators.window import TimeWindowOperator, _Segment
 # (or 4x the cells), else through a sort
 DENSE_MATCH_CELLS = 1 << 22
 
+WatermarkAfter = Callable[[int | None], int | None]
 Cells = tuple[np.ndarray, np.ndarray, dict[str, tuple[np.ndarray, ...]]]
 
 
@@ -52,20 +55,36 @@ class FactorisedSide(TimeWindowOperator):
 
     def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
         super().__init__(node, kernels)
-        self._fired: list[Cells] = []
+        self._fired: list[Cells] = []  # cells fired, waiting for the join's combine
+        self._join_watermark_after: WatermarkAfter | None = None
 
-    def add(self, batch: pa.RecordBatch, watermark: int | None) -> None:
-        """Lift and merge one batch, rows judged late against the join's `watermark`."""
+    def add(
+        self,
+        batch: pa.RecordBatch,
+        watermark: int | None,
+        watermark_after: WatermarkAfter | None = None,
+    ) -> None:
+        """Lift and merge one batch, rows judged late against the join's `watermark`.
+        `watermark_after(max event time of the batch)`: the join's watermark once this batch
+        is in (None: unknown, as when driven from outside); a large batch's chunked merge
+        fires the windows it closes between chunks, and their cells wait in `_fired` for the
+        join's firing right after the batch, which reaches them on both sides."""
         if watermark is not None and (self.watermark is None or watermark > self.watermark):
             self.watermark = watermark
         conformed, out_of_range = self._input(batch)
-        self._process(conformed)
+        self._join_watermark_after = watermark_after
+        try:
+            self._process(conformed)
+        finally:
+            self._join_watermark_after = None
         self._count_out_of_range(out_of_range)
         self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
 
     def _watermark_after(self, max_event_time: int | None) -> int | None:
-        # no chunked merge firing windows early: the other side may not have reached them
-        return None
+        # the join's watermark after the batch, never this side's own
+        if self._join_watermark_after is None:
+            return None
+        return self._join_watermark_after(max_event_time)
 
     def fire_cells(self, upto: int) -> Cells | None:
         """The raw partials of every (window, key slot) with rows in windows up to `upto`,
@@ -73,9 +92,8 @@ class FactorisedSide(TimeWindowOperator):
         end = upto * self.spec.slide + self.spec.size  # the window's end: W at least this
         if self.watermark is None or end > self.watermark:
             self.watermark = end
-        self._fired = []
         self._fire(final=False)
-        fired, self._fired = self._fired, []
+        fired, self._fired = self._fired, []  # a chunked merge's early cells come first
         if not fired:
             return None
         windows = np.concatenate([f[0] for f in fired])
@@ -161,8 +179,14 @@ class FactorisedJoin:
 
     # -- input ----------------------------------------------------------------------------
 
-    def add(self, index: int, batch: pa.RecordBatch, watermark: int | None) -> None:
-        self.sides[index].add(batch, watermark)
+    def add(
+        self,
+        index: int,
+        batch: pa.RecordBatch,
+        watermark: int | None,
+        watermark_after: WatermarkAfter | None = None,
+    ) -> None:
+        self.sides[index].add(batch, watermark, watermark_after)
 
     def max_window(self) -> int | None:
         windows = [w for w in (s.max_window() for s in self.sides) if w is not None]
