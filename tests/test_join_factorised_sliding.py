@@ -1,5 +1,5 @@
 """Factorised joins over two side window aggregations (runtime/operators/join_factor.py,
-physical.factorised_sides): sliding windows (w/s = 10 and 100), late rows, snapshot/restore
+compiler/factorised.py): sliding windows (w/s = 10 and 100), late rows, snapshot/restore
 mid-stream, two-column keys of mixed types (INT = BIGINT, STRING), GROUP BY part of a
 composite key, against the join oracle (tests/oracle_join.py); the GPU plan's sides on the
 "gpu" backend's kernels (tests/fake_gpu_backend.py here; `-m gpu`: on a device)."""
@@ -19,6 +19,7 @@ from test_join_factorised import arrivals, oracle_query, session, sql
 from mangonel.compiler import physical as ph
 from mangonel.compiler.codegen import explain_codegen
 from mangonel.compiler.explain import explain_text
+from mangonel.compiler.factorised import factorised_sides
 from mangonel.runtime.local.query import LocalQuery
 from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.join import JoinOperator
@@ -204,7 +205,7 @@ def test_each_side_is_a_window_aggregation_placed_as_one() -> None:
     the combine on the host, and EXPLAIN ... codegen prints both sides' kernels."""
     plan = session().sql(sql(1000, 10)).plan
     node = ph.find(plan, ph.JoinAggregateExec)
-    left, right = ph.factorised_sides(node)
+    left, right = factorised_sides(node)
     assert [k.name for k in left.keys] == ["k"] and [k.name for k in right.keys] == ["k"]
     assert left.fields[0].name == right.fields[0].name == "rows"
     assert {f.name for f in left.fields[1:]} | {f.name for f in right.fields[1:]} == {
@@ -213,7 +214,7 @@ def test_each_side_is_a_window_aggregation_placed_as_one() -> None:
     assert (left.pane_length, left.panes_per_window) == (10_000, 100)
     on_gpu = ph.with_backend(plan, "gpu", "test")
     gpu_node = ph.find(on_gpu, ph.JoinAggregateExec)
-    for side in ph.factorised_sides(gpu_node):
+    for side in factorised_sides(gpu_node):
         assert [ph.placement(side, s).backend for s in ("lift", "merge", "tree")] == ["gpu"] * 3
     assert ph.placement(gpu_node, "aggregate").backend == "cpu"
     text = explain_text(on_gpu)
@@ -324,7 +325,7 @@ def test_factorised_join_on_a_device_equals_the_cpu(
         node = ph.find(query.plan, ph.JoinAggregateExec)
         assert node.factorised is not None
         if backend == "gpu":
-            sides = ph.factorised_sides(node)
+            sides = factorised_sides(node)
             assert all(ph.placement(side, "merge").backend == "gpu" for side in sides)
         results.append((query.run(cases), query.metrics))
     (got, got_metrics), (want, want_metrics) = results

@@ -36,6 +36,7 @@ from sqlglot import exp
 from mangonel.aggregates import require_fixed
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
 
@@ -343,9 +344,9 @@ def _explain_join_codegen(plan: ph.ProjectExec, join: ph.WindowJoinExec) -> str:
 
 def _explain_factorised_codegen(node: ph.JoinAggregateExec) -> str:
     """A factorised join aggregation's GPU kernels: those of its two side window
-    aggregations (`physical.factorised_sides`) where their lift runs on the GPU."""
+    aggregations (`factorised.factorised_sides`) where their lift runs on the GPU."""
     out = []
-    for alias, side in zip(node.join.aliases, ph.factorised_sides(node), strict=True):
+    for alias, side in zip(node.join.aliases, factorised_sides(node), strict=True):
         if ph.placement(side, "lift").backend != "gpu":
             out.append(f"// mangonel GPU kernels of side {alias}: none; it runs on the cpu")
             continue

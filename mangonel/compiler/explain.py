@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from mangonel.compiler import parse
 from mangonel.compiler import physical as ph
+from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 
@@ -248,7 +249,7 @@ def _lines(node: ph.PhysicalNode | PlanNode, depth: int, backend: str | None) ->
 
 def _shown_children(node: ph.PhysicalNode | PlanNode) -> tuple[ph.PhysicalNode | PlanNode, ...]:
     """The children EXPLAIN prints: a factorised join aggregation's join reads its two side
-    window aggregations (`physical.factorised_sides`), each over its stream's scan."""
+    window aggregations (`factorised.factorised_sides`), each over its stream's scan."""
     if isinstance(node, ph.JoinAggregateExec) and node.factorised is not None:
         join = node.join
         # no pairs are formed: no join algorithm runs, and windows are the sides' panes
@@ -259,7 +260,7 @@ def _shown_children(node: ph.PhysicalNode | PlanNode) -> tuple[ph.PhysicalNode |
         parameters = tuple(
             shown.get(p.key, p) for p in _join_parameters(join) if p.key != "algorithm_reason"
         )
-        return (PlanNode("WindowJoin", parameters, ph.factorised_sides(node), join.placements),)
+        return (PlanNode("WindowJoin", parameters, factorised_sides(node), join.placements),)
     return node.children
 
 

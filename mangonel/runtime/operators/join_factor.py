@@ -2,10 +2,10 @@
 formed, and each side is a pane-and-tree window aggregation.
 
 The plan qualifies when the join is INNER, with no residual and no WHERE, grouped by join
-key columns, and every aggregate reads one side only (`physical.factorised_reason`). The
+key columns, and every aggregate reads one side only (`compiler.factorised.factorised_reason`). The
 pairs of a join key in a window are then every row of that key on the left in the window
 times every row of it on the right, so each side is a window aggregation grouped by its
-join key columns (`physical.factorised_sides`: COUNT(*) as `rows`, and the fields of the
+join key columns (`compiler.factorised.factorised_sides`: COUNT(*) as `rows`, and the fields of the
 aggregates reading that side), run by the window operator on its placements' backend
 (`TimeWindowOperator`: panes of gcd(w, s), the aggregation tree at firing; on the GPU its
 fused lift/merge kernels). A row costs one pane update whatever w/s is.
@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.compiler.factorised import factorised_sides
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_batch
@@ -108,25 +109,10 @@ class FactorisedSide(TimeWindowOperator):
         return windows, slots, values
 
     def _compute(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
-        """The window operator's tree over `runs`, kept raw (not finalized) for the join."""
-        ps = self.panes_per_slide
-        values = segment.state.windows(
-            n_keys,
-            [(first * ps, count) for first, count in runs],
-            ps,
-            self.panes_per_window,
-            self.window.windows_per_batch,
-        )
-        host = self.kernels.to_host
-        on_host = {name: tuple(host(part) for part in parts) for name, parts in values.items()}
-        selected = np.flatnonzero(on_host[self.fields[0].name][0] > 0)
-        if len(selected):
-            window_ids = np.concatenate([np.arange(f, f + c, dtype=np.int64) for f, c in runs])
-            window_number, slot_of_cell = np.divmod(selected, n_keys)
-            chosen = {
-                name: tuple(part[selected] for part in parts) for name, parts in on_host.items()
-            }
-            self._fired.append((window_ids[window_number], slot_of_cell, chosen))
+        """The window operator's cells of `runs`, kept raw (not finalized) for the join."""
+        windows, slots, values = self._window_cells(segment, runs, n_keys)
+        if len(windows):
+            self._fired.append((windows, slots, values))
         return []
 
     def max_window(self) -> int | None:
@@ -148,7 +134,7 @@ class FactorisedJoin:
             FactorisedSide(
                 side, StepKernels(side.placements, side.backend, step_kernels.kernels_of)
             )
-            for side in ph.factorised_sides(node)
+            for side in factorised_sides(node)
         )
         # the side each join field reads (None: COUNT(*), the joined rows)
         self.side_of: dict[str, int | None] = {f.name: None for f in node.fields}
