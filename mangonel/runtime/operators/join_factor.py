@@ -213,7 +213,7 @@ class FactorisedJoin:
             # cells come window-major: one sort of (window, group) codes, when out of order
             codes = (windows - windows[0]) * self.groups.n_slots + groups
             if (np.diff(codes) < 0).any():
-                order = np.argsort(codes, kind="stable")
+                order = _order_of_unique(codes)
                 windows, groups = windows[order], groups[order]
                 values = {name: tuple(p[order] for p in parts) for name, parts in values.items()}
         else:
@@ -330,3 +330,15 @@ class FactorisedJoin:
         for index, side in enumerate(self.sides):
             side.restore(arrays[f"factorised_side{index}"].tobytes())
         self._reset_key_ids()
+
+
+def _order_of_unique(codes: np.ndarray) -> np.ndarray:
+    """The permutation sorting distinct non-negative codes: a scatter into a table of
+    every code up to the largest when that is at most a few times their number (the cells
+    of a firing are dense in (window, group)), else a sort."""
+    size = int(codes.max()) + 1
+    if size > max(DENSE_MATCH_CELLS, 4 * len(codes)):
+        return np.argsort(codes)
+    at = np.full(size, -1, np.int64)
+    at[codes] = np.arange(len(codes), dtype=np.int64)
+    return at[at >= 0]
