@@ -45,11 +45,10 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.errors import DataError
 from mangonel.runtime.host.arrays import to_mask, to_values
-from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.base import as_record_batch
 from mangonel.runtime.operators.conform import BatchConformer, event_time_range
 from mangonel.runtime.operators.join_cells import JoinCells, groups_follow_join_keys
-from mangonel.runtime.operators.join_factor import FactorisedJoin
+from mangonel.runtime.operators.join_factor import FactorisedJoin, standalone_step_kernels
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
@@ -218,16 +217,9 @@ class JoinOperator:
             self.factorised = self.aggregate.factorised is not None
             if self.factorised:
                 # the sides' window aggregations run on their placements' backends
-                if step_kernels is None:  # built alone: one kernels object per backend
-                    made: dict[str, object] = {}
-
-                    def kernels_of(backend: str):  # noqa: ANN202
-                        if backend not in made:
-                            made[backend] = registry.new_kernels(backend)
-                        return made[backend]
-
-                    step_kernels = StepKernels((), "cpu", kernels_of)
-                self.cells = FactorisedJoin(self.aggregate, kernels, step_kernels)
+                self.cells = FactorisedJoin(
+                    self.aggregate, kernels, step_kernels or standalone_step_kernels()
+                )
             else:
                 self.cells = JoinCells(self.aggregate, kernels)
             self.group_columns = frozenset(k.name for k in self.aggregate.keys)
@@ -364,7 +356,9 @@ class JoinOperator:
         """The query's watermark once a batch of `side` with this max event time is in
         (what `_advance` will set), None while it stays minus infinity."""
         watermark = side.watermark
-        top = side.max_ts if max_ts is None else max(max_ts, side.max_ts or max_ts)
+        top = side.max_ts
+        if max_ts is not None and (top is None or max_ts > top):
+            top = max_ts
         if top is not None and (watermark is None or top - side.delay > watermark):
             watermark = top - side.delay
         values = [watermark if s is side else s.watermark for s in self.sides if not s.is_table]
@@ -650,6 +644,8 @@ class JoinOperator:
         self.rows_out += rows
 
     def state_bytes(self) -> int:
+        if self.factorised:  # no rows stored: both sides' window state and the combine's
+            return self.cells.nbytes
         total = sum(side.nbytes() for side in self.sides) + self.keys.nbytes
         if self.aggregate is None:
             total += sum(g.data.nbytes for g in self.pending.values())

@@ -37,6 +37,7 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
+from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_batch
@@ -48,6 +49,19 @@ DENSE_MATCH_CELLS = 1 << 22
 
 WatermarkAfter = Callable[[int | None], int | None]
 Cells = tuple[np.ndarray, np.ndarray, dict[str, tuple[np.ndarray, ...]]]
+
+
+def standalone_step_kernels() -> StepKernels:
+    """Kernels for a join operator built outside an `OperatorTree`: one kernels object per
+    backend, made when a step first asks for it."""
+    made: dict[str, object] = {}
+
+    def kernels_of(backend: str):  # noqa: ANN202
+        if backend not in made:
+            made[backend] = registry.new_kernels(backend)
+        return made[backend]
+
+    return StepKernels((), "cpu", kernels_of)
 
 
 class FactorisedSide(TimeWindowOperator):
