@@ -248,7 +248,7 @@ def test_a_gpu_plan_runs_the_sides_on_the_gpu_kernels(fake_gpu: list[int]) -> No
     got = runner.run(cases)
     # the state is both sides' window state (segments, key maps) and the combine's
     state = sum(side.state_bytes() for side in join.cells.sides)
-    assert state > 0 and runner.metrics().state_bytes >= state
+    assert state > 0 and runner.metrics.state_bytes >= state
     assert sum(fake_gpu) >= sum(b.num_rows for _, b in cases)  # every row lifted there
     want = LocalQuery(query.plan).run(cases)
     assert got.num_rows > 20 and got.equals(want)
