@@ -343,3 +343,19 @@ def test_factorised_join_on_a_device_equals_the_cpu(
             )
         else:
             assert a == b, name
+
+
+def test_a_snapshot_without_the_side_aggregations_is_refused() -> None:
+    """The first factorised state (per-window cells, no side snapshots) cannot be restored
+    into the side aggregations: a clear DataError, not a KeyError."""
+    from mangonel.errors import DataError
+    from mangonel.runtime.operators.snapshot import pack, unpack
+
+    query = session().sql(sql(1000, 100))
+    runner = LocalQuery(query.plan)
+    for name, b in arrivals(1, 0.0)[:4]:
+        runner.process(b, runner.inputs[name])
+    header, arrays = unpack(runner.snapshot())
+    old = {k: v for k, v in arrays.items() if not k.startswith("factorised_side")}
+    with pytest.raises(DataError, match="predates the side window aggregations"):
+        LocalQuery(query.plan).restore(pack(header, old))

@@ -37,6 +37,7 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
+from mangonel.errors import DataError
 from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.registry import StepKernels
@@ -340,6 +341,11 @@ class FactorisedJoin:
         return arrays
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
+        if "factorised_side0" not in arrays:
+            raise DataError(
+                "snapshot does not match this query: its factorised join state predates the "
+                "side window aggregations (per-window cells); restart the query from its input"
+            )
         self.groups = self.kernels.key_map_from_arrays(self.groups.types, arrays, "groups_")
         for index, side in enumerate(self.sides):
             side.restore(arrays[f"factorised_side{index}"].tobytes())
