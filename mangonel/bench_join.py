@@ -5,7 +5,9 @@ Two streams, `lefts` and `rights`, of 16-byte rows (ts TIMESTAMP, key INT, value
 each from the built-in generator (its own seed), arriving alternately one batch at a time
 (`Query.run` over `(stream, batch)` arrivals). Rates count both sides' input rows. The peer
 (`runtime/spark/join_peer.py`) runs on a smaller input of the same generator; mangonel runs
-that input too, untimed, and its rows are checked equal to Spark's.
+that input too, untimed, and its rows are checked equal to Spark's. `--backend gpu` runs
+mangonel's side on the GPU; the peer is then optional (skipped where pyspark is missing, as
+on a GPU machine without Spark).
 """
 
 from __future__ import annotations
@@ -65,11 +67,13 @@ class JoinShape:
 
 def default_join_shapes() -> list[JoinShape]:
     """The issue's shapes: 1,000 uniform keys, tumbling 1 s, aggregate over the join; Zipf 1
-    keys (factorised, and the pair path with both algorithms); sliding w/s = 100 and tumbling
-    on the same (smaller) input; the join materialised. The aggregated shapes are factorised
-    (they group by the join key, each aggregate reads one side) unless labelled "pairs"."""
+    keys (factorised, and the pair path with both algorithms); sliding w/s = 100 beside
+    tumbling on the same input (factorised; the pair path on a smaller one); the join
+    materialised. The aggregated shapes are factorised (they group by the join key, each
+    aggregate reads one side) unless labelled "pairs"."""
     return [
         JoinShape("uniform, tumbling 1 s, aggregated"),
+        JoinShape("uniform, sliding 1 s / 10 ms, aggregated", slide_us=10_000),
         JoinShape("zipf 1, tumbling 1 s, aggregated", skew=1.0),
         JoinShape(
             "zipf 1, tumbling 1 s, aggregated, pairs, hash",
@@ -86,8 +90,7 @@ def default_join_shapes() -> list[JoinShape]:
             factorised=False,
         ),
         JoinShape("uniform, tumbling 1 s, aggregated, both sides", share=0.1, both_sides=True),
-        JoinShape("uniform, tumbling 1 s, aggregated (sliding's input)", share=0.05),
-        JoinShape("uniform, sliding 1 s / 10 ms, aggregated", slide_us=10_000, share=0.05),
+        JoinShape("uniform, tumbling 1 s, aggregated, pairs", share=0.05, factorised=False),
         JoinShape(
             "uniform, sliding 1 s / 10 ms, aggregated, pairs",
             slide_us=10_000,
@@ -136,19 +139,21 @@ def make_arrivals(
     return arrivals
 
 
-def make_session(shape: JoinShape):  # noqa: ANN201
+def make_session(shape: JoinShape, backend: str = "cpu"):  # noqa: ANN201
     from mangonel.session import Session
 
-    session = Session("cpu", join_algorithm=shape.algorithm, join_factorised=shape.factorised)
+    session = Session(backend, join_algorithm=shape.algorithm, join_factorised=shape.factorised)
     for name in ("lefts", "rights"):
         session.create_stream(name, JOIN_SCHEMA.to_arrow(), event_time="ts", watermark=0)
     return session
 
 
-def run_engine(shape: JoinShape, arrivals: list) -> tuple[float, pa.Table, str]:
+def run_engine(
+    shape: JoinShape, arrivals: list, backend: str = "cpu"
+) -> tuple[float, pa.Table, str]:
     """Seconds to run every arrival through the query (end of input included), its result,
     the join algorithms it ran (what "auto" chose per batch from its key statistics)."""
-    query = make_session(shape).sql(shape.query())
+    query = make_session(shape, backend).sql(shape.query())
     query.run(arrivals[:4])  # warm-up: JIT compilation stays out of the timing
     started = time.perf_counter()
     table = query.run(arrivals)
@@ -193,8 +198,13 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
     rows = arguments.tuples or 4_000_000
     rate = arguments.join_rate
     batch_size = arguments.join_batch_size
+    backend = getattr(arguments, "backend", "cpu")
     peer = None
-    if arguments.peer:
+    if arguments.peer and not _spark_installed():
+        if backend == "cpu":
+            raise SystemExit("bench --join: the Spark peer needs pyspark; pass --no-peer")
+        print("bench --join: no Spark peer (pyspark is not installed here)")
+    elif arguments.peer:
         from mangonel.runtime.spark.bench import start_local_spark
         from mangonel.runtime.spark.join_peer import native_window_join
 
@@ -212,6 +222,7 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         # warm-up of Spark's JVM paths outside every timing
         warm = make_arrivals(JoinShape("warm-up"), 20_000, rate, batch_size, arguments.seed)
         peer(JoinShape("warm-up"), warm)
+    print(f"backend: {backend}; rates count both streams' input rows")
     print(
         f"{'shape':46s} {'rows in':>11s} {'mangonel':>12s} {'rows out':>12s} {'algorithm':>10s}"
         f" {'Spark':>12s} {'ratio':>8s}  equal"
@@ -223,13 +234,13 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         key = (shape.keys, shape.skew, size)
         if key not in cache:
             cache = {key: make_arrivals(shape, size, rate, batch_size, arguments.seed)}
-        seconds, table, algorithm = run_engine(shape, cache[key])
+        seconds, table, algorithm = run_engine(shape, cache[key], backend)
         result = JoinResult(shape.label, size, seconds, size / seconds, table.num_rows, algorithm)
         del table
         if peer is not None and not shape.both_sides:
             small = make_arrivals(shape, arguments.peer_tuples, rate, batch_size, arguments.seed)
             peer_seconds, theirs = peer(shape, small)
-            ours = make_session(shape).sql(shape.query()).run(small)
+            ours = make_session(shape, backend).sql(shape.query()).run(small)
             result.peer_rows_in = arguments.peer_tuples
             result.peer_rows_per_second = arguments.peer_tuples / peer_seconds
             result.peer_ratio = result.rows_per_second / result.peer_rows_per_second
@@ -237,6 +248,12 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         results.append(result)
         _print_join_row(result)
     return results
+
+
+def _spark_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyspark") is not None
 
 
 def _selected_join_shapes(arguments: argparse.Namespace) -> list[JoinShape]:

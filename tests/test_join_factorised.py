@@ -1,5 +1,5 @@
 """Factorised aggregated joins (runtime/operators/join_factor.py; the planner's choice,
-physical.factorised_reason) against the join oracle (tests/oracle_join.py): INNER joins
+compiler/factorised.py) against the join oracle (tests/oracle_join.py): INNER joins
 grouped by join keys whose aggregates each read one side, on uniform and Zipf keys, tumbling
 and sliding windows, late rows, snapshot/restore, and int64 sums that wrap."""
 

@@ -36,6 +36,7 @@ from sqlglot import exp
 from mangonel.aggregates import require_fixed
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
 
@@ -324,12 +325,14 @@ def render_plan(plan: ph.ProjectExec) -> GeneratedModule:
 
 def _explain_join_codegen(plan: ph.ProjectExec, join: ph.WindowJoinExec) -> str:
     """The join module of a join plan whose join runs on the GPU (`gpu_join`), else why none."""
+    aggregate = next((n for n in ph.walk(plan) if isinstance(n, ph.JoinAggregateExec)), None)
+    if aggregate is not None and aggregate.factorised is not None:
+        return _explain_factorised_codegen(aggregate)
     step = ph.placement(join, "join")
     if step.backend != "gpu":
         return f"// mangonel GPU kernels: none; the join steps run on the cpu ({ph.JOIN_ON_CPU})"
     from mangonel.compiler.codegen_join import render_node_join_kernels  # imports this module
 
-    aggregate = next((n for n in ph.walk(plan) if isinstance(n, ph.JoinAggregateExec)), None)
     generated = render_node_join_kernels(aggregate if aggregate is not None else join)
     header = [
         f"// mangonel GPU join kernels ({join.algorithm})",
@@ -337,6 +340,28 @@ def _explain_join_codegen(plan: ph.ProjectExec, join: ph.WindowJoinExec) -> str:
         "// kernels: " + ", ".join(generated.names.values()),
     ]
     return "\n".join(header) + "\n" + generated.source
+
+
+def _explain_factorised_codegen(node: ph.JoinAggregateExec) -> str:
+    """A factorised join aggregation's GPU kernels: those of its two side window
+    aggregations (`factorised.factorised_sides`) where their lift runs on the GPU."""
+    out = []
+    for alias, side in zip(node.join.aliases, factorised_sides(node), strict=True):
+        if ph.placement(side, "lift").backend != "gpu":
+            out.append(f"// mangonel GPU kernels of side {alias}: none; it runs on the cpu")
+            continue
+        generated = render_kernels(side.lift, side)
+        header = [
+            f"// mangonel GPU kernels of side {alias} (factorised join: "
+            f"{side.lift.scan.stream.name} grouped by its join keys)",
+            f"// strategy: {side.strategy}",
+            f"// module sha256: {generated.digest}",
+            "// kernels: " + ", ".join(generated.names[role] for role in KERNEL_ROLES),
+            "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
+            "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
+        ]
+        out.append("\n".join(header) + "\n" + generated.source)
+    return "\n".join(out)
 
 
 def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> str:

@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from mangonel.compiler import parse
 from mangonel.compiler import physical as ph
+from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 
@@ -256,9 +257,26 @@ def _lines(node: ph.PhysicalNode | PlanNode, depth: int, backend: str | None) ->
         for p in _placements(node)
         if backend is not None and p.backend != backend
     ]
-    for child in node.children:
+    for child in _shown_children(node):
         lines += _lines(child, depth + 1, backend)
     return lines
+
+
+def _shown_children(node: ph.PhysicalNode | PlanNode) -> tuple[ph.PhysicalNode | PlanNode, ...]:
+    """The children EXPLAIN prints: a factorised join aggregation's join reads its two side
+    window aggregations (`factorised.factorised_sides`), each over its stream's scan."""
+    if isinstance(node, ph.JoinAggregateExec) and node.factorised is not None:
+        join = node.join
+        # no pairs are formed: no join algorithm runs, and windows are the sides' panes
+        shown = {
+            "windowing": Parameter("windowing", "side-panes", "side-panes"),
+            "algorithm": Parameter("algorithm", "none", None),
+        }
+        parameters = tuple(
+            shown.get(p.key, p) for p in _join_parameters(join) if p.key != "algorithm_reason"
+        )
+        return (PlanNode("WindowJoin", parameters, factorised_sides(node), join.placements),)
+    return node.children
 
 
 def explain_json(root: ph.PhysicalNode) -> dict[str, Any]:
@@ -274,5 +292,5 @@ def explain_json(root: ph.PhysicalNode) -> dict[str, Any]:
         tree["placements"] = [
             {"step": p.step, "backend": p.backend, "reason": p.reason} for p in placements
         ]
-    tree["children"] = [explain_json(child) for child in ph.children(root)]
+    tree["children"] = [explain_json(child) for child in _shown_children(root)]  # type: ignore[arg-type]
     return tree

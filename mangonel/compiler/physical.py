@@ -219,7 +219,7 @@ class JoinAggregateExec:
     fields: tuple[StateField, ...]  # fields[0] is always the count of joined rows
     aggregates: tuple[AggregatePlan, ...]
     placements: tuple[Placement, ...]
-    # why the aggregation is factorised (`factorised_reason`), None: per joined pair
+    # why the aggregation is factorised (`factorised.factorised_reason`), None: per joined pair
     factorised: str | None = None
 
     @property
@@ -449,7 +449,7 @@ def plan(
     """Turn the logical plan of a window query into its physical plan. `join_algorithm`
     ("hash", "sort-merge"; None or "auto": the planner's choice) and `gpu_join` (place the
     join on the GPU in GPU plans) and `join_factorised` (factorised aggregation where it
-    applies, `factorised_reason`) apply to join queries."""
+    applies, `factorised.factorised_reason`) apply to join queries."""
     if _is_join(root):
         return plan_join(
             root,
@@ -504,8 +504,13 @@ def _is_join(node: lg.LogicalNode) -> bool:
 # `gpu_join=False` option keeps it on the CPU.
 JOIN_ON_CPU = "the gpu_join=False option keeps the join on the cpu"
 JOIN_OUTPUT_ON_CPU = "its input comes from the join, on the cpu (gpu_join=False)"
-# Factorised join aggregation keeps its per-(window, key) cells in host arrays.
-JOIN_FACTORISED_ON_CPU = "factorised join cells (per-side counts and partials) are host arrays"
+# Factorised join aggregation: each side is a window aggregation, placed as any window
+# aggregation (`factorised.factorised_sides`); the combine of the two sides' fired (window,
+# key) cells (an inner join of cells, products, the GROUP BY) runs on the host.
+JOIN_FACTORISED_COMBINE_ON_CPU = (
+    "the factorised combine inner-joins the two side aggregations' fired (window, key) cells "
+    "on the host"
+)
 # With gpu_join: what stays on the host, because fired cells are finalized there (copied back
 # from the device where the aggregation is device-fused, EXPLAIN's fused=device) and
 # the GPU Filter/Project evaluator is bound to window-aggregate results only.
@@ -544,13 +549,15 @@ def join_placement(
 ) -> Placement:
     """Join steps (and Filter/Project over a join's output) in GPU plans: with `gpu_join`
     (the default) matching, crediting and the fused aggregation ("join", "aggregate") run on
-    the GPU, finalize and Filter/Project over the join on the CPU; a `factorised` aggregated
-    join, or `gpu_join=False`, runs its steps on the CPU."""
+    the GPU, finalize and Filter/Project over the join on the CPU; `gpu_join=False` runs the
+    join's steps on the CPU. A `factorised` aggregated join combines the fired cells of its
+    two side aggregations on the host (the sides themselves are window aggregations, placed
+    by `window_placements`: `factorised.factorised_sides`)."""
     if backend != "gpu":
         return Placement(step, backend, reason)
     if factorised:
         if step in ("join", "aggregate", "finalize"):
-            return Placement(step, "cpu", JOIN_FACTORISED_ON_CPU)
+            return Placement(step, "cpu", JOIN_FACTORISED_COMBINE_ON_CPU)
         return Placement(step, "cpu", JOIN_OUTPUT_ON_HOST)
     if gpu_join:
         if step in ("join", "aggregate"):
@@ -561,49 +568,6 @@ def join_placement(
     if step in ("join", "aggregate", "finalize"):
         return Placement(step, "cpu", JOIN_ON_CPU)
     return Placement(step, "cpu", JOIN_OUTPUT_ON_CPU)
-
-
-FACTORISED_FUNCTIONS = frozenset({"COUNT_STAR", "COUNT", "SUM", "AVG", "MIN", "MAX"})
-FACTORISED_KINDS = frozenset({"count", "sum", "min", "max"})
-
-
-def factorised_reason(
-    join: WindowJoinExec,
-    keys: tuple[Column, ...],
-    fields: tuple[StateField, ...],
-    aggregates: tuple[AggregatePlan, ...],
-) -> str | None:
-    """Why an aggregated join can be computed from per-(window, key) per-side counts and
-    partials instead of per joined pair (None: it cannot): an INNER window join of two
-    streams, no residual, no WHERE, grouped by join key columns only, every aggregate a
-    COUNT(*) or a COUNT/SUM/AVG/MIN/MAX reading one side only. A key's pairs in a window are
-    then the product of its rows on each side: COUNT(*) = n_l * n_r, SUM(x_l) = s_l * n_r,
-    MIN/MAX(x_l) = min_l/max_l, whatever the skew."""
-    if join.kind is not JoinKind.INNER or join.window is None:
-        return None
-    if join.residual is not None or join.where is not None:
-        return None
-    if not all(isinstance(c, StreamScanExec) for c in join.children):
-        return None
-    join_keys = {k.name for k in (*join.left_keys, *join.right_keys)}
-    if not keys or not all(
-        k.name in join_keys and (k.type.is_integer or k.type is SqlType.STRING) for k in keys
-    ):
-        return None
-    if not all(a.function.name in FACTORISED_FUNCTIONS for a in aggregates):
-        return None
-    for f in fields:
-        if f.kind.name not in FACTORISED_KINDS:
-            return None
-        if f.argument is None:
-            continue
-        sides = {c.name.split(".", 1)[0] for c in f.argument.find_all(exp.Column)}
-        if len(sides) != 1 or not sides <= set(join.aliases):
-            return None
-    return (
-        "inner join grouped by join keys, each aggregate reading one side: per (window, key) "
-        "per-side counts and partials, combined as products at firing, not per joined pair"
-    )
 
 
 def plan_join(
@@ -675,6 +639,9 @@ def plan_join(
     if aggregate is not None:
         fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
         if factorise:
+            # the factorised planner reads this module's nodes: looked up when a plan is made
+            from mangonel.compiler.factorised import factorised_reason
+
             factorised = factorised_reason(join_exec, aggregate.keys, fields, aggregate_plans)
 
     def place(step: str) -> Placement:

@@ -23,8 +23,12 @@ def _join_operator(
 ) -> JoinOperator:
     """The join driver over the GPU join kernels (placed here only with `gpu_join`), their
     host faces the CPU's, their launch options the plan's GPU kernels'."""
+    if isinstance(node, ph.JoinAggregateExec) and node.factorised is not None:
+        # factorised: the sides are window aggregations (on the GPU kernels where placed
+        # there), their cells combined on the host with the CPU's join kernels
+        return JoinOperator(node, new_join_kernels("cpu"), kernels)
     options = getattr(kernels("join"), "options", None)
-    return JoinOperator(node, GpuJoinKernels(node, new_join_kernels("cpu"), options))
+    return JoinOperator(node, GpuJoinKernels(node, new_join_kernels("cpu"), options), kernels)
 
 
 OPERATORS: dict[type, Registration] = {

@@ -24,6 +24,10 @@ and implements docs/semantics.md, "Joins":
   `codegen_join.device_fusion` applies): a batch is joined and aggregated in one kernel into
   cells the backend keeps (`_join_fused`); no pair comes back to the driver, which still
   stores the rows (payload, slots, window ranges) it frees, snapshots and fires by.
+- Factorised (`JoinAggregateExec.factorised`, join_factor.py): no rows are stored and no
+  pairs formed; each side's batches go to that side's window aggregation, judged late
+  against the query's watermark, and a firing combines the two sides' fired (window, key)
+  cells. Watermarks, firing and metrics are the driver's, as for every join.
 - Outer joins keep a matched flag per (row, window) of a kept side; a firing adds the rows
   unmatched in its windows with the other side NULL.
 - A static table (inputs under its name, all read before the first stream batch) covers
@@ -48,9 +52,10 @@ from mangonel.runtime.host.arrays import to_mask, to_values
 from mangonel.runtime.operators.base import as_record_batch
 from mangonel.runtime.operators.conform import BatchConformer, event_time_range
 from mangonel.runtime.operators.join_cells import JoinCells, groups_follow_join_keys
-from mangonel.runtime.operators.join_factor import FactorisedCells
+from mangonel.runtime.operators.join_factor import FactorisedJoin, standalone_step_kernels
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.protocol import OperatorMetrics
+from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.snapshot import pack, unpack
 
 # The window range of a static table's rows: every window.
@@ -179,7 +184,12 @@ class JoinOperator:
 
     stateful = True
 
-    def __init__(self, node: ph.WindowJoinExec | ph.JoinAggregateExec, kernels: JoinKernels):
+    def __init__(
+        self,
+        node: ph.WindowJoinExec | ph.JoinAggregateExec,
+        kernels: JoinKernels,
+        step_kernels: StepKernels | None = None,
+    ) -> None:
         self.kernels = kernels
         self.aggregate = node if isinstance(node, ph.JoinAggregateExec) else None
         join = node.join if isinstance(node, ph.JoinAggregateExec) else node
@@ -217,11 +227,13 @@ class JoinOperator:
             device_cells = getattr(kernels, "device_cells", None)
             fused = None if self.factorised or device_cells is None else device_cells(node)
             self.device_fused = fused is not None
-            self.cells = (
-                FactorisedCells(self.aggregate, kernels, lambda: self.keys)
-                if self.factorised
-                else fused or JoinCells(self.aggregate, kernels)
-            )
+            if self.factorised:
+                # the sides' window aggregations run on their placements' backends
+                self.cells = FactorisedJoin(
+                    self.aggregate, kernels, step_kernels or standalone_step_kernels()
+                )
+            else:
+                self.cells = fused or JoinCells(self.aggregate, kernels)
             self.group_columns = frozenset(k.name for k in self.aggregate.keys)
             # groups from the pairs' join key slots: gather only what WHERE and the
             # aggregates read
@@ -297,6 +309,12 @@ class JoinOperator:
         if side.is_table:
             self._load_table(side, batch)
             return []
+        if self.factorised:  # the side's window aggregation takes the rows: no pairs
+            after = None if self.external else (lambda top: self._watermark_after(side, top))
+            self.cells.add(side.index, batch, self.watermark(), after)
+            self._count_factorised(side)
+            side.seen = True
+            return self._advance(side)
         conformed = self._conformed(side, batch)
         n = conformed.num_rows
         side.tuples_in += n
@@ -336,14 +354,40 @@ class JoinOperator:
                 else:
                     self._join_new(side, start, slots, first, last)
             side.seen = True
-            if self.external:
-                return out
-            if side.max_ts is not None:
-                candidate = side.max_ts - side.delay
-                if side.watermark is None or candidate > side.watermark:
-                    side.watermark = candidate
-            out = self._fire(self._last_closed(self.watermark()))
+            out = self._advance(side)
         return out
+
+    def _advance(self, side: _Side) -> list[pa.RecordBatch]:
+        """After a batch of `side`: its watermark, then fire what the query's lets close."""
+        if self.external:
+            return []
+        if side.max_ts is not None:
+            candidate = side.max_ts - side.delay
+            if side.watermark is None or candidate > side.watermark:
+                side.watermark = candidate
+        return self._fire(self._last_closed(self.watermark()))
+
+    def _watermark_after(self, side: _Side, max_ts: int | None) -> int | None:
+        """The query's watermark once a batch of `side` with this max event time is in
+        (what `_advance` will set), None while it stays minus infinity."""
+        watermark = side.watermark
+        top = side.max_ts
+        if max_ts is not None and (top is None or max_ts > top):
+            top = max_ts
+        if top is not None and (watermark is None or top - side.delay > watermark):
+            watermark = top - side.delay
+        values = [watermark if s is side else s.watermark for s in self.sides if not s.is_table]
+        if not all(s.seen or s is side for s in self.sides) or any(v is None for v in values):
+            return None
+        return min(values)  # type: ignore[type-var]
+
+    def _count_factorised(self, side: _Side) -> None:
+        """The input counters of a side kept by its window aggregation (factorised)."""
+        window = self.cells.sides[side.index]
+        side.tuples_in = window.tuples_in
+        side.late = window.late
+        side.null_time = window.null_event_time + window.out_of_range
+        side.max_ts = window.max_event_time
 
     def _conformed(self, side: _Side, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch as the side stores it: the columns the query reads, declared types
@@ -629,6 +673,8 @@ class JoinOperator:
         self.rows_out += rows
 
     def state_bytes(self) -> int:
+        if self.factorised:  # no rows stored: both sides' window state and the combine's
+            return self.cells.nbytes
         total = sum(side.nbytes() for side in self.sides) + self.keys.nbytes
         if self.aggregate is None:
             total += sum(g.data.nbytes for g in self.pending.values())
@@ -714,6 +760,9 @@ class JoinOperator:
                 g.extend(arrays[f"pending_{n}"])
             return
         self.cells.restore(arrays)
+        if self.factorised:
+            for side in self.sides:
+                self._count_factorised(side)
 
 
 class _TableConformer:
@@ -771,7 +820,7 @@ def make_join_operator(kernels_factory):  # noqa: ANN001, ANN201 - a backend's J
     """The registry factory of WindowJoinExec / JoinAggregateExec for one backend."""
 
     def factory(node, input_schema, step_kernels):  # noqa: ANN001, ANN202
-        return JoinOperator(node, kernels_factory())
+        return JoinOperator(node, kernels_factory(), step_kernels)
 
     return factory
 

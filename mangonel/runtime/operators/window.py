@@ -426,6 +426,16 @@ class TimeWindowOperator(OperatorBase):
         return out
 
     def _compute(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
+        window_of_cell, slot_of_cell, chosen = self._window_cells(segment, runs, n_keys)
+        aggregates = finalize(self.window.aggregates, chosen)
+        keys = self.keys.decode(slot_of_cell)
+        starts = window_of_cell * self.spec.slide
+        return self._emit(keys, aggregates, starts, starts + self.spec.size)
+
+    def _window_cells(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
+        """The tree over `runs` (first window, count): (window, key slot) of every cell
+        with rows, window-major, and the fields' partials there (host arrays, raw: the
+        factorised join combines them before finalizing)."""
         ps = self.panes_per_slide
         values = segment.state.windows(
             n_keys,
@@ -451,10 +461,7 @@ class TimeWindowOperator(OperatorBase):
             name: tuple(part if everything else part[selected] for part in parts)
             for name, parts in on_host.items()
         }
-        aggregates = finalize(self.window.aggregates, chosen)
-        keys = self.keys.decode(slot_of_cell)
-        starts = window_of_cell * self.spec.slide
-        return self._emit(keys, aggregates, starts, starts + self.spec.size)
+        return window_of_cell, slot_of_cell, chosen
 
     # -- state ----------------------------------------------------------------------------
 
