@@ -106,6 +106,43 @@ def evaluate_runs(
             higher[r] = smallest
 
 
+@numba.njit(cache=True)
+def _pane_runs(base, offsets, slots, first_index, panes_per_row, run_start, run_end):
+    for r in range(slots.shape[0]):
+        slot = slots[r]
+        for i in range(panes_per_row):
+            pane = first_index[r] + i
+            run_start[r * panes_per_row + i] = base[pane] + offsets[pane, slot]
+            run_end[r * panes_per_row + i] = base[pane] + offsets[pane, slot + 1]
+
+
+def pane_runs(
+    base: np.ndarray,
+    offsets: np.ndarray,
+    slots: np.ndarray,
+    first_index: np.ndarray,
+    panes_per_row: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The runs of rows that each read `panes_per_row` consecutive panes from
+    `first_index[r]` for key slot `slots[r]`: pane i's values of slot s are
+    `base[i] + offsets[i, s] .. base[i] + offsets[i, s + 1]` of the flat array."""
+    rows = len(slots)
+    run_start = np.empty(rows * panes_per_row, np.int64)
+    run_end = np.empty(rows * panes_per_row, np.int64)
+    if rows:
+        _pane_runs(
+            np.ascontiguousarray(base, np.int64),
+            np.ascontiguousarray(offsets, np.int64),
+            np.ascontiguousarray(slots, np.int64),
+            np.ascontiguousarray(first_index, np.int64),
+            panes_per_row,
+            run_start,
+            run_end,
+        )
+    row_first = np.arange(rows, dtype=np.int64) * panes_per_row
+    return run_start, run_end, row_first, np.full(rows, panes_per_row, np.int64)
+
+
 def holistic_select(
     values: np.ndarray,
     run_start: np.ndarray,
@@ -138,10 +175,31 @@ def holistic_select(
     return n, lower, higher
 
 
+@numba.njit(cache=True)
+def _sort_pane(slots, keys, offsets, out):
+    for i in range(slots.shape[0]):
+        offsets[slots[i] + 1] += 1
+    for s in range(1, offsets.shape[0]):
+        offsets[s] += offsets[s - 1]
+    fill = offsets[:-1].copy()
+    for i in range(slots.shape[0]):
+        out[fill[slots[i]]] = keys[i]
+        fill[slots[i]] += 1
+    for s in range(offsets.shape[0] - 1):
+        out[offsets[s] : offsets[s + 1]].sort()
+
+
 def sort_pane(slots: np.ndarray, keys: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
     """One pane's values sorted by (key slot, value), and each slot's offsets into them
-    (`offsets[s]:offsets[s + 1]`, n_slots + 1 entries)."""
-    order = np.lexsort((keys, slots))
-    sorted_slots = slots[order]
-    offsets = np.searchsorted(sorted_slots, np.arange(n_slots + 1, dtype=np.int64))
-    return keys[order], offsets.astype(np.int64)
+    (`offsets[s]:offsets[s + 1]`, n_slots + 1 entries): a counting sort by slot, then each
+    slot's values sorted in place (O(n) + per-key sorts, not one global O(n log n) sort)."""
+    offsets = np.zeros(n_slots + 1, np.int64)
+    out = np.empty(len(keys), np.int64)
+    if len(keys):
+        _sort_pane(
+            np.ascontiguousarray(slots, np.int64),
+            np.ascontiguousarray(keys, np.int64),
+            offsets,
+            out,
+        )
+    return out, offsets

@@ -251,12 +251,7 @@ class HolisticTimeWindows:
             total += len(pane.sorted_values)
             pieces.append(pane.sorted_values)
         values = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
-        pane_index = (first_panes - low)[:, None] + np.arange(pw, dtype=np.int64)[None, :]
-        run_start = base[pane_index] + offsets[pane_index, slots[:, None]]
-        run_end = base[pane_index] + offsets[pane_index, slots[:, None] + 1]
-        row_first = np.arange(rows, dtype=np.int64) * pw
-        row_runs = np.full(rows, pw, np.int64)
-        return values, (run_start.ravel(), run_end.ravel(), row_first, row_runs)
+        return values, self.kernels.pane_runs(base, offsets, slots, first_panes - low, pw)
 
     def _sort(self, pane: _Pane) -> None:
         """Sort a pane's values by (slot, value) once (again after values arrived late)."""
