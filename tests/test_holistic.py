@@ -331,3 +331,17 @@ def test_state_is_freed_once_windows_fire_and_counted():
     operator = runner.window_operator
     # only panes of unfired windows stay: the last window (10 us) and what the watermark holds
     assert sum(len(store) for store in operator.panes.values()) <= 4
+
+
+def test_a_snapshot_of_another_query_is_refused():
+    from mangonel.errors import DataError
+
+    session = _session()
+    plain = LocalQuery(
+        session.sql("SELECT k, SUM(v) FROM s [RANGE 10 MICROSECONDS] GROUP BY k").plan
+    )
+    holistic = LocalQuery(
+        session.sql("SELECT k, MEDIAN(v) FROM s [RANGE 10 MICROSECONDS] GROUP BY k").plan
+    )
+    with pytest.raises(DataError, match="snapshot does not match this query"):
+        holistic.restore(plain.snapshot())

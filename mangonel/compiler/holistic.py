@@ -19,9 +19,14 @@ Strategies (EXPLAIN: `holistic=<strategy>`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from mangonel.compiler.logical import WindowKind, WindowSpec
+
+if TYPE_CHECKING:  # physical imports this module
+    from mangonel.compiler.physical import AggregatePlan, StateField, WindowAggregateExec
 
 # Why the holistic step of a GPU plan runs on the CPU (EXPLAIN prints it after "because").
 HOLISTIC_ON_CPU = "no GPU kernels for holistic functions yet"
@@ -41,11 +46,10 @@ class HolisticPlan:
     strategy: str  # "sorted-panes" or "tuple-runs"
     fields: tuple[str, ...]  # the `values` state fields the holistic aggregates read
 
-    def describe(self) -> str:
-        return self.strategy
 
-
-def holistic_plan(window: WindowSpec, fields, aggregates) -> HolisticPlan | None:  # noqa: ANN001
+def holistic_plan(
+    window: WindowSpec, fields: Sequence[StateField], aggregates: Sequence[AggregatePlan]
+) -> HolisticPlan | None:
     """The strategy for a window's holistic aggregates; None when it has none."""
     if not any(a.holistic for a in aggregates):
         return None
@@ -54,7 +58,7 @@ def holistic_plan(window: WindowSpec, fields, aggregates) -> HolisticPlan | None
     return HolisticPlan(strategy, names)
 
 
-def incremental_part(node):  # noqa: ANN001, ANN201 - physical.WindowAggregateExec both
+def incremental_part(node: WindowAggregateExec) -> WindowAggregateExec:
     """The window node without its holistic fields, aggregates and step: what the
     pane-and-tree path (and its GPU kernels) computes. The node itself when it has none.
     Aggregates keep their relative order; `holistic_positions` maps them back."""
@@ -71,7 +75,7 @@ def incremental_part(node):  # noqa: ANN001, ANN201 - physical.WindowAggregateEx
     )
 
 
-def holistic_positions(node) -> tuple[list[int], list[int]]:  # noqa: ANN001
+def holistic_positions(node: WindowAggregateExec) -> tuple[list[int], list[int]]:
     """(positions of the incremental aggregates, positions of the holistic ones) in the
     node's aggregate list."""
     incremental = [i for i, a in enumerate(node.aggregates) if not a.holistic]

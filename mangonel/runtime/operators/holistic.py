@@ -31,6 +31,7 @@ from mangonel.aggregates.holistic import from_order_keys
 from mangonel.compiler import physical as ph
 from mangonel.compiler.holistic import holistic_positions
 from mangonel.compiler.physical import AggregatePlan, StateField
+from mangonel.errors import DataError
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
@@ -83,7 +84,7 @@ class _Pane:
     def nbytes(self) -> int:
         held = sum(s.nbytes + v.nbytes for s, v in self.chunks)
         if self.sorted_values is not None and self.offsets is not None:
-            held += self.sorted_values.nbytes * 2 + self.offsets.nbytes  # values and slots
+            held += self.sorted_values.nbytes + self.offsets.nbytes
         return held
 
     def raw(self) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +108,12 @@ class HolisticTimeWindows:
 
     stateful = True
 
-    def __init__(self, node: ph.WindowAggregateExec, inner: Any, kernels: StepKernels) -> None:  # noqa: ANN401
+    def __init__(
+        self,
+        node: ph.WindowAggregateExec,
+        inner: Any,  # noqa: ANN401 - window.TimeWindowOperator (window.py imports this module)
+        kernels: StepKernels,
+    ) -> None:
         self.node = node
         self.inner = inner
         self.schema = window_result_schema(node)
@@ -307,8 +313,6 @@ class HolisticTimeWindows:
         header, arrays = unpack(data)
         expected = [f.name for f in self.value_fields]
         if header.get("operator") != "time+holistic" or header.get("fields") != expected:
-            from mangonel.errors import DataError
-
             raise DataError(
                 f"snapshot does not match this query: it holds no holistic values of {expected}"
             )
