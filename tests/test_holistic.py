@@ -345,3 +345,14 @@ def test_a_snapshot_of_another_query_is_refused():
     )
     with pytest.raises(DataError, match="snapshot does not match this query"):
         holistic.restore(plain.snapshot())
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(scenarios("time"))
+def test_results_are_the_same_in_small_row_chunks(monkeypatch, scenario):
+    # a firing's rows are evaluated in chunks of MAX_RUNS runs: chunk boundaries anywhere
+    from mangonel.runtime.operators import holistic as driver
+
+    monkeypatch.setattr(driver, "MAX_RUNS", 7)
+    failure = check(scenario, "cpu")
+    assert failure is None, f"{failure}\n{scenario.query}"

@@ -107,33 +107,35 @@ def evaluate_runs(
 
 
 @numba.njit(cache=True)
-def _pane_runs(base, offsets, slots, first_index, panes_per_row, run_start, run_end):
-    for r in range(slots.shape[0]):
-        slot = slots[r]
+def _pane_runs(base, starts, ends, columns, first_index, panes_per_row, run_start, run_end):
+    for r in range(columns.shape[0]):
+        column = columns[r]
         for i in range(panes_per_row):
             pane = first_index[r] + i
-            run_start[r * panes_per_row + i] = base[pane] + offsets[pane, slot]
-            run_end[r * panes_per_row + i] = base[pane] + offsets[pane, slot + 1]
+            run_start[r * panes_per_row + i] = base[pane] + starts[pane, column]
+            run_end[r * panes_per_row + i] = base[pane] + ends[pane, column]
 
 
 def pane_runs(
     base: np.ndarray,
-    offsets: np.ndarray,
-    slots: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    columns: np.ndarray,
     first_index: np.ndarray,
     panes_per_row: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The runs of rows that each read `panes_per_row` consecutive panes from
-    `first_index[r]` for key slot `slots[r]`: pane i's values of slot s are
-    `base[i] + offsets[i, s] .. base[i] + offsets[i, s + 1]` of the flat array."""
-    rows = len(slots)
+    `first_index[r]`: pane i's values of row r's key are `base[i] + starts[i, c] ..
+    base[i] + ends[i, c]` of the flat array, c = `columns[r]` (the key's column)."""
+    rows = len(columns)
     run_start = np.empty(rows * panes_per_row, np.int64)
     run_end = np.empty(rows * panes_per_row, np.int64)
     if rows:
         _pane_runs(
             np.ascontiguousarray(base, np.int64),
-            np.ascontiguousarray(offsets, np.int64),
-            np.ascontiguousarray(slots, np.int64),
+            np.ascontiguousarray(starts, np.int64),
+            np.ascontiguousarray(ends, np.int64),
+            np.ascontiguousarray(columns, np.int64),
             np.ascontiguousarray(first_index, np.int64),
             panes_per_row,
             run_start,

@@ -342,8 +342,8 @@ class CpuKernels:
             values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
         )
 
-    def pane_runs(self, base, offsets, slots, first_index, panes_per_row):
-        return holistic.pane_runs(base, offsets, slots, first_index, panes_per_row)
+    def pane_runs(self, base, starts, ends, columns, first_index, panes_per_row):
+        return holistic.pane_runs(base, starts, ends, columns, first_index, panes_per_row)
 
     def sort_pane(self, slots, keys, n_slots):
         return holistic.sort_pane(slots, keys, n_slots)

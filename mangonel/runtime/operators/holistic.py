@@ -37,6 +37,8 @@ from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
 from mangonel.runtime.operators.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, pack, unpack
 
+MAX_RUNS = 1 << 22  # runs per evaluation of a result batch's rows (x 16 bytes of run bounds)
+
 
 def evaluate(
     kernels: Any,  # noqa: ANN401 - the backend's kernels (`holistic_select`)
@@ -206,16 +208,33 @@ class HolisticTimeWindows:
         ).astype(np.int64)
         starts = batch.column(n_keys).cast(pa.int64()).to_numpy(zero_copy_only=False)
         first_panes = starts // self.pane_length
-        results: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        runs_of: dict[str, tuple[np.ndarray, tuple]] = {}
-        for position in self.holistic:
-            plan = self.node.aggregates[position]
-            assert plan.value_field is not None
-            if plan.value_field not in runs_of:
-                runs_of[plan.value_field] = self._runs(plan.value_field, slots, first_panes)
-            values, runs = runs_of[plan.value_field]
-            value_field = self.fields_by_name[plan.value_field]
-            results[position] = evaluate(self.kernels, plan, value_field, values, runs, True)
+        # rows in chunks of at most MAX_RUNS runs (rows x panes per window): the run arrays
+        # and the per-pane offsets of one chunk stay bounded whatever a firing holds
+        chunk = max(1, MAX_RUNS // self.panes_per_window)
+        pieces: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {p: [] for p in self.holistic}
+        for start in range(0, rows, chunk):
+            chunk_slots = slots[start : start + chunk]
+            chunk_panes = first_panes[start : start + chunk]
+            runs_of: dict[str, tuple[np.ndarray, tuple]] = {}
+            for position in self.holistic:
+                plan = self.node.aggregates[position]
+                assert plan.value_field is not None
+                if plan.value_field not in runs_of:
+                    runs_of[plan.value_field] = self._runs(
+                        plan.value_field, chunk_slots, chunk_panes
+                    )
+                values, runs = runs_of[plan.value_field]
+                value_field = self.fields_by_name[plan.value_field]
+                pieces[position].append(
+                    evaluate(self.kernels, plan, value_field, values, runs, True)
+                )
+        results = {
+            position: (
+                np.concatenate([n for n, _ in chunks]) if chunks else np.empty(0, np.int64),
+                np.concatenate([v for _, v in chunks]) if chunks else np.empty(0, np.int64),
+            )
+            for position, chunks in pieces.items()
+        }
         holistic_arrays = finalize(
             tuple(self.node.aggregates[p] for p in self.holistic),
             {},
@@ -238,10 +257,12 @@ class HolisticTimeWindows:
             return empty, (empty, empty, empty, empty)
         low = int(first_panes.min())
         span = int(first_panes.max()) - low + pw
-        n_slots = self.keys.n_slots
         store = self.panes[name]
+        # offsets of the rows' key slots only (`used`), not of every key
+        used, compact = np.unique(slots, return_inverse=True)
         base = np.zeros(span, np.int64)
-        offsets = np.zeros((span, n_slots + 1), np.int64)
+        starts = np.zeros((span, len(used)), np.int64)
+        ends = np.zeros((span, len(used)), np.int64)
         pieces = []
         total = 0
         for index in range(span):
@@ -250,14 +271,17 @@ class HolisticTimeWindows:
                 continue
             self._sort(pane)
             assert pane.sorted_values is not None and pane.offsets is not None
-            known = len(pane.offsets)
-            offsets[index, :known] = pane.offsets
-            offsets[index, known:] = pane.offsets[-1]
+            last = len(pane.offsets) - 1  # keys first seen after the sort have no values here
+            starts[index] = pane.offsets[np.minimum(used, last)]
+            ends[index] = pane.offsets[np.minimum(used + 1, last)]
             base[index] = total
             total += len(pane.sorted_values)
             pieces.append(pane.sorted_values)
         values = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
-        return values, self.kernels.pane_runs(base, offsets, slots, first_panes - low, pw)
+        runs = self.kernels.pane_runs(
+            base, starts, ends, compact.astype(np.int64), first_panes - low, pw
+        )
+        return values, runs
 
     def _sort(self, pane: _Pane) -> None:
         """Sort a pane's values by (slot, value) once (again after values arrived late)."""
