@@ -8,7 +8,7 @@ higher position (`select`), for COUNT DISTINCT the count in `lower`.
 
 A row whose values lie in one sorted run (a tumbling window's pane) is read in place: an index
 for the percentiles, one pass for COUNT DISTINCT. Otherwise its runs are copied into a scratch
-buffer once, and the percentiles select in it (quickselect, `np.partition`: O(n) per row),
+buffer once, and the percentiles select in it (in-place quickselect: O(n) per row),
 COUNT DISTINCT sorts it. One pass over the rows, no per-row Python.
 """
 
@@ -37,6 +37,33 @@ def _positions(mode, fraction, n):
         return int(math.floor(position)), int(math.ceil(position))
     index = max(int(math.ceil(fraction * n)) - 1, 0)
     return index, index
+
+
+@numba.njit(cache=True)
+def _select(a, n, k):
+    """Put the k-th smallest of a[:n] at a[k], smaller or equal before, larger or equal
+    after (in place: Hoare's selection with a median-of-three pivot)."""
+    lo, hi = 0, n - 1
+    while hi > lo:
+        mid = (lo + hi) // 2
+        x, y, z = a[lo], a[mid], a[hi]
+        pivot = max(min(x, y), min(max(x, y), z))
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            return
 
 
 @numba.njit(cache=True)
@@ -94,15 +121,15 @@ def evaluate_runs(
             lower[r] = _distinct_sorted(window, 0, total)
             continue
         low, high = _positions(mode, fraction, total)
-        window = np.partition(scratch[:total], low)
-        lower[r] = window[low]
+        _select(scratch, total, low)
+        lower[r] = scratch[low]
         if high == low:
-            higher[r] = window[low]
+            higher[r] = scratch[low]
         else:
-            smallest = window[low + 1]  # the next value: the smallest above position low
+            smallest = scratch[low + 1]  # the next value: the smallest above position low
             for i in range(low + 2, total):
-                if window[i] < smallest:
-                    smallest = window[i]
+                if scratch[i] < smallest:
+                    smallest = scratch[i]
             higher[r] = smallest
 
 
