@@ -38,7 +38,7 @@ class Shape:
     range_us: int
     slide_us: int
     keys: int
-    aggregate: str  # SUM | AVG
+    aggregate: str  # SUM | AVG | MEDIAN (any one-argument aggregate of the value column)
     delay_us: int  # disorder: uniform in [0, delay)
 
     @property
@@ -67,6 +67,16 @@ def default_shapes() -> list[Shape]:
         for keys in (1, 1000)
         for aggregate in ("SUM", "AVG")
         for delay in (0, 1_000_000)
+    ]
+
+
+def holistic_shapes() -> list[Shape]:
+    """Issue 11's CPU shapes: w = 1 s, 1000 keys, MEDIAN beside SUM on the same input;
+    s = 10 ms in order and with a 1 s delay, and tumbling (s = 1 s)."""
+    return [
+        Shape(1_000_000, slide, 1000, aggregate, delay)
+        for slide, delay in ((10_000, 0), (10_000, 1_000_000), (1_000_000, 0))
+        for aggregate in ("MEDIAN", "SUM")
     ]
 
 
@@ -206,7 +216,12 @@ def load_shapes(path: str) -> list[Shape]:
 
 
 def _selected(arguments: argparse.Namespace) -> list[Shape]:
-    shapes = load_shapes(arguments.config) if arguments.config else default_shapes()
+    if arguments.config:
+        shapes = load_shapes(arguments.config)
+    elif getattr(arguments, "holistic", False):
+        shapes = holistic_shapes()
+    else:
+        shapes = default_shapes()
     if arguments.quick:
         shapes = [s for s in shapes if s.slide_us == 10_000 and s.aggregate == "SUM"]
     return shapes
@@ -252,6 +267,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peer-tuples", type=positive_int, default=200_000)
     parser.add_argument("--quick", action="store_true", help="only the s = 10 ms SUM shapes")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument(
+        "--holistic",
+        action="store_true",
+        help="the holistic shapes (issue 11): MEDIAN beside SUM, w = 1 s, 1000 keys",
+    )
     parser.add_argument(
         "--join",
         action="store_true",

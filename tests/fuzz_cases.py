@@ -50,6 +50,27 @@ SQL_FUNCTION = {
     "bool_or": "BOOL_OR",
 }
 BOOLEAN_FUNCTIONS = ("bool_and", "bool_or")
+# holistic functions, drawn in some cases (`_aggregates`): the oracle's names (fractions after
+# a colon) and how each is spelled in SQL
+HOLISTIC_FUNCTIONS = ("median", "percentile_cont", "percentile", "percentile_disc")
+HOLISTIC_CASE_SHARE = 0.15
+FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+def holistic_sql(function: str, argument: str) -> str | None:
+    """The SQL of a holistic aggregate over an argument already in SQL; None for others."""
+    name, _, fraction = function.partition(":")
+    if name == "median":
+        return f"MEDIAN({argument})"
+    if name == "count_distinct":
+        return f"COUNT(DISTINCT {argument})"
+    if name == "percentile":
+        return f"PERCENTILE({argument}, {fraction})"
+    if name in ("percentile_cont", "percentile_disc"):
+        return f"{name.upper()}({fraction}) WITHIN GROUP (ORDER BY {argument})"
+    return None
+
+
 _SQL_OPS = {"+", "-", "*", "/", "%", "=", "<>", "<", "<=", ">", ">="}
 
 
@@ -144,7 +165,9 @@ class Case:
             function, argument = self.aggregates[expr[1]]
             if function == "count_star":
                 return "COUNT(*)"
-            return f"{SQL_FUNCTION[function]}({self.sql(argument)})"
+            return holistic_sql(function, self.sql(argument)) or (
+                f"{SQL_FUNCTION[function]}({self.sql(argument)})"
+            )
         if op == "bound":
             return f"window_{expr[1]}"
         args = [self.sql(a) for a in expr[1:]]
@@ -313,9 +336,15 @@ def _aggregates(rng: random.Random, count: int) -> list:
     functions = ["count_star", "count", "sum", "min", "max", "avg"]
     functions += ["var_pop", "var_samp", "stddev_pop", "stddev_samp"]
     functions += list(BOOLEAN_FUNCTIONS)
+    # some cases mix holistic functions (MEDIAN, percentiles, COUNT DISTINCT) in
+    holistic = rng.random() < HOLISTIC_CASE_SHARE
     chosen = []
     for _ in range(count):
         function = rng.choice(functions)
+        if holistic and rng.random() < 0.5:
+            function = rng.choice([*HOLISTIC_FUNCTIONS, "count_distinct"])
+            if function.startswith("percentile"):
+                function += f":{rng.choice(FRACTIONS)}"
         chosen.append((function, None if function == "count_star" else _argument(rng, function)))
     return chosen
 

@@ -44,7 +44,15 @@ AGGREGATE_FUNCTIONS = (
     "stddev_samp",
     "bool_and",
     "bool_or",
+    "median",
+    "percentile_cont",
+    "percentile",
+    "percentile_disc",
+    "count_distinct",
 )
+# Holistic aggregates: functions of the window's sorted values. Percentiles are named with
+# their fraction, "percentile_cont:0.9" (MEDIAN is percentile_cont at 0.5).
+HOLISTIC_AGGREGATES = ("median", "percentile_cont", "percentile", "percentile_disc")
 BOOLEAN_AGGREGATES = ("bool_and", "bool_or")
 # Relative error allowed for floating results, on top of an absolute bound the oracle derives
 # from the magnitude of what was summed (the engine sums in another order than math.fsum).
@@ -107,7 +115,18 @@ class OracleQuery:
 # Types and scalar expressions
 
 
+def function_name(function: str) -> str:
+    """The function of an aggregate name without its fraction ("percentile_cont:0.9")."""
+    return function.split(":", 1)[0]
+
+
 def aggregate_type(function: str, argument_type: str | None) -> str:
+    function = function_name(function)
+    if function == "count_distinct":
+        return "bigint"
+    if function == "percentile_disc":
+        assert argument_type is not None
+        return argument_type
     if function in INTEGER_AGGREGATES:
         return "bigint"
     if function == "sum":
@@ -360,12 +379,41 @@ def _float_sum(values: list[float]) -> float:
     return math.fsum(values)
 
 
+def _spark_sorted(values: list) -> list:
+    """Values in Spark's order: NaN above everything (+inf included); -0.0 is 0.0."""
+    numbers = sorted(v + 0.0 if isinstance(v, float) else v for v in values if v == v)
+    return numbers + [math.nan] * (len(values) - len(numbers))
+
+
+def _holistic(function: str, present: list) -> Any:
+    """MEDIAN, PERCENTILE_CONT/PERCENTILE (Spark's interpolation at p * (n - 1)),
+    PERCENTILE_DISC (sorted[max(ceil(p * n) - 1, 0)]), COUNT DISTINCT (NaNs one value)."""
+    name = function_name(function)
+    if name == "count_distinct":
+        return len({"nan" if v != v else v + 0 for v in present})
+    if not present:
+        return None
+    ordered = _spark_sorted(present)
+    n = len(ordered)
+    fraction = 0.5 if name == "median" else float(function.split(":", 1)[1])
+    if name == "percentile_disc":
+        return ordered[max(math.ceil(fraction * n) - 1, 0)]
+    position = fraction * (n - 1)
+    lower, higher = math.floor(position), math.ceil(position)
+    low, high = float(ordered[lower]), float(ordered[higher])
+    if lower == higher:
+        return low
+    return (higher - position) * low + (position - lower) * high
+
+
 def aggregate_value(function: str, values: list, rows: int, integral: bool) -> tuple[Any, float]:
     """One aggregate over the argument values of the tuples of one (window, key), and an
     absolute tolerance for it (0 when the result is exact)."""
     if function == "count_star":
         return rows, 0.0
     present = [v for v in values if v is not None]
+    if function_name(function) in (*HOLISTIC_AGGREGATES, "count_distinct"):
+        return _holistic(function, present), 0.0
     if function == "count":
         return len(present), 0.0
     if not present:
@@ -432,7 +480,7 @@ class Oracle:
         self.integral = []
         row_scope = Scope(dict(query.columns))
         for function, argument in query.aggregates:
-            if function not in AGGREGATE_FUNCTIONS:
+            if function_name(function) not in AGGREGATE_FUNCTIONS:
                 raise ValueError(f"oracle: unknown aggregate {function!r}")
             argument_type = None if argument is None else type_of(argument, row_scope)
             aggregate_types.append(aggregate_type(function, argument_type))

@@ -4,16 +4,19 @@ above: the binder and typing (names, result types), the planner (state fields), 
 
 Layer: above `catalog` and `errors`, below `compiler`; imports no compiler or runtime module.
 To add an incremental aggregate, add its `StateKind` (if no existing one fits) and its
-`Aggregate` to `builtin.py`. The approximate aggregates' sketches (HyperLogLog++, GK
-quantile summaries) are defined in `sketches.py`.
+`Aggregate` to `builtin.py`; holistic ones (whole-window functions) live in `holistic.py`.
+The approximate aggregates' sketches (HyperLogLog++, GK quantile summaries) are defined in
+`sketches.py`.
 """
 
 from __future__ import annotations
 
 from mangonel.aggregates import builtin as builtin  # registers the built-in definitions
+from mangonel.aggregates import holistic as holistic  # MEDIAN, PERCENTILE_*, COUNT DISTINCT
 from mangonel.aggregates import sketches as sketches  # declares the sketch state kinds
 from mangonel.aggregates.functions import (
     Aggregate,
+    Holistic,
     StateUse,
     aggregate,
     aggregates,
@@ -40,6 +43,7 @@ __all__ = [
     "Aggregate",
     "ArrowPartial",
     "CudaFragments",
+    "Holistic",
     "Layout",
     "LiftInput",
     "StateKind",

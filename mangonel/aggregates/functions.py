@@ -14,6 +14,9 @@ An `Aggregate` (registered with `register_aggregate`; the built-in ones live in
   None for COUNT;
 - `finalize(xp, count, value, result_type) -> (values, null mask or None)`: the result from
   the selected cells, array-generic (`xp` is numpy, or CuPy on a device);
+- `holistic` (MEDIAN, PERCENTILE_*, COUNT DISTINCT, `aggregates.holistic`): the function
+  reads the raw values of its window (a `Layout.VARIABLE` state kind) and `finalize` gets,
+  per result cell, the value its `Holistic` evaluation selected, not a combined partial;
 - `spark(argument_sql, result_type) -> str`: the Spark SQL call of the aggregate (the native
   plan and the generated SQL use it; `spark_name` is Spark's function name).
 """
@@ -29,6 +32,23 @@ from mangonel.catalog.types import SqlType
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 Finalize = Callable[[Any, Array, "tuple[Array, ...] | None", SqlType], "tuple[Array, Array | None]"]
+
+
+@dataclass(frozen=True)
+class Holistic:
+    """How a holistic aggregate reads the sorted non-NULL values of its window.
+
+    evaluation: "percentile_cont" (linear interpolation at p * (n - 1)), "percentile_disc"
+    (sorted[max(ceil(p * n) - 1, 0)]) or "count_distinct". fraction: p when the function
+    fixes it (MEDIAN: 0.5); None when the call gives it (PERCENTILE_CONT(p), PERCENTILE(x, p))
+    or it has none (COUNT DISTINCT)."""
+
+    evaluation: str
+    fraction: float | None = None
+
+    @property
+    def takes_fraction(self) -> bool:
+        return self.evaluation != "count_distinct" and self.fraction is None
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,13 @@ class Aggregate:
     spark: Callable[[str, SqlType], str] | None = None
     parse_names: tuple[str, ...] = ()
     takes_argument: bool = True  # False only for COUNT(*)
+    # holistic functions (MEDIAN, percentiles, COUNT DISTINCT): how the window's values are
+    # evaluated (`aggregates.holistic`); None for every incremental aggregate
+    holistic: Holistic | None = None
+
+    @property
+    def is_holistic(self) -> bool:
+        return self.holistic is not None
 
     def spark_sql(self, argument_sql: str, result_type: SqlType) -> str:
         """Spark SQL of one call over an argument already rendered as Spark SQL."""

@@ -47,7 +47,9 @@ from mangonel.compiler.typing import (
 )
 from mangonel.errors import CatalogError, PlanError, SqlError
 
-AGGREGATES_HINT = "supported aggregates: " + ", ".join(AGGREGATE_FUNCTION_NAMES) + ", COUNT(*)"
+AGGREGATES_HINT = (
+    "supported aggregates: " + ", ".join(AGGREGATE_FUNCTION_NAMES) + ", COUNT(*), COUNT(DISTINCT x)"
+)
 WINDOW_HINT = "e.g. FROM trades [RANGE 1 SECOND SLIDE 10 MILLISECONDS] or FROM trades [ROWS 100]"
 _BOUND_NAMES = {"window_start": "start", "window_end": "end"}
 _KEY_TYPES = (SqlType.INT, SqlType.BIGINT, SqlType.STRING)
@@ -620,25 +622,17 @@ class _Binder:
 
     def _aggregate(self, node: exp.Expression) -> AggregateRef:
         """Register one aggregate call (sharing identical ones) and refer to it."""
-        function = AGGREGATE_FUNCTIONS.get(type(node))
+        call = node.this if isinstance(node, exp.WithinGroup) else node
+        function = AGGREGATE_FUNCTIONS.get(type(call))
         if function is None:
             raise _error(
-                f"aggregate {node.sql_name()} is not supported",
-                node,
+                f"aggregate {call.sql_name()} is not supported",
+                call,
                 AGGREGATES_HINT,
             )
-        argument = node.this
-        if isinstance(argument, exp.Distinct):
-            raise _error(
-                f"{node.sql_name()}(DISTINCT ...) is not supported",
-                node,
-                AGGREGATES_HINT,
-            )
-        extra = [
-            arg for arg, value in node.args.items() if value and arg not in ("this", "big_int")
-        ]
-        if extra:
-            raise _error(f"{node.sql_name()} takes one argument", node, AGGREGATES_HINT)
+        from mangonel.compiler.bind_calls import call_shape  # it reads this module's errors
+
+        argument, function, fraction = call_shape(node, call, function)
         resolved_argument: exp.Expression | None
         if function is AggregateFunction.COUNT and (
             argument is None or isinstance(argument, exp.Star)
@@ -653,7 +647,7 @@ class _Binder:
             result_type = aggregate_result_type(function, argument_type, node=node)
         except ExpressionError as error:
             raise _from_expression_error(error, node) from None
-        aggregate = lg.Aggregate(function, resolved_argument, result_type)
+        aggregate = lg.Aggregate(function, resolved_argument, result_type, fraction)
         if aggregate in self.aggregates:
             index = self.aggregates.index(aggregate)
         else:
@@ -688,7 +682,7 @@ class _Binder:
                     node.this,
                     "aggregates always skip NULLs",
                 )
-            if isinstance(node, exp.AggFunc):
+            if isinstance(node, (exp.AggFunc, exp.WithinGroup)):
                 return self._aggregate(node)
             if isinstance(node, exp.Column):
                 resolved = self._resolve_column(node, clause)

@@ -37,6 +37,7 @@ from mangonel.aggregates import require_fixed
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
+from mangonel.compiler.holistic import incremental_part
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
 
@@ -319,7 +320,8 @@ def render_key_kernels(words: int) -> GeneratedModule:
 
 
 def render_plan(plan: ph.ProjectExec) -> GeneratedModule:
-    window = ph.find(plan, ph.WindowAggregateExec)
+    # holistic aggregates run on the CPU: the kernels compute the incremental part
+    window = incremental_part(ph.find(plan, ph.WindowAggregateExec))
     return render_kernels(window.lift, window)
 
 

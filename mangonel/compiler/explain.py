@@ -55,6 +55,11 @@ def _field(field: ph.StateField) -> str:
 def _aggregate(aggregate: ph.AggregatePlan) -> str:
     argument = "" if aggregate.argument is None else format_expression(aggregate.argument)
     call = "COUNT(*)" if aggregate.argument is None else f"{aggregate.function.value}({argument})"
+    holistic = aggregate.function.definition.holistic
+    if holistic is not None and holistic.evaluation == "count_distinct":
+        call = f"COUNT(DISTINCT {argument})"
+    elif holistic is not None and holistic.takes_fraction:
+        call = f"{aggregate.function.value}({argument}, {aggregate.fraction:g})"
     reads = (
         aggregate.count_field
         if aggregate.value_field is None
@@ -134,6 +139,12 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             _list("keys", [k.name for k in node.keys]),
             _list("aggregates", [_aggregate(a) for a in node.aggregates]),
             Parameter("strategy", node.strategy, node.strategy),
+            # holistic aggregates (MEDIAN, PERCENTILE_*, COUNT DISTINCT): compiler/holistic.py
+            *(
+                [Parameter("holistic", node.holistic.strategy, node.holistic.strategy)]
+                if node.holistic is not None
+                else []
+            ),
             Parameter("backend", node.backend, node.backend),
             Parameter("reason", f'"{node.backend_reason}"', node.backend_reason),
         ]

@@ -50,11 +50,14 @@ AggregateFunction = _AggregateFunctionBase(
 
 @dataclass(frozen=True)
 class Aggregate:
-    """One aggregate call. `argument` is None only for COUNT(*)."""
+    """One aggregate call. `argument` is None only for COUNT(*). `fraction`: p of a
+    percentile call (PERCENTILE_CONT(p), PERCENTILE(x, p), PERCENTILE_DISC(p); MEDIAN's 0.5),
+    None for every other function."""
 
     function: AggregateFunction
     argument: exp.Expression | None
     result_type: SqlType
+    fraction: float | None = None
 
 
 @dataclass(frozen=True)

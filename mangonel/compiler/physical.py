@@ -24,6 +24,13 @@ from mangonel.aggregates import COUNT, StateKind, require_fixed
 from mangonel.catalog.catalog import Column, Stream, Table
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
+from mangonel.compiler.holistic import (
+    COUNT_HOLISTIC_ON_CPU,
+    HOLISTIC_ON_CPU,
+    JOIN_HOLISTIC,
+    HolisticPlan,
+    holistic_plan,
+)
 from mangonel.compiler.logical import (
     AggregateFunction,
     JoinKind,
@@ -31,6 +38,7 @@ from mangonel.compiler.logical import (
     WindowKind,
     WindowSpec,
 )
+from mangonel.errors import PlanError
 
 N = TypeVar("N")
 
@@ -58,6 +66,13 @@ class AggregatePlan:
     count_field: str  # non-NULL count of the argument (rows for COUNT(*))
     value_field: str | None  # the field of the function's `state`; None for COUNT
     result_type: SqlType
+    fraction: float | None = None  # p of a percentile (holistic functions only)
+
+    @property
+    def holistic(self) -> bool:
+        """Whether the window's whole multiset of values decides it (MEDIAN, PERCENTILE_*,
+        COUNT DISTINCT): evaluated by the holistic step, not finalized from partials."""
+        return self.function.definition.is_holistic
 
 
 @dataclass(frozen=True)
@@ -101,7 +116,10 @@ class WindowAggregateExec:
     windows_per_batch: windows computed per tree update (n_w).
     backend/backend_reason: the plan's backend (`compiler.backend.choose_backend`);
     placements: where each step runs (lift, merge, tree, finalize for time windows; lift,
-    tree, finalize for count windows, which keep per-tuple partials and merge no panes).
+    tree, finalize for count windows, which keep per-tuple partials and merge no panes;
+    plus `holistic` when the node has holistic aggregates).
+    holistic: the strategy of its holistic aggregates (MEDIAN, PERCENTILE_*, COUNT DISTINCT;
+    `compiler.holistic`), None when it has none.
     The operator fuses its Lift and StreamScan children: it reads the stream's batches.
     """
 
@@ -115,6 +133,7 @@ class WindowAggregateExec:
     backend: str
     backend_reason: str
     placements: tuple[Placement, ...]
+    holistic: HolisticPlan | None = None
 
     @property
     def lift(self) -> LiftExec:
@@ -425,7 +444,12 @@ def decompose(
         if definition.state is not None:
             use = definition.state
             value = table.get(use.kind, argument, use.accumulator(argument_type))
-        plans.append(AggregatePlan(function, argument, count, value, aggregate.result_type))
+        fraction = aggregate.fraction
+        if definition.holistic is not None and definition.holistic.fraction is not None:
+            fraction = definition.holistic.fraction  # MEDIAN
+        plans.append(
+            AggregatePlan(function, argument, count, value, aggregate.result_type, fraction)
+        )
     return tuple(table.fields), tuple(plans)
 
 
@@ -465,6 +489,7 @@ def plan(
     pane_length, panes_per_window, panes_per_slide = window_parameters(aggregate.window)
     scan_exec = StreamScanExec(scan.stream, scan.columns)
     lift = LiftExec((scan_exec,), where, aggregate.keys, fields)
+    holistic = holistic_plan(aggregate.window, fields, aggregate_plans)
     window_exec = WindowAggregateExec(
         children=(lift,),
         window=aggregate.window,
@@ -476,7 +501,10 @@ def plan(
         aggregates=aggregate_plans,
         backend=backend,
         backend_reason=backend_reason,
-        placements=window_placements(aggregate.window, backend, backend_reason),
+        placements=window_placements(
+            aggregate.window, backend, backend_reason, holistic is not None
+        ),
+        holistic=holistic,
     )
     top: FilterExec | WindowAggregateExec = window_exec
     if having is not None:
@@ -638,6 +666,9 @@ def plan_join(
     factorised = None
     if aggregate is not None:
         fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
+        holistic = [a.function.value for a in aggregate_plans if a.holistic]
+        if holistic:
+            raise PlanError(f"{JOIN_HOLISTIC} ({', '.join(holistic)})")
         if factorise:
             # the factorised planner reads this module's nodes: looked up when a plan is made
             from mangonel.compiler.factorised import factorised_reason
@@ -678,16 +709,26 @@ COUNT_TREE_ON_CPU = "count windows' per-key tuple segments have no GPU tree kern
 FINALIZE_ON_CPU = "the window values are finalized on the host after their device-to-host copy"
 
 
-def window_placements(window: WindowSpec, backend: str, reason: str) -> tuple[Placement, ...]:
+def window_placements(
+    window: WindowSpec, backend: str, reason: str, holistic: bool = False
+) -> tuple[Placement, ...]:
     """The steps of the window operator: lift, merge, tree, finalize (time windows); lift,
-    tree, finalize (count windows: per-tuple partials, no pane merge)."""
+    tree, finalize (count windows: per-tuple partials, no pane merge); then `holistic` when
+    the node has holistic aggregates: on the CPU in every plan (a GPU plan's count window
+    then runs every step there: its raw values are lifted with the per-tuple partials)."""
     if window.kind is WindowKind.COUNT:
         steps = ("lift", "tree", "finalize")
     else:
         steps = ("lift", "merge", "tree", "finalize")
+    if holistic:
+        steps = (*steps, "holistic")
     placements = []
     for step in steps:
-        if backend == "gpu" and step == "tree" and window.kind is WindowKind.COUNT:
+        if backend == "gpu" and holistic and window.kind is WindowKind.COUNT:
+            placements.append(Placement(step, "cpu", COUNT_HOLISTIC_ON_CPU))
+        elif backend == "gpu" and step == "holistic":
+            placements.append(Placement(step, "cpu", HOLISTIC_ON_CPU))
+        elif backend == "gpu" and step == "tree" and window.kind is WindowKind.COUNT:
             placements.append(Placement(step, "cpu", COUNT_TREE_ON_CPU))
         elif backend == "gpu" and step == "finalize":
             placements.append(Placement(step, "cpu", FINALIZE_ON_CPU))
@@ -737,7 +778,7 @@ def with_backend(
     def rebuild(node: PhysicalNode) -> PhysicalNode:
         children = tuple(rebuild(child) for child in node.children)
         if isinstance(node, WindowAggregateExec):
-            placements = window_placements(node.window, backend, reason)
+            placements = window_placements(node.window, backend, reason, node.holistic is not None)
             return replace(
                 node,
                 children=children,

@@ -104,7 +104,7 @@ SELECT symbol, COUNT(*) FROM trades GROUP BY symbol
 SELECT symbol, COUNT(*) FROM trades [RANGE 1 SECOND] WHERE UPPER(symbol) = 'ACME' GROUP BY symbol
 
 -- name: unsupported_aggregate
-SELECT MEDIAN(price) FROM trades [RANGE 1 SECOND]
+SELECT FIRST(price) FROM trades [RANGE 1 SECOND]
 
 -- name: sum_of_string
 SELECT SUM(symbol) FROM trades [RANGE 1 SECOND]
@@ -350,3 +350,39 @@ SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE ts > '2026-01-01 00:00:00'
 
 -- name: timestamp_literal_unreadable
 SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE ts > TIMESTAMP '2026-02-30 00:00:00'
+
+-- name: percentile_fraction_above_one
+SELECT PERCENTILE(price, 1.5) FROM trades [RANGE 1 SECOND]
+
+-- name: percentile_fraction_negative
+SELECT PERCENTILE_CONT(-0.1) WITHIN GROUP (ORDER BY price) FROM trades [RANGE 1 SECOND]
+
+-- name: percentile_fraction_not_a_literal
+SELECT PERCENTILE(price, volume) FROM trades [RANGE 1 SECOND]
+
+-- name: percentile_fraction_array
+SELECT PERCENTILE(price, ARRAY(0.1, 0.9)) FROM trades [RANGE 1 SECOND]
+
+-- name: percentile_of_string
+SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY symbol) FROM trades [RANGE 1 SECOND]
+
+-- name: median_of_timestamp
+SELECT MEDIAN(ts) FROM trades [RANGE 1 SECOND]
+
+-- name: percentile_cont_without_within_group
+SELECT PERCENTILE_CONT(0.5) FROM trades [RANGE 1 SECOND]
+
+-- name: within_group_descending
+SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY price DESC) FROM trades [RANGE 1 SECOND]
+
+-- name: within_group_two_orderings
+SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY price, volume) FROM trades [RANGE 1 SECOND]
+
+-- name: within_group_on_median
+SELECT MEDIAN(price) WITHIN GROUP (ORDER BY price) FROM trades [RANGE 1 SECOND]
+
+-- name: count_distinct_two_arguments
+SELECT COUNT(DISTINCT price, volume) FROM trades [RANGE 1 SECOND]
+
+-- name: sum_distinct
+SELECT SUM(DISTINCT price) FROM trades [RANGE 1 SECOND]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from mangonel.aggregates import LiftInput
+from mangonel.aggregates import Layout, LiftInput
 from mangonel.catalog.types import SqlType
-from mangonel.compiler.physical import LiftExec, StateField
+from mangonel.compiler.physical import LiftExec, StateField, field_dtype
 from mangonel.runtime.cpu import aggregate as agg
+from mangonel.runtime.cpu import holistic
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
@@ -208,7 +209,10 @@ def tuple_partials(
             values, valid = to_values(argument, np.dtype(np.float64 if floating else np.int64))
             evaluated[key] = (values, valid, bool(valid.all()))
         values, valid, all_valid = evaluated[key]
-        dtype, neutrals = neutral(field)
+        if field.kind.layout is Layout.VARIABLE:  # raw values (holistic): no combine neutral
+            dtype, neutrals = field_dtype(field), field.kind.neutral(field_dtype(field))
+        else:
+            dtype, neutrals = neutral(field)
         lifted = LiftInput(values, valid, all_valid, rows, contributes)
         partials[field.name] = field.kind.lift(lifted, dtype, neutrals)
     return partials
@@ -330,6 +334,19 @@ class CpuKernels:
             rest,
             rest_include if rest is not None else None,
         )
+
+    def holistic_select(
+        self, values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
+    ):
+        return holistic.holistic_select(
+            values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
+        )
+
+    def pane_runs(self, base, starts, ends, columns, first_index, panes_per_row):
+        return holistic.pane_runs(base, starts, ends, columns, first_index, panes_per_row)
+
+    def sort_pane(self, slots, keys, n_slots):
+        return holistic.sort_pane(slots, keys, n_slots)
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)

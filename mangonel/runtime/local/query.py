@@ -12,6 +12,7 @@ from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import ProjectExec
 from mangonel.errors import DataError
 from mangonel.runtime.operators.base import OperatorBase, as_record_batch
+from mangonel.runtime.operators.holistic import HolisticTimeWindows
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.tree import OperatorTree
 from mangonel.runtime.operators.window import WindowOperator
@@ -40,7 +41,10 @@ class LocalQuery:
     @property
     def window_operator(self) -> WindowOperator:
         """The window operator of the tree (its state, conformance and split form)."""
-        return self.operator.find(OperatorBase)  # type: ignore[return-value]
+        try:
+            return self.operator.find(OperatorBase)  # type: ignore[return-value]
+        except LookupError:  # time windows with holistic aggregates: the wrapper is the operator
+            return self.operator.find(HolisticTimeWindows)
 
     def stream(
         self, batches: Iterable[pa.RecordBatch | pa.Table], lookahead: bool | None = None

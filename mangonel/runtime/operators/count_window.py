@@ -22,6 +22,7 @@ from mangonel.runtime.operators.base import (
     OperatorBase,
     field_arrays,
 )
+from mangonel.runtime.operators.holistic import evaluate
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
 from mangonel.runtime.operators.snapshot import pack, unpack
@@ -36,6 +37,10 @@ class CountWindowOperator(OperatorBase):
         super().__init__(node, kernels)
         # the per-key tree over host-side tuple segments: the backend its placement names
         self.tree_kernels = kernels("tree")
+        # holistic aggregates read their raw values (`values` fields: order key and validity
+        # per tuple, kept like any partial) over each window's run of tuples
+        self.holistic_kernels = kernels("holistic") if node.holistic is not None else None
+        self.tree_fields = tuple(f for f in self.fields if not f.kind.holistic)
         self.size = self.spec.size
         self.slide = self.spec.slide
         self.arrivals = 0  # arrival sequence number of the next tuple (ties in event time)
@@ -146,10 +151,10 @@ class CountWindowOperator(OperatorBase):
         windows = counts[keys_firing]
         leaves = {
             name: tuple(self.final[f"{name}.{part}"] for part in range(parts))
-            for name, parts in field_arrays(self.fields)
+            for name, parts in field_arrays(self.tree_fields)
         }
         values = self.tree_kernels.segment_windows(
-            self.fields, leaves, base, windows, m, n, self.window.windows_per_batch
+            self.tree_fields, leaves, base, windows, m, n, self.window.windows_per_batch
         )
         slot_of_row = np.repeat(keys_firing, windows)
         row_in_task = np.arange(len(slot_of_row)) - np.repeat(np.cumsum(windows) - windows, windows)
@@ -162,12 +167,44 @@ class CountWindowOperator(OperatorBase):
         chosen = {
             name: tuple(host(part)[order] for part in parts) for name, parts in values.items()
         }
-        aggregates = finalize(self.window.aggregates, chosen)
+        aggregates = finalize(self.window.aggregates, chosen, self._holistic(first_leaf[order]))
         keys = self.keys.decode(slot_of_row[order])
         self.next_window[keys_firing] += windows
         keep = self.final["pos"] >= self.next_window[slots] * m
         self.final = {c: a[keep] for c, a in self.final.items()}
         return self._emit(keys, aggregates, starts[order], ends[order])
+
+    def _holistic(self, first_leaf: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """(count, value) of each holistic aggregate for windows starting at `first_leaf`
+        (positions in `self.final`; each spans `size` tuples): one run per window over the
+        key's non-NULL values (`holistic.evaluate`)."""
+        if self.holistic_kernels is None:
+            return {}
+        fields = {f.name: f for f in self.fields}
+        runs_of: dict[str, tuple] = {}
+        results = {}
+        for position, plan in enumerate(self.window.aggregates):
+            if not plan.holistic:
+                continue
+            name = plan.value_field
+            assert name is not None
+            if name not in runs_of:
+                valid = np.flatnonzero(self.final[f"{name}.1"])
+                rows = len(first_leaf)
+                runs_of[name] = (
+                    self.final[f"{name}.0"][valid],
+                    (
+                        np.searchsorted(valid, first_leaf),
+                        np.searchsorted(valid, first_leaf + self.size),
+                        np.arange(rows, dtype=np.int64),
+                        np.ones(rows, np.int64),
+                    ),
+                )
+            values, runs = runs_of[name]
+            results[position] = evaluate(
+                self.holistic_kernels, plan, fields[name], values, runs, False
+            )
+        return results
 
     def state_bytes(self) -> int:
         total = sum(a.nbytes for a in self.pending.values()) + sum(

@@ -13,12 +13,22 @@ from mangonel.runtime.operators import project
 
 
 def finalize(
-    plans: tuple[AggregatePlan, ...], values: dict[str, tuple[np.ndarray, ...]]
+    plans: tuple[AggregatePlan, ...],
+    values: dict[str, tuple[np.ndarray, ...]],
+    holistic: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> list[pa.Array]:
     """The aggregate results (Arrow, plan result types) from selected field values: each
-    function's own `finalize` (`mangonel.aggregates`) on numpy, then Arrow."""
+    function's own `finalize` (`mangonel.aggregates`) on numpy, then Arrow. A holistic
+    aggregate at position i reads `holistic[i]`: (non-NULL count, selected value) per cell,
+    from the holistic evaluation (`operators.holistic`)."""
     results = []
-    for plan in plans:
+    for position, plan in enumerate(plans):
+        if plan.holistic:
+            assert holistic is not None, "holistic aggregates need the holistic evaluation"
+            count, selected = holistic[position]
+            data, null = plan.function.definition.finalize(np, count, (selected,), plan.result_type)
+            results.append(array_with_nulls(data, null).cast(plan.result_type.info.arrow))
+            continue
         count = values[plan.count_field][0]
         value = values[plan.value_field] if plan.value_field is not None else None
         data, null = plan.function.definition.finalize(np, count, value, plan.result_type)

@@ -62,10 +62,12 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.compiler import physical as ph
+from mangonel.compiler.holistic import incremental_part
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import PlanError
 from mangonel.runtime.operators.base import PANE_META, OperatorBase, field_arrays
 from mangonel.runtime.operators.count_window import CountWindowOperator
+from mangonel.runtime.operators.holistic import HolisticTimeWindows
 from mangonel.runtime.operators.kernels import PaneTarget
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
@@ -502,7 +504,7 @@ class TimeWindowOperator(OperatorBase):
             self.segments.append(segment)
 
 
-WindowOperator = TimeWindowOperator | CountWindowOperator
+WindowOperator = TimeWindowOperator | CountWindowOperator | HolisticTimeWindows
 
 
 def make_window_operator(
@@ -511,5 +513,10 @@ def make_window_operator(
     """The registry's factory of `WindowAggregateExec` (every backend: the driver is
     backend-neutral, `kernels` are the backend's)."""
     if node.window.kind is WindowKind.COUNT:
-        return CountWindowOperator(node, kernels)
+        return CountWindowOperator(node, kernels)  # keeps holistic values per tuple itself
+    if node.holistic is not None:
+        # holistic aggregates beside the pane-and-tree path of the incremental ones
+        return HolisticTimeWindows(
+            node, TimeWindowOperator(incremental_part(node), kernels), kernels
+        )
     return TimeWindowOperator(node, kernels)

@@ -22,6 +22,7 @@ from mangonel.compiler.explain import (
     format_duration,
     format_expression,
 )
+from mangonel.compiler.holistic import SPARK_HOLISTIC
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import PlanError
 from mangonel.runtime.spark import native as native_module
@@ -84,6 +85,10 @@ def plan_spark(
     if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
         return plan_join(text, plan, partitions=partitions, buckets=buckets)
     window = ph.find(plan, ph.WindowAggregateExec)
+    holistic = [a.function.value for a in window.aggregates if a.holistic]
+    if holistic:
+        # stage 1 would ship each pane's raw values; neither stage does yet
+        raise PlanError(f"{SPARK_HOLISTIC} ({', '.join(holistic)})")
     if window.window.kind is WindowKind.COUNT:
         raise PlanError(
             "count windows (ROWS n SLIDE m) do not run inside Spark yet: their order is "

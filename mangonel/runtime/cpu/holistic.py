@@ -1,0 +1,234 @@
+"""numba kernels of the holistic window functions (MEDIAN, PERCENTILE_*, COUNT DISTINCT).
+
+A result row reads a list of runs, `[run_start, run_end)` ranges of one flat array of order
+keys (`aggregates.holistic.order_keys`): the sorted values of each pane its window covers
+(time windows), or the one run of its tuples (count windows). Per row the kernel returns the
+number of values n and two order keys: for the percentiles the values at the lower and the
+higher position (`select`), for COUNT DISTINCT the count in `lower`.
+
+A row whose values lie in one sorted run (a tumbling window's pane) is read in place: an index
+for the percentiles, one pass for COUNT DISTINCT. Otherwise its runs are copied into a scratch
+buffer once, and the percentiles select in it (in-place quickselect: O(n) per row),
+COUNT DISTINCT sorts it. One pass over the rows, no per-row Python.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+PERCENTILE_CONT = 0
+PERCENTILE_DISC = 1
+COUNT_DISTINCT = 2
+MODES = {
+    "percentile_cont": PERCENTILE_CONT,
+    "percentile_disc": PERCENTILE_DISC,
+    "count_distinct": COUNT_DISTINCT,
+}
+
+
+@numba.njit(cache=True)
+def _positions(mode, fraction, n):
+    """(lower, higher) positions of a percentile over n sorted values (Spark's rules)."""
+    if mode == PERCENTILE_CONT:
+        position = fraction * (n - 1)
+        return int(math.floor(position)), int(math.ceil(position))
+    index = max(int(math.ceil(fraction * n)) - 1, 0)
+    return index, index
+
+
+@numba.njit(cache=True)
+def _select(a, n, k):
+    """Put the k-th smallest of a[:n] at a[k], smaller or equal before, larger or equal
+    after (in place: Hoare's selection with a median-of-three pivot)."""
+    lo, hi = 0, n - 1
+    while hi > lo:
+        mid = (lo + hi) // 2
+        x, y, z = a[lo], a[mid], a[hi]
+        pivot = max(min(x, y), min(max(x, y), z))
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            return
+
+
+@numba.njit(cache=True)
+def _distinct_sorted(values, start, end):
+    count = 0
+    for i in range(start, end):
+        if i == start or values[i] != values[i - 1]:
+            count += 1
+    return count
+
+
+@numba.njit(cache=True)
+def evaluate_runs(
+    values, run_start, run_end, row_first, row_runs, mode, fraction, sorted_runs, n, lower, higher
+):
+    """Fill n, lower, higher (one entry per row) from the rows' runs (module docstring)."""
+    rows = row_first.shape[0]
+    largest = 0
+    for r in range(rows):
+        total = 0
+        for j in range(row_first[r], row_first[r] + row_runs[r]):
+            total += run_end[j] - run_start[j]
+        n[r] = total
+        largest = max(largest, total)
+    scratch = np.empty(largest, np.int64)
+    for r in range(rows):
+        total = n[r]
+        lower[r] = 0
+        higher[r] = 0
+        if total == 0:
+            continue
+        single = -1
+        nonempty = 0
+        for j in range(row_first[r], row_first[r] + row_runs[r]):
+            if run_end[j] > run_start[j]:
+                nonempty += 1
+                single = j
+        in_place = sorted_runs and nonempty == 1
+        if mode == COUNT_DISTINCT:
+            if in_place:
+                lower[r] = _distinct_sorted(values, run_start[single], run_end[single])
+                continue
+        elif in_place:
+            low, high = _positions(mode, fraction, total)
+            lower[r] = values[run_start[single] + low]
+            higher[r] = values[run_start[single] + high]
+            continue
+        filled = 0
+        for j in range(row_first[r], row_first[r] + row_runs[r]):
+            for i in range(run_start[j], run_end[j]):
+                scratch[filled] = values[i]
+                filled += 1
+        if mode == COUNT_DISTINCT:
+            window = np.sort(scratch[:total])
+            lower[r] = _distinct_sorted(window, 0, total)
+            continue
+        low, high = _positions(mode, fraction, total)
+        _select(scratch, total, low)
+        lower[r] = scratch[low]
+        if high == low:
+            higher[r] = scratch[low]
+        else:
+            smallest = scratch[low + 1]  # the next value: the smallest above position low
+            for i in range(low + 2, total):
+                if scratch[i] < smallest:
+                    smallest = scratch[i]
+            higher[r] = smallest
+
+
+@numba.njit(cache=True)
+def _pane_runs(base, starts, ends, columns, first_index, panes_per_row, run_start, run_end):
+    for r in range(columns.shape[0]):
+        column = columns[r]
+        for i in range(panes_per_row):
+            pane = first_index[r] + i
+            run_start[r * panes_per_row + i] = base[pane] + starts[pane, column]
+            run_end[r * panes_per_row + i] = base[pane] + ends[pane, column]
+
+
+def pane_runs(
+    base: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    columns: np.ndarray,
+    first_index: np.ndarray,
+    panes_per_row: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The runs of rows that each read `panes_per_row` consecutive panes from
+    `first_index[r]`: pane i's values of row r's key are `base[i] + starts[i, c] ..
+    base[i] + ends[i, c]` of the flat array, c = `columns[r]` (the key's column)."""
+    rows = len(columns)
+    run_start = np.empty(rows * panes_per_row, np.int64)
+    run_end = np.empty(rows * panes_per_row, np.int64)
+    if rows:
+        _pane_runs(
+            np.ascontiguousarray(base, np.int64),
+            np.ascontiguousarray(starts, np.int64),
+            np.ascontiguousarray(ends, np.int64),
+            np.ascontiguousarray(columns, np.int64),
+            np.ascontiguousarray(first_index, np.int64),
+            panes_per_row,
+            run_start,
+            run_end,
+        )
+    row_first = np.arange(rows, dtype=np.int64) * panes_per_row
+    return run_start, run_end, row_first, np.full(rows, panes_per_row, np.int64)
+
+
+def holistic_select(
+    values: np.ndarray,
+    run_start: np.ndarray,
+    run_end: np.ndarray,
+    row_first: np.ndarray,
+    row_runs: np.ndarray,
+    evaluation: str,
+    fraction: float,
+    sorted_runs: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(n, lower, higher) per row: see the module docstring."""
+    rows = len(row_first)
+    n = np.zeros(rows, np.int64)
+    lower = np.zeros(rows, np.int64)
+    higher = np.zeros(rows, np.int64)
+    if rows:
+        evaluate_runs(
+            np.ascontiguousarray(values, np.int64),
+            np.ascontiguousarray(run_start, np.int64),
+            np.ascontiguousarray(run_end, np.int64),
+            np.ascontiguousarray(row_first, np.int64),
+            np.ascontiguousarray(row_runs, np.int64),
+            MODES[evaluation],
+            float(fraction),
+            bool(sorted_runs),
+            n,
+            lower,
+            higher,
+        )
+    return n, lower, higher
+
+
+@numba.njit(cache=True)
+def _sort_pane(slots, keys, offsets, out):
+    for i in range(slots.shape[0]):
+        offsets[slots[i] + 1] += 1
+    for s in range(1, offsets.shape[0]):
+        offsets[s] += offsets[s - 1]
+    fill = offsets[:-1].copy()
+    for i in range(slots.shape[0]):
+        out[fill[slots[i]]] = keys[i]
+        fill[slots[i]] += 1
+    for s in range(offsets.shape[0] - 1):
+        out[offsets[s] : offsets[s + 1]].sort()
+
+
+def sort_pane(slots: np.ndarray, keys: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """One pane's values sorted by (key slot, value), and each slot's offsets into them
+    (`offsets[s]:offsets[s + 1]`, n_slots + 1 entries): a counting sort by slot, then each
+    slot's values sorted in place (O(n) + per-key sorts, not one global O(n log n) sort)."""
+    offsets = np.zeros(n_slots + 1, np.int64)
+    out = np.empty(len(keys), np.int64)
+    if len(keys):
+        _sort_pane(
+            np.ascontiguousarray(slots, np.int64),
+            np.ascontiguousarray(keys, np.int64),
+            offsets,
+            out,
+        )
+    return out, offsets

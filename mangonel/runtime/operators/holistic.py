@@ -1,0 +1,354 @@
+"""Holistic window functions (MEDIAN, PERCENTILE_*, COUNT DISTINCT) in the window operators.
+
+`evaluate` turns runs of order keys (per result row, ranges of one flat array) into each
+holistic aggregate's (non-NULL count, value) with the backend's `holistic_select` kernel;
+`results.finalize` reads them. Both window kinds use it:
+
+- count windows (`count_window.py`) keep the `values` fields with their per-tuple partials
+  (order key and validity per tuple): a window is one run of its key's final tuples;
+- time windows: `HolisticTimeWindows` wraps the pane-and-tree operator of the node's
+  incremental part (`compiler.holistic.incremental_part`), which decides lateness, the
+  watermark and which (window, key) fire, exactly as without holistic aggregates. Beside it
+  this driver keeps, per (pane, key), the values of each `values` field: a tuple is kept
+  when it contributes and is not late against the watermark from before its batch (the
+  rule of the wrapped operator). A pane's values are sorted once by (key, value) when a
+  window first reads the pane (again only if late-but-allowed tuples arrive after that),
+  and a pane is freed once every window covering it has fired. For each result batch of the
+  wrapped operator, the holistic columns are computed from the sorted runs of the window's
+  panes and put between the incremental ones, in the node's aggregate order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.aggregates.holistic import from_order_keys
+from mangonel.compiler import physical as ph
+from mangonel.compiler.holistic import holistic_positions
+from mangonel.compiler.physical import AggregatePlan, StateField
+from mangonel.errors import DataError
+from mangonel.runtime.operators.protocol import OperatorMetrics
+from mangonel.runtime.operators.registry import StepKernels
+from mangonel.runtime.operators.results import finalize, window_result_schema
+from mangonel.runtime.operators.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, pack, unpack
+
+MAX_RUNS = 1 << 22  # runs per evaluation of a result batch's rows (x 16 bytes of run bounds)
+
+
+def evaluate(
+    kernels: Any,  # noqa: ANN401 - the backend's kernels (`holistic_select`)
+    plan: AggregatePlan,
+    value_field: StateField,
+    values: np.ndarray,
+    runs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    sorted_runs: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(non-NULL count, value) per result row of one holistic aggregate over its rows'
+    runs `(run_start, run_end, row_first, row_runs)` into `values` (order keys)."""
+    holistic = plan.function.definition.holistic
+    assert holistic is not None
+    fraction = 0.0 if plan.fraction is None else plan.fraction
+    n, lower, higher = kernels.holistic_select(
+        values, *runs, holistic.evaluation, fraction, sorted_runs
+    )
+    if holistic.evaluation == "count_distinct":
+        return n, lower
+    floating = value_field.type.is_floating
+    low = from_order_keys(lower, floating)
+    if holistic.evaluation == "percentile_disc":
+        return n, low
+    # Spark's interpolation: position p * (n - 1) between its floor and ceiling
+    high = from_order_keys(higher, floating).astype(np.float64)
+    low = low.astype(np.float64)
+    position = fraction * (np.maximum(n, 1) - 1).astype(np.float64)
+    below = np.floor(position)
+    above = np.ceil(position)
+    with np.errstate(invalid="ignore"):
+        mixed = (above - position) * low + (position - below) * high
+    return n, np.where(above == below, low, mixed)
+
+
+@dataclass
+class _Pane:
+    """One pane's values of one field: chunks as they arrived (key slot, order key), and
+    once a window read it, the values sorted by (slot, value) with per-slot offsets."""
+
+    chunks: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    sorted_values: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        held = sum(s.nbytes + v.nbytes for s, v in self.chunks)
+        if self.sorted_values is not None and self.offsets is not None:
+            held += self.sorted_values.nbytes + self.offsets.nbytes
+        return held
+
+    def raw(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, order keys) of every value, sorted ones first."""
+        slots, values = [], []
+        if self.sorted_values is not None and self.offsets is not None:
+            counts = np.diff(self.offsets)
+            slots.append(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
+            values.append(self.sorted_values)
+        for chunk_slots, chunk_values in self.chunks:
+            slots.append(chunk_slots)
+            values.append(chunk_values)
+        if not slots:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(slots), np.concatenate(values)
+
+
+class HolisticTimeWindows:
+    """Time windows with holistic aggregates (see the module docstring): the wrapped
+    `TimeWindowOperator` of the incremental part, and the panes' values beside it."""
+
+    stateful = True
+
+    def __init__(
+        self,
+        node: ph.WindowAggregateExec,
+        inner: Any,  # noqa: ANN401 - window.TimeWindowOperator (window.py imports this module)
+        kernels: StepKernels,
+    ) -> None:
+        self.node = node
+        self.inner = inner
+        self.schema = window_result_schema(node)
+        self.kernels = kernels("holistic")
+        self.spec = node.window
+        self.pane_length = node.pane_length
+        self.panes_per_window = node.panes_per_window
+        self.panes_per_slide = node.panes_per_slide
+        self.value_fields = tuple(f for f in node.fields if f.kind.holistic)
+        # the holistic lift evaluates WHERE and the `values` arguments only
+        self.values_lift = dataclasses.replace(node.lift, fields=self.value_fields)
+        self.key_types = tuple(k.type for k in node.keys)
+        self.keys = self.kernels.new_key_map(self.key_types)
+        self.panes: dict[str, dict[int, _Pane]] = {f.name: {} for f in self.value_fields}
+        self.incremental, self.holistic = holistic_positions(node)
+        self.fields_by_name = {f.name: f for f in node.fields}
+
+    # -- input ----------------------------------------------------------------------------
+
+    def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
+        conformed, _ = self.inner._input(batch)  # the wrapped operator reuses this object
+        self._keep(conformed)
+        return self._complete(self.inner.process(batch, input))
+
+    def prefetch(self, batch: pa.RecordBatch) -> None:
+        self.inner.prefetch(batch)
+
+    def _keep(self, batch: pa.RecordBatch) -> None:
+        """The values of the batch's contributing, not late tuples, into their panes."""
+        kernels = self.kernels
+        lifted = kernels.lift_tuples(self.values_lift, batch)
+        if not lifted.rows:
+            return
+        panes = kernels.pane_ids(lifted, self.pane_length)
+        include = lifted.contributes
+        watermark = self.inner.watermark  # from before this batch: the wrapped rule
+        if watermark is not None:
+            late = kernels.late_tuples(
+                panes, include, self.pane_length, self.spec.slide, self.spec.size, watermark
+            )
+            include = include & ~late
+        slots = kernels.to_host(self.keys.map_columns(lifted.keys, include))
+        for value_field in self.value_fields:
+            values, valid = (kernels.to_host(a) for a in lifted.partials[value_field.name])
+            rows = np.flatnonzero(include & (valid != 0))
+            if not len(rows):
+                continue
+            row_panes = panes[rows]
+            order = np.argsort(row_panes, kind="stable")
+            row_panes = row_panes[order]
+            rows = rows[order]
+            bounds = np.flatnonzero(np.diff(row_panes)) + 1
+            starts = np.concatenate(([0], bounds))
+            ends = np.concatenate((bounds, [len(rows)]))
+            store = self.panes[value_field.name]
+            for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+                pane = int(row_panes[start])
+                chosen = rows[start:end]
+                store.setdefault(pane, _Pane()).chunks.append((slots[chosen], values[chosen]))
+
+    # -- output ---------------------------------------------------------------------------
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return self._complete(self.inner.on_watermark(watermark))
+
+    def advance_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return self._complete(self.inner.advance_watermark(watermark))
+
+    def finish(self) -> list[pa.RecordBatch]:
+        return self._complete(self.inner.finish())
+
+    def _complete(self, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+        """The wrapped operator's results with the holistic columns put in; then the panes
+        no unfired window covers are freed."""
+        out = [self._with_holistic(batch) for batch in batches]
+        next_window = self.inner.next_window
+        if next_window is not None:
+            for store in self.panes.values():
+                done = [q for q in store if q // self.panes_per_slide < next_window]
+                for pane in done:
+                    del store[pane]
+        return out
+
+    def _with_holistic(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        n_keys = len(self.node.keys)
+        key_columns = [batch.column(i) for i in range(n_keys)]
+        rows = batch.num_rows
+        slots = self.kernels.to_host(
+            self.keys.map_columns(key_columns, self.kernels.from_host(np.ones(rows, np.bool_)))
+        ).astype(np.int64)
+        starts = batch.column(n_keys).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        first_panes = starts // self.pane_length
+        # rows in chunks of at most MAX_RUNS runs (rows x panes per window): the run arrays
+        # and the per-pane offsets of one chunk stay bounded whatever a firing holds
+        chunk = max(1, MAX_RUNS // self.panes_per_window)
+        pieces: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {p: [] for p in self.holistic}
+        for start in range(0, rows, chunk):
+            chunk_slots = slots[start : start + chunk]
+            chunk_panes = first_panes[start : start + chunk]
+            runs_of: dict[str, tuple[np.ndarray, tuple]] = {}
+            for position in self.holistic:
+                plan = self.node.aggregates[position]
+                assert plan.value_field is not None
+                if plan.value_field not in runs_of:
+                    runs_of[plan.value_field] = self._runs(
+                        plan.value_field, chunk_slots, chunk_panes
+                    )
+                values, runs = runs_of[plan.value_field]
+                value_field = self.fields_by_name[plan.value_field]
+                pieces[position].append(
+                    evaluate(self.kernels, plan, value_field, values, runs, True)
+                )
+        results = {
+            position: (
+                np.concatenate([n for n, _ in chunks]) if chunks else np.empty(0, np.int64),
+                np.concatenate([v for _, v in chunks]) if chunks else np.empty(0, np.int64),
+            )
+            for position, chunks in pieces.items()
+        }
+        holistic_arrays = finalize(
+            tuple(self.node.aggregates[p] for p in self.holistic),
+            {},
+            {i: results[p] for i, p in enumerate(self.holistic)},
+        )
+        columns: list[pa.Array] = [batch.column(i) for i in range(n_keys + 2)]
+        by_position = dict(zip(self.holistic, holistic_arrays, strict=True))
+        for number, position in enumerate(self.incremental):
+            by_position[position] = batch.column(n_keys + 2 + number)
+        columns += [by_position[p] for p in range(len(self.node.aggregates))]
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def _runs(self, name: str, slots: np.ndarray, first_panes: np.ndarray):
+        """The flat sorted values of the panes the rows' windows cover, and per row one run
+        per pane (`evaluate`'s runs)."""
+        rows = len(slots)
+        pw = self.panes_per_window
+        if not rows:
+            empty = np.empty(0, np.int64)
+            return empty, (empty, empty, empty, empty)
+        low = int(first_panes.min())
+        span = int(first_panes.max()) - low + pw
+        store = self.panes[name]
+        # offsets of the rows' key slots only (`used`), not of every key
+        used, compact = np.unique(slots, return_inverse=True)
+        base = np.zeros(span, np.int64)
+        starts = np.zeros((span, len(used)), np.int64)
+        ends = np.zeros((span, len(used)), np.int64)
+        pieces = []
+        total = 0
+        for index in range(span):
+            pane = store.get(low + index)
+            if pane is None:
+                continue
+            self._sort(pane)
+            assert pane.sorted_values is not None and pane.offsets is not None
+            last = len(pane.offsets) - 1  # keys first seen after the sort have no values here
+            starts[index] = pane.offsets[np.minimum(used, last)]
+            ends[index] = pane.offsets[np.minimum(used + 1, last)]
+            base[index] = total
+            total += len(pane.sorted_values)
+            pieces.append(pane.sorted_values)
+        values = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
+        runs = self.kernels.pane_runs(
+            base, starts, ends, compact.astype(np.int64), first_panes - low, pw
+        )
+        return values, runs
+
+    def _sort(self, pane: _Pane) -> None:
+        """Sort a pane's values by (slot, value) once (again after values arrived late)."""
+        if pane.sorted_values is not None and not pane.chunks:
+            return
+        slots, values = pane.raw()
+        pane.sorted_values, pane.offsets = self.kernels.sort_pane(slots, values, self.keys.n_slots)
+        pane.chunks = []
+
+    # -- state, metrics -------------------------------------------------------------------
+
+    @property
+    def watermark(self) -> int | None:
+        return self.inner.watermark
+
+    @property
+    def next_window(self) -> int | None:
+        return self.inner.next_window
+
+    def add_rows_out(self, rows: int) -> None:
+        self.inner.add_rows_out(rows)
+
+    def state_bytes(self) -> int:
+        held = sum(p.nbytes for store in self.panes.values() for p in store.values())
+        return self.inner.state_bytes() + held + self.keys.nbytes
+
+    def metrics(self) -> OperatorMetrics:
+        return dataclasses.replace(self.inner.metrics(), state_bytes=self.state_bytes())
+
+    def snapshot(self) -> bytes:
+        arrays = self.keys.to_arrays("holistic_keys.")
+        arrays["inner"] = np.frombuffer(self.inner.snapshot(), np.uint8)
+        for value_field in self.value_fields:
+            store = self.panes[value_field.name]
+            panes, slots, values = [], [], []
+            for pane_id, pane in store.items():
+                pane_slots, pane_values = pane.raw()
+                panes.append(np.full(len(pane_slots), pane_id, np.int64))
+                slots.append(pane_slots)
+                values.append(pane_values)
+            for part, pieces in (("pane", panes), ("slot", slots), ("value", values)):
+                joined = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
+                arrays[f"{value_field.name}.{part}"] = joined
+        header = {
+            "format": SNAPSHOT_FORMAT,
+            "version": SNAPSHOT_VERSION,
+            "operator": "time+holistic",
+            "fields": [f.name for f in self.value_fields],
+        }
+        return pack(header, arrays)
+
+    def restore(self, data: bytes) -> None:
+        header, arrays = unpack(data)
+        expected = [f.name for f in self.value_fields]
+        if header.get("operator") != "time+holistic" or header.get("fields") != expected:
+            raise DataError(
+                f"snapshot does not match this query: it holds no holistic values of {expected}"
+            )
+        self.inner.restore(arrays.pop("inner").tobytes())
+        self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")
+        for value_field in self.value_fields:
+            name = value_field.name
+            panes = arrays[f"{name}.pane"]
+            slots = arrays[f"{name}.slot"]
+            values = arrays[f"{name}.value"]
+            store: dict[int, _Pane] = {}
+            for pane_id in np.unique(panes).tolist():
+                chosen = panes == pane_id
+                store[int(pane_id)] = _Pane([(slots[chosen], values[chosen])])
+            self.panes[name] = store
