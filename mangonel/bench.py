@@ -287,6 +287,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--join-batch-size", type=positive_int, default=20_000, help="join shapes: rows per batch"
     )
+    parser.add_argument(
+        "--join-shapes",
+        help="join shapes: only these labels, separated by semicolons",
+    )
 
 
 def main(arguments: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from mangonel.catalog.catalog import Column, Schema
 from mangonel.catalog.sources.generator import GeneratorConfig, generate
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.errors import MangonelError
 
 JOIN_SCHEMA = Schema(
     (
@@ -260,6 +261,15 @@ def _selected_join_shapes(arguments: argparse.Namespace) -> list[JoinShape]:
     shapes = default_join_shapes()
     if arguments.quick:
         shapes = shapes[:1]
+    if arguments.join_shapes:
+        # labels hold commas: the parts are separated by semicolons
+        wanted = [part.strip() for part in arguments.join_shapes.split(";") if part.strip()]
+        shapes = [s for s in shapes if s.label in wanted]
+        if not shapes:
+            labels = "; ".join(s.label for s in default_join_shapes())
+            raise MangonelError(
+                f"--join-shapes {arguments.join_shapes!r} matches none of: {labels}"
+            )
     return shapes
 
 
