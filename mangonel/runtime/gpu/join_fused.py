@@ -79,7 +79,7 @@ class PinnedBuffer:
 
 class DeviceRows:
     """One side's stored rows on the device, from global row id `base` on (`sync` follows the
-    driver's `_Side`: it drops the rows freed there and appends the rows stored since)."""
+    driver's `JoinSide`: it drops the rows freed there and appends the rows stored since)."""
 
     def __init__(self, fusion: DeviceFusion, index: int) -> None:
         self.index = index
@@ -121,7 +121,7 @@ class DeviceRows:
         return dtypes
 
     def sync(self, side: Any, groups: Any, kernels: Any, n_slots: int) -> None:  # noqa: ANN401
-        """Mirror `side` (the driver's _Side): drop the rows freed since, append those stored
+        """Mirror `side` (the driver's JoinSide): drop the rows freed since, append those stored
         since (their group slots mapped through `groups` on the group side) and, where the
         module has the fused hash join, push them on their key slots' chains."""
         cp = device.cupy()

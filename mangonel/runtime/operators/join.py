@@ -38,8 +38,7 @@ and implements docs/semantics.md, "Joins":
 
 from __future__ import annotations
 
-import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +53,13 @@ from mangonel.runtime.operators.conform import BatchConformer, event_time_range
 from mangonel.runtime.operators.join_cells import JoinCells, groups_follow_join_keys
 from mangonel.runtime.operators.join_factor import FactorisedJoin, standalone_step_kernels
 from mangonel.runtime.operators.join_kernels import JoinKernels
+from mangonel.runtime.operators.join_sides import (
+    Grow,
+    JoinSide,
+    TableConformer,
+    from_ipc,
+    to_ipc,
+)
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.snapshot import pack, unpack
@@ -74,108 +80,6 @@ class JoinMetrics(OperatorMetrics):
     tuples_by_input: tuple[tuple[str, int], ...] = ()
     # batches joined by each algorithm ("auto" chooses per batch from key statistics)
     batches_by_algorithm: tuple[tuple[str, int], ...] = ()
-
-
-class _Grow:
-    """An int64 (or uint8 2-D) array appended to in place, with doubling capacity."""
-
-    def __init__(self, dtype: type = np.int64, width: int = 0) -> None:
-        shape = (64, width) if width else (64,)
-        self.data = np.zeros(shape, dtype)
-        self.size = 0
-
-    @property
-    def view(self) -> np.ndarray:
-        return self.data[: self.size]
-
-    def extend(self, values: np.ndarray) -> None:
-        need = self.size + len(values)
-        if need > len(self.data):
-            capacity = max(need, 2 * len(self.data))
-            grown = np.zeros((capacity, *self.data.shape[1:]), self.data.dtype)
-            grown[: self.size] = self.data[: self.size]
-            self.data = grown
-        self.data[self.size : need] = values
-        self.size = need
-
-    def drop_front(self, count: int) -> None:
-        if count:
-            self.data[: self.size - count] = self.data[count : self.size]
-            self.size -= count
-
-
-@dataclass
-class _Side:
-    """One input's stored rows: payload batches (the columns the query reads) and per row its
-    key slot, window range, first possible window (`origin`, for the matched flags)."""
-
-    index: int
-    alias: str
-    name: str
-    is_table: bool
-    scan: ph.StreamScanExec | ph.TableScanExec
-    keys: tuple[str, ...]
-    delay: int
-    keeps_unmatched: bool
-    max_windows: int
-    batches: list[pa.RecordBatch] = field(default_factory=list)
-    batch_rows: list[int] = field(default_factory=list)
-    base: int = 0  # global id of the first stored row
-    slots: _Grow = field(default_factory=_Grow)
-    first: _Grow = field(default_factory=_Grow)
-    last: _Grow = field(default_factory=_Grow)
-    origin: _Grow = field(default_factory=_Grow)
-    matched: _Grow | None = None
-    watermark: int | None = None
-    max_ts: int | None = None
-    seen: bool = False
-    tuples_in: int = 0
-    late: int = 0
-    null_time: int = 0
-    _table: pa.Table | None = None
-
-    @property
-    def rows(self) -> int:
-        return self.slots.size
-
-    def table(self, schema: pa.Schema) -> pa.Table:
-        if self._table is None:
-            self._table = pa.Table.from_batches(self.batches, schema=schema)
-        return self._table
-
-    def append(self, batch: pa.RecordBatch, slots, first, last, origin) -> None:
-        self.batches.append(batch)
-        self.batch_rows.append(batch.num_rows)
-        self._table = None
-        self.slots.extend(slots)
-        self.first.extend(first)
-        self.last.extend(last)
-        self.origin.extend(origin)
-        if self.matched is not None:
-            self.matched.extend(np.zeros((len(slots), self.max_windows), np.uint8))
-
-    def free_fired(self, fired: int) -> None:
-        """Drop the leading batches whose rows' windows have all fired (window <= fired)."""
-        drop_batches = drop_rows = 0
-        last = self.last.view
-        for rows in self.batch_rows:
-            if rows and last[drop_rows : drop_rows + rows].max() > fired:
-                break
-            drop_batches += 1
-            drop_rows += rows
-        if not drop_batches:
-            return
-        del self.batches[:drop_batches], self.batch_rows[:drop_batches]
-        self._table = None
-        for grow in (self.slots, self.first, self.last, self.origin, self.matched):
-            if grow is not None:
-                grow.drop_front(drop_rows)
-        self.base += drop_rows
-
-    def nbytes(self) -> int:
-        arrays = (self.slots, self.first, self.last, self.origin, self.matched)
-        total = sum(g.data.nbytes for g in arrays if g is not None)
-        return total + sum(b.nbytes for b in self.batches)
 
 
 class JoinOperator:
@@ -245,16 +149,16 @@ class JoinOperator:
             self.schema = pa.schema(
                 [pa.field(name, t.info.arrow) for name, t in ph.join_row_columns(join)]
             )
-            self.pending = {name: _Grow() for name in ("left", "right", "lo", "hi")}
+            self.pending = {name: Grow() for name in ("left", "right", "lo", "hi")}
 
-    def _side(self, join: ph.WindowJoinExec, index: int, keeps: bool) -> _Side:
+    def _side(self, join: ph.WindowJoinExec, index: int, keeps: bool) -> JoinSide:
         scan = join.children[index]
         keys = join.left_keys if index == 0 else join.right_keys
         prefix = join.aliases[index] + "."
         is_table = isinstance(scan, ph.TableScanExec)
         window = join.window
         max_windows = 1 if window is None else -(-window.size // window.slide)
-        side = _Side(
+        side = JoinSide(
             index=index,
             alias=join.aliases[index],
             name=scan.table.name if is_table else scan.stream.name,
@@ -267,9 +171,9 @@ class JoinOperator:
             seen=is_table,
         )
         if keeps and not is_table and window is not None:
-            side.matched = _Grow(np.uint8, max_windows)
+            side.matched = Grow(np.uint8, max_windows)
         if is_table:
-            side.conformer = _TableConformer(scan)  # type: ignore[attr-defined]
+            side.conformer = TableConformer(scan)  # type: ignore[attr-defined]
         else:
             limits = event_time_range(window) if window is not None else (-(2**63), 2**63 - 1)
             side.conformer = BatchConformer(  # type: ignore[attr-defined]
@@ -357,7 +261,7 @@ class JoinOperator:
             out = self._advance(side)
         return out
 
-    def _advance(self, side: _Side) -> list[pa.RecordBatch]:
+    def _advance(self, side: JoinSide) -> list[pa.RecordBatch]:
         """After a batch of `side`: its watermark, then fire what the query's lets close."""
         if self.external:
             return []
@@ -367,7 +271,7 @@ class JoinOperator:
                 side.watermark = candidate
         return self._fire(self._last_closed(self.watermark()))
 
-    def _watermark_after(self, side: _Side, max_ts: int | None) -> int | None:
+    def _watermark_after(self, side: JoinSide, max_ts: int | None) -> int | None:
         """The query's watermark once a batch of `side` with this max event time is in
         (what `_advance` will set), None while it stays minus infinity."""
         watermark = side.watermark
@@ -381,7 +285,7 @@ class JoinOperator:
             return None
         return min(values)  # type: ignore[type-var]
 
-    def _count_factorised(self, side: _Side) -> None:
+    def _count_factorised(self, side: JoinSide) -> None:
         """The input counters of a side kept by its window aggregation (factorised)."""
         window = self.cells.sides[side.index]
         side.tuples_in = window.tuples_in
@@ -389,7 +293,7 @@ class JoinOperator:
         side.null_time = window.null_event_time + window.out_of_range
         side.max_ts = window.max_event_time
 
-    def _conformed(self, side: _Side, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def _conformed(self, side: JoinSide, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch as the side stores it: the columns the query reads, declared types
         (event times out of range are made NULL, and dropped as NULL times are)."""
         conformer = side.conformer  # type: ignore[attr-defined]
@@ -401,7 +305,7 @@ class JoinOperator:
             arrays.append(array if array.type == f.type else array.cast(f.type))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    def _load_table(self, side: _Side, batch: pa.RecordBatch) -> None:
+    def _load_table(self, side: JoinSide, batch: pa.RecordBatch) -> None:
         if any(not s.is_table and s.seen for s in self.sides):
             raise DataError(
                 f"table {side.name!r} arrived after the first stream batch: a join reads the "
@@ -413,7 +317,7 @@ class JoinOperator:
         all_last = np.full(n, ALL_LAST, np.int64)
         side.append(rows, self._slots(side, rows), all_first, all_last, all_first)
 
-    def _slots(self, side: _Side, rows: pa.RecordBatch) -> np.ndarray:
+    def _slots(self, side: JoinSide, rows: pa.RecordBatch) -> np.ndarray:
         columns = [rows.column(rows.schema.get_field_index(name)) for name in side.keys]
         columns = [
             c.cast(pa.int64()) if pa.types.is_integer(c.type) and c.type != pa.int64() else c
@@ -427,7 +331,7 @@ class JoinOperator:
 
     # -- joining --------------------------------------------------------------------------
 
-    def _join_new(self, side: _Side, start: int, slots, first, last) -> None:
+    def _join_new(self, side: JoinSide, start: int, slots, first, last) -> None:
         """Join the rows just stored on `side` (global ids from `start`) with the other
         side's stored rows; credit or keep the pairs."""
         other = self.sides[1 - side.index]
@@ -467,7 +371,7 @@ class JoinOperator:
                 self.kernels.mark_matched(keeper.matched.view, local, lo, hi, keeper.origin.view)
         self._credit(left, right, lo, hi, key_slots)
 
-    def _join_fused(self, side: _Side, slots: np.ndarray) -> None:
+    def _join_fused(self, side: JoinSide, slots: np.ndarray) -> None:
         """Join and aggregate the rows just stored on `side` on the device (the backend's
         device-fused cells): no pair comes back."""
         other = self.sides[1 - side.index]
@@ -548,7 +452,7 @@ class JoinOperator:
                 )
         return columns
 
-    def _static_rows(self, side: _Side, rows: pa.RecordBatch, slots) -> list[pa.RecordBatch]:
+    def _static_rows(self, side: JoinSide, rows: pa.RecordBatch, slots) -> list[pa.RecordBatch]:
         """A stream joined with a table, no window: join the batch and emit it now."""
         other = self.sides[1 - side.index]
         start = side.base + side.rows
@@ -723,7 +627,7 @@ class JoinOperator:
                 grow = getattr(s, name)
                 if grow is not None:
                     arrays[p + name] = grow.view.copy()
-            arrays[p + "payload"] = _ipc(s.batches, s.conformer.schema)  # type: ignore[attr-defined]
+            arrays[p + "payload"] = to_ipc(s.batches, s.conformer.schema)  # type: ignore[attr-defined]
         arrays.update(self.keys.to_arrays("keys_"))
         if self.aggregate is None:
             arrays.update({f"pending_{n}": g.view.copy() for n, g in self.pending.items()})
@@ -745,7 +649,7 @@ class JoinOperator:
             for key, value in saved.items():
                 if key != "batch_rows":
                     setattr(s, key, value)
-            s.batches = _from_ipc(arrays[p + "payload"])
+            s.batches = from_ipc(arrays[p + "payload"])
             s.batch_rows = list(saved["batch_rows"])
             s._table = None
             for name in ("slots", "first", "last", "origin", "matched"):
@@ -763,24 +667,6 @@ class JoinOperator:
         if self.factorised:
             for side in self.sides:
                 self._count_factorised(side)
-
-
-class _TableConformer:
-    """A static table's batches, cast to the declared types of the columns the query reads."""
-
-    def __init__(self, scan: ph.TableScanExec) -> None:
-        self.columns = scan.columns
-        self.schema = pa.schema([pa.field(c.name, c.type.info.arrow) for c in scan.columns])
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
-        arrays = []
-        for c in self.columns:
-            position = names.get(c.name.lower())
-            if position is None:
-                raise DataError(f"the table's batch has no column {c.name!r}")
-            arrays.append(batch.column(position).cast(c.type.info.arrow))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
 def _columns_of(*expressions: exp.Expression | None) -> frozenset[str]:
@@ -802,18 +688,6 @@ def window_result_schema_of(node: ph.JoinAggregateExec) -> pa.Schema:
 
 def _timestamps(micros: np.ndarray) -> pa.Array:
     return pa.array(np.ascontiguousarray(micros, np.int64), pa.timestamp("us", tz="UTC"))
-
-
-def _ipc(batches: list[pa.RecordBatch], schema: pa.Schema) -> np.ndarray:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, schema) as writer:
-        for batch in batches:
-            writer.write_batch(batch)
-    return np.frombuffer(sink.getvalue(), np.uint8)
-
-
-def _from_ipc(data: np.ndarray) -> list[pa.RecordBatch]:
-    return list(pa.ipc.open_stream(pa.py_buffer(data.tobytes())))
 
 
 def make_join_operator(kernels_factory):  # noqa: ANN001, ANN201 - a backend's JoinKernels class

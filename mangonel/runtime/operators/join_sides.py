@@ -1,0 +1,146 @@
+"""What a join keeps of each input (`JoinSide`: the stored rows, their key slots and window
+ranges, outer-join matched flags), the growable arrays it keeps them in, a static table's
+conformer, and the Arrow IPC form of stored batches in snapshots. The driver is join.py."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.compiler import physical as ph
+from mangonel.errors import DataError
+
+
+class Grow:
+    """An int64 (or uint8 2-D) array appended to in place, with doubling capacity."""
+
+    def __init__(self, dtype: type = np.int64, width: int = 0) -> None:
+        shape = (64, width) if width else (64,)
+        self.data = np.zeros(shape, dtype)
+        self.size = 0
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[: self.size]
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.size + len(values)
+        if need > len(self.data):
+            capacity = max(need, 2 * len(self.data))
+            grown = np.zeros((capacity, *self.data.shape[1:]), self.data.dtype)
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size : need] = values
+        self.size = need
+
+    def drop_front(self, count: int) -> None:
+        if count:
+            self.data[: self.size - count] = self.data[count : self.size]
+            self.size -= count
+
+
+@dataclass
+class JoinSide:
+    """One input's stored rows: payload batches (the columns the query reads) and per row its
+    key slot, window range, first possible window (`origin`, for the matched flags)."""
+
+    index: int
+    alias: str
+    name: str
+    is_table: bool
+    scan: ph.StreamScanExec | ph.TableScanExec
+    keys: tuple[str, ...]
+    delay: int
+    keeps_unmatched: bool
+    max_windows: int
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    batch_rows: list[int] = field(default_factory=list)
+    base: int = 0  # global id of the first stored row
+    slots: Grow = field(default_factory=Grow)
+    first: Grow = field(default_factory=Grow)
+    last: Grow = field(default_factory=Grow)
+    origin: Grow = field(default_factory=Grow)
+    matched: Grow | None = None
+    watermark: int | None = None
+    max_ts: int | None = None
+    seen: bool = False
+    tuples_in: int = 0
+    late: int = 0
+    null_time: int = 0
+    _table: pa.Table | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.slots.size
+
+    def table(self, schema: pa.Schema) -> pa.Table:
+        if self._table is None:
+            self._table = pa.Table.from_batches(self.batches, schema=schema)
+        return self._table
+
+    def append(self, batch: pa.RecordBatch, slots, first, last, origin) -> None:
+        self.batches.append(batch)
+        self.batch_rows.append(batch.num_rows)
+        self._table = None
+        self.slots.extend(slots)
+        self.first.extend(first)
+        self.last.extend(last)
+        self.origin.extend(origin)
+        if self.matched is not None:
+            self.matched.extend(np.zeros((len(slots), self.max_windows), np.uint8))
+
+    def free_fired(self, fired: int) -> None:
+        """Drop the leading batches whose rows' windows have all fired (window <= fired)."""
+        drop_batches = drop_rows = 0
+        last = self.last.view
+        for rows in self.batch_rows:
+            if rows and last[drop_rows : drop_rows + rows].max() > fired:
+                break
+            drop_batches += 1
+            drop_rows += rows
+        if not drop_batches:
+            return
+        del self.batches[:drop_batches], self.batch_rows[:drop_batches]
+        self._table = None
+        for grow in (self.slots, self.first, self.last, self.origin, self.matched):
+            if grow is not None:
+                grow.drop_front(drop_rows)
+        self.base += drop_rows
+
+    def nbytes(self) -> int:
+        arrays = (self.slots, self.first, self.last, self.origin, self.matched)
+        total = sum(g.data.nbytes for g in arrays if g is not None)
+        return total + sum(b.nbytes for b in self.batches)
+
+
+class TableConformer:
+    """A static table's batches, cast to the declared types of the columns the query reads."""
+
+    def __init__(self, scan: ph.TableScanExec) -> None:
+        self.columns = scan.columns
+        self.schema = pa.schema([pa.field(c.name, c.type.info.arrow) for c in scan.columns])
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+        arrays = []
+        for c in self.columns:
+            position = names.get(c.name.lower())
+            if position is None:
+                raise DataError(f"the table's batch has no column {c.name!r}")
+            arrays.append(batch.column(position).cast(c.type.info.arrow))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def to_ipc(batches: list[pa.RecordBatch], schema: pa.Schema) -> np.ndarray:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    return np.frombuffer(sink.getvalue(), np.uint8)
+
+
+def from_ipc(data: np.ndarray) -> list[pa.RecordBatch]:
+    return list(pa.ipc.open_stream(pa.py_buffer(data.tobytes())))
