@@ -114,6 +114,11 @@ class JoinResult:
     peer_rows_per_second: float | None = None
     peer_ratio: float | None = None
     equal_to_peer: bool | None = None
+    # GPU runs: the share of the pinned host-to-device bound on the input (16-byte rows), and
+    # the result bytes per second against the pinned device-to-host bound
+    input_bound_share: float | None = None
+    result_bytes_per_second: float | None = None
+    result_bound_share: float | None = None
 
 
 def make_arrivals(
@@ -223,6 +228,20 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         # warm-up of Spark's JVM paths outside every timing
         warm = make_arrivals(JoinShape("warm-up"), 20_000, rate, batch_size, arguments.seed)
         peer(JoinShape("warm-up"), warm)
+    bounds = None
+    if backend == "gpu":
+        from mangonel.runtime.local.gpu_bench import (
+            device_name,
+            measure_d2h_bandwidth,
+            measure_h2d_bandwidth,
+        )
+
+        bounds = (measure_h2d_bandwidth(), measure_d2h_bandwidth())
+        print(
+            f"device: {device_name()}; pinned H2D {bounds[0] / 1e9:.1f} GB/s (input bound "
+            f"{bounds[0] / ROW_BYTES / 1e9:.2f} G rows/s at {ROW_BYTES} B/row), pinned D2H "
+            f"{bounds[1] / 1e9:.1f} GB/s"
+        )
     print(f"backend: {backend}; rates count both streams' input rows")
     print(
         f"{'shape':46s} {'rows in':>11s} {'mangonel':>12s} {'rows out':>12s} {'algorithm':>10s}"
@@ -237,6 +256,10 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
             cache = {key: make_arrivals(shape, size, rate, batch_size, arguments.seed)}
         seconds, table, algorithm = run_engine(shape, cache[key], backend)
         result = JoinResult(shape.label, size, seconds, size / seconds, table.num_rows, algorithm)
+        if bounds is not None:
+            result.input_bound_share = result.rows_per_second * ROW_BYTES / bounds[0]
+            result.result_bytes_per_second = table.nbytes / seconds
+            result.result_bound_share = result.result_bytes_per_second / bounds[1]
         del table
         if peer is not None and not shape.both_sides:
             small = make_arrivals(shape, arguments.peer_tuples, rate, batch_size, arguments.seed)
@@ -280,9 +303,15 @@ def _print_join_row(result: JoinResult) -> None:
         if result.peer_ratio
         else ""
     )
+    bounds = (
+        f" H2D {result.input_bound_share:6.1%}, results {result.result_bytes_per_second / 1e9:.2f}"
+        f" GB/s = {result.result_bound_share:6.2%} of D2H"
+        if result.input_bound_share is not None
+        else ""
+    )
     print(
         f"{result.shape:46s} {result.rows_in:>11,} {result.rows_per_second / 1e6:8.2f} M/s "
-        f"{result.rows_out:>12,} {result.algorithm:>10s} {peer}",
+        f"{result.rows_out:>12,} {result.algorithm:>10s} {peer}{bounds}",
         flush=True,
     )
 

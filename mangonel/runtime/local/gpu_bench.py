@@ -86,18 +86,37 @@ def bench_plan(shape: GpuShape) -> ph.ProjectExec:
     )
 
 
+def device_name() -> str:
+    """The GPU's name as the driver reports it (device 0)."""
+    name = device.cupy().cuda.runtime.getDeviceProperties(0)["name"]
+    return name.decode() if isinstance(name, bytes) else name
+
+
 def measure_h2d_bandwidth(nbytes: int = 256 << 20, repeats: int = 10) -> float:
     """Median bytes/s of one pinned host -> device copy of `nbytes`."""
+    return _measure_pinned_copy(nbytes, repeats, to_device=True)
+
+
+def measure_d2h_bandwidth(nbytes: int = 256 << 20, repeats: int = 10) -> float:
+    """Median bytes/s of one device -> pinned host copy of `nbytes` (the bound of results
+    coming back)."""
+    return _measure_pinned_copy(nbytes, repeats, to_device=False)
+
+
+def _measure_pinned_copy(nbytes: int, repeats: int, to_device: bool) -> float:
     cp = device.cupy()
     host = cp.cuda.alloc_pinned_memory(nbytes)
     np.frombuffer(host, np.uint8, nbytes)[:] = 1
-    target = cp.empty(nbytes, cp.uint8)
+    target = cp.ones(nbytes, cp.uint8)
     stream = cp.cuda.Stream(non_blocking=True)
     times = []
     for _ in range(repeats):
         start, end = cp.cuda.Event(), cp.cuda.Event()
         start.record(stream)
-        target.data.copy_from_host_async(host.ptr, nbytes, stream)
+        if to_device:
+            target.data.copy_from_host_async(host.ptr, nbytes, stream)
+        else:
+            target.data.copy_to_host_async(host.ptr, nbytes, stream)
         end.record(stream)
         end.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
@@ -203,10 +222,8 @@ def run_gpu_benchmarks(
     With `budget_s`, no shape starts once that many seconds have passed (the rows so far are
     returned; a lent device's call has a hard limit)."""
     began = time.perf_counter()
-    cp = device.cupy()
     bandwidth = measure_h2d_bandwidth()
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-    name = name.decode() if isinstance(name, bytes) else name
+    name = device_name()
     if verbose:
         print(
             f"device: {name}; pinned H2D bandwidth {bandwidth / 1e9:.1f} GB/s "
