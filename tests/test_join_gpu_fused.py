@@ -123,18 +123,23 @@ def test_device_fusion_applies_to_inner_joins_grouped_per_row() -> None:
         assert fusion.kept == kept
         # an unmatched row's GROUP BY columns: its own, the other side's NULL
         assert fusion.lonely_group_columns[1] == ((None, ph.SqlType.BIGINT),)
+    mixed = _grouped_by_both_sides("")
+    node = ph.find(mixed.plan, ph.JoinAggregateExec)
+    assert device_fusion_reason(node) == (
+        "GROUP BY mixes columns of both sides that are not join keys"
+    )
+
+
+def _grouped_by_both_sides(kind: str):  # noqa: ANN202
+    """A join query grouped by non-key columns of both sides (never device-fused)."""
     session = Session("cpu")
     for name in ("a", "b"):
         session.execute(
             f"CREATE STREAM {name} (ts TIMESTAMP, k BIGINT, x BIGINT) WITH (event_time = 'ts')"
         )
-    mixed = session.sql(
+    return session.sql(
         "SELECT l.x AS lx, r.x AS rx, window_start, COUNT(*) FROM a [RANGE 1 SECOND] AS l "
-        "JOIN b [RANGE 1 SECOND] AS r ON l.k = r.k GROUP BY l.x, r.x"
-    )
-    node = ph.find(mixed.plan, ph.JoinAggregateExec)
-    assert device_fusion_reason(node) == (
-        "GROUP BY mixes columns of both sides that are not join keys"
+        f"{kind}JOIN b [RANGE 1 SECOND] AS r ON l.k = r.k GROUP BY l.x, r.x"
     )
 
 
@@ -149,15 +154,7 @@ def test_explain_says_which_fused_form_runs() -> None:
     source = explain_codegen(on_gpu)
     assert "mg_fused_hash_" in source and "mg_fused_merge_" in source  # auto: both
     assert "mg_chain_insert_" in source and "scatter_" not in source
-    session = Session("cpu")
-    for name in ("a", "b"):
-        session.execute(
-            f"CREATE STREAM {name} (ts TIMESTAMP, k BIGINT, x BIGINT) WITH (event_time = 'ts')"
-        )
-    mixed = session.sql(
-        "SELECT l.x AS lx, r.x AS rx, window_start, COUNT(*) FROM a [RANGE 1 SECOND] AS l "
-        "LEFT JOIN b [RANGE 1 SECOND] AS r ON l.k = r.k GROUP BY l.x, r.x"
-    )
+    mixed = _grouped_by_both_sides("LEFT ")
     text = explain_text(ph.with_backend(mixed.plan, "gpu", "test"))
     assert 'fused=probe fused_reason="GROUP BY mixes columns of both sides' in text
 

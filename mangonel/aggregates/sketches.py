@@ -157,44 +157,40 @@ def check_percentages(percentages: float | tuple[float, ...]) -> tuple[float, ..
 # State kinds (declared, not yet planned: every backend refuses VARIABLE kinds through
 # `require_fixed` until the holistic path wires them in)
 
-HLL = register_state(
-    StateKind(
-        name="HLL",
-        doc=(
-            "HyperLogLog++ registers: 2^p uint8 per cell, p from the call's rsd; merge = "
-            "element-wise max (runtime/cpu/sketch_hll.py). Fixed-size for a given p, but p is "
-            "a parameter of the call, so the kind declares no fixed parts."
-        ),
-        parts=(),
-        storage=lambda _accumulator: np.dtype(np.uint8),
-        neutral=lambda _dtype: (),
-        lift=None,
-        combine=None,
-        scalar_combine=None,
-        cuda=None,
-        arrow=None,
-        algebraic=True,
-        layout=Layout.VARIABLE,
+
+def _sketch_kind(name: str, doc: str, dtype: type) -> StateKind:
+    """A sketch's state kind: variable-size cells of `dtype`, merged by the sketch's own
+    kernels (runtime/cpu/sketch_*.py), so no fixed parts, neutral or per-part faces."""
+    return register_state(
+        StateKind(
+            name=name,
+            doc=doc,
+            parts=(),
+            storage=lambda _accumulator: np.dtype(dtype),
+            neutral=lambda _dtype: (),
+            lift=None,
+            combine=None,
+            scalar_combine=None,
+            cuda=None,
+            arrow=None,
+            algebraic=True,
+            layout=Layout.VARIABLE,
+        )
     )
+
+
+HLL = _sketch_kind(
+    "HLL",
+    "HyperLogLog++ registers: 2^p uint8 per cell, p from the call's rsd; merge = element-wise "
+    "max (runtime/cpu/sketch_hll.py). Fixed-size for a given p, but p is a parameter of the "
+    "call, so the kind declares no fixed parts.",
+    np.uint8,
 )
 
-GK_QUANTILE = register_state(
-    StateKind(
-        name="GK_QUANTILE",
-        doc=(
-            "Greenwald-Khanna summary per cell: (count, samples of (value, g, delta)), a "
-            "variable number of samples; merge = Spark's QuantileSummaries.merge "
-            "(runtime/cpu/sketch_quantile.py)."
-        ),
-        parts=(),
-        storage=lambda _accumulator: np.dtype(np.float64),
-        neutral=lambda _dtype: (),
-        lift=None,
-        combine=None,
-        scalar_combine=None,
-        cuda=None,
-        arrow=None,
-        algebraic=True,
-        layout=Layout.VARIABLE,
-    )
+GK_QUANTILE = _sketch_kind(
+    "GK_QUANTILE",
+    "Greenwald-Khanna summary per cell: (count, samples of (value, g, delta)), a variable "
+    "number of samples; merge = Spark's QuantileSummaries.merge "
+    "(runtime/cpu/sketch_quantile.py).",
+    np.float64,
 )

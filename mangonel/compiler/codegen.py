@@ -135,6 +135,18 @@ def state_parts(fields: tuple[StateField, ...]) -> tuple[StatePart, ...]:
     return tuple(parts)
 
 
+def column_context(index: int, ctype: str) -> dict[str, str]:
+    """The template names of input column `index`: its C type, the kernel parameters of its
+    values and validity, and the locals that hold one row's value and validity."""
+    return {
+        "ctype": ctype,
+        "pointer": f"c{index}",
+        "valid_pointer": f"n{index}",
+        "value": f"v{index}",
+        "valid": f"m{index}",
+    }
+
+
 def _device_ctype(sql_type: SqlType) -> str:
     if sql_type is SqlType.BOOLEAN:
         return "unsigned char"
@@ -273,16 +285,7 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
     context: dict[str, Any] = {
         "parts": part_code,
         "fields": field_code,
-        "columns": [
-            {
-                "ctype": c.ctype,
-                "pointer": f"c{i}",
-                "valid_pointer": f"n{i}",
-                "value": f"v{i}",
-                "valid": f"m{i}",
-            }
-            for i, c in enumerate(columns)
-        ],
+        "columns": [column_context(i, c.ctype) for i, c in enumerate(columns)],
         "event_time": {"value": f"v{event_index}", "valid": f"m{event_index}"},
         "predicate": predicate,
         "expression_statements": statements,

@@ -32,7 +32,13 @@ from mangonel.aggregates import require_fixed
 from mangonel.aggregates.state import Layout, StateKind
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.codegen import GeneratedModule, _device_ctype, _field_fragments, _finish
+from mangonel.compiler.codegen import (
+    GeneratedModule,
+    _device_ctype,
+    _field_fragments,
+    _finish,
+    column_context,
+)
 from mangonel.compiler.typing import ExpressionError, TypeEnv
 
 JOIN_TEMPLATES = ("prelude.cu.j2", "join.cu.j2")
@@ -250,14 +256,7 @@ def _fused_context(
     parts, field_code, part_code = _field_fragments(node.fields, argument_of)
     return {
         "columns": [
-            {
-                "ctype": c.ctype,
-                "pointer": f"c{i}",
-                "valid_pointer": f"n{i}",
-                "value": f"v{i}",
-                "valid": f"m{i}",
-                "row": "l" if c.side == 0 else "r",
-            }
+            {**column_context(i, c.ctype), "row": "l" if c.side == 0 else "r"}
             for i, c in enumerate(columns)
         ],
         "checks": checks,
