@@ -319,6 +319,22 @@ def render_key_kernels(words: int) -> GeneratedModule:
     return GeneratedModule(source, digest, names, (), (), (), int(words))
 
 
+HOLISTIC_TEMPLATES = ("prelude.cu.j2", "holistic.cu.j2")
+HOLISTIC_EVALUATIONS = ("percentile_cont", "percentile_disc", "count_distinct")
+# lanes per window of each form of the holistic selection kernel (`holistic.cu.j2`)
+HOLISTIC_FORM_LANES = {"thread-per-window": 1, "warp-per-window": 32}
+
+
+def render_holistic_kernels(evaluation: str, form: str) -> GeneratedModule:
+    """The selection kernel of one holistic evaluation (`Holistic.evaluation`) in one form
+    (`HOLISTIC_FORM_LANES`): many windows per launch over runs of sorted order keys."""
+    if evaluation not in HOLISTIC_EVALUATIONS or form not in HOLISTIC_FORM_LANES:
+        raise ValueError(f"no holistic kernel for {evaluation!r} in form {form!r}")
+    context = {"evaluation": evaluation, "form": form, "lanes": HOLISTIC_FORM_LANES[form]}
+    source, digest, names = _finish(context, HOLISTIC_TEMPLATES, ("select",))
+    return GeneratedModule(source, digest, names, (), (), (), 0)
+
+
 def render_plan(plan: ph.ProjectExec) -> GeneratedModule:
     # holistic aggregates run on the CPU: the kernels compute the incremental part
     window = incremental_part(ph.find(plan, ph.WindowAggregateExec))
