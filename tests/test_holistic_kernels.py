@@ -13,9 +13,10 @@ import subprocess
 import numpy as np
 import pytest
 from cuda_host import HostCupy, HostModule, write_shim
-from fuzzer import check
+from fuzzer import Scenario, check
 from hypothesis import given, settings
-from test_holistic import SETTINGS, scenarios
+from oracle import OracleQuery
+from test_holistic import COLUMNS, DDL, SETTINGS, SPECIAL, scenarios
 
 from mangonel.compiler import codegen
 from mangonel.runtime.cpu import holistic as cpu_holistic
@@ -154,3 +155,67 @@ def gpu_path_on_the_host(request, host_module, monkeypatch):
 def test_time_windows_over_the_gpu_kernels_match_the_oracle(gpu_path_on_the_host, scenario):
     failure = check(scenario, "cpu")
     assert failure is None, f"{failure}\n{scenario.query}"
+
+
+# -- fixed scenarios: every function, the edge cases named, decisive in one run each ------------
+
+EDGE_AGGREGATES = [
+    ("median", "MEDIAN(v)", ["col", "v"]),
+    ("percentile_cont:0.0", "PERCENTILE_CONT(0) WITHIN GROUP (ORDER BY v)", ["col", "v"]),
+    ("percentile_cont:1.0", "PERCENTILE_CONT(1) WITHIN GROUP (ORDER BY v)", ["col", "v"]),
+    ("percentile:0.25", "PERCENTILE(x, 0.25)", ["col", "x"]),
+    ("percentile_disc:0.0", "PERCENTILE_DISC(0) WITHIN GROUP (ORDER BY x)", ["col", "x"]),
+    ("percentile_disc:1.0", "PERCENTILE_DISC(1) WITHIN GROUP (ORDER BY v)", ["col", "v"]),
+    ("percentile_disc:0.333", "PERCENTILE_DISC(0.333) WITHIN GROUP (ORDER BY n)", ["col", "n"]),
+    ("count_distinct", "COUNT(DISTINCT v)", ["col", "v"]),
+    ("count_distinct", "COUNT(DISTINCT x)", ["col", "x"]),
+    ("sum", "SUM(x)", ["col", "x"]),
+]
+# (size, slide) in microseconds: sliding over 10 panes (a warp per window on the GPU), sliding
+# over 3 (a thread per window over several runs), tumbling (one run, read in place)
+EDGE_WINDOWS = [(40, 4), (12, 4), (10, 10)]
+
+
+def edge_scenario(size: int, slide: int, seed: int = 5) -> Scenario:
+    """Out-of-order batches (delay 6 us) over 4 keys: ties (few distinct values), NULLs,
+    NaN/-0.0/infinities, a key with one value per window, late rows dropped; a snapshot and
+    restore before the third batch."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(360):
+        key = int(rng.integers(0, 3))
+        v = None if rng.random() < 0.15 else float(rng.integers(-3, 4)) / 2
+        if v is not None and rng.random() < 0.08:
+            v = float(rng.choice(SPECIAL))
+        x = None if rng.random() < 0.2 else int(rng.integers(-(2**40), 2**40) if i % 7 else 1)
+        rows.append({"ts": i + int(rng.integers(0, 12)), "k": key, "x": x, "n": i % 3, "v": v})
+    for t in range(0, 400, 25):  # key 3: one value in a window
+        rows.append({"ts": t, "k": 3, "x": t, "n": 1, "v": float(t)})
+    order = np.argsort([r["ts"] + rng.integers(0, 30) for r in rows], kind="stable")
+    rows = [rows[i] for i in order]
+    batches = [rows[:90], rows[90:200], rows[200:]]
+    outputs = (("k", ["col", "k"]), ("ws", ["bound", "start"])) + tuple(
+        (f"a{i}", ["agg", i]) for i in range(len(EDGE_AGGREGATES))
+    )
+    select = ", ".join(f"{sql} AS a{i}" for i, (_, sql, _) in enumerate(EDGE_AGGREGATES))
+    window = f"RANGE {size} MICROSECONDS SLIDE {slide} MICROSECONDS"
+    oracle = OracleQuery(
+        columns=dict(COLUMNS),
+        event_time="ts",
+        kind="time",
+        size=size,
+        slide=slide,
+        delay=6,
+        keys=("k",),
+        aggregates=tuple((name, argument) for name, _, argument in EDGE_AGGREGATES),
+        having=None,
+        outputs=outputs,
+    )
+    query = f"SELECT k, window_start AS ws, {select} FROM s [{window}] GROUP BY k"
+    return Scenario(DDL.format(delay=6), query, oracle, batches, (2,))
+
+
+@pytest.mark.parametrize(("size", "slide"), EDGE_WINDOWS)
+def test_edge_cases_over_the_gpu_kernels_match_the_oracle(gpu_path_on_the_host, size, slide):
+    failure = check(edge_scenario(size, slide), "cpu")
+    assert failure is None, str(failure)
