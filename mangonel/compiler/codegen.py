@@ -399,4 +399,27 @@ def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> 
         "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
         "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
     ]
-    return "\n".join(header) + "\n" + generated.source
+    return "\n".join(header) + "\n" + generated.source + _explain_holistic_codegen(window)
+
+
+def _explain_holistic_codegen(window: WindowAggregateExec) -> str:
+    """The selection kernels of a window's holistic aggregates where they run on the GPU."""
+    plan = window.holistic
+    if plan is None or plan.gpu_form is None:
+        return ""
+    evaluations = []
+    for aggregate in window.aggregates:
+        holistic = aggregate.function.definition.holistic
+        if holistic is not None and holistic.evaluation not in evaluations:
+            evaluations.append(holistic.evaluation)
+    out = []
+    for evaluation in evaluations:
+        generated = render_holistic_kernels(evaluation, plan.gpu_form)
+        header = [
+            f"// mangonel GPU holistic kernel ({evaluation}, {plan.gpu_form}, "
+            f"up to {plan.windows_per_launch} windows per launch)",
+            f"// module sha256: {generated.digest}",
+            f"// kernels: {generated.names['select']}",
+        ]
+        out.append("\n".join(header) + "\n" + generated.source)
+    return "\n" + "\n".join(out)
