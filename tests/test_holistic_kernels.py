@@ -123,6 +123,8 @@ def test_a_pane_is_sorted_by_key_then_value_with_offsets(host_module):
     assert np.array_equal(np.asarray(sorted_values), want_values)
     assert np.array_equal(offsets, want_offsets)
     assert offsets.tolist() == [0, 2, 2, 5, 6, 6]
+    empty_values, empty_offsets = gpu.sort_pane(slots[:0], keys[:0], 3)
+    assert len(empty_values) == 0 and empty_offsets.tolist() == [0, 0, 0, 0]
 
 
 def test_pane_runs_equal_the_cpu_runs(host_module):

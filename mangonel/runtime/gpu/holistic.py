@@ -63,6 +63,8 @@ class GpuHolistic:
         """(values sorted by (slot, value) on the device, host offsets of each slot:
         `offsets[s]:offsets[s + 1]`, n_slots + 1 entries)."""
         xp = self.xp
+        if not len(keys):
+            return xp.zeros(0, xp.int64), np.zeros(n_slots + 1, np.int64)
         device_slots = xp.asarray(np.ascontiguousarray(slots, np.int64))
         device_keys = xp.asarray(np.ascontiguousarray(keys, np.int64))
         order = xp.lexsort(xp.stack((device_keys, device_slots)))  # last key is primary
