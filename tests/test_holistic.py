@@ -22,7 +22,7 @@ from mangonel import aggregates
 from mangonel.aggregates.holistic import VALUES, from_order_keys, order_keys
 from mangonel.compiler import physical as ph
 from mangonel.compiler.explain import explain_text
-from mangonel.compiler.holistic import COUNT_HOLISTIC_ON_CPU
+from mangonel.compiler.holistic import COUNT_HOLISTIC_ON_CPU, gpu_form
 from mangonel.errors import PlanError
 from mangonel.runtime.cpu import holistic as cpu_holistic
 from mangonel.runtime.local.query import LocalQuery
@@ -303,6 +303,18 @@ def test_gpu_plans_place_the_holistic_step_of_time_windows_on_the_gpu_with_its_f
     tumbling = session.sql("SELECT k, MEDIAN(v) FROM s [RANGE 1 SECOND] GROUP BY k").plan
     window = ph.find(ph.with_backend(tumbling, "gpu", "test"), ph.WindowAggregateExec)
     assert window.holistic.gpu_form == "thread-per-window"  # one sorted run, read in place
+    wide = session.sql(
+        "SELECT k, MEDIAN(v) FROM s [RANGE 1 SECOND SLIDE 1 MILLISECONDS] GROUP BY k"
+    ).plan
+    window = ph.find(ph.with_backend(wide, "gpu", "test"), ph.WindowAggregateExec)
+    assert window.holistic.gpu_form == "block-per-window"  # 1,000 runs a window
+    assert [gpu_form(p) for p in (1, 7, 8, 255, 256)] == [
+        "thread-per-window",
+        "thread-per-window",
+        "warp-per-window",
+        "warp-per-window",
+        "block-per-window",
+    ]
 
 
 def test_gpu_plans_keep_the_holistic_step_of_count_windows_on_the_cpu_with_a_reason():

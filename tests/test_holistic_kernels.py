@@ -174,8 +174,9 @@ EDGE_AGGREGATES = [
     ("sum", "SUM(x)", ["col", "x"]),
 ]
 # (size, slide) in microseconds: sliding over 10 panes (a warp per window on the GPU), sliding
-# over 3 (a thread per window over several runs), tumbling (one run, read in place)
-EDGE_WINDOWS = [(40, 4), (12, 4), (10, 10)]
+# over 3 (a thread per window over several runs), tumbling (one run, read in place), sliding
+# over 300 panes (a block per window)
+EDGE_WINDOWS = [(40, 4), (12, 4), (10, 10), (300, 1)]
 
 
 def edge_scenario(size: int, slide: int, seed: int = 5) -> Scenario:

@@ -322,7 +322,8 @@ def render_key_kernels(words: int) -> GeneratedModule:
 HOLISTIC_TEMPLATES = ("prelude.cu.j2", "holistic.cu.j2")
 HOLISTIC_EVALUATIONS = ("percentile_cont", "percentile_disc", "count_distinct")
 # lanes per window of each form of the holistic selection kernel (`holistic.cu.j2`)
-HOLISTIC_FORM_LANES = {"thread-per-window": 1, "warp-per-window": 32}
+# (a block is the runtime's THREADS_PER_BLOCK threads: the kernel reads blockDim.x)
+HOLISTIC_FORM_LANES = {"thread-per-window": 1, "warp-per-window": 32, "block-per-window": 128}
 
 
 def render_holistic_kernels(evaluation: str, form: str) -> GeneratedModule:
@@ -330,7 +331,12 @@ def render_holistic_kernels(evaluation: str, form: str) -> GeneratedModule:
     (`HOLISTIC_FORM_LANES`): many windows per launch over runs of sorted order keys."""
     if evaluation not in HOLISTIC_EVALUATIONS or form not in HOLISTIC_FORM_LANES:
         raise ValueError(f"no holistic kernel for {evaluation!r} in form {form!r}")
-    context = {"evaluation": evaluation, "form": form, "lanes": HOLISTIC_FORM_LANES[form]}
+    context = {
+        "evaluation": evaluation,
+        "form": form,
+        "lanes": HOLISTIC_FORM_LANES[form],
+        "block": form == "block-per-window",
+    }
     source, digest, names = _finish(context, HOLISTIC_TEMPLATES, ("select",))
     return GeneratedModule(source, digest, names, (), (), (), 0)
 

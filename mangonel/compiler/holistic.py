@@ -43,9 +43,18 @@ JOIN_HOLISTIC = "holistic functions over joins: not yet"
 # Runs (result rows x panes per window) per evaluation of a result chunk: the rows of one
 # selection launch (x 16 bytes of run bounds on the device or the host).
 MAX_RUNS = 1 << 22
-# Windows of fewer panes than this get a thread each on the GPU (a tumbling window reads its
-# one sorted run in place); larger ones a warp, whose lanes split the window's runs.
+# Windows of fewer panes than WARP_PANES get a thread each on the GPU (a tumbling window reads
+# its one sorted run in place); larger ones a warp, whose lanes split the window's runs; from
+# BLOCK_PANES panes a block (128 threads: a warp's lanes would each search 8 runs or more).
 WARP_PANES = 8
+BLOCK_PANES = 256
+
+
+def gpu_form(panes_per_window: int) -> str:
+    """The GPU selection kernel's form for windows of that many panes."""
+    if panes_per_window < WARP_PANES:
+        return "thread-per-window"
+    return "warp-per-window" if panes_per_window < BLOCK_PANES else "block-per-window"
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,7 @@ class HolisticPlan:
 
     strategy: str  # "sorted-panes" or "tuple-runs"
     fields: tuple[str, ...]  # the `values` state fields the holistic aggregates read
-    # the GPU selection kernel's form ("thread-per-window" or "warp-per-window") and the
+    # the GPU selection kernel's form (`gpu_form`: a thread, warp or block per window) and the
     # most windows one launch evaluates (GASSER's B_w); None where the step runs on the CPU
     gpu_form: str | None = None
     windows_per_launch: int | None = None
@@ -91,7 +100,7 @@ def for_backend(
         return None
     if backend != "gpu" or plan.strategy != "sorted-panes":
         return replace(plan, gpu_form=None, windows_per_launch=None)
-    form = "thread-per-window" if panes_per_window < WARP_PANES else "warp-per-window"
+    form = gpu_form(panes_per_window)
     return replace(plan, gpu_form=form, windows_per_launch=windows_per_launch(panes_per_window))
 
 

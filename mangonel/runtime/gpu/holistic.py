@@ -10,7 +10,7 @@ device twins of `runtime.cpu.holistic`, behind the same three calls of the drive
 - `pane_runs`: the runs of the rows' windows (one per covered pane), computed on the device.
 - `holistic_select`: the rendered selection kernel (`kernels_templates/holistic.cu.j2`,
   `codegen.render_holistic_kernels`): all the rows of a result chunk in one launch (GASSER's
-  windows per launch), a thread per window or a warp per window (the plan's
+  windows per launch), a thread, a warp or a block per window (the plan's
   `HolisticPlan.gpu_form`).
 
 `xp` is CuPy on the device; the tests pass numpy-like stand-ins and a host-compiled module
