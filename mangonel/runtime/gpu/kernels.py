@@ -8,7 +8,8 @@ keys first go through a host dictionary to int ids), the pane merge into the fla
 of every key in one tree launch per level plus one compute launch. Columns travel host ->
 device through pinned staging buffers on a copy stream (`gpu.staging`), only those the query
 reads, STRING as int32 ids and BOOLEAN as one byte. Modules come from a `CompileContext`
-(`gpu.compile`); tuning comes from `GpuOptions` (`compiler.options`).
+(`gpu.compile`); tuning comes from `GpuOptions` (`compiler.options`). The holistic
+step's pane sort and selection kernels are `gpu.holistic`'s (`holistic_for`).
 
 Not here: stage 1's pane pre-aggregation of the split Spark form (`preaggregate`) and the
 count-window tree (`segment_windows`). The plan places those steps on the CPU
