@@ -47,7 +47,13 @@ template <class T> static inline T atomicMax(T* a, T v) { T o = *a; if (v > o) *
 template <class T> static inline T atomicCAS(T* a, T c, T v)
 { T o = *a; if (o == c) *a = v; return o; }
 template <class T> static inline T atomicExch(T* a, T v) { T o = *a; *a = v; return o; }
+// one lane per warp: a shuffle reads the caller's own value (kernels whose width is
+// min(blockDim.x, 32) never shuffle here)
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int, int = 32) { return v; }
 static inline void __threadfence() {}
+// one thread per block: shared memory is the function's own, a barrier waits for no one
+#define __shared__ static
+static inline void __syncthreads() {}
 static inline void __nanosleep(unsigned) {}
 """
 
@@ -120,6 +126,8 @@ class HostModule:
                 elif isinstance(argument, np.ndarray):
                     assert argument.flags.c_contiguous
                     converted.append(ctypes.c_void_p(argument.ctypes.data))
+                elif isinstance(argument, float | np.floating):
+                    converted.append(ctypes.c_double(float(argument)))
                 else:
                     converted.append(ctypes.c_longlong(int(argument)))
             function(*converted)

@@ -21,6 +21,8 @@ import mangonel
 from mangonel import aggregates
 from mangonel.aggregates.holistic import VALUES, from_order_keys, order_keys
 from mangonel.compiler import physical as ph
+from mangonel.compiler.explain import explain_text
+from mangonel.compiler.holistic import COUNT_HOLISTIC_ON_CPU, gpu_form
 from mangonel.errors import PlanError
 from mangonel.runtime.cpu import holistic as cpu_holistic
 from mangonel.runtime.local.query import LocalQuery
@@ -280,17 +282,47 @@ def test_holistic_and_incremental_fields_share_one_window_node():
     assert ph.placement(window, "holistic").backend == "cpu"
 
 
-def test_gpu_plans_place_the_holistic_step_on_the_cpu_with_a_reason():
-    plan = (
-        _session()
-        .sql("SELECT k, MEDIAN(v), SUM(v) FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k")
-        .plan
-    )
-    gpu = ph.with_backend(plan, "gpu", "test")
+def test_gpu_plans_place_the_holistic_step_of_time_windows_on_the_gpu_with_its_form():
+    session = _session()
+    sliding = session.sql(
+        "SELECT k, MEDIAN(v), SUM(v) FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
+    ).plan
+    gpu = ph.with_backend(sliding, "gpu", "test")
     window = ph.find(gpu, ph.WindowAggregateExec)
-    step = ph.placement(window, "holistic")
-    assert (step.backend, step.reason) == ("cpu", "no GPU kernels for holistic functions yet")
+    assert ph.placement(window, "holistic").backend == "gpu"
     assert ph.placement(window, "lift").backend == "gpu"  # SUM stays on the GPU
+    # 100 panes a window: a warp per window, 2^22 runs (41,943 windows) per launch
+    assert window.holistic.gpu_form == "warp-per-window"
+    assert window.holistic.windows_per_launch == (1 << 22) // 100
+    assert "holistic=sorted-panes(warp-per-window, 41943 windows/launch)" in explain_text(gpu)
+    # back on the CPU: no GPU form in the plan or EXPLAIN
+    cpu = ph.find(ph.with_backend(gpu, "cpu", "test"), ph.WindowAggregateExec)
+    assert cpu.holistic.gpu_form is None and "holistic=sorted-panes " in explain_text(
+        ph.with_backend(gpu, "cpu", "test")
+    )
+    tumbling = session.sql("SELECT k, MEDIAN(v) FROM s [RANGE 1 SECOND] GROUP BY k").plan
+    window = ph.find(ph.with_backend(tumbling, "gpu", "test"), ph.WindowAggregateExec)
+    assert window.holistic.gpu_form == "thread-per-window"  # one sorted run, read in place
+    wide = session.sql(
+        "SELECT k, MEDIAN(v) FROM s [RANGE 1 SECOND SLIDE 1 MILLISECONDS] GROUP BY k"
+    ).plan
+    window = ph.find(ph.with_backend(wide, "gpu", "test"), ph.WindowAggregateExec)
+    assert window.holistic.gpu_form == "block-per-window"  # 1,000 runs a window
+    assert [gpu_form(p) for p in (1, 7, 8, 255, 256)] == [
+        "thread-per-window",
+        "thread-per-window",
+        "warp-per-window",
+        "warp-per-window",
+        "block-per-window",
+    ]
+
+
+def test_gpu_plans_keep_the_holistic_step_of_count_windows_on_the_cpu_with_a_reason():
+    plan = _session().sql("SELECT k, MEDIAN(v) FROM s [ROWS 10] GROUP BY k").plan
+    window = ph.find(ph.with_backend(plan, "gpu", "test"), ph.WindowAggregateExec)
+    step = ph.placement(window, "holistic")
+    assert (step.backend, step.reason) == ("cpu", COUNT_HOLISTIC_ON_CPU)
+    assert window.holistic.gpu_form is None
 
 
 def test_holistic_functions_inside_spark_are_refused_at_planning():
@@ -351,8 +383,8 @@ def test_a_snapshot_of_another_query_is_refused():
 @given(scenarios("time"))
 def test_results_are_the_same_in_small_row_chunks(monkeypatch, scenario):
     # a firing's rows are evaluated in chunks of MAX_RUNS runs: chunk boundaries anywhere
-    from mangonel.runtime.operators import holistic as driver
+    from mangonel.compiler import holistic as planning
 
-    monkeypatch.setattr(driver, "MAX_RUNS", 7)
+    monkeypatch.setattr(planning, "MAX_RUNS", 7)
     failure = check(scenario, "cpu")
     assert failure is None, f"{failure}\n{scenario.query}"

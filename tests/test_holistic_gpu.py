@@ -1,7 +1,9 @@
-"""Holistic aggregates in GPU plans (run with `pytest -m gpu` on a GPU host): the holistic step
-runs on the CPU beside the GPU's pane-and-tree path of the same query's incremental
-aggregates (time windows), or the whole count window on the CPU; results against the oracle
-and equal to the CPU backend's."""
+"""Holistic aggregates in GPU plans (run with `pytest -m gpu` on a GPU host): for time windows
+the holistic step runs the GPU kernels (panes sorted on the device, the rendered selection
+kernel, a thread, warp or block per window) beside the GPU's pane-and-tree path of the query's
+incremental aggregates; count windows run on the CPU. Results against the oracle and equal to
+the CPU backend's; the kernels alone against the CPU kernels. Quick: seconds after the first
+compile."""
 
 from __future__ import annotations
 
@@ -27,13 +29,27 @@ def _gpu_available() -> bool:
 if not _gpu_available():
     pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
 
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
 from fuzzer import check, engine_run  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from oracle import first_difference  # noqa: E402
 from test_holistic import SETTINGS, scenarios  # noqa: E402
+from test_holistic_kernels import (  # noqa: E402
+    EDGE_WINDOWS,
+    EVALUATIONS,
+    FORMS,
+    _random_runs,
+    edge_scenario,
+)
 
 import mangonel  # noqa: E402
 from mangonel.compiler import physical as ph  # noqa: E402
+from mangonel.runtime.cpu import holistic as cpu_holistic  # noqa: E402
+from mangonel.runtime.gpu import device  # noqa: E402
+from mangonel.runtime.gpu.compile import shared_context  # noqa: E402
+from mangonel.runtime.gpu.holistic import GpuHolistic  # noqa: E402
+from mangonel.runtime.local.query import LocalQuery  # noqa: E402
 
 
 @settings(max_examples=40, **SETTINGS)
@@ -61,7 +77,7 @@ def test_gpu_holistic_equals_cpu(scenario):
     assert gpu_metrics == cpu_metrics
 
 
-def test_gpu_plan_keeps_the_incremental_part_on_the_gpu():
+def test_gpu_plan_runs_the_holistic_step_and_the_incremental_part_on_the_gpu():
     session = mangonel.Session(backend="gpu")
     session.execute("CREATE STREAM s (ts TIMESTAMP, k BIGINT, v DOUBLE) WITH (event_time = 'ts')")
     plan = session.sql(
@@ -70,4 +86,77 @@ def test_gpu_plan_keeps_the_incremental_part_on_the_gpu():
     window = ph.find(plan, ph.WindowAggregateExec)
     assert window.backend == "gpu"
     assert ph.placement(window, "lift").backend == "gpu"
-    assert ph.placement(window, "holistic").backend == "cpu"
+    assert ph.placement(window, "holistic").backend == "gpu"
+    assert window.holistic.gpu_form == "warp-per-window"
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("evaluation", EVALUATIONS)
+def test_gpu_selection_kernel_equals_the_cpu_kernel(evaluation, form):
+    # random runs shared between windows, ties, empty and one-value windows, int64 extremes;
+    # 600 windows a launch, so threads, warps and blocks of windows run side by side
+    cp = device.cupy()
+    gpu = GpuHolistic(cp, shared_context().module, form)
+    rng = np.random.default_rng(7)
+    for case in range(6):
+        # every other case up to 300 runs a window: a warp's lanes and a block's warps
+        # all hold values when they combine
+        most_runs = 300 if case % 2 else 6
+        values, runs = _random_runs(rng, 600, [1, 3, 1000][case % 3], case % 3 == 0, most_runs)
+        for fraction in (0.0, 1.0, 0.5, 0.999, float(rng.random())):
+            want = cpu_holistic.holistic_select(values, *runs, evaluation, fraction, True)
+            device_arrays = [cp.asarray(a) for a in (values, *runs)]
+            got = gpu.holistic_select(*device_arrays, evaluation, fraction, True)
+            for name, g, w in zip(("n", "lower", "higher"), got, want, strict=True):
+                if evaluation != "percentile_cont" and name == "higher":
+                    continue
+                assert np.array_equal(g, w), (evaluation, form, fraction, name, case)
+
+
+def test_gpu_pane_sort_equals_the_cpu_sort():
+    cp = device.cupy()
+    gpu = GpuHolistic(cp, shared_context().module)
+    rng = np.random.default_rng(1)
+    slots = rng.integers(0, 50, 20_000).astype(np.int64)
+    keys = rng.integers(-100, 100, 20_000).astype(np.int64)
+    sorted_values, offsets = gpu.sort_pane(slots, keys, 64)
+    want_values, want_offsets = cpu_holistic.sort_pane(slots, keys, 64)
+    assert isinstance(sorted_values, cp.ndarray)  # stays on the device
+    assert np.array_equal(cp.asnumpy(sorted_values), want_values)
+    assert np.array_equal(offsets, want_offsets)
+
+
+@pytest.mark.parametrize(("size", "slide"), EDGE_WINDOWS)
+def test_gpu_holistic_edge_cases_match_the_oracle_and_the_cpu(size, slide):
+    # NULLs, ties, NaN/-0.0/infinities, p = 0 and 1, one-value windows, out of order, late
+    # rows, snapshot/restore; sliding (warp and thread per window) and tumbling
+    scenario = edge_scenario(size, slide)
+    failure = check(scenario, "gpu")
+    assert failure is None, str(failure)
+    gpu, gpu_metrics = engine_run(scenario, "gpu")
+    cpu, cpu_metrics = engine_run(scenario, "cpu")
+    assert sum(len(rows) for rows in gpu) > 100
+    for got, want in zip(gpu, cpu, strict=True):
+        assert first_difference(got, want) is None
+    assert gpu_metrics == cpu_metrics
+
+
+def test_gpu_holistic_kernels_run_on_the_device():
+    session = mangonel.Session(backend="gpu")
+    session.execute("CREATE STREAM s (ts TIMESTAMP, k BIGINT, v DOUBLE) WITH (event_time = 'ts')")
+    runner = LocalQuery(
+        session.sql(
+            "SELECT k, MEDIAN(v) AS m FROM s [RANGE 40 MICROSECONDS SLIDE 4 MICROSECONDS] "
+            "GROUP BY k"
+        ).plan
+    )
+    ts = np.arange(4000, dtype=np.int64)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(ts, pa.timestamp("us")), pa.array(ts % 5), pa.array((ts % 17).astype(float))],
+        names=["ts", "k", "v"],
+    )
+    rows = [r for out in runner.process(batch) + runner.finish() for r in out.to_pylist()]
+    kernels = runner.window_operator.kernels
+    assert isinstance(kernels, GpuHolistic) and kernels.form == "warp-per-window"
+    assert kernels.launches > 0
+    assert len(rows) > 4000  # 5 keys x ~1000 windows

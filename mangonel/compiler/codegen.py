@@ -322,6 +322,28 @@ def render_key_kernels(words: int) -> GeneratedModule:
     return GeneratedModule(source, digest, names, (), (), (), int(words))
 
 
+HOLISTIC_TEMPLATES = ("prelude.cu.j2", "holistic.cu.j2")
+HOLISTIC_EVALUATIONS = ("percentile_cont", "percentile_disc", "count_distinct")
+# lanes per window of each form of the holistic selection kernel (`holistic.cu.j2`)
+# (a block is the runtime's THREADS_PER_BLOCK threads: the kernel reads blockDim.x)
+HOLISTIC_FORM_LANES = {"thread-per-window": 1, "warp-per-window": 32, "block-per-window": 128}
+
+
+def render_holistic_kernels(evaluation: str, form: str) -> GeneratedModule:
+    """The selection kernel of one holistic evaluation (`Holistic.evaluation`) in one form
+    (`HOLISTIC_FORM_LANES`): many windows per launch over runs of sorted order keys."""
+    if evaluation not in HOLISTIC_EVALUATIONS or form not in HOLISTIC_FORM_LANES:
+        raise ValueError(f"no holistic kernel for {evaluation!r} in form {form!r}")
+    context = {
+        "evaluation": evaluation,
+        "form": form,
+        "lanes": HOLISTIC_FORM_LANES[form],
+        "block": form == "block-per-window",
+    }
+    source, digest, names = _finish(context, HOLISTIC_TEMPLATES, ("select",))
+    return GeneratedModule(source, digest, names, (), (), (), 0)
+
+
 def render_plan(plan: ph.ProjectExec) -> GeneratedModule:
     # holistic aggregates run on the CPU: the kernels compute the incremental part
     window = incremental_part(ph.find(plan, ph.WindowAggregateExec))
@@ -386,4 +408,27 @@ def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> 
         "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
         "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
     ]
-    return "\n".join(header) + "\n" + generated.source
+    return "\n".join(header) + "\n" + generated.source + _explain_holistic_codegen(window)
+
+
+def _explain_holistic_codegen(window: WindowAggregateExec) -> str:
+    """The selection kernels of a window's holistic aggregates where they run on the GPU."""
+    plan = window.holistic
+    if plan is None or plan.gpu_form is None:
+        return ""
+    evaluations = []
+    for aggregate in window.aggregates:
+        holistic = aggregate.function.definition.holistic
+        if holistic is not None and holistic.evaluation not in evaluations:
+            evaluations.append(holistic.evaluation)
+    out = []
+    for evaluation in evaluations:
+        generated = render_holistic_kernels(evaluation, plan.gpu_form)
+        header = [
+            f"// mangonel GPU holistic kernel ({evaluation}, {plan.gpu_form}, "
+            f"up to {plan.windows_per_launch} windows per launch)",
+            f"// module sha256: {generated.digest}",
+            f"// kernels: {generated.names['select']}",
+        ]
+        out.append("\n".join(header) + "\n" + generated.source)
+    return "\n" + "\n".join(out)

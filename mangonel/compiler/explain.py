@@ -141,7 +141,7 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             Parameter("strategy", node.strategy, node.strategy),
             # holistic aggregates (MEDIAN, PERCENTILE_*, COUNT DISTINCT): compiler/holistic.py
             *(
-                [Parameter("holistic", node.holistic.strategy, node.holistic.strategy)]
+                [Parameter("holistic", node.holistic.describe(), node.holistic.describe())]
                 if node.holistic is not None
                 else []
             ),

@@ -23,8 +23,8 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
 from mangonel.compiler.holistic import (
     COUNT_HOLISTIC_ON_CPU,
-    HOLISTIC_ON_CPU,
     JOIN_HOLISTIC,
+    for_backend,
     holistic_plan,
 )
 from mangonel.compiler.logical import (
@@ -223,7 +223,7 @@ def plan(
     pane_length, panes_per_window, panes_per_slide = window_parameters(aggregate.window)
     scan_exec = StreamScanExec(scan.stream, scan.columns)
     lift = LiftExec((scan_exec,), where, aggregate.keys, fields)
-    holistic = holistic_plan(aggregate.window, fields, aggregate_plans)
+    holistic = holistic_plan(aggregate.window, fields, aggregate_plans, backend, panes_per_window)
     window_exec = WindowAggregateExec(
         children=(lift,),
         window=aggregate.window,
@@ -438,8 +438,10 @@ def window_placements(
 ) -> tuple[Placement, ...]:
     """The steps of the window operator: lift, merge, tree, finalize (time windows); lift,
     tree, finalize (count windows: per-tuple partials, no pane merge); then `holistic` when
-    the node has holistic aggregates: on the CPU in every plan (a GPU plan's count window
-    then runs every step there: its raw values are lifted with the per-tuple partials)."""
+    the node has holistic aggregates: where the plan runs for time windows (the GPU's sort
+    and selection kernels, `runtime.gpu.holistic`), on the CPU for count windows (a GPU
+    plan's count window then runs every step there: its raw values are lifted with the
+    per-tuple partials)."""
     if window.kind is WindowKind.COUNT:
         steps = ("lift", "tree", "finalize")
     else:
@@ -450,8 +452,6 @@ def window_placements(
     for step in steps:
         if backend == "gpu" and holistic and window.kind is WindowKind.COUNT:
             placements.append(Placement(step, "cpu", COUNT_HOLISTIC_ON_CPU))
-        elif backend == "gpu" and step == "holistic":
-            placements.append(Placement(step, "cpu", HOLISTIC_ON_CPU))
         elif backend == "gpu" and step == "tree" and window.kind is WindowKind.COUNT:
             placements.append(Placement(step, "cpu", COUNT_TREE_ON_CPU))
         elif backend == "gpu" and step == "finalize":
@@ -509,6 +509,7 @@ def with_backend(
                 backend=backend,
                 backend_reason=reason,
                 placements=placements,
+                holistic=for_backend(node.holistic, backend, node.panes_per_window),
             )
         if isinstance(node, WindowJoinExec):
             return replace(

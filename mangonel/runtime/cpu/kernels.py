@@ -7,6 +7,7 @@ import pyarrow as pa
 
 from mangonel.aggregates import Layout, LiftInput
 from mangonel.catalog.types import SqlType
+from mangonel.compiler.holistic import HolisticPlan
 from mangonel.compiler.physical import LiftExec, StateField, field_dtype
 from mangonel.runtime.cpu import aggregate as agg
 from mangonel.runtime.cpu import holistic
@@ -334,6 +335,13 @@ class CpuKernels:
             rest,
             rest_include if rest is not None else None,
         )
+
+    def holistic_for(self, plan: HolisticPlan) -> CpuKernels:
+        """The holistic step's kernels: these (numba, `runtime.cpu.holistic`)."""
+        return self
+
+    def concatenate(self, pieces: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
 
     def holistic_select(
         self, values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs

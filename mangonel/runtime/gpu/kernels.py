@@ -8,7 +8,8 @@ keys first go through a host dictionary to int ids), the pane merge into the fla
 of every key in one tree launch per level plus one compute launch. Columns travel host ->
 device through pinned staging buffers on a copy stream (`gpu.staging`), only those the query
 reads, STRING as int32 ids and BOOLEAN as one byte. Modules come from a `CompileContext`
-(`gpu.compile`); tuning comes from `GpuOptions` (`compiler.options`).
+(`gpu.compile`); tuning comes from `GpuOptions` (`compiler.options`). The holistic
+step's pane sort and selection kernels are `gpu.holistic`'s (`holistic_for`).
 
 Not here: stage 1's pane pre-aggregation of the split Spark form (`preaggregate`) and the
 count-window tree (`segment_windows`). The plan places those steps on the CPU
@@ -27,10 +28,12 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import codegen
 from mangonel.compiler import physical as ph
+from mangonel.compiler.holistic import HolisticPlan
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
 from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.compile import CompileContext, shared_context
+from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.gpu.keys import GpuKeyMap
 from mangonel.runtime.gpu.staging import Stager
 from mangonel.runtime.gpu.state import GpuPaneState
@@ -109,6 +112,7 @@ class GpuKernels:
         # (key, pane) cells the last fused pass merged into (known keys x its pane span):
         # block_table="auto" uses the shared-memory block table when they would fit it
         self._last_cells: int | None = None
+        self._holistic: dict[str, GpuHolistic] = {}  # by selection kernel form
 
     # -- compile --------------------------------------------------------------------------
 
@@ -367,6 +371,15 @@ class GpuKernels:
         cp = device.cupy()
         slots64 = slots.astype(cp.int64)
         return cp.where(slots64 >= 0, slots64 * state.pane_capacity + (panes - state.origin), -1)
+
+    def holistic_for(self, plan: HolisticPlan) -> GpuHolistic:
+        """The holistic step's sort and selection kernels in the plan's form
+        (`runtime.gpu.holistic`)."""
+        form = plan.gpu_form or "warp-per-window"
+        found = self._holistic.get(form)
+        if found is None:
+            found = self._holistic[form] = GpuHolistic(device.cupy(), self.compiler.module, form)
+        return found
 
     def to_host(self, array) -> np.ndarray:
         cp = device.cupy()

@@ -29,15 +29,13 @@ import pyarrow as pa
 
 from mangonel.aggregates.holistic import from_order_keys
 from mangonel.compiler import physical as ph
-from mangonel.compiler.holistic import holistic_positions
+from mangonel.compiler.holistic import holistic_positions, windows_per_launch
 from mangonel.compiler.physical import AggregatePlan, StateField
 from mangonel.errors import DataError
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
 from mangonel.runtime.operators.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, pack, unpack
-
-MAX_RUNS = 1 << 22  # runs per evaluation of a result batch's rows (x 16 bytes of run bounds)
 
 
 def evaluate(
@@ -89,13 +87,14 @@ class _Pane:
             held += self.sorted_values.nbytes + self.offsets.nbytes
         return held
 
-    def raw(self) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, order keys) of every value, sorted ones first."""
+    def raw(self, to_host: Any) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401
+        """(slots, order keys) of every value on the host, sorted ones first (`to_host`
+        copies sorted values the GPU kernels keep on the device)."""
         slots, values = [], []
         if self.sorted_values is not None and self.offsets is not None:
             counts = np.diff(self.offsets)
             slots.append(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
-            values.append(self.sorted_values)
+            values.append(np.asarray(to_host(self.sorted_values), np.int64))
         for chunk_slots, chunk_values in self.chunks:
             slots.append(chunk_slots)
             values.append(chunk_values)
@@ -119,7 +118,12 @@ class HolisticTimeWindows:
         self.node = node
         self.inner = inner
         self.schema = window_result_schema(node)
-        self.kernels = kernels("holistic")
+        # the values are lifted, keyed and kept on the host (the `values` state has no CUDA
+        # lift); sorting panes and selecting run on the holistic step's backend, whose
+        # kernels keep sorted panes where they run (the GPU's on the device)
+        self.host = kernels.kernels_of("cpu")
+        assert node.holistic is not None
+        self.kernels = kernels("holistic").holistic_for(node.holistic)
         self.spec = node.window
         self.pane_length = node.pane_length
         self.panes_per_window = node.panes_per_window
@@ -128,7 +132,7 @@ class HolisticTimeWindows:
         # the holistic lift evaluates WHERE and the `values` arguments only
         self.values_lift = dataclasses.replace(node.lift, fields=self.value_fields)
         self.key_types = tuple(k.type for k in node.keys)
-        self.keys = self.kernels.new_key_map(self.key_types)
+        self.keys = self.host.new_key_map(self.key_types)
         self.panes: dict[str, dict[int, _Pane]] = {f.name: {} for f in self.value_fields}
         self.incremental, self.holistic = holistic_positions(node)
         self.fields_by_name = {f.name: f for f in node.fields}
@@ -145,7 +149,7 @@ class HolisticTimeWindows:
 
     def _keep(self, batch: pa.RecordBatch) -> None:
         """The values of the batch's contributing, not late tuples, into their panes."""
-        kernels = self.kernels
+        kernels = self.host
         lifted = kernels.lift_tuples(self.values_lift, batch)
         if not lifted.rows:
             return
@@ -203,14 +207,15 @@ class HolisticTimeWindows:
         n_keys = len(self.node.keys)
         key_columns = [batch.column(i) for i in range(n_keys)]
         rows = batch.num_rows
-        slots = self.kernels.to_host(
-            self.keys.map_columns(key_columns, self.kernels.from_host(np.ones(rows, np.bool_)))
+        slots = self.host.to_host(
+            self.keys.map_columns(key_columns, self.host.from_host(np.ones(rows, np.bool_)))
         ).astype(np.int64)
         starts = batch.column(n_keys).cast(pa.int64()).to_numpy(zero_copy_only=False)
         first_panes = starts // self.pane_length
-        # rows in chunks of at most MAX_RUNS runs (rows x panes per window): the run arrays
-        # and the per-pane offsets of one chunk stay bounded whatever a firing holds
-        chunk = max(1, MAX_RUNS // self.panes_per_window)
+        # rows in chunks of at most MAX_RUNS runs (rows x panes per window; one selection
+        # launch on the GPU): the run arrays and the per-pane offsets of one chunk stay
+        # bounded whatever a firing holds
+        chunk = windows_per_launch(self.panes_per_window)
         pieces: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {p: [] for p in self.holistic}
         for start in range(0, rows, chunk):
             chunk_slots = slots[start : start + chunk]
@@ -277,7 +282,7 @@ class HolisticTimeWindows:
             base[index] = total
             total += len(pane.sorted_values)
             pieces.append(pane.sorted_values)
-        values = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
+        values = self.kernels.concatenate(pieces)
         runs = self.kernels.pane_runs(
             base, starts, ends, compact.astype(np.int64), first_panes - low, pw
         )
@@ -287,7 +292,7 @@ class HolisticTimeWindows:
         """Sort a pane's values by (slot, value) once (again after values arrived late)."""
         if pane.sorted_values is not None and not pane.chunks:
             return
-        slots, values = pane.raw()
+        slots, values = pane.raw(self.kernels.to_host)
         pane.sorted_values, pane.offsets = self.kernels.sort_pane(slots, values, self.keys.n_slots)
         pane.chunks = []
 
@@ -318,7 +323,7 @@ class HolisticTimeWindows:
             store = self.panes[value_field.name]
             panes, slots, values = [], [], []
             for pane_id, pane in store.items():
-                pane_slots, pane_values = pane.raw()
+                pane_slots, pane_values = pane.raw(self.kernels.to_host)
                 panes.append(np.full(len(pane_slots), pane_id, np.int64))
                 slots.append(pane_slots)
                 values.append(pane_values)
@@ -341,7 +346,7 @@ class HolisticTimeWindows:
                 f"snapshot does not match this query: it holds no holistic values of {expected}"
             )
         self.inner.restore(arrays.pop("inner").tobytes())
-        self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")
+        self.keys = self.host.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")
         for value_field in self.value_fields:
             name = value_field.name
             panes = arrays[f"{name}.pane"]

@@ -1,0 +1,152 @@
+"""GPU kernels of the holistic window functions (MEDIAN, PERCENTILE_*, COUNT DISTINCT): the
+device twins of `runtime.cpu.holistic`, behind the same three calls of the driver
+(`runtime.operators.holistic`):
+
+- `sort_pane`: a pane's values sorted by (key slot, value) once, on the device: one sort of
+  composite keys (`cupy.lexsort` of (value, slot)), per-slot offsets by a search over the
+  sorted slots. The sorted values stay on the device; every window covering the pane reads
+  them there (shared across overlapping windows), the offsets come to the host (one entry per
+  key slot: the driver cuts runs with them).
+- `pane_runs`: the runs of the rows' windows (one per covered pane), computed on the device.
+- `holistic_select`: the rendered selection kernel (`kernels_templates/holistic.cu.j2`,
+  `codegen.render_holistic_kernels`): all the rows of a result chunk in one launch (GASSER's
+  windows per launch), a thread, a warp or a block per window (the plan's
+  `HolisticPlan.gpu_form`).
+
+`xp` is CuPy on the device; the tests pass numpy-like stand-ins and a host-compiled module
+(tests/cuda_host.py), so the same code runs without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from mangonel.compiler import codegen
+from mangonel.compiler.codegen import GeneratedModule
+
+THREADS_PER_BLOCK = 128
+MAX_BLOCKS = 1 << 16  # grid-stride beyond: a launch covers any number of windows
+
+
+class GpuHolistic:
+    """The holistic kernels over array module `xp`, compiling with `module_of` (a
+    `CompileContext.module`); `form` is the plan's selection form."""
+
+    def __init__(
+        self,
+        xp: Any,  # noqa: ANN401 - cupy (or a host stand-in in tests)
+        module_of: Callable[[GeneratedModule], Any],
+        form: str = "warp-per-window",
+    ) -> None:
+        self.xp = xp
+        self.module_of = module_of
+        self.form = form
+        self._functions: dict[tuple[str, str], Any] = {}
+        self.launches = 0  # selection launches so far (one per aggregate and result chunk)
+
+    def _select_function(self, evaluation: str, form: str) -> Any:  # noqa: ANN401
+        found = self._functions.get((evaluation, form))
+        if found is None:
+            generated = codegen.render_holistic_kernels(evaluation, form)
+            module = self.module_of(generated)
+            found = self._functions[(evaluation, form)] = module.get_function(
+                generated.names["select"]
+            )
+        return found
+
+    def sort_pane(
+        self, slots: np.ndarray, keys: np.ndarray, n_slots: int
+    ) -> tuple[Any, np.ndarray]:
+        """(values sorted by (slot, value) on the device, host offsets of each slot:
+        `offsets[s]:offsets[s + 1]`, n_slots + 1 entries)."""
+        xp = self.xp
+        if not len(keys):
+            return xp.zeros(0, xp.int64), np.zeros(n_slots + 1, np.int64)
+        device_slots = xp.asarray(np.ascontiguousarray(slots, np.int64))
+        device_keys = xp.asarray(np.ascontiguousarray(keys, np.int64))
+        order = xp.lexsort(xp.stack((device_keys, device_slots)))  # last key is primary
+        sorted_values = xp.ascontiguousarray(device_keys[order])
+        bounds = xp.searchsorted(device_slots[order], xp.arange(n_slots + 1, dtype=xp.int64))
+        offsets = np.asarray(_host(bounds), np.int64)
+        return sorted_values, offsets
+
+    def to_host(self, array: Any) -> np.ndarray:  # noqa: ANN401
+        return _host(array)
+
+    def concatenate(self, pieces: list[Any]) -> Any:  # noqa: ANN401
+        """One flat device array of the panes' sorted values."""
+        xp = self.xp
+        return xp.concatenate(pieces) if pieces else xp.zeros(0, xp.int64)
+
+    def pane_runs(
+        self,
+        base: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        columns: np.ndarray,
+        first_index: np.ndarray,
+        panes_per_row: int,
+    ) -> tuple[Any, Any, Any, Any]:
+        """`runtime.cpu.holistic.pane_runs` on the device: row r's run i is pane
+        p = first_index[r] + i's values of key column c = columns[r],
+        `base[p] + starts[p, c] .. base[p] + ends[p, c]`."""
+        xp = self.xp
+        rows = len(columns)
+        base_d = xp.asarray(np.ascontiguousarray(base, np.int64))
+        starts_d = xp.asarray(np.ascontiguousarray(starts, np.int64))
+        ends_d = xp.asarray(np.ascontiguousarray(ends, np.int64))
+        panes = xp.asarray(np.ascontiguousarray(first_index, np.int64))[:, None] + xp.arange(
+            panes_per_row, dtype=xp.int64
+        )
+        column = xp.asarray(np.ascontiguousarray(columns, np.int64))[:, None]
+        run_start = xp.ascontiguousarray((base_d[panes] + starts_d[panes, column]).reshape(-1))
+        run_end = xp.ascontiguousarray((base_d[panes] + ends_d[panes, column]).reshape(-1))
+        row_first = xp.arange(rows, dtype=xp.int64) * panes_per_row
+        row_runs = xp.full(rows, panes_per_row, dtype=xp.int64)
+        return run_start, run_end, row_first, row_runs
+
+    def holistic_select(
+        self,
+        values: Any,  # noqa: ANN401 - device arrays (or host ones: copied up)
+        run_start: Any,  # noqa: ANN401
+        run_end: Any,  # noqa: ANN401
+        row_first: Any,  # noqa: ANN401
+        row_runs: Any,  # noqa: ANN401
+        evaluation: str,
+        fraction: float,
+        sorted_runs: bool,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(n, lower, higher) per row on the host: `runtime.cpu.holistic.holistic_select`'s
+        results, from one launch of the selection kernel. Runs must be sorted (the device
+        path only reads sorted panes)."""
+        if not sorted_runs:
+            raise ValueError("the GPU holistic kernels read sorted runs only")
+        xp = self.xp
+        arrays = [
+            xp.ascontiguousarray(xp.asarray(a, dtype=xp.int64))
+            for a in (values, run_start, run_end, row_first, row_runs)
+        ]
+        rows = int(arrays[3].shape[0])
+        n = xp.zeros(rows, dtype=xp.int64)
+        lower = xp.zeros(rows, dtype=xp.int64)
+        higher = xp.zeros(rows, dtype=xp.int64)
+        if rows:
+            lanes = codegen.HOLISTIC_FORM_LANES[self.form]
+            blocks = min(MAX_BLOCKS, -(-rows * lanes // THREADS_PER_BLOCK))
+            function = self._select_function(evaluation, self.form)
+            function(
+                (blocks,),
+                (THREADS_PER_BLOCK,),
+                (*arrays, np.int64(rows), np.float64(fraction), n, lower, higher),
+            )
+            self.launches += 1
+        return _host(n), _host(lower), _host(higher)
+
+
+def _host(array: Any) -> np.ndarray:  # noqa: ANN401
+    """A host copy of a device array (numpy arrays as they are)."""
+    getter = getattr(array, "get", None)
+    return np.asarray(getter() if getter is not None else array)

@@ -1,0 +1,227 @@
+"""The GPU kernels of the holistic functions (runtime/gpu/holistic.py, holistic.cu.j2) without a
+GPU: every rendered variant compiles with nvcc; the selection kernel, compiled by g++ over the
+CUDA shim (tests/cuda_host.py, one lane per warp), equals the CPU kernels on random runs; and
+the time-window driver over the GPU kernels' code path (numpy standing in for CuPy) matches
+the oracle. On a GPU host the same comparisons run on the device (tests/test_holistic_gpu.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from cuda_host import HostCupy, HostModule, write_shim
+from fuzzer import Scenario, check
+from hypothesis import given, settings
+from oracle import OracleQuery
+from test_holistic import COLUMNS, DDL, SETTINGS, SPECIAL, scenarios
+
+from mangonel.compiler import codegen
+from mangonel.runtime.cpu import holistic as cpu_holistic
+from mangonel.runtime.cpu.kernels import CpuKernels
+from mangonel.runtime.gpu.holistic import GpuHolistic
+
+FORMS = tuple(codegen.HOLISTIC_FORM_LANES)
+EVALUATIONS = codegen.HOLISTIC_EVALUATIONS
+EXTREMES = np.array([-(2**63), 2**63 - 1, -1, 0, 1], np.int64)
+
+
+@pytest.fixture(scope="module")
+def host_module(tmp_path_factory):
+    """A `CompileContext.module` stand-in: g++ over the CUDA shim."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH")
+    folder = tmp_path_factory.mktemp("holistic_shim")
+    write_shim(folder)
+    modules: dict[str, HostModule] = {}
+
+    def module(generated, options=()):  # noqa: ANN001, ANN202
+        if generated.digest not in modules:
+            modules[generated.digest] = HostModule(generated.source, folder)
+        return modules[generated.digest]
+
+    return module
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("evaluation", EVALUATIONS)
+def test_every_selection_kernel_variant_compiles_with_nvcc(tmp_path, evaluation, form):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH; the kernels were rendered, not compiled")
+    generated = codegen.render_holistic_kernels(evaluation, form)
+    source = tmp_path / "holistic.cu"
+    source.write_text(generated.source)
+    result = subprocess.run(
+        ["nvcc", "--ptx", "-arch=sm_90", "-std=c++17", "-o", str(tmp_path / "h.ptx"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert generated.names["select"] in (tmp_path / "h.ptx").read_text()
+
+
+def test_an_unknown_variant_is_refused():
+    with pytest.raises(ValueError, match="no holistic kernel"):
+        codegen.render_holistic_kernels("mode", "thread-per-window")
+
+
+def _random_runs(
+    rng: np.random.Generator, rows: int, spread: int, extremes: bool, most_runs: int = 6
+):
+    """Sorted runs of random values: each row 0-`most_runs` runs of 0-12 values (often empty,
+    often one value, many ties with a small spread); runs may be shared between rows."""
+    pieces, run_start, run_end, row_first, row_runs = [], [], [], [], []
+    total = 0
+    for _ in range(rows):
+        row_first.append(len(run_start))
+        count = int(rng.integers(0, most_runs + 1))
+        row_runs.append(count)
+        for _ in range(count):
+            if run_start and rng.random() < 0.2:  # a run another row reads too
+                pick = int(rng.integers(0, len(run_start)))
+                run_start.append(run_start[pick])
+                run_end.append(run_end[pick])
+                continue
+            length = int(rng.choice([0, 1, 1, 2, 5, 12]))
+            run = rng.integers(-spread, spread + 1, length).astype(np.int64)
+            if extremes and length:
+                run[rng.random(length) < 0.3] = rng.choice(EXTREMES)
+            pieces.append(np.sort(run))
+            run_start.append(total)
+            run_end.append(total + length)
+            total += length
+    values = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    arrays = [np.array(a, np.int64) for a in (run_start, run_end, row_first, row_runs)]
+    return values, tuple(arrays)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("evaluation", EVALUATIONS)
+def test_the_selection_kernel_equals_the_cpu_kernel(host_module, evaluation, form):
+    rng = np.random.default_rng(11)
+    gpu = GpuHolistic(HostCupy(), host_module, form)
+    for case in range(40):
+        most_runs = 300 if case % 5 == 4 else 6  # a block's lanes over several warps
+        values, runs = _random_runs(
+            rng, int(rng.integers(0, 30)), [1, 3, 1000][case % 3], case % 4 == 0, most_runs
+        )
+        for fraction in (0.0, 1.0, 0.5, 0.25, 0.999, float(rng.random())):
+            want = cpu_holistic.holistic_select(values, *runs, evaluation, fraction, True)
+            got = gpu.holistic_select(values, *runs, evaluation, fraction, True)
+            for name, g, w in zip(("n", "lower", "higher"), got, want, strict=True):
+                if evaluation != "percentile_cont" and name == "higher":
+                    continue  # unused: the CPU leaves the higher value of DISC and DISTINCT
+                assert np.array_equal(g, w), (evaluation, form, fraction, name, case)
+
+
+def test_a_pane_is_sorted_by_key_then_value_with_offsets(host_module):
+    gpu = GpuHolistic(HostCupy(), host_module)
+    slots = np.array([2, 0, 2, 0, 2, 3], np.int64)
+    keys = np.array([5, 9, -1, 9, 5, 7], np.int64)
+    sorted_values, offsets = gpu.sort_pane(slots, keys, 5)
+    want_values, want_offsets = cpu_holistic.sort_pane(slots, keys, 5)
+    assert np.array_equal(np.asarray(sorted_values), want_values)
+    assert np.array_equal(offsets, want_offsets)
+    assert offsets.tolist() == [0, 2, 2, 5, 6, 6]
+    empty_values, empty_offsets = gpu.sort_pane(slots[:0], keys[:0], 3)
+    assert len(empty_values) == 0 and empty_offsets.tolist() == [0, 0, 0, 0]
+
+
+def test_pane_runs_equal_the_cpu_runs(host_module):
+    rng = np.random.default_rng(3)
+    gpu = GpuHolistic(HostCupy(), host_module)
+    span, used, pw, rows = 6, 4, 3, 9
+    base = np.cumsum(rng.integers(0, 20, span)).astype(np.int64)
+    starts = rng.integers(0, 5, (span, used)).astype(np.int64)
+    ends = starts + rng.integers(0, 5, (span, used)).astype(np.int64)
+    columns = rng.integers(0, used, rows).astype(np.int64)
+    first = rng.integers(0, span - pw + 1, rows).astype(np.int64)
+    got = gpu.pane_runs(base, starts, ends, columns, first, pw)
+    want = cpu_holistic.pane_runs(base, starts, ends, columns, first, pw)
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(np.asarray(g), w)
+
+
+@pytest.fixture(params=FORMS)
+def gpu_path_on_the_host(request, host_module, monkeypatch):
+    """CPU plans whose holistic step runs the GPU kernels' code (sort, runs, selection)."""
+    form = request.param
+    monkeypatch.setattr(
+        CpuKernels, "holistic_for", lambda self, plan: GpuHolistic(HostCupy(), host_module, form)
+    )
+    return form
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(scenarios("time"))
+def test_time_windows_over_the_gpu_kernels_match_the_oracle(gpu_path_on_the_host, scenario):
+    failure = check(scenario, "cpu")
+    assert failure is None, f"{failure}\n{scenario.query}"
+
+
+# -- fixed scenarios: every function, the edge cases named, decisive in one run each ------------
+
+EDGE_AGGREGATES = [
+    ("median", "MEDIAN(v)", ["col", "v"]),
+    ("percentile_cont:0.0", "PERCENTILE_CONT(0) WITHIN GROUP (ORDER BY v)", ["col", "v"]),
+    ("percentile_cont:1.0", "PERCENTILE_CONT(1) WITHIN GROUP (ORDER BY v)", ["col", "v"]),
+    ("percentile:0.25", "PERCENTILE(x, 0.25)", ["col", "x"]),
+    ("percentile_disc:0.0", "PERCENTILE_DISC(0) WITHIN GROUP (ORDER BY x)", ["col", "x"]),
+    ("percentile_disc:1.0", "PERCENTILE_DISC(1) WITHIN GROUP (ORDER BY v)", ["col", "v"]),
+    ("percentile_disc:0.333", "PERCENTILE_DISC(0.333) WITHIN GROUP (ORDER BY n)", ["col", "n"]),
+    ("count_distinct", "COUNT(DISTINCT v)", ["col", "v"]),
+    ("count_distinct", "COUNT(DISTINCT x)", ["col", "x"]),
+    ("sum", "SUM(x)", ["col", "x"]),
+]
+# (size, slide) in microseconds: sliding over 10 panes (a warp per window on the GPU), sliding
+# over 3 (a thread per window over several runs), tumbling (one run, read in place), sliding
+# over 300 panes (a block per window)
+EDGE_WINDOWS = [(40, 4), (12, 4), (10, 10), (300, 1)]
+
+
+def edge_scenario(size: int, slide: int, seed: int = 5) -> Scenario:
+    """Out-of-order batches (delay 6 us) over 4 keys: ties (few distinct values), NULLs,
+    NaN/-0.0/infinities, a key with one value per window, late rows dropped; a snapshot and
+    restore before the third batch."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(360):
+        key = int(rng.integers(0, 3))
+        v = None if rng.random() < 0.15 else float(rng.integers(-3, 4)) / 2
+        if v is not None and rng.random() < 0.08:
+            v = float(rng.choice(SPECIAL))
+        x = None if rng.random() < 0.2 else int(rng.integers(-(2**40), 2**40) if i % 7 else 1)
+        rows.append({"ts": i + int(rng.integers(0, 12)), "k": key, "x": x, "n": i % 3, "v": v})
+    for t in range(0, 400, 25):  # key 3: one value in a window
+        rows.append({"ts": t, "k": 3, "x": t, "n": 1, "v": float(t)})
+    order = np.argsort([r["ts"] + rng.integers(0, 30) for r in rows], kind="stable")
+    rows = [rows[i] for i in order]
+    batches = [rows[:90], rows[90:200], rows[200:]]
+    outputs = (("k", ["col", "k"]), ("ws", ["bound", "start"])) + tuple(
+        (f"a{i}", ["agg", i]) for i in range(len(EDGE_AGGREGATES))
+    )
+    select = ", ".join(f"{sql} AS a{i}" for i, (_, sql, _) in enumerate(EDGE_AGGREGATES))
+    window = f"RANGE {size} MICROSECONDS SLIDE {slide} MICROSECONDS"
+    oracle = OracleQuery(
+        columns=dict(COLUMNS),
+        event_time="ts",
+        kind="time",
+        size=size,
+        slide=slide,
+        delay=6,
+        keys=("k",),
+        aggregates=tuple((name, argument) for name, _, argument in EDGE_AGGREGATES),
+        having=None,
+        outputs=outputs,
+    )
+    query = f"SELECT k, window_start AS ws, {select} FROM s [{window}] GROUP BY k"
+    return Scenario(DDL.format(delay=6), query, oracle, batches, (2,))
+
+
+@pytest.mark.parametrize(("size", "slide"), EDGE_WINDOWS)
+def test_edge_cases_over_the_gpu_kernels_match_the_oracle(gpu_path_on_the_host, size, slide):
+    failure = check(edge_scenario(size, slide), "cpu")
+    assert failure is None, str(failure)
