@@ -150,7 +150,16 @@ def run_public(arguments: argparse.Namespace) -> list[Result]:
     else:
         bandwidth = measure_memory_bandwidth()
         print(f"measured memory copy bandwidth: {bandwidth / 1e9:.1f} GB/s (read + write)")
-    spark_peer = _spark_peer(arguments) if arguments.peer else None
+    spark_peer = None
+    if arguments.peer:
+        import importlib.util
+
+        if importlib.util.find_spec("pyspark") is not None:
+            spark_peer = _spark_peer(arguments)
+        elif backend == "cpu":
+            raise SystemExit("bench: the Spark peer needs pyspark; pass --no-peer")
+        else:
+            print("bench: no Spark peer (pyspark is not installed here)")
     results = []
     cache: dict[tuple[int, int], list] = {}
     for shape in _selected(arguments):
