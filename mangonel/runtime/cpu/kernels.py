@@ -9,7 +9,7 @@ from mangonel.aggregates import Layout, LiftInput
 from mangonel.catalog.types import SqlType
 from mangonel.compiler.physical import LiftExec, StateField, field_dtype
 from mangonel.runtime.cpu import aggregate as agg
-from mangonel.runtime.cpu import holistic
+from mangonel.runtime.cpu import holistic, python_window
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
@@ -340,6 +340,11 @@ class CpuKernels:
     ):
         return holistic.holistic_select(
             values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
+        )
+
+    def python_window(self, function, values, run_start, run_end, row_first, row_runs, sorted_runs):
+        return python_window.evaluate_python(
+            function, values, run_start, run_end, row_first, row_runs, sorted_runs
         )
 
     def pane_runs(self, base, starts, ends, columns, first_index, panes_per_row):
