@@ -528,11 +528,13 @@ class _Binder:
         """Resolve a per-tuple expression (WHERE, GROUP BY, aggregate arguments)."""
 
         def visit(node: exp.Expression) -> exp.Expression | None:
-            _check_function(node)
+            python = self._python_function(node) is not None
+            if not python:
+                _check_function(node)
             timestamp = _utc_timestamp_literal(node)
             if timestamp is not None:
                 return timestamp
-            if isinstance(node, exp.AggFunc) or self._python_function(node) is not None:
+            if isinstance(node, exp.AggFunc) or python:
                 if clause == "aggregate":
                     raise _error(
                         "nested aggregates are not supported",

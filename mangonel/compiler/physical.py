@@ -425,6 +425,11 @@ def plan_join(
     return ProjectExec((top,), root.outputs, (place("project"),))  # type: ignore[arg-type]
 
 
+def python_names(node: WindowAggregateExec) -> tuple[str, ...]:
+    """The names of a window node's Python window functions, in aggregate order."""
+    return tuple(a.python.name for a in node.aggregates if a.python is not None)
+
+
 def default_windows_per_batch(panes_per_window: int, panes_per_slide: int) -> int:
     """Windows per tree update. A tree batch of n_w windows has n + (n_w - 1) * k leaves
     (n panes per window, k per slide), so building it costs about n / n_w + k leaves per
@@ -517,7 +522,9 @@ def with_backend(
     def rebuild(node: PhysicalNode) -> PhysicalNode:
         children = tuple(rebuild(child) for child in node.children)
         if isinstance(node, WindowAggregateExec):
-            placements = window_placements(node.window, backend, reason, node.holistic is not None)
+            placements = window_placements(
+                node.window, backend, reason, node.holistic is not None, python_names(node)
+            )
             return replace(
                 node,
                 children=children,

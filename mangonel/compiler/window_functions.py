@@ -3,8 +3,9 @@ and the planning check of the calls a query makes.
 
 The statements layer cannot compile them (numba lives under runtime/cpu): the session hands
 it a `compile` callable (`runtime.cpu.python_window.compile_window_function`) that raises
-PlanError naming the function and numba's reason; registration compiles for float64 values,
-planning again for each call's argument type.
+PlanError naming the function and numba's reason; registration compiles for float64 and int64
+values (one of them must compile: the argument is not known yet), planning again for each
+call's argument type.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from mangonel.compiler import logical as lg
 from mangonel.compiler.parse import parse_statement
 from mangonel.errors import CatalogError, SqlError
 
-Compile = Callable[[WindowFunction, SqlType], None]
+Compile = Callable[[WindowFunction, SqlType | None], None]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -62,7 +63,7 @@ def register(
         )
     window_function = WindowFunction(key, function, sql_type)
     if compile is not None:
-        compile(window_function, SqlType.DOUBLE)
+        compile(window_function, None)  # for float64 or int64 values
     catalog.window_functions[key] = window_function
     return window_function
 

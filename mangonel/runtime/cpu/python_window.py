@@ -58,11 +58,23 @@ def _dispatcher(function: Callable[..., Any]) -> CPUDispatcher:
         return dispatcher
 
 
-def compile_window_function(function: WindowFunction, argument_type: SqlType) -> None:
+def compile_window_function(function: WindowFunction, argument_type: SqlType | None) -> None:
     """Compile `function` for an array of `argument_type` values; raise PlanError naming
     the function and numba's reason when it does not compile, or when its result does not
-    fit the declared type (a float where an integer type is declared)."""
-    dtype = values_dtype(argument_type)
+    fit the declared type (a float where an integer type is declared). `argument_type`
+    None (registration, the argument unknown yet): it must compile for float64 or for int64
+    values; the error is float64's when neither does."""
+    if argument_type is not None:
+        problem = _compile_problem(function, values_dtype(argument_type))
+        if problem is not None:
+            raise problem
+        return
+    problems = [_compile_problem(function, np.dtype(d)) for d in (np.float64, np.int64)]
+    if all(problems):
+        raise problems[0]  # type: ignore[misc]
+
+
+def _compile_problem(function: WindowFunction, dtype: np.dtype) -> PlanError | None:
     arguments = (_ARRAY_TYPES[dtype],)
     try:
         dispatcher = _dispatcher(function.function)
@@ -71,21 +83,23 @@ def compile_window_function(function: WindowFunction, argument_type: SqlType) ->
         reason = " ".join(str(error).split())
         if len(reason) > 600:
             reason = reason[:597] + "..."
-        raise PlanError(
+        return PlanError(
             f"Python window function {function.name!r} does not compile with numba for "
             f"{dtype} values: {reason}",
             hint="the function takes one NumPy array and returns one number, in numba's "
-            "nopython subset (NumPy calls, loops, no Python objects)",
-        ) from None
+            "nopython subset (NumPy calls, loops, no Python objects; helpers it calls are "
+            "numba.njit functions themselves)",
+        )
     returned = dispatcher.overloads[arguments].signature.return_type
     integer = isinstance(returned, (numba.types.Integer, numba.types.Boolean))
     floating = isinstance(returned, numba.types.Float)
     if not (integer or floating) or (floating and not function.returns.is_floating):
-        raise PlanError(
+        return PlanError(
             f"Python window function {function.name!r} returns {returned} for {dtype} "
             f"values, which does not fit returns={function.returns.value}",
             hint="declare returns='DOUBLE' for a floating result, or return an integer",
         )
+    return None
 
 
 @numba.njit
