@@ -20,6 +20,7 @@ from oracle import OracleQuery, register_python_function
 from test_holistic import COLUMNS, DDL, SETTINGS, SPECIAL, _sql
 
 import mangonel
+from mangonel.aggregates.holistic import order_keys
 from mangonel.compiler import physical as ph
 from mangonel.errors import CatalogError, PlanError, SqlError
 from mangonel.runtime.cpu import python_window
@@ -338,21 +339,41 @@ def test_an_unregistered_name_is_still_an_unknown_function():
         _session().sql("SELECT spread(v) FROM s [RANGE 1 SECOND]")
 
 
-def test_the_kernel_sorts_unsorted_runs_and_reads_one_sorted_run_as_it_is():
+def test_the_kernel_merges_sorted_runs_sorts_unsorted_ones_and_decodes_order_keys():
     function = mangonel.aggregates.python.WindowFunction(
         "first", _first, mangonel.catalog.types.SqlType.DOUBLE
     )
-    values = np.array([9.0, 4.0, 1.0, 2.0, 3.0], np.float64)
-    runs = (
-        np.array([0, 3, 0], np.int64),
-        np.array([3, 5, 0], np.int64),
-        np.array([0, 1, 2], np.int64),
-        np.array([2, 1, 1], np.int64),
+    values = np.array([9.0, -4.0, math.nan, -0.0, 3.0, 1.0, math.inf], np.float64)
+    keys = order_keys(values)
+    runs = (  # row 0: [9 -4 nan] + [-0.0 3] + [1 inf]; row 1: [-0.0 3]; row 2: nothing
+        np.array([0, 3, 5, 3, 0], np.int64),
+        np.array([3, 5, 7, 5, 0], np.int64),
+        np.array([0, 3, 4], np.int64),
+        np.array([3, 1, 1], np.int64),
     )
-    n, out = python_window.evaluate_python(function, values, *runs, False)
-    assert n.tolist() == [5, 2, 0] and out[:2].tolist() == [1.0, 2.0]
-    n, out = python_window.evaluate_python(function, values, *runs, True)
-    assert out[1] == 2.0  # one sorted run: read in place, not re-sorted
+    n, out = python_window.evaluate_python(function, keys, *runs, False, True)
+    assert n.tolist() == [7, 2, 0] and out[:2].tolist() == [-4.0, 0.0]
+    sorted_keys = keys.copy()
+    sorted_keys[:3] = np.sort(keys[:3])  # every run ascending: merged, not sorted
+    recorder = mangonel.aggregates.python.WindowFunction(
+        "all", _sum_of_finite, mangonel.catalog.types.SqlType.DOUBLE
+    )
+    n, out = python_window.evaluate_python(recorder, sorted_keys, *runs, True, True)
+    assert out[0] == -4.0 + 0.0 + 1.0 + 3.0 + 9.0
+    n, out = python_window.evaluate_python(function, sorted_keys, *runs, True, True)
+    assert out[0] == -4.0
+
+
+def _sum_of_finite(values):
+    """Checks the order: ascending, NaN and +inf last; sums the finite values."""
+    total = 0.0
+    for i in range(1, values.shape[0]):
+        if not values[i - 1] <= values[i] and not math.isnan(values[i]):
+            return -1.0
+    for i in range(values.shape[0]):
+        if math.isfinite(values[i]):
+            total += values[i]
+    return total
 
 
 def _first(values):

@@ -342,9 +342,11 @@ class CpuKernels:
             values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
         )
 
-    def python_window(self, function, values, run_start, run_end, row_first, row_runs, sorted_runs):
+    def python_window(
+        self, function, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating
+    ):
         return python_window.evaluate_python(
-            function, values, run_start, run_end, row_first, row_runs, sorted_runs
+            function, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating
         )
 
     def pane_runs(self, base, starts, ends, columns, first_index, panes_per_row):

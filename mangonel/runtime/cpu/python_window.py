@@ -9,8 +9,9 @@ flows.
 `evaluate_python` runs it over windows: one compiled loop per function (numba specialises
 the driver on the function, a first-class dispatcher argument) walks a batch of result rows,
 copies each row's runs (its panes' sorted values, or a count window's run of tuples) into a
-scratch buffer, sorts it unless it came from one sorted run, and calls the function once on
-the window's values: no Python per window, one call per batch of windows.
+scratch buffer, merges the sorted runs pairwise (a count window's one run, in event-time
+order, is sorted), and calls the function once on the window's values: no Python per
+window, one call per batch of windows.
 """
 
 from __future__ import annotations
@@ -103,60 +104,134 @@ def _compile_problem(function: WindowFunction, dtype: np.dtype) -> PlanError | N
 
 
 @numba.njit
-def _evaluate(fn, values, run_start, run_end, row_first, row_runs, sorted_runs, n, out):
-    rows = row_first.shape[0]
+def _merge_runs(window, other, bounds, count):
+    """Sort `window` made of `count` ascending runs (`bounds[i]:bounds[i + 1]`) by merging
+    neighbouring runs pairwise, ping-ponging with `other`: O(n log runs) with sequential
+    reads, instead of a sort of the whole window (O(n log n)). Returns the sorted buffer."""
+    source, target = window, other
+    while count > 1:
+        merged = 0
+        for first in range(0, count, 2):
+            lo = bounds[first]
+            if first + 1 == count:  # an odd run out: copied as it is
+                hi = bounds[first + 1]
+                target[lo:hi] = source[lo:hi]
+                bounds[merged] = lo
+                merged += 1
+                continue
+            mid, hi = bounds[first + 1], bounds[first + 2]
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if source[j] < source[i]:
+                    target[k] = source[j]
+                    j += 1
+                else:
+                    target[k] = source[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                target[k] = source[i]
+                i += 1
+                k += 1
+            while j < hi:
+                target[k] = source[j]
+                j += 1
+                k += 1
+            bounds[merged] = lo
+            merged += 1
+        bounds[merged] = bounds[count]
+        count = merged
+        source, target = target, source
+    return source
+
+
+@numba.njit
+def _totals(run_start, run_end, row_first, row_runs, n):
+    """Fill n (values per row); return the largest."""
     largest = 0
-    for r in range(rows):
+    for r in range(row_first.shape[0]):
         total = 0
         for j in range(row_first[r], row_first[r] + row_runs[r]):
             total += run_end[j] - run_start[j]
         n[r] = total
         largest = max(largest, total)
-    scratch = np.empty(largest, values.dtype)
-    for r in range(rows):
+    return largest
+
+
+@numba.njit
+def _evaluate(
+    fn, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating, n, bits, view, out
+):
+    largest = bits.shape[0]
+    scratch = np.empty(largest, np.int64)
+    other = np.empty(largest, np.int64)
+    bounds = np.empty(np.max(row_runs) + 1, np.int64)
+    flip = np.int64(0x7FFFFFFFFFFFFFFF)
+    for r in range(row_first.shape[0]):
         total = n[r]
         if total == 0:
             continue  # no non-NULL value: NULL, the function is not called
         filled = 0
         nonempty = 0
+        bounds[0] = 0
         for j in range(row_first[r], row_first[r] + row_runs[r]):
-            if run_end[j] > run_start[j]:
-                nonempty += 1
+            if run_end[j] == run_start[j]:
+                continue
             for i in range(run_start[j], run_end[j]):
-                scratch[filled] = values[i]
+                scratch[filled] = keys[i]
                 filled += 1
+            nonempty += 1
+            bounds[nonempty] = filled
+        # sorted by order key: Spark's order of the values (NaN largest, -0.0 as 0.0)
         window = scratch[:total]
-        if not (sorted_runs and nonempty == 1):
-            window.sort()
-        # a copy would cost as much again; the scratch is rewritten for the next row, so a
-        # function that changes its argument in place changes nothing else
-        out[r] = fn(window)
+        if sorted_runs and nonempty > 1:
+            window = _merge_runs(scratch, other, bounds, nonempty)[:total]
+        elif not sorted_runs:
+            window.sort()  # a count window's run is in event-time order
+        # decoded into `bits`, which `view` reads as the argument's dtype; rewritten for
+        # the next row, so a function changing its argument in place changes nothing else
+        for i in range(total):
+            key = window[i]
+            bits[i] = (key ^ flip) if floating and key < 0 else key
+        out[r] = fn(view[:total])
 
 
 def evaluate_python(
     function: WindowFunction,
-    values: np.ndarray,
+    keys: np.ndarray,
     run_start: np.ndarray,
     run_end: np.ndarray,
     row_first: np.ndarray,
     row_runs: np.ndarray,
     sorted_runs: bool,
+    floating: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(n, result) per row: the function over each row's values (see the module
-    docstring). `values` are the decoded values (float64 or int64), not order keys."""
+    docstring). `keys` are order keys (`aggregates.holistic.order_keys`) of float64 values
+    when `floating`, else the int64 values themselves."""
     rows = len(row_first)
     n = np.zeros(rows, np.int64)
     out = np.zeros(rows, result_dtype(function.returns))
-    if rows:
-        _evaluate(
-            _dispatcher(function.function),
-            np.ascontiguousarray(values),
-            np.ascontiguousarray(run_start, np.int64),
-            np.ascontiguousarray(run_end, np.int64),
-            np.ascontiguousarray(row_first, np.int64),
-            np.ascontiguousarray(row_runs, np.int64),
-            bool(sorted_runs),
-            n,
-            out,
-        )
+    if not rows:
+        return n, out
+    run_start = np.ascontiguousarray(run_start, np.int64)
+    run_end = np.ascontiguousarray(run_end, np.int64)
+    row_first = np.ascontiguousarray(row_first, np.int64)
+    row_runs = np.ascontiguousarray(row_runs, np.int64)
+    largest = _totals(run_start, run_end, row_first, row_runs, n)
+    bits = np.empty(largest, np.int64)
+    _evaluate(
+        _dispatcher(function.function),
+        np.ascontiguousarray(keys, np.int64),
+        run_start,
+        run_end,
+        row_first,
+        row_runs,
+        bool(sorted_runs),
+        bool(floating),
+        n,
+        bits,
+        bits.view(np.float64) if floating else bits,
+        out,
+    )
     return n, out
