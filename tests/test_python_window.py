@@ -390,3 +390,60 @@ def test_nan_and_infinities_reach_the_function_in_spark_order():
         [{"ts": t, "v": v} for t, v in enumerate([math.nan, 1.0, -math.inf, -0.0])],
     )
     assert math.isnan(got[0]["s"]) and got[0]["lo"] == -math.inf
+
+
+def test_having_expressions_and_joins():
+    session = _session()
+    session.register_window_function("spread", spread)
+    rows = [{"ts": t, "k": t % 2, "v": float(t * t)} for t in range(6)]
+    got = _rows(
+        session,
+        "SELECT k, spread(v) * 2 AS twice FROM s [RANGE 10 MICROSECONDS] GROUP BY k "
+        "HAVING spread(v) > 20",
+        rows,
+    )
+    assert got == [{"k": 1, "twice": 48.0}]  # k = 1: 1, 9, 25; k = 0: 0, 4, 16 (spread 16)
+    session.execute("CREATE STREAM t (ts TIMESTAMP, k BIGINT, w DOUBLE) WITH (event_time = 'ts')")
+    with pytest.raises(PlanError, match="holistic functions over joins: not yet.*spread"):
+        session.sql(
+            "SELECT a.k, spread(b.w) FROM s [RANGE 1 SECOND] AS a JOIN t [RANGE 1 SECOND] AS b "
+            "ON a.k = b.k GROUP BY a.k"
+        )
+
+
+def test_a_snapshot_restores_into_a_new_session_that_registers_the_function():
+    query_text = (
+        "SELECT k, trimmed_mean(v) AS t FROM s "
+        "[RANGE 4 MICROSECONDS SLIDE 2 MICROSECONDS] GROUP BY k"
+    )
+    schema = pa.schema(
+        [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64()), ("n", pa.int32())]
+        + [("v", pa.float64())]
+    )
+
+    def batch(rows):
+        return pa.RecordBatch.from_pylist(
+            [{"n": 0, "x": None, "k": 0, **row} for row in rows], schema=schema
+        )
+
+    first = [{"ts": t, "v": float(t)} for t in range(3)]
+    second = [{"ts": t, "v": float(10 * t)} for t in range(3, 7)]
+
+    def runner():
+        session = _session()
+        session.register_window_function("trimmed_mean", trimmed_mean)
+        return LocalQuery(session.sql(query_text).plan)
+
+    whole = runner()
+    expected = [
+        r
+        for out in whole.process(batch(first)) + whole.process(batch(second))
+        for r in out.to_pylist()
+    ]
+    expected += [r for out in whole.finish() for r in out.to_pylist()]
+    before = runner()
+    got = [r for out in before.process(batch(first)) for r in out.to_pylist()]
+    after = runner()  # another session, the function registered again
+    after.restore(before.snapshot())
+    got += [r for out in after.process(batch(second)) + after.finish() for r in out.to_pylist()]
+    assert got == expected and any(r["t"] is not None for r in got)
