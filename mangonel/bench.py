@@ -80,6 +80,27 @@ def holistic_shapes() -> list[Shape]:
     ]
 
 
+def trimmed_mean(values: np.ndarray) -> float:
+    """The benchmark's Python window function (issue 11): the mean of the window's sorted
+    values without the lowest and highest tenth. Registered by name in `run_engine`."""
+    n = values.shape[0]
+    k = n // 10
+    return values[k : n - k].mean()
+
+
+WINDOW_FUNCTIONS = {"trimmed_mean": trimmed_mean}
+
+
+def window_function_shapes() -> list[Shape]:
+    """A Python window function (trimmed mean) beside MEDIAN on the same input: w = 1 s,
+    s = 10 ms, 1000 keys, in order; and tumbling (s = 1 s)."""
+    return [
+        Shape(1_000_000, slide, 1000, aggregate, 0)
+        for slide in (10_000, 1_000_000)
+        for aggregate in ("trimmed_mean", "MEDIAN")
+    ]
+
+
 @dataclass
 class Result:
     shape: str
@@ -125,6 +146,8 @@ def run_engine(shape: Shape, batches: list, backend: str) -> tuple[float, int]:
     session.create_stream(
         "events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=shape.delay_us
     )
+    if shape.aggregate in WINDOW_FUNCTIONS:
+        session.register_window_function(shape.aggregate, WINDOW_FUNCTIONS[shape.aggregate])
     query = session.sql(shape.query())
     query.run(batches[:1])  # warm-up: JIT compilation stays out of the timing
     started = time.perf_counter()
@@ -201,6 +224,8 @@ def _spark_peer(arguments: argparse.Namespace):  # noqa: ANN202
     def peer(shape: Shape) -> float | None:
         if shape.slide_us < 10_000:
             return None  # 10,000 windows per row: Spark's Expand would run for hours
+        if shape.aggregate in WINDOW_FUNCTIONS:
+            return None  # no Spark twin of a mangonel Python window function
         batches = make_batches(
             shape, arguments.peer_tuples, arguments.rate, arguments.batch_size, arguments.seed
         )
@@ -244,6 +269,8 @@ def _selected(arguments: argparse.Namespace) -> list[Shape]:
         shapes = load_shapes(arguments.config)
     elif getattr(arguments, "holistic", False):
         shapes = holistic_shapes()
+    elif getattr(arguments, "window_function", False):
+        shapes = window_function_shapes()
     else:
         shapes = default_shapes()
     if arguments.quick:
@@ -301,6 +328,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--holistic",
         action="store_true",
         help="the holistic shapes (issue 11): MEDIAN beside SUM, w = 1 s, 1000 keys",
+    )
+    parser.add_argument(
+        "--window-function",
+        action="store_true",
+        help="a Python window function (trimmed mean) beside MEDIAN, w = 1 s, 1000 keys",
     )
     parser.add_argument(
         "--join",

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from mangonel.compiler import physical
 from mangonel.compiler.statements import PlannedQuery, QueryOptions, StatementRunner
+from mangonel.runtime.cpu.python_window import compile_window_function
 from mangonel.runtime.gpu.probe import gpu_status
 
 
@@ -79,6 +80,7 @@ class Session(StatementRunner):
             gpu_join=gpu_join,
             join_factorised=join_factorised,
             gpu_probe=gpu_status,
+            compile_window_function=compile_window_function,
         )
 
     def _query(self, text: str, plan: physical.ProjectExec, logical: Any) -> Query:

@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from fuzz_cases import Case, draw_case, without
@@ -70,6 +71,8 @@ class Scenario:
     batches: list[list[dict]]
     snapshot_before: tuple[int, ...] = ()
     windows_per_batch: int | None = None
+    # Python window functions the engine's session registers: (name, function, returns)
+    window_functions: tuple[tuple[str, Any, str], ...] = ()
 
     @classmethod
     def from_case(cls, case: Case) -> Scenario:
@@ -132,6 +135,8 @@ def _engine_steps(scenario: Scenario, backend: str):
 
     session = mangonel.Session(backend=backend, windows_per_batch=scenario.windows_per_batch)
     session.execute(scenario.ddl)
+    for name, function, returns in scenario.window_functions:
+        session.register_window_function(name, function, returns=returns)
     query = session.sql(scenario.query)
     runner = LocalQuery(query.plan)
     for position in range(len(scenario.batches) + 1):

@@ -49,11 +49,31 @@ AGGREGATE_FUNCTIONS = (
     "percentile",
     "percentile_disc",
     "count_distinct",
+    "python",
 )
 # Holistic aggregates: functions of the window's sorted values. Percentiles are named with
 # their fraction, "percentile_cont:0.9" (MEDIAN is percentile_cont at 0.5).
 HOLISTIC_AGGREGATES = ("median", "percentile_cont", "percentile", "percentile_disc")
 BOOLEAN_AGGREGATES = ("bool_and", "bool_or")
+# User window functions written in Python, named "python:<name>": applied to the window's
+# non-NULL values in Spark's order (a list) and whether the argument is integral; the test
+# that registers one (`register_python_function`) wraps the user's function, which takes a
+# NumPy array, so this module imports no NumPy. A window without values is NULL, uncalled.
+PYTHON_FUNCTIONS: dict[str, tuple[Callable[[list, bool], Any], str]] = {}
+
+
+def register_python_function(name: str, function: Callable[[list, bool], Any], result: str) -> None:
+    PYTHON_FUNCTIONS[name] = (function, result)
+
+
+def _python(function: str, present: list, integral: bool) -> Any:
+    if not present:
+        return None
+    python, result = PYTHON_FUNCTIONS[function.split(":", 1)[1]]
+    value = python(_spark_sorted(present), integral)
+    return float(value) if result == "double" else int(value)
+
+
 # Relative error allowed for floating results, on top of an absolute bound the oracle derives
 # from the magnitude of what was summed (the engine sums in another order than math.fsum).
 REL_TOL = 1e-9
@@ -121,6 +141,8 @@ def function_name(function: str) -> str:
 
 
 def aggregate_type(function: str, argument_type: str | None) -> str:
+    if function_name(function) == "python":
+        return PYTHON_FUNCTIONS[function.split(":", 1)[1]][1]
     function = function_name(function)
     if function == "count_distinct":
         return "bigint"
@@ -412,6 +434,8 @@ def aggregate_value(function: str, values: list, rows: int, integral: bool) -> t
     if function == "count_star":
         return rows, 0.0
     present = [v for v in values if v is not None]
+    if function_name(function) == "python":
+        return _python(function, present, integral), 0.0
     if function_name(function) in (*HOLISTIC_AGGREGATES, "count_distinct"):
         return _holistic(function, present), 0.0
     if function == "count":

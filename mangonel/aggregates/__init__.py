@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from mangonel.aggregates import builtin as builtin  # registers the built-in definitions
 from mangonel.aggregates import holistic as holistic  # MEDIAN, PERCENTILE_*, COUNT DISTINCT
+from mangonel.aggregates import python as python  # user window functions written in Python
 from mangonel.aggregates import sketches as sketches  # declares the sketch state kinds
 from mangonel.aggregates.functions import (
     Aggregate,

@@ -39,7 +39,8 @@ class Holistic:
     """How a holistic aggregate reads the sorted non-NULL values of its window.
 
     evaluation: "percentile_cont" (linear interpolation at p * (n - 1)), "percentile_disc"
-    (sorted[max(ceil(p * n) - 1, 0)]) or "count_distinct". fraction: p when the function
+    (sorted[max(ceil(p * n) - 1, 0)]), "count_distinct", or "python" (a user's Python
+    window function over the sorted values, `aggregates.python`). fraction: p when the function
     fixes it (MEDIAN: 0.5); None when the call gives it (PERCENTILE_CONT(p), PERCENTILE(x, p))
     or it has none (COUNT DISTINCT)."""
 
@@ -48,7 +49,7 @@ class Holistic:
 
     @property
     def takes_fraction(self) -> bool:
-        return self.evaluation != "count_distinct" and self.fraction is None
+        return self.evaluation.startswith("percentile") and self.fraction is None
 
 
 @dataclass(frozen=True)

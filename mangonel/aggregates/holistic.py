@@ -95,7 +95,7 @@ def _bigint(argument: SqlType | None) -> SqlType | None:
     return SqlType.BIGINT if argument is not None and argument.is_numeric else None
 
 
-def _finalize_selected(xp, count, value, result_type):
+def finalize_selected(xp, count, value, result_type):
     """The value the holistic evaluation selected; NULL over no non-NULL value."""
     empty = count == 0
     if not bool(empty.any()):
@@ -107,7 +107,7 @@ def _finalize_distinct(xp, count, value, result_type):
     return value[0], None  # 0 for a window without a non-NULL value
 
 
-_VALUES = StateUse(VALUES, lambda argument: argument)  # decoded by the argument's type
+VALUES_USE = StateUse(VALUES, lambda argument: argument)  # decoded by the argument's type
 
 register_aggregate(
     Aggregate(
@@ -117,8 +117,8 @@ register_aggregate(
         sqlglot_classes=(exp.Median,),
         result_type=_numeric_double,
         accepts="numeric",
-        state=_VALUES,
-        finalize=_finalize_selected,
+        state=VALUES_USE,
+        finalize=finalize_selected,
         spark_name="median",
         holistic=Holistic("percentile_cont", 0.5),
     )
@@ -131,8 +131,8 @@ register_aggregate(
         sqlglot_classes=(exp.PercentileCont,),
         result_type=_numeric_double,
         accepts="numeric",
-        state=_VALUES,
-        finalize=_finalize_selected,
+        state=VALUES_USE,
+        finalize=finalize_selected,
         spark_name="percentile_cont",
         holistic=Holistic("percentile_cont"),
     )
@@ -145,8 +145,8 @@ register_aggregate(
         sqlglot_classes=(exp.Quantile,),
         result_type=_numeric_double,
         accepts="numeric",
-        state=_VALUES,
-        finalize=_finalize_selected,
+        state=VALUES_USE,
+        finalize=finalize_selected,
         spark_name="percentile",
         parse_names=("PERCENTILE",),  # sqlglot's default dialect reads it as a plain call
         holistic=Holistic("percentile_cont"),
@@ -160,8 +160,8 @@ register_aggregate(
         sqlglot_classes=(exp.PercentileDisc,),
         result_type=_numeric_same,
         accepts="numeric",
-        state=_VALUES,
-        finalize=_finalize_selected,
+        state=VALUES_USE,
+        finalize=finalize_selected,
         spark_name="percentile_disc",
         holistic=Holistic("percentile_disc"),
     )
@@ -174,7 +174,7 @@ register_aggregate(
         sqlglot_classes=(),
         result_type=_bigint,
         accepts="numeric",
-        state=_VALUES,
+        state=VALUES_USE,
         finalize=_finalize_distinct,
         spark_name="count",
         spark=lambda argument, result_type: f"count(DISTINCT {argument})",

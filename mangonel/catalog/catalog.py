@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -85,6 +86,9 @@ class Table:
 class Catalog:
     streams: dict[str, Stream] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
+    # user window functions written in Python, by lower-case name: `aggregates.python`'s
+    # WindowFunction (this layer sits below aggregates, so it only holds them)
+    window_functions: dict[str, Any] = field(default_factory=dict)
 
     def _taken(self, name: str) -> bool:
         return name.lower() in self.streams or name.lower() in self.tables

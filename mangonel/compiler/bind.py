@@ -528,11 +528,13 @@ class _Binder:
         """Resolve a per-tuple expression (WHERE, GROUP BY, aggregate arguments)."""
 
         def visit(node: exp.Expression) -> exp.Expression | None:
-            _check_function(node)
+            python = self._python_function(node) is not None
+            if not python:
+                _check_function(node)
             timestamp = _utc_timestamp_literal(node)
             if timestamp is not None:
                 return timestamp
-            if isinstance(node, exp.AggFunc):
+            if isinstance(node, exp.AggFunc) or python:
                 if clause == "aggregate":
                     raise _error(
                         "nested aggregates are not supported",
@@ -540,8 +542,9 @@ class _Binder:
                         "an aggregate's argument is a per-tuple expression; aggregate "
                         "once, and combine aggregates around them: SUM(x) / COUNT(x)",
                     )
+                name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
                 raise _error(
-                    f"aggregate {node.sql_name()} in {clause}",
+                    f"aggregate {name} in {clause}",
                     node,
                     _AGGREGATE_IN_CLAUSE_HINTS.get(clause, "GROUP BY takes columns of the stream"),
                 )
@@ -623,14 +626,18 @@ class _Binder:
     def _aggregate(self, node: exp.Expression) -> AggregateRef:
         """Register one aggregate call (sharing identical ones) and refer to it."""
         call = node.this if isinstance(node, exp.WithinGroup) else node
-        function = AGGREGATE_FUNCTIONS.get(type(call))
+        python = self._python_function(call)
+        function = (
+            AGGREGATE_FUNCTIONS.get(type(call)) if python is None else AggregateFunction.PYTHON
+        )
         if function is None:
             raise _error(
                 f"aggregate {call.sql_name()} is not supported",
                 call,
                 AGGREGATES_HINT,
             )
-        from mangonel.compiler.bind_calls import call_shape  # it reads this module's errors
+        # bind_calls reads this module's errors
+        from mangonel.compiler.bind_calls import call_shape, python_argument_error
 
         argument, function, fraction = call_shape(node, call, function)
         resolved_argument: exp.Expression | None
@@ -646,8 +653,12 @@ class _Binder:
         try:
             result_type = aggregate_result_type(function, argument_type, node=node)
         except ExpressionError as error:
+            if python is not None:
+                raise python_argument_error(python, argument_type, node) from None
             raise _from_expression_error(error, node) from None
-        aggregate = lg.Aggregate(function, resolved_argument, result_type, fraction)
+        if python is not None:
+            result_type = python.returns
+        aggregate = lg.Aggregate(function, resolved_argument, result_type, fraction, python)
         if aggregate in self.aggregates:
             index = self.aggregates.index(aggregate)
         else:
@@ -660,12 +671,20 @@ class _Binder:
         reference.meta["sql"] = display_sql(node)
         return reference
 
+    def _python_function(self, node: exp.Expression):  # noqa: ANN202 - WindowFunction | None
+        """The session's Python window function a call names (None: not one)."""
+        if not isinstance(node, exp.Anonymous):
+            return None
+        return self.catalog.window_functions.get(node.name.lower())
+
     def _windowed(self, expression: exp.Expression, clause: str) -> exp.Expression:
         """Resolve a per-window expression (SELECT item, HAVING): aggregates become
         AggregateRefs; bare columns must be GROUP BY keys."""
         key_names = {key.name for key in self.keys}
 
         def visit(node: exp.Expression) -> exp.Expression | None:
+            if self._python_function(node) is not None:
+                return self._aggregate(node)
             _check_function(node)
             timestamp = _utc_timestamp_literal(node)
             if timestamp is not None:

@@ -1,11 +1,14 @@
 """The shapes of aggregate calls the binder reads beyond `F(x)`: COUNT(DISTINCT x),
 PERCENTILE(x, p) and the ordered-set form PERCENTILE_CONT(p) / PERCENTILE_DISC(p) WITHIN GROUP
-(ORDER BY x) of the holistic aggregates (`aggregates.holistic`), with their errors."""
+(ORDER BY x) of the holistic aggregates (`aggregates.holistic`), and calls of the session's
+Python window functions (`aggregates.python`), with their errors."""
 
 from __future__ import annotations
 
 from sqlglot import exp
 
+from mangonel.aggregates.python import WindowFunction
+from mangonel.catalog.types import SqlType
 from mangonel.compiler.bind import AGGREGATES_HINT, _error
 from mangonel.compiler.logical import AggregateFunction
 
@@ -18,6 +21,8 @@ def call_shape(
     PERCENTILE_CONT(p) / PERCENTILE_DISC(p) WITHIN GROUP (ORDER BY x)."""
     holistic = function.definition.holistic
     name = function.value
+    if function is AggregateFunction.PYTHON:
+        return _python_call_argument(node, call), function, None
     if isinstance(node, exp.WithinGroup):
         if holistic is None or not holistic.takes_fraction or isinstance(call, exp.Quantile):
             raise _error(
@@ -86,3 +91,33 @@ def fraction(node: exp.Expression | None, name: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise _error(f"{name}'s percentage must lie between 0 and 1, got {value:g}", node, hint)
     return value
+
+
+def _python_call_argument(node: exp.Expression, call: exp.Expression) -> exp.Expression:
+    """The one argument of a Python window function's call `name(x)`."""
+    name = call.name
+    if isinstance(node, exp.WithinGroup):
+        raise _error(
+            f"Python window function {name} does not take WITHIN GROUP",
+            node,
+            f"call it as {name}(x): it gets the window's values sorted ascending",
+        )
+    arguments = call.expressions
+    if len(arguments) != 1 or isinstance(arguments[0], (exp.Distinct, exp.Star)):
+        raise _error(
+            f"Python window function {name} takes one argument",
+            call,
+            f"{name}(x): x a numeric expression of the stream's columns",
+        )
+    return arguments[0]
+
+
+def python_argument_error(
+    function: WindowFunction, argument_type: SqlType | None, node: exp.Expression
+) -> Exception:
+    """The error for a Python window function called over a non-numeric argument."""
+    return _error(
+        f"Python window function {function.name} cannot take a {argument_type} argument",
+        node,
+        "its argument is numeric (INT, BIGINT, FLOAT, DOUBLE): it gets a NumPy array of them",
+    )

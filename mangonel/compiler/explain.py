@@ -58,6 +58,8 @@ def _aggregate(aggregate: ph.AggregatePlan) -> str:
     holistic = aggregate.function.definition.holistic
     if holistic is not None and holistic.evaluation == "count_distinct":
         call = f"COUNT(DISTINCT {argument})"
+    elif aggregate.python is not None:
+        call = f"{aggregate.python.name}({argument}) [python]"
     elif holistic is not None and holistic.takes_fraction:
         call = f"{aggregate.function.value}({argument}, {aggregate.fraction:g})"
     reads = (

@@ -37,6 +37,18 @@ COUNT_HOLISTIC_ON_CPU = (
     "which have no GPU lift yet"
 )
 SPARK_HOLISTIC = "holistic functions inside Spark: not yet"
+SPARK_PYTHON = "Python window functions inside Spark: not yet (the standalone Session runs them)"
+
+
+def python_on_cpu(names: Sequence[str]) -> str:
+    """Why a GPU plan's holistic step with Python window functions runs on the CPU."""
+    listed = ", ".join(names)
+    return (
+        f"Python window function {listed}: compiled with numba for the CPU only "
+        "(no GPU evaluation kernel for Python window functions yet)"
+    )
+
+
 JOIN_HOLISTIC = "holistic functions over joins: not yet"
 
 

@@ -26,6 +26,7 @@ from mangonel.compiler.holistic import (
     JOIN_HOLISTIC,
     for_backend,
     holistic_plan,
+    python_on_cpu,
 )
 from mangonel.compiler.logical import (
     WindowKind,
@@ -182,7 +183,9 @@ def decompose(
         if definition.holistic is not None and definition.holistic.fraction is not None:
             fraction = definition.holistic.fraction  # MEDIAN
         plans.append(
-            AggregatePlan(function, argument, count, value, aggregate.result_type, fraction)
+            AggregatePlan(
+                function, argument, count, value, aggregate.result_type, fraction, aggregate.python
+            )
         )
     return tuple(table.fields), tuple(plans)
 
@@ -236,7 +239,11 @@ def plan(
         backend=backend,
         backend_reason=backend_reason,
         placements=window_placements(
-            aggregate.window, backend, backend_reason, holistic is not None
+            aggregate.window,
+            backend,
+            backend_reason,
+            holistic is not None,
+            tuple(a.python.name for a in aggregate_plans if a.python is not None),
         ),
         holistic=holistic,
     )
@@ -390,7 +397,7 @@ def plan_join(
     factorised = None
     if aggregate is not None:
         fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
-        holistic = [a.function.value for a in aggregate_plans if a.holistic]
+        holistic = [a.call_name for a in aggregate_plans if a.holistic]
         if holistic:
             raise PlanError(f"{JOIN_HOLISTIC} ({', '.join(holistic)})")
         if factorise:
@@ -418,6 +425,11 @@ def plan_join(
     return ProjectExec((top,), root.outputs, (place("project"),))  # type: ignore[arg-type]
 
 
+def python_names(node: WindowAggregateExec) -> tuple[str, ...]:
+    """The names of a window node's Python window functions, in aggregate order."""
+    return tuple(a.python.name for a in node.aggregates if a.python is not None)
+
+
 def default_windows_per_batch(panes_per_window: int, panes_per_slide: int) -> int:
     """Windows per tree update. A tree batch of n_w windows has n + (n_w - 1) * k leaves
     (n panes per window, k per slide), so building it costs about n / n_w + k leaves per
@@ -434,14 +446,20 @@ FINALIZE_ON_CPU = "the window values are finalized on the host after their devic
 
 
 def window_placements(
-    window: WindowSpec, backend: str, reason: str, holistic: bool = False
+    window: WindowSpec,
+    backend: str,
+    reason: str,
+    holistic: bool = False,
+    python_functions: tuple[str, ...] = (),
 ) -> tuple[Placement, ...]:
     """The steps of the window operator: lift, merge, tree, finalize (time windows); lift,
     tree, finalize (count windows: per-tuple partials, no pane merge); then `holistic` when
     the node has holistic aggregates: where the plan runs for time windows (the GPU's sort
     and selection kernels, `runtime.gpu.holistic`), on the CPU for count windows (a GPU
     plan's count window then runs every step there: its raw values are lifted with the
-    per-tuple partials)."""
+    per-tuple partials). `python_functions`: the names of the node's Python window
+    functions, which a GPU plan's holistic step names as its reason for running on the CPU
+    (no GPU evaluation of them yet)."""
     if window.kind is WindowKind.COUNT:
         steps = ("lift", "tree", "finalize")
     else:
@@ -452,6 +470,8 @@ def window_placements(
     for step in steps:
         if backend == "gpu" and holistic and window.kind is WindowKind.COUNT:
             placements.append(Placement(step, "cpu", COUNT_HOLISTIC_ON_CPU))
+        elif backend == "gpu" and step == "holistic" and python_functions:
+            placements.append(Placement(step, "cpu", python_on_cpu(python_functions)))
         elif backend == "gpu" and step == "tree" and window.kind is WindowKind.COUNT:
             placements.append(Placement(step, "cpu", COUNT_TREE_ON_CPU))
         elif backend == "gpu" and step == "finalize":
@@ -502,7 +522,9 @@ def with_backend(
     def rebuild(node: PhysicalNode) -> PhysicalNode:
         children = tuple(rebuild(child) for child in node.children)
         if isinstance(node, WindowAggregateExec):
-            placements = window_placements(node.window, backend, reason, node.holistic is not None)
+            placements = window_placements(
+                node.window, backend, reason, node.holistic is not None, python_names(node)
+            )
             return replace(
                 node,
                 children=children,

@@ -15,6 +15,7 @@ from typing import TypeVar
 from sqlglot import exp
 
 from mangonel.aggregates import StateKind
+from mangonel.aggregates.python import WindowFunction
 from mangonel.catalog.catalog import Column, Stream, Table
 from mangonel.catalog.types import SqlType
 from mangonel.compiler.holistic import (
@@ -55,6 +56,13 @@ class AggregatePlan:
     value_field: str | None  # the field of the function's `state`; None for COUNT
     result_type: SqlType
     fraction: float | None = None  # p of a percentile (holistic functions only)
+    python: WindowFunction | None = None  # the user's function of a PYTHON call
+
+    @property
+    def call_name(self) -> str:
+        """How EXPLAIN and errors name the function: a Python window function by the name
+        it was registered under, every other by its SQL name."""
+        return self.python.name if self.python is not None else self.function.value
 
     @property
     def holistic(self) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
+from mangonel.aggregates.python import WindowFunction
 from mangonel.catalog.catalog import (
     DUPLICATE_COLUMN_HINT,
     Catalog,
@@ -26,7 +27,7 @@ from mangonel.catalog.catalog import (
 )
 from mangonel.catalog.options import check_stream_options
 from mangonel.catalog.types import SqlType, type_from_arrow
-from mangonel.compiler import ddl, physical
+from mangonel.compiler import ddl, physical, window_functions
 from mangonel.compiler.backend import BACKENDS, choose_backend, needs_probe
 from mangonel.compiler.bind import bind
 from mangonel.compiler.explain import explain_json, explain_text
@@ -95,6 +96,7 @@ class StatementRunner:
         gpu_join: bool = True,
         join_factorised: bool = True,
         gpu_probe: Callable[[], tuple[bool, str]] | None = None,
+        compile_window_function: window_functions.Compile | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise BackendUnavailableError(
@@ -114,6 +116,7 @@ class StatementRunner:
         )
         self.catalog = Catalog()
         self.gpu_probe = gpu_probe
+        self.compile_window_function = compile_window_function
 
     # -- DDL -------------------------------------------------------------------------
 
@@ -208,6 +211,42 @@ class StatementRunner:
             }
         )
 
+    # -- Python window functions ------------------------------------------------------
+
+    def register_window_function(
+        self,
+        name: str,
+        function: Callable[..., Any],
+        *,
+        returns: str | SqlType = "DOUBLE",
+        replace: bool = False,
+    ) -> WindowFunction:
+        """Make `function` callable in SQL as the aggregate `name(x)`: a Python function of
+        one NumPy array (the window's non-NULL values of x, sorted ascending; float64 for a
+        floating x, int64 for an integer one) returning one number of type `returns`
+        (DOUBLE, FLOAT, BIGINT or INT). It is compiled with numba now (for float64 values)
+        and at planning (for the call's argument type); either raises an error naming the
+        function and numba's reason when it does not compile."""
+        return window_functions.register(
+            self.catalog, name, function, returns, replace, self.compile_window_function
+        )
+
+    def window_function(
+        self, name: str | None = None, *, returns: str | SqlType = "DOUBLE", replace: bool = False
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator form of `register_window_function` (the name defaults to the function's):
+
+        @session.window_function(returns="DOUBLE")
+        def trimmed_mean(values): ...
+        """
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            registered = name if name is not None else getattr(function, "__name__", None)
+            self.register_window_function(registered, function, returns=returns, replace=replace)  # type: ignore[arg-type]
+            return function
+
+        return register
+
     # -- queries ---------------------------------------------------------------------
 
     def sql(self, query: str) -> PlannedQuery | str:
@@ -232,6 +271,9 @@ class StatementRunner:
 
     def _plan(self, text: str, select: exp.Expression) -> PlannedQuery:
         bound = bind(select, self.catalog)
+        window_functions.check_calls(
+            bound.logical, bound.argument_types, self.compile_window_function
+        )
         probe = self.gpu_probe if needs_probe(self.backend) else None
         backend, reason = choose_backend(self.backend, probe() if probe is not None else None)
         plan = physical.plan(

@@ -10,7 +10,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler.holistic import HolisticPlan
 from mangonel.compiler.physical import LiftExec, StateField, field_dtype
 from mangonel.runtime.cpu import aggregate as agg
-from mangonel.runtime.cpu import holistic
+from mangonel.runtime.cpu import holistic, python_window
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
@@ -348,6 +348,13 @@ class CpuKernels:
     ):
         return holistic.holistic_select(
             values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
+        )
+
+    def python_window(
+        self, function, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating
+    ):
+        return python_window.evaluate_python(
+            function, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating
         )
 
     def pane_runs(self, base, starts, ends, columns, first_index, panes_per_row):

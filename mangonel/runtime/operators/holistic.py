@@ -1,7 +1,9 @@
-"""Holistic window functions (MEDIAN, PERCENTILE_*, COUNT DISTINCT) in the window operators.
+"""Holistic window functions (MEDIAN, PERCENTILE_*, COUNT DISTINCT, Python window functions)
+in the window operators.
 
 `evaluate` turns runs of order keys (per result row, ranges of one flat array) into each
-holistic aggregate's (non-NULL count, value) with the backend's `holistic_select` kernel;
+holistic aggregate's (non-NULL count, value) with the backend's `holistic_select` kernel
+(`python_window` for a Python window function);
 `results.finalize` reads them. Both window kinds use it:
 
 - count windows (`count_window.py`) keep the `values` fields with their per-tuple partials
@@ -50,6 +52,9 @@ def evaluate(
     runs `(run_start, run_end, row_first, row_runs)` into `values` (order keys)."""
     holistic = plan.function.definition.holistic
     assert holistic is not None
+    if plan.python is not None:  # the user's function over the sorted, decoded values
+        floating = value_field.type.is_floating
+        return kernels.python_window(plan.python, values, *runs, sorted_runs, floating)
     fraction = 0.0 if plan.fraction is None else plan.fraction
     n, lower, higher = kernels.holistic_select(
         values, *runs, holistic.evaluation, fraction, sorted_runs

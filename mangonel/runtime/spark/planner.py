@@ -22,7 +22,7 @@ from mangonel.compiler.explain import (
     format_duration,
     format_expression,
 )
-from mangonel.compiler.holistic import SPARK_HOLISTIC
+from mangonel.compiler.holistic import SPARK_HOLISTIC, SPARK_PYTHON
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import PlanError
 from mangonel.runtime.spark import native as native_module
@@ -85,7 +85,10 @@ def plan_spark(
     if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
         return plan_join(text, plan, partitions=partitions, buckets=buckets)
     window = ph.find(plan, ph.WindowAggregateExec)
-    holistic = [a.function.value for a in window.aggregates if a.holistic]
+    python = [a.call_name for a in window.aggregates if a.python is not None]
+    if python:
+        raise PlanError(f"{SPARK_PYTHON} ({', '.join(python)})")
+    holistic = [a.call_name for a in window.aggregates if a.holistic]
     if holistic:
         # stage 1 would ship each pane's raw values; neither stage does yet
         raise PlanError(f"{SPARK_HOLISTIC} ({', '.join(holistic)})")

@@ -1,0 +1,237 @@
+"""Python window functions (`aggregates.python`) compiled with numba for the CPU.
+
+`compile_window_function` compiles the user's function (`numba.njit`, nopython) for the
+argument's array type and checks what it returns against the declared type; the session
+calls it at registration (float64 values) and at planning (the call's argument type), so a
+function numba cannot compile is refused with its name and numba's reason before any data
+flows.
+
+`evaluate_python` runs it over windows: one compiled loop per function (numba specialises
+the driver on the function, a first-class dispatcher argument) walks a batch of result rows,
+copies each row's runs (its panes' sorted values, or a count window's run of tuples) into a
+scratch buffer, merges the sorted runs pairwise (a count window's one run, in event-time
+order, is sorted), and calls the function once on the window's values: no Python per
+window, one call per batch of windows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+from numba.core.registry import CPUDispatcher
+
+from mangonel.aggregates.python import WindowFunction
+from mangonel.catalog.types import SqlType
+from mangonel.errors import PlanError
+
+_ARRAY_TYPES = {
+    np.dtype(np.float64): numba.types.Array(numba.types.float64, 1, "C"),
+    np.dtype(np.int64): numba.types.Array(numba.types.int64, 1, "C"),
+}
+_DISPATCHERS: dict[Callable[..., Any], CPUDispatcher] = {}
+_LOCK = threading.Lock()
+
+
+def values_dtype(argument_type: SqlType) -> np.dtype:
+    """The dtype of the array a function gets for an argument of this type."""
+    return np.dtype(np.float64 if argument_type.is_floating else np.int64)
+
+
+def result_dtype(returns: SqlType) -> np.dtype:
+    return np.dtype(np.float64 if returns.is_floating else np.int64)
+
+
+def _dispatcher(function: Callable[..., Any]) -> CPUDispatcher:
+    """The nopython dispatcher of a user function (the function itself when it already is
+    one), made once per function."""
+    with _LOCK:
+        dispatcher = _DISPATCHERS.get(function)
+        if dispatcher is None:
+            if isinstance(function, CPUDispatcher):
+                dispatcher = function
+            else:
+                dispatcher = numba.njit(function)
+            _DISPATCHERS[function] = dispatcher
+        return dispatcher
+
+
+def compile_window_function(function: WindowFunction, argument_type: SqlType | None) -> None:
+    """Compile `function` for an array of `argument_type` values; raise PlanError naming
+    the function and numba's reason when it does not compile, or when its result does not
+    fit the declared type (a float where an integer type is declared). `argument_type`
+    None (registration, the argument unknown yet): it must compile for float64 or for int64
+    values; the error is float64's when neither does."""
+    if argument_type is not None:
+        problem = _compile_problem(function, values_dtype(argument_type))
+        if problem is not None:
+            raise problem
+        return
+    problems = [_compile_problem(function, np.dtype(d)) for d in (np.float64, np.int64)]
+    if all(problems):
+        raise problems[0]  # type: ignore[misc]
+
+
+def _compile_problem(function: WindowFunction, dtype: np.dtype) -> PlanError | None:
+    arguments = (_ARRAY_TYPES[dtype],)
+    try:
+        dispatcher = _dispatcher(function.function)
+        dispatcher.compile(arguments)
+    except Exception as error:  # numba's errors are many classes; all mean "cannot compile"
+        reason = " ".join(str(error).split())
+        if len(reason) > 600:
+            reason = reason[:597] + "..."
+        return PlanError(
+            f"Python window function {function.name!r} does not compile with numba for "
+            f"{dtype} values: {reason}",
+            hint="the function takes one NumPy array and returns one number, in numba's "
+            "nopython subset (NumPy calls, loops, no Python objects; helpers it calls are "
+            "numba.njit functions themselves)",
+        )
+    returned = dispatcher.overloads[arguments].signature.return_type
+    integer = isinstance(returned, (numba.types.Integer, numba.types.Boolean))
+    floating = isinstance(returned, numba.types.Float)
+    if not (integer or floating) or (floating and not function.returns.is_floating):
+        return PlanError(
+            f"Python window function {function.name!r} returns {returned} for {dtype} "
+            f"values, which does not fit returns={function.returns.value}",
+            hint="declare returns='DOUBLE' for a floating result, or return an integer",
+        )
+    return None
+
+
+@numba.njit
+def _merge_runs(window, other, bounds, count):
+    """Sort `window` made of `count` ascending runs (`bounds[i]:bounds[i + 1]`) by merging
+    neighbouring runs pairwise, ping-ponging with `other`: O(n log runs) with sequential
+    reads, instead of a sort of the whole window (O(n log n)). Returns the sorted buffer."""
+    source, target = window, other
+    while count > 1:
+        merged = 0
+        for first in range(0, count, 2):
+            lo = bounds[first]
+            if first + 1 == count:  # an odd run out: copied as it is
+                hi = bounds[first + 1]
+                target[lo:hi] = source[lo:hi]
+                bounds[merged] = lo
+                merged += 1
+                continue
+            mid, hi = bounds[first + 1], bounds[first + 2]
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if source[j] < source[i]:
+                    target[k] = source[j]
+                    j += 1
+                else:
+                    target[k] = source[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                target[k] = source[i]
+                i += 1
+                k += 1
+            while j < hi:
+                target[k] = source[j]
+                j += 1
+                k += 1
+            bounds[merged] = lo
+            merged += 1
+        bounds[merged] = bounds[count]
+        count = merged
+        source, target = target, source
+    return source
+
+
+@numba.njit
+def _totals(run_start, run_end, row_first, row_runs, n):
+    """Fill n (values per row); return the largest."""
+    largest = 0
+    for r in range(row_first.shape[0]):
+        total = 0
+        for j in range(row_first[r], row_first[r] + row_runs[r]):
+            total += run_end[j] - run_start[j]
+        n[r] = total
+        largest = max(largest, total)
+    return largest
+
+
+@numba.njit
+def _evaluate(
+    fn, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating, n, bits, view, out
+):
+    largest = bits.shape[0]
+    scratch = np.empty(largest, np.int64)
+    other = np.empty(largest, np.int64)
+    bounds = np.empty(np.max(row_runs) + 1, np.int64)
+    flip = np.int64(0x7FFFFFFFFFFFFFFF)
+    for r in range(row_first.shape[0]):
+        total = n[r]
+        if total == 0:
+            continue  # no non-NULL value: NULL, the function is not called
+        filled = 0
+        nonempty = 0
+        bounds[0] = 0
+        for j in range(row_first[r], row_first[r] + row_runs[r]):
+            if run_end[j] == run_start[j]:
+                continue
+            for i in range(run_start[j], run_end[j]):
+                scratch[filled] = keys[i]
+                filled += 1
+            nonempty += 1
+            bounds[nonempty] = filled
+        # sorted by order key: Spark's order of the values (NaN largest, -0.0 as 0.0)
+        window = scratch[:total]
+        if sorted_runs and nonempty > 1:
+            window = _merge_runs(scratch, other, bounds, nonempty)[:total]
+        elif not sorted_runs:
+            window.sort()  # a count window's run is in event-time order
+        # decoded into `bits`, which `view` reads as the argument's dtype; rewritten for
+        # the next row, so a function changing its argument in place changes nothing else
+        for i in range(total):
+            key = window[i]
+            bits[i] = (key ^ flip) if floating and key < 0 else key
+        out[r] = fn(view[:total])
+
+
+def evaluate_python(
+    function: WindowFunction,
+    keys: np.ndarray,
+    run_start: np.ndarray,
+    run_end: np.ndarray,
+    row_first: np.ndarray,
+    row_runs: np.ndarray,
+    sorted_runs: bool,
+    floating: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(n, result) per row: the function over each row's values (see the module
+    docstring). `keys` are order keys (`aggregates.holistic.order_keys`) of float64 values
+    when `floating`, else the int64 values themselves."""
+    rows = len(row_first)
+    n = np.zeros(rows, np.int64)
+    out = np.zeros(rows, result_dtype(function.returns))
+    if not rows:
+        return n, out
+    run_start = np.ascontiguousarray(run_start, np.int64)
+    run_end = np.ascontiguousarray(run_end, np.int64)
+    row_first = np.ascontiguousarray(row_first, np.int64)
+    row_runs = np.ascontiguousarray(row_runs, np.int64)
+    largest = _totals(run_start, run_end, row_first, row_runs, n)
+    bits = np.empty(largest, np.int64)
+    _evaluate(
+        _dispatcher(function.function),
+        np.ascontiguousarray(keys, np.int64),
+        run_start,
+        run_end,
+        row_first,
+        row_runs,
+        bool(sorted_runs),
+        bool(floating),
+        n,
+        bits,
+        bits.view(np.float64) if floating else bits,
+        out,
+    )
+    return n, out
