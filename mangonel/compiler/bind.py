@@ -632,7 +632,7 @@ class _Binder:
             )
         from mangonel.compiler.bind_calls import call_shape  # it reads this module's errors
 
-        argument, function, fraction = call_shape(node, call, function)
+        argument, function, fraction, parameter = call_shape(node, call, function)
         resolved_argument: exp.Expression | None
         if function is AggregateFunction.COUNT and (
             argument is None or isinstance(argument, exp.Star)
@@ -647,7 +647,7 @@ class _Binder:
             result_type = aggregate_result_type(function, argument_type, node=node)
         except ExpressionError as error:
             raise _from_expression_error(error, node) from None
-        aggregate = lg.Aggregate(function, resolved_argument, result_type, fraction)
+        aggregate = lg.Aggregate(function, resolved_argument, result_type, fraction, parameter)
         if aggregate in self.aggregates:
             index = self.aggregates.index(aggregate)
         else:

@@ -58,6 +58,13 @@ def _aggregate(aggregate: ph.AggregatePlan) -> str:
     holistic = aggregate.function.definition.holistic
     if holistic is not None and holistic.evaluation == "count_distinct":
         call = f"COUNT(DISTINCT {argument})"
+    elif holistic is not None and holistic.evaluation == "approx_count_distinct":
+        call = f"{aggregate.function.value}({argument}, {aggregate.parameter:g})"
+    elif holistic is not None and holistic.evaluation == "approx_percentile":
+        call = (
+            f"{aggregate.function.value}({argument}, {aggregate.fraction:g}, "
+            f"{aggregate.parameter:g})"
+        )
     elif holistic is not None and holistic.takes_fraction:
         call = f"{aggregate.function.value}({argument}, {aggregate.fraction:g})"
     reads = (
@@ -143,6 +150,12 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             *(
                 [Parameter("holistic", node.holistic.strategy, node.holistic.strategy)]
                 if node.holistic is not None
+                else []
+            ),
+            # approximate ones: each sketch and its parameters (HLL(p=9), GK(accuracy=...))
+            *(
+                [_list("sketches", list(node.holistic.sketches))]
+                if node.holistic is not None and node.holistic.sketches
                 else []
             ),
             Parameter("backend", node.backend, node.backend),

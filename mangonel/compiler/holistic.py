@@ -14,7 +14,17 @@ Strategies (EXPLAIN: `holistic=<strategy>`):
   first needs the pane; a window's result is a selection over the sorted runs of its panes
   (one run for tumbling windows: an index into it).
 - `tuple-runs` (count windows): the key's final tuples in event-time order are kept anyway;
-  a window is a contiguous run of them, and its result a selection over a copy of the run.
+  a window is a contiguous run of them, and its result a selection over a copy of the run
+  (the approximate functions build the window's sketch from the run in one pass).
+- `sketch-panes` (time windows, the approximate functions: APPROX_COUNT_DISTINCT,
+  APPROX_PERCENTILE): per (key, pane) one sketch (HLL++ registers, a GK summary), never the
+  raw values; a batch's rows are folded into their panes' sketches on arrival, and each
+  firing window merges the sketches of its panes (all windows of a firing in one merge call,
+  no tree: a window of k panes costs k register maxima / one k-way GK merge). A query with
+  both kinds prints `sorted-panes+sketch-panes`.
+
+`sketch_parameters` names each sketch's parameters for EXPLAIN (`HLL(p=9)`,
+`GK(accuracy=10000)`).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from mangonel.aggregates import sketches
 from mangonel.compiler.logical import WindowKind, WindowSpec
 
 if TYPE_CHECKING:  # physical imports this module
@@ -43,8 +54,9 @@ JOIN_HOLISTIC = "holistic functions over joins: not yet"
 class HolisticPlan:
     """How a window node evaluates its holistic aggregates (see the module docstring)."""
 
-    strategy: str  # "sorted-panes" or "tuple-runs"
+    strategy: str  # "sorted-panes", "sketch-panes", both joined by "+", or "tuple-runs"
     fields: tuple[str, ...]  # the `values` state fields the holistic aggregates read
+    sketches: tuple[str, ...] = ()  # per approximate aggregate: its sketch and parameters
 
 
 def holistic_plan(
@@ -54,8 +66,34 @@ def holistic_plan(
     if not any(a.holistic for a in aggregates):
         return None
     names = tuple(f.name for f in fields if f.kind.holistic)
-    strategy = "tuple-runs" if window.kind is WindowKind.COUNT else "sorted-panes"
-    return HolisticPlan(strategy, names)
+    holistic = [a for a in aggregates if a.holistic]
+    approximate = [a for a in holistic if a.function.definition.holistic.sketch]
+    if window.kind is WindowKind.COUNT:
+        strategy = "tuple-runs"
+    else:
+        parts = ["sorted-panes"] if len(approximate) < len(holistic) else []
+        strategy = "+".join(parts + (["sketch-panes"] if approximate else []))
+    return HolisticPlan(strategy, names, tuple(sketch_parameters(a) for a in approximate))
+
+
+def sketch_parameters(aggregate: AggregatePlan) -> str:
+    """`HLL(p=9)` or `GK(accuracy=10000)`: an approximate aggregate's sketch for EXPLAIN."""
+    if aggregate.function.definition.holistic.evaluation == "approx_count_distinct":
+        return f"HLL(p={hll_precision(aggregate)})"
+    return f"GK(accuracy={quantile_accuracy(aggregate)})"
+
+
+def hll_precision(aggregate: AggregatePlan) -> int:
+    """Index bits p of an APPROX_COUNT_DISTINCT call (from its rsd)."""
+    rsd = sketches.HLL_DEFAULT_RSD if aggregate.parameter is None else aggregate.parameter
+    return sketches.hll_precision(rsd)
+
+
+def quantile_accuracy(aggregate: AggregatePlan) -> int:
+    """The accuracy of an APPROX_PERCENTILE call (eps = 1 / accuracy)."""
+    if aggregate.parameter is None:
+        return sketches.QUANTILE_DEFAULT_ACCURACY
+    return int(aggregate.parameter)
 
 
 def incremental_part(node: WindowAggregateExec) -> WindowAggregateExec:

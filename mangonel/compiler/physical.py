@@ -182,7 +182,15 @@ def decompose(
         if definition.holistic is not None and definition.holistic.fraction is not None:
             fraction = definition.holistic.fraction  # MEDIAN
         plans.append(
-            AggregatePlan(function, argument, count, value, aggregate.result_type, fraction)
+            AggregatePlan(
+                function,
+                argument,
+                count,
+                value,
+                aggregate.result_type,
+                fraction,
+                aggregate.parameter,
+            )
         )
     return tuple(table.fields), tuple(plans)
 

@@ -55,6 +55,7 @@ class AggregatePlan:
     value_field: str | None  # the field of the function's `state`; None for COUNT
     result_type: SqlType
     fraction: float | None = None  # p of a percentile (holistic functions only)
+    parameter: float | None = None  # rsd / accuracy of a sketch (APPROX_* functions only)
 
     @property
     def holistic(self) -> bool:

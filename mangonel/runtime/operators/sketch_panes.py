@@ -1,0 +1,198 @@
+"""The approximate holistic functions (APPROX_COUNT_DISTINCT, APPROX_PERCENTILE) in the window
+operators: mergeable sketches instead of raw values (docs/sketches.md).
+
+- time windows (`SketchPanes`, used by `holistic.HolisticTimeWindows`, strategy
+  `sketch-panes`): per approximate aggregate and pane, one sketch per key slot. A batch's
+  kept rows (contributing, non-NULL, not late: the wrapped operator's rule) are built into
+  sketches for all the panes they hit in one kernel call, and unioned into the panes'
+  sketches (HLL: register max; GK: a merge). A firing window's answer merges the sketches of
+  its panes: all rows of a result batch in one merge call. A pane is freed with the raw
+  values' panes, once every window covering it has fired.
+- count windows (`run_answers`): a window is a run of its key's kept tuples (count windows
+  hold them for their per-tuple partials anyway); the window's sketch is built from the run.
+
+The sketch kernels are the backend's `kernels.sketches` (`runtime/cpu/sketch_windows.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mangonel.compiler.holistic import hll_precision
+from mangonel.compiler.physical import AggregatePlan, StateField
+
+# a build covers at most this many register bytes (panes x keys x 2^p): a batch that hits
+# very many panes is built in chunks of panes
+MAX_BUILD_BYTES = 1 << 26
+MAX_MEMBERS = 1 << 22  # (rows x panes per window) members per merge call
+
+
+def _parameter(plan: AggregatePlan) -> float:
+    assert plan.parameter is not None, "the binder sets every sketch parameter"
+    return plan.parameter
+
+
+def _register_bytes(plan: AggregatePlan) -> int:
+    """Bytes per cell a build allocates up front (HLL registers; GK grows with the data)."""
+    if plan.function.definition.holistic.evaluation != "approx_count_distinct":
+        return 64
+    return 1 << hll_precision(plan)
+
+
+class SketchPanes:
+    """Per approximate aggregate (its position in the node's aggregates), its panes'
+    sketch sets (cells: key slots)."""
+
+    def __init__(
+        self,
+        plans: dict[int, AggregatePlan],
+        fields: dict[str, StateField],
+        kernels: Any,  # noqa: ANN401 - the backend's kernels (`sketches`)
+    ) -> None:
+        self.plans = plans
+        self.fields = fields
+        self.sketches = kernels.sketches
+        self.panes: dict[int, dict[int, Any]] = {position: {} for position in plans}
+
+    def fields_read(self) -> set[str]:
+        return {plan.value_field for plan in self.plans.values() if plan.value_field}
+
+    def add(
+        self,
+        name: str,
+        row_panes: np.ndarray,
+        slots: np.ndarray,
+        keys: np.ndarray,
+        bounds: tuple[np.ndarray, np.ndarray],
+        n_slots: int,
+    ) -> None:
+        """Fold rows (sorted by pane; `bounds` = (starts, ends) of each pane's rows) of the
+        `values` field `name` into the sketches of every aggregate that reads it."""
+        starts, ends = bounds
+        for position, plan in self.plans.items():
+            if plan.value_field != name:
+                continue
+            evaluation = plan.function.definition.holistic.evaluation
+            argument = self.fields[name].type
+            store = self.panes[position]
+            chunk = max(1, MAX_BUILD_BYTES // max(1, n_slots * _register_bytes(plan)))
+            for first in range(0, len(starts), chunk):
+                last = min(first + chunk, len(starts))
+                lo, hi = int(starts[first]), int(ends[last - 1])
+                group = np.repeat(
+                    np.arange(last - first, dtype=np.int64), ends[first:last] - starts[first:last]
+                )
+                built = self.sketches.build(
+                    evaluation,
+                    group * n_slots + slots[lo:hi],
+                    (last - first) * n_slots,
+                    keys[lo:hi],
+                    argument,
+                    _parameter(plan),
+                )
+                for index in range(last - first):
+                    pane = int(row_panes[starts[first + index]])
+                    part = self.sketches.cell_range(built, index * n_slots, (index + 1) * n_slots)
+                    old = store.get(pane)
+                    store[pane] = part if old is None else self.sketches.union(old, part)
+
+    def answer(
+        self, position: int, slots: np.ndarray, first_panes: np.ndarray, panes_per_window: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(non-NULL count, result) per row: the merge of the sketches of the row's key over
+        the `panes_per_window` panes from `first_panes[row]`."""
+        plan = self.plans[position]
+        store = self.panes[position]
+        rows = len(slots)
+        counts, results = [], []
+        chunk = max(1, MAX_MEMBERS // panes_per_window)
+        for begin in range(0, max(rows, 1), chunk):
+            part_slots = slots[begin : begin + chunk]
+            part_panes = first_panes[begin : begin + chunk]
+            n, value = self._answer(plan, store, part_slots, part_panes, panes_per_window)
+            counts.append(n)
+            results.append(value)
+        return np.concatenate(counts), np.concatenate(results)
+
+    def _answer(self, plan, store, slots, first_panes, pw):  # noqa: ANN001, ANN202
+        evaluation = plan.function.definition.holistic.evaluation
+        sets: list[Any] = []
+        if len(slots):
+            low = int(first_panes.min())
+            span = int(first_panes.max()) - low + pw
+            base = np.zeros(span, np.int64)
+            cells = np.zeros(span, np.int64)  # 0: the pane holds no sketch (no row kept)
+            total = 0
+            for index in range(span):
+                pane = store.get(low + index)
+                if pane is None:
+                    continue
+                base[index], cells[index] = total, pane.cells
+                total += pane.cells
+                sets.append(pane)
+            covered = (first_panes - low)[:, None] + np.arange(pw, dtype=np.int64)
+            present = cells[covered] > slots[:, None]  # keys first seen later: empty there
+            members = (base[covered] + slots[:, None])[present]
+            offsets = np.concatenate(([0], np.cumsum(present.sum(axis=1))))
+        else:
+            members, offsets = np.empty(0, np.int64), np.zeros(1, np.int64)
+        if not sets:  # no pane holds a sketch: every row is over no value
+            sets = [self.sketches.empty(evaluation, _parameter(plan))]
+            members = np.empty(0, np.int64)
+            offsets = np.zeros(len(slots) + 1, np.int64)
+        merged = self.sketches.merge(sets, members, offsets)
+        return self.sketches.answer(merged, plan.fraction)
+
+    def free(self, before: int, panes_per_slide: int) -> None:
+        """Drop the panes no window from `before` on covers."""
+        for store in self.panes.values():
+            for pane in [q for q in store if q // panes_per_slide < before]:
+                del store[pane]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for store in self.panes.values() for s in store.values())
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Snapshot arrays: per aggregate its pane ids, and each pane's sketch bytes."""
+        arrays = {}
+        for position, store in self.panes.items():
+            arrays[f"sketch.{position}.panes"] = np.asarray(list(store), np.int64)
+            for pane, sketch in store.items():
+                blob = self.sketches.to_bytes(sketch)
+                arrays[f"sketch.{position}.{pane}"] = np.frombuffer(blob, np.uint8)
+        return arrays
+
+    def restore(self, arrays: dict[str, np.ndarray]) -> None:
+        for position, plan in self.plans.items():
+            evaluation = plan.function.definition.holistic.evaluation
+            store = {}
+            for pane in arrays[f"sketch.{position}.panes"].tolist():
+                blob = arrays[f"sketch.{position}.{pane}"].tobytes()
+                store[int(pane)] = self.sketches.from_bytes(evaluation, blob)
+            self.panes[position] = store
+
+
+def run_answers(
+    kernels: Any,  # noqa: ANN401 - the backend's kernels (`sketches`)
+    plan: AggregatePlan,
+    value_field: StateField,
+    values: np.ndarray,
+    run_start: np.ndarray,
+    run_end: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(non-NULL count, result) per row of an approximate aggregate over one run of order
+    keys `values[run_start[r]:run_end[r]]` per row (count windows): each row's sketch is
+    built from its run in one build call."""
+    rows = len(run_start)
+    lengths = (run_end - run_start).astype(np.int64)
+    cells = np.repeat(np.arange(rows, dtype=np.int64), lengths)
+    first = np.concatenate(([0], np.cumsum(lengths)[:-1])) if rows else np.empty(0, np.int64)
+    gather = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(run_start - first, lengths)
+    evaluation = plan.function.definition.holistic.evaluation
+    built = kernels.sketches.build(
+        evaluation, cells, rows, values[gather], value_field.type, _parameter(plan)
+    )
+    return kernels.sketches.answer(built, plan.fraction)
