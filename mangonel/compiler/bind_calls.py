@@ -101,29 +101,29 @@ def approximate_shape(call: exp.Expression, function: AggregateFunction) -> Shap
     given = call.args.get("accuracy")
     if isinstance(call, exp.ApproxDistinct):
         hint = "rsd is a numeric literal, e.g. APPROX_COUNT_DISTINCT(x, 0.01)"
-        rsd = sketches.HLL_DEFAULT_RSD if given is None else _number(given, name, hint)
+        rsd = sketches.HLL_DEFAULT_RSD if given is None else _number(given, f"{name}'s rsd", hint)
         _checked(lambda: sketches.hll_precision(rsd), given, hint)
         return call.this, function, None, rsd
     hint = "accuracy is a positive integer literal, e.g. APPROX_PERCENTILE(x, 0.5, 1000)"
     accuracy: float = sketches.QUANTILE_DEFAULT_ACCURACY
     if given is not None:
-        accuracy = _number(given, name, hint)
+        accuracy = _number(given, f"{name}'s accuracy", hint)
         if accuracy != int(accuracy) or (isinstance(given, exp.Literal) and "." in given.this):
             raise _error(f"{name}'s accuracy must be an integer, got {given.sql()}", given, hint)
         _checked(lambda: sketches.quantile_relative_error(int(accuracy)), given, hint)
     return call.this, function, fraction(call.args.get("quantile"), name), accuracy
 
 
-def _number(node: exp.Expression, name: str, hint: str) -> float:
+def _number(node: exp.Expression, what: str, hint: str) -> float:
     literal, sign = node, 1.0
     if isinstance(literal, exp.Neg):
         literal, sign = literal.this, -1.0
     if not isinstance(literal, exp.Literal) or literal.is_string:
-        raise _error(f"{name} takes a numeric literal here", node, hint)
+        raise _error(f"{what} must be a numeric literal", node, hint)
     try:
         return sign * float(literal.this)
     except ValueError:
-        raise _error(f"{name} takes a numeric literal here", node, hint) from None
+        raise _error(f"{what} must be a numeric literal", node, hint) from None
 
 
 def _checked(check, node: exp.Expression | None, hint: str) -> None:  # noqa: ANN001
