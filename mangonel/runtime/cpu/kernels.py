@@ -348,7 +348,7 @@ class CpuKernels:
     def sort_pane(self, slots, keys, n_slots):
         return holistic.sort_pane(slots, keys, n_slots)
 
-    # the approximate functions' sketches: build, cell_range, union, merge, empty, answer,
+    # the approximate functions' sketches: build, cell_range, merge, empty, answer,
     # to_bytes, from_bytes (`runtime/cpu/sketch_windows.py`)
     sketches = sketch_windows
 

@@ -1,11 +1,10 @@
 """The sketches of APPROX_COUNT_DISTINCT and APPROX_PERCENTILE as the window operators use
 them (`runtime/operators/sketch_panes.py`): a set of sketches, one per cell (a key of a pane,
-or a count window), built from a batch's order keys, sliced per pane, unioned cell by cell
-when a pane receives more rows, merged in groups (a window from its panes) and answered.
+or a count window), built from a batch's order keys, sliced per pane, merged in groups (a
+pane's sketches with a new batch's, a window from its panes) and answered.
 
 A set is either `HllSketches` (p and uint8 registers [cells, 2^p], `sketch_hll`) or
-`sketch_quantile.QuantileSketches` (GK summaries); both say how many cells they hold, and a
-cell past the end of a set is an empty sketch (keys first seen after the set was built).
+`sketch_quantile.QuantileSketches` (GK summaries); both say how many cells they hold.
 """
 
 from __future__ import annotations
@@ -82,24 +81,6 @@ def cell_range(sketches: Sketches, start: int, stop: int) -> Sketches:
         s.g[lo:hi].copy(),
         s.delta[lo:hi].copy(),
     )
-
-
-def union(old: Sketches, new: Sketches) -> Sketches:
-    """Cell by cell the sketch of both sets' values (a pane's sketch and a batch's rows of
-    the same pane); the result has the cells of the larger set."""
-    cells = max(old.cells, new.cells)
-    if isinstance(old, HllSketches):
-        assert isinstance(new, HllSketches)
-        registers = np.zeros((cells, old.registers.shape[1]), np.uint8)
-        registers[: old.cells] = old.registers
-        np.maximum(registers[: new.cells], new.registers, out=registers[: new.cells])
-        return HllSketches(old.p, registers)
-    assert isinstance(new, QuantileSketches)
-    cell = np.arange(cells, dtype=np.int64)
-    present = np.stack([cell < old.cells, cell < new.cells], axis=1)
-    members = np.stack([cell, old.cells + cell], axis=1)[present]  # per cell: old, then new
-    offsets = np.concatenate(([0], np.cumsum(present.sum(axis=1))))
-    return sketch_quantile.merge_groups(sketch_quantile.concat(old, new), members, offsets)
 
 
 def merge(sets: list[Sketches], members: np.ndarray, offsets: np.ndarray) -> Sketches:

@@ -189,7 +189,6 @@ class HolisticTimeWindows:
                 slots[rows],
                 values[rows],
                 (starts, ends),
-                self.keys.n_slots,
             )
             if value_field.name not in self.raw_fields:
                 continue

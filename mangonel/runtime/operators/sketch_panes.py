@@ -2,10 +2,11 @@
 operators: mergeable sketches instead of raw values (docs/sketches.md).
 
 - time windows (`SketchPanes`, used by `holistic.HolisticTimeWindows`, strategy
-  `sketch-panes`): per approximate aggregate and pane, one sketch per key slot. A batch's
-  kept rows (contributing, non-NULL, not late: the wrapped operator's rule) are built into
-  sketches for all the panes they hit in one kernel call, and unioned into the panes'
-  sketches (HLL: register max; GK: a merge). A firing window's answer merges the sketches of
+  `sketch-panes`): per approximate aggregate and pane, one sketch per key present in the
+  pane (the pane's sorted key slots beside them: memory grows with the (key, pane) cells
+  that hold values, not with keys x panes). A batch's kept rows (contributing, non-NULL,
+  not late: the wrapped operator's rule) are built into sketches for all the panes they hit
+  in one kernel call, and merged into the panes' sketches (HLL: register max; GK: a merge). A firing window's answer merges the sketches of
   its panes: all rows of a result batch in one merge call. A pane is freed with the raw
   values' panes, once every window covering it has fired.
 - count windows (`run_answers`): a window is a run of its key's kept tuples (count windows
@@ -23,8 +24,8 @@ import numpy as np
 from mangonel.compiler.holistic import hll_precision
 from mangonel.compiler.physical import AggregatePlan, StateField
 
-# a build covers at most this many register bytes (panes x keys x 2^p): a batch that hits
-# very many panes is built in chunks of panes
+# a build covers at most about this many register bytes ((pane, key) cells x 2^p): a batch
+# that hits very many cells is built in chunks of panes
 MAX_BUILD_BYTES = 1 << 26
 MAX_MEMBERS = 1 << 22  # (rows x panes per window) members per merge call
 
@@ -42,8 +43,8 @@ def _register_bytes(plan: AggregatePlan) -> int:
 
 
 class SketchPanes:
-    """Per approximate aggregate (its position in the node's aggregates), its panes'
-    sketch sets (cells: key slots)."""
+    """Per approximate aggregate (its position in the node's aggregates), per pane the
+    sorted key slots present in it and their sketches (cell i: key slots[i])."""
 
     def __init__(
         self,
@@ -54,10 +55,7 @@ class SketchPanes:
         self.plans = plans
         self.fields = fields
         self.sketches = kernels.sketches
-        self.panes: dict[int, dict[int, Any]] = {position: {} for position in plans}
-
-    def fields_read(self) -> set[str]:
-        return {plan.value_field for plan in self.plans.values() if plan.value_field}
+        self.panes: dict[int, dict[int, tuple[np.ndarray, Any]]] = {p: {} for p in plans}
 
     def add(
         self,
@@ -66,10 +64,11 @@ class SketchPanes:
         slots: np.ndarray,
         keys: np.ndarray,
         bounds: tuple[np.ndarray, np.ndarray],
-        n_slots: int,
     ) -> None:
         """Fold rows (sorted by pane; `bounds` = (starts, ends) of each pane's rows) of the
-        `values` field `name` into the sketches of every aggregate that reads it."""
+        `values` field `name` into the sketches of every aggregate that reads it: one build
+        over the cells (pane, key present in it) of a chunk of panes, then per pane a merge
+        with the sketches it holds already."""
         starts, ends = bounds
         for position, plan in self.plans.items():
             if plan.value_field != name:
@@ -77,26 +76,61 @@ class SketchPanes:
             evaluation = plan.function.definition.holistic.evaluation
             argument = self.fields[name].type
             store = self.panes[position]
-            chunk = max(1, MAX_BUILD_BYTES // max(1, n_slots * _register_bytes(plan)))
-            for first in range(0, len(starts), chunk):
-                last = min(first + chunk, len(starts))
+            cell_bytes = _register_bytes(plan)
+            first = 0
+            while first < len(starts):
+                # panes first..last-1: as many as keep the build under MAX_BUILD_BYTES
+                last, cells = first, 0
+                pane_slots: list[np.ndarray] = []
+                inverse: list[np.ndarray] = []
+                while last < len(starts) and (
+                    last == first or cells * cell_bytes < MAX_BUILD_BYTES
+                ):
+                    present, where = np.unique(
+                        slots[starts[last] : ends[last]], return_inverse=True
+                    )
+                    pane_slots.append(present)
+                    inverse.append(where.reshape(-1) + cells)
+                    cells += len(present)
+                    last += 1
                 lo, hi = int(starts[first]), int(ends[last - 1])
-                group = np.repeat(
-                    np.arange(last - first, dtype=np.int64), ends[first:last] - starts[first:last]
-                )
                 built = self.sketches.build(
                     evaluation,
-                    group * n_slots + slots[lo:hi],
-                    (last - first) * n_slots,
+                    np.concatenate(inverse),
+                    cells,
                     keys[lo:hi],
                     argument,
                     _parameter(plan),
                 )
+                at = 0
                 for index in range(last - first):
                     pane = int(row_panes[starts[first + index]])
-                    part = self.sketches.cell_range(built, index * n_slots, (index + 1) * n_slots)
+                    present = pane_slots[index]
+                    part = self.sketches.cell_range(built, at, at + len(present))
+                    at += len(present)
                     old = store.get(pane)
-                    store[pane] = part if old is None else self.sketches.union(old, part)
+                    store[pane] = (
+                        (present, part) if old is None else self._union(old, present, part)
+                    )
+                first = last
+
+    def _union(self, old: tuple, slots: np.ndarray, part: Any) -> tuple:  # noqa: ANN401
+        """A pane's (key slots, sketches) with more rows' sketches of `slots` merged in."""
+        old_slots, old_sketches = old
+        union = np.union1d(old_slots, slots)
+        in_old = np.isin(union, old_slots)
+        in_new = np.isin(union, slots)
+        choices = np.stack(
+            [
+                np.searchsorted(old_slots, union),
+                old_sketches.cells + np.searchsorted(slots, union),
+            ],
+            axis=1,
+        )
+        present = np.stack([in_old, in_new], axis=1)
+        members = choices[present]  # per key: its old cell, then its new one
+        offsets = np.concatenate(([0], np.cumsum(present.sum(axis=1))))
+        return union, self.sketches.merge([old_sketches, part], members, offsets)
 
     def answer(
         self, position: int, slots: np.ndarray, first_panes: np.ndarray, panes_per_window: int
@@ -119,22 +153,27 @@ class SketchPanes:
     def _answer(self, plan, store, slots, first_panes, pw):  # noqa: ANN001, ANN202
         evaluation = plan.function.definition.holistic.evaluation
         sets: list[Any] = []
-        if len(slots):
+        rows = len(slots)
+        if rows:
             low = int(first_panes.min())
             span = int(first_panes.max()) - low + pw
-            base = np.zeros(span, np.int64)
-            cells = np.zeros(span, np.int64)  # 0: the pane holds no sketch (no row kept)
+            # cell[i, r]: row r's key's cell in pane low + i of the joined sets, -1 if none
+            cell = np.full((span, rows), -1, np.int64)
             total = 0
             for index in range(span):
-                pane = store.get(low + index)
-                if pane is None:
+                held = store.get(low + index)
+                if held is None:
                     continue
-                base[index], cells[index] = total, pane.cells
-                total += pane.cells
-                sets.append(pane)
+                pane_slots, sketches = held
+                at = np.minimum(np.searchsorted(pane_slots, slots), len(pane_slots) - 1)
+                found = pane_slots[at] == slots
+                cell[index] = np.where(found, total + at, -1)
+                total += sketches.cells
+                sets.append(sketches)
             covered = (first_panes - low)[:, None] + np.arange(pw, dtype=np.int64)
-            present = cells[covered] > slots[:, None]  # keys first seen later: empty there
-            members = (base[covered] + slots[:, None])[present]
+            chosen = cell[covered, np.arange(rows, dtype=np.int64)[:, None]]
+            present = chosen >= 0
+            members = chosen[present]
             offsets = np.concatenate(([0], np.cumsum(present.sum(axis=1))))
         else:
             members, offsets = np.empty(0, np.int64), np.zeros(1, np.int64)
@@ -153,16 +192,21 @@ class SketchPanes:
 
     @property
     def nbytes(self) -> int:
-        return sum(s.nbytes for store in self.panes.values() for s in store.values())
+        return sum(
+            slots.nbytes + sketches.nbytes
+            for store in self.panes.values()
+            for slots, sketches in store.values()
+        )
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Snapshot arrays: per aggregate its pane ids, and each pane's sketch bytes."""
         arrays = {}
         for position, store in self.panes.items():
             arrays[f"sketch.{position}.panes"] = np.asarray(list(store), np.int64)
-            for pane, sketch in store.items():
-                blob = self.sketches.to_bytes(sketch)
+            for pane, (slots, sketches) in store.items():
+                blob = self.sketches.to_bytes(sketches)
                 arrays[f"sketch.{position}.{pane}"] = np.frombuffer(blob, np.uint8)
+                arrays[f"sketch.{position}.{pane}.slots"] = slots
         return arrays
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
@@ -171,7 +215,8 @@ class SketchPanes:
             store = {}
             for pane in arrays[f"sketch.{position}.panes"].tolist():
                 blob = arrays[f"sketch.{position}.{pane}"].tobytes()
-                store[int(pane)] = self.sketches.from_bytes(evaluation, blob)
+                slots = arrays[f"sketch.{position}.{pane}.slots"]
+                store[int(pane)] = (slots, self.sketches.from_bytes(evaluation, blob))
             self.panes[position] = store
 
 
