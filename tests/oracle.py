@@ -451,7 +451,8 @@ def _approximate(function: str, present: list, integral: bool) -> Any:
     registers collide twice in 0.3 % of windows: fuzzing meets it); APPROX_PERCENTILE: a value whose rank (1-based, any of a tie's ranks) lies
     within floor(n / accuracy + 1/2) of ceil(p * n) (the minimum for p <= 1 / accuracy, the
     maximum for p >= 1 - 1 / accuracy), docs/sketches.md. An integer argument's answer is
-    the value itself (Spark casts the double back). No non-NULL value: 0, NULL."""
+    the value through a double and back (Spark's PercentileDigest: Java's saturating cast,
+    so 2^63 - 1 stays itself and 2^53 + 1 reads 2^53). No non-NULL value: 0, NULL."""
     parts = function.split(":")
     if parts[0] == "approx_count_distinct":
         n = _holistic("count_distinct", present)
@@ -463,7 +464,9 @@ def _approximate(function: str, present: list, integral: bool) -> Any:
         return None
     fraction, eps = float(parts[1]), 1.0 / float(parts[2])
     ordered = _spark_sorted(present)
-    if not integral:
+    if integral:
+        ordered = [min(int(float(v)), 2**63 - 1) for v in ordered]
+    else:
         ordered = [float(v) for v in ordered]
     n = len(ordered)
     target = min(max(math.ceil(fraction * n), 1), n)

@@ -220,11 +220,15 @@ def _bigint(argument: SqlType | None) -> SqlType | None:
 
 def _finalize_approx_percentile(xp, count, value, result_type):  # noqa: ANN001, ANN202
     """The sketch's answer, a double; an integer argument's answer is the double cast back
-    (truncated, Spark's PercentileDigest `toLong`); NULL over no non-NULL value."""
+    as Spark's PercentileDigest does (`toLong`: Java's cast, which saturates, so BIGINT
+    values beyond 2^53 come back rounded through the double); NULL over no non-NULL value."""
     answer = value[0]
     empty = count == 0
     if result_type.is_integer:
-        answer = xp.where(empty, 0.0, answer).astype(xp.int64)
+        answer = xp.where(empty, 0.0, answer)
+        top = answer >= 2.0**63  # 2^63 - 1 rounds up to 2^63 as a double
+        answer = xp.where(top, 0.0, answer).astype(xp.int64)
+        answer = xp.where(top, xp.int64(2**63 - 1), answer)
     if not bool(empty.any()):
         return answer, None
     return xp.where(empty, 0, answer), empty
