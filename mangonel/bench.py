@@ -38,7 +38,9 @@ class Shape:
     range_us: int
     slide_us: int
     keys: int
-    aggregate: str  # SUM | AVG | MEDIAN (any one-argument aggregate of the value column)
+    # SUM | AVG | MEDIAN (any one-argument aggregate of the value column), or a whole call
+    # over `value` (APPROX_PERCENTILE(value, 0.5))
+    aggregate: str
     delay_us: int  # disorder: uniform in [0, delay)
 
     @property
@@ -52,8 +54,9 @@ class Shape:
         )
 
     def query(self) -> str:
+        call = self.aggregate if "(" in self.aggregate else f"{self.aggregate}(value)"
         return (
-            f"SELECT key, window_start, window_end, {self.aggregate}(value) AS result "
+            f"SELECT key, window_start, window_end, {call} AS result "
             f"FROM events [RANGE {self.range_us} MICROSECONDS SLIDE {self.slide_us} "
             f"MICROSECONDS] GROUP BY key"
         )
@@ -78,6 +81,13 @@ def holistic_shapes() -> list[Shape]:
         for slide, delay in ((10_000, 0), (10_000, 1_000_000), (1_000_000, 0))
         for aggregate in ("MEDIAN", "SUM")
     ]
+
+
+def sketch_shapes() -> list[Shape]:
+    """Issue 11's sketch target: w = 1 s, s = 10 ms, 1000 keys, in order,
+    APPROX_COUNT_DISTINCT and APPROX_PERCENTILE (their defaults) beside SUM."""
+    calls = ("APPROX_COUNT_DISTINCT", "APPROX_PERCENTILE(value, 0.5)", "SUM")
+    return [Shape(1_000_000, 10_000, 1000, call, 0) for call in calls]
 
 
 @dataclass
@@ -220,6 +230,8 @@ def _selected(arguments: argparse.Namespace) -> list[Shape]:
         shapes = load_shapes(arguments.config)
     elif getattr(arguments, "holistic", False):
         shapes = holistic_shapes()
+    elif getattr(arguments, "sketches", False):
+        shapes = sketch_shapes()
     else:
         shapes = default_shapes()
     if arguments.quick:
@@ -271,6 +283,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--holistic",
         action="store_true",
         help="the holistic shapes (issue 11): MEDIAN beside SUM, w = 1 s, 1000 keys",
+    )
+    parser.add_argument(
+        "--sketches",
+        action="store_true",
+        help="the sketch shapes (issue 11): APPROX_COUNT_DISTINCT, APPROX_PERCENTILE beside SUM, "
+        "w = 1 s, s = 10 ms, 1000 keys",
     )
     parser.add_argument(
         "--join",

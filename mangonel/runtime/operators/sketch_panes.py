@@ -6,8 +6,9 @@ operators: mergeable sketches instead of raw values (docs/sketches.md).
   pane (the pane's sorted key slots beside them: memory grows with the (key, pane) cells
   that hold values, not with keys x panes). A batch's kept rows (contributing, non-NULL,
   not late: the wrapped operator's rule) are built into sketches for all the panes they hit
-  in one kernel call, and merged into the panes' sketches (HLL: register max; GK: a merge). A firing window's answer merges the sketches of
-  its panes: all rows of a result batch in one merge call. A pane is freed with the raw
+  in one kernel call, and merged into the panes' sketches (HLL: register max; GK: a merge).
+  A firing window's answer merges the sketches of its panes: all rows of a result batch in
+  one merge call. A pane is freed with the raw
   values' panes, once every window covering it has fired.
 - count windows (`run_answers`): a window is a run of its key's kept tuples (count windows
   hold them for their per-tuple partials anyway); the window's sketch is built from the run.
@@ -70,6 +71,7 @@ class SketchPanes:
         over the cells (pane, key present in it) of a chunk of panes, then per pane a merge
         with the sketches it holds already."""
         starts, ends = bounds
+        n_slots = int(slots.max()) + 1 if len(slots) else 0
         for position, plan in self.plans.items():
             if plan.value_field != name:
                 continue
@@ -86,11 +88,15 @@ class SketchPanes:
                 while last < len(starts) and (
                     last == first or cells * cell_bytes < MAX_BUILD_BYTES
                 ):
-                    present, where = np.unique(
-                        slots[starts[last] : ends[last]], return_inverse=True
-                    )
+                    # the pane's keys and each row's cell: a presence map over the key
+                    # slots (linear, where np.unique would sort the pane's rows)
+                    pane_rows = slots[starts[last] : ends[last]]
+                    seen = np.zeros(n_slots, np.bool_)
+                    seen[pane_rows] = True
+                    present = np.flatnonzero(seen)
+                    rank = np.cumsum(seen) - 1
                     pane_slots.append(present)
-                    inverse.append(where.reshape(-1) + cells)
+                    inverse.append(rank[pane_rows] + cells)
                     cells += len(present)
                     last += 1
                 lo, hi = int(starts[first]), int(ends[last - 1])
@@ -157,21 +163,22 @@ class SketchPanes:
         if rows:
             low = int(first_panes.min())
             span = int(first_panes.max()) - low + pw
-            # cell[i, r]: row r's key's cell in pane low + i of the joined sets, -1 if none
-            cell = np.full((span, rows), -1, np.int64)
+            # cell[i, s]: key slot s's cell in pane low + i of the joined sets, -1 if none
+            # (a dense table over the rows' slots: a gather per (row, pane) after it)
+            used, compact = np.unique(slots, return_inverse=True)
+            cell = np.full((span, len(used)), -1, np.int64)
             total = 0
             for index in range(span):
                 held = store.get(low + index)
                 if held is None:
                     continue
                 pane_slots, sketches = held
-                at = np.minimum(np.searchsorted(pane_slots, slots), len(pane_slots) - 1)
-                found = pane_slots[at] == slots
-                cell[index] = np.where(found, total + at, -1)
+                at = np.minimum(np.searchsorted(pane_slots, used), len(pane_slots) - 1)
+                cell[index] = np.where(pane_slots[at] == used, total + at, -1)
                 total += sketches.cells
                 sets.append(sketches)
             covered = (first_panes - low)[:, None] + np.arange(pw, dtype=np.int64)
-            chosen = cell[covered, np.arange(rows, dtype=np.int64)[:, None]]
+            chosen = cell[covered, compact.reshape(-1)[:, None]]
             present = chosen >= 0
             members = chosen[present]
             offsets = np.concatenate(([0], np.cumsum(present.sum(axis=1))))
