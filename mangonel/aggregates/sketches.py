@@ -91,9 +91,14 @@ def hll_precision(rsd: float) -> int:
     if p > HLL_MAX_PRECISION:
         raise PlanError(
             f"APPROX_COUNT_DISTINCT: rsd {rsd} needs 2^{p} registers per cell; the smallest "
-            f"rsd this version keeps is {hll_true_rsd(HLL_MAX_PRECISION):.5f} (p = 18)"
+            f"rsd this version keeps is {_smallest_rsd():.5f} (p = 18)"
         )
     return p
+
+
+def _smallest_rsd() -> float:
+    """The smallest rsd (5 decimals, rounded up) whose p is HLL_MAX_PRECISION."""
+    return math.ceil(1.106 / 2 ** (HLL_MAX_PRECISION / 2) * 1e5) / 1e5
 
 
 def hll_registers(p: int) -> int:
