@@ -13,6 +13,7 @@ from sqlglot import exp
 from mangonel.compiler import parse
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
+from mangonel.compiler.holistic import sketch_parameter
 from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 
@@ -59,11 +60,11 @@ def _aggregate(aggregate: ph.AggregatePlan) -> str:
     if holistic is not None and holistic.evaluation == "count_distinct":
         call = f"COUNT(DISTINCT {argument})"
     elif holistic is not None and holistic.evaluation == "approx_count_distinct":
-        call = f"{aggregate.function.value}({argument}, {aggregate.parameter:g})"
+        call = f"{aggregate.function.value}({argument}, {sketch_parameter(aggregate):g})"
     elif holistic is not None and holistic.evaluation == "approx_percentile":
         call = (
             f"{aggregate.function.value}({argument}, {aggregate.fraction:g}, "
-            f"{aggregate.parameter:g})"
+            f"{sketch_parameter(aggregate):g})"
         )
     elif holistic is not None and holistic.takes_fraction:
         call = f"{aggregate.function.value}({argument}, {aggregate.fraction:g})"

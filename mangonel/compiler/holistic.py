@@ -83,17 +83,24 @@ def sketch_parameters(aggregate: AggregatePlan) -> str:
     return f"GK(accuracy={quantile_accuracy(aggregate)})"
 
 
+def sketch_parameter(aggregate: AggregatePlan) -> float:
+    """The rsd of an APPROX_COUNT_DISTINCT call, the accuracy of an APPROX_PERCENTILE call:
+    the call's, else the default (a plan built without the binder may leave it unset)."""
+    if aggregate.parameter is not None:
+        return aggregate.parameter
+    if aggregate.function.definition.holistic.evaluation == "approx_count_distinct":
+        return sketches.HLL_DEFAULT_RSD
+    return float(sketches.QUANTILE_DEFAULT_ACCURACY)
+
+
 def hll_precision(aggregate: AggregatePlan) -> int:
     """Index bits p of an APPROX_COUNT_DISTINCT call (from its rsd)."""
-    rsd = sketches.HLL_DEFAULT_RSD if aggregate.parameter is None else aggregate.parameter
-    return sketches.hll_precision(rsd)
+    return sketches.hll_precision(sketch_parameter(aggregate))
 
 
 def quantile_accuracy(aggregate: AggregatePlan) -> int:
     """The accuracy of an APPROX_PERCENTILE call (eps = 1 / accuracy)."""
-    if aggregate.parameter is None:
-        return sketches.QUANTILE_DEFAULT_ACCURACY
-    return int(aggregate.parameter)
+    return int(sketch_parameter(aggregate))
 
 
 def incremental_part(node: WindowAggregateExec) -> WindowAggregateExec:

@@ -113,8 +113,8 @@ def answer(sketches: Sketches, fraction: float | None) -> tuple[np.ndarray, np.n
         return estimate, estimate
     if not sketches.cells:
         return np.empty(0, np.int64), np.empty(0, np.float64)
-    assert fraction is not None
-    return sketches.counts.copy(), sketch_quantile.query(sketches, fraction)[:, 0]
+    p = 0.0 if fraction is None else fraction  # as the exact percentiles read a plan without p
+    return sketches.counts.copy(), sketch_quantile.query(sketches, p)[:, 0]
 
 
 def to_bytes(sketches: Sketches) -> bytes:

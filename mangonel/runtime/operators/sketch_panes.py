@@ -22,18 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from mangonel.compiler.holistic import hll_precision
+from mangonel.compiler.holistic import hll_precision, sketch_parameter
 from mangonel.compiler.physical import AggregatePlan, StateField
 
 # a build covers at most about this many register bytes ((pane, key) cells x 2^p): a batch
 # that hits very many cells is built in chunks of panes
 MAX_BUILD_BYTES = 1 << 26
 MAX_MEMBERS = 1 << 22  # (rows x panes per window) members per merge call
-
-
-def _parameter(plan: AggregatePlan) -> float:
-    assert plan.parameter is not None, "the binder sets every sketch parameter"
-    return plan.parameter
 
 
 def _register_bytes(plan: AggregatePlan) -> int:
@@ -106,7 +101,7 @@ class SketchPanes:
                     cells,
                     keys[lo:hi],
                     argument,
-                    _parameter(plan),
+                    sketch_parameter(plan),
                 )
                 at = 0
                 for index in range(last - first):
@@ -185,7 +180,7 @@ class SketchPanes:
         else:
             members, offsets = np.empty(0, np.int64), np.zeros(1, np.int64)
         if not sets:  # no pane holds a sketch: every row is over no value
-            sets = [self.sketches.empty(evaluation, _parameter(plan))]
+            sets = [self.sketches.empty(evaluation, sketch_parameter(plan))]
             members = np.empty(0, np.int64)
             offsets = np.zeros(len(slots) + 1, np.int64)
         merged = self.sketches.merge(sets, members, offsets)
@@ -245,6 +240,6 @@ def run_answers(
     gather = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(run_start - first, lengths)
     evaluation = plan.function.definition.holistic.evaluation
     built = kernels.sketches.build(
-        evaluation, cells, rows, values[gather], value_field.type, _parameter(plan)
+        evaluation, cells, rows, values[gather], value_field.type, sketch_parameter(plan)
     )
     return kernels.sketches.answer(built, plan.fraction)
