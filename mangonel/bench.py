@@ -38,7 +38,9 @@ class Shape:
     range_us: int
     slide_us: int
     keys: int
-    aggregate: str  # SUM | AVG | MEDIAN (any one-argument aggregate of the value column)
+    # SUM | AVG | MEDIAN (any one-argument aggregate of the value column), or a whole call
+    # over `value` (APPROX_PERCENTILE(value, 0.5))
+    aggregate: str
     delay_us: int  # disorder: uniform in [0, delay)
 
     @property
@@ -52,8 +54,9 @@ class Shape:
         )
 
     def query(self) -> str:
+        call = self.aggregate if "(" in self.aggregate else f"{self.aggregate}(value)"
         return (
-            f"SELECT key, window_start, window_end, {self.aggregate}(value) AS result "
+            f"SELECT key, window_start, window_end, {call} AS result "
             f"FROM events [RANGE {self.range_us} MICROSECONDS SLIDE {self.slide_us} "
             f"MICROSECONDS] GROUP BY key"
         )
@@ -99,6 +102,13 @@ def window_function_shapes() -> list[Shape]:
         for slide in (10_000, 1_000_000)
         for aggregate in ("trimmed_mean", "MEDIAN")
     ]
+
+
+def sketch_shapes() -> list[Shape]:
+    """Issue 11's sketch target: w = 1 s, s = 10 ms, 1000 keys, in order,
+    APPROX_COUNT_DISTINCT and APPROX_PERCENTILE (their defaults) beside SUM."""
+    calls = ("APPROX_COUNT_DISTINCT", "APPROX_PERCENTILE(value, 0.5)", "SUM")
+    return [Shape(1_000_000, 10_000, 1000, call, 0) for call in calls]
 
 
 @dataclass
@@ -271,6 +281,8 @@ def _selected(arguments: argparse.Namespace) -> list[Shape]:
         shapes = holistic_shapes()
     elif getattr(arguments, "window_function", False):
         shapes = window_function_shapes()
+    elif getattr(arguments, "sketches", False):
+        shapes = sketch_shapes()
     else:
         shapes = default_shapes()
     if arguments.quick:
@@ -333,6 +345,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--window-function",
         action="store_true",
         help="a Python window function (trimmed mean) beside MEDIAN, w = 1 s, 1000 keys",
+    )
+    parser.add_argument(
+        "--sketches",
+        action="store_true",
+        help="the sketch shapes (issue 11): APPROX_COUNT_DISTINCT, APPROX_PERCENTILE beside SUM, "
+        "w = 1 s, s = 10 ms, 1000 keys",
     )
     parser.add_argument(
         "--join",

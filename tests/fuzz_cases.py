@@ -55,6 +55,14 @@ BOOLEAN_FUNCTIONS = ("bool_and", "bool_or")
 HOLISTIC_FUNCTIONS = ("median", "percentile_cont", "percentile", "percentile_disc")
 HOLISTIC_CASE_SHARE = 0.15
 FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+# the approximate ones (named "approx_count_distinct:<rsd>", "approx_percentile:<p>:<accuracy>";
+# the oracle checks them within their sketch's bound: `oracle.Approximate`). Small accuracies
+# make GK summaries compress within a fuzz case's windows; rsd 0.02 and below are left out of
+# the draws (4 KiB and more per (key, pane) with 10,000 keys is the engine's memory, not a
+# case worth the time).
+APPROXIMATE = ("approx_count_distinct", "approx_percentile")
+APPROXIMATE_RSDS = (0.05, 0.1, 0.3)
+APPROXIMATE_ACCURACIES = (10000, 100, 10, 3)
 
 
 def holistic_sql(function: str, argument: str) -> str | None:
@@ -68,6 +76,11 @@ def holistic_sql(function: str, argument: str) -> str | None:
         return f"PERCENTILE({argument}, {fraction})"
     if name in ("percentile_cont", "percentile_disc"):
         return f"{name.upper()}({fraction}) WITHIN GROUP (ORDER BY {argument})"
+    if name == "approx_count_distinct":
+        return f"APPROX_COUNT_DISTINCT({argument}, {fraction})"
+    if name == "approx_percentile":
+        p, accuracy = fraction.split(":")
+        return f"APPROX_PERCENTILE({argument}, {p}, {accuracy})"
     return None
 
 
@@ -342,9 +355,13 @@ def _aggregates(rng: random.Random, count: int) -> list:
     for _ in range(count):
         function = rng.choice(functions)
         if holistic and rng.random() < 0.5:
-            function = rng.choice([*HOLISTIC_FUNCTIONS, "count_distinct"])
+            function = rng.choice([*HOLISTIC_FUNCTIONS, "count_distinct", *APPROXIMATE])
             if function.startswith("percentile"):
                 function += f":{rng.choice(FRACTIONS)}"
+            elif function == "approx_count_distinct":
+                function += f":{rng.choice(APPROXIMATE_RSDS)}"
+            elif function == "approx_percentile":
+                function += f":{rng.choice(FRACTIONS)}:{rng.choice(APPROXIMATE_ACCURACIES)}"
         chosen.append((function, None if function == "count_star" else _argument(rng, function)))
     return chosen
 

@@ -39,17 +39,25 @@ class Holistic:
     """How a holistic aggregate reads the sorted non-NULL values of its window.
 
     evaluation: "percentile_cont" (linear interpolation at p * (n - 1)), "percentile_disc"
-    (sorted[max(ceil(p * n) - 1, 0)]), "count_distinct", or "python" (a user's Python
-    window function over the sorted values, `aggregates.python`). fraction: p when the function
-    fixes it (MEDIAN: 0.5); None when the call gives it (PERCENTILE_CONT(p), PERCENTILE(x, p))
-    or it has none (COUNT DISTINCT)."""
+    (sorted[max(ceil(p * n) - 1, 0)]), "count_distinct", "python" (a user's Python window
+    function over the sorted values, `aggregates.python`), or one of the sketches
+    (`aggregates.sketches`): "approx_count_distinct" (HLL++ registers per pane),
+    "approx_percentile" (a GK summary per pane). fraction: p when the function fixes it
+    (MEDIAN: 0.5); None when the call gives it (PERCENTILE_CONT(p), PERCENTILE(x, p),
+    APPROX_PERCENTILE(x, p)) or it has none (the distinct counts, Python functions)."""
 
     evaluation: str
     fraction: float | None = None
 
     @property
     def takes_fraction(self) -> bool:
-        return self.evaluation.startswith("percentile") and self.fraction is None
+        takes = self.evaluation.startswith("percentile") or self.evaluation == "approx_percentile"
+        return takes and self.fraction is None
+
+    @property
+    def sketch(self) -> bool:
+        """Whether the function keeps a mergeable sketch per pane, not the raw values."""
+        return self.evaluation.startswith("approx_")
 
 
 @dataclass(frozen=True)

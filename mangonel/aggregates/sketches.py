@@ -35,7 +35,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from sqlglot import exp
 
+from mangonel.aggregates.functions import Aggregate, Holistic, StateUse, register_aggregate
+from mangonel.aggregates.holistic import VALUES
 from mangonel.aggregates.state import Layout, StateKind, register_state
 from mangonel.catalog.types import SqlType
 from mangonel.errors import PlanError
@@ -88,9 +91,14 @@ def hll_precision(rsd: float) -> int:
     if p > HLL_MAX_PRECISION:
         raise PlanError(
             f"APPROX_COUNT_DISTINCT: rsd {rsd} needs 2^{p} registers per cell; the smallest "
-            f"rsd this version keeps is {hll_true_rsd(HLL_MAX_PRECISION):.5f} (p = 18)"
+            f"rsd this version keeps is {_smallest_rsd():.5f} (p = 18)"
         )
     return p
+
+
+def _smallest_rsd() -> float:
+    """The smallest rsd (5 decimals, rounded up) whose p is HLL_MAX_PRECISION."""
+    return math.ceil(1.106 / 2 ** (HLL_MAX_PRECISION / 2) * 1e5) / 1e5
 
 
 def hll_registers(p: int) -> int:
@@ -193,4 +201,72 @@ GK_QUANTILE = _sketch_kind(
     "number of samples; merge = Spark's QuantileSummaries.merge "
     "(runtime/cpu/sketch_quantile.py).",
     np.float64,
+)
+
+
+# ---------------------------------------------------------------------------------------
+# The SQL functions. Both lift the argument's values through the holistic VALUES kind (order
+# key and validity per tuple, decoded back to the value); the window operator folds them
+# into one sketch per (key, pane) at once and keeps no raw value (docs/sketches.md). The
+# call's parameter (rsd, accuracy) travels on the aggregate (`AggregatePlan.parameter`).
+
+
+def _approx_percentile_type(argument: SqlType | None) -> SqlType | None:
+    return argument if argument is not None and argument.is_numeric else None
+
+
+def _bigint(argument: SqlType | None) -> SqlType | None:
+    return SqlType.BIGINT if argument is not None and argument.is_numeric else None
+
+
+def _finalize_approx_percentile(xp, count, value, result_type):  # noqa: ANN001, ANN202
+    """The sketch's answer, a double; an integer argument's answer is the double cast back
+    as Spark's PercentileDigest does (`toLong`: Java's cast, which saturates, so BIGINT
+    values beyond 2^53 come back rounded through the double); NULL over no non-NULL value."""
+    answer = value[0]
+    empty = count == 0
+    if result_type.is_integer:
+        answer = xp.where(empty, 0.0, answer)
+        top = answer >= 2.0**63  # 2^63 - 1 rounds up to 2^63 as a double
+        answer = xp.where(top, 0.0, answer).astype(xp.int64)
+        answer = xp.where(top, xp.int64(2**63 - 1), answer)
+    if not bool(empty.any()):
+        return answer, None
+    return xp.where(empty, 0, answer), empty
+
+
+def _finalize_approx_count_distinct(xp, count, value, result_type):  # noqa: ANN001, ANN202
+    return value[0], None  # 0 for a window without a non-NULL value (Spark's too)
+
+
+_VALUES = StateUse(VALUES, lambda argument: argument)
+register_aggregate(
+    Aggregate(
+        key="APPROX_COUNT_DISTINCT",
+        display="APPROX_COUNT_DISTINCT",
+        names=("APPROX_COUNT_DISTINCT",),
+        sqlglot_classes=(exp.ApproxDistinct,),
+        result_type=_bigint,
+        accepts="numeric",
+        state=_VALUES,
+        finalize=_finalize_approx_count_distinct,
+        spark_name="approx_count_distinct",
+        holistic=Holistic("approx_count_distinct"),
+    )
+)
+register_aggregate(
+    Aggregate(
+        key="APPROX_PERCENTILE",
+        display="APPROX_PERCENTILE",
+        names=("APPROX_PERCENTILE", "PERCENTILE_APPROX"),
+        sqlglot_classes=(exp.ApproxQuantile,),
+        result_type=_approx_percentile_type,
+        accepts="numeric",
+        state=_VALUES,
+        finalize=_finalize_approx_percentile,
+        spark_name="percentile_approx",
+        # sqlglot's default dialect reads both names as anonymous calls
+        parse_names=("APPROX_PERCENTILE", "PERCENTILE_APPROX"),
+        holistic=Holistic("approx_percentile"),
+    )
 )

@@ -639,7 +639,7 @@ class _Binder:
         # bind_calls reads this module's errors
         from mangonel.compiler.bind_calls import call_shape, python_argument_error
 
-        argument, function, fraction = call_shape(node, call, function)
+        argument, function, fraction, parameter = call_shape(node, call, function)
         resolved_argument: exp.Expression | None
         if function is AggregateFunction.COUNT and (
             argument is None or isinstance(argument, exp.Star)
@@ -658,7 +658,9 @@ class _Binder:
             raise _from_expression_error(error, node) from None
         if python is not None:
             result_type = python.returns
-        aggregate = lg.Aggregate(function, resolved_argument, result_type, fraction, python)
+        aggregate = lg.Aggregate(
+            function, resolved_argument, result_type, fraction, python=python, parameter=parameter
+        )
         if aggregate in self.aggregates:
             index = self.aggregates.index(aggregate)
         else:

@@ -13,6 +13,7 @@ from sqlglot import exp
 from mangonel.compiler import parse
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
+from mangonel.compiler.holistic import sketch_parameter
 from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 
@@ -60,6 +61,13 @@ def _aggregate(aggregate: ph.AggregatePlan) -> str:
         call = f"COUNT(DISTINCT {argument})"
     elif aggregate.python is not None:
         call = f"{aggregate.python.name}({argument}) [python]"
+    elif holistic is not None and holistic.evaluation == "approx_count_distinct":
+        call = f"{aggregate.function.value}({argument}, {sketch_parameter(aggregate):g})"
+    elif holistic is not None and holistic.evaluation == "approx_percentile":
+        call = (
+            f"{aggregate.function.value}({argument}, {aggregate.fraction:g}, "
+            f"{sketch_parameter(aggregate):g})"
+        )
     elif holistic is not None and holistic.takes_fraction:
         call = f"{aggregate.function.value}({argument}, {aggregate.fraction:g})"
     reads = (
@@ -145,6 +153,12 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             *(
                 [Parameter("holistic", node.holistic.describe(), node.holistic.describe())]
                 if node.holistic is not None
+                else []
+            ),
+            # approximate ones: each sketch and its parameters (HLL(p=9), GK(accuracy=...))
+            *(
+                [_list("sketches", list(node.holistic.sketches))]
+                if node.holistic is not None and node.holistic.sketches
                 else []
             ),
             Parameter("backend", node.backend, node.backend),

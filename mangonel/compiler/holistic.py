@@ -17,7 +17,17 @@ Strategies (EXPLAIN: `holistic=<strategy>`):
   first needs the pane; a window's result is a selection over the sorted runs of its panes
   (one run for tumbling windows: an index into it).
 - `tuple-runs` (count windows): the key's final tuples in event-time order are kept anyway;
-  a window is a contiguous run of them, and its result a selection over a copy of the run.
+  a window is a contiguous run of them, and its result a selection over a copy of the run
+  (the approximate functions build the window's sketch from the run in one pass).
+- `sketch-panes` (time windows, the approximate functions: APPROX_COUNT_DISTINCT,
+  APPROX_PERCENTILE): per (key, pane) one sketch (HLL++ registers, a GK summary), never the
+  raw values; a batch's rows are folded into their panes' sketches on arrival, and each
+  firing window merges the sketches of its panes (all windows of a firing in one merge call,
+  no tree: a window of k panes costs k register maxima / one k-way GK merge). A query with
+  both kinds prints `sorted-panes+sketch-panes`.
+
+`sketch_parameters` names each sketch's parameters for EXPLAIN (`HLL(p=9)`,
+`GK(accuracy=10000)`).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from mangonel.aggregates import sketches
 from mangonel.compiler.logical import WindowKind, WindowSpec
 
 if TYPE_CHECKING:  # physical imports this module
@@ -38,6 +49,21 @@ COUNT_HOLISTIC_ON_CPU = (
 )
 SPARK_HOLISTIC = "holistic functions inside Spark: not yet"
 SPARK_PYTHON = "Python window functions inside Spark: not yet (the standalone Session runs them)"
+
+
+# The approximate functions' sketches are built and merged by numba kernels only.
+SKETCHES_ON_CPU = "approximate aggregates' sketches (HLL++, GK) have no GPU kernels yet"
+
+
+def holistic_cpu_reason(aggregates: Sequence[AggregatePlan]) -> str | None:
+    """Why a GPU plan's holistic step runs on the CPU whatever its window (a Python window
+    function, a sketch); None when the GPU's sort and selection kernels can run it."""
+    python = [a.python.name for a in aggregates if a.python is not None]
+    if python:
+        return python_on_cpu(python)
+    if any(a.holistic and a.function.definition.holistic.sketch for a in aggregates):
+        return SKETCHES_ON_CPU
+    return None
 
 
 def python_on_cpu(names: Sequence[str]) -> str:
@@ -73,8 +99,9 @@ def gpu_form(panes_per_window: int) -> str:
 class HolisticPlan:
     """How a window node evaluates its holistic aggregates (see the module docstring)."""
 
-    strategy: str  # "sorted-panes" or "tuple-runs"
+    strategy: str  # "sorted-panes", "sketch-panes", both joined by "+", or "tuple-runs"
     fields: tuple[str, ...]  # the `values` state fields the holistic aggregates read
+    sketches: tuple[str, ...] = ()  # per approximate aggregate: its sketch and parameters
     # the GPU selection kernel's form (`gpu_form`: a thread, warp or block per window) and the
     # most windows one launch evaluates (GASSER's B_w); None where the step runs on the CPU
     gpu_form: str | None = None
@@ -99,18 +126,26 @@ def holistic_plan(
     if not any(a.holistic for a in aggregates):
         return None
     names = tuple(f.name for f in fields if f.kind.holistic)
-    strategy = "tuple-runs" if window.kind is WindowKind.COUNT else "sorted-panes"
-    return for_backend(HolisticPlan(strategy, names), backend, panes_per_window)
+    holistic = [a for a in aggregates if a.holistic]
+    approximate = [a for a in holistic if a.function.definition.holistic.sketch]
+    if window.kind is WindowKind.COUNT:
+        strategy = "tuple-runs"
+    else:
+        parts = ["sorted-panes"] if len(approximate) < len(holistic) else []
+        strategy = "+".join(parts + (["sketch-panes"] if approximate else []))
+    plan = HolisticPlan(strategy, names, tuple(sketch_parameters(a) for a in approximate))
+    return for_backend(plan, backend, panes_per_window, holistic_cpu_reason(aggregates))
 
 
 def for_backend(
-    plan: HolisticPlan | None, backend: str, panes_per_window: int
+    plan: HolisticPlan | None, backend: str, panes_per_window: int, cpu_reason: str | None = None
 ) -> HolisticPlan | None:
     """The holistic plan for a backend: the GPU kernel's form and batch where the step runs
-    on the GPU (`sorted-panes`), none elsewhere (count windows keep it on the CPU)."""
+    on the GPU (`sorted-panes`), none elsewhere (count windows, and the steps
+    `holistic_cpu_reason` keeps on the CPU)."""
     if plan is None:
         return None
-    if backend != "gpu" or plan.strategy != "sorted-panes":
+    if backend != "gpu" or plan.strategy != "sorted-panes" or cpu_reason is not None:
         return replace(plan, gpu_form=None, windows_per_launch=None)
     form = gpu_form(panes_per_window)
     return replace(plan, gpu_form=form, windows_per_launch=windows_per_launch(panes_per_window))
@@ -119,6 +154,33 @@ def for_backend(
 def windows_per_launch(panes_per_window: int) -> int:
     """Result rows evaluated together (one selection launch on the GPU): MAX_RUNS runs."""
     return max(1, MAX_RUNS // panes_per_window)
+
+
+def sketch_parameters(aggregate: AggregatePlan) -> str:
+    """`HLL(p=9)` or `GK(accuracy=10000)`: an approximate aggregate's sketch for EXPLAIN."""
+    if aggregate.function.definition.holistic.evaluation == "approx_count_distinct":
+        return f"HLL(p={hll_precision(aggregate)})"
+    return f"GK(accuracy={quantile_accuracy(aggregate)})"
+
+
+def sketch_parameter(aggregate: AggregatePlan) -> float:
+    """The rsd of an APPROX_COUNT_DISTINCT call, the accuracy of an APPROX_PERCENTILE call:
+    the call's, else the default (a plan built without the binder may leave it unset)."""
+    if aggregate.parameter is not None:
+        return aggregate.parameter
+    if aggregate.function.definition.holistic.evaluation == "approx_count_distinct":
+        return sketches.HLL_DEFAULT_RSD
+    return float(sketches.QUANTILE_DEFAULT_ACCURACY)
+
+
+def hll_precision(aggregate: AggregatePlan) -> int:
+    """Index bits p of an APPROX_COUNT_DISTINCT call (from its rsd)."""
+    return sketches.hll_precision(sketch_parameter(aggregate))
+
+
+def quantile_accuracy(aggregate: AggregatePlan) -> int:
+    """The accuracy of an APPROX_PERCENTILE call (eps = 1 / accuracy)."""
+    return int(sketch_parameter(aggregate))
 
 
 def incremental_part(node: WindowAggregateExec) -> WindowAggregateExec:

@@ -53,13 +53,16 @@ class Aggregate:
     """One aggregate call. `argument` is None only for COUNT(*). `fraction`: p of a
     percentile call (PERCENTILE_CONT(p), PERCENTILE(x, p), PERCENTILE_DISC(p); MEDIAN's 0.5),
     None for every other function. `python`: the user's function of a PYTHON call
-    (`aggregates.python`), None for every other function."""
+    (`aggregates.python`), None for every other function.
+    `parameter`: the sketch parameter of an approximate call
+    (APPROX_COUNT_DISTINCT's rsd, APPROX_PERCENTILE's accuracy), its default when omitted."""
 
     function: AggregateFunction
     argument: exp.Expression | None
     result_type: SqlType
     fraction: float | None = None
     python: aggregates.python.WindowFunction | None = None
+    parameter: float | None = None
 
 
 @dataclass(frozen=True)

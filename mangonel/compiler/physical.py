@@ -25,8 +25,8 @@ from mangonel.compiler.holistic import (
     COUNT_HOLISTIC_ON_CPU,
     JOIN_HOLISTIC,
     for_backend,
+    holistic_cpu_reason,
     holistic_plan,
-    python_on_cpu,
 )
 from mangonel.compiler.logical import (
     WindowKind,
@@ -184,7 +184,14 @@ def decompose(
             fraction = definition.holistic.fraction  # MEDIAN
         plans.append(
             AggregatePlan(
-                function, argument, count, value, aggregate.result_type, fraction, aggregate.python
+                function,
+                argument,
+                count,
+                value,
+                aggregate.result_type,
+                fraction,
+                python=aggregate.python,
+                parameter=aggregate.parameter,
             )
         )
     return tuple(table.fields), tuple(plans)
@@ -243,7 +250,7 @@ def plan(
             backend,
             backend_reason,
             holistic is not None,
-            tuple(a.python.name for a in aggregate_plans if a.python is not None),
+            holistic_cpu_reason(aggregate_plans),
         ),
         holistic=holistic,
     )
@@ -425,11 +432,6 @@ def plan_join(
     return ProjectExec((top,), root.outputs, (place("project"),))  # type: ignore[arg-type]
 
 
-def python_names(node: WindowAggregateExec) -> tuple[str, ...]:
-    """The names of a window node's Python window functions, in aggregate order."""
-    return tuple(a.python.name for a in node.aggregates if a.python is not None)
-
-
 def default_windows_per_batch(panes_per_window: int, panes_per_slide: int) -> int:
     """Windows per tree update. A tree batch of n_w windows has n + (n_w - 1) * k leaves
     (n panes per window, k per slide), so building it costs about n / n_w + k leaves per
@@ -450,16 +452,15 @@ def window_placements(
     backend: str,
     reason: str,
     holistic: bool = False,
-    python_functions: tuple[str, ...] = (),
+    holistic_cpu: str | None = None,
 ) -> tuple[Placement, ...]:
     """The steps of the window operator: lift, merge, tree, finalize (time windows); lift,
     tree, finalize (count windows: per-tuple partials, no pane merge); then `holistic` when
     the node has holistic aggregates: where the plan runs for time windows (the GPU's sort
     and selection kernels, `runtime.gpu.holistic`), on the CPU for count windows (a GPU
     plan's count window then runs every step there: its raw values are lifted with the
-    per-tuple partials). `python_functions`: the names of the node's Python window
-    functions, which a GPU plan's holistic step names as its reason for running on the CPU
-    (no GPU evaluation of them yet)."""
+    per-tuple partials). `holistic_cpu`: why a GPU plan's holistic step runs on the CPU
+    whatever the window (`holistic.holistic_cpu_reason`: Python window functions, sketches)."""
     if window.kind is WindowKind.COUNT:
         steps = ("lift", "tree", "finalize")
     else:
@@ -470,8 +471,8 @@ def window_placements(
     for step in steps:
         if backend == "gpu" and holistic and window.kind is WindowKind.COUNT:
             placements.append(Placement(step, "cpu", COUNT_HOLISTIC_ON_CPU))
-        elif backend == "gpu" and step == "holistic" and python_functions:
-            placements.append(Placement(step, "cpu", python_on_cpu(python_functions)))
+        elif backend == "gpu" and step == "holistic" and holistic_cpu is not None:
+            placements.append(Placement(step, "cpu", holistic_cpu))
         elif backend == "gpu" and step == "tree" and window.kind is WindowKind.COUNT:
             placements.append(Placement(step, "cpu", COUNT_TREE_ON_CPU))
         elif backend == "gpu" and step == "finalize":
@@ -523,7 +524,11 @@ def with_backend(
         children = tuple(rebuild(child) for child in node.children)
         if isinstance(node, WindowAggregateExec):
             placements = window_placements(
-                node.window, backend, reason, node.holistic is not None, python_names(node)
+                node.window,
+                backend,
+                reason,
+                node.holistic is not None,
+                holistic_cpu_reason(node.aggregates),
             )
             return replace(
                 node,
@@ -531,7 +536,12 @@ def with_backend(
                 backend=backend,
                 backend_reason=reason,
                 placements=placements,
-                holistic=for_backend(node.holistic, backend, node.panes_per_window),
+                holistic=for_backend(
+                    node.holistic,
+                    backend,
+                    node.panes_per_window,
+                    holistic_cpu_reason(node.aggregates),
+                ),
             )
         if isinstance(node, WindowJoinExec):
             return replace(

@@ -57,6 +57,7 @@ class AggregatePlan:
     result_type: SqlType
     fraction: float | None = None  # p of a percentile (holistic functions only)
     python: WindowFunction | None = None  # the user's function of a PYTHON call
+    parameter: float | None = None  # rsd / accuracy of a sketch (APPROX_* functions only)
 
     @property
     def call_name(self) -> str:

@@ -386,3 +386,27 @@ SELECT COUNT(DISTINCT price, volume) FROM trades [RANGE 1 SECOND]
 
 -- name: sum_distinct
 SELECT SUM(DISTINCT price) FROM trades [RANGE 1 SECOND]
+
+-- name: approx_count_distinct_rsd_too_large
+SELECT APPROX_COUNT_DISTINCT(volume, 0.5) FROM trades [RANGE 1 SECOND]
+
+-- name: approx_count_distinct_rsd_too_small
+SELECT APPROX_COUNT_DISTINCT(volume, 0.0001) FROM trades [RANGE 1 SECOND]
+
+-- name: approx_count_distinct_rsd_not_a_literal
+SELECT APPROX_COUNT_DISTINCT(volume, price) FROM trades [RANGE 1 SECOND]
+
+-- name: approx_percentile_fraction_above_one
+SELECT APPROX_PERCENTILE(price, 1.5) FROM trades [RANGE 1 SECOND]
+
+-- name: approx_percentile_fraction_array
+SELECT PERCENTILE_APPROX(price, ARRAY(0.1, 0.9)) FROM trades [RANGE 1 SECOND]
+
+-- name: approx_percentile_accuracy_zero
+SELECT APPROX_PERCENTILE(price, 0.5, 0) FROM trades [RANGE 1 SECOND]
+
+-- name: approx_percentile_accuracy_not_an_integer
+SELECT APPROX_PERCENTILE(price, 0.5, 100.5) FROM trades [RANGE 1 SECOND]
+
+-- name: approx_percentile_of_string
+SELECT APPROX_PERCENTILE(symbol, 0.5) FROM trades [RANGE 1 SECOND]

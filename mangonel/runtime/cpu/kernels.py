@@ -10,7 +10,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler.holistic import HolisticPlan
 from mangonel.compiler.physical import LiftExec, StateField, field_dtype
 from mangonel.runtime.cpu import aggregate as agg
-from mangonel.runtime.cpu import holistic, python_window
+from mangonel.runtime.cpu import holistic, python_window, sketch_windows
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
@@ -362,6 +362,10 @@ class CpuKernels:
 
     def sort_pane(self, slots, keys, n_slots):
         return holistic.sort_pane(slots, keys, n_slots)
+
+    # the approximate functions' sketches: build, cell_range, merge, empty, answer,
+    # to_bytes, from_bytes (`runtime/cpu/sketch_windows.py`)
+    sketches = sketch_windows
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)

@@ -25,6 +25,7 @@ from mangonel.runtime.operators.base import (
 from mangonel.runtime.operators.holistic import evaluate
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
+from mangonel.runtime.operators.sketch_panes import run_answers
 from mangonel.runtime.operators.snapshot import pack, unpack
 
 
@@ -201,6 +202,11 @@ class CountWindowOperator(OperatorBase):
                     ),
                 )
             values, runs = runs_of[name]
+            if plan.function.definition.holistic.sketch:
+                results[position] = run_answers(
+                    self.holistic_kernels, plan, fields[name], values, runs[0], runs[1]
+                )
+                continue
             results[position] = evaluate(
                 self.holistic_kernels, plan, fields[name], values, runs, False
             )

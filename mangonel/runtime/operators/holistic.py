@@ -17,7 +17,9 @@ holistic aggregate's (non-NULL count, value) with the backend's `holistic_select
   window first reads the pane (again only if late-but-allowed tuples arrive after that),
   and a pane is freed once every window covering it has fired. For each result batch of the
   wrapped operator, the holistic columns are computed from the sorted runs of the window's
-  panes and put between the incremental ones, in the node's aggregate order.
+  panes and put between the incremental ones, in the node's aggregate order. The
+  approximate functions keep a sketch per (pane, key) instead (`sketch_panes.SketchPanes`);
+  a `values` field read only by them keeps no raw values.
 """
 
 from __future__ import annotations
@@ -31,12 +33,17 @@ import pyarrow as pa
 
 from mangonel.aggregates.holistic import from_order_keys
 from mangonel.compiler import physical as ph
-from mangonel.compiler.holistic import holistic_positions, windows_per_launch
+from mangonel.compiler.holistic import (
+    holistic_positions,
+    sketch_parameters,
+    windows_per_launch,
+)
 from mangonel.compiler.physical import AggregatePlan, StateField
 from mangonel.errors import DataError
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
+from mangonel.runtime.operators.sketch_panes import SketchPanes
 from mangonel.runtime.operators.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, pack, unpack
 
 
@@ -141,6 +148,17 @@ class HolisticTimeWindows:
         self.panes: dict[str, dict[int, _Pane]] = {f.name: {} for f in self.value_fields}
         self.incremental, self.holistic = holistic_positions(node)
         self.fields_by_name = {f.name: f for f in node.fields}
+        approximate = {
+            p: node.aggregates[p]
+            for p in self.holistic
+            if node.aggregates[p].function.definition.holistic.sketch
+        }
+        # sketches are built and merged on the host whatever the plan (SKETCHES_ON_CPU)
+        self.sketches = SketchPanes(approximate, self.fields_by_name, self.host)
+        # the `values` fields whose raw values an exact aggregate reads
+        self.raw_fields = {
+            node.aggregates[p].value_field for p in self.holistic if p not in approximate
+        }
 
     # -- input ----------------------------------------------------------------------------
 
@@ -179,6 +197,15 @@ class HolisticTimeWindows:
             bounds = np.flatnonzero(np.diff(row_panes)) + 1
             starts = np.concatenate(([0], bounds))
             ends = np.concatenate((bounds, [len(rows)]))
+            self.sketches.add(
+                value_field.name,
+                row_panes,
+                slots[rows],
+                values[rows],
+                (starts, ends),
+            )
+            if value_field.name not in self.raw_fields:
+                continue
             store = self.panes[value_field.name]
             for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
                 pane = int(row_panes[start])
@@ -206,6 +233,7 @@ class HolisticTimeWindows:
                 done = [q for q in store if q // self.panes_per_slide < next_window]
                 for pane in done:
                     del store[pane]
+            self.sketches.free(next_window, self.panes_per_slide)
         return out
 
     def _with_holistic(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -229,6 +257,13 @@ class HolisticTimeWindows:
             for position in self.holistic:
                 plan = self.node.aggregates[position]
                 assert plan.value_field is not None
+                if position in self.sketches.plans:
+                    pieces[position].append(
+                        self.sketches.answer(
+                            position, chunk_slots, chunk_panes, self.panes_per_window
+                        )
+                    )
+                    continue
                 if plan.value_field not in runs_of:
                     runs_of[plan.value_field] = self._runs(
                         plan.value_field, chunk_slots, chunk_panes
@@ -316,7 +351,7 @@ class HolisticTimeWindows:
 
     def state_bytes(self) -> int:
         held = sum(p.nbytes for store in self.panes.values() for p in store.values())
-        return self.inner.state_bytes() + held + self.keys.nbytes
+        return self.inner.state_bytes() + held + self.sketches.nbytes + self.keys.nbytes
 
     def metrics(self) -> OperatorMetrics:
         return dataclasses.replace(self.inner.metrics(), state_bytes=self.state_bytes())
@@ -324,6 +359,7 @@ class HolisticTimeWindows:
     def snapshot(self) -> bytes:
         arrays = self.keys.to_arrays("holistic_keys.")
         arrays["inner"] = np.frombuffer(self.inner.snapshot(), np.uint8)
+        arrays.update(self.sketches.to_arrays())
         for value_field in self.value_fields:
             store = self.panes[value_field.name]
             panes, slots, values = [], [], []
@@ -340,8 +376,16 @@ class HolisticTimeWindows:
             "version": SNAPSHOT_VERSION,
             "operator": "time+holistic",
             "fields": [f.name for f in self.value_fields],
+            "sketches": self._sketch_names(),
         }
         return pack(header, arrays)
+
+    def _sketch_names(self) -> list[str]:
+        """The approximate aggregates by position and sketch (snapshots must match)."""
+        return [
+            f"{position}:{sketch_parameters(plan)}"
+            for position, plan in self.sketches.plans.items()
+        ]
 
     def restore(self, data: bytes) -> None:
         header, arrays = unpack(data)
@@ -350,8 +394,14 @@ class HolisticTimeWindows:
             raise DataError(
                 f"snapshot does not match this query: it holds no holistic values of {expected}"
             )
+        if header.get("sketches", []) != self._sketch_names():
+            raise DataError(
+                "snapshot does not match this query: it holds the sketches "
+                f"{header.get('sketches', [])}, the query keeps {self._sketch_names()}"
+            )
         self.inner.restore(arrays.pop("inner").tobytes())
         self.keys = self.host.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")
+        self.sketches.restore(arrays)
         for value_field in self.value_fields:
             name = value_field.name
             panes = arrays[f"{name}.pane"]

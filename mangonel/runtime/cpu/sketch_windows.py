@@ -1,0 +1,130 @@
+"""The sketches of APPROX_COUNT_DISTINCT and APPROX_PERCENTILE as the window operators use
+them (`runtime/operators/sketch_panes.py`): a set of sketches, one per cell (a key of a pane,
+or a count window), built from a batch's order keys, sliced per pane, merged in groups (a
+pane's sketches with a new batch's, a window from its panes) and answered.
+
+A set is either `HllSketches` (p and uint8 registers [cells, 2^p], `sketch_hll`) or
+`sketch_quantile.QuantileSketches` (GK summaries); both say how many cells they hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mangonel.aggregates.holistic import from_order_keys
+from mangonel.aggregates.sketches import hll_precision, quantile_relative_error
+from mangonel.catalog.types import SqlType
+from mangonel.runtime.cpu import sketch_hll, sketch_quantile
+from mangonel.runtime.cpu.sketch_quantile import QuantileSketches
+
+HLL = "approx_count_distinct"
+GK = "approx_percentile"
+
+
+@dataclass(frozen=True)
+class HllSketches:
+    """HyperLogLog++ register sets of `cells` cells at precision p."""
+
+    p: int
+    registers: np.ndarray  # uint8 [cells, 2^p]
+
+    @property
+    def cells(self) -> int:
+        return self.registers.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.registers.nbytes
+
+
+Sketches = HllSketches | QuantileSketches
+
+
+def _p(parameter: float) -> int:
+    return hll_precision(parameter)
+
+
+def _eps(parameter: float) -> float:
+    return quantile_relative_error(int(parameter))
+
+
+def build(
+    evaluation: str,
+    cells: np.ndarray,
+    n_cells: int,
+    keys: np.ndarray,
+    argument: SqlType,
+    parameter: float,
+) -> Sketches:
+    """One sketch per cell 0..n_cells-1 of the non-NULL values whose order keys are `keys`
+    (`aggregates.holistic.order_keys`), row i into cell cells[i]."""
+    values = from_order_keys(keys, argument.is_floating)
+    if evaluation == HLL:
+        p = _p(parameter)
+        return HllSketches(p, sketch_hll.build(cells, n_cells, values, None, argument, p))
+    return sketch_quantile.build(cells, n_cells, values.astype(np.float64), None, _eps(parameter))
+
+
+def cell_range(sketches: Sketches, start: int, stop: int) -> Sketches:
+    """Cells start..stop-1 of a set, as a set of their own (copied)."""
+    if isinstance(sketches, HllSketches):
+        return HllSketches(sketches.p, sketches.registers[start:stop].copy())
+    s = sketches
+    lo, hi = int(s.offsets[start]), int(s.offsets[stop])
+    return QuantileSketches(
+        s.eps,
+        s.counts[start:stop].copy(),
+        s.offsets[start : stop + 1] - lo,
+        s.values[lo:hi].copy(),
+        s.g[lo:hi].copy(),
+        s.delta[lo:hi].copy(),
+    )
+
+
+def merge(sets: list[Sketches], members: np.ndarray, offsets: np.ndarray) -> Sketches:
+    """Group g = the merge of cells members[offsets[g]:offsets[g + 1]] of the sets taken as
+    one (the cells of set i follow those of set i - 1)."""
+    if isinstance(sets[0], HllSketches):
+        registers = np.concatenate([s.registers for s in sets]) if len(sets) > 1 else None
+        registers = sets[0].registers if registers is None else registers
+        return HllSketches(sets[0].p, sketch_hll.merge_groups(registers, members, offsets))
+    joined = sketch_quantile.concat(*sets) if len(sets) > 1 else sets[0]
+    return sketch_quantile.merge_groups(joined, members, offsets)
+
+
+def empty(evaluation: str, parameter: float) -> Sketches:
+    """A set of no cells."""
+    if evaluation == HLL:
+        p = _p(parameter)
+        return HllSketches(p, sketch_hll.new_registers(0, p))
+    return sketch_quantile.build(
+        np.empty(0, np.int64), 0, np.empty(0, np.float64), None, _eps(parameter)
+    )
+
+
+def answer(sketches: Sketches, fraction: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """(non-NULL count, result) per cell: the distinct-count estimate (int64; its count is the
+    estimate too, 0 only for an empty cell), or the percentile as a double (NaN where the
+    count is 0: NULL)."""
+    if isinstance(sketches, HllSketches):
+        estimate = sketch_hll.estimate(sketches.registers, sketches.p)
+        return estimate, estimate
+    if not sketches.cells:
+        return np.empty(0, np.int64), np.empty(0, np.float64)
+    p = 0.0 if fraction is None else fraction  # as the exact percentiles read a plan without p
+    return sketches.counts.copy(), sketch_quantile.query(sketches, p)[:, 0]
+
+
+def to_bytes(sketches: Sketches) -> bytes:
+    if isinstance(sketches, HllSketches):
+        return sketch_hll.to_bytes(sketches.registers, sketches.p)
+    return sketches.to_bytes()
+
+
+def from_bytes(evaluation: str, blob: bytes) -> Sketches:
+    if evaluation == HLL:
+        registers, p = sketch_hll.from_bytes(blob)
+        return HllSketches(p, registers)
+    return QuantileSketches.from_bytes(blob)

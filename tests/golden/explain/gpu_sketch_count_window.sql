@@ -1,0 +1,3 @@
+SELECT symbol, APPROX_COUNT_DISTINCT(volume, 0.01) AS volumes, APPROX_PERCENTILE(price, 0.5) AS mid
+FROM trades [ROWS 100 SLIDE 10]
+GROUP BY symbol

@@ -1,0 +1,364 @@
+"""APPROX_COUNT_DISTINCT and APPROX_PERCENTILE / PERCENTILE_APPROX in SQL, against the oracle
+(tests/oracle.py computes the exact answer and the answers the sketch's bound accepts:
+`oracle.Approximate`) on time windows (sliding, tumbling; disorder, late rows) and count
+windows, with NULLs, ties, NaN/-0.0/infinities, snapshot/restore, mixed with exact holistic
+and incremental aggregates. Plus larger windows where the HLL estimate and the GK compression
+matter, EXPLAIN, the GPU placement, the Spark refusal, state_bytes and the snapshot checks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from fuzzer import Scenario, check
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracle import OracleQuery
+
+import mangonel
+from mangonel.compiler import physical as ph
+from mangonel.errors import DataError, PlanError, SqlError
+from mangonel.runtime.local.query import LocalQuery
+
+COLUMNS = {"ts": "timestamp", "k": "bigint", "x": "bigint", "n": "int", "v": "double"}
+DDL = (
+    "CREATE STREAM s (ts TIMESTAMP, k BIGINT, x BIGINT, n INT, v DOUBLE) "
+    "WITH (event_time = 'ts', watermark = '{delay} microseconds')"
+)
+SCHEMA = pa.schema(
+    [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64()), ("n", pa.int32())]
+    + [("v", pa.float64())]
+)
+SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+SPECIAL = [math.nan, -0.0, 0.0, math.inf, -math.inf]
+RSDS = [0.05, 0.1, 0.02, 0.3]
+ACCURACIES = [10000, 100, 10, 4, 2]  # small ones compress summaries of a few values
+FRACTIONS = [0.0, 1.0, 0.5, 0.25, 0.9, 0.333]
+
+
+def _function(draw) -> tuple[str, str]:
+    """(oracle name, SQL with {a} for the argument) of one aggregate call."""
+    choice = draw(st.integers(0, 5))
+    if choice <= 1:
+        rsd = draw(st.sampled_from(RSDS))
+        if draw(st.booleans()) and rsd == 0.05:
+            return f"approx_count_distinct:{rsd}", "APPROX_COUNT_DISTINCT({a})"
+        return f"approx_count_distinct:{rsd}", f"APPROX_COUNT_DISTINCT({{a}}, {rsd})"
+    if choice <= 3:
+        p = draw(st.sampled_from(FRACTIONS))
+        accuracy = draw(st.sampled_from(ACCURACIES))
+        name = draw(st.sampled_from(["APPROX_PERCENTILE", "PERCENTILE_APPROX"]))
+        if accuracy == 10000 and draw(st.booleans()):
+            return f"approx_percentile:{p}:{accuracy}", f"{name}({{a}}, {p})"
+        return f"approx_percentile:{p}:{accuracy}", f"{name}({{a}}, {p}, {accuracy})"
+    return draw(
+        st.sampled_from(
+            [
+                ("median", "MEDIAN({a})"),
+                ("sum", "SUM({a})"),
+                ("count_distinct", "COUNT(DISTINCT {a})"),
+            ]
+        )
+    )
+
+
+@st.composite
+def scenarios(draw, kind: str) -> Scenario:
+    if kind == "time":
+        slide = draw(st.integers(1, 10))
+        size = draw(st.one_of(st.just(slide), st.integers(1, 6).map(lambda f: f * slide)))
+        size = draw(st.one_of(st.just(size), st.integers(slide, 40)))
+    else:
+        size = draw(st.integers(1, 30))
+        slide = draw(st.integers(1, size))
+    delay = draw(st.integers(0, 30))
+    disorder = draw(st.integers(0, 40))
+    rows = draw(st.integers(0, 200))
+    keys = draw(st.integers(1, 4))
+    spread = draw(st.sampled_from([2, 50, 100000]))  # ties, and all distinct
+    null_rate = draw(st.sampled_from([0.0, 0.2, 1.0]))  # 1.0: all-NULL windows
+    special = draw(st.booleans())
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    data = []
+    for i in range(rows):
+        v: float | None = float(rng.integers(-spread, spread + 1)) / 2
+        if special and rng.integers(0, 6) == 0:
+            v = SPECIAL[int(rng.integers(0, len(SPECIAL)))]
+        data.append(
+            {
+                "ts": i + int(rng.integers(0, disorder + 1)),
+                "k": int(rng.integers(0, keys)),
+                "x": None if rng.random() < null_rate else int(rng.integers(-spread, spread + 1)),
+                "n": int(rng.integers(-spread, spread + 1)) % 1000,
+                "v": None if rng.random() < null_rate else v,
+            }
+        )
+    cuts = sorted(draw(st.lists(st.integers(0, rows), max_size=4)))
+    batches = [data[a:b] for a, b in zip([0, *cuts], [*cuts, rows], strict=True)]
+    calls = []
+    for _ in range(draw(st.integers(1, 4))):
+        name, sql = _function(draw)
+        argument = draw(st.sampled_from([["col", "v"], ["col", "x"], ["col", "n"]]))
+        calls.append((name, sql.format(a=argument[1]), argument))
+    outputs = [("k", ["col", "k"]), ("ws", ["bound", "start"])]
+    outputs += [(f"a{i}", ["agg", i]) for i in range(len(calls))]
+    select = ["k", "window_start AS ws"] + [f"{sql} AS a{i}" for i, (_, sql, _) in enumerate(calls)]
+    window = f"RANGE {size} MICROSECONDS SLIDE {slide} MICROSECONDS"
+    if kind == "count":
+        window = f"ROWS {size} SLIDE {slide}"
+    query = f"SELECT {', '.join(select)} FROM s [{window}] GROUP BY k"
+    oracle = OracleQuery(
+        columns=dict(COLUMNS),
+        event_time="ts",
+        kind=kind,
+        size=size,
+        slide=slide,
+        delay=delay,
+        keys=("k",),
+        aggregates=tuple((name, argument) for name, _, argument in calls),
+        outputs=tuple(outputs),
+    )
+    snapshot = tuple(sorted(set(draw(st.lists(st.integers(0, len(batches)), max_size=2)))))
+    return Scenario(DDL.format(delay=delay), query, oracle, batches, snapshot)
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(scenarios("time"))
+def test_sketches_on_time_windows_stay_within_their_bounds(scenario):
+    failure = check(scenario, "cpu")
+    assert failure is None, f"{failure}\n{scenario.query}"
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(scenarios("count"))
+def test_sketches_on_count_windows_stay_within_their_bounds(scenario):
+    failure = check(scenario, "cpu")
+    assert failure is None, f"{failure}\n{scenario.query}"
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(scenarios("time"))
+def test_sketch_results_are_the_same_in_small_chunks(monkeypatch, scenario):
+    # builds span few panes and merges few rows at a time: chunk boundaries anywhere
+    from mangonel.runtime.operators import sketch_panes
+
+    monkeypatch.setattr(sketch_panes, "MAX_BUILD_BYTES", 1)
+    monkeypatch.setattr(sketch_panes, "MAX_MEMBERS", 3)
+    failure = check(scenario, "cpu")
+    assert failure is None, f"{failure}\n{scenario.query}"
+
+
+def _session(delay: int = 0) -> mangonel.Session:
+    session = mangonel.Session(backend="cpu")
+    session.execute(DDL.format(delay=delay))
+    return session
+
+
+def _batch(rows: list[dict]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"n": 0, "x": None, "v": None, "k": 0, **row} for row in rows], schema=SCHEMA
+    )
+
+
+def _run(query: str, rows: list[dict]) -> list[dict]:
+    runner = LocalQuery(_session().sql(query).plan)
+    out = runner.process(_batch(rows)) + runner.finish()
+    return [row for batch in out for row in batch.to_pylist()]
+
+
+def test_known_values_and_all_null_windows():
+    rows = [{"ts": t, "x": value} for t, value in enumerate([1, 2, None, 2, 3, 10])]
+    rows += [{"ts": 100 + t, "x": None} for t in range(3)]  # a window of only NULLs
+    query = (
+        "SELECT APPROX_COUNT_DISTINCT(x) AS d, APPROX_PERCENTILE(x, 0.5) AS m, "
+        "PERCENTILE_APPROX(x, 1) AS hi, APPROX_PERCENTILE(v, 0.5) AS nv, COUNT(*) AS c "
+        "FROM s [RANGE 100 MICROSECONDS]"
+    )
+    assert _run(query, rows) == [
+        {"d": 4, "m": 2, "hi": 10, "nv": None, "c": 6},
+        {"d": 0, "m": None, "hi": None, "nv": None, "c": 3},
+    ]
+
+
+def test_result_types_follow_spark():
+    session = _session()
+    query = session.sql(
+        "SELECT APPROX_COUNT_DISTINCT(n) AS d, APPROX_PERCENTILE(n, 0.5) AS pn, "
+        "APPROX_PERCENTILE(x, 0.5) AS px, APPROX_PERCENTILE(v, 0.5) AS pv "
+        "FROM s [RANGE 1 SECOND]"
+    )
+    types = [query.schema.field(name).type for name in ("d", "pn", "px", "pv")]
+    assert types == [pa.int64(), pa.int32(), pa.int64(), pa.float64()]
+
+
+def _large(rows: int, keys: int, distinct: int, seed: int) -> pa.RecordBatch:
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, 10_000, rows))
+    x = rng.integers(0, distinct, rows)
+    v = rng.lognormal(size=rows)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(ts, pa.timestamp("us")),
+            pa.array(rng.integers(0, keys, rows)),
+            pa.array(x),
+            pa.array(np.zeros(rows, np.int32)),
+            pa.array(v),
+        ],
+        schema=SCHEMA,
+    )
+
+
+@pytest.mark.parametrize("rsd", [0.05, 0.02])
+def test_hll_estimates_of_large_sliding_windows_are_within_three_rsd(rsd):
+    batch = _large(200_000, 3, 60_000, seed=7)
+    query = (
+        f"SELECT k, window_start, APPROX_COUNT_DISTINCT(x, {rsd}) AS d FROM s "
+        "[RANGE 4000 MICROSECONDS SLIDE 1000 MICROSECONDS] GROUP BY k"
+    )
+    runner = LocalQuery(_session().sql(query).plan)
+    got = pa.Table.from_batches(runner.process(batch) + runner.finish()).to_pylist()
+    ts = batch.column(0).cast(pa.int64()).to_numpy()
+    keys, x = batch.column(1).to_numpy(), batch.column(2).to_numpy()
+    assert len(got) > 20
+    errors = []
+    for row in got:
+        start = _micros(row["window_start"])
+        chosen = (ts >= start) & (ts < start + 4000) & (keys == row["k"])
+        exact = len(np.unique(x[chosen]))
+        assert abs(row["d"] - exact) <= 3 * rsd * exact, (row, exact)
+        errors.append((row["d"] - exact) / exact)
+    # and the errors are spread like the sketch's standard deviation, not biased
+    assert abs(np.mean(errors)) < rsd
+
+
+def _micros(value) -> int:  # noqa: ANN001 - a datetime
+    return int(pa.scalar(value, pa.timestamp("us")).cast(pa.int64()).as_py())
+
+
+@pytest.mark.parametrize("accuracy", [10000, 100, 20])
+def test_gk_ranks_of_large_sliding_windows_are_within_the_bound(accuracy):
+    batch = _large(60_000, 2, 10**9, seed=3)
+    fractions = (0.0, 0.1, 0.5, 0.99, 1.0)
+    calls = ", ".join(
+        f"APPROX_PERCENTILE(v, {p}, {accuracy}) AS p{i}" for i, p in enumerate(fractions)
+    )
+    query = (
+        f"SELECT k, window_start, {calls} FROM s "
+        "[RANGE 3000 MICROSECONDS SLIDE 500 MICROSECONDS] GROUP BY k"
+    )
+    runner = LocalQuery(_session().sql(query).plan)
+    # several batches: panes grow by unions of their summaries
+    got = []
+    for part in range(4):
+        got += runner.process(batch.slice(part * 15_000, 15_000))
+    got = pa.Table.from_batches(got + runner.finish()).to_pylist()
+    ts = batch.column(0).cast(pa.int64()).to_numpy()
+    keys, v = batch.column(1).to_numpy(), batch.column(4).to_numpy()
+    assert len(got) > 20
+    for row in got:
+        start = _micros(row["window_start"])
+        values = np.sort(v[(ts >= start) & (ts < start + 3000) & (keys == row["k"])])
+        n = len(values)
+        bound = math.floor(n / accuracy + 0.5)
+        for i, p in enumerate(fractions):
+            target = min(max(math.ceil(p * n), 1), n)
+            low = np.searchsorted(values, row[f"p{i}"], "left") + 1
+            high = np.searchsorted(values, row[f"p{i}"], "right")
+            assert low <= high, "the answer is one of the window's values"
+            assert low - bound <= target <= high + bound, (p, n, low, high, target)
+
+
+def test_explain_names_the_sketches_and_their_parameters():
+    text = (
+        _session()
+        .sql(
+            "SELECT k, APPROX_COUNT_DISTINCT(x, 0.01), PERCENTILE_APPROX(v, 0.9, 500), "
+            "MEDIAN(v), SUM(v) FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
+        )
+        .explain()
+    )
+    assert "APPROX_COUNT_DISTINCT(x, 0.01)<-" in text
+    assert "APPROX_PERCENTILE(v, 0.9, 500)<-" in text
+    assert "holistic=sorted-panes+sketch-panes" in text
+    assert "sketches=[HLL(p=14), GK(accuracy=500)]" in text
+    count = _session().sql("SELECT APPROX_COUNT_DISTINCT(x) FROM s [ROWS 10]").explain()
+    assert "holistic=tuple-runs" in count and "sketches=[HLL(p=9)]" in count
+
+
+def test_gpu_plans_place_the_sketch_step_on_the_cpu_with_a_reason():
+    plan = (
+        _session()
+        .sql(
+            "SELECT k, APPROX_PERCENTILE(v, 0.5), SUM(v) FROM s "
+            "[RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
+        )
+        .plan
+    )
+    window = ph.find(ph.with_backend(plan, "gpu", "test"), ph.WindowAggregateExec)
+    step = ph.placement(window, "holistic")
+    assert (step.backend, step.reason) == ("cpu", "no GPU kernels for holistic functions yet")
+    assert ph.placement(window, "lift").backend == "gpu"  # SUM stays on the GPU
+
+
+def test_sketches_inside_spark_are_refused_at_planning():
+    from mangonel.runtime.spark.planner import plan_spark
+
+    query = _session().sql("SELECT k, APPROX_COUNT_DISTINCT(v) FROM s [RANGE 1 SECOND] GROUP BY k")
+    with pytest.raises(PlanError, match="inside Spark: not yet.*APPROX_COUNT_DISTINCT"):
+        plan_spark(query.text, query.plan, partitions=2)
+
+
+def test_panes_keep_sketches_not_values_and_are_freed():
+    runner = LocalQuery(
+        _session()
+        .sql(
+            "SELECT k, APPROX_COUNT_DISTINCT(x), APPROX_PERCENTILE(x, 0.5) FROM s "
+            "[RANGE 10 MICROSECONDS SLIDE 5 MICROSECONDS] GROUP BY k"
+        )
+        .plan
+    )
+    rows = [{"ts": t, "k": t % 3, "x": t} for t in range(1000)]
+    runner.process(_batch(rows))
+    operator = runner.window_operator
+    assert all(not store for store in operator.panes.values())  # no raw values kept
+    held = sum(len(store) for store in operator.sketches.panes.values())
+    assert 0 < held <= 2 * 4  # per aggregate the panes of unfired windows only
+    assert runner.metrics.state_bytes >= operator.sketches.nbytes > 0
+
+
+def test_a_snapshot_with_other_sketches_is_refused():
+    session = _session()
+    first = LocalQuery(
+        session.sql(
+            "SELECT k, APPROX_COUNT_DISTINCT(x) FROM s [RANGE 10 MICROSECONDS] GROUP BY k"
+        ).plan
+    )
+    other = LocalQuery(
+        session.sql(
+            "SELECT k, APPROX_COUNT_DISTINCT(x, 0.01) FROM s [RANGE 10 MICROSECONDS] GROUP BY k"
+        ).plan
+    )
+    with pytest.raises(DataError, match="snapshot does not match this query"):
+        other.restore(first.snapshot())
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ("APPROX_COUNT_DISTINCT(x, 0.5)", "rsd 0.5 is too large"),
+        ("APPROX_COUNT_DISTINCT(x, 0)", "rsd must be positive"),
+        ("APPROX_COUNT_DISTINCT(x, k)", "rsd must be a numeric literal"),
+        ("APPROX_PERCENTILE(x, 1.5)", "percentage must lie between 0 and 1"),
+        ("APPROX_PERCENTILE(x, 0.5, 0)", r"accuracy must be in \[1, 2147483647\]"),
+        ("APPROX_PERCENTILE(x, 0.5, 2.5)", "accuracy must be an integer"),
+        ("APPROX_PERCENTILE(x, ARRAY(0.1, 0.9))", "array of percentages is not supported"),
+        ("APPROX_PERCENTILE(ts, 0.5)", "APPROX_PERCENTILE"),
+        ("APPROX_PERCENTILE(x, 0.5) WITHIN GROUP (ORDER BY x)", "does not take WITHIN GROUP"),
+    ],
+)
+def test_bad_parameters_are_refused_with_a_clear_error(call, message):
+    with pytest.raises((SqlError, PlanError), match=message):
+        _session().sql(f"SELECT {call} FROM s [RANGE 1 SECOND]")
