@@ -22,6 +22,7 @@ from test_holistic import COLUMNS, DDL, SETTINGS, SPECIAL, _sql
 import mangonel
 from mangonel.aggregates.holistic import order_keys
 from mangonel.compiler import physical as ph
+from mangonel.compiler.holistic import holistic_cpu_reason
 from mangonel.errors import CatalogError, PlanError, SqlError
 from mangonel.runtime.cpu import python_window
 from mangonel.runtime.local.query import LocalQuery
@@ -231,7 +232,8 @@ def test_the_plan_names_the_function_and_gpu_plans_say_why_it_runs_on_the_cpu():
     assert step.backend == "cpu"
     assert step.reason.startswith("Python window function trimmed_mean: ")
     assert ph.placement(window, "lift").backend == "gpu"  # SUM stays on the GPU
-    placements = ph.window_placements(window.window, "gpu", "test", True, ("trimmed_mean",))
+    reason = holistic_cpu_reason(window.aggregates)
+    placements = ph.window_placements(window.window, "gpu", "test", True, reason)
     assert "! holistic runs on cpu because Python window function trimmed_mean" in (
         "\n".join(f"! {p.step} runs on {p.backend} because {p.reason}" for p in placements)
     )

@@ -19,6 +19,7 @@ from oracle import OracleQuery
 
 import mangonel
 from mangonel.compiler import physical as ph
+from mangonel.compiler.holistic import SKETCHES_ON_CPU
 from mangonel.errors import DataError, PlanError, SqlError
 from mangonel.runtime.local.query import LocalQuery
 
@@ -299,7 +300,8 @@ def test_gpu_plans_place_the_sketch_step_on_the_cpu_with_a_reason():
     )
     window = ph.find(ph.with_backend(plan, "gpu", "test"), ph.WindowAggregateExec)
     step = ph.placement(window, "holistic")
-    assert (step.backend, step.reason) == ("cpu", "no GPU kernels for holistic functions yet")
+    assert (step.backend, step.reason) == ("cpu", SKETCHES_ON_CPU)
+    assert SKETCHES_ON_CPU == "approximate aggregates' sketches (HLL++, GK) have no GPU kernels yet"
     assert ph.placement(window, "lift").backend == "gpu"  # SUM stays on the GPU
 
 
