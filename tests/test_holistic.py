@@ -95,14 +95,36 @@ def scenarios(draw, kind: str) -> Scenario:
     having = None
     if draw(st.booleans()):  # HAVING over a holistic result (NULL windows drop out)
         having = (["is_not_null", ["agg", 0]], f"{aggregates_[0][1]} IS NOT NULL")
-    outputs = [("k", ["col", "k"]), ("ws", ["bound", "start"])]
-    outputs += [(f"a{i}", ["agg", i]) for i in range(count)]
-    select = ["k", "window_start AS ws"] + [
-        f"{sql} AS a{i}" for i, (_, sql, _) in enumerate(aggregates_)
-    ]
+    expressions = []
     if draw(st.booleans()):  # an expression over a holistic result
-        outputs.append(("e", ["*", ["agg", 0], ["lit", 2]]))
-        select.append(f"({aggregates_[0][1]}) * 2 AS e")
+        expressions.append(("e", ["*", ["agg", 0], ["lit", 2]], f"({aggregates_[0][1]}) * 2"))
+    snapshot = tuple(sorted(set(draw(st.lists(st.integers(0, len(batches)), max_size=2)))))
+    return grouped_scenario(
+        kind, size, slide, delay, aggregates_, batches, snapshot, expressions, having
+    )
+
+
+def grouped_scenario(
+    kind: str,
+    size: int,
+    slide: int,
+    delay: int,
+    calls: list[tuple[str, str, list]],
+    batches: list[list[dict]],
+    snapshot: tuple[int, ...],
+    expressions: list[tuple[str, list, str]] = (),  # type: ignore[assignment]
+    having: tuple[list, str] | None = None,
+    window_functions: tuple = (),
+) -> Scenario:
+    """`SELECT k, window_start AS ws, <calls> [, <expressions>] FROM s [window] GROUP BY k
+    [HAVING]` over stream `s` (DDL), for the engine and the oracle alike. `calls`: (oracle
+    name, SQL, oracle argument); `expressions`: (output name, oracle expression, SQL)."""
+    outputs = [("k", ["col", "k"]), ("ws", ["bound", "start"])]
+    outputs += [(f"a{i}", ["agg", i]) for i in range(len(calls))]
+    select = ["k", "window_start AS ws"] + [f"{sql} AS a{i}" for i, (_, sql, _) in enumerate(calls)]
+    for name, expression, sql in expressions:
+        outputs.append((name, expression))
+        select.append(f"{sql} AS {name}")
     window = f"RANGE {size} MICROSECONDS SLIDE {slide} MICROSECONDS"
     if kind == "count":
         window = f"ROWS {size} SLIDE {slide}"
@@ -117,12 +139,18 @@ def scenarios(draw, kind: str) -> Scenario:
         slide=slide,
         delay=delay,
         keys=("k",),
-        aggregates=tuple((name, argument) for name, _, argument in aggregates_),
+        aggregates=tuple((name, argument) for name, _, argument in calls),
         having=None if having is None else having[0],
         outputs=tuple(outputs),
     )
-    snapshot = tuple(sorted(set(draw(st.lists(st.integers(0, len(batches)), max_size=2)))))
-    return Scenario(DDL.format(delay=delay), query, oracle, batches, snapshot)
+    return Scenario(
+        DDL.format(delay=delay),
+        query,
+        oracle,
+        batches,
+        snapshot,
+        window_functions=window_functions,
+    )
 
 
 def _sql(argument: list) -> str:

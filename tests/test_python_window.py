@@ -16,8 +16,8 @@ import pytest
 from fuzzer import Scenario, check
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import OracleQuery, register_python_function
-from test_holistic import COLUMNS, DDL, SETTINGS, SPECIAL, _sql
+from oracle import register_python_function
+from test_holistic import DDL, SETTINGS, SPECIAL, _sql, grouped_scenario
 
 import mangonel
 from mangonel.aggregates.holistic import order_keys
@@ -114,32 +114,9 @@ def scenarios(draw, kind: str) -> Scenario:
         else:
             name = draw(st.sampled_from([f[0] for f in FUNCTIONS]))
             calls.append((f"python:{name}", f"{name}({_sql(argument)})", argument))
-    outputs = [("k", ["col", "k"]), ("ws", ["bound", "start"])]
-    outputs += [(f"a{i}", ["agg", i]) for i in range(len(calls))]
-    select = ["k", "window_start AS ws"] + [f"{sql} AS a{i}" for i, (_, sql, _) in enumerate(calls)]
-    window = f"RANGE {size} MICROSECONDS SLIDE {slide} MICROSECONDS"
-    if kind == "count":
-        window = f"ROWS {size} SLIDE {slide}"
-    query = f"SELECT {', '.join(select)} FROM s [{window}] GROUP BY k"
-    oracle = OracleQuery(
-        columns=dict(COLUMNS),
-        event_time="ts",
-        kind=kind,
-        size=size,
-        slide=slide,
-        delay=delay,
-        keys=("k",),
-        aggregates=tuple((name, argument) for name, _, argument in calls),
-        outputs=tuple(outputs),
-    )
     snapshot = tuple(sorted(set(draw(st.lists(st.integers(0, len(batches)), max_size=2)))))
-    return Scenario(
-        DDL.format(delay=delay),
-        query,
-        oracle,
-        batches,
-        snapshot,
-        window_functions=WINDOW_FUNCTIONS,
+    return grouped_scenario(
+        kind, size, slide, delay, calls, batches, snapshot, window_functions=WINDOW_FUNCTIONS
     )
 
 

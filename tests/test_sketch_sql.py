@@ -15,7 +15,7 @@ import pytest
 from fuzzer import Scenario, check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import OracleQuery
+from test_holistic import DDL, grouped_scenario
 
 import mangonel
 from mangonel.compiler import physical as ph
@@ -23,11 +23,6 @@ from mangonel.compiler.holistic import SKETCHES_ON_CPU
 from mangonel.errors import DataError, PlanError, SqlError
 from mangonel.runtime.local.query import LocalQuery
 
-COLUMNS = {"ts": "timestamp", "k": "bigint", "x": "bigint", "n": "int", "v": "double"}
-DDL = (
-    "CREATE STREAM s (ts TIMESTAMP, k BIGINT, x BIGINT, n INT, v DOUBLE) "
-    "WITH (event_time = 'ts', watermark = '{delay} microseconds')"
-)
 SCHEMA = pa.schema(
     [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64()), ("n", pa.int32())]
     + [("v", pa.float64())]
@@ -104,26 +99,8 @@ def scenarios(draw, kind: str) -> Scenario:
         name, sql = _function(draw)
         argument = draw(st.sampled_from([["col", "v"], ["col", "x"], ["col", "n"]]))
         calls.append((name, sql.format(a=argument[1]), argument))
-    outputs = [("k", ["col", "k"]), ("ws", ["bound", "start"])]
-    outputs += [(f"a{i}", ["agg", i]) for i in range(len(calls))]
-    select = ["k", "window_start AS ws"] + [f"{sql} AS a{i}" for i, (_, sql, _) in enumerate(calls)]
-    window = f"RANGE {size} MICROSECONDS SLIDE {slide} MICROSECONDS"
-    if kind == "count":
-        window = f"ROWS {size} SLIDE {slide}"
-    query = f"SELECT {', '.join(select)} FROM s [{window}] GROUP BY k"
-    oracle = OracleQuery(
-        columns=dict(COLUMNS),
-        event_time="ts",
-        kind=kind,
-        size=size,
-        slide=slide,
-        delay=delay,
-        keys=("k",),
-        aggregates=tuple((name, argument) for name, _, argument in calls),
-        outputs=tuple(outputs),
-    )
     snapshot = tuple(sorted(set(draw(st.lists(st.integers(0, len(batches)), max_size=2)))))
-    return Scenario(DDL.format(delay=delay), query, oracle, batches, snapshot)
+    return grouped_scenario(kind, size, slide, delay, calls, batches, snapshot)
 
 
 @settings(max_examples=120, **SETTINGS)
