@@ -14,19 +14,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from gpu_device import gpu_available  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 
 
-def _gpu_available() -> bool:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
-
-
-if not _gpu_available():
+if not gpu_available():
     pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
 
 import numpy as np  # noqa: E402

@@ -12,18 +12,10 @@ from pathlib import Path
 
 import pytest
 from fuzzer import Scenario, check, engine_run, oracle_run
+from gpu_device import gpu_available
 from oracle import first_difference
 
 FILES = sorted((Path(__file__).parent / "regressions").glob("*.json"))
-
-
-def _gpu_available() -> bool:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
 
 
 def _cases():
@@ -36,7 +28,7 @@ def _cases():
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("path", list(_cases()))
 def test_regression_case(path: Path, backend: str) -> None:
-    if backend == "gpu" and not _gpu_available():
+    if backend == "gpu" and not gpu_available():
         pytest.skip("no CUDA device visible to CuPy")
     data = json.loads(path.read_text())
     scenario = Scenario.from_json(data)
