@@ -133,3 +133,17 @@ class HostModule:
             function(*converted)
 
         return launch
+
+
+def host_modules(folder: Path):  # noqa: ANN201 - a CompileContext.module stand-in
+    """`CompileContext.module` on the host: the shim written into `folder`, then one
+    `HostModule` (g++) per generated source, compiled once."""
+    write_shim(folder)
+    modules: dict[str, HostModule] = {}
+
+    def module(generated, options=()):  # noqa: ANN001, ANN202
+        if generated.digest not in modules:
+            modules[generated.digest] = HostModule(generated.source, folder)
+        return modules[generated.digest]
+
+    return module

@@ -12,7 +12,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from cuda_host import HostCupy, HostModule, write_shim
+from cuda_host import HostCupy, host_modules
 from fuzzer import Scenario, check
 from hypothesis import given, settings
 from oracle import OracleQuery
@@ -34,15 +34,7 @@ def host_module(tmp_path_factory):
     if shutil.which("g++") is None:
         pytest.skip("g++ not on PATH")
     folder = tmp_path_factory.mktemp("holistic_shim")
-    write_shim(folder)
-    modules: dict[str, HostModule] = {}
-
-    def module(generated, options=()):  # noqa: ANN001, ANN202
-        if generated.digest not in modules:
-            modules[generated.digest] = HostModule(generated.source, folder)
-        return modules[generated.digest]
-
-    return module
+    return host_modules(folder)
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from cuda_host import HostCupy, HostModule, write_shim
+from cuda_host import HostCupy, host_modules
 from fuzz_join_cases import check_join, draw_join_case
 from oracle import rows_of
 
@@ -82,22 +82,16 @@ def test_join_kernels_compile_with_nvcc(tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def host_device(tmp_path_factory):
-    """Patches runtime/gpu so GpuJoinKernels run on the host; yields a kernels factory."""
+    """Patches runtime/gpu so GpuJoinKernels run on the host; yields the host module loader."""
     if shutil.which("g++") is None:
         pytest.skip("g++ not on PATH")
     folder = tmp_path_factory.mktemp("join_shim")
-    write_shim(folder)
-    modules: dict[str, HostModule] = {}
-
-    def module(generated, options=()):  # noqa: ANN001, ANN202
-        if generated.digest not in modules:
-            modules[generated.digest] = HostModule(generated.source, folder)
-        return modules[generated.digest]
+    module = host_modules(folder)
 
     patch = pytest.MonkeyPatch()
     patch.setattr(device, "cupy", lambda: HostCupy())
     patch.setattr(gpu_join, "shared_context", lambda size: SimpleNamespace(module=module))
-    yield modules
+    yield module
     patch.undo()
 
 
