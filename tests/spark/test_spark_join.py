@@ -68,6 +68,26 @@ def window_clause(size: str, slide: str) -> str:
     return f"[RANGE {size} SLIDE {slide}]"
 
 
+def native_join_aggregate(spark, tmp_path, size: str, slide: str, summed):  # noqa: ANN001, ANN201
+    """Spark's own join aggregation per (key, window): n = COUNT(*), s = SUM(`summed`),
+    m = MAX(w), as k, window_start, window_end, n, s, m rows."""
+    joined = spark_window_join(spark, tmp_path, size, slide)
+    native = joined.groupBy("lw", "lk").agg(
+        F.count(F.lit(1)).alias("n"), F.sum(summed).alias("s"), F.max("w").alias("m")
+    )
+    return run_to_memory(
+        native.select(
+            F.col("lk").alias("k"),
+            F.col("lw.start").alias("window_start"),
+            F.col("lw.end").alias("window_end"),
+            "n",
+            "s",
+            "m",
+        ),
+        tmp_path / "ck_theirs",
+    )
+
+
 def spark_window_join(spark, tmp_path, size: str, slide: str):
     """Spark's own: window() on both sides, join on key and window."""
     a = file_stream(spark, tmp_path / "a", LEFT_DDL).withWatermark("ts", DELAY)
@@ -92,23 +112,7 @@ def test_aggregated_join_equals_sparks_stream_stream_join(spark, tmp_path, size,
         tmp_path / "ck_ours",
     )
     assert session.last_plan.buckets == 4  # GROUP BY l.k holds the join key
-    joined = spark_window_join(spark, tmp_path, size, slide)
-    native = joined.groupBy("lw", "lk").agg(
-        F.count(F.lit(1)).alias("n"),
-        F.sum(F.col("v") * F.col("w")).alias("s"),
-        F.max("w").alias("m"),
-    )
-    theirs = run_to_memory(
-        native.select(
-            F.col("lk").alias("k"),
-            F.col("lw.start").alias("window_start"),
-            F.col("lw.end").alias("window_end"),
-            "n",
-            "s",
-            "m",
-        ),
-        tmp_path / "ck_theirs",
-    )
+    theirs = native_join_aggregate(spark, tmp_path, size, slide, F.col("v") * F.col("w"))
     assert_same_results(ours, theirs, ["k"])
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 from spark_harness import assert_same_results, run_to_memory
-from test_spark_join import attach, spark_window_join, window_clause, write_streams
+from test_spark_join import attach, native_join_aggregate, window_clause, write_streams
 
 from mangonel.compiler import physical as ph
 
@@ -25,20 +25,6 @@ def test_factorised_join_equals_sparks_stream_stream_join(spark, tmp_path, size,
     )
     assert ph.find(session.last_plan.plan, ph.JoinAggregateExec).factorised is not None
     ours = run_to_memory(query, tmp_path / "ck_ours")
-    joined = spark_window_join(spark, tmp_path, size, slide)
-    native = joined.groupBy("lw", "lk").agg(
-        F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"), F.max("w").alias("m")
-    )
-    theirs = run_to_memory(
-        native.select(
-            F.col("lk").alias("k"),
-            F.col("lw.start").alias("window_start"),
-            F.col("lw.end").alias("window_end"),
-            "n",
-            "s",
-            "m",
-        ),
-        tmp_path / "ck_theirs",
-    )
+    theirs = native_join_aggregate(spark, tmp_path, size, slide, F.col("v"))
     assert len(ours) > 0
     assert_same_results(ours, theirs, ["k"])
