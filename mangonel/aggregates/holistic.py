@@ -28,7 +28,13 @@ import numpy as np
 from sqlglot import exp
 
 from mangonel.aggregates.functions import Aggregate, Holistic, StateUse, register_aggregate
-from mangonel.aggregates.state import Layout, LiftInput, StateKind, register_state
+from mangonel.aggregates.state import (
+    CudaFragments,
+    Layout,
+    LiftInput,
+    StateKind,
+    register_state,
+)
 from mangonel.catalog.types import SqlType
 
 _FLIP = np.int64(0x7FFFFFFFFFFFFFFF)
@@ -74,7 +80,13 @@ VALUES = register_state(
         lift=_lift_values,  # per tuple; a pane's or window's state is its values' multiset
         combine=None,
         scalar_combine=None,
-        cuda=None,
+        # the GPU lifts values per tuple (`codegen.render_lift_kernels`); they are kept and
+        # sorted, never combined into a cell, so there is no combine or atomic merge
+        cuda=CudaFragments(
+            lift=("{ok} ? mg_order_key({a}) : 0LL", "{ok} ? 1LL : 0LL"),
+            combine="/* values are kept, not combined */",
+            atomic="/* values are kept, not merged */",
+        ),
         arrow=None,
         algebraic=False,
         holistic=True,

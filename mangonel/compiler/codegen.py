@@ -52,6 +52,8 @@ TEMPLATES = (
     "fused.cu.j2",
     "windows.cu.j2",
 )
+# the lift alone needs only the State struct (no merge, no warp combine)
+LIFT_TEMPLATES = ("prelude.cu.j2", "state_struct.cu.j2", "lift.cu.j2")
 STATE_TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "merge.cu.j2", "windows.cu.j2")
 KEY_TEMPLATES = ("prelude.cu.j2", "keys.cu.j2")
 KERNEL_ROLES = ("lift", "merge", "fused", "tree_levels", "window_compute", "map_keys", "renumber")
@@ -122,12 +124,15 @@ def _c_neutral(value: float | int, ctype: str) -> str:
     return repr(float(value))
 
 
-def state_parts(fields: tuple[StateField, ...]) -> tuple[StatePart, ...]:
+def state_parts(fields: tuple[StateField, ...], lift_only: bool = False) -> tuple[StatePart, ...]:
     """The device arrays of every state field, in field order (same as the CPU backend):
-    one per part of the field's kind, of the kind's storage dtype."""
+    one per part of the field's kind, of the kind's storage dtype. `lift_only`: the parts
+    are only lifted per tuple (`render_lift_kernels`), so variable-size kinds with a CUDA
+    lift (the holistic VALUES) are allowed."""
     parts = []
     for index, field in enumerate(fields):
-        require_fixed(field.kind, "the GPU backend")
+        if not (lift_only and field.kind.cuda is not None):
+            require_fixed(field.kind, "the GPU backend")
         integer = ph.is_integer_state(field)
         ctype, numpy = ("long long", "int64") if integer else ("double", "float64")
         for part in range(len(field.kind.parts)):
@@ -200,10 +205,12 @@ def _render_expressions(lift: LiftExec):
     return predicate, arguments, argument_of, context.statements, tuple(context.string_literals)
 
 
-def _field_fragments(fields: tuple[StateField, ...], argument_of: dict[int, int]):
+def _field_fragments(
+    fields: tuple[StateField, ...], argument_of: dict[int, int], lift_only: bool = False
+):
     """The C fragments of every field: its kind's `cuda` face with the part names bound to
     the C members of the field's parts."""
-    parts = state_parts(fields)
+    parts = state_parts(fields, lift_only)
     by_field: dict[str, list[StatePart]] = {}
     for part in parts:
         by_field.setdefault(part.field, []).append(part)
@@ -220,9 +227,10 @@ def _field_fragments(fields: tuple[StateField, ...], argument_of: dict[int, int]
         field_code.append(
             {"combine": cuda.combine.format(**members), "atomic": cuda.atomic.format(**members)}
         )
-        for part, neutral_value, lift in zip(
-            field_parts, ph.neutral(field)[1], cuda.lift, strict=True
-        ):
+        # a lift-only field may be variable-size (no pane cell, so no `physical.neutral`):
+        # its parts still start from the kind's neutral for rows without a value
+        neutrals = field.kind.neutral(ph.field_dtype(field)) if lift_only else ph.neutral(field)[1]
+        for part, neutral_value, lift in zip(field_parts, neutrals, cuda.lift, strict=True):
             neutral = _c_neutral(neutral_value, part.ctype)
             part_code.append(
                 {
@@ -265,8 +273,24 @@ def _finish(context: dict[str, Any], templates: tuple[str, ...], roles: tuple[st
 def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) -> GeneratedModule:
     """Render every kernel of one query. `window` bakes pane/slide/size into the fused kernel
     (without it, the fused kernel is rendered for a 1-microsecond tumbling window)."""
+    return _render_query(lift, window, TEMPLATES, KERNEL_ROLES)
+
+
+def render_lift_kernels(lift: LiftExec) -> GeneratedModule:
+    """Only the lift kernel of `lift` (per-tuple partials, no merge): the holistic step lifts
+    the raw values of its VALUES fields with it, which no pane cell ever combines."""
+    return _render_query(lift, None, LIFT_TEMPLATES, ("lift",), lift_only=True)
+
+
+def _render_query(
+    lift: LiftExec,
+    window: WindowAggregateExec | None,
+    templates: tuple[str, ...],
+    roles: tuple[str, ...],
+    lift_only: bool = False,
+) -> GeneratedModule:
     predicate, arguments, argument_of, statements, literals = _render_expressions(lift)
-    parts, field_code, part_code = _field_fragments(lift.fields, argument_of)
+    parts, field_code, part_code = _field_fragments(lift.fields, argument_of, lift_only)
     scan = lift.scan
     columns = tuple(InputColumn(c.name, c.type, _device_ctype(c.type)) for c in scan.columns)
     event_index = next(
@@ -297,7 +321,7 @@ def render_kernels(lift: LiftExec, window: WindowAggregateExec | None = None) ->
         "key_columns": key_columns,
         "block_cells": block_table_cells(parts),
     }
-    source, digest, names = _finish(context, TEMPLATES, KERNEL_ROLES)
+    source, digest, names = _finish(context, templates, roles)
     return GeneratedModule(
         source, digest, names, columns, parts, literals, key_words, context["block_cells"]
     )

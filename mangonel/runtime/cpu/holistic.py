@@ -232,3 +232,23 @@ def sort_pane(slots: np.ndarray, keys: np.ndarray, n_slots: int) -> tuple[np.nda
             out,
         )
     return out, offsets
+
+
+def split_panes(
+    panes: np.ndarray, slots: np.ndarray, values: np.ndarray, keep: np.ndarray
+) -> tuple[list[int], list[tuple[np.ndarray, np.ndarray]], bool]:
+    """The kept rows' (slot, order key) grouped by pane: (pane ids, one (slots, values)
+    chunk per pane, whether the chunks are sorted by (slot, value): not here, a pane is
+    sorted when a window first reads it)."""
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return [], [], False
+    row_panes = panes[rows]
+    order = np.argsort(row_panes, kind="stable")
+    row_panes = row_panes[order]
+    rows = rows[order]
+    bounds = np.flatnonzero(np.diff(row_panes)) + 1
+    starts = np.concatenate(([0], bounds)).tolist()
+    ends = np.concatenate((bounds, [len(rows)])).tolist()
+    chunks = [(slots[rows[a:b]], values[rows[a:b]]) for a, b in zip(starts, ends, strict=True)]
+    return row_panes[starts].tolist(), chunks, False

@@ -360,8 +360,12 @@ class CpuKernels:
     def pane_runs(self, base, starts, ends, columns, first_index, panes_per_row):
         return holistic.pane_runs(base, starts, ends, columns, first_index, panes_per_row)
 
-    def sort_pane(self, slots, keys, n_slots):
+    def sort_pane(self, slots, keys, n_slots, presorted=False):
+        # a counting sort by slot is O(n) whether or not the chunk came sorted
         return holistic.sort_pane(slots, keys, n_slots)
+
+    def split_panes(self, panes, slots, values, keep):
+        return holistic.split_panes(panes, slots, values, keep)
 
     # the approximate functions' sketches: build, cell_range, merge, empty, answer,
     # to_bytes, from_bytes (`runtime/cpu/sketch_windows.py`)

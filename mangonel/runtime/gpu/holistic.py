@@ -58,20 +58,57 @@ class GpuHolistic:
         return found
 
     def sort_pane(
-        self, slots: np.ndarray, keys: np.ndarray, n_slots: int
+        self,
+        slots: Any,  # noqa: ANN401 - host or device arrays
+        keys: Any,  # noqa: ANN401
+        n_slots: int,
+        presorted: bool = False,
     ) -> tuple[Any, np.ndarray]:
         """(values sorted by (slot, value) on the device, host offsets of each slot:
-        `offsets[s]:offsets[s + 1]`, n_slots + 1 entries)."""
+        `offsets[s]:offsets[s + 1]`, n_slots + 1 entries). `presorted`: the values already
+        are (one chunk of `split_panes`): only the offsets are searched."""
         xp = self.xp
         if not len(keys):
             return xp.zeros(0, xp.int64), np.zeros(n_slots + 1, np.int64)
-        device_slots = xp.asarray(np.ascontiguousarray(slots, np.int64))
-        device_keys = xp.asarray(np.ascontiguousarray(keys, np.int64))
-        order = xp.lexsort(xp.stack((device_keys, device_slots)))  # last key is primary
-        sorted_values = xp.ascontiguousarray(device_keys[order])
-        bounds = xp.searchsorted(device_slots[order], xp.arange(n_slots + 1, dtype=xp.int64))
+        device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
+        device_keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
+        if not presorted:
+            order = xp.lexsort(xp.stack((device_keys, device_slots)))  # last key is primary
+            device_keys = xp.ascontiguousarray(device_keys[order])
+            device_slots = device_slots[order]
+        bounds = xp.searchsorted(device_slots, xp.arange(n_slots + 1, dtype=xp.int64))
         offsets = np.asarray(_host(bounds), np.int64)
-        return sorted_values, offsets
+        return device_keys, offsets
+
+    def split_panes(
+        self,
+        panes: Any,  # noqa: ANN401 - device arrays of the lifted batch
+        slots: Any,  # noqa: ANN401
+        values: Any,  # noqa: ANN401
+        keep: Any,  # noqa: ANN401
+    ) -> tuple[list[int], list[tuple[Any, Any]], bool]:
+        """The kept rows' (slot, order key) grouped by pane on the device: (pane ids, one
+        (slots, values) chunk per pane, True: each chunk sorted by (slot, value)). One
+        three-key sort of the batch's kept rows; a pane whose values came in one batch is
+        then never sorted again (`sort_pane(..., presorted=True)`)."""
+        xp = self.xp
+        rows = xp.flatnonzero(xp.asarray(keep))
+        count = int(rows.shape[0])
+        if not count:
+            return [], [], True
+        row_panes = xp.asarray(panes, dtype=xp.int64)[rows]
+        row_slots = xp.asarray(slots)[rows].astype(xp.int64)
+        row_values = xp.asarray(values, dtype=xp.int64)[rows]
+        order = xp.lexsort(xp.stack((row_values, row_slots, row_panes)))  # last key primary
+        row_panes = row_panes[order]
+        row_slots = row_slots[order]
+        row_values = row_values[order]
+        cuts = _host(xp.flatnonzero(row_panes[1:] != row_panes[:-1]) + 1).tolist()
+        starts = [0, *cuts]
+        ends = [*cuts, count]
+        pane_ids = _host(row_panes[xp.asarray(starts, dtype=xp.int64)]).tolist()
+        chunks = [(row_slots[a:b], row_values[a:b]) for a, b in zip(starts, ends, strict=True)]
+        return pane_ids, chunks, True
 
     def to_host(self, array: Any) -> np.ndarray:  # noqa: ANN401
         return _host(array)
@@ -79,7 +116,7 @@ class GpuHolistic:
     def concatenate(self, pieces: list[Any]) -> Any:  # noqa: ANN401
         """One flat device array of the panes' sorted values."""
         xp = self.xp
-        return xp.concatenate(pieces) if pieces else xp.zeros(0, xp.int64)
+        return xp.concatenate([xp.asarray(p) for p in pieces]) if pieces else xp.zeros(0, xp.int64)
 
     def pane_runs(
         self,

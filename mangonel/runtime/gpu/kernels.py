@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mangonel.aggregates import Layout
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import codegen
 from mangonel.compiler import physical as ph
@@ -44,6 +45,14 @@ from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, PaneTar
 _STATUS_WORDS = 6
 _INT64_MIN = int(np.iinfo(np.int64).min)
 _U64 = (1 << 64) - 1
+
+
+def _render(lift: LiftExec, window: WindowAggregateExec | None) -> codegen.GeneratedModule:
+    """Every kernel of a query; only the lift for the holistic step's lift of raw values
+    (variable-size state: lifted per tuple and kept, never merged into a pane cell)."""
+    if any(f.kind.layout is Layout.VARIABLE for f in lift.fields):
+        return codegen.render_lift_kernels(lift)
+    return codegen.render_kernels(lift, window)
 
 
 def _unbias(value: int) -> int:
@@ -133,7 +142,7 @@ class GpuKernels:
             found = self._query_modules.get(key)
             if found is None:
                 found = self.compiler.rendered(
-                    ("query", lift, window), lambda: codegen.render_kernels(lift, window)
+                    ("query", lift, window), lambda: _render(lift, window)
                 )
                 self._query_modules[key] = found
             self._lift_modules[lift] = found

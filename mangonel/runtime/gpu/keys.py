@@ -86,6 +86,9 @@ class GpuKeyMap:
                 values, valid = np.asarray(codes, np.int64), ~is_null
             else:
                 values, valid = to_values(column, np.dtype(np.int64))
+                if not column.null_count:  # the common case: one pass, no NULL mask bits
+                    words[index] = values
+                    continue
             words[index] = np.where(valid, values, 0)
             words[-1] |= (~valid).astype(np.int64) << index
         return words

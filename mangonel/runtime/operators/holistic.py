@@ -85,12 +85,15 @@ def evaluate(
 
 @dataclass
 class _Pane:
-    """One pane's values of one field: chunks as they arrived (key slot, order key), and
-    once a window read it, the values sorted by (slot, value) with per-slot offsets."""
+    """One pane's values of one field: chunks as they arrived (key slot, order key) on the
+    holistic step's backend, and once a window read it, the values sorted by (slot, value)
+    with per-slot offsets. `presorted`: every chunk came sorted by (slot, value) (the GPU's
+    `split_panes`), so a pane of one chunk needs no sort."""
 
-    chunks: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
-    sorted_values: np.ndarray | None = None
+    chunks: list[tuple[Any, Any]] = field(default_factory=list)
+    sorted_values: Any = None
     offsets: np.ndarray | None = None
+    presorted: bool = True
 
     @property
     def nbytes(self) -> int:
@@ -99,20 +102,22 @@ class _Pane:
             held += self.sorted_values.nbytes + self.offsets.nbytes
         return held
 
-    def raw(self, to_host: Any) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN401
-        """(slots, order keys) of every value on the host, sorted ones first (`to_host`
-        copies sorted values the GPU kernels keep on the device)."""
+    def add(self, chunk: tuple[Any, Any], presorted: bool) -> None:
+        self.chunks.append(chunk)
+        self.presorted = self.presorted and presorted
+
+    def raw(self, kernels: Any) -> tuple[Any, Any]:  # noqa: ANN401 - the holistic kernels
+        """(slots, order keys) of every value where `kernels` keep them (`concatenate`),
+        sorted ones first."""
         slots, values = [], []
         if self.sorted_values is not None and self.offsets is not None:
             counts = np.diff(self.offsets)
             slots.append(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
-            values.append(np.asarray(to_host(self.sorted_values), np.int64))
+            values.append(self.sorted_values)
         for chunk_slots, chunk_values in self.chunks:
             slots.append(chunk_slots)
             values.append(chunk_values)
-        if not slots:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        return np.concatenate(slots), np.concatenate(values)
+        return kernels.concatenate(slots), kernels.concatenate(values)
 
 
 class HolisticTimeWindows:
@@ -130,12 +135,13 @@ class HolisticTimeWindows:
         self.node = node
         self.inner = inner
         self.schema = window_result_schema(node)
-        # the values are lifted, keyed and kept on the host (the `values` state has no CUDA
-        # lift); sorting panes and selecting run on the holistic step's backend, whose
-        # kernels keep sorted panes where they run (the GPU's on the device)
+        # the values are lifted, keyed, grouped by pane, sorted and selected on the
+        # holistic step's backend (on the GPU they stay on the device); sketches are built
+        # and merged on the host (a plan with sketches places the step on the CPU)
         self.host = kernels.kernels_of("cpu")
+        self.lifting = kernels("holistic")
         assert node.holistic is not None
-        self.kernels = kernels("holistic").holistic_for(node.holistic)
+        self.kernels = self.lifting.holistic_for(node.holistic)
         self.spec = node.window
         self.pane_length = node.pane_length
         self.panes_per_window = node.panes_per_window
@@ -144,7 +150,7 @@ class HolisticTimeWindows:
         # the holistic lift evaluates WHERE and the `values` arguments only
         self.values_lift = dataclasses.replace(node.lift, fields=self.value_fields)
         self.key_types = tuple(k.type for k in node.keys)
-        self.keys = self.host.new_key_map(self.key_types)
+        self.keys = self.lifting.new_key_map(self.key_types)
         self.panes: dict[str, dict[int, _Pane]] = {f.name: {} for f in self.value_fields}
         self.incremental, self.holistic = holistic_positions(node)
         self.fields_by_name = {f.name: f for f in node.fields}
@@ -172,7 +178,7 @@ class HolisticTimeWindows:
 
     def _keep(self, batch: pa.RecordBatch) -> None:
         """The values of the batch's contributing, not late tuples, into their panes."""
-        kernels = self.host
+        kernels = self.lifting
         lifted = kernels.lift_tuples(self.values_lift, batch)
         if not lifted.rows:
             return
@@ -184,33 +190,29 @@ class HolisticTimeWindows:
                 panes, include, self.pane_length, self.spec.slide, self.spec.size, watermark
             )
             include = include & ~late
-        slots = kernels.to_host(self.keys.map_columns(lifted.keys, include))
+        slots = self.keys.map_columns(lifted.keys, include)
         for value_field in self.value_fields:
-            values, valid = (kernels.to_host(a) for a in lifted.partials[value_field.name])
-            rows = np.flatnonzero(include & (valid != 0))
-            if not len(rows):
-                continue
-            row_panes = panes[rows]
-            order = np.argsort(row_panes, kind="stable")
-            row_panes = row_panes[order]
-            rows = rows[order]
-            bounds = np.flatnonzero(np.diff(row_panes)) + 1
-            starts = np.concatenate(([0], bounds))
-            ends = np.concatenate((bounds, [len(rows)]))
-            self.sketches.add(
-                value_field.name,
-                row_panes,
-                slots[rows],
-                values[rows],
-                (starts, ends),
+            values, valid = lifted.partials[value_field.name]
+            pane_ids, chunks, presorted = self.kernels.split_panes(
+                panes, slots, values, include & (valid != 0)
             )
+            if not chunks:
+                continue
+            if self.sketches.reads(value_field.name):  # host arrays: the step is on the CPU
+                lengths = [len(chunk_slots) for chunk_slots, _ in chunks]
+                ends = np.cumsum(lengths)
+                self.sketches.add(
+                    value_field.name,
+                    np.repeat(np.asarray(pane_ids, np.int64), lengths),
+                    np.concatenate([chunk_slots for chunk_slots, _ in chunks]),
+                    np.concatenate([chunk_values for _, chunk_values in chunks]),
+                    (ends - lengths, ends),
+                )
             if value_field.name not in self.raw_fields:
                 continue
             store = self.panes[value_field.name]
-            for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-                pane = int(row_panes[start])
-                chosen = rows[start:end]
-                store.setdefault(pane, _Pane()).chunks.append((slots[chosen], values[chosen]))
+            for pane, chunk in zip(pane_ids, chunks, strict=True):
+                store.setdefault(pane, _Pane()).add(chunk, presorted)
 
     # -- output ---------------------------------------------------------------------------
 
@@ -240,8 +242,8 @@ class HolisticTimeWindows:
         n_keys = len(self.node.keys)
         key_columns = [batch.column(i) for i in range(n_keys)]
         rows = batch.num_rows
-        slots = self.host.to_host(
-            self.keys.map_columns(key_columns, self.host.from_host(np.ones(rows, np.bool_)))
+        slots = self.lifting.to_host(
+            self.keys.map_columns(key_columns, self.lifting.from_host(np.ones(rows, np.bool_)))
         ).astype(np.int64)
         starts = batch.column(n_keys).cast(pa.int64()).to_numpy(zero_copy_only=False)
         first_panes = starts // self.pane_length
@@ -332,9 +334,17 @@ class HolisticTimeWindows:
         """Sort a pane's values by (slot, value) once (again after values arrived late)."""
         if pane.sorted_values is not None and not pane.chunks:
             return
-        slots, values = pane.raw(self.kernels.to_host)
-        pane.sorted_values, pane.offsets = self.kernels.sort_pane(slots, values, self.keys.n_slots)
+        n_slots = self.keys.n_slots
+        if pane.sorted_values is None and len(pane.chunks) == 1 and pane.presorted:
+            chunk_slots, chunk_values = pane.chunks[0]
+            pane.sorted_values, pane.offsets = self.kernels.sort_pane(
+                chunk_slots, chunk_values, n_slots, presorted=True
+            )
+        else:
+            slots, values = pane.raw(self.kernels)
+            pane.sorted_values, pane.offsets = self.kernels.sort_pane(slots, values, n_slots)
         pane.chunks = []
+        pane.presorted = True
 
     # -- state, metrics -------------------------------------------------------------------
 
@@ -364,7 +374,7 @@ class HolisticTimeWindows:
             store = self.panes[value_field.name]
             panes, slots, values = [], [], []
             for pane_id, pane in store.items():
-                pane_slots, pane_values = pane.raw(self.kernels.to_host)
+                pane_slots, pane_values = (self.kernels.to_host(a) for a in pane.raw(self.kernels))
                 panes.append(np.full(len(pane_slots), pane_id, np.int64))
                 slots.append(pane_slots)
                 values.append(pane_values)
@@ -400,7 +410,7 @@ class HolisticTimeWindows:
                 f"{header.get('sketches', [])}, the query keeps {self._sketch_names()}"
             )
         self.inner.restore(arrays.pop("inner").tobytes())
-        self.keys = self.host.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")
+        self.keys = self.lifting.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")
         self.sketches.restore(arrays)
         for value_field in self.value_fields:
             name = value_field.name
@@ -410,5 +420,5 @@ class HolisticTimeWindows:
             store: dict[int, _Pane] = {}
             for pane_id in np.unique(panes).tolist():
                 chosen = panes == pane_id
-                store[int(pane_id)] = _Pane([(slots[chosen], values[chosen])])
+                store[int(pane_id)] = _Pane([(slots[chosen], values[chosen])], presorted=False)
             self.panes[name] = store

@@ -53,6 +53,10 @@ class SketchPanes:
         self.sketches = kernels.sketches
         self.panes: dict[int, dict[int, tuple[np.ndarray, Any]]] = {p: {} for p in plans}
 
+    def reads(self, name: str) -> bool:
+        """Does an approximate aggregate read the `values` field `name`?"""
+        return any(plan.value_field == name for plan in self.plans.values())
+
     def add(
         self,
         name: str,
