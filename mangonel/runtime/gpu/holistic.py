@@ -116,7 +116,11 @@ class GpuHolistic:
     def concatenate(self, pieces: list[Any]) -> Any:  # noqa: ANN401
         """One flat device array of the panes' sorted values."""
         xp = self.xp
-        return xp.concatenate([xp.asarray(p) for p in pieces]) if pieces else xp.zeros(0, xp.int64)
+        if not pieces:
+            return xp.zeros(0, xp.int64)
+        # host pieces (slots of a sorted pane, restored chunks) go up; device ones as they are
+        # (`asarray` of a device array still costs tens of microseconds a call)
+        return xp.concatenate([xp.asarray(p) if isinstance(p, np.ndarray) else p for p in pieces])
 
     def pane_runs(
         self,
