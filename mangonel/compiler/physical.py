@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 from sqlglot import exp
@@ -511,11 +512,13 @@ def _over_join(node: PhysicalNode) -> bool:
     return any(isinstance(n, WindowJoinExec) for n in walk(node))
 
 
-def with_backend(
-    root: ProjectExec, backend: str, reason: str, gpu_join: bool = True
-) -> ProjectExec:
-    """The same plan planned for another backend (placements decided again; `gpu_join`:
-    a join's steps on the GPU, as `plan`'s option)."""
+NodeT = TypeVar("NodeT", bound=PhysicalNode)
+
+
+def with_backend(root: NodeT, backend: str, reason: str, gpu_join: bool = True) -> NodeT:
+    """The same plan (or subtree: Spark's stage 1 replans its window node alone) planned for
+    another backend (placements decided again; `gpu_join`: a join's steps on the GPU, as
+    `plan`'s option)."""
     factorised = any(
         isinstance(node, JoinAggregateExec) and node.factorised is not None for node in walk(root)
     )
@@ -575,5 +578,5 @@ def with_backend(
         return replace(node, children=children) if children else node
 
     rebuilt = rebuild(root)
-    assert isinstance(rebuilt, ProjectExec)
+    assert type(rebuilt) is type(root)
     return rebuilt

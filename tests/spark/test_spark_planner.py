@@ -47,9 +47,14 @@ def test_gpu_kernels_stage_one_places_preaggregation_on_the_cpu() -> None:
     assert lines[0] == "Spark:"
     stage1 = next(i for i, line in enumerate(lines) if "Stage1 mapInArrow:" in line)
     assert "preaggregate=gpu-lift-kernels" in lines[stage1]
+    # executors choose: the GPU plan where they have a GPU, else the CPU plan
+    assert "executor=per executor: gpu where it has one, else cpu" in lines[stage1]
+    stage2 = next(i for i, line in enumerate(lines) if "Stage2 applyInPandasWithState:" in line)
+    assert "executor=per executor" in lines[stage2]
     assert lines[stage1 + 1] == f"        ! preaggregate runs on cpu because {PREAGGREGATE_ON_CPU}"
     cpu = spark_stages_text(plan_spark(QUERY, _plan(), partitions=2, stage1="kernels"))
     assert "preaggregate=cpu-lift-kernels" in cpu and "!" not in cpu
+    assert "executor=" not in cpu
 
 
 def test_native_stages_text() -> None:

@@ -32,7 +32,10 @@ TREE_OPERATOR = "tree"  # the snapshot header's `operator` of a tree of several 
 class OperatorTree:
     """The operators of `root` (see the module docstring). `extra_placements` place steps the
     plan does not hold (Spark's stage-1 pre-aggregation, from its planner); `gpu_options`
-    tune the GPU kernels (None: the defaults)."""
+    tune the GPU kernels (None: the defaults); `kernels`: the kernels objects by backend to
+    use and add to (the trees a Spark worker builds for one query share them: compiled
+    modules, pinned buffers and device scratch are made once per process, not per call),
+    None for the tree's own."""
 
     stateful = True
 
@@ -42,8 +45,9 @@ class OperatorTree:
         extra_placements: tuple[ph.Placement, ...] = (),
         *,
         gpu_options: GpuOptions | None = None,
+        kernels: dict[str, WindowKernels] | None = None,
     ) -> None:
-        self._kernels: dict[str, WindowKernels] = {}
+        self._kernels: dict[str, WindowKernels] = {} if kernels is None else kernels
         self.extra_placements = extra_placements
         self.gpu_options = gpu_options
         self.operators: list[Operator] = []  # bottom-up: children before their parent

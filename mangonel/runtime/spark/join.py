@@ -40,7 +40,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.errors import CatalogError
 from mangonel.runtime.operators.join import JoinOperator
-from mangonel.runtime.operators.tree import OperatorTree
+from mangonel.runtime.spark.functions import bucket_tree
 from mangonel.runtime.spark.join_metrics import (
     metric_columns,
     metric_row,
@@ -188,7 +188,7 @@ def bucket_function(plan: ph.ProjectExec, table_rows: tuple[int, pa.Table] | Non
     def run_bucket(
         bucket: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
-        tree = OperatorTree(plan)  # the join operator, then aggregation, HAVING, projection
+        tree = bucket_tree(plan)  # the join operator, then aggregation, HAVING, projection
         operator = tree.find(JoinOperator)
         operator.drive_watermark()
         results = tree.schema

@@ -257,6 +257,7 @@ def _join_stages(planned: SparkQueryPlan, join: ph.WindowJoinExec) -> tuple[str,
             Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
             Parameter("algorithm", join.algorithm, join.algorithm),
             Parameter("backend", join_step.backend, join_step.backend),
+            *_per_executor(join.backend),
             Parameter("metrics", f"observe({OBSERVATION})", OBSERVATION),
         ),
         children,
@@ -325,6 +326,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         (
             Parameter("preaggregate", preaggregate, preaggregate),
             Parameter("group_by", group_by, group_by),
+            *_per_executor(window.backend),
         ),
         (PlanNode("Stage1 native Project/Filter", project, (watermarked,)),),
         planned.stage1_placements,
@@ -347,10 +349,20 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
             Parameter("timeout", "event-time", "event-time"),
             Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
             Parameter("backend", window.backend, window.backend),
+            *_per_executor(window.backend),
         ),
         (exchange,),
     )
     return "Spark:", stage2
+
+
+def _per_executor(backend: str) -> tuple[Parameter, ...]:
+    """A GPU plan's Spark stages choose their backend per executor (`functions.executor_backend`):
+    the GPU where the executor has one, else the same plan replanned for the CPU."""
+    if backend != "gpu":
+        return ()
+    text = "per executor: gpu where it has one, else cpu"
+    return (Parameter("executor", text, text),)
 
 
 def spark_stages_text(planned: SparkQueryPlan) -> str:

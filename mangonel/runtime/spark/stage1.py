@@ -36,6 +36,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.runtime.operators.base import PANE_META, partial_column_name
 from mangonel.runtime.operators.kernels import neutral
+from mangonel.runtime.spark.functions import stage1_preaggregate
 from mangonel.runtime.spark.schema import ddl, quote
 from mangonel.runtime.spark.sql import lift_sql
 
@@ -233,8 +234,6 @@ def kernel_stage1(
     go to `mapInArrow`, where the window operator's stateless `preaggregate` filters, projects and
     pre-aggregates each partition's rows in one fused pass, its steps placed as the Spark
     planner's `placements` say."""
-    from mangonel.runtime.operators.tree import OperatorTree
-
     columns = [F.col(quote(c.name)) for c in window.lift.scan.columns]
     schema = partial_schema(window)
     spark_schema = spark_partial_schema(window)
@@ -248,7 +247,7 @@ def kernel_stage1(
         table = pa.Table.from_batches(collected)
         if not table.num_rows:
             return
-        partials = OperatorTree(window, extra_placements=placements).leaf().preaggregate(table)
+        partials = stage1_preaggregate(window, placements, table)
         if partials.num_rows:
             yield pa.RecordBatch.from_arrays(
                 [partials.column(f.name).cast(f.type) for f in schema], schema=spark_schema

@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from mangonel.compiler import physical as ph
-from mangonel.runtime.operators.tree import OperatorTree
+from mangonel.runtime.spark.functions import bucket_tree
 from mangonel.runtime.spark.schema import ddl
 from mangonel.runtime.spark.stage1 import (
     BUCKET,
@@ -92,7 +92,7 @@ def bucket_function(plan: ph.ProjectExec):  # noqa: ANN201  (a pyspark callback)
     def run_bucket(
         bucket: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
-        tree = OperatorTree(plan)  # the window operator, then HAVING and the projection
+        tree = bucket_tree(plan)  # the window operator, then HAVING and the projection
         results = tree.schema
         if state.exists:
             # the bucket ran in every earlier micro-batch (carrier rows, timeouts), so the
