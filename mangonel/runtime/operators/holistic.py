@@ -129,6 +129,8 @@ class HolisticTimeWindows:
     ) -> None:
         self.node = node
         self.inner = inner
+        # the wrapped operator judges lateness: its late rows are the query's
+        self.late_sinks = inner.late_sinks
         self.schema = window_result_schema(node)
         # the values are lifted, keyed and kept on the host (the `values` state has no CUDA
         # lift); sorting panes and selecting run on the holistic step's backend, whose
