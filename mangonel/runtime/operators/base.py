@@ -81,7 +81,7 @@ class OperatorBase:
         self.out_of_range = 0
         # the rows judged late, kept only when the runner asks (late_rows.py); counting
         # (`self.late`) is unchanged either way
-        self.late_rows = LateRows()
+        self.late_rows = LateRows(node.lift.scan.stream.name)
         self.late_sinks = (self.late_rows,)
         self._early: list[pa.RecordBatch] = []  # results fired inside one `process`
         # the last two batches conformed, (given, conformed): `prefetch` of batch k + 1 and

@@ -104,7 +104,7 @@ class JoinOperator:
         kind = join.kind
         self.sides = [self._side(join, i, (kind.keeps_left, kind.keeps_right)[i]) for i in (0, 1)]
         # each stream's late rows (late_rows.py), kept only when the runner asks
-        self.late_rows = [LateRows(side.name) for side in self.sides]
+        self.late_rows = [LateRows(side.name, tagged=True) for side in self.sides]
         self.late_sinks = tuple(
             sink for sink, side in zip(self.late_rows, self.sides, strict=True) if not side.is_table
         )

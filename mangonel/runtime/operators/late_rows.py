@@ -39,12 +39,14 @@ WATERMARK_TYPE = pa.timestamp("us", tz="UTC")
 
 
 class LateRows:
-    """The late rows one operator judged, kept while `keep` is on (see the module docstring).
-    `stream`: the stream name written into `late_stream` (joins), None for one-stream queries."""
+    """The late rows one operator judged from one stream, kept while `keep` is on (see the
+    module docstring). `stream`: the stream's name; `tagged`: write it into `late_stream`
+    (a join's inputs; a one-stream query has no such column)."""
 
-    def __init__(self, stream: str | None = None) -> None:
+    def __init__(self, stream: str, tagged: bool = False) -> None:
         self.keep = False
         self.stream = stream
+        self.tagged = tagged
         self._batch: pa.RecordBatch | None = None
         self._pieces: list[pa.RecordBatch] = []
 
@@ -71,7 +73,8 @@ class LateRows:
         if len(late) != self._batch.num_rows:
             raise AssertionError("a late-row verdict must cover every row of its batch")
         rows = self._batch.take(pa.array(positions, pa.int64()))
-        self._pieces.append(with_late_columns(rows, reason, watermark, self.stream))
+        stream = self.stream if self.tagged else None
+        self._pieces.append(with_late_columns(rows, reason, watermark, stream))
 
     def take(self) -> list[pa.RecordBatch]:
         """The late rows kept so far, in judgement order (batch after batch, row order inside

@@ -159,7 +159,7 @@ class OperatorTree:
         forget them."""
         taken: list[pa.RecordBatch] = []
         for sink in self.late_sinks():
-            if stream is None or (sink.stream or "").lower() == stream.lower():
+            if stream is None or sink.stream.lower() == stream.lower():
                 taken += sink.take()
         return taken
 
