@@ -31,6 +31,7 @@ from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.sql import aggregate_sql, lift_sql
 
 STAGE1_KINDS = ("arrow", "kernels")
+LATE_ROWS_REFUSED = "late_rows= does not run in this plan inside Spark"
 
 # Why stage 1's pane pre-aggregation of a GPU plan runs on the CPU (EXPLAIN prints it).
 PREAGGREGATE_ON_CPU = (
@@ -80,9 +81,13 @@ def plan_spark(
     buckets: int | None = None,
     stage1: str | None = None,
     native: bool | None = None,
+    late_rows: bool = False,
 ) -> SparkQueryPlan:
-    """The Spark planner pass over a physical plan (see the module docstring)."""
+    """The Spark planner pass over a physical plan (see the module docstring). `late_rows`:
+    the query hands out its late rows (late.py): two stages with Arrow stage 1."""
     if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
+        if late_rows:
+            raise PlanError(f"{LATE_ROWS_REFUSED}: join queries keep their late rows counted only")
         return plan_join(text, plan, partitions=partitions, buckets=buckets)
     window = ph.find(plan, ph.WindowAggregateExec)
     python = [a.call_name for a in window.aggregates if a.python is not None]
@@ -98,6 +103,12 @@ def plan_spark(
             "per key over all partitions",
         )
     kind = stage1 or ("kernels" if window.backend == "gpu" else "arrow")
+    if late_rows:
+        if native:
+            raise PlanError(f"{LATE_ROWS_REFUSED}: Spark's native aggregation drops them unseen")
+        if stage1 == "kernels":
+            raise PlanError(f"{LATE_ROWS_REFUSED}: only Arrow stage 1 carries the rows")
+        kind, native = "arrow", False  # the rows travel beside Arrow stage 1's partials
     choice = native_module.choose_native(window, native)
     placements: tuple[ph.Placement, ...] = ()
     if kind == "kernels":

@@ -36,6 +36,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.runtime.operators.base import PANE_META, partial_column_name
 from mangonel.runtime.operators.kernels import neutral
+from mangonel.runtime.spark import late
 from mangonel.runtime.spark.schema import ddl, quote
 from mangonel.runtime.spark.sql import lift_sql
 
@@ -126,8 +127,12 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
     return where, columns
 
 
-def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], pa.RecordBatch]:
-    """The CPU pane pre-aggregation of one partition's rows (Arrow's hash aggregation)."""
+def arrow_preaggregate(
+    window: ph.WindowAggregateExec, rows: list[tuple[str, str]] | None = None
+) -> Callable[[pa.Table], pa.RecordBatch]:
+    """The CPU pane pre-aggregation of one partition's rows (Arrow's hash aggregation).
+    With `rows` (late rows asked for, `late.row_columns`), each partial row also carries the
+    tuples of its (key, pane) cell (`late.ROWS`), gathered by the same grouping."""
     schema = spark_partial_schema(window)
     keys = [k.name for k in window.keys]
     arguments = distinct_arguments(window)
@@ -151,6 +156,9 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
             requested.append(len(asked))
         for name, column in derived.items():
             table = table.append_column(name, column)
+        if rows is not None:  # the row ids of each cell, in the same grouping
+            table = table.append_column(late.ROW_ID, late.row_ids(table.num_rows))
+            aggregations.append((late.ROW_ID, "list"))
         grouping_columns = keys + [PANE]
         grouped = table.group_by(grouping_columns, use_threads=False).aggregate(aggregations)
         # Output order differs between pyarrow versions (keys first in >= 22): locate the
@@ -170,14 +178,21 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
             pa.chunked_array(a).combine_chunks() if isinstance(a, pa.ChunkedArray) else a
             for a in arrays
         ]
+        partials = [a.cast(f.type) for a, f in zip(combined, schema, strict=True)]
+        if rows is None:
+            return pa.RecordBatch.from_arrays(partials, schema=schema)
+        lists = grouped.column(aggregate_positions[position])
+        blobs = late.rows_of_groups(table, lists, rows)
         return pa.RecordBatch.from_arrays(
-            [a.cast(f.type) for a, f in zip(combined, schema, strict=True)], schema=schema
+            [*partials, blobs], schema=schema.append(pa.field(late.ROWS, pa.binary()))
         )
 
     return preaggregate
 
 
-def carrier_rows(window: ph.WindowAggregateExec, buckets: int) -> pa.RecordBatch:
+def carrier_rows(
+    window: ph.WindowAggregateExec, buckets: int, with_rows: bool = False
+) -> pa.RecordBatch:
     """One row per bucket with no tuples in it (first field, the row count, is 0).
 
     Every partition sends them so that every bucket's stage 2 runs in every micro-batch that
@@ -192,9 +207,11 @@ def carrier_rows(window: ph.WindowAggregateExec, buckets: int) -> pa.RecordBatch
         dtype, neutrals = neutral(field)
         for value in neutrals:
             arrays.append(pa.array(np.full(buckets, value, dtype)))
-    return pa.RecordBatch.from_arrays(
-        [a.cast(f.type) for a, f in zip(arrays, schema, strict=True)], schema=schema
-    )
+    arrays = [a.cast(f.type) for a, f in zip(arrays, schema, strict=True)]
+    if with_rows:  # late rows asked for: the tuples column, empty
+        arrays.append(late.null_rows(buckets))
+        schema = schema.append(pa.field(late.ROWS, pa.binary()))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def stage1(
@@ -202,13 +219,18 @@ def stage1(
     source: DataFrame,
     buckets: int,
     preaggregate: Callable[[pa.Table], pa.RecordBatch] | None = None,
+    with_rows: bool = False,
 ) -> DataFrame:
     """Partials of a streaming (or batch) DataFrame; `source` has the stream's columns and,
-    for streaming, Spark's watermark on the event time already."""
+    for streaming, Spark's watermark on the event time already. `with_rows`: each partial
+    carries its tuples for the late rows (late.py)."""
     where, columns = lift_select(window)
-    carriers = carrier_rows(window, buckets)
+    carriers = carrier_rows(window, buckets, with_rows)
+    rows = late.row_columns(window) if with_rows else None
+    if with_rows:
+        columns += late.row_select(window)
     native = source.where(where).select(*columns)
-    function = preaggregate or arrow_preaggregate(window)
+    function = preaggregate or arrow_preaggregate(window, rows)
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # One aggregation per partition and micro-batch: the fewer partials, the less shuffle.
@@ -219,7 +241,10 @@ def stage1(
             if table.num_rows:
                 yield function(table)
 
-    partials = native.mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+    schema_ddl = ddl(spark_partial_columns(window))
+    if with_rows:
+        schema_ddl += ", " + late.ROWS_DDL
+    partials = native.mapInArrow(per_partition, schema_ddl)
     return partials.withColumn(BUCKET, bucket_column(window, buckets))
 
 

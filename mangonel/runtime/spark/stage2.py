@@ -42,6 +42,7 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from mangonel.compiler import physical as ph
 from mangonel.runtime.operators.tree import OperatorTree
+from mangonel.runtime.spark import late
 from mangonel.runtime.spark.schema import ddl
 from mangonel.runtime.spark.stage1 import (
     BUCKET,
@@ -53,6 +54,7 @@ from mangonel.runtime.spark.stage1 import (
 NEVER_LATE = "__mangonel_never_late"
 NEVER_LATE_VALUE = "2200-01-01 00:00:00"  # in range of pandas datetime64[ns]
 STATE_DDL = "snapshot BINARY"
+LATE_STATE_DDL = "snapshot BINARY, calls BIGINT"  # with late rows: the bucket's call count
 WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey
 
 
@@ -82,11 +84,15 @@ def _to_arrow(
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def bucket_function(plan: ph.ProjectExec):  # noqa: ANN201  (a pyspark callback)
-    """The applyInPandasWithState callback of one query."""
+def bucket_function(plan: ph.ProjectExec, late_rows: str | None = None):  # noqa: ANN201
+    """The applyInPandasWithState callback of one query (a pyspark callback). `late_rows`:
+    the directory the late rows go to (late.py); the partials then carry their tuples."""
     window = ph.find(plan, ph.WindowAggregateExec)
     schema = partial_schema(window)
     spark_schema = spark_partial_schema(window)
+    if late_rows is not None:
+        schema = schema.append(pa.field(late.ROWS, pa.binary()))
+        spark_schema = spark_schema.append(pa.field(late.ROWS, pa.binary()))
     rows = window.fields[0].name
 
     def run_bucket(
@@ -94,18 +100,27 @@ def bucket_function(plan: ph.ProjectExec):  # noqa: ANN201  (a pyspark callback)
     ) -> Iterator[pd.DataFrame]:
         tree = OperatorTree(plan)  # the window operator, then HAVING and the projection
         results = tree.schema
+        calls = 0  # this bucket's calls so far: names its late-row files
         if state.exists:
             # the bucket ran in every earlier micro-batch (carrier rows, timeouts), so the
             # operator's watermark is the previous micro-batch's: Spark's lateness bound
             tree.restore(bytes(state.get[0]))
+            calls = int(state.get[1]) if late_rows is not None else 0
         watermark_ms = state.getCurrentWatermarkMs()
         if not state.hasTimedOut:
             partials = _to_arrow(frames, spark_schema, schema, rows)
             if partials is not None:
-                tree.leaf().merge(partials)  # the split form's stage 2 input
+                operator = tree.leaf()
+                if late_rows is None:
+                    operator.merge(partials)  # the split form's stage 2 input
+                else:
+                    _merge_keeping_late(operator, partials, late_rows, int(bucket[0]), calls)
         # then Spark's eviction: every window with end <= this micro-batch's watermark
         fired = tree.on_watermark(watermark_ms * 1000)
-        state.update((tree.snapshot(),))
+        if late_rows is None:
+            state.update((tree.snapshot(),))
+        else:
+            state.update((tree.snapshot(), calls + 1))
         # wake the bucket in the next micro-batch whose watermark is higher (Spark times a key
         # out once watermark > timeout and runs a no-data micro-batch for it)
         state.setTimeoutTimestamp(max(watermark_ms, 1))
@@ -116,14 +131,36 @@ def bucket_function(plan: ph.ProjectExec):  # noqa: ANN201  (a pyspark callback)
     return run_bucket
 
 
-def stage2(plan: ph.ProjectExec, partials: DataFrame) -> DataFrame:
-    """The query's results as a streaming DataFrame in append mode."""
+def _merge_keeping_late(
+    operator: Any,  # noqa: ANN401 - the tree's window operator (its split form)
+    partials: pa.RecordBatch,
+    directory: str,
+    bucket: int,
+    call: int,
+) -> None:
+    """`merge`, with the partial rows it judges late handed to its late-row sink (the
+    operator's own verdict), and their tuples written to `directory` (late.py)."""
+    sink = operator.late_rows
+    sink.keep = True
+    sink.arriving(partials)
+    try:
+        operator.merge(partials)
+    finally:
+        sink.done()
+    found = late.expand(sink.take())
+    if found is not None:
+        late.write(directory, found, bucket, call)
+
+
+def stage2(plan: ph.ProjectExec, partials: DataFrame, late_rows: str | None = None) -> DataFrame:
+    """The query's results as a streaming DataFrame in append mode; `late_rows`: the
+    directory its late rows are written to (the partials carry their tuples, late.py)."""
     never_late = F.lit(NEVER_LATE_VALUE).cast("timestamp")
     keyed = partials.select("*", never_late.alias(NEVER_LATE, metadata={WATERMARK_DELAY_KEY: 0}))
     return keyed.groupBy(BUCKET).applyInPandasWithState(
-        bucket_function(plan),
+        bucket_function(plan, late_rows),
         outputStructType=output_ddl(plan),
-        stateStructType=STATE_DDL,
+        stateStructType=STATE_DDL if late_rows is None else LATE_STATE_DDL,
         outputMode="append",
         timeoutConf=GroupStateTimeout.EventTimeTimeout,
     )
