@@ -34,7 +34,8 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.runtime.operators.base import PANE_META, partial_column_name
+from mangonel.compiler.logical import WindowKind
+from mangonel.runtime.operators.base import EVENT_TIME_META, PANE_META, partial_column_name
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.spark import late
 from mangonel.runtime.spark.schema import ddl, quote
@@ -42,6 +43,7 @@ from mangonel.runtime.spark.sql import lift_sql
 
 PANE = PANE_META  # the window operator's partial format, shared with stage 2
 BUCKET = "__mangonel_bucket"
+ORDER = "__mangonel_order"  # count windows: a tuple's arrival order within a micro-batch
 
 
 def argument_column(position: int) -> str:
@@ -57,9 +59,15 @@ def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
     return [(partial_column_name(field, part), sql_type) for part in range(parts)]
 
 
+def position_column(window: ph.WindowAggregateExec) -> str:
+    """The partials' BIGINT beside the keys: the pane of time windows, the tuple's event time
+    of count windows (whose partials are per tuple: their order is not final in stage 1)."""
+    return EVENT_TIME_META if window.window.kind is WindowKind.COUNT else PANE
+
+
 def partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]:
     columns = [(k.name, k.type) for k in window.keys]
-    columns.append((PANE, SqlType.BIGINT))
+    columns.append((position_column(window), SqlType.BIGINT))
     for field in window.fields:
         columns.extend(field_columns(field))
     return columns
@@ -95,14 +103,14 @@ def distinct_arguments(window: ph.WindowAggregateExec) -> list[exp.Expression]:
 
 def bucket_column(window: ph.WindowAggregateExec, buckets: int) -> SparkColumn:
     """The key bucket of a partial row: Spark's own hash of the key columns mod `buckets`;
-    carrier rows (row count 0) name their bucket in the pane column."""
+    carrier rows (row count 0) name their bucket in the position column (pane or time)."""
     rows = F.col(spark_name(window.fields[0].name))
     if window.keys:
         hashed = F.hash(*[F.col(quote(k.name)) for k in window.keys])
         keyed = F.pmod(hashed, F.lit(buckets))
     else:
         keyed = F.lit(0)
-    return F.when(rows == 0, F.col(PANE)).otherwise(keyed).cast("int")
+    return F.when(rows == 0, F.col(position_column(window))).otherwise(keyed).cast("int")
 
 
 def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]:
@@ -264,6 +272,9 @@ def kernel_stage1(
     schema = partial_schema(window)
     spark_schema = spark_partial_schema(window)
     carriers = carrier_rows(window, buckets)
+    ordered = window.window.kind is WindowKind.COUNT  # per-tuple partials keep their order
+    if ordered:
+        carriers = _with_order(carriers, pa.array(np.zeros(buckets, np.int64)))
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         collected = list(batches)
@@ -275,9 +286,32 @@ def kernel_stage1(
             return
         partials = OperatorTree(window, extra_placements=placements).leaf().preaggregate(table)
         if partials.num_rows:
-            yield pa.RecordBatch.from_arrays(
+            out = pa.RecordBatch.from_arrays(
                 [partials.column(f.name).cast(f.type) for f in schema], schema=spark_schema
             )
+            if ordered:
+                out = _with_order(out, arrival_order(partials.num_rows))
+            yield out
 
-    partials = source.select(*columns).mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+    schema_ddl = ddl(spark_partial_columns(window))
+    if ordered:
+        schema_ddl += f", {ORDER} BIGINT"
+    partials = source.select(*columns).mapInArrow(per_partition, schema_ddl)
     return partials.withColumn(BUCKET, bucket_column(window, buckets))
+
+
+def arrival_order(rows: int) -> pa.Array:
+    """Count windows' tie order inside a micro-batch: (Spark partition, row position in it),
+    packed in a BIGINT; stage 2 merges each call's tuples in this order (docs/spark.md, "Count
+    windows"). A partition of a file source reads its file in row order."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    return pa.array((np.int64(partition) << 40) + np.arange(rows, dtype=np.int64))
+
+
+def _with_order(batch: pa.RecordBatch, order: pa.Array) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, order], schema=batch.schema.append(pa.field(ORDER, pa.int64()))
+    )

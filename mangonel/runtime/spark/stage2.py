@@ -41,11 +41,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from mangonel.compiler import physical as ph
+from mangonel.compiler.logical import WindowKind
 from mangonel.runtime.operators.tree import OperatorTree
 from mangonel.runtime.spark import late
 from mangonel.runtime.spark.schema import ddl
 from mangonel.runtime.spark.stage1 import (
     BUCKET,
+    ORDER,
     partial_schema,
     spark_name,
     spark_partial_schema,
@@ -63,10 +65,15 @@ def output_ddl(plan: ph.ProjectExec) -> str:
 
 
 def _to_arrow(
-    frames: Iterator[pd.DataFrame], spark_schema: pa.Schema, schema: pa.Schema, rows: str
+    frames: Iterator[pd.DataFrame],
+    spark_schema: pa.Schema,
+    schema: pa.Schema,
+    rows: str,
+    order: str | None = None,
 ) -> pa.RecordBatch | None:
     """The partials of one call as the operator names them (Spark's names differ), without
-    the carrier rows (no tuples: their row count is 0), which only wake the bucket."""
+    the carrier rows (no tuples: their row count is 0), which only wake the bucket; sorted
+    by the `order` column when given (count windows' arrival order)."""
     batches = [
         pa.RecordBatch.from_pandas(
             frame[spark_schema.names], schema=spark_schema, preserve_index=False
@@ -80,6 +87,8 @@ def _to_arrow(
     table = table.filter(pc.greater(table[spark_name(rows)], 0))
     if not table.num_rows:
         return None
+    if order is not None:
+        table = table.sort_by(order)
     columns = [table[name].combine_chunks() for name in spark_schema.names]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
@@ -93,6 +102,10 @@ def bucket_function(plan: ph.ProjectExec, late_rows: str | None = None):  # noqa
     if late_rows is not None:
         schema = schema.append(pa.field(late.ROWS, pa.binary()))
         spark_schema = spark_schema.append(pa.field(late.ROWS, pa.binary()))
+    counted = window.window.kind is WindowKind.COUNT
+    if counted:  # per-tuple partials with their arrival order (stage1.arrival_order)
+        schema = schema.append(pa.field(ORDER, pa.int64()))
+        spark_schema = spark_schema.append(pa.field(ORDER, pa.int64()))
     rows = window.fields[0].name
 
     def run_bucket(
@@ -107,8 +120,14 @@ def bucket_function(plan: ph.ProjectExec, late_rows: str | None = None):  # noqa
             tree.restore(bytes(state.get[0]))
             calls = int(state.get[1]) if late_rows is not None else 0
         watermark_ms = state.getCurrentWatermarkMs()
+        fired: list[pa.RecordBatch] = []
+        if counted:
+            # count windows: W_N first (tuples with ts < W_N are final, their windows fire),
+            # then this micro-batch's tuples, late when ts < W_N: the watermark the standalone
+            # query holds before the same batch, so both give the same windows
+            fired = tree.on_watermark(watermark_ms * 1000)
         if not state.hasTimedOut:
-            partials = _to_arrow(frames, spark_schema, schema, rows)
+            partials = _to_arrow(frames, spark_schema, schema, rows, ORDER if counted else None)
             if partials is not None:
                 operator = tree.leaf()
                 if late_rows is None:
@@ -116,7 +135,8 @@ def bucket_function(plan: ph.ProjectExec, late_rows: str | None = None):  # noqa
                 else:
                     _merge_keeping_late(operator, partials, late_rows, int(bucket[0]), calls)
         # then Spark's eviction: every window with end <= this micro-batch's watermark
-        fired = tree.on_watermark(watermark_ms * 1000)
+        if not counted:
+            fired = tree.on_watermark(watermark_ms * 1000)
         if late_rows is None:
             state.update((tree.snapshot(),))
         else:
