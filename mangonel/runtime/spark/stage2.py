@@ -14,6 +14,11 @@ does the same per bucket and call: merge the partials with lateness decided per 
 its own watermark, which is W_{N-1} because the bucket ran in micro-batch N-1 (see below),
 then `advance_watermark(W_N)` fires every window with end <= W_N.
 
+Count windows (`ROWS n SLIDE m`) differ on purpose (docs/spark.md, "Count windows"): their
+partials are per tuple with an arrival order (stage1.arrival_order); a call first fires with
+W_N (tuples with ts < W_N final), then merges its tuples sorted by that order, late when
+ts < W_N, which is what the standalone session does with the same micro-batches.
+
 Every bucket runs in every micro-batch that has data (stage 1 sends one carrier row per
 bucket from every partition) and in every no-data micro-batch Spark runs after its watermark
 moved (an event-time timeout at the current watermark: Spark times a key out once the
