@@ -266,3 +266,22 @@ def test_a_joins_late_rows_of_both_streams_in_one_table() -> None:
     assert late.num_rows == query.metrics.late_tuples_dropped > 0
     for row in rows_of(late):
         assert (row["x"] is None) or row["late_stream"] == "clicks"
+
+
+def test_a_join_streams_its_late_rows_after_each_arrival() -> None:
+    """The stream form of a join: each arrival's late rows right after it, tagged with their
+    stream; together they are the oracle's late rows in arrival order."""
+    seed = next(s for s in range(40) if len(join_late_rows(s)[1]) >= 2)
+    case = draw_join_case(seed)
+    session = mangonel.Session("cpu", join_algorithm=case.algorithm)
+    for statement in case.ddl():
+        session.execute(statement)
+    query = session.sql(case.query())
+    late = [
+        rows_of(b) for kind, b in query.stream(case.batches(), late_rows=True) if kind == "late"
+    ]
+    oracle = JoinOracle(case.oracle_query())
+    for name, batch in case.arrivals:
+        oracle.process(name, list(batch))
+    assert [row for rows in late for row in rows] == oracle.late_rows
+    assert all(len({row["late_stream"] for row in rows}) == 1 for rows in late)
