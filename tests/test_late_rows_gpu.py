@@ -60,3 +60,26 @@ def test_gpu_fused_pass_late_rows_equal_the_cpus(window) -> None:  # noqa: ANN00
         assert got == want, f"batch {position}: {len(got)} late rows, the CPU has {len(want)}"
     assert gpu.metrics.late_tuples_dropped == cpu.metrics.late_tuples_dropped > 0
     assert gpu.operator.kernels_of("gpu").metrics.fused_passes >= len(batches) - 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 4, 5])
+def test_gpu_factorised_join_late_rows_are_the_oracles(seed: int) -> None:
+    """A GPU plan's factorised join: each side's window aggregation runs the fused kernel on
+    the device, judged against the join's watermark; its per-row verdict gives the late rows."""
+    from oracle_join import JoinOracle
+    from test_join_factorised import arrivals, oracle_query, session, sql
+
+    from mangonel.compiler import physical as ph
+
+    cases = arrivals(seed, 0.0)
+    plan = ph.with_backend(session().sql(sql(1000, 250)).plan, "gpu", "test")
+    assert ph.find(plan, ph.JoinAggregateExec).factorised is not None
+    oracle = JoinOracle(oracle_query(1_000_000, 250_000))
+    for name, batch in cases:
+        oracle.process(name, batch)
+    runner = LocalQuery(plan, keep_late_rows=True)
+    runner.run(cases)
+    assert oracle.late_rows
+    for stream in ("clicks", "views"):
+        want = [row for row in oracle.late_rows if row["late_stream"] == stream]
+        assert rows_of(runner.late_rows(stream)) == want
