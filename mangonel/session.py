@@ -24,24 +24,38 @@ class Query(PlannedQuery):
         super().__init__(text, plan, logical)
         self._runner: Any = None
 
-    def _new_runner(self) -> Any:
+    def _new_runner(self, keep_late_rows: bool = False) -> Any:
         from mangonel.runtime.local.query import LocalQuery
 
-        return LocalQuery(self.plan)
+        return LocalQuery(self.plan, keep_late_rows=keep_late_rows)
 
     def run(self, batches: Iterable[pa.RecordBatch | pa.Table] | Any) -> pa.Table:  # noqa: ANN401
         """Run the query over a finite sequence of batches; every window fires at the end.
         A join query takes its inputs by name: `(name, batch)` pairs in arrival order, or a
-        dict name -> batches interleaved round-robin (docs/semantics.md, "Joins")."""
-        self._runner = self._new_runner()
+        dict name -> batches interleaved round-robin (docs/semantics.md, "Joins"). The rows
+        judged late are kept for `late_rows()`."""
+        self._runner = self._new_runner(keep_late_rows=True)
         return self._runner.run(batches)
 
     def stream(
-        self, batches: Iterable[pa.RecordBatch | pa.Table] | Any
-    ) -> Iterator[pa.RecordBatch]:  # noqa: ANN401, E501
-        """Results as windows fire, batch by batch (a join query: its arrivals, as `run`)."""
+        self, batches: Iterable[pa.RecordBatch | pa.Table] | Any, late_rows: bool = False
+    ) -> Iterator[Any]:  # noqa: ANN401
+        """Results as windows fire, batch by batch (a join query: its arrivals, as `run`).
+        With `late_rows=True` it yields `(kind, batch)` pairs instead: `("late", rows)` with
+        the late rows of each input batch right after it, `("result", batch)` for results;
+        nothing is kept (docs/semantics.md, "Late rows as data")."""
         self._runner = self._new_runner()
+        if late_rows:
+            return self._runner.stream_with_late_rows(batches)
         return self._runner.stream(batches)
+
+    def late_rows(self, stream: str | None = None) -> pa.Table:
+        """The rows the latest `run()` judged late, not taken yet, and forget them: the
+        batch's columns as given, `late_reason`, `late_watermark` (and `late_stream` for a
+        join); `stream`: one stream's rows only (docs/semantics.md, "Late rows as data")."""
+        if self._runner is None:
+            raise RuntimeError("the query has not run yet: call run() first")
+        return self._runner.late_rows(stream)
 
     @property
     def metrics(self) -> Any:

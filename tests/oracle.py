@@ -599,6 +599,9 @@ class Oracle:
         self.max_ts: int | None = None
         self.tuples_in = 0
         self.late = 0
+        # every late row: its columns, `late_reason` and `late_watermark` (the engine's
+        # `late_rows()` must return exactly these, in this order)
+        self.late_rows: list[dict] = []
         self.null_event_time = 0
         self.windows_fired = 0  # (window, key) results, before HAVING
         self.rows_out = 0  # rows emitted, after HAVING
@@ -625,10 +628,15 @@ class Oracle:
                 continue
             key = tuple(row[k] for k in q.keys)
             args = tuple(None if a is None else a(row) for a in self.arguments)
-            if q.kind == "time":
+            late = (
                 self._add_time(ts, key, args)
-            else:
-                self._add_count(ts, key, args)
+                if q.kind == "time"
+                else self._add_count(ts, key, args)
+            )
+            if late is not None:
+                self.late_rows.append(
+                    {**row, "late_reason": late, "late_watermark": self.watermark}
+                )
         if self.max_ts is not None:
             candidate = self.max_ts - q.delay
             if self.watermark is None or candidate > self.watermark:
@@ -638,23 +646,26 @@ class Oracle:
     def finish(self) -> list[dict]:
         return self._fire(final=True)
 
-    def _add_time(self, ts: int, key: tuple, args: tuple) -> None:
+    def _add_time(self, ts: int, key: tuple, args: tuple) -> str | None:
+        """Adds the tuple to its windows; the reason it is late instead, if it is."""
         size, slide = self.query.size, self.query.slide
         if self.watermark is not None and (ts // slide) * slide + size <= self.watermark:
             self.late += 1
-            return
+            return "window closed"  # its last window ended at or before W
         self.key_order.setdefault(key, len(self.key_order))
         for k in range((ts - size) // slide + 1, ts // slide + 1):
             if self.watermark is None or k * slide + size > self.watermark:
                 self.contents[(k, key)].append(args)
+        return None
 
-    def _add_count(self, ts: int, key: tuple, args: tuple) -> None:
+    def _add_count(self, ts: int, key: tuple, args: tuple) -> str | None:
         if self.watermark is not None and ts < self.watermark:
             self.late += 1
-            return
+            return "behind watermark"  # the key's order up to W is final
         self.key_order.setdefault(key, len(self.key_order))
         self.pending[key].append((ts, self.arrivals, args))
         self.arrivals += 1
+        return None
 
     def _fire(self, final: bool) -> list[dict]:
         fired = []  # (order, key, window_start, window_end, list of argument tuples)

@@ -116,6 +116,8 @@ class JoinOracle:
         self.max_ts: list[int | None] = [None, None]
         self.seen = [side.is_table for side in self.sides]
         self.late = {side.name: 0 for side in self.sides}
+        # every late row: its columns, `late_reason`, `late_watermark`, `late_stream`
+        self.late_rows: list[dict] = []
         self.null_time = {side.name: 0 for side in self.sides}
         self.table: tuple[list, list] = ([], [])
         self.windows: dict[int, _Window] = defaultdict(_Window)
@@ -176,6 +178,14 @@ class JoinOracle:
             ]
             if not windows:
                 self.late[side.name] += 1
+                self.late_rows.append(
+                    {
+                        **row,
+                        "late_reason": "window closed",
+                        "late_watermark": watermark,
+                        "late_stream": side.name,
+                    }
+                )
                 continue
             for k in windows:
                 self.windows[k].rows[index].append(row)

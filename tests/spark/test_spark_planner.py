@@ -31,8 +31,23 @@ def test_choices_are_plan_data() -> None:
     assert planned.stage1_placements == ()
     forced = plan_spark(QUERY, _plan(), partitions=3, buckets=5, native=True)
     assert forced.native and forced.buckets == 5 and "native=True" in forced.native_reason
-    with pytest.raises(PlanError, match="count windows"):
-        plan_spark("", _plan("SELECT COUNT(*) AS n FROM t [ROWS 4]"), partitions=2)
+
+
+COUNT_QUERY = "SELECT k, SUM(v) AS s FROM t [ROWS 4 SLIDE 2] GROUP BY k"
+
+
+def test_count_windows_plan_per_tuple_partials() -> None:
+    planned = plan_spark(COUNT_QUERY, _plan(COUNT_QUERY), partitions=2)
+    assert (planned.stage1, planned.native) == ("kernels", False)
+    text = spark_stages_text(planned)
+    assert (
+        "Stage1 mapInArrow: preaggregate=none (per-tuple partials) order=(partition, row)" in text
+    )
+    assert "fires=last_tuple_ts<watermark" in text
+    with pytest.raises(PlanError, match="no native Spark plan"):
+        plan_spark("", _plan(COUNT_QUERY), partitions=2, native=True)
+    with pytest.raises(PlanError, match="per-tuple partials"):
+        plan_spark("", _plan(COUNT_QUERY), partitions=2, stage1="arrow")
 
 
 def test_gpu_kernels_stage_one_places_preaggregation_on_the_cpu() -> None:

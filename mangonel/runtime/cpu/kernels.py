@@ -308,6 +308,7 @@ class CpuKernels:
         panes = self.pane_ids(lifted, window.pane_length)
         include = contributes
         late_count = 0
+        late = None
         if watermark is not None:
             late = self.late_tuples(
                 panes, contributes, window.pane_length, spec.slide, spec.size, watermark
@@ -334,6 +335,7 @@ class CpuKernels:
             last_pane,
             rest,
             rest_include if rest is not None else None,
+            late if late_count else None,
         )
 
     def holistic_for(self, plan: HolisticPlan) -> CpuKernels:

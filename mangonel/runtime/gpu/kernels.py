@@ -364,13 +364,26 @@ class GpuKernels:
         self._last_cells = (
             None if first_pane is None else target.known_keys * (last_pane - first_pane + 1)
         )
+        # the kernel's per-row verdict (2: counted late) is the late rows' mask: the rows
+        # counted are the rows handed out, never a second rule
+        late_rows = (decided == 2) if late else None
         if not undecided:
-            return FusedMerge(rows, late, nulls, max_event_time, first_pane, last_pane, None, None)
+            return FusedMerge(
+                rows, late, nulls, max_event_time, first_pane, last_pane, None, None, late_rows
+            )
         self.metrics.passes_with_rest += 1
         lifted = self.lift_tuples(lift, batch)
         rest_include = lifted.contributes & (decided == 0)
         return FusedMerge(
-            rows, late, nulls, max_event_time, first_pane, last_pane, lifted, rest_include
+            rows,
+            late,
+            nulls,
+            max_event_time,
+            first_pane,
+            last_pane,
+            lifted,
+            rest_include,
+            late_rows,
         )
 
     def new_pane_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:

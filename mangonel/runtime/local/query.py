@@ -13,9 +13,13 @@ from mangonel.compiler.physical import ProjectExec
 from mangonel.errors import DataError
 from mangonel.runtime.operators.base import OperatorBase, as_record_batch
 from mangonel.runtime.operators.holistic import HolisticTimeWindows
+from mangonel.runtime.operators.late_rows import late_schema, late_table
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.tree import OperatorTree
 from mangonel.runtime.operators.window import WindowOperator
+
+RESULT = "result"  # `stream_with_late_rows`: a batch of window results
+LATE = "late"  # and a batch of late rows
 
 
 class LocalQuery:
@@ -26,17 +30,60 @@ class LocalQuery:
     `snapshot()`/`restore()` save and load the operator state between two batches. The plan's
     operators form `self.operator` (an `OperatorTree`, driven through the operator protocol).
     `gpu_options` tunes the GPU kernels of a GPU plan (None: the defaults).
+
+    Late rows as data (docs/semantics.md, "Late rows as data"): with `keep_late_rows`, every
+    row judged late is kept, with its reason and the watermark it was judged against, until
+    `late_rows()` takes them; `stream(..., late_rows=True)` keeps them and yields them as they
+    are judged. Without either nothing is kept (counting is the same).
     """
 
-    def __init__(self, plan: ProjectExec, *, gpu_options: GpuOptions | None = None) -> None:
+    def __init__(
+        self,
+        plan: ProjectExec,
+        *,
+        gpu_options: GpuOptions | None = None,
+        keep_late_rows: bool = False,
+    ) -> None:
         self.plan = plan
         self.operator = OperatorTree(plan, gpu_options=gpu_options)
+        self.keeps_late_rows = False
+        if keep_late_rows:
+            self.keep_late_rows()
         self.schema = self.operator.schema
         # a join reads named inputs: input i is the plan's i-th scan (stream or table)
         scans = [n for n in ph.walk(plan) if isinstance(n, ph.SCAN_TYPES)]
         self.is_join = any(isinstance(n, ph.WindowJoinExec) for n in ph.walk(plan))
         self.inputs = {_scan_name(scan).lower(): i for i, scan in enumerate(scans)}
         self.tables = {i for i, scan in enumerate(scans) if isinstance(scan, ph.TableScanExec)}
+
+    def keep_late_rows(self) -> None:
+        """Keep every row judged late from now on, until `late_rows()` takes them."""
+        self.operator.keep_late_rows()
+        self.keeps_late_rows = True
+
+    def late_rows(self, stream: str | None = None) -> pa.Table:
+        """The late rows kept so far, as one table, and forget them (so memory holds only the
+        late rows not yet taken). Columns: those of the batch each row came in (as given),
+        `late_reason`, `late_watermark` and, for a join, `late_stream`; order: judgement order
+        (a join: stream by stream, arrival order in each). `stream`: that stream's rows only."""
+        if not self.keeps_late_rows:
+            raise RuntimeError(
+                "late rows are not kept for this run: Query.run() keeps them, and "
+                "Query.stream(batches, late_rows=True) yields them as they are judged"
+            )
+        if stream is not None and stream.lower() not in self.inputs:
+            raise DataError(
+                f"{stream!r} is not an input of this query; its inputs: "
+                + ", ".join(sorted(self.inputs))
+            )
+        return late_table(self.operator.take_late_rows(stream), self._late_schema(stream))
+
+    def _late_schema(self, stream: str | None) -> pa.Schema:
+        """An empty result's schema: the declared columns of the query's (first) stream."""
+        scans = [n for n in ph.walk(self.plan) if isinstance(n, ph.StreamScanExec)]
+        chosen = [s for s in scans if stream is None or s.stream.name.lower() == stream.lower()]
+        schema = chosen[0].stream.schema.to_arrow() if chosen else pa.schema([])
+        return late_schema(schema, stream=self.is_join)
 
     @property
     def window_operator(self) -> WindowOperator:
@@ -45,6 +92,19 @@ class LocalQuery:
             return self.operator.find(OperatorBase)  # type: ignore[return-value]
         except LookupError:  # time windows with holistic aggregates: the wrapper is the operator
             return self.operator.find(HolisticTimeWindows)
+
+    def stream_with_late_rows(
+        self, batches: Iterable[pa.RecordBatch | pa.Table] | Any, lookahead: bool | None = None
+    ) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """`stream`, with the late rows in it: after each input batch, `("late", batch)` for
+        its late rows, then `("result", batch)` for the results it fires (end of input:
+        results only). Nothing is kept: each late row is yielded once, right after its batch."""
+        self.keep_late_rows()
+        for results in self._steps(batches, lookahead):
+            for late in self.operator.take_late_rows():
+                yield LATE, late
+            for result in results:
+                yield RESULT, result
 
     def stream(
         self, batches: Iterable[pa.RecordBatch | pa.Table], lookahead: bool | None = None
@@ -57,6 +117,13 @@ class LocalQuery:
         when `batches` is a sequence (every batch already in memory: no result waits on the
         source); pass True to read one batch ahead of a live iterator as well.
         """
+        for results in self._steps(batches, lookahead):
+            yield from results
+
+    def _steps(
+        self, batches: Iterable[pa.RecordBatch | pa.Table] | Any, lookahead: bool | None
+    ) -> Iterator[list[pa.RecordBatch]]:
+        """The results of each input batch (then of end of input), one list per step."""
         if self.is_join:
             yield from self._arrivals(batches)
             return
@@ -64,21 +131,21 @@ class LocalQuery:
             lookahead = isinstance(batches, Sequence)
         if not lookahead:
             for batch in batches:
-                yield from self.operator.process(batch)
-            yield from self.operator.finish()
+                yield self.operator.process(batch)
+            yield self.operator.finish()
             return
         pending: pa.RecordBatch | None = None
         for batch in batches:
             batch = as_record_batch(batch)  # one object for prefetch and process
             self.operator.prefetch(batch)
             if pending is not None:
-                yield from self.operator.process(pending)
+                yield self.operator.process(pending)
             pending = batch
         if pending is not None:
-            yield from self.operator.process(pending)
-        yield from self.operator.finish()
+            yield self.operator.process(pending)
+        yield self.operator.finish()
 
-    def _arrivals(self, inputs: Any) -> Iterator[pa.RecordBatch]:  # noqa: ANN401
+    def _arrivals(self, inputs: Any) -> Iterator[list[pa.RecordBatch]]:  # noqa: ANN401
         """A join query's arrivals: `(name, batch)` pairs in arrival order, or a mapping
         name -> batches taken round-robin; every batch of a static table first."""
         if isinstance(inputs, Mapping):
@@ -108,11 +175,11 @@ class LocalQuery:
             numbered.append((number, batch))
         for number, batch in numbered:  # the table as it is when the query starts
             if number in self.tables:
-                yield from self.operator.process(as_record_batch(batch), number)
+                yield self.operator.process(as_record_batch(batch), number)
         for number, batch in numbered:
             if number not in self.tables:
-                yield from self.operator.process(as_record_batch(batch), number)
-        yield from self.operator.finish()
+                yield self.operator.process(as_record_batch(batch), number)
+        yield self.operator.finish()
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         """One batch without ending the input (for callers that drive batches themselves);

@@ -14,6 +14,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.physical import StateField
 from mangonel.errors import DataError
 from mangonel.runtime.operators.conform import INT64_MIN, BatchConformer, event_time_range
+from mangonel.runtime.operators.late_rows import LateRows
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import window_result_batch, window_result_schema
@@ -78,6 +79,10 @@ class OperatorBase:
             scan.columns, scan.stream.name, scan.stream.event_time, event_time_range(self.spec)
         )
         self.out_of_range = 0
+        # the rows judged late, kept only when the runner asks (late_rows.py); counting
+        # (`self.late`) is unchanged either way
+        self.late_rows = LateRows(node.lift.scan.stream.name)
+        self.late_sinks = (self.late_rows,)
         self._early: list[pa.RecordBatch] = []  # results fired inside one `process`
         # the last two batches conformed, (given, conformed): `prefetch` of batch k + 1 and
         # `process` of batch k each find their batch's one conformed object (the GPU matches
@@ -119,7 +124,11 @@ class OperatorBase:
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         """Lift + merge one batch, then update the watermark and fire (standalone form)."""
         conformed, out_of_range = self._input(batch)
-        self._process(conformed)
+        self._arriving(batch)
+        try:
+            self._process(conformed)
+        finally:
+            self.late_rows.done()
         self._count_out_of_range(out_of_range)
         # processed: drop it (holding it would keep a whole batch alive)
         self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
@@ -128,6 +137,17 @@ class OperatorBase:
         if self.max_event_time is None:
             return early
         return early + self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
+
+    def _arriving(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Tell the late-row sink which rows the judgements of this batch index (the batch
+        as given: conformance keeps its rows and their order)."""
+        if self.late_rows.keep:
+            self.late_rows.arriving(as_record_batch(batch))
+
+    def _judged_late(self, late, reason: str) -> None:  # noqa: ANN001 - a NumPy or CuPy mask
+        """The rows of the arriving batch found late against `self.watermark` (the watermark
+        from before the batch), for the sink (a no-op unless late rows are kept)."""
+        self.late_rows.judged(late, reason, self.watermark, self.kernels.to_host)
 
     def _watermark_after(self, max_event_time: int | None) -> int | None:
         """The watermark `process` sets after the batch being merged (None: none yet)."""

@@ -23,6 +23,7 @@ from mangonel.runtime.operators.base import (
     field_arrays,
 )
 from mangonel.runtime.operators.holistic import evaluate
+from mangonel.runtime.operators.late_rows import BEHIND_WATERMARK
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
 from mangonel.runtime.operators.sketch_panes import run_answers
@@ -97,6 +98,7 @@ class CountWindowOperator(OperatorBase):
         if self.watermark is not None:
             late = include & (event_time < self.watermark)
             self.late += int(late.sum())
+            self._judged_late(late, BEHIND_WATERMARK)  # standalone rows only (late_rows.py)
             include &= ~late
         slots = host(self.keys.map_columns(keys, self.kernels.from_host(include)))
         rows = np.nonzero(include)[0]

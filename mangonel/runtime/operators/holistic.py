@@ -134,6 +134,8 @@ class HolisticTimeWindows:
     ) -> None:
         self.node = node
         self.inner = inner
+        # the wrapped operator judges lateness: its late rows are the query's
+        self.late_sinks = inner.late_sinks
         self.schema = window_result_schema(node)
         # the values are lifted, keyed, grouped by pane, sorted and selected on the
         # holistic step's backend (on the GPU they stay on the device); sketches are built

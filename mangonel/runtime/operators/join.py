@@ -60,6 +60,7 @@ from mangonel.runtime.operators.join_sides import (
     from_ipc,
     to_ipc,
 )
+from mangonel.runtime.operators.late_rows import WINDOW_CLOSED, LateRows
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.snapshot import pack, unpack
@@ -102,6 +103,11 @@ class JoinOperator:
         self.column_types = {c.name: c.type for c in join.columns}
         kind = join.kind
         self.sides = [self._side(join, i, (kind.keeps_left, kind.keeps_right)[i]) for i in (0, 1)]
+        # each stream's late rows (late_rows.py), kept only when the runner asks
+        self.late_rows = [LateRows(side.name, tagged=True) for side in self.sides]
+        self.late_sinks = tuple(
+            sink for sink, side in zip(self.late_rows, self.sides, strict=True) if not side.is_table
+        )
         key_types = tuple(
             SqlType.STRING if k.type is SqlType.STRING else SqlType.BIGINT for k in join.left_keys
         )
@@ -136,6 +142,10 @@ class JoinOperator:
                 self.cells = FactorisedJoin(
                     self.aggregate, kernels, step_kernels or standalone_step_kernels()
                 )
+                for sink, window in zip(self.late_rows, self.cells.sides, strict=True):
+                    # the side's window aggregation judges lateness: into the join's sink
+                    window.late_rows = sink
+                    window.late_sinks = (sink,)
             else:
                 self.cells = fused or JoinCells(self.aggregate, kernels)
             self.group_columns = frozenset(k.name for k in self.aggregate.keys)
@@ -233,10 +243,17 @@ class JoinOperator:
             origin = (ts - size) // slide + 1
             last = ts // slide
             first = origin.copy()
-            closed = self._last_closed(self.watermark())
+            watermark = self.watermark()
+            closed = self._last_closed(watermark)
             np.maximum(first, closed + 1, out=first)
             keep = has_ts & (first <= last)
-            side.late += int((has_ts & ~keep).sum())
+            late = has_ts & ~keep
+            side.late += int(late.sum())
+            sink = self.late_rows[side.index]
+            if sink.keep:  # the batch as given: conformance keeps its rows and their order
+                sink.arriving(batch)
+                sink.judged(late, WINDOW_CLOSED, watermark)
+                sink.done()
             if has_ts.any():
                 top = int(ts[has_ts].max())
                 side.max_ts = top if side.max_ts is None else max(side.max_ts, top)

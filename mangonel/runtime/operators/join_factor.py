@@ -89,10 +89,12 @@ class FactorisedSide(TimeWindowOperator):
             self.watermark = watermark
         conformed, out_of_range = self._input(batch)
         self._join_watermark_after = watermark_after
+        self._arriving(batch)
         try:
             self._process(conformed)
         finally:
             self._join_watermark_after = None
+            self.late_rows.done()
         self._count_out_of_range(out_of_range)
         self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
 

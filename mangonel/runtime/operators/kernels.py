@@ -84,6 +84,8 @@ class FusedMerge:
     batch when some contributing, non-late rows were not placed: `rest_include` marks them, and
     the driver merges them through its split path (which decides their lateness again: they
     are not late, so nothing is counted twice). `rest` is None when every row was decided.
+    `late_rows`: the per-row verdict behind `late` (bool per row of the batch, host or
+    device), None when nothing was late; the driver hands it to its late-row sink.
     """
 
     rows: int
@@ -94,6 +96,7 @@ class FusedMerge:
     last_pane: int | None
     rest: LiftedTuples | None
     rest_include: Array | None
+    late_rows: Array | None = None
 
     @classmethod
     def unplaced(cls, lifted: LiftedTuples) -> FusedMerge:

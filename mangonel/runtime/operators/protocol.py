@@ -7,6 +7,10 @@ input is the stream), `on_watermark` tells it the watermark moved, `finish` ends
 each returns the batches the operator emits, typed as `schema` says, in order. Stateful
 operators save and load their state through `snapshot` / `restore` (bytes, see snapshot.py);
 stateless ones return b"" and accept it back.
+
+Operators that judge rows late (the window operators, the join) also carry `late_sinks`: the
+`late_rows.LateRows` of each stream they read; the tree turns them on and drains them
+(`OperatorTree.keep_late_rows`, `take_late_rows`). Counting never depends on it.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from mangonel.compiler.options import GpuOptions
 from mangonel.errors import DataError
 from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.kernels import WindowKernels
+from mangonel.runtime.operators.late_rows import LateRows
 from mangonel.runtime.operators.protocol import Operator, OperatorMetrics
 from mangonel.runtime.operators.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, pack, unpack
 
@@ -145,6 +146,26 @@ class OperatorTree:
         if batches:
             self.rows_out_at.add_rows_out(sum(batch.num_rows for batch in batches))
         return batches
+
+    # -- late rows (late_rows.py) ---------------------------------------------------------
+
+    def late_sinks(self) -> list[LateRows]:
+        """Every operator's late-row sinks, leaf side first (a join's: one per stream)."""
+        return [sink for op in self.operators for sink in getattr(op, "late_sinks", ())]
+
+    def keep_late_rows(self) -> None:
+        """From now on, keep the rows judged late (until `take_late_rows` drains them)."""
+        for sink in self.late_sinks():
+            sink.keep = True
+
+    def take_late_rows(self, stream: str | None = None) -> list[pa.RecordBatch]:
+        """The late rows kept so far (of `stream` only, case-insensitive, when given), and
+        forget them."""
+        taken: list[pa.RecordBatch] = []
+        for sink in self.late_sinks():
+            if stream is None or sink.stream.lower() == stream.lower():
+                taken += sink.take()
+        return taken
 
     def metrics(self) -> OperatorMetrics:
         metrics = self.rows_out_at.metrics()

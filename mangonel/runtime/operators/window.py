@@ -69,6 +69,7 @@ from mangonel.runtime.operators.base import PANE_META, OperatorBase, field_array
 from mangonel.runtime.operators.count_window import CountWindowOperator
 from mangonel.runtime.operators.holistic import HolisticTimeWindows
 from mangonel.runtime.operators.kernels import PaneTarget
+from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
 from mangonel.runtime.operators.snapshot import pack, unpack
@@ -138,6 +139,8 @@ class TimeWindowOperator(OperatorBase):
         self.tuples_in += fused.rows
         self.null_event_time += fused.null_event_time
         self.late += fused.late
+        if fused.late and fused.late_rows is not None:
+            self._judged_late(fused.late_rows, WINDOW_CLOSED)
         if fused.first_pane is not None and segment is not None:
             segment.first = min(segment.first, fused.first_pane)
             segment.last = max(segment.last, fused.last_pane)
@@ -213,6 +216,9 @@ class TimeWindowOperator(OperatorBase):
             )
             rows = partials[self.fields[0].name][0]
             self.late += int(kernels.to_host((rows * late).sum()))
+            # standalone, the rows are the arriving batch's tuples (the sink keeps them);
+            # merging Spark's partials, no batch arrived and nothing is kept
+            self._judged_late(late, WINDOW_CLOSED)
             include = include & ~late
         slots = self.keys.map_columns(keys, include)
         included = kernels.to_host(include)

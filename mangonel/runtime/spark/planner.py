@@ -31,6 +31,10 @@ from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.sql import aggregate_sql, lift_sql
 
 STAGE1_KINDS = ("arrow", "kernels")
+LATE_ROWS_REFUSED = "late_rows= does not run in this plan inside Spark"
+COUNT_STAGE1 = (
+    "count windows run stage 1 as the window operator's per-tuple partials (stage1='kernels')"
+)
 
 # Why stage 1's pane pre-aggregation of a GPU plan runs on the CPU (EXPLAIN prints it).
 PREAGGREGATE_ON_CPU = (
@@ -80,9 +84,13 @@ def plan_spark(
     buckets: int | None = None,
     stage1: str | None = None,
     native: bool | None = None,
+    late_rows: bool = False,
 ) -> SparkQueryPlan:
-    """The Spark planner pass over a physical plan (see the module docstring)."""
+    """The Spark planner pass over a physical plan (see the module docstring). `late_rows`:
+    the query hands out its late rows (late.py): two stages with Arrow stage 1."""
     if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
+        if late_rows:
+            raise PlanError(f"{LATE_ROWS_REFUSED}: join queries keep their late rows counted only")
         return plan_join(text, plan, partitions=partitions, buckets=buckets)
     window = ph.find(plan, ph.WindowAggregateExec)
     python = [a.call_name for a in window.aggregates if a.python is not None]
@@ -92,12 +100,24 @@ def plan_spark(
     if holistic:
         # stage 1 would ship each pane's raw values; neither stage does yet
         raise PlanError(f"{SPARK_HOLISTIC} ({', '.join(holistic)})")
-    if window.window.kind is WindowKind.COUNT:
-        raise PlanError(
-            "count windows (ROWS n SLIDE m) do not run inside Spark yet: their order is "
-            "per key over all partitions",
-        )
+    counted = window.window.kind is WindowKind.COUNT
+    if counted:
+        # per-tuple partials (their order per key is final only at stage 2) and no native
+        # counterpart: the window operator's own stage 1, tuples ordered as they arrived
+        if native:
+            raise PlanError("count windows (ROWS n SLIDE m) have no native Spark plan")
+        if stage1 == "arrow":
+            raise PlanError(f"{COUNT_STAGE1}; stage1='arrow' pre-aggregates panes")
+        if late_rows:
+            raise PlanError(f"{LATE_ROWS_REFUSED}: count windows keep their late rows counted")
+        stage1, native = "kernels", False
     kind = stage1 or ("kernels" if window.backend == "gpu" else "arrow")
+    if late_rows:
+        if native:
+            raise PlanError(f"{LATE_ROWS_REFUSED}: Spark's native aggregation drops them unseen")
+        if stage1 == "kernels":
+            raise PlanError(f"{LATE_ROWS_REFUSED}: only Arrow stage 1 carries the rows")
+        kind, native = "arrow", False  # the rows travel beside Arrow stage 1's partials
     choice = native_module.choose_native(window, native)
     placements: tuple[ph.Placement, ...] = ()
     if kind == "kernels":
@@ -312,6 +332,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     where = f"{stream.event_time} IS NOT NULL"
     if window.lift.predicate is not None:
         where += f" AND ({format_expression(window.lift.predicate)})"
+    counted = window.window.kind is WindowKind.COUNT
     if planned.stage1 == "arrow":
         preaggregate = "arrow-hash-aggregate"
         pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
@@ -321,24 +342,33 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         fused = "none (fused into the lift kernel)"
         project = (Parameter("where", fused, None),)
     group_by = f"[{keys}{', ' if keys else ''}pane]"
-    stage1 = PlanNode(
-        "Stage1 mapInArrow",
-        (
+    shape = (
+        Parameter("preaggregate", "none (per-tuple partials)", None),
+        Parameter("order", "(partition, row)", "(partition, row)"),
+    )
+    if not counted:
+        shape = (
             Parameter("preaggregate", preaggregate, preaggregate),
             Parameter("group_by", group_by, group_by),
-            *_per_executor(window.backend),
-        ),
+        )
+    stage1 = PlanNode(
+        "Stage1 mapInArrow",
+        (*shape, *_per_executor(window.backend)),
         (PlanNode("Stage1 native Project/Filter", project, (watermarked,)),),
         planned.stage1_placements,
     )
+    rows = "per-tuple partials" if counted else "(key, pane) partials"
     exchange = PlanNode(
         "Exchange",
         (
             Parameter("partitioning", f"hashpartitioning(bucket={bucket})", bucket),
-            Parameter("rows", "(key, pane) partials", "(key, pane) partials"),
+            Parameter("rows", rows, rows),
         ),
         (stage1,),
     )
+    fires = "window_end<=watermark"
+    if counted:
+        fires = "last_tuple_ts<watermark, tuples in (ts, batch, partition, row) order"
     stage2 = PlanNode(
         "Stage2 applyInPandasWithState",
         (
@@ -347,7 +377,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
             Parameter("state", "window-operator-snapshot", "window-operator-snapshot"),
             Parameter("output_mode", "append", "append"),
             Parameter("timeout", "event-time", "event-time"),
-            Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
+            Parameter("fires", fires, fires),
             Parameter("backend", window.backend, window.backend),
             *_per_executor(window.backend),
         ),

@@ -186,9 +186,13 @@ class SparkMangonelSession:
 
     # -- queries -------------------------------------------------------------------------
 
-    def sql(self, query: str) -> DataFrame | str:
+    def sql(self, query: str, late_rows: str | None = None) -> DataFrame | str:
         """A window query as a streaming DataFrame with the query's output schema (append
-        mode); `EXPLAIN <query>` returns the text of `explain`."""
+        mode); `EXPLAIN <query>` returns the text of `explain`. `late_rows`: a directory
+        (local path or URI) the rows Spark's watermark finds late are written to as Parquet
+        while the query runs (late.py; docs/spark.md, "Late rows as data")."""
+        if late_rows is not None and not isinstance(late_rows, str):
+            raise PlanError(f"late_rows must be a directory path, not {late_rows!r}")
         result = self.session.sql(query)
         if isinstance(result, str):  # EXPLAIN [CODEGEN] <query>: mangonel's plan, Spark's, code
             prefix = _EXPLAIN_PREFIX.match(query)
@@ -199,9 +203,9 @@ class SparkMangonelSession:
 
                 text += "\n" + explain_codegen(inner.plan)
             return text
-        return self._build(result)
+        return self._build(result, late_rows)
 
-    def _spark_plan(self, query: Any) -> SparkQueryPlan:
+    def _spark_plan(self, query: Any, late_rows: bool = False) -> SparkQueryPlan:
         partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions", "2"))
         return plan_spark(
             query.text,
@@ -210,10 +214,11 @@ class SparkMangonelSession:
             buckets=self.buckets,
             stage1=self.stage1,
             native=self.native,
+            late_rows=late_rows,
         )
 
-    def _build(self, query: Any) -> DataFrame:
-        planned = self._spark_plan(query)
+    def _build(self, query: Any, late_rows: str | None = None) -> DataFrame:
+        planned = self._spark_plan(query, late_rows is not None)
         if planned.join is not None:
             frame = join_module.join_query(planned, self._frames)
             self._last = planned
@@ -237,8 +242,10 @@ class SparkMangonelSession:
                 window, watermarked, planned.buckets, planned.stage1_placements
             )
         else:
-            partials = stage1_module.stage1(window, watermarked, planned.buckets)
-        return stage2_module.stage2(planned.plan, partials)
+            partials = stage1_module.stage1(
+                window, watermarked, planned.buckets, with_rows=late_rows is not None
+            )
+        return stage2_module.stage2(planned.plan, partials, late_rows)
 
     def join_metrics(self, query: StreamingQuery) -> dict[str, int]:
         """The join operator's metrics of a running (or stopped) join query, summed over the

@@ -34,14 +34,17 @@ from sqlglot import exp
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.runtime.operators.base import PANE_META, partial_column_name
+from mangonel.compiler.logical import WindowKind
+from mangonel.runtime.operators.base import EVENT_TIME_META, PANE_META, partial_column_name
 from mangonel.runtime.operators.kernels import neutral
+from mangonel.runtime.spark import late
 from mangonel.runtime.spark.functions import stage1_preaggregate
 from mangonel.runtime.spark.schema import ddl, quote
 from mangonel.runtime.spark.sql import lift_sql
 
 PANE = PANE_META  # the window operator's partial format, shared with stage 2
 BUCKET = "__mangonel_bucket"
+ORDER = "__mangonel_order"  # count windows: a tuple's arrival order within a micro-batch
 
 
 def argument_column(position: int) -> str:
@@ -57,9 +60,15 @@ def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
     return [(partial_column_name(field, part), sql_type) for part in range(parts)]
 
 
+def position_column(window: ph.WindowAggregateExec) -> str:
+    """The partials' BIGINT beside the keys: the pane of time windows, the tuple's event time
+    of count windows (whose partials are per tuple: their order is not final in stage 1)."""
+    return EVENT_TIME_META if window.window.kind is WindowKind.COUNT else PANE
+
+
 def partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]:
     columns = [(k.name, k.type) for k in window.keys]
-    columns.append((PANE, SqlType.BIGINT))
+    columns.append((position_column(window), SqlType.BIGINT))
     for field in window.fields:
         columns.extend(field_columns(field))
     return columns
@@ -95,14 +104,14 @@ def distinct_arguments(window: ph.WindowAggregateExec) -> list[exp.Expression]:
 
 def bucket_column(window: ph.WindowAggregateExec, buckets: int) -> SparkColumn:
     """The key bucket of a partial row: Spark's own hash of the key columns mod `buckets`;
-    carrier rows (row count 0) name their bucket in the pane column."""
+    carrier rows (row count 0) name their bucket in the position column (pane or time)."""
     rows = F.col(spark_name(window.fields[0].name))
     if window.keys:
         hashed = F.hash(*[F.col(quote(k.name)) for k in window.keys])
         keyed = F.pmod(hashed, F.lit(buckets))
     else:
         keyed = F.lit(0)
-    return F.when(rows == 0, F.col(PANE)).otherwise(keyed).cast("int")
+    return F.when(rows == 0, F.col(position_column(window))).otherwise(keyed).cast("int")
 
 
 def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]:
@@ -127,8 +136,12 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
     return where, columns
 
 
-def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], pa.RecordBatch]:
-    """The CPU pane pre-aggregation of one partition's rows (Arrow's hash aggregation)."""
+def arrow_preaggregate(
+    window: ph.WindowAggregateExec, rows: list[tuple[str, str]] | None = None
+) -> Callable[[pa.Table], pa.RecordBatch]:
+    """The CPU pane pre-aggregation of one partition's rows (Arrow's hash aggregation).
+    With `rows` (late rows asked for, `late.row_columns`), each partial row also carries the
+    tuples of its (key, pane) cell (`late.ROWS`), gathered by the same grouping."""
     schema = spark_partial_schema(window)
     keys = [k.name for k in window.keys]
     arguments = distinct_arguments(window)
@@ -152,6 +165,9 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
             requested.append(len(asked))
         for name, column in derived.items():
             table = table.append_column(name, column)
+        if rows is not None:  # the row ids of each cell, in the same grouping
+            table = table.append_column(late.ROW_ID, late.row_ids(table.num_rows))
+            aggregations.append((late.ROW_ID, "list"))
         grouping_columns = keys + [PANE]
         grouped = table.group_by(grouping_columns, use_threads=False).aggregate(aggregations)
         # Output order differs between pyarrow versions (keys first in >= 22): locate the
@@ -171,14 +187,21 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
             pa.chunked_array(a).combine_chunks() if isinstance(a, pa.ChunkedArray) else a
             for a in arrays
         ]
+        partials = [a.cast(f.type) for a, f in zip(combined, schema, strict=True)]
+        if rows is None:
+            return pa.RecordBatch.from_arrays(partials, schema=schema)
+        lists = grouped.column(aggregate_positions[position])
+        blobs = late.rows_of_groups(table, lists, rows)
         return pa.RecordBatch.from_arrays(
-            [a.cast(f.type) for a, f in zip(combined, schema, strict=True)], schema=schema
+            [*partials, blobs], schema=schema.append(pa.field(late.ROWS, pa.binary()))
         )
 
     return preaggregate
 
 
-def carrier_rows(window: ph.WindowAggregateExec, buckets: int) -> pa.RecordBatch:
+def carrier_rows(
+    window: ph.WindowAggregateExec, buckets: int, with_rows: bool = False
+) -> pa.RecordBatch:
     """One row per bucket with no tuples in it (first field, the row count, is 0).
 
     Every partition sends them so that every bucket's stage 2 runs in every micro-batch that
@@ -193,9 +216,11 @@ def carrier_rows(window: ph.WindowAggregateExec, buckets: int) -> pa.RecordBatch
         dtype, neutrals = neutral(field)
         for value in neutrals:
             arrays.append(pa.array(np.full(buckets, value, dtype)))
-    return pa.RecordBatch.from_arrays(
-        [a.cast(f.type) for a, f in zip(arrays, schema, strict=True)], schema=schema
-    )
+    arrays = [a.cast(f.type) for a, f in zip(arrays, schema, strict=True)]
+    if with_rows:  # late rows asked for: the tuples column, empty
+        arrays.append(late.null_rows(buckets))
+        schema = schema.append(pa.field(late.ROWS, pa.binary()))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def stage1(
@@ -203,13 +228,18 @@ def stage1(
     source: DataFrame,
     buckets: int,
     preaggregate: Callable[[pa.Table], pa.RecordBatch] | None = None,
+    with_rows: bool = False,
 ) -> DataFrame:
     """Partials of a streaming (or batch) DataFrame; `source` has the stream's columns and,
-    for streaming, Spark's watermark on the event time already."""
+    for streaming, Spark's watermark on the event time already. `with_rows`: each partial
+    carries its tuples for the late rows (late.py)."""
     where, columns = lift_select(window)
-    carriers = carrier_rows(window, buckets)
+    carriers = carrier_rows(window, buckets, with_rows)
+    rows = late.row_columns(window) if with_rows else None
+    if with_rows:
+        columns += late.row_select(window)
     native = source.where(where).select(*columns)
-    function = preaggregate or arrow_preaggregate(window)
+    function = preaggregate or arrow_preaggregate(window, rows)
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # One aggregation per partition and micro-batch: the fewer partials, the less shuffle.
@@ -220,7 +250,10 @@ def stage1(
             if table.num_rows:
                 yield function(table)
 
-    partials = native.mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+    schema_ddl = ddl(spark_partial_columns(window))
+    if with_rows:
+        schema_ddl += ", " + late.ROWS_DDL
+    partials = native.mapInArrow(per_partition, schema_ddl)
     return partials.withColumn(BUCKET, bucket_column(window, buckets))
 
 
@@ -238,6 +271,9 @@ def kernel_stage1(
     schema = partial_schema(window)
     spark_schema = spark_partial_schema(window)
     carriers = carrier_rows(window, buckets)
+    ordered = window.window.kind is WindowKind.COUNT  # per-tuple partials keep their order
+    if ordered:
+        carriers = _with_order(carriers, pa.array(np.zeros(buckets, np.int64)))
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         collected = list(batches)
@@ -249,9 +285,32 @@ def kernel_stage1(
             return
         partials = stage1_preaggregate(window, placements, table)
         if partials.num_rows:
-            yield pa.RecordBatch.from_arrays(
+            out = pa.RecordBatch.from_arrays(
                 [partials.column(f.name).cast(f.type) for f in schema], schema=spark_schema
             )
+            if ordered:
+                out = _with_order(out, arrival_order(partials.num_rows))
+            yield out
 
-    partials = source.select(*columns).mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+    schema_ddl = ddl(spark_partial_columns(window))
+    if ordered:
+        schema_ddl += f", {ORDER} BIGINT"
+    partials = source.select(*columns).mapInArrow(per_partition, schema_ddl)
     return partials.withColumn(BUCKET, bucket_column(window, buckets))
+
+
+def arrival_order(rows: int) -> pa.Array:
+    """Count windows' tie order inside a micro-batch: (Spark partition, row position in it),
+    packed in a BIGINT; stage 2 merges each call's tuples in this order (docs/spark.md, "Count
+    windows"). A partition of a file source reads its file in row order."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    return pa.array((np.int64(partition) << 40) + np.arange(rows, dtype=np.int64))
+
+
+def _with_order(batch: pa.RecordBatch, order: pa.Array) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, order], schema=batch.schema.append(pa.field(ORDER, pa.int64()))
+    )
