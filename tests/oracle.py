@@ -95,7 +95,7 @@ class OracleQuery:
 
     columns: dict[str, str]
     event_time: str
-    kind: str  # "time" | "count"
+    kind: str  # "time" | "count" | "cumulate" (size: the max size, slide: the step)
     size: int
     slide: int
     delay: int
@@ -604,7 +604,7 @@ class Oracle:
         self.rows_out = 0  # rows emitted, after HAVING
         self.tolerances: list[dict] = []
         self.key_order: dict[tuple, int] = {}
-        # time windows: (window number, key) -> list of argument tuples
+        # time and cumulate windows: ((start, end), key) -> list of argument tuples
         self.contents: dict[tuple, list] = defaultdict(list)
         # count windows: key -> tuples not final yet / final tuples in order
         self.pending: dict[tuple, list] = defaultdict(list)
@@ -627,6 +627,8 @@ class Oracle:
             args = tuple(None if a is None else a(row) for a in self.arguments)
             if q.kind == "time":
                 self._add_time(ts, key, args)
+            elif q.kind == "cumulate":
+                self._add_cumulate(ts, key, args)
             else:
                 self._add_count(ts, key, args)
         if self.max_ts is not None:
@@ -646,7 +648,21 @@ class Oracle:
         self.key_order.setdefault(key, len(self.key_order))
         for k in range((ts - size) // slide + 1, ts // slide + 1):
             if self.watermark is None or k * slide + size > self.watermark:
-                self.contents[(k, key)].append(args)
+                self.contents[((k * slide, k * slide + size), key)].append(args)
+
+    def _add_cumulate(self, ts: int, key: tuple, args: tuple) -> None:
+        """Period p = floor(ts / max) holds [p*max, p*max + j*step), j = 1 .. max/step; the
+        tuple is in those ending after it, late when the whole period has fired."""
+        size, step = self.query.size, self.query.slide
+        period_start = (ts // size) * size
+        if self.watermark is not None and period_start + size <= self.watermark:
+            self.late += 1
+            return
+        self.key_order.setdefault(key, len(self.key_order))
+        for j in range(1, size // step + 1):
+            end = period_start + j * step
+            if end > ts and (self.watermark is None or end > self.watermark):
+                self.contents[((period_start, end), key)].append(args)
 
     def _add_count(self, ts: int, key: tuple, args: tuple) -> None:
         if self.watermark is not None and ts < self.watermark:
@@ -659,12 +675,12 @@ class Oracle:
     def _fire(self, final: bool) -> list[dict]:
         fired = []  # (order, key, window_start, window_end, list of argument tuples)
         q = self.query
-        if q.kind == "time":
-            for (k, key), tuples in list(self.contents.items()):
-                end = k * q.slide + q.size
+        if q.kind in ("time", "cumulate"):
+            # window order: by end (one window ends at each time), then key order
+            for ((start, end), key), tuples in list(self.contents.items()):
                 if final or (self.watermark is not None and end <= self.watermark):
-                    fired.append(((k, self.key_order[key]), key, k * q.slide, end, tuples))
-                    del self.contents[(k, key)]
+                    fired.append(((end, self.key_order[key]), key, start, end, tuples))
+                    del self.contents[((start, end), key)]
         else:
             n, m = q.size, q.slide
             for key in list(self.pending):

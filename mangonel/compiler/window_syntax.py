@@ -36,6 +36,7 @@ from mangonel.compiler.nodes import (
     WindowTableFunction,
 )
 from mangonel.compiler.parse import display_sql, position_of
+from mangonel.compiler.typing import AGGREGATE_FUNCTIONS
 from mangonel.compiler.window_tvf import TVF_HINT, WINDOW_TABLE_FUNCTIONS
 from mangonel.errors import SqlError
 
@@ -436,12 +437,39 @@ class _FlinkWindow:
         if alias is not None:
             table.set("alias", alias)
         clause = WINDOW_BUILDERS[self.source.function](arguments, table)
+        if clause.args["kind"] == "CUMULATE":
+            self._refuse_holistic(query)
         query.args["from_"].set("this", clause)
         self._drop_window_keys(query)
         for node in query.walk():
             if isinstance(node, exp.Column) and node.name.lower() == "window_time":
                 raise _error("window_time is not supported yet", node, WINDOW_TIME_HINT)
         return query
+
+    def _refuse_holistic(self, query: exp.Select) -> None:
+        """CUMULATE windows run the incremental aggregates only (the holistic drivers keep
+        values per pane for the sliding windows' geometry)."""
+        for arg in ("expressions", "having"):
+            value = query.args.get(arg)
+            for part in value if isinstance(value, list) else [value] if value else []:
+                for node in part.walk():
+                    function = AGGREGATE_FUNCTIONS.get(type(node))
+                    if (
+                        isinstance(node, exp.WithinGroup)
+                        or (isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct))
+                        or (function is not None and function.definition.holistic is not None)
+                        or (
+                            isinstance(node, exp.Anonymous)
+                            and node.name.lower() in self.catalog.window_functions
+                        )
+                    ):
+                        raise _error(
+                            "holistic, approximate and Python window functions do not run over "
+                            "CUMULATE windows yet",
+                            node,
+                            "use the incremental aggregates (COUNT, SUM, MIN, MAX, AVG, VAR_*, "
+                            "STDDEV_*, BOOL_*), or HOP/TUMBLE windows",
+                        )
 
     def _drop_window_keys(self, query: exp.Select) -> None:
         group = query.args.get("group")
