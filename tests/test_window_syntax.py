@@ -13,6 +13,7 @@ import pytest
 from fuzz_cases import HOLISTIC_FUNCTIONS, STREAM, Case, draw_case
 from fuzzer import Scenario, arrow_batch, check, engine_rows, engine_run
 from oracle import Oracle, OracleQuery
+from test_explain_golden import GOLDEN
 from test_explain_golden import session as golden_session
 
 import mangonel
@@ -335,3 +336,31 @@ def test_cumulate_refuses_holistic_aggregates_at_planning_too() -> None:
     spec = WindowSpec(WindowKind.CUMULATE, 60_000_000, 1_000_000, 0)
     with pytest.raises(PlanError, match="CUMULATE"):
         holistic_plan(spec, window.fields, window.aggregates)
+
+
+def test_gpu_fused_kernel_decides_lateness_by_the_cumulate_period(tmp_path) -> None:
+    """The fused lift-merge kernel bakes the lateness rule in: for CUMULATE a pane is late
+    once its period (the max size) ended, not its first window (the step); the source
+    compiles with nvcc where nvcc is on PATH."""
+    import shutil
+    import subprocess
+
+    from mangonel.compiler import codegen
+    from mangonel.compiler import physical as ph
+
+    plan = golden_session().sql((GOLDEN / "cumulate.sql").read_text()).plan
+    window = ph.find(ph.with_backend(plan, "gpu", "test"), ph.WindowAggregateExec)
+    source = codegen.render_kernels(window.lift, window).source
+    hour, minute = 3_600_000_000, 60_000_000
+    assert f"mg_floor_div(pane * {minute}LL, {hour}LL)" in source
+    assert f"* {hour}LL + {hour}LL;" in source
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not on PATH")
+    (tmp_path / "cumulate.cu").write_text(source)
+    subprocess.run(
+        [nvcc, "--ptx", "-arch=sm_90", "-o", str(tmp_path / "cumulate.ptx"), "cumulate.cu"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
