@@ -84,7 +84,7 @@ APPROXIMATE_AGGREGATES = ("approx_count_distinct", "approx_percentile")
 # from the magnitude of what was summed (the engine sums in another order than math.fsum).
 REL_TOL = 1e-9
 
-Expr = list  # ["col", name] | ["lit", value] | ["agg", i] | ["bound", "start"|"end"] | [op, ...]
+Expr = list  # ["col", name] | ["lit", value] | ["agg", i] | ["bound", "start"|"end"|"time"] | ...
 
 
 @dataclass(frozen=True)
@@ -718,7 +718,8 @@ class Oracle:
                 tolerances.append(tolerance)
             env = dict(zip(self.query.keys, key, strict=True))
             env["$agg"] = aggregates
-            env["$bound"] = {"start": start, "end": end}
+            # window_time: the last microsecond inside the window (Spark's and Flink's)
+            env["$bound"] = {"start": start, "end": end, "time": end - 1}
             if self.having is not None and self.having(env) is not True:
                 continue
             row, tolerance = {}, {}

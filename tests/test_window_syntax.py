@@ -15,6 +15,7 @@ from fuzzer import Scenario, arrow_batch, check, engine_rows, engine_run
 from oracle import Oracle, OracleQuery
 from test_explain_golden import GOLDEN
 from test_explain_golden import session as golden_session
+from test_project_operators import host_gpu_evaluator  # noqa: F401 - the fixture
 
 import mangonel
 from mangonel.errors import PlanError, SqlError
@@ -101,11 +102,11 @@ def test_cumulate_named_and_positional_plan_alike() -> None:
 
 
 def _bounds(case: Case, expression: str, form: str) -> str:
-    # the fuzz expressions name the bounds window_start/window_end (`Case.sql`)
+    # the fuzz expressions name the bounds window_start/window_end/window_time (`Case.sql`)
     if form == "spark":
-        return expression.replace("window_start", "window.start").replace(
-            "window_end", "window.end"
-        )
+        expression = expression.replace("window_start", "window.start")
+        expression = expression.replace("window_end", "window.end")
+        return expression.replace("window_time", "window_time(window)")
     return expression
 
 
@@ -141,11 +142,12 @@ def form_query(case: Case, form: str) -> str:
 
 def _time_case(seed: int) -> Case | None:
     """The fuzz case of a seed with its watermark declared on the stream (neither form names
-    one), None for count windows."""
+    one) and `window_time` output too, None for count windows."""
     case = draw_case(seed, large_share=0.0)
     if case.kind != "time":
         return None
-    return replace(case, declared_delay=case.delay, query_delay=None)
+    outputs = [*case.outputs, ("wt", ["bound", "time"])]
+    return replace(case, declared_delay=case.delay, query_delay=None, outputs=outputs)
 
 
 def _scenario(case: Case, query: str) -> Scenario:
@@ -364,3 +366,44 @@ def test_gpu_fused_kernel_decides_lateness_by_the_cumulate_period(tmp_path) -> N
         check=True,
         capture_output=True,
     )
+
+
+def test_window_time_on_the_gpu_path_equals_the_cpu(host_gpu_evaluator) -> None:  # noqa: F811
+    """`window_time` (window_end - 1 us) through the GPU Project/Filter kernels (run on the
+    host through the g++ shim) equals the CPU evaluator; alone it is computed, not the
+    window_end column passed through."""
+    from sqlglot import exp
+    from test_project_operators import (
+        SCHEMA,
+        WINDOW_END,
+        differences,
+        outputs_of,
+        run_operators,
+        window_results,
+    )
+
+    from mangonel.compiler import nodes
+    from mangonel.compiler.codegen_project import is_bare_reference
+    from mangonel.runtime.cpu.project import CpuProjectEvaluator
+
+    window_time = nodes.WindowBound(this="time")
+    assert not is_bare_reference(window_time)
+    later = exp.GT(this=window_time.copy(), expression=nodes.WindowBound(this="start"))
+    expressions = [window_time, later]
+    outputs = outputs_of(expressions)
+    batch = window_results(5, 120)
+    got = run_operators(batch, later, outputs, host_gpu_evaluator)
+    expected = run_operators(batch, later, outputs, CpuProjectEvaluator())
+    assert differences(got, expected, expressions) == []
+    ends = batch.column(SCHEMA.get_field_index(WINDOW_END)).cast(pa.int64()).to_pylist()
+    computed = pa.concat_arrays([b.column(0) for b in expected]).cast(pa.int64()).to_pylist()
+    kept = [e - 1 for e, keep in zip(ends, _later(batch), strict=True) if keep]
+    assert computed == kept and kept
+
+
+def _later(batch: pa.RecordBatch) -> list[bool]:
+    from test_project_operators import SCHEMA, WINDOW_END, WINDOW_START
+
+    starts = batch.column(SCHEMA.get_field_index(WINDOW_START)).cast(pa.int64()).to_pylist()
+    ends = batch.column(SCHEMA.get_field_index(WINDOW_END)).cast(pa.int64()).to_pylist()
+    return [end - 1 > start for start, end in zip(starts, ends, strict=True)]

@@ -51,7 +51,7 @@ AGGREGATES_HINT = (
     "supported aggregates: " + ", ".join(AGGREGATE_FUNCTION_NAMES) + ", COUNT(*), COUNT(DISTINCT x)"
 )
 WINDOW_HINT = "e.g. FROM trades [RANGE 1 SECOND SLIDE 10 MILLISECONDS] or FROM trades [ROWS 100]"
-_BOUND_NAMES = {"window_start": "start", "window_end": "end"}
+_BOUND_NAMES = {"window_start": "start", "window_end": "end", "window_time": "time"}
 _KEY_TYPES = (SqlType.INT, SqlType.BIGINT, SqlType.STRING)
 # the clause's kind -> the window's (CUMULATE: only from Flink's CUMULATE(..), window_syntax.py)
 _WINDOW_KINDS = {

@@ -19,14 +19,34 @@ class WindowClause(exp.Expression):
     arg_types = {"this": True, "kind": True, "size": True, "slide": False, "watermark": False}
 
 
+# bound -> (the window-result column it reads, microseconds added): `window_time` is the
+# last instant inside the window (Spark's `window_time(window)`, Flink's `window_time`)
+WINDOW_BOUNDS: dict[str, tuple[str, int]] = {
+    "start": ("start", 0),
+    "end": ("end", 0),
+    "time": ("end", -1),
+}
+
+
 class WindowBound(exp.Expression):
-    """The pseudo-columns `window_start` (this="start") and `window_end` (this="end")."""
+    """The pseudo-columns `window_start` (this="start"), `window_end` (this="end") and
+    `window_time` (this="time": window_end - 1 microsecond)."""
 
     arg_types = {"this": True}
 
     @property
     def bound(self) -> str:
         return self.args["this"]
+
+    @property
+    def reads(self) -> str:
+        """The window-result bound its value is computed from: "start" or "end"."""
+        return WINDOW_BOUNDS[self.bound][0]
+
+    @property
+    def offset_us(self) -> int:
+        """Microseconds added to the bound it reads."""
+        return WINDOW_BOUNDS[self.bound][1]
 
 
 class AggregateRef(exp.Expression):

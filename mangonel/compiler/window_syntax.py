@@ -47,10 +47,6 @@ SPARK_HINT = (
 FLINK_GROUP_HINT = (
     "Flink's window aggregation groups by both bounds: GROUP BY window_start, window_end[, keys]"
 )
-WINDOW_TIME_HINT = (
-    "window_time (the window's end minus 1 microsecond) is not computed yet: select "
-    "window.end (Spark) or window_end (Flink) instead"
-)
 _SPARK_FIELDS = {"start": "window_start", "end": "window_end"}
 
 
@@ -156,6 +152,12 @@ def _window_references(query: exp.Select) -> list[exp.Expression]:
         value = query.args.get(arg)
         for part in value if isinstance(value, list) else [value] if value is not None else []:
             for node in part.walk():
+                in_window_time = (
+                    isinstance(node.parent, exp.Anonymous)
+                    and node.parent.name.lower() == "window_time"
+                )
+                if isinstance(node, exp.Column) and in_window_time:
+                    continue  # window_time(window) is one reference
                 if isinstance(node, exp.Column) and (
                     node.table.lower() == "window"
                     or (not node.table and node.name.lower() == "window")
@@ -249,7 +251,8 @@ class _SparkWindow:
         for node in _window_references(query):
             if isinstance(node, exp.Anonymous):
                 if node.name.lower() == "window_time":
-                    raise _error("window_time(window) is not supported yet", node, WINDOW_TIME_HINT)
+                    self._window_time(node)
+                    continue
                 raise _error(f"{node.name}(...) belongs in GROUP BY", node, SPARK_HINT)
             if not node.table:  # the bare `window` struct
                 raise _error(
@@ -274,6 +277,22 @@ class _SparkWindow:
                     this=replacement, alias=exp.Identifier(this=node.name, quoted=False)
                 )
             node.replace(replacement)
+
+    def _window_time(self, call: exp.Anonymous) -> None:
+        """`window_time(window)`: the window_time pseudo-column (window.end - 1 microsecond)."""
+        argument = call.expressions[0] if len(call.expressions) == 1 else None
+        if not (
+            isinstance(argument, exp.Column)
+            and not argument.table
+            and argument.name.lower() == "window"
+        ):
+            raise _error(
+                "window_time takes the window column: window_time(window)", call, SPARK_HINT
+            )
+        replacement = exp.Column(this=exp.Identifier(this="window_time", quoted=False))
+        replacement.meta.update(call.meta)
+        replacement.this.meta.update(call.meta)
+        call.replace(replacement)
 
 
 def _spark_window(call: exp.Anonymous, stream: Stream | None, table: exp.Table | None):  # noqa: ANN202
@@ -441,9 +460,6 @@ class _FlinkWindow:
             self._refuse_holistic(query)
         query.args["from_"].set("this", clause)
         self._drop_window_keys(query)
-        for node in query.walk():
-            if isinstance(node, exp.Column) and node.name.lower() == "window_time":
-                raise _error("window_time is not supported yet", node, WINDOW_TIME_HINT)
         return query
 
     def _refuse_holistic(self, query: exp.Select) -> None:

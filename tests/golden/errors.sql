@@ -166,8 +166,8 @@ SELECT COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY window(ts, '1 second')
 -- name: spark_window_unknown_field
 SELECT window.middle, COUNT(*) FROM trades GROUP BY window(ts, '1 second')
 
--- name: spark_window_time_not_yet
-SELECT window_time(window), COUNT(*) FROM trades GROUP BY window(ts, '1 second')
+-- name: spark_window_time_of_a_column
+SELECT window_time(ts), COUNT(*) FROM trades GROUP BY window(ts, '1 second')
 
 -- name: spark_window_too_many_panes
 SELECT COUNT(*) FROM trades GROUP BY window(ts, '1 day', '1 microsecond')
@@ -220,11 +220,6 @@ GROUP BY window_start, window_end
 -- name: flink_table_function_outside_table
 SELECT window_start, COUNT(*)
 FROM TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)
-GROUP BY window_start, window_end
-
--- name: flink_window_time_not_yet
-SELECT window_time, COUNT(*)
-FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND))
 GROUP BY window_start, window_end
 
 -- name: flink_cumulate_holistic

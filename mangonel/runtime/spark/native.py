@@ -86,7 +86,10 @@ def resolve_outputs(expression: exp.Expression, window: ph.WindowAggregateExec) 
 
     def column(node: exp.Expression) -> str:
         if isinstance(node, WindowBound):
-            return WINDOW_START if node.bound == "start" else WINDOW_END
+            column = WINDOW_START if node.reads == "start" else WINDOW_END
+            if node.offset_us:  # window_time
+                return f"({column} - INTERVAL {-node.offset_us} MICROSECONDS)"
+            return column
         assert isinstance(node, AggregateRef)
         return aggregate_column(node.number)
 
