@@ -78,3 +78,21 @@ def test_cumulate_inside_spark_equals_standalone(spark, tmp_path):
     fired = [b for table in tables for b in runner.process(table.combine_chunks().to_batches()[0])]
     standalone = pa.Table.from_batches(fired).to_pandas()
     assert_same_results(ours, standalone, ["k"])
+
+
+def test_cumulate_is_never_planned_natively():
+    """Planning only (no Spark job): Spark's window() has no CUMULATE form, so the choice is
+    mangonel's two stages, with the reason EXPLAIN prints; forcing native is an error."""
+    from mangonel.errors import PlanError
+    from mangonel.runtime.spark.planner import plan_spark
+
+    session = mg.Session(backend="cpu")
+    session.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k BIGINT, v DOUBLE) "
+        "WITH (event_time = 'ts', watermark = '200 milliseconds')"
+    )
+    plan = session.sql(CUMULATE).plan
+    planned = plan_spark(CUMULATE, plan, partitions=2)
+    assert not planned.native and "CUMULATE" in planned.native_reason
+    with pytest.raises(PlanError, match="CUMULATE"):
+        plan_spark(CUMULATE, plan, partitions=2, native=True)
