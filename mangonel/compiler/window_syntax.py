@@ -102,44 +102,42 @@ def _check_positive(value: int, node: exp.Expression, what: str, hint: str) -> N
         raise _error(f"{what} must be positive, got {format_duration(value)}", node, hint)
 
 
+def _group_by_window_calls(query: exp.Select) -> list[exp.Anonymous]:
+    group = query.args.get("group")
+    return [
+        item
+        for item in (group.expressions if group is not None else [])
+        if isinstance(item, exp.Anonymous) and item.name.upper() in GROUP_BY_WINDOW_FUNCTIONS
+    ]
+
+
 def rewrite_window_syntax(query: exp.Expression, catalog: Catalog) -> exp.Expression:
-    """`query` with a Spark or Flink window written as the CQL clause (unchanged when it
-    uses neither)."""
+    """`query` with a Spark or Flink window written as the CQL clause (a rewritten copy;
+    `query` itself when it uses neither)."""
     if not isinstance(query, exp.Select) or query.args.get("from_") is None:
         return query
     source = query.args["from_"].this
-    group = query.args.get("group")
-    calls = [
-        item
-        for item in (group.expressions if group is not None else [])
-        if isinstance(item, exp.Anonymous) and item.name.upper() in GROUP_BY_WINDOW_FUNCTIONS
-    ]
-    tvfs = [
-        node
-        for join in query.args.get("joins") or []
-        for node in join.walk()
-        if isinstance(node, WindowTableFunction)
-    ]
-    if query.args.get("joins") and (calls or tvfs or isinstance(source, WindowTableFunction)):
-        node = calls[0] if calls else tvfs[0] if tvfs else source
-        raise _error(
-            "Spark's and Flink's window syntax over joins is not supported yet",
-            node,
-            "give each stream of the join the window clause: FROM a [RANGE 1 SECOND] AS l "
-            "JOIN b [RANGE 1 SECOND] AS r ON ...",
-        )
-    query = query.copy()
-    source = query.args["from_"].this
+    calls = _group_by_window_calls(query)
+    if query.args.get("joins"):
+        tvfs = [
+            node
+            for join in query.args["joins"]
+            for node in join.walk()
+            if isinstance(node, WindowTableFunction)
+        ]
+        if calls or tvfs or isinstance(source, WindowTableFunction):
+            raise _error(
+                "Spark's and Flink's window syntax over joins is not supported yet",
+                calls[0] if calls else tvfs[0] if tvfs else source,
+                "give each stream of the join the window clause: FROM a [RANGE 1 SECOND] AS l "
+                "JOIN b [RANGE 1 SECOND] AS r ON ...",
+            )
     if isinstance(source, WindowTableFunction):
-        return _FlinkWindow(query, source, catalog).rewrite()
-    group = query.args.get("group")
-    calls = [
-        item
-        for item in (group.expressions if group is not None else [])
-        if isinstance(item, exp.Anonymous) and item.name.upper() in GROUP_BY_WINDOW_FUNCTIONS
-    ]
+        query = query.copy()
+        return _FlinkWindow(query, query.args["from_"].this, catalog).rewrite()
     if calls:
-        return _SparkWindow(query, calls, catalog).rewrite()
+        query = query.copy()
+        return _SparkWindow(query, _group_by_window_calls(query), catalog).rewrite()
     _refuse_window_references(query)
     return query
 
