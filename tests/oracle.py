@@ -84,7 +84,7 @@ APPROXIMATE_AGGREGATES = ("approx_count_distinct", "approx_percentile")
 # from the magnitude of what was summed (the engine sums in another order than math.fsum).
 REL_TOL = 1e-9
 
-Expr = list  # ["col", name] | ["lit", value] | ["agg", i] | ["bound", "start"|"end"] | [op, ...]
+Expr = list  # ["col", name] | ["lit", value] | ["agg", i] | ["bound", "start"|"end"|"time"] | ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class OracleQuery:
 
     columns: dict[str, str]
     event_time: str
-    kind: str  # "time" | "count"
+    kind: str  # "time" | "count" | "cumulate" (size: the max size, slide: the step)
     size: int
     slide: int
     delay: int
@@ -607,7 +607,7 @@ class Oracle:
         self.rows_out = 0  # rows emitted, after HAVING
         self.tolerances: list[dict] = []
         self.key_order: dict[tuple, int] = {}
-        # time windows: (window number, key) -> list of argument tuples
+        # time and cumulate windows: ((start, end), key) -> list of argument tuples
         self.contents: dict[tuple, list] = defaultdict(list)
         # count windows: key -> tuples not final yet / final tuples in order
         self.pending: dict[tuple, list] = defaultdict(list)
@@ -628,11 +628,12 @@ class Oracle:
                 continue
             key = tuple(row[k] for k in q.keys)
             args = tuple(None if a is None else a(row) for a in self.arguments)
-            late = (
-                self._add_time(ts, key, args)
-                if q.kind == "time"
-                else self._add_count(ts, key, args)
-            )
+            if q.kind == "time":
+                late = self._add_time(ts, key, args)
+            elif q.kind == "cumulate":
+                late = self._add_cumulate(ts, key, args)
+            else:
+                late = self._add_count(ts, key, args)
             if late is not None:
                 self.late_rows.append(
                     {**row, "late_reason": late, "late_watermark": self.watermark}
@@ -655,7 +656,22 @@ class Oracle:
         self.key_order.setdefault(key, len(self.key_order))
         for k in range((ts - size) // slide + 1, ts // slide + 1):
             if self.watermark is None or k * slide + size > self.watermark:
-                self.contents[(k, key)].append(args)
+                self.contents[((k * slide, k * slide + size), key)].append(args)
+        return None
+
+    def _add_cumulate(self, ts: int, key: tuple, args: tuple) -> str | None:
+        """Period p = floor(ts / max) holds [p*max, p*max + j*step), j = 1 .. max/step; the
+        tuple is in those ending after it, late when the whole period has fired."""
+        size, step = self.query.size, self.query.slide
+        period_start = (ts // size) * size
+        if self.watermark is not None and period_start + size <= self.watermark:
+            self.late += 1
+            return "window closed"  # its period's last window ended at or before W
+        self.key_order.setdefault(key, len(self.key_order))
+        for j in range(1, size // step + 1):
+            end = period_start + j * step
+            if end > ts and (self.watermark is None or end > self.watermark):
+                self.contents[((period_start, end), key)].append(args)
         return None
 
     def _add_count(self, ts: int, key: tuple, args: tuple) -> str | None:
@@ -670,12 +686,12 @@ class Oracle:
     def _fire(self, final: bool) -> list[dict]:
         fired = []  # (order, key, window_start, window_end, list of argument tuples)
         q = self.query
-        if q.kind == "time":
-            for (k, key), tuples in list(self.contents.items()):
-                end = k * q.slide + q.size
+        if q.kind in ("time", "cumulate"):
+            # window order: by end (one window ends at each time), then key order
+            for ((start, end), key), tuples in list(self.contents.items()):
                 if final or (self.watermark is not None and end <= self.watermark):
-                    fired.append(((k, self.key_order[key]), key, k * q.slide, end, tuples))
-                    del self.contents[(k, key)]
+                    fired.append(((end, self.key_order[key]), key, start, end, tuples))
+                    del self.contents[((start, end), key)]
         else:
             n, m = q.size, q.slide
             for key in list(self.pending):
@@ -713,7 +729,8 @@ class Oracle:
                 tolerances.append(tolerance)
             env = dict(zip(self.query.keys, key, strict=True))
             env["$agg"] = aggregates
-            env["$bound"] = {"start": start, "end": end}
+            # window_time: the last microsecond inside the window (Spark's and Flink's)
+            env["$bound"] = {"start": start, "end": end, "time": end - 1}
             if self.having is not None and self.having(env) is not True:
                 continue
             row, tolerance = {}, {}

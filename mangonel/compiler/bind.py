@@ -51,8 +51,14 @@ AGGREGATES_HINT = (
     "supported aggregates: " + ", ".join(AGGREGATE_FUNCTION_NAMES) + ", COUNT(*), COUNT(DISTINCT x)"
 )
 WINDOW_HINT = "e.g. FROM trades [RANGE 1 SECOND SLIDE 10 MILLISECONDS] or FROM trades [ROWS 100]"
-_BOUND_NAMES = {"window_start": "start", "window_end": "end"}
+_BOUND_NAMES = {"window_start": "start", "window_end": "end", "window_time": "time"}
 _KEY_TYPES = (SqlType.INT, SqlType.BIGINT, SqlType.STRING)
+# the clause's kind -> the window's (CUMULATE: only from Flink's CUMULATE(..), window_syntax.py)
+_WINDOW_KINDS = {
+    "RANGE": WindowKind.TIME,
+    "ROWS": WindowKind.COUNT,
+    "CUMULATE": WindowKind.CUMULATE,
+}
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,10 @@ class BoundQuery:
 
 def bind(query: exp.Expression, catalog: Catalog) -> BoundQuery:
     """Resolve `query` (a parsed SELECT) against `catalog` into its logical plan."""
+    # Spark's GROUP BY window(..) and Flink's TABLE(TUMBLE(..)) become the CQL clause
+    from mangonel.compiler.window_syntax import rewrite_window_syntax
+
+    query = rewrite_window_syntax(query, catalog)
     if isinstance(query, exp.Select) and query.args.get("joins"):
         # the join binder extends this module's binder
         from mangonel.compiler.bind_join import JoinBinder
@@ -456,7 +466,7 @@ class _Binder:
                 )
         delay = watermark if watermark is not None else self.stream.watermark_delay_us
         return WindowSpec(
-            kind=WindowKind.COUNT if rows else WindowKind.TIME,
+            kind=_WINDOW_KINDS[kind],
             size=size,
             slide=slide if slide is not None else size,
             watermark_delay_us=delay,
@@ -595,11 +605,11 @@ class _Binder:
                 item,
                 "name the column: GROUP BY symbol",
             )
-        if isinstance(item, exp.Anonymous) and item.name.upper() in ("WINDOW", "TUMBLE", "HOP"):
+        if isinstance(item, exp.Anonymous) and item.name.upper() in ("TUMBLE", "HOP"):
             raise _error(
                 f"GROUP BY {item.name.upper()}(...) windows are not supported",
                 item,
-                "put the window after the stream name: " + WINDOW_HINT,
+                "use FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(ts), ..)) or the clause: " + WINDOW_HINT,
             )
         if not isinstance(item, exp.Column):
             self._scalar(item, "GROUP BY")  # unknown names and aggregates first

@@ -299,7 +299,8 @@ def _render_query(
     if window is None or window.window.kind is ph.WindowKind.COUNT:
         pane_length, slide, size = 1, 1, 1
     else:
-        pane_length, slide, size = window.pane_length, window.window.slide, window.window.size
+        # lateness: the end of the last window holding a pane (CUMULATE: its period's end)
+        pane_length, (slide, size) = window.pane_length, window.window.outer_shape
     key_words = len(lift.keys) + 1
     column_index = {c.name: i for i, c in enumerate(scan.columns)}
     key_columns = [

@@ -81,10 +81,12 @@ class GeneratedProject:
 
 
 def is_bare_reference(expression: exp.Expression) -> bool:
-    """A key column, window bound or aggregate as is: the batch holds its values already."""
-    return isinstance(
-        unwrap_parens(expression), exp.Column | nodes.WindowBound | nodes.AggregateRef
-    )
+    """A key column, window bound or aggregate as is: the batch holds its values already
+    (not `window_time`: it is computed from window_end)."""
+    node = unwrap_parens(expression)
+    if isinstance(node, nodes.WindowBound):
+        return not node.offset_us
+    return isinstance(node, exp.Column | nodes.AggregateRef)
 
 
 def references(expressions: Sequence[exp.Expression]) -> tuple[Reference, ...]:
@@ -95,7 +97,7 @@ def references(expressions: Sequence[exp.Expression]) -> tuple[Reference, ...]:
             if isinstance(node, exp.Column):
                 found[("column", node.name)] = None
             elif isinstance(node, nodes.WindowBound):
-                found[("window_bound", node.bound)] = None
+                found[("window_bound", node.reads)] = None
             elif isinstance(node, nodes.AggregateRef):
                 found[("aggregate", aggregate_index(node))] = None
     return tuple(found)

@@ -323,10 +323,13 @@ def _c_validity(fragment: str) -> str:
 
 
 def _cuda_window_bound(r: _CudaRenderer, node: nodes.WindowBound) -> CudaValue:
-    fragment = r.ctx.window_start if node.bound == "start" else r.ctx.window_end
+    fragment = r.ctx.window_start if node.reads == "start" else r.ctx.window_end
     if fragment is None:
         raise ExpressionError(f"window_{node.bound} is not available here", node=node)
-    return CudaValue(_c_input(fragment, "a window bound"), "true", SqlType.TIMESTAMP)
+    value = _c_input(fragment, "a window bound")
+    if node.offset_us:  # window_time
+        value = f"({value} + ({node.offset_us}LL))"
+    return CudaValue(value, "true", SqlType.TIMESTAMP)
 
 
 def _cuda_aggregate_ref(r: _CudaRenderer, node: nodes.AggregateRef) -> CudaValue:

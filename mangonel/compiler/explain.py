@@ -14,7 +14,6 @@ from mangonel.compiler import parse
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.holistic import sketch_parameter
-from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 
 
@@ -102,7 +101,7 @@ def _list(key: str, items: list[str]) -> Parameter:
 
 
 def _window_size(key: str, node: ph.WindowAggregateExec, value: int) -> Parameter:
-    if node.window.kind is WindowKind.TIME:
+    if node.window.kind.over_time:
         return _duration(key, value)
     return Parameter(key, f"{value}rows", value)
 
@@ -137,7 +136,7 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             _window_size("slide", node, window.slide),
             _duration("watermark", window.watermark_delay_us),
         ]
-        if window.kind is WindowKind.TIME:  # count windows keep per-tuple partials: no panes
+        if window.kind.over_time:  # count windows keep per-tuple partials: no panes
             parameters += [
                 _window_size("pane_length", node, node.pane_length),
                 _number("panes_per_window", node.panes_per_window),

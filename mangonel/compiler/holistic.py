@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from mangonel.aggregates import sketches
 from mangonel.compiler.logical import WindowKind, WindowSpec
+from mangonel.errors import PlanError
 
 if TYPE_CHECKING:  # physical imports this module
     from mangonel.compiler.physical import AggregatePlan, StateField, WindowAggregateExec
@@ -125,6 +126,14 @@ def holistic_plan(
     (time windows) also the selection kernel's form and windows per launch."""
     if not any(a.holistic for a in aggregates):
         return None
+    if window.kind is WindowKind.CUMULATE:
+        # the holistic drivers keep values per pane for sliding windows' geometry
+        raise PlanError(
+            "holistic, approximate and Python window functions ("
+            + ", ".join(a.call_name for a in aggregates if a.holistic)
+            + ") do not run over CUMULATE windows yet; use the incremental aggregates "
+            "(COUNT, SUM, MIN, MAX, AVG, VAR_*, STDDEV_*, BOOL_*)"
+        )
     names = tuple(f.name for f in fields if f.kind.holistic)
     holistic = [a for a in aggregates if a.holistic]
     approximate = [a for a in holistic if a.function.definition.holistic.sketch]

@@ -20,16 +20,37 @@ from mangonel.catalog.types import SqlType
 class WindowKind(enum.Enum):
     TIME = "time"
     COUNT = "count"
+    CUMULATE = "cumulate"
+
+    @property
+    def over_time(self) -> bool:
+        """Windows of event time (panes of microseconds), not of rows."""
+        return self is not WindowKind.COUNT
 
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """size/slide in microseconds (TIME) or rows (COUNT); tumbling when size == slide."""
+    """size/slide in microseconds (TIME, CUMULATE) or rows (COUNT).
+
+    TIME: windows [k*slide, k*slide + size); tumbling when size == slide.
+    CUMULATE (Flink's): size is the max size, slide the step (size a multiple of it); the
+    windows [k*size, k*size + j*slide) for j = 1 .. size/slide (docs/semantics.md).
+    """
 
     kind: WindowKind
     size: int
     slide: int
     watermark_delay_us: int
+
+    @property
+    def outer_shape(self) -> tuple[int, int]:
+        """(slide, size) of the windows whose bounds enclose every window of this spec and
+        whose last window holding a time is the spec's last one: the spec itself, or for
+        CUMULATE the tumbling windows of its max size (each period's windows grow inside
+        it, the last one equals it). Lateness and the event-time range read it."""
+        if self.kind is WindowKind.CUMULATE:
+            return self.size, self.size
+        return self.slide, self.size
 
 
 class _AggregateFunctionBase(enum.Enum):

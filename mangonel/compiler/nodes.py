@@ -19,14 +19,34 @@ class WindowClause(exp.Expression):
     arg_types = {"this": True, "kind": True, "size": True, "slide": False, "watermark": False}
 
 
+# bound -> (the window-result column it reads, microseconds added): `window_time` is the
+# last instant inside the window (Spark's `window_time(window)`, Flink's `window_time`)
+WINDOW_BOUNDS: dict[str, tuple[str, int]] = {
+    "start": ("start", 0),
+    "end": ("end", 0),
+    "time": ("end", -1),
+}
+
+
 class WindowBound(exp.Expression):
-    """The pseudo-columns `window_start` (this="start") and `window_end` (this="end")."""
+    """The pseudo-columns `window_start` (this="start"), `window_end` (this="end") and
+    `window_time` (this="time": window_end - 1 microsecond)."""
 
     arg_types = {"this": True}
 
     @property
     def bound(self) -> str:
         return self.args["this"]
+
+    @property
+    def reads(self) -> str:
+        """The window-result bound its value is computed from: "start" or "end"."""
+        return WINDOW_BOUNDS[self.bound][0]
+
+    @property
+    def offset_us(self) -> int:
+        """Microseconds added to the bound it reads."""
+        return WINDOW_BOUNDS[self.bound][1]
 
 
 class AggregateRef(exp.Expression):
@@ -44,3 +64,43 @@ class Explain(exp.Expression):
     """`EXPLAIN [CODEGEN] <query>`."""
 
     arg_types = {"this": True, "codegen": False}
+
+
+class WindowTableFunction(exp.Expression):
+    """Flink's windowing table function in FROM: `TABLE(TUMBLE(TABLE s, DESCRIPTOR(ts),
+    INTERVAL '1' SECOND)) [AS alias]` (`compiler/window_tvf.py` reads it,
+    `compiler/window_syntax.py` turns it into a WindowClause).
+
+    this: the function's name, upper case; expressions: its WindowArgument list;
+    alias: the exp.TableAlias after it, or None.
+    """
+
+    arg_types = {"this": True, "expressions": True, "alias": False}
+
+    @property
+    def function(self) -> str:
+        return self.args["this"]
+
+
+class WindowArgument(exp.Expression):
+    """One argument of a WindowTableFunction: `this` is an exp.Table (`TABLE s`, its
+    `PARTITION BY` columns in `partition`), a Descriptor, or a Duration; `name` is the
+    parameter it names (`SIZE => ...`, upper case), else None. meta["text"]: as written."""
+
+    arg_types = {"this": True, "name": False, "partition": False}
+
+
+class Descriptor(exp.Expression):
+    """`DESCRIPTOR(column)`: this is the exp.Column."""
+
+    arg_types = {"this": True}
+
+
+class Duration(exp.Expression):
+    """A duration read by `durations.read_duration`: this is its microseconds."""
+
+    arg_types = {"this": True}
+
+    @property
+    def microseconds(self) -> int:
+        return int(self.args["this"])

@@ -46,7 +46,18 @@ from mangonel.compiler.limits import (
     MAX_PARENTHESIS_NESTING,
     ensure_recursion_headroom,
 )
-from mangonel.compiler.nodes import AggregateRef, Explain, WindowBound, WindowClause
+from mangonel.compiler.nodes import (
+    AggregateRef,
+    Explain,
+    WindowBound,
+    WindowClause,
+    WindowTableFunction,
+)
+from mangonel.compiler.window_tvf import (
+    WINDOW_TABLE_FUNCTIONS,
+    read_window_table_function,
+    starts_window_table_function,
+)
 from mangonel.errors import SqlError
 
 Statement = exp.Select | Explain | ddl.CreateStream | ddl.CreateTable | ddl.Drop | ddl.Show
@@ -263,6 +274,8 @@ class MangonelParser(BaseParser):
         return super()._parse_bracket(this)
 
     def _parse_table(self, *args, **kwargs) -> exp.Expression | None:
+        if starts_window_table_function(self):  # Flink: TABLE(TUMBLE(TABLE s, ...))
+            return read_window_table_function(self)
         table = super()._parse_table(*args, **kwargs)
         if table is None or not self._curr or self._curr.token_type is not TokenType.L_BRACKET:
             return table
@@ -448,6 +461,8 @@ class MangonelGenerator(generator.Generator):
         **generator.Generator.TRANSFORMS,
         **_AGGREGATE_SPELLINGS,
         WindowClause: _window_clause_sql,
+        # Flink's window table functions print as written (only messages print them)
+        WindowTableFunction: lambda self, e: e.meta.get("text", f"TABLE({e.function}(..))"),
         WindowBound: lambda self, e: f"window_{e.bound}",
         AggregateRef: _aggregate_ref_sql,
         Explain: _explain_sql,
@@ -589,6 +604,7 @@ def _check_depth(tree: exp.Expression, text: str) -> None:
 def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.Select:
     ensure_recursion_headroom()
     _check_nesting(body, text)
+    _window_calls_as_functions(body)
     parser_ = dialect.parser(error_level=parser.ErrorLevel.IMMEDIATE)
     try:
         trees = [tree for tree in parser_.parse(body, text) if tree is not None]
@@ -638,20 +654,34 @@ def _parse_query(dialect: MangonelDialect, body: list[Token], text: str) -> exp.
     )
 
 
-def _window_function_form(body: list[Token], text: str) -> SqlError | None:
-    """Spark's `window(ts, '1 second')` and Flink's `TUMBLE(...)`/`HOP(...)` do not parse
-    as sqlglot expressions (WINDOW is a keyword); name them instead of a bare syntax error."""
+def _window_calls_as_functions(body: list[Token]) -> None:
+    """Spark's `window(ts, '1 second')`: WINDOW is a keyword (named windows), so sqlglot
+    stops a GROUP BY list at it; a WINDOW token right before `(` is a function name
+    (`window_syntax.py` reads the call)."""
     for token, following in zip(body, body[1:], strict=False):
+        if token.token_type is TokenType.WINDOW and following.token_type is TokenType.L_PAREN:
+            token.token_type = TokenType.VAR
+
+
+def _window_function_form(body: list[Token], text: str) -> SqlError | None:
+    """Flink's `TUMBLE(...)`/`HOP(...)`/`CUMULATE(...)` outside `TABLE(...)` do not parse
+    (`FROM TUMBLE(TABLE s, ..)`); name the form instead of a bare syntax error."""
+    for index, (token, following) in enumerate(zip(body, body[1:], strict=False)):
         name = token.text.upper()
-        if name in ("WINDOW", "TUMBLE", "HOP") and following.token_type is TokenType.L_PAREN:
+        if (
+            name in WINDOW_TABLE_FUNCTIONS
+            and following.token_type is TokenType.L_PAREN
+            and not (index >= 2 and body[index - 2].token_type is TokenType.TABLE)
+        ):
             line, column = line_and_column(text, token.start)
             return SqlError(
-                f"{name}(...) windows are not supported: the window is a clause after the stream",
+                f"{name}(...) is a window table function: it goes in FROM TABLE(...)",
                 line=line,
                 column=column,
                 construct=f"{token.text}(",
-                hint="put the window after the stream name: FROM s [RANGE 1 SECOND SLIDE 10 "
-                "MILLISECONDS] or FROM s [ROWS 100]",
+                hint=f"FROM TABLE({name}(TABLE s, DESCRIPTOR(ts), ...)) GROUP BY window_start, "
+                "window_end, ...; or the window clause: FROM s [RANGE 1 SECOND SLIDE 10 "
+                "MILLISECONDS]",
             )
     return None
 

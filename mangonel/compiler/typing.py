@@ -410,7 +410,7 @@ def _type_column(typer: _Typer, node: exp.Column) -> SqlType:
 
 
 def _type_window_bound(typer: _Typer, node: nodes.WindowBound) -> SqlType:
-    if node.bound not in ("start", "end"):
+    if node.bound not in nodes.WINDOW_BOUNDS:
         raise ExpressionError(f"unknown window bound {node.bound!r}", node=node)
     return SqlType.TIMESTAMP
 

@@ -142,8 +142,96 @@ SELECT symbol, COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY 1
 -- name: group_by_double_column
 SELECT price, COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY price
 
--- name: group_by_spark_window
-SELECT COUNT(*) FROM trades GROUP BY window(ts, '1 second')
+-- name: spark_window_bad_interval_string
+SELECT window.start, COUNT(*) FROM trades GROUP BY window(ts, '1 parsec')
+
+-- name: spark_window_outside_group_by
+SELECT window(ts, '1 second'), COUNT(*) FROM trades
+
+-- name: spark_window_columns_without_a_window
+SELECT window.start, COUNT(*) FROM trades [RANGE 1 SECOND]
+
+-- name: spark_window_not_the_event_time
+SELECT COUNT(*) FROM trades GROUP BY window(volume, '1 second')
+
+-- name: spark_window_slide_longer_than_window
+SELECT COUNT(*) FROM trades GROUP BY window(ts, '1 second', '2 seconds')
+
+-- name: spark_window_start_time
+SELECT COUNT(*) FROM trades GROUP BY window(ts, '1 minute', '1 minute', '15 seconds')
+
+-- name: spark_window_and_window_clause
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY window(ts, '1 second')
+
+-- name: spark_window_unknown_field
+SELECT window.middle, COUNT(*) FROM trades GROUP BY window(ts, '1 second')
+
+-- name: spark_window_time_of_a_column
+SELECT window_time(ts), COUNT(*) FROM trades GROUP BY window(ts, '1 second')
+
+-- name: spark_window_too_many_panes
+SELECT COUNT(*) FROM trades GROUP BY window(ts, '1 day', '1 microsecond')
+
+-- name: flink_hop_size_not_a_multiple_of_slide
+SELECT window_start, COUNT(*)
+FROM TABLE(HOP(TABLE trades, DESCRIPTOR(ts), INTERVAL '300' MILLISECOND, INTERVAL '1' SECOND))
+GROUP BY window_start, window_end
+
+-- name: flink_cumulate_size_not_a_multiple_of_step
+SELECT window_start, COUNT(*)
+FROM TABLE(CUMULATE(TABLE trades, DESCRIPTOR(ts), INTERVAL '7' SECOND, INTERVAL '1' MINUTE))
+GROUP BY window_start, window_end
+
+-- name: flink_group_by_without_window_end
+SELECT window_start, symbol, COUNT(*)
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND))
+GROUP BY window_start, symbol
+
+-- name: flink_descriptor_not_the_event_time
+SELECT window_start, COUNT(*)
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(price), INTERVAL '1' SECOND))
+GROUP BY window_start, window_end
+
+-- name: flink_bad_interval
+SELECT window_start, COUNT(*)
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL 'one' SECOND))
+GROUP BY window_start, window_end
+
+-- name: flink_unknown_named_argument
+SELECT window_start, COUNT(*)
+FROM TABLE(TUMBLE(DATA => TABLE trades, TIMECOL => DESCRIPTOR(ts), WIDTH => INTERVAL '1' SECOND))
+GROUP BY window_start, window_end
+
+-- name: flink_missing_size
+SELECT window_start, COUNT(*)
+FROM TABLE(HOP(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND))
+GROUP BY window_start, window_end
+
+-- name: flink_partition_by_on_tumble
+SELECT window_start, COUNT(*)
+FROM TABLE(TUMBLE(TABLE trades PARTITION BY symbol, DESCRIPTOR(ts), INTERVAL '1' SECOND))
+GROUP BY window_start, window_end
+
+-- name: flink_offset
+SELECT window_start, COUNT(*)
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' HOUR, INTERVAL '15' MINUTE))
+GROUP BY window_start, window_end
+
+-- name: flink_table_function_outside_table
+SELECT window_start, COUNT(*)
+FROM TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)
+GROUP BY window_start, window_end
+
+-- name: flink_cumulate_holistic
+SELECT window_end, MEDIAN(price)
+FROM TABLE(CUMULATE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' MINUTE))
+GROUP BY window_start, window_end
+
+-- name: flink_window_over_join
+SELECT window_start, COUNT(*)
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN clicks [RANGE 1 SECOND] AS c ON t.volume = c.user_id
+GROUP BY window_start, window_end
 
 -- name: duplicate_output_names
 SELECT COUNT(*) AS n, SUM(volume) AS N FROM trades [RANGE 1 SECOND]

@@ -32,7 +32,8 @@ def evaluate_expression(
     if isinstance(expression, AggregateRef):
         return aggregates[int(expression.args["this"])]  # `.index` clashes with sqlglot's
     if isinstance(expression, WindowBound) and window_bounds is not None:
-        return window_bounds[expression.bound]
+        if not expression.offset_us:
+            return window_bounds[expression.reads]
     from mangonel.compiler.typing import TypeEnv
     from mangonel.runtime.cpu.expressions import evaluate
 

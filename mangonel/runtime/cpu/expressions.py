@@ -184,9 +184,12 @@ def _cpu_column(r: _CpuRenderer, node: exp.Column) -> pa.Array:
 
 
 def _cpu_window_bound(r: _CpuRenderer, node: nodes.WindowBound) -> pa.Array:
-    if node.bound not in r.window_bounds:
+    if node.reads not in r.window_bounds:
         raise ExpressionError(f"window_{node.bound} is not available here", node=node)
-    return r.input_array(r.window_bounds[node.bound], SqlType.TIMESTAMP)
+    array = r.input_array(r.window_bounds[node.reads], SqlType.TIMESTAMP)
+    if node.offset_us:  # window_time: window bounds never wrap (conform.event_time_range)
+        array = pc.add(array, pa.scalar(node.offset_us, pa.duration("us")))
+    return array
 
 
 def _cpu_aggregate_ref(r: _CpuRenderer, node: nodes.AggregateRef) -> pa.Array:

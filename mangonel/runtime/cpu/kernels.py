@@ -310,9 +310,8 @@ class CpuKernels:
         late_count = 0
         late = None
         if watermark is not None:
-            late = self.late_tuples(
-                panes, contributes, window.pane_length, spec.slide, spec.size, watermark
-            )
+            slide, size = spec.outer_shape
+            late = self.late_tuples(panes, contributes, window.pane_length, slide, size, watermark)
             late_count = int(late.sum())
             include = contributes & ~late
         inside = include & (panes >= target.first_pane) & (panes < target.end_pane)

@@ -60,7 +60,7 @@ def event_time_range(spec: WindowSpec) -> tuple[int, int]:
     outside is dropped and counted: its window bounds would wrap (window_end < window_start)."""
     if spec.kind is WindowKind.COUNT:
         return INT64_MIN, INT64_MAX - 1
-    size, slide = spec.size, spec.slide
+    slide, size = spec.outer_shape  # CUMULATE: its windows lie inside these
     # the last window of ts is floor(ts / s); it must end at or before INT64_MAX
     last_window = (INT64_MAX - size) // slide
     high = min(INT64_MAX, last_window * slide + slide - 1)

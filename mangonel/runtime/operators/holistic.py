@@ -188,9 +188,8 @@ class HolisticTimeWindows:
         include = lifted.contributes
         watermark = self.inner.watermark  # from before this batch: the wrapped rule
         if watermark is not None:
-            late = kernels.late_tuples(
-                panes, include, self.pane_length, self.spec.slide, self.spec.size, watermark
-            )
+            slide, size = self.spec.outer_shape
+            late = kernels.late_tuples(panes, include, self.pane_length, slide, size, watermark)
             include = include & ~late
         slots = self.keys.map_columns(lifted.keys, include)
         for value_field in self.value_fields:

@@ -121,6 +121,8 @@ class TimeWindowOperator(OperatorBase):
         self.pane_length = self.window.pane_length
         self.panes_per_window = self.window.panes_per_window
         self.panes_per_slide = self.window.panes_per_slide
+        # CUMULATE: window g ends at pane g + 1 and starts at its period's first pane (below)
+        self.cumulate = self.spec.kind is WindowKind.CUMULATE
         self.segments: list[_Segment] = []  # ordered by pane, at least a window apart
         self.next_window: int | None = None  # the oldest window that has not fired
         # bytes of one (key, pane) cell over every field's arrays (8-byte parts)
@@ -211,8 +213,9 @@ class TimeWindowOperator(OperatorBase):
         panes instead of keys x the batch's span."""
         kernels = self.kernels
         if self.watermark is not None:
+            slide, size = self.spec.outer_shape  # CUMULATE: its period's end
             late = kernels.late_tuples(
-                panes, include, self.pane_length, self.spec.slide, self.spec.size, self.watermark
+                panes, include, self.pane_length, slide, size, self.watermark
             )
             rows = partials[self.fields[0].name][0]
             self.late += int(kernels.to_host((rows * late).sum()))
@@ -342,8 +345,46 @@ class TimeWindowOperator(OperatorBase):
 
     def _live_first_pane(self, segment: _Segment) -> int:
         if self.next_window is not None:
-            return max(self.next_window * self.panes_per_slide, segment.first)
+            return max(self._first_pane_of_window(self.next_window), segment.first)
         return segment.first
+
+    # -- window geometry: window ids, in pane units --------------------------------------
+    # RANGE w SLIDE s: window g covers panes [g*ps, g*ps + pw). CUMULATE (pane = step,
+    # pw = max/step panes, ps = 1): window g covers [(g // pw) * pw, g + 1), the windows of
+    # one period share their first pane and grow by a pane; ids grow with the window's end
+    # in both, so "every window with end <= W fires in window order" is one rule. Each
+    # function takes a pane/window number or a NumPy array of them.
+
+    def _first_pane_of_window(self, window):  # noqa: ANN001, ANN202 - int or array
+        if self.cumulate:
+            return window // self.panes_per_window * self.panes_per_window
+        return window * self.panes_per_slide
+
+    def _end_pane_of_window(self, window):  # noqa: ANN001, ANN202
+        if self.cumulate:
+            return window + 1
+        return window * self.panes_per_slide + self.panes_per_window
+
+    def _first_window_of_pane(self, pane):  # noqa: ANN001, ANN202
+        if self.cumulate:
+            return pane  # the window ending right after it
+        # ceil((q - pw + 1) / ps)
+        return -((self.panes_per_window - 1 - pane) // self.panes_per_slide)
+
+    def _last_window_of_pane(self, pane):  # noqa: ANN001, ANN202
+        if self.cumulate:
+            return pane // self.panes_per_window * self.panes_per_window + self.panes_per_window - 1
+        return pane // self.panes_per_slide
+
+    def _last_window_ending_by(self, watermark: int) -> int:
+        if self.cumulate:
+            return watermark // self.pane_length - 1
+        return (watermark - self.spec.size) // self.spec.slide
+
+    def _window_bounds(self, window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) in microseconds of window ids."""
+        starts = self._first_pane_of_window(window) * self.pane_length
+        return starts, self._end_pane_of_window(window) * self.pane_length
 
     def _reserve(self, segment: _Segment) -> None:
         """Make a segment's arrays cover every key and the panes its windows read."""
@@ -370,15 +411,14 @@ class TimeWindowOperator(OperatorBase):
     # -- window level ---------------------------------------------------------------------
 
     def _fire(self, final: bool) -> list[pa.RecordBatch]:
-        ps, pw = self.panes_per_slide, self.panes_per_window
         if final:
             if not self.segments:
                 return []
-            last_window = self.segments[-1].last // ps
+            last_window = self._last_window_of_pane(self.segments[-1].last)
         elif self.watermark is None:
             return []
         else:
-            last_window = (self.watermark - self.spec.size) // self.spec.slide
+            last_window = self._last_window_ending_by(self.watermark)
         out: list[pa.RecordBatch] = []
         previous = self.next_window
         if previous is None or last_window >= previous:
@@ -386,18 +426,20 @@ class TimeWindowOperator(OperatorBase):
             self.next_window = last_window + 1
         for segment in self.segments:
             # windows before the first one holding the segment's oldest pane are empty
-            first_window = -((pw - 1 - segment.first) // ps)  # ceil((q - pw + 1) / ps)
+            first_window = self._first_window_of_pane(segment.first)
             if previous is not None:
                 first_window = max(first_window, previous)
-            out += self._fire_segment(segment, first_window, min(last_window, segment.last // ps))
+            last = min(last_window, self._last_window_of_pane(segment.last))
+            out += self._fire_segment(segment, first_window, last)
         # a segment whose every window has fired is dropped
-        self.segments = [s for s in self.segments if s.last // ps >= self.next_window]
+        self.segments = [
+            s for s in self.segments if self._last_window_of_pane(s.last) >= self.next_window
+        ]
         return out
 
     def _fire_segment(self, segment: _Segment, first_window: int, last_window: int):
         if last_window < first_window:
             return []
-        ps, pw = self.panes_per_slide, self.panes_per_window
         n_keys = self._segment_keys(segment)
         span = last_window - first_window + 1
         if span <= DIRECT_WINDOWS and span * max(n_keys, 1) <= MAX_RESULT_CELLS:
@@ -405,14 +447,14 @@ class TimeWindowOperator(OperatorBase):
             # of windows without data are dropped like any empty (window, key). The occupancy
             # scan below (a reduction and a device round trip) pays only for long ranges.
             return self._compute(segment, [(first_window, span)], n_keys) if n_keys else []
-        first_pane = first_window * ps
-        end_pane = min(last_window * ps + pw, segment.last + 1)
+        first_pane = self._first_pane_of_window(first_window)
+        end_pane = min(self._end_pane_of_window(last_window), segment.last + 1)
         occupied = segment.state.occupied(n_keys, first_pane, end_pane)
         panes = np.nonzero(occupied)[0].astype(np.int64) + first_pane
         if not len(panes):
             return []
-        starts = np.maximum(-((pw - 1 - panes) // ps), first_window)
-        ends = np.minimum(panes // ps, last_window)
+        starts = np.maximum(self._first_window_of_pane(panes), first_window)
+        ends = np.minimum(self._last_window_of_pane(panes), last_window)
         breaks = np.nonzero(starts[1:] > ends[:-1] + 1)[0] + 1
         run_first = starts[np.concatenate(([0], breaks))]
         run_last = ends[np.concatenate((breaks - 1, [len(ends) - 1]))]
@@ -437,24 +479,27 @@ class TimeWindowOperator(OperatorBase):
         window_of_cell, slot_of_cell, chosen = self._window_cells(segment, runs, n_keys)
         aggregates = finalize(self.window.aggregates, chosen)
         keys = self.keys.decode(slot_of_cell)
-        starts = window_of_cell * self.spec.slide
-        return self._emit(keys, aggregates, starts, starts + self.spec.size)
+        starts, ends = self._window_bounds(window_of_cell)
+        return self._emit(keys, aggregates, starts, ends)
 
     def _window_cells(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
         """The tree over `runs` (first window, count): (window, key slot) of every cell
         with rows, window-major, and the fields' partials there (host arrays, raw: the
         factorised join combines them before finalizing)."""
-        ps = self.panes_per_slide
-        values = segment.state.windows(
-            n_keys,
-            [(first * ps, count) for first, count in runs],
-            ps,
-            self.panes_per_window,
-            self.window.windows_per_batch,
-        )
-        host = self.kernels.to_host
-        # every array crosses once (the row counts are also a field's values)
-        on_host = {name: tuple(host(part) for part in parts) for name, parts in values.items()}
+        if self.cumulate:
+            on_host = self._cumulate_values(segment, runs, n_keys)
+        else:
+            ps = self.panes_per_slide
+            values = segment.state.windows(
+                n_keys,
+                [(first * ps, count) for first, count in runs],
+                ps,
+                self.panes_per_window,
+                self.window.windows_per_batch,
+            )
+            host = self.kernels.to_host
+            # every array crosses once (the row counts are also a field's values)
+            on_host = {name: tuple(host(part) for part in parts) for name, parts in values.items()}
         has_rows = on_host[self.fields[0].name][0] > 0
         everything = bool(has_rows.all())  # dense keys: no selection copy
         selected = None if everything else np.flatnonzero(has_rows)
@@ -470,6 +515,45 @@ class TimeWindowOperator(OperatorBase):
             for name, parts in on_host.items()
         }
         return window_of_cell, slot_of_cell, chosen
+
+    def _cumulate_values(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
+        """The tree's values of CUMULATE windows `runs` (first window, count), window-major
+        on the host. The tree computes windows of one pane count, evenly spaced: the windows
+        of j + 1 panes are every pw-th id (one per period, each from its period's first pane),
+        so one call per pane count present (at most pw calls), then the cells are put back
+        in window order."""
+        pw = self.panes_per_window
+        host = self.kernels.to_host
+        window_ids: list[np.ndarray] = []
+        parts: dict[str, list[list[np.ndarray]]] = {}
+        for residue in range(pw):
+            calls = []  # (first pane, windows) runs of this pane count
+            for first, count in runs:
+                start = first + (residue - first) % pw  # the run's first id of this residue
+                if start < first + count:
+                    calls.append((start, (first + count - 1 - start) // pw + 1))
+            if not calls:
+                continue
+            values = segment.state.windows(
+                n_keys,
+                [(start // pw * pw, n) for start, n in calls],
+                pw,  # the next window of this pane count starts a period later
+                residue + 1,
+                self.window.windows_per_batch,
+            )
+            window_ids += [
+                np.arange(start, start + n * pw, pw, dtype=np.int64) for start, n in calls
+            ]
+            for name, values_of_field in values.items():
+                field_parts = parts.setdefault(name, [[] for _ in values_of_field])
+                for index, part in enumerate(values_of_field):
+                    field_parts[index].append(host(part))
+        cell_window = np.repeat(np.concatenate(window_ids), n_keys)
+        order = np.argsort(cell_window, kind="stable")  # window-major, slots in order
+        return {
+            name: tuple(np.concatenate(chunks)[order] for chunks in field_parts)
+            for name, field_parts in parts.items()
+        }
 
     # -- state ----------------------------------------------------------------------------
 

@@ -23,7 +23,9 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from mangonel.compiler import physical as ph
+from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, WindowBound
+from mangonel.errors import PlanError
 from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.sql import aggregate_sql, lift_sql, output_sql
 
@@ -52,6 +54,10 @@ def windows_per_tuple(window: ph.WindowAggregateExec) -> float:
 def choose_native(window: ph.WindowAggregateExec, forced: bool | None = None) -> NativeChoice:
     """The cost-based choice between Spark's native window aggregation and mangonel's two
     stages; `forced` (the session's `native=` argument) overrides it."""
+    if window.window.kind is WindowKind.CUMULATE:
+        if forced is True:
+            raise PlanError("native=True: Spark has no CUMULATE windows; use native=None")
+        return NativeChoice(False, "CUMULATE windows: Spark's window() has no such form")
     per_tuple = windows_per_tuple(window)
     shape = f"w/s = {per_tuple:g}"
     if forced is True:
@@ -80,7 +86,10 @@ def resolve_outputs(expression: exp.Expression, window: ph.WindowAggregateExec) 
 
     def column(node: exp.Expression) -> str:
         if isinstance(node, WindowBound):
-            return WINDOW_START if node.bound == "start" else WINDOW_END
+            column = WINDOW_START if node.reads == "start" else WINDOW_END
+            if node.offset_us:  # window_time
+                return f"({column} - INTERVAL {-node.offset_us} MICROSECONDS)"
+            return column
         assert isinstance(node, AggregateRef)
         return aggregate_column(node.number)
 
