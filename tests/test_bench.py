@@ -100,3 +100,34 @@ def test_join_rows_compare_as_multisets() -> None:
     assert same_rows(ours, theirs, aggregate=True)
     assert not same_rows(ours, theirs.set_column(3, "n", pa.array([4, 2])), aggregate=True)
     assert not same_rows(ours, theirs.slice(1), aggregate=True)
+
+
+def test_gpu_public_shapes_cover_issue_12() -> None:
+    """Every aggregate alone and the six together, 1 and 1000 keys, in order and out of
+    order, 1 M and 4 M-row batches, and the output-heavy shapes; --quick is a subset; every
+    query plans (on the CPU here: the text is the same for the GPU)."""
+    from mangonel.bench import BENCH_SCHEMA
+    from mangonel.bench_gpu import (
+        AGGREGATES,
+        ALL_SIX,
+        default_gpu_shapes,
+        quick_gpu_shapes,
+    )
+    from mangonel.session import Session
+
+    shapes = default_gpu_shapes()
+    main_shapes = [s for s in shapes if s.slide_us == 10_000]
+    assert {s.aggregate for s in main_shapes} == {*AGGREGATES, ALL_SIX}
+    assert {(s.keys, s.delay_us, s.batch_rows) for s in main_shapes} == {
+        (k, d, r) for k in (1, 1000) for d in (0, 1_000_000) for r in (1_000_000, 4_000_000)
+    }
+    assert len(main_shapes) == 7 * 8
+    heavy = [s for s in shapes if s.slide_us == 100]
+    assert heavy and all(s.keys == 1000 for s in heavy)
+    quick = quick_gpu_shapes()
+    assert set(quick) < set(shapes) and len(quick) < len(shapes) / 3
+    assert len({s.name for s in shapes}) == len(shapes)
+    session = Session(backend="cpu")
+    session.create_stream("events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=0)
+    for shape in {(s.aggregate, s.slide_us): s for s in shapes}.values():
+        assert "WindowAggregate" in session.sql(shape.query()).explain()

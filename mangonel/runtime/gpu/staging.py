@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.gpu.device import cupy
-from mangonel.runtime.gpu.wire import ChunkSource, ChunkWire, CopyPool, chunk_bounds
+from mangonel.runtime.gpu.wire import ChunkSource, ChunkWire, chunk_bounds, shared_pool
 from mangonel.runtime.host.arrays import to_values
 from mangonel.runtime.host.keys import StringDictionary
 
@@ -129,7 +129,7 @@ class Stager:
     def __init__(self, strings: StringDictionary, threads: int = 0) -> None:
         cp = cupy()
         self.copy_stream = cp.cuda.Stream(non_blocking=True)
-        self.pool = CopyPool(threads)
+        self.pool = shared_pool(threads)
         self.strings = strings
         self._slots: list[Any] = [None] * _SLOTS  # pinned memory, kept for the stager's life
         self._slot_bytes = [0] * _SLOTS

@@ -166,6 +166,19 @@ class CopyPool:
             self._executor.shutdown(wait=False)
 
 
+_SHARED: dict[int, CopyPool] = {}
+
+
+def shared_pool(threads: int = 0) -> CopyPool:
+    """The process's copy pool of that many threads (0: one per core, at most 16), made on
+    first use: every stager shares it, so a query run again starts no threads. Stagers of one
+    thread use it in turn; the pool's executor also takes tasks from several threads."""
+    pool = _SHARED.get(threads)
+    if pool is None:
+        pool = _SHARED[threads] = CopyPool(threads)
+    return pool
+
+
 def read_chunk(wire: ChunkWire, data: np.ndarray, rows: int) -> np.ndarray:
     """The int64 values of an offset column's chunk as the kernels read them (base + offset,
     or the wide values): the host twin of the generated read, for tests and checks."""
@@ -184,4 +197,5 @@ __all__ = [
     "default_threads",
     "fits_offsets",
     "read_chunk",
+    "shared_pool",
 ]
