@@ -9,9 +9,10 @@ of every key in one tree launch per level plus one compute launch. Columns trave
 device chunk after chunk through reused pinned buffers filled by a pool of host threads, on
 a copy stream (`gpu.staging`), only those the query reads, in the wire format of
 `compiler.wire` (64-bit integers as int32 offsets from a per-chunk base where they fit,
-STRING as int32 ids, BOOLEAN as one byte): each launch gets its chunk's bases and wide flags. Modules come from a `CompileContext`
-(`gpu.compile`); tuning comes from `GpuOptions` (`compiler.options`). The holistic
-step's pane sort and selection kernels are `gpu.holistic`'s (`holistic_for`).
+STRING as int32 ids, BOOLEAN as one byte): each launch gets its chunk's bases and wide
+flags. Modules come from a `CompileContext` (`gpu.compile`); tuning comes from `GpuOptions`
+(`compiler.options`). The holistic step's pane sort and selection kernels are
+`gpu.holistic`'s (`holistic_for`).
 
 Not here: stage 1's pane pre-aggregation of the split Spark form (`preaggregate`) and the
 count-window tree (`segment_windows`). The plan places those steps on the CPU
@@ -62,6 +63,10 @@ class GpuKernelMetrics:
     passes_with_rest: int = 0  # fused passes that left rows to the split path (new keys...)
     prefetches: int = 0  # batches whose copies `prefetch` started
     prefetch_hits: int = 0  # fused passes that found their batch's copies already queued
+    staged_rows: int = 0  # rows staged for the lift and fused kernels
+    wire_bytes: int = 0  # bytes of their values that crossed PCIe (`compiler.wire`)
+    narrow_chunks: int = 0  # (chunk, offset column) pairs that travelled as int32 offsets
+    wide_chunks: int = 0  # ... that travelled at 8 bytes (range too wide, or pinned source)
 
 
 @dataclass
@@ -228,12 +233,21 @@ class GpuKernels:
         """The batch's columns to the device, chunk after chunk (copy stream), in the wire
         format (`compiler.wire`: offset columns narrowed per chunk where they fit)."""
         columns = batch_columns(batch)
-        return self.stager.stage_batch(
+        staged = self.stager.stage_batch(
             [column(columns, c.name) for c in generated.columns],
             generated.columns,
             self.options.chunk_rows,
             tuple(c.offset for c in generated.columns),
         )
+        metrics = self.metrics
+        metrics.staged_rows += batch.num_rows
+        metrics.wire_bytes += staged.wire_bytes()
+        for chunk in staged.chunks:
+            for wire, offset in zip(chunk.wires, staged.offsets, strict=True):
+                if offset and chunk.end > chunk.first:
+                    metrics.narrow_chunks += wire.narrow
+                    metrics.wide_chunks += not wire.narrow
+        return staged
 
     def prefetch(
         self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch
