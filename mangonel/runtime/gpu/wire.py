@@ -8,13 +8,14 @@ min/max reductions) release the GIL on large arrays, so the pool's threads copy 
 (checked on 2026-11-26: a pure-Python loop in one thread kept its full rate while another ran
 `np.subtract(..., out=...)`, `min` and `max` over 32 M int64 rows).
 
-One pass per column: an offset column is written as `value - base` (int32, wrapping) with
-`base` the chunk's first value, and each thread takes the min and max of its slice while the
-slice is still in its core's cache. `base` lies within [min, max], so every offset fits int32
-exactly when max - min does (the chunk's range): then the chunk is narrow; otherwise it is
-copied again at 8 bytes (rare: a chunk spanning more than 35 minutes of event time, or keys
-more than 2^31 apart). The min and max also serve the event-time range check of the input
-conformer, which then needs no pass of its own.
+One pass per column: an offset column is written as `value - base` (int32, wrapping: the low
+32 bits of the value less those of the base) with `base` the chunk's first value, and each
+thread takes the min and max of each block of its slice while the block is still in its core's
+cache. The chunk is narrow when every offset fits int32 (min - base >= -2^31 and max - base
+< 2^31; `base` lies within [min, max], so any chunk whose range is below 2^31 fits);
+otherwise it is copied again at 8 bytes (rare: a chunk spanning more than 35 minutes of event
+time, or keys more than 2^31 apart). The min and max also serve the event-time range check of
+the input conformer, which then needs no pass of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ INT32_MAX = (1 << 31) - 1
 # a thread's slice is at least this many rows: below it, waking a thread costs more than
 # the copy it would do (and a 32 K-row slice of three columns fits a core's L2)
 MIN_TASK_ROWS = 1 << 15
+CACHE_BLOCK_ROWS = 1 << 16  # rows a thread copies per step (512 KB of an int64 column)
+INT64_MAX_PLUS = 1 << 63  # above every int64: the empty minimum
+INT64_MIN_LESS = -(1 << 63) - 1
 MAX_THREADS = 16
 
 
@@ -113,25 +117,35 @@ class CopyPool:
         bases = [
             int(s.array[first]) if s.offset and rows else 0 for s in sources
         ]  # the chunk's first value: within [min, max], so the range decides the fit
+        # the base's low 32 bits as a signed int32 (what the truncating copy subtracts)
+        low_bases = [np.int32((b + (1 << 31)) % (1 << 32) - (1 << 31)) for b in bases]
         narrow_views = [s.target[: 4 * rows].view(np.int32) if s.offset else None for s in sources]
         wide_views = [s.target[: rows * s.array.itemsize].view(s.array.dtype) for s in sources]
 
         def narrow_task(lo: int, hi: int) -> list[tuple[int, int] | None]:
-            ranges: list[tuple[int, int] | None] = []
-            for k, source in enumerate(sources):
-                part = source.array[lo:hi]
-                if source.offset:
-                    np.subtract(
-                        part,
-                        bases[k],
-                        out=narrow_views[k][lo - first : hi - first],
-                        casting="unsafe",
-                    )
-                    ranges.append((int(part.min()), int(part.max())))
-                else:
-                    np.copyto(wide_views[k][lo - first : hi - first], part)
-                    ranges.append(None)
-            return ranges
+            lows = [INT64_MAX_PLUS] * len(sources)
+            highs = [INT64_MIN_LESS] * len(sources)
+            # blocks small enough that a block's source is still in the core's cache when
+            # min and max read it again
+            for block in range(lo, hi, CACHE_BLOCK_ROWS):
+                stop = min(block + CACHE_BLOCK_ROWS, hi)
+                for k, source in enumerate(sources):
+                    part = source.array[block:stop]
+                    if source.offset:
+                        # (v - base) mod 2^32 as the low 32 bits of v less those of the base:
+                        # two int32 loops (a truncating copy, an in-place subtract) run ~4x
+                        # faster than one int64 subtract cast to int32 on the way out
+                        view = narrow_views[k][block - first : stop - first]
+                        np.copyto(view, part, casting="unsafe")
+                        if low_bases[k]:
+                            np.subtract(view, low_bases[k], out=view)
+                        lows[k] = min(lows[k], int(part.min()))
+                        highs[k] = max(highs[k], int(part.max()))
+                    else:
+                        np.copyto(wide_views[k][block - first : stop - first], part)
+            return [
+                (lows[k], highs[k]) if source.offset else None for k, source in enumerate(sources)
+            ]
 
         slices = self.slices(first, end) if rows else []
         per_slice = self.run(narrow_task, slices)
