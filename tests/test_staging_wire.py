@@ -308,3 +308,218 @@ def test_known_extremes_outside_the_range_clip_as_the_conformer_does():
     assert dropped == 2
     assert clipped.column(0).cast(pa.int64()).to_pylist() == [5, None, None, None, 9]
     assert conformer(batch) == (clipped, 2)  # the same as measuring them itself
+
+
+# -- the stager over a host stand-in for CuPy -----------------------------------------------
+
+
+class _DevicePointer:
+    """CuPy's MemoryPointer over a host array: `+ offset`, `copy_from_host_async`."""
+
+    def __init__(self, buffer: np.ndarray, offset: int = 0) -> None:
+        self.buffer, self.offset = buffer, offset
+
+    def __add__(self, offset: int) -> _DevicePointer:
+        return _DevicePointer(self.buffer, self.offset + offset)
+
+    def copy_from_host_async(self, source: int, nbytes: int, stream) -> None:  # noqa: ANN001
+        import ctypes
+
+        assert self.offset + nbytes <= self.buffer.nbytes
+        ctypes.memmove(self.buffer.ctypes.data + self.offset, source, nbytes)
+        stream.copied += nbytes
+
+
+class _DeviceArray(np.ndarray):
+    @property
+    def data(self) -> _DevicePointer:  # type: ignore[override]
+        return _DevicePointer(self.view(np.uint8).reshape(-1))
+
+
+class _Stream:
+    def __init__(self, non_blocking: bool = False) -> None:
+        self.copied = 0
+
+    def wait_event(self, event) -> None:  # noqa: ANN001
+        pass
+
+
+class _Event:
+    done = True
+
+    def __init__(self, disable_timing: bool = False) -> None:
+        pass
+
+    def record(self, stream) -> None:  # noqa: ANN001
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _Cupy:
+    """The part of CuPy the stager uses; "pinned" memory is a registry of host ranges."""
+
+    uint8 = np.uint8
+
+    def __init__(self) -> None:
+        self.pinned: list[tuple[int, int]] = []
+        self.pinned_allocations = 0
+        self.current = _Stream()
+        error = type("CUDARuntimeError", (Exception,), {})
+
+        def attributes(address: int):  # noqa: ANN202
+            for start, size in self.pinned:
+                if start <= address < start + size:
+                    return type("Attributes", (), {"type": 1})()
+            raise error("not pinned")
+
+        def alloc_pinned(nbytes: int) -> bytearray:
+            self.pinned_allocations += 1
+            memory = bytearray(nbytes)
+            self.pin(np.frombuffer(memory, np.uint8))
+            return memory
+
+        from types import SimpleNamespace
+
+        self.cuda = SimpleNamespace(
+            Stream=_Stream,
+            Event=_Event,
+            get_current_stream=lambda: self.current,
+            alloc_pinned_memory=alloc_pinned,
+            runtime=SimpleNamespace(pointerGetAttributes=attributes, CUDARuntimeError=error),
+        )
+
+    def pin(self, array: np.ndarray) -> None:
+        self.pinned.append((array.ctypes.data, array.nbytes))
+
+    def empty(self, shape, dtype=np.float64) -> _DeviceArray:  # noqa: ANN001
+        poisoned = np.empty(shape, dtype)
+        poisoned.view(np.uint8)[...] = 0xA5  # every byte the kernels read must be copied
+        return poisoned.view(_DeviceArray)
+
+    def asarray(self, array: np.ndarray) -> np.ndarray:
+        return np.asarray(array)
+
+
+@pytest.fixture
+def host_cupy(monkeypatch):
+    from mangonel.runtime.gpu import staging
+
+    fake = _Cupy()
+    monkeypatch.setattr(staging, "cupy", lambda: fake)
+    return fake
+
+
+def _stager(host_cupy):  # noqa: ANN001, ANN202
+    from mangonel.runtime.gpu.staging import Stager
+    from mangonel.runtime.host.keys import StringDictionary
+
+    return Stager(StringDictionary(), threads=2)
+
+
+def _device_column(staged, k: int, rows: int) -> np.ndarray:
+    """Column k's int64 values as the kernels read them, chunk by chunk (`read_chunk`)."""
+    values = np.asarray(staged.inputs[2 * k]).view(np.uint8)
+    return np.concatenate(
+        [
+            read_chunk(c.wires[k], values[8 * c.first : 8 * c.end], c.end - c.first)
+            for c in staged.chunks
+        ]
+    )
+
+
+def test_the_stager_copies_every_chunk_in_its_wire_form(host_cupy):
+    from mangonel.compiler.codegen import InputColumn
+
+    rng = np.random.default_rng(21)
+    rows = 10_000
+    ts = 1_764_000_000_000_000 + np.arange(rows) * 10 - rng.integers(0, 5000, rows)
+    keys = rng.integers(0, 100, rows)
+    keys[7_500:] = rng.integers(0, 2**60, rows - 7_500)  # the last chunk's keys are wide
+    values = rng.standard_normal(rows)
+    value_valid = rng.random(rows) > 0.3
+    key_valid = rng.random(rows) > 0.2
+    arrays = [
+        pa.array(ts).cast(STAMP),
+        pa.array(keys, mask=~key_valid),
+        pa.array(values, mask=~value_valid),
+    ]
+    columns = (
+        InputColumn("ts", T.TIMESTAMP, "long long", True),
+        InputColumn("k", T.BIGINT, "long long", True),
+        InputColumn("v", T.DOUBLE, "double", False),
+    )
+    stager = _stager(host_cupy)
+    for _ in range(5):  # the pinned slots are reused, not allocated per batch
+        staged = stager.stage_batch(arrays, columns, 2_500, (True, True, False))
+    assert host_cupy.pinned_allocations == 3
+    assert [(c.first, c.end) for c in staged.chunks] == [
+        (0, 2500),
+        (2500, 5000),
+        (5000, 7500),
+        (7500, 10_000),
+    ]
+    assert [c.wires[0].narrow for c in staged.chunks] == [True] * 4
+    assert [c.wires[1].narrow for c in staged.chunks] == [True, True, True, False]
+    assert np.array_equal(_device_column(staged, 0, rows), ts)
+    # NULL keys travel as one of the column's valid values (so they never widen a chunk)
+    device_keys = _device_column(staged, 1, rows)
+    assert np.array_equal(device_keys[key_valid], keys[key_valid])
+    assert np.array_equal(np.asarray(staged.inputs[3]), key_valid.astype(np.uint8))
+    assert np.array_equal(np.asarray(staged.inputs[4])[value_valid], values[value_valid])
+    assert np.array_equal(np.asarray(staged.inputs[5]), value_valid.astype(np.uint8))
+    assert staged.inputs[1] is None  # no NULL event times: no validity travels
+    assert staged.extremes[0] == (int(ts.min()), int(ts.max()))
+    assert staged.extremes[1] == (int(keys[key_valid].min()), int(keys[key_valid].max()))
+    assert staged.extremes[2] is None
+    assert staged.wire_bytes() == rows * (4 + 8) + 7_500 * 4 + 2_500 * 8
+    # the kernel arguments of chunk 3: views at the chunk, base and wide flag per offset column
+    arguments = staged.chunk_arguments(staged.chunks[3])
+    assert [type(a).__name__ for a in arguments][:4] == [
+        "_DeviceArray",
+        "int64",
+        "int32",
+        "NoneType",
+    ]
+    assert int(arguments[1]) == int(ts[7_500]) and int(arguments[2]) == 0
+    assert int(arguments[6]) == 1 and len(arguments[4]) == 8 * 2_500
+
+
+def test_pinned_columns_are_copied_as_they_are(host_cupy):
+    from mangonel.compiler.codegen import InputColumn
+
+    rows = 4_000
+    pinned = np.empty(2 * rows, np.int64)
+    host_cupy.pin(pinned)
+    pinned[:rows] = 1_764_000_000_000_000 + np.arange(rows)
+    pinned[rows:] = np.arange(rows) % 7
+    arrays = [
+        pa.Array.from_buffers(STAMP, rows, [None, pa.py_buffer(pinned[:rows])]),
+        pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(pinned[rows:])]),
+    ]
+    columns = (
+        InputColumn("ts", T.TIMESTAMP, "long long", True),
+        InputColumn("k", T.BIGINT, "long long", True),
+    )
+    stager = _stager(host_cupy)
+    staged = stager.stage_batch(arrays, columns, 1_000, (True, True))
+    assert host_cupy.pinned_allocations == 0  # no slot: nothing went through the host pass
+    assert all(not w.narrow for c in staged.chunks for w in c.wires)
+    assert np.array_equal(_device_column(staged, 0, rows), pinned[:rows])
+    assert np.array_equal(_device_column(staged, 1, rows), pinned[rows:])
+    assert staged.extremes == [None, None]  # the conformer measures them itself
+
+
+def test_stage_gives_each_column_in_its_device_type(host_cupy):
+    from mangonel.compiler.codegen import InputColumn
+
+    arrays = [pa.array([1, 2, None], pa.int64()), pa.array([True, None, False])]
+    columns = (
+        InputColumn("a", T.BIGINT, "long long"),
+        InputColumn("b", T.BOOLEAN, "unsigned char"),
+    )
+    inputs = _stager(host_cupy).stage(arrays, columns)
+    assert np.asarray(inputs[0]).dtype == np.int64 and list(np.asarray(inputs[0])) == [1, 2, 0]
+    assert list(np.asarray(inputs[1])) == [1, 1, 0]
+    assert list(np.asarray(inputs[2])) == [1, 0, 0] and list(np.asarray(inputs[3])) == [1, 0, 1]
