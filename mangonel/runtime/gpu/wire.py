@@ -91,17 +91,20 @@ class CopyPool:
         if threads < 0:
             raise ValueError(f"staging threads must be >= 0, not {threads}")
         self.threads = threads or default_threads()
+        # the caller copies one slice itself: threads - 1 workers beside it
         self._executor = (
-            ThreadPoolExecutor(self.threads, thread_name_prefix="mangonel-stage")
+            ThreadPoolExecutor(self.threads - 1, thread_name_prefix="mangonel-stage")
             if self.threads > 1
             else None
         )
 
     def run(self, task, slices: Sequence[tuple[int, int]]) -> list:  # noqa: ANN001
-        """task(first, end) for every slice, on the pool's threads; results in order."""
-        if self._executor is None or len(slices) == 1:
+        """task(first, end) for every slice, the first on the calling thread and the others
+        on the pool's workers; results in slice order."""
+        if self._executor is None or len(slices) <= 1:
             return [task(first, end) for first, end in slices]
-        return list(self._executor.map(lambda bounds: task(*bounds), slices))
+        futures = [self._executor.submit(task, first, end) for first, end in slices[1:]]
+        return [task(*slices[0]), *(future.result() for future in futures)]
 
     def slices(self, first: int, end: int) -> list[tuple[int, int]]:
         """[first, end) cut into one slice per thread, each of at least MIN_TASK_ROWS."""
