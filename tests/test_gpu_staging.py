@@ -213,3 +213,26 @@ def test_string_keys_and_default_chunks_through_the_public_api():
         cpu.column("sd").to_numpy(zero_copy_only=False),
         equal_nan=True,
     )
+
+
+def test_gpu_bench_quick_runs_on_the_public_path(tmp_path, capsys):
+    """`mangonel bench --backend gpu --quick` end to end on 4 M tuples per shape (one 4 M-row
+    batch, or four 1 M-row ones): both bounds printed, one row per quick shape with tuples/s,
+    result rows, and the pinned-source harness beside the SUM shapes."""
+    import json
+
+    from mangonel.bench_gpu import quick_gpu_shapes
+    from mangonel.cli import main
+
+    out = tmp_path / "gpu.json"
+    arguments = ["bench", "--backend", "gpu", "--quick", "--tuples", "4000000", "--harness"]
+    assert main([*arguments, "--no-peer", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "pinned H2D" in printed and "pageable -> pinned staging" in printed
+    assert "16 B/tuple on the wire" in printed
+    rows = json.loads(out.read_text())
+    assert sorted(r["shape"] for r in rows) == sorted(s.name for s in quick_gpu_shapes())
+    assert all(r["tuples"] == 4_000_000 and r["rows_out"] > 0 for r in rows)
+    assert all(0 < r["h2d_share"] and 0 < r["staging_share"] for r in rows)
+    harness = [r for r in rows if r["harness_tuples_per_second"]]
+    assert harness and all("SUM" in r["shape"] for r in harness)
