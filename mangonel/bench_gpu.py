@@ -154,7 +154,7 @@ def _harness_rate(shape: PublicShape, tuples: int, source) -> float | None:  # n
     harness = gpu_bench.GpuShape(
         shape.slide_us, shape.keys, shape.delay_us, shape.batch_rows * gpu_bench.BYTES_PER_TUPLE
     )
-    gpu_bench.run_shape(harness, source, 4 * shape.batch_rows)  # warm-up
+    gpu_bench.run_shape(harness, source, min(tuples, 4 * shape.batch_rows))  # warm-up
     return gpu_bench.run_shape(harness, source, tuples)["tuples_per_second"]
 
 
