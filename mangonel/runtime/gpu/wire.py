@@ -183,16 +183,18 @@ class CopyPool:
             self._executor.shutdown(wait=False)
 
 
-_SHARED: dict[int, CopyPool] = {}
+_SHARED: dict[tuple[int, int], CopyPool] = {}
 
 
 def shared_pool(threads: int = 0) -> CopyPool:
     """The process's copy pool of that many threads (0: one per core, at most 16), made on
     first use: every stager shares it, so a query run again starts no threads. Stagers of one
-    thread use it in turn; the pool's executor also takes tasks from several threads."""
-    pool = _SHARED.get(threads)
+    thread use it in turn; the pool's executor also takes tasks from several threads. Keyed
+    by process id too: a forked child has none of its parent's threads, so it makes its own."""
+    key = (os.getpid(), threads)
+    pool = _SHARED.get(key)
     if pool is None:
-        pool = _SHARED[threads] = CopyPool(threads)
+        pool = _SHARED[key] = CopyPool(threads)
     return pool
 
 
