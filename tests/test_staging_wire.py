@@ -523,3 +523,10 @@ def test_stage_gives_each_column_in_its_device_type(host_cupy):
     assert np.asarray(inputs[0]).dtype == np.int64 and list(np.asarray(inputs[0])) == [1, 2, 0]
     assert list(np.asarray(inputs[1])) == [1, 1, 0]
     assert list(np.asarray(inputs[2])) == [1, 0, 0] and list(np.asarray(inputs[3])) == [1, 0, 1]
+
+
+def test_stagers_share_one_pool_per_thread_count():
+    from mangonel.runtime.gpu.wire import shared_pool
+
+    assert shared_pool(3) is shared_pool(3) and shared_pool(3).threads == 3
+    assert shared_pool(2) is not shared_pool(3)
