@@ -74,7 +74,7 @@ class GpuOptions:
         return cls(tree_span=span, tree_threads=1 << (span - 1), **others)  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        """One line for EXPLAIN: 'threads=256 chunk_rows=262144 tree_span=8 ...'."""
+        """One line for EXPLAIN: 'threads=256 chunk_rows=1048576 staging_threads=0 ...'."""
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
 
 
