@@ -113,6 +113,7 @@ class GpuResult:
     rows_per_second: float
     h2d_share: float  # tuples/s over the pinned H2D bound at the wire's bytes per tuple
     staging_share: float  # tuples/s over the measured pageable -> pinned staging rate
+    wire_bytes_per_tuple: float | None  # what the run's staging moved per tuple (metrics)
     harness_tuples_per_second: float | None = None  # pinned-source harness, same shape
 
 
@@ -124,9 +125,13 @@ def dataset(shape: PublicShape, tuples: int, seed: int) -> pa.RecordBatch:
     return whole
 
 
-def run_public_shape(shape: PublicShape, batches: list[pa.RecordBatch]) -> tuple[float, int]:
+def run_public_shape(
+    shape: PublicShape, batches: list[pa.RecordBatch]
+) -> tuple[float, int, float | None]:
     """Seconds to push every batch through `Session.sql().run()` (end of input included),
-    and the result rows; a one-batch run first keeps compilation out of the clock."""
+    the result rows, and the bytes per tuple that crossed PCIe (the GPU kernels' metrics;
+    None where they are not there); a one-batch run first keeps compilation out of the
+    clock."""
     from mangonel.runtime.gpu import device
     from mangonel.session import Session
 
@@ -142,7 +147,16 @@ def run_public_shape(shape: PublicShape, batches: list[pa.RecordBatch]) -> tuple
     started = time.perf_counter()
     table = query.run(batches)
     cp.cuda.Device().synchronize()
-    return time.perf_counter() - started, table.num_rows
+    seconds = time.perf_counter() - started
+    # the runner of that run (Session keeps the last one): what its staging moved
+    metrics = getattr(getattr(query, "_runner", None), "window_operator", None)
+    metrics = getattr(getattr(metrics, "kernels", None), "metrics", None)
+    wire = (
+        metrics.wire_bytes / metrics.staged_rows
+        if metrics is not None and getattr(metrics, "staged_rows", 0)
+        else None
+    )
+    return seconds, table.num_rows, wire
 
 
 def _harness_rate(shape: PublicShape, tuples: int, source) -> float | None:  # noqa: ANN001
@@ -184,8 +198,8 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
     source = gpu_bench.PinnedSource(tuples) if arguments.harness else None
     harness_label = "  pinned-source harness" if source is not None else ""
     print(
-        f"{'shape':<46} {'tuples/s':>10} {'rows/s':>10} {'of H2D':>7} {'of staging':>10}"
-        f"{harness_label}",
+        f"{'shape':<46} {'tuples/s':>10} {'rows/s':>10} {'of H2D':>7} {'of staging':>10} "
+        f"{'wire':>6}{harness_label}",
         flush=True,
     )
     results = []
@@ -199,7 +213,7 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
             whole = dataset(shape, tuples, arguments.seed)
         rows = shape.batch_rows
         batches = [whole.slice(first, rows) for first in range(0, tuples, rows)]
-        seconds, rows_out = run_public_shape(shape, batches)
+        seconds, rows_out, wire = run_public_shape(shape, batches)
         rate = tuples / seconds
         result = GpuResult(
             shape.name,
@@ -210,6 +224,7 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
             rows_out / seconds,
             rate / h2d_bound,
             rate / staging_rate,
+            wire,
             _harness_rate(shape, tuples, source),
         )
         results.append(result)
@@ -220,7 +235,8 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
         )
         print(
             f"{result.shape:<46} {rate / 1e6:8.1f} M {result.rows_per_second / 1e6:8.2f} M "
-            f"{result.h2d_share:7.1%} {result.staging_share:10.1%}{harness}",
+            f"{result.h2d_share:7.1%} {result.staging_share:10.1%} "
+            f"{'' if wire is None else f'{wire:4.1f} B':>6}{harness}",
             flush=True,
         )
     return results

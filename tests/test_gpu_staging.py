@@ -234,5 +234,6 @@ def test_gpu_bench_quick_runs_on_the_public_path(tmp_path, capsys):
     assert sorted(r["shape"] for r in rows) == sorted(s.name for s in quick_gpu_shapes())
     assert all(r["tuples"] == 4_000_000 and r["rows_out"] > 0 for r in rows)
     assert all(0 < r["h2d_share"] and 0 < r["staging_share"] for r in rows)
+    assert all(r["wire_bytes_per_tuple"] == 16 for r in rows)  # every chunk travelled narrow
     harness = [r for r in rows if r["harness_tuples_per_second"]]
     assert harness and all("SUM" in r["shape"] for r in harness)
