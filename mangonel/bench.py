@@ -354,6 +354,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="GPU public path: after each shape's timed run, one more run under cProfile "
+        "(the top functions by own time printed under the row)",
+    )
+    parser.add_argument(
         "--holistic",
         action="store_true",
         help="the holistic shapes (issue 11): MEDIAN beside SUM, w = 1 s, 1000 keys",

@@ -125,6 +125,32 @@ def dataset(shape: PublicShape, tuples: int, seed: int) -> pa.RecordBatch:
     return whole
 
 
+def profile_public_shape(
+    shape: PublicShape, batches: list[pa.RecordBatch], top: int = 15, backend: str = "gpu"
+) -> str:
+    """cProfile of one more run of the shape (after the timed one, so the figure is not
+    distorted): the `top` functions by own time, as text."""
+    import cProfile
+    import io
+    import pstats
+
+    from mangonel.session import Session
+
+    session = Session(backend=backend)
+    session.create_stream(
+        "events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=shape.delay_us
+    )
+    query = session.sql(shape.query())
+    query.run(batches[:1])
+    profiler = cProfile.Profile()
+    profiler.enable()
+    query.run(batches)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
 def run_public_shape(
     shape: PublicShape, batches: list[pa.RecordBatch]
 ) -> tuple[float, int, float | None]:
@@ -233,12 +259,17 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
             if result.harness_tuples_per_second
             else ""
         )
+        profile = (
+            profile_public_shape(shape, batches) if getattr(arguments, "profile", False) else ""
+        )
         print(
             f"{result.shape:<46} {rate / 1e6:8.1f} M {result.rows_per_second / 1e6:8.2f} M "
             f"{result.h2d_share:7.1%} {result.staging_share:10.1%} "
             f"{'' if wire is None else f'{wire:4.1f} B':>6}{harness}",
             flush=True,
         )
+        if profile:
+            print(profile, flush=True)
     return results
 
 

@@ -176,3 +176,15 @@ def test_gpu_public_bench_prints_both_bounds_and_one_row_per_shape(monkeypatch, 
         assert result.h2d_share == pytest.approx(200_000 / 3e9)
         assert result.staging_share == pytest.approx(200_000 / 2e9)
         assert result.shape in printed
+
+
+def test_gpu_bench_profile_names_the_engine_functions() -> None:
+    """`--profile`'s text: one more run under cProfile, top functions by own time (run on
+    the CPU backend here; the GPU bench calls it with backend="gpu")."""
+    import mangonel.bench_gpu as bench_gpu
+
+    shape = bench_gpu.PublicShape(10_000, 10, "SUM", 0, 10_000)
+    whole = bench_gpu.dataset(shape, 30_000, 1)
+    batches = [whole.slice(first, 10_000) for first in range(0, 30_000, 10_000)]
+    text = bench_gpu.profile_public_shape(shape, batches, top=5, backend="cpu")
+    assert "tottime" in text and "function calls" in text
