@@ -274,6 +274,17 @@ def load_shapes(path: str) -> list[Shape]:
     return shapes
 
 
+def _generic_shapes(arguments: argparse.Namespace) -> bool:
+    """Shapes from a config file or a named family (holistic, window function, sketches):
+    run through `run_public` on either backend; otherwise the GPU runs `bench_gpu`'s."""
+    return bool(
+        arguments.config
+        or getattr(arguments, "holistic", False)
+        or getattr(arguments, "window_function", False)
+        or getattr(arguments, "sketches", False)
+    )
+
+
 def _selected(arguments: argparse.Namespace) -> list[Shape]:
     if arguments.config:
         shapes = load_shapes(arguments.config)
@@ -314,7 +325,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="end to end inside local Spark Structured Streaming vs Spark",
     )
     parser.add_argument(
-        "--tuples", type=positive_int, help="tuples per shape (CPU 20 M, GPU 150 M)"
+        "--tuples", type=positive_int, help="tuples per shape (CPU 20 M, GPU 100 M)"
     )
     parser.add_argument(
         "--rate", type=positive_int, default=10_000_000, help="tuples per second of event time"
@@ -324,8 +335,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--harness",
         action="store_true",
-        help="GPU: the pinned-source engine harness (data generated into pinned memory, the "
-        "engine handed views of it) instead of the public API on ordinary Arrow batches",
+        help="GPU: also run the SUM shapes on the pinned-source engine harness (data generated "
+        "into pinned memory, the engine handed views of it), printed as a second, labelled "
+        "column beside the public API on ordinary Arrow batches",
     )
     parser.add_argument(
         "--peer",
@@ -334,8 +346,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also time Spark's native window() aggregation (CPU runs)",
     )
     parser.add_argument("--peer-tuples", type=positive_int, default=200_000)
-    parser.add_argument("--quick", action="store_true", help="only the s = 10 ms SUM shapes")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short subset: the s = 10 ms SUM shapes (GPU: also STDDEV and all six in order, "
+        "and one output-heavy SUM)",
+    )
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="GPU public path: after each shape's timed run, one more run under cProfile "
+        "(the top functions by own time printed under the row)",
+    )
     parser.add_argument(
         "--holistic",
         action="store_true",
@@ -393,10 +416,11 @@ def main(arguments: argparse.Namespace) -> int:
         from mangonel.runtime.spark.bench import run_spark_benchmarks
 
         rows = run_spark_benchmarks(arguments)
-    elif arguments.backend == "gpu" and arguments.harness:
-        from mangonel.runtime.local.gpu_bench import run_gpu_benchmarks
+    elif arguments.backend == "gpu" and not _generic_shapes(arguments):
+        from mangonel.bench_gpu import run_gpu_public
 
-        rows = run_gpu_benchmarks(tuples=arguments.tuples or 150_000_000, verbose=True)
+        arguments.tuples = arguments.tuples or 100_000_000
+        rows = [asdict(result) for result in run_gpu_public(arguments)]
     else:
         arguments.tuples = arguments.tuples or (
             100_000_000 if arguments.backend == "gpu" else 20_000_000

@@ -50,6 +50,9 @@ template <class T> static inline T atomicExch(T* a, T v) { T o = *a; *a = v; ret
 // one lane per warp: a shuffle reads the caller's own value (kernels whose width is
 // min(blockDim.x, 32) never shuffle here)
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int, int = 32) { return v; }
+template <class T> static inline T __shfl_sync(unsigned, T v, int, int = 32) { return v; }
+template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned, int = 32) { return v; }
+static inline bool __all_sync(unsigned, bool p) { return p; }
 static inline void __threadfence() {}
 // one thread per block: shared memory is the function's own, a barrier waits for no one
 #define __shared__ static

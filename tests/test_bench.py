@@ -100,3 +100,91 @@ def test_join_rows_compare_as_multisets() -> None:
     assert same_rows(ours, theirs, aggregate=True)
     assert not same_rows(ours, theirs.set_column(3, "n", pa.array([4, 2])), aggregate=True)
     assert not same_rows(ours, theirs.slice(1), aggregate=True)
+
+
+def test_gpu_public_shapes_cover_issue_12() -> None:
+    """Every aggregate alone and the six together, 1 and 1000 keys, in order and out of
+    order, 1 M and 4 M-row batches, and the output-heavy shapes; --quick is a subset; every
+    query plans (on the CPU here: the text is the same for the GPU)."""
+    from mangonel.bench import BENCH_SCHEMA
+    from mangonel.bench_gpu import (
+        AGGREGATES,
+        ALL_SIX,
+        default_gpu_shapes,
+        quick_gpu_shapes,
+    )
+    from mangonel.session import Session
+
+    shapes = default_gpu_shapes()
+    main_shapes = [s for s in shapes if s.slide_us == 10_000]
+    assert {s.aggregate for s in main_shapes} == {*AGGREGATES, ALL_SIX}
+    assert {(s.keys, s.delay_us, s.batch_rows) for s in main_shapes} == {
+        (k, d, r) for k in (1, 1000) for d in (0, 1_000_000) for r in (1_000_000, 4_000_000)
+    }
+    assert len(main_shapes) == 7 * 8
+    heavy = [s for s in shapes if s.slide_us == 100]
+    assert heavy and all(s.keys == 1000 for s in heavy)
+    quick = quick_gpu_shapes()
+    assert set(quick) < set(shapes) and len(quick) < len(shapes) / 3
+    assert len({s.name for s in shapes}) == len(shapes)
+    session = Session(backend="cpu")
+    session.create_stream("events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=0)
+    for shape in {(s.aggregate, s.slide_us): s for s in shapes}.values():
+        assert "WindowAggregate" in session.sql(shape.query()).explain()
+
+
+def test_gpu_public_bench_prints_both_bounds_and_one_row_per_shape(monkeypatch, capsys) -> None:
+    """The GPU bench's loop and table, with the device parts stood in (measured bounds as
+    constants, each shape run on the CPU backend): one row per shape, its shares of both
+    bounds, the dataset reused across batch sizes."""
+    import argparse
+
+    import mangonel.bench_gpu as bench_gpu
+    from mangonel.runtime.local import gpu_bench
+    from mangonel.session import Session
+
+    shapes = [
+        bench_gpu.PublicShape(10_000, 10, "SUM", 0, 20_000),
+        bench_gpu.PublicShape(10_000, 10, bench_gpu.ALL_SIX, 0, 50_000),
+    ]
+    monkeypatch.setattr(bench_gpu, "quick_gpu_shapes", lambda: shapes)
+    monkeypatch.setattr(gpu_bench, "measure_h2d_bandwidth", lambda: 48e9)
+    monkeypatch.setattr(gpu_bench, "measure_staging_rate", lambda threads, rows: (2e9, 16))
+    monkeypatch.setattr(gpu_bench, "device_name", lambda: "stand-in")
+    made = []
+    real_dataset = bench_gpu.dataset
+    monkeypatch.setattr(bench_gpu, "dataset", lambda *a: made.append(a) or real_dataset(*a))
+
+    def on_cpu(shape, batches):  # noqa: ANN001, ANN202
+        assert sum(b.num_rows for b in batches) == 100_000
+        assert all(b.num_rows == shape.batch_rows for b in batches)
+        session = Session(backend="cpu")
+        schema = bench_gpu.BENCH_SCHEMA.to_arrow()
+        session.create_stream("events", schema, event_time="ts", watermark=0)
+        return 0.5, session.sql(shape.query()).run(batches).num_rows, None
+
+    monkeypatch.setattr(bench_gpu, "run_public_shape", on_cpu)
+    arguments = argparse.Namespace(tuples=100_000, quick=True, harness=False, seed=1)
+    results = bench_gpu.run_gpu_public(arguments)
+    printed = capsys.readouterr().out
+    assert "3.00 G tuples/s at 16 B/tuple on the wire" in printed
+    assert "pageable -> pinned staging 2.00 G tuples/s (16 threads" in printed
+    assert [r.shape for r in results] == [s.name for s in shapes]
+    assert len(made) == 1  # one dataset for both shapes (same keys, order and rate)
+    for result in results:
+        assert result.tuples_per_second == 200_000 and result.rows_out > 0
+        assert result.h2d_share == pytest.approx(200_000 / 3e9)
+        assert result.staging_share == pytest.approx(200_000 / 2e9)
+        assert result.shape in printed
+
+
+def test_gpu_bench_profile_names_the_engine_functions() -> None:
+    """`--profile`'s text: one more run under cProfile, top functions by own time (run on
+    the CPU backend here; the GPU bench calls it with backend="gpu")."""
+    import mangonel.bench_gpu as bench_gpu
+
+    shape = bench_gpu.PublicShape(10_000, 10, "SUM", 0, 10_000)
+    whole = bench_gpu.dataset(shape, 30_000, 1)
+    batches = [whole.slice(first, 10_000) for first in range(0, 30_000, 10_000)]
+    text = bench_gpu.profile_public_shape(shape, batches, top=5, backend="cpu")
+    assert "tottime" in text and "function calls" in text

@@ -16,14 +16,14 @@ def test_default_options_are_the_tuned_values_and_print_on_one_line():
     options = GpuOptions()
     assert (options.threads, options.chunk_rows, options.tree_span, options.tree_threads) == (
         256,
-        1 << 18,
+        1 << 20,
         8,
         128,
     )
     assert (options.block_table, options.block_table_load) == ("auto", 0.5)
     assert options.describe() == (
-        "threads=256 chunk_rows=262144 tree_span=8 tree_threads=128 block_table=auto "
-        "block_table_load=0.5 module_cache_size=64"
+        "threads=256 chunk_rows=1048576 staging_threads=0 tree_span=8 tree_threads=128 "
+        "block_table=auto block_table_load=0.5 module_cache_size=64"
     )
     assert GpuOptions.with_tree_span(5).tree_threads == 16
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -36,6 +36,7 @@ def test_default_options_are_the_tuned_values_and_print_on_one_line():
         {"threads": 100},
         {"threads": 2048},
         {"chunk_rows": 0},
+        {"staging_threads": -1},
         {"tree_span": 0},
         {"tree_threads": 0},
         {"block_table": "sometimes"},

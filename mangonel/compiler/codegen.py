@@ -40,6 +40,7 @@ from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.holistic import incremental_part
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
+from mangonel.compiler.wire import describe_wire, wire_columns
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "kernels_templates"
 # keys before fused: the fused kernel probes the key hash table (mg_find_slot)
@@ -77,6 +78,7 @@ class InputColumn:
     name: str
     type: SqlType
     ctype: str  # element type on the device (STRING: int32 dictionary ids; BOOLEAN: uint8)
+    offset: bool = False  # travels as int32 offsets from a per-chunk base (`compiler.wire`)
 
 
 @dataclass(frozen=True)
@@ -140,15 +142,21 @@ def state_parts(fields: tuple[StateField, ...], lift_only: bool = False) -> tupl
     return tuple(parts)
 
 
-def column_context(index: int, ctype: str) -> dict[str, str]:
+def column_context(index: int, ctype: str, offset: bool = False) -> dict[str, Any]:
     """The template names of input column `index`: its C type, the kernel parameters of its
-    values and validity, and the locals that hold one row's value and validity."""
+    values and validity, and the locals that hold one row's value and validity. An `offset`
+    column (`compiler.wire`: a 64-bit integer narrowed per chunk) also takes its chunk's base
+    `b<index>` and wide flag `w<index>`: its values are int32 offsets from the base, or, when
+    the flag is set, the 64-bit values themselves."""
     return {
         "ctype": ctype,
         "pointer": f"c{index}",
         "valid_pointer": f"n{index}",
         "value": f"v{index}",
         "valid": f"m{index}",
+        "offset": offset,
+        "base": f"b{index}",
+        "wide": f"w{index}",
     }
 
 
@@ -292,7 +300,10 @@ def _render_query(
     predicate, arguments, argument_of, statements, literals = _render_expressions(lift)
     parts, field_code, part_code = _field_fragments(lift.fields, argument_of, lift_only)
     scan = lift.scan
-    columns = tuple(InputColumn(c.name, c.type, _device_ctype(c.type)) for c in scan.columns)
+    columns = tuple(
+        InputColumn(c.name, c.type, _device_ctype(c.type), w.offset)
+        for c, w in zip(scan.columns, wire_columns(lift), strict=True)
+    )
     event_index = next(
         i for i, c in enumerate(scan.columns) if c.name.lower() == scan.stream.event_time.lower()
     )
@@ -310,7 +321,7 @@ def _render_query(
     context: dict[str, Any] = {
         "parts": part_code,
         "fields": field_code,
-        "columns": [column_context(i, c.ctype) for i, c in enumerate(columns)],
+        "columns": [column_context(i, c.ctype, c.offset) for i, c in enumerate(columns)],
         "event_time": {"value": f"v{event_index}", "valid": f"m{event_index}"},
         "predicate": predicate,
         "expression_statements": statements,
@@ -431,6 +442,7 @@ def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> 
         f"// gpu options: {(options or GpuOptions()).describe()}",
         "// kernels: " + ", ".join(generated.names[role] for role in KERNEL_ROLES),
         "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
+        f"// wire: {describe_wire(window.lift)}",
         "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
     ]
     return "\n".join(header) + "\n" + generated.source + _explain_holistic_codegen(window)

@@ -15,6 +15,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.holistic import sketch_parameter
 from mangonel.compiler.nodes import AggregateRef, WindowBound
+from mangonel.compiler.wire import describe_wire
 
 
 def format_duration(microseconds: int) -> str:
@@ -274,8 +275,35 @@ def explain_text(
     return "\n".join(_lines(root, depth, backend))
 
 
-def _lines(node: ph.PhysicalNode | PlanNode, depth: int, backend: str | None) -> list[str]:
+def _wire(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | PlanNode):
+    """A GPU lift's wire format (`compiler.wire`: bytes per tuple over PCIe and each column's
+    form) as a parameter of its Lift line; None for a lift that runs on the CPU."""
+    if not isinstance(node, ph.LiftExec) or not isinstance(parent, ph.WindowAggregateExec):
+        return None
+    try:
+        if ph.placement(parent, "lift").backend != "gpu":
+            return None
+    except LookupError:
+        return None
+    text = describe_wire(node)
+    return Parameter("wire", f'"{text}"', text)
+
+
+def _node_parameters(
+    node: ph.PhysicalNode | PlanNode, parent: ph.PhysicalNode | PlanNode | None
+) -> tuple[str, list[Parameter]]:
     name, parameters = operator_parameters(node)
+    wire = _wire(parent, node)
+    return name, parameters if wire is None else [*parameters, wire]
+
+
+def _lines(
+    node: ph.PhysicalNode | PlanNode,
+    depth: int,
+    backend: str | None,
+    parent: ph.PhysicalNode | PlanNode | None = None,
+) -> list[str]:
+    name, parameters = _node_parameters(node, parent)
     rendered = " ".join(f"{p.key}={p.text}" for p in parameters)
     lines = [f"{'  ' * depth}{name}: {rendered}"]
     lines += [
@@ -284,7 +312,7 @@ def _lines(node: ph.PhysicalNode | PlanNode, depth: int, backend: str | None) ->
         if backend is not None and p.backend != backend
     ]
     for child in _shown_children(node):
-        lines += _lines(child, depth + 1, backend)
+        lines += _lines(child, depth + 1, backend, node)
     return lines
 
 
@@ -305,10 +333,12 @@ def _shown_children(node: ph.PhysicalNode | PlanNode) -> tuple[ph.PhysicalNode |
     return node.children
 
 
-def explain_json(root: ph.PhysicalNode) -> dict[str, Any]:
+def explain_json(
+    root: ph.PhysicalNode, parent: ph.PhysicalNode | PlanNode | None = None
+) -> dict[str, Any]:
     """The plan as nested dictionaries: operator, parameters, placements (every step, on the
     plan's backend or not), children."""
-    name, parameters = operator_parameters(root)
+    name, parameters = _node_parameters(root, parent)
     tree: dict[str, Any] = {
         "operator": name,
         "parameters": {p.key: p.value for p in parameters},
@@ -318,5 +348,5 @@ def explain_json(root: ph.PhysicalNode) -> dict[str, Any]:
         tree["placements"] = [
             {"step": p.step, "backend": p.backend, "reason": p.reason} for p in placements
         ]
-    tree["children"] = [explain_json(child) for child in _shown_children(root)]  # type: ignore[arg-type]
+    tree["children"] = [explain_json(child, root) for child in _shown_children(root)]  # type: ignore[arg-type]
     return tree

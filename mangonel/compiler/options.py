@@ -19,8 +19,12 @@ class GpuOptions:
 
     threads: threads per block of every row-parallel launch (lift, merge, fused, keys,
         window compute); at most 1024 (the fused kernel keeps one status row per warp).
-    chunk_rows: rows per fused launch; the copy of chunk c + 1 overlaps the launch of chunk c
-        (2^18 rows: 6 MiB of (ts, key, value) per copy chunk).
+    chunk_rows: rows per staged chunk and per fused launch: the host threads copy chunk
+        c + 1 into pinned memory while chunk c crosses PCIe and merges (2^20 rows: 16 MiB of
+        (ts, key, value) at 16 B/tuple; a batch of any size is cut into chunks of at most
+        this many rows, of equal size).
+    staging_threads: host threads that copy (and narrow) a chunk's columns into pinned
+        memory; 0: one per core, at most 16.
     tree_span: tree levels built per launch: a block builds one subtree of 2^(span-1) nodes of
         its lowest level, halving per level (13 levels of a 10,000-pane window: two launches).
     tree_threads: threads per block of the tree launch (2^(span-1) by default: one per node
@@ -35,7 +39,8 @@ class GpuOptions:
     """
 
     threads: int = 256
-    chunk_rows: int = 1 << 18
+    chunk_rows: int = 1 << 20
+    staging_threads: int = 0
     tree_span: int = 8
     tree_threads: int = 1 << 7
     block_table: str = "auto"
@@ -47,6 +52,10 @@ class GpuOptions:
             raise ValueError(f"threads must be a multiple of 32 in [32, 1024], not {self.threads}")
         if self.chunk_rows < 1:
             raise ValueError(f"chunk_rows must be positive, not {self.chunk_rows}")
+        if not 0 <= self.staging_threads <= 256:
+            raise ValueError(
+                f"staging_threads must be in [0, 256] (0: one per core), not {self.staging_threads}"
+            )
         if not 1 <= self.tree_span <= 30:
             raise ValueError(f"tree_span must be in [1, 30], not {self.tree_span}")
         if not 1 <= self.tree_threads <= 1024:
@@ -65,7 +74,7 @@ class GpuOptions:
         return cls(tree_span=span, tree_threads=1 << (span - 1), **others)  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        """One line for EXPLAIN: 'threads=256 chunk_rows=262144 tree_span=8 ...'."""
+        """One line for EXPLAIN: 'threads=256 chunk_rows=1048576 staging_threads=0 ...'."""
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
 
 

@@ -294,7 +294,9 @@ class CpuKernels:
         )
 
     def prefetch(self, lift, window, batch) -> None:
-        """Nothing to move: the batch's columns are already in host memory."""
+        """Nothing to move: the batch's columns are already in host memory (and no event-time
+        extremes: the conformer measures them)."""
+        return None
 
     def lift_merge(self, lift, window, batch, keys, target, watermark) -> FusedMerge:
         """The fused pass on the CPU: lift, then merge the rows with a known key and a pane in

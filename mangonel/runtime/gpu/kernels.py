@@ -6,10 +6,13 @@ generated kernel), key slots through a GPU open-addressing hash table (`gpu.keys
 keys first go through a host dictionary to int ids), the pane merge into the flat
 `[keys x panes]` store (`gpu.state`; warp-combined atomics, no sort), and every fired window
 of every key in one tree launch per level plus one compute launch. Columns travel host ->
-device through pinned staging buffers on a copy stream (`gpu.staging`), only those the query
-reads, STRING as int32 ids and BOOLEAN as one byte. Modules come from a `CompileContext`
-(`gpu.compile`); tuning comes from `GpuOptions` (`compiler.options`). The holistic
-step's pane sort and selection kernels are `gpu.holistic`'s (`holistic_for`).
+device chunk after chunk through reused pinned buffers filled by a pool of host threads, on
+a copy stream (`gpu.staging`), only those the query reads, in the wire format of
+`compiler.wire` (64-bit integers as int32 offsets from a per-chunk base where they fit,
+STRING as int32 ids, BOOLEAN as one byte): each launch gets its chunk's bases and wide
+flags. Modules come from a `CompileContext` (`gpu.compile`); tuning comes from `GpuOptions`
+(`compiler.options`). The holistic step's pane sort and selection kernels are
+`gpu.holistic`'s (`holistic_for`).
 
 Not here: stage 1's pane pre-aggregation of the split Spark form (`preaggregate`) and the
 count-window tree (`segment_windows`). The plan places those steps on the CPU
@@ -20,7 +23,6 @@ them and EXPLAIN says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +38,7 @@ from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.compile import CompileContext, shared_context
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.gpu.keys import GpuKeyMap
-from mangonel.runtime.gpu.staging import Stager
+from mangonel.runtime.gpu.staging import StagedBatch, Stager
 from mangonel.runtime.gpu.state import GpuPaneState
 from mangonel.runtime.host.arrays import batch_columns, column
 from mangonel.runtime.host.keys import StringDictionary
@@ -70,17 +72,19 @@ class GpuKernelMetrics:
     passes_with_rest: int = 0  # fused passes that left rows to the split path (new keys...)
     prefetches: int = 0  # batches whose copies `prefetch` started
     prefetch_hits: int = 0  # fused passes that found their batch's copies already queued
+    staged_rows: int = 0  # rows staged for the lift and fused kernels
+    wire_bytes: int = 0  # bytes of their values that crossed PCIe (`compiler.wire`)
+    narrow_chunks: int = 0  # (chunk, offset column) pairs that travelled as int32 offsets
+    wide_chunks: int = 0  # ... that travelled at 8 bytes (range too wide, or pinned source)
 
 
 @dataclass
 class _Prefetched:
-    """A batch's fused-kernel columns, queued for copy: device arrays, one event per chunk."""
+    """A batch's fused-kernel columns, queued for copy (device arrays, one event per chunk)."""
 
     batch: pa.RecordBatch
     lift: LiftExec
-    inputs: list[Any]
-    copied: list[Any]
-    bounds: list[tuple[int, int]]
+    staged: StagedBatch
 
 
 class GpuKernels:
@@ -109,7 +113,7 @@ class GpuKernels:
         self._last_module: tuple | None = None  # (lift, window, found) of the last call
         self._fields_module: dict[tuple, tuple] = {}
         self.strings = StringDictionary()
-        self.stager = Stager(self.strings)
+        self.stager = Stager(self.strings, self.options.staging_threads)
         cp = device.cupy()
         # the fused pass's status words and their pinned host mirror: one copy, one sync
         self._status = cp.zeros(_STATUS_WORDS, cp.uint64)
@@ -159,32 +163,42 @@ class GpuKernels:
 
     # -- WindowKernels --------------------------------------------------------------------
 
-    def lift_tuples(self, lift: LiftExec, batch: pa.RecordBatch) -> LiftedTuples:
+    def lift_tuples(
+        self, lift: LiftExec, batch: pa.RecordBatch, staged: StagedBatch | None = None
+    ) -> LiftedTuples:
+        """The per-row lift of a batch (one launch per staged chunk); `staged`: its columns
+        already on the device (the fused pass's), else they are staged here."""
         cp = device.cupy()
         generated, module = self.module_for(lift)
         length = batch.num_rows
         columns = batch_columns(batch)
-        inputs = self.stager.stage(
-            [column(columns, c.name) for c in generated.columns], generated.columns
-        )
+        if staged is None:
+            staged = self._stage(generated, batch)
         event_time = cp.empty(length, cp.int64)
         has_event_time = cp.empty(length, cp.uint8)
         contributes = cp.empty(length, cp.uint8)
         partials = {p.member: cp.empty(length, p.numpy) for p in generated.parts}
         literal_ids = self.stager.literal_ids(generated.string_literals)
-        if length:
-            threads = self.options.threads
+        stream = cp.cuda.get_current_stream()
+        threads = self.options.threads
+        whole = len(staged.chunks) == 1
+        for chunk in staged.chunks if length else []:
+            stream.wait_event(chunk.event)
+            rows = chunk.end - chunk.first
+            if not rows:
+                continue
+            part = slice(chunk.first, chunk.end)
             module.get_function(generated.names["lift"])(
-                (device.grid(length, threads),),
+                (device.grid(rows, threads),),
                 (threads,),
                 (
-                    *inputs,
-                    event_time,
-                    has_event_time,
-                    contributes,
-                    *[partials[p.member] for p in generated.parts],
+                    *staged.chunk_arguments(chunk, whole),
+                    event_time[part],
+                    has_event_time[part],
+                    contributes[part],
+                    *[partials[p.member][part] for p in generated.parts],
                     literal_ids,
-                    np.int64(length),
+                    np.int64(rows),
                 ),
             )
         has_time = has_event_time.astype(cp.bool_)
@@ -224,45 +238,61 @@ class GpuKernels:
             types, arrays, prefix, self.strings, self.compiler, self.options
         )
 
-    def _chunk_bounds(self, rows: int) -> list[tuple[int, int]]:
-        chunks = -(-rows // self.options.chunk_rows)
-        return [(rows * c // chunks, rows * (c + 1) // chunks) for c in range(chunks)]
-
-    def _stage_fused(self, generated, batch: pa.RecordBatch, lift: LiftExec) -> _Prefetched:
-        """Copies of the fused kernel's columns, chunk after chunk, on the copy stream."""
+    def _stage(self, generated, batch: pa.RecordBatch) -> StagedBatch:
+        """The batch's columns to the device, chunk after chunk (copy stream), in the wire
+        format (`compiler.wire`: offset columns narrowed per chunk where they fit)."""
         columns = batch_columns(batch)
-        bounds = self._chunk_bounds(batch.num_rows)
-        inputs, copied = self.stager.stage_chunks(
-            [column(columns, c.name) for c in generated.columns], generated.columns, bounds
+        staged = self.stager.stage_batch(
+            [column(columns, c.name) for c in generated.columns],
+            generated.columns,
+            self.options.chunk_rows,
+            tuple(c.offset for c in generated.columns),
         )
-        return _Prefetched(batch, lift, inputs, copied, bounds)
+        metrics = self.metrics
+        metrics.staged_rows += batch.num_rows
+        metrics.wire_bytes += staged.wire_bytes()
+        for chunk in staged.chunks:
+            for wire, offset in zip(chunk.wires, staged.offsets, strict=True):
+                if offset and chunk.end > chunk.first:
+                    metrics.narrow_chunks += wire.narrow
+                    metrics.wide_chunks += not wire.narrow
+        return staged
 
-    def prefetch(self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch) -> None:
-        """Queue the host-to-device copies of the next batch's columns now (copy stream), so
-        they run while the current batch is merged and its windows fire; `lift_merge` of the
-        same batch object then waits only for those copies' events. Count windows and empty
-        batches take no fused pass, so nothing is copied for them.
+    def prefetch(
+        self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch
+    ) -> tuple[int, int] | None:
+        """Queue the host-to-device copies of a batch's columns now (copy stream), so they
+        run while the batch before is merged and its windows fire; `lift_merge` (and the
+        split path's `lift_tuples`) of the same batch object then wait only for those
+        copies' events. Returns the event time's (min, max) the copy pass measured (None for
+        a column read straight from pinned memory). Count windows and empty batches take no
+        fused pass, so nothing is copied for them.
 
         Contract: a prefetch is used by the `lift_merge` that receives the very same batch
         object (and an equal lift). Identity, not equality, on purpose: comparing contents
         would cost a pass over the data, and an Arrow batch is immutable, so the same object
-        is the same data. The caller (`LocalQuery.stream`) converts each input once and hands
-        that one object to both calls. Two prefetches are kept (batch k and k + 1); older
-        ones, and those before the one used, were never processed: they are dropped."""
+        is the same data. The caller (`OperatorBase._input`) conforms each input once and
+        hands that one object to both calls. Two prefetches are kept (batch k and k + 1);
+        older ones, and those before the one used, were never processed: they are dropped."""
         if window.window.kind is ph.WindowKind.COUNT or batch.num_rows == 0:
-            return
+            return None
         generated, _ = self.module_for(lift, window)
-        staged = self._stage_fused(generated, batch, lift)
+        staged = self._stage(generated, batch)
         self.metrics.prefetches += 1
-        self._prefetched = [*self._prefetched[-1:], staged]
+        self._prefetched = [*self._prefetched[-1:], _Prefetched(batch, lift, staged)]
+        event_time = lift.scan.stream.event_time.lower()
+        for k, input_column in enumerate(generated.columns):
+            if input_column.name.lower() == event_time:
+                return staged.extremes[k]
+        return None
 
-    def _take_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> _Prefetched | None:
+    def _take_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> StagedBatch | None:
         for index, entry in enumerate(self._prefetched):
             if entry.batch is batch and (entry.lift is lift or entry.lift == lift):
                 # entries before it were never processed (stale): drop them with it
                 del self._prefetched[: index + 1]
                 self.metrics.prefetch_hits += 1
-                return entry
+                return entry.staged
         return None
 
     def _use_block_table(self, block_cells: int) -> bool:
@@ -288,10 +318,10 @@ class GpuKernels:
         target: PaneTarget | None,
         watermark: int | None,
     ) -> FusedMerge:
-        """One batch in one launch per 2^18 rows: staged columns -> fused lift + key probe +
-        pane + lateness + block-combined merge into the target segment (the copy of chunk
-        c + 1 overlaps the launch of chunk c); one pinned read of the status (late, NULL
-        times, max event time, merged pane range, rows left) and one sync.
+        """One batch in one launch per staged chunk (`GpuOptions.chunk_rows`): staged columns
+        -> fused lift + key probe + pane + lateness + block-combined merge into the target
+        segment (each launch waits only for its chunk's copies); one pinned read of the status
+        (late, NULL times, max event time, merged pane range, rows left) and one sync.
 
         Rows it leaves (a key the table does not hold yet, a pane outside the target; in a
         steady stream only the first batch and new keys) are lifted again by `lift_tuples`
@@ -306,13 +336,12 @@ class GpuKernels:
             and rows > 0
         )
         if not usable:
-            lifted = self.lift_tuples(lift, batch)
+            lifted = self.lift_tuples(lift, batch, staged)
             return FusedMerge.unplaced(lifted)
         cp = device.cupy()
         generated, module = self.module_for(lift, window)
-        staged = staged or self._stage_fused(generated, batch, lift)
-        inputs, copied, bounds = staged.inputs, staged.copied, staged.bounds
-        chunks = len(bounds)
+        staged = staged or self._stage(generated, batch)
+        whole = len(staged.chunks) == 1
         stream = cp.cuda.get_current_stream()
         status = self._status
         cp.cuda.runtime.memsetAsync(status.data.ptr, 0, 8 * _STATUS_WORDS, stream.ptr)
@@ -326,18 +355,14 @@ class GpuKernels:
         threads = self.options.threads
         # one launch per chunk, each after its chunk's copy: chunk c merges while chunk c + 1
         # crosses PCIe
-        for (first, end), event in zip(bounds, copied, strict=True):
-            stream.wait_event(event)
-            chunk = (
-                inputs
-                if chunks == 1
-                else [None if array is None else array[first:end] for array in inputs]
-            )
+        for chunk in staged.chunks:
+            first, end = chunk.first, chunk.end
+            stream.wait_event(chunk.event)
             fused(
                 (device.fused_grid(end - first, threads),),
                 (threads,),
                 (
-                    *chunk,
+                    *staged.chunk_arguments(chunk, whole),
                     keys.table_words,
                     keys.table_slots,
                     np.int64(keys.capacity),
@@ -372,7 +397,7 @@ class GpuKernels:
                 rows, late, nulls, max_event_time, first_pane, last_pane, None, None, late_rows
             )
         self.metrics.passes_with_rest += 1
-        lifted = self.lift_tuples(lift, batch)
+        lifted = self.lift_tuples(lift, batch, staged)
         rest_include = lifted.contributes & (decided == 0)
         return FusedMerge(
             rows,

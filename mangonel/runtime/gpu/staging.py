@@ -1,16 +1,26 @@
-"""Staging Arrow columns for the device: pinned double buffers and a copy stream.
+"""Staging Arrow columns for the device: reused pinned buffers, a copy thread pool, a copy
+stream, chunk after chunk (issue 12, items 2 and 4).
 
-Arrow batch -> pinned host staging -> asynchronous host-to-device copies on a copy stream,
-double-buffered: two pinned buffers alternate, so the host fills one while the other's copy
-is in flight, and the compute stream waits on the copy's event only. A column whose Arrow
-buffer already lives in pinned memory (a source that generates into pinned batches, as the
-benchmark's does) is copied straight from it: no host copy at all. Only the columns a query
-reads travel, in the narrowest device type of the SQL type (STRING: int32 dictionary ids,
-BOOLEAN: one byte); a validity byte array travels only for columns that hold NULLs.
+Arrow batch -> pinned host staging -> asynchronous host-to-device copies on a copy stream.
+A batch of any size is cut into chunks (`GpuOptions.chunk_rows`); a persistent pool of host
+threads (`wire.CopyPool`) copies chunk c's columns into one of a ring of pinned slots, in the
+wire format of `compiler.wire` (64-bit integer columns as int32 offsets from the chunk's
+first value where the chunk's range fits, else 8 bytes; the others at their declared
+width), then chunk c's host-to-device copies are queued and the threads go on with chunk
+c + 1 while they run; the compute stream waits on chunk c's event only. The pinned slots are
+allocated once and kept for the stager's life (grown only when a larger chunk comes):
+cudaHostAlloc of 100 MB costs milliseconds.
+
+A column whose Arrow buffer already lives in pinned memory (a source that generates into
+pinned batches, as the pinned-source harness does) is copied straight from it, at its full
+width: no host pass at all. Only the columns a query reads travel (STRING as int32
+dictionary ids, BOOLEAN as one byte); a validity byte array travels only for columns that
+hold NULLs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,10 +28,18 @@ import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.gpu.device import cupy
+from mangonel.runtime.gpu.wire import ChunkSource, ChunkWire, chunk_bounds, shared_pool
 from mangonel.runtime.host.arrays import to_values
 from mangonel.runtime.host.keys import StringDictionary
 
 _HOST_MEMORY = 1  # cudaMemoryTypeHost: page-locked host memory
+_ALIGN = 256
+_SLOTS = 3  # pinned chunk slots in the ring: chunk c copies out of one while c + 1 fills
+_MIN_SLOT_BYTES = 1 << 20
+
+
+def _aligned(nbytes: int) -> int:
+    return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
 def _is_pinned(address: int) -> bool:
@@ -50,39 +68,101 @@ def _plain_values(array: pa.Array, sql_type: SqlType) -> np.ndarray | None:
     return values if values.dtype == dtype else None
 
 
+@dataclass
+class StagedChunk:
+    """One chunk of a staged batch: rows [first, end), the copy stream's event after its
+    copies, and per column how its values went on the wire (narrow: base + int32 offset)."""
+
+    first: int
+    end: int
+    event: Any
+    wires: list[ChunkWire]  # one per column (values; validity is never narrowed)
+
+
+@dataclass
+class StagedBatch:
+    """A batch's columns on the device (values, validity or None per column; an offset
+    column's values as a uint8 buffer of 8 bytes a row, chunk c's data at byte 8 * first),
+    the chunks, and the min/max of each offset column over the batch's rows (None where
+    the column was not read by a host pass: pinned, or no rows)."""
+
+    inputs: list[Any]
+    chunks: list[StagedChunk]
+    offsets: tuple[bool, ...]
+    extremes: list[tuple[int, int] | None] = field(default_factory=list)
+
+    def chunk_arguments(self, chunk: StagedChunk, whole: bool = False) -> list[Any]:
+        """The kernel arguments of the columns for one chunk: per column its values (the
+        chunk's view), then for an offset column its base (int64) and wide flag (int32),
+        then its validity (the chunk's view, or None). `whole`: the batch is one chunk."""
+        arguments: list[Any] = []
+        first, end = chunk.first, chunk.end
+        for k, offset in enumerate(self.offsets):
+            values, valid = self.inputs[2 * k], self.inputs[2 * k + 1]
+            if offset:
+                wire = chunk.wires[k]
+                arguments += [
+                    values if whole else values[8 * first : 8 * end],
+                    np.int64(wire.base),
+                    np.int32(0 if wire.narrow else 1),
+                ]
+            else:
+                arguments.append(values if whole or values is None else values[first:end])
+            arguments.append(valid if whole or valid is None else valid[first:end])
+        return arguments
+
+    def wire_bytes(self) -> int:
+        """Bytes of values that crossed (or will cross) PCIe for this batch."""
+        return sum(w.nbytes for chunk in self.chunks for w in chunk.wires)
+
+
 class Stager:
-    """Pinned double buffers and a copy stream for the columns of one operator.
+    """Pinned chunk slots, a copy thread pool and a copy stream for the columns of one
+    operator.
 
     `strings` is the dictionary STRING columns are encoded into: the stager adds to it but
     does not own it. Its owner (`GpuKernels`) hands the same dictionary to its key maps and
     reads string literals' ids from it, because string literals, column-to-column comparisons
-    and STRING keys need the same id for the same text everywhere in one operator."""
+    and STRING keys need the same id for the same text everywhere in one operator.
+    `threads`: host copy threads (0: one per core, at most 16)."""
 
-    def __init__(self, strings: StringDictionary) -> None:
+    def __init__(self, strings: StringDictionary, threads: int = 0) -> None:
         cp = cupy()
         self.copy_stream = cp.cuda.Stream(non_blocking=True)
-        self.buffers: list[Any] = [None, None]
-        self.sizes = [0, 0]
-        self.turn = 0
-        self.events: list[Any] = [None, None]
-        self.sources: list[Any] = [None, None]
+        self.pool = shared_pool(threads)
         self.strings = strings
+        self._slots: list[Any] = [None] * _SLOTS  # pinned memory, kept for the stager's life
+        self._slot_bytes = [0] * _SLOTS
+        self._slot_events: list[Any] = [None] * _SLOTS  # the last copy out of each slot
+        self._turn = 0
+        # arrays copied straight from pinned memory: kept alive until their copy is done
+        self._direct: list[tuple[Any, list[np.ndarray]]] = []
         self._literal_cache: dict[tuple, Any] = {}
 
-    def _pinned(self, nbytes: int):
+    def _slot(self, nbytes: int) -> tuple[int, np.ndarray]:
+        """(index, the next pinned slot of the ring as a uint8 array of at least `nbytes`),
+        once the copy that last read it is done."""
         cp = cupy()
-        index = self.turn
-        if self.events[index] is not None:
-            self.events[index].synchronize()  # the copy that last used this buffer is done
-        if self.sizes[index] < nbytes:
-            self.buffers[index] = cp.cuda.alloc_pinned_memory(max(nbytes, 1 << 20))
-            self.sizes[index] = max(nbytes, 1 << 20)
-        return self.buffers[index]
+        index = self._turn
+        self._turn = (index + 1) % _SLOTS
+        if self._slot_events[index] is not None:
+            self._slot_events[index].synchronize()
+            self._slot_events[index] = None
+        if self._slot_bytes[index] < nbytes:
+            size = max(nbytes, _MIN_SLOT_BYTES, 2 * self._slot_bytes[index])
+            self._slots[index] = None  # free the old one first
+            self._slots[index] = cp.cuda.alloc_pinned_memory(size)
+            self._slot_bytes[index] = size
+        return index, np.frombuffer(self._slots[index], np.uint8, self._slot_bytes[index])
 
-    def host_columns(self, arrays: list[pa.Array], columns) -> list[np.ndarray]:
-        """Each column as (values, validity or None) numpy arrays of its device type."""
-        host = []
-        for array, column in zip(arrays, columns, strict=True):
+    def host_columns(
+        self, arrays: list[pa.Array], columns, offsets: tuple[bool, ...] | None = None
+    ) -> list[np.ndarray | None]:
+        """Each column as (values, validity or None) numpy arrays of its device type. The
+        NULL slots of an offset column hold one of its valid values (not 0), so NULLs never
+        widen the chunk's range."""
+        host: list[np.ndarray | None] = []
+        for k, (array, column) in enumerate(zip(arrays, columns, strict=True)):
             if isinstance(array, pa.ChunkedArray):
                 array = array.combine_chunks()
             plain = _plain_values(array, column.type)
@@ -97,22 +177,34 @@ class Stager:
                     np.dtype(np.uint8) if column.type is SqlType.BOOLEAN else column.type.info.numpy
                 )
                 values, valid = to_values(array, dtype)
-            host.append(np.ascontiguousarray(values))
-            host.append(None if bool(valid.all()) else valid.astype(np.uint8))
+            values = np.ascontiguousarray(values)
+            all_valid = bool(valid.all())
+            if offsets is not None and offsets[k] and not all_valid and valid.any():
+                values = values.copy() if not values.flags.writeable else values
+                values[~valid] = values[int(np.argmax(valid))]
+            host.append(values)
+            host.append(None if all_valid else valid.astype(np.uint8))
         return host
 
     def stage(self, arrays: list[pa.Array], columns) -> list:
-        """Device arrays (values, validity or None per column) of the batch's columns; the
-        compute (current) stream waits for their copies."""
-        targets, events = self.stage_chunks(arrays, columns, None)
-        cupy().cuda.get_current_stream().wait_event(events[-1])
-        return targets
+        """Device arrays (values, validity or None per column, each in its device type) of
+        the batch's columns; the compute (current) stream waits for their copies."""
+        staged = self.stage_batch(arrays, columns, None, None)
+        cupy().cuda.get_current_stream().wait_event(staged.chunks[-1].event)
+        return staged.inputs
 
-    def stage_chunks(self, arrays: list[pa.Array], columns, bounds) -> tuple[list, list]:
-        """Like `stage`, but the rows are copied chunk after chunk ([(first, end)] `bounds`;
-        None: one chunk) with an event after each, and the compute stream waits for none:
-        the caller waits for chunk c's event before its kernel, so that kernel runs while the
-        next chunk is still crossing PCIe.
+    def stage_batch(
+        self,
+        arrays: list[pa.Array],
+        columns,
+        chunk_rows: int | None,
+        offsets: tuple[bool, ...] | None,
+    ) -> StagedBatch:
+        """Copy the batch's columns to the device chunk after chunk (`chunk_rows` rows each;
+        None: one chunk), each chunk's event recorded on the copy stream; the compute stream
+        waits for none: the caller waits for chunk c's event before its kernel, so that
+        kernel runs while the next chunk is still crossing PCIe. `offsets[k]`: column k (an
+        int64 column) travels as int32 offsets where a chunk's range fits.
 
         Stream discipline: the device arrays are allocated on the compute (current) stream, so
         CuPy's stream-aware pool hands this stream a block only once its earlier users are
@@ -121,51 +213,98 @@ class Stager:
         the copies. No block is ever written by one stream while another may still read it.
         """
         cp = cupy()
+        offsets = offsets or (False,) * len(columns)
         compute = cp.cuda.get_current_stream()
-        host = self.host_columns(arrays, columns)
-        pinned_already = [
-            a is not None and a.nbytes > 0 and _is_pinned(a.ctypes.data) for a in host
+        host = self.host_columns(arrays, columns, offsets)
+        rows = len(host[0]) if host and host[0] is not None else 0
+        # per host array (values, validity alternate): narrowed?, read straight from pinned?
+        narrowable = [offsets[i // 2] and i % 2 == 0 for i in range(len(host))]
+        direct = [a is not None and a.nbytes > 0 and _is_pinned(a.ctypes.data) for a in host]
+        inputs = [
+            None
+            if array is None
+            else cp.empty(8 * len(array), cp.uint8)
+            if narrowable[i]
+            else cp.empty(array.shape, array.dtype)
+            for i, array in enumerate(host)
         ]
-        total = sum(
-            a.nbytes + 256
-            for a, direct in zip(host, pinned_already, strict=True)
-            if a is not None and not direct
-        )
-        staged = np.frombuffer(self._pinned(total), np.uint8, total) if total else None
-        targets = [None if array is None else cp.empty(array.shape, array.dtype) for array in host]
         ready = cp.cuda.Event(disable_timing=True)
         ready.record(compute)
         self.copy_stream.wait_event(ready)
-        sources = []  # (host address, device target, bytes per row) of every array to copy
-        offset = 0
-        for array, target, direct in zip(host, targets, pinned_already, strict=True):
-            if array is None or array.nbytes == 0:
-                continue
-            if direct:
-                source = array.ctypes.data
-            else:
-                view = staged[offset : offset + array.nbytes]
-                view[:] = array.view(np.uint8)
-                source = view.ctypes.data
-                offset += (array.nbytes + 255) // 256 * 256
-            sources.append((source, target, array.itemsize))
-        events = []
-        rows = len(host[0]) if host and host[0] is not None else 0
-        for first, end in bounds or [(0, rows)]:
-            for source, target, width in sources:
-                if end > first:
-                    (target.data + first * width).copy_from_host_async(
-                        source + first * width, (end - first) * width, self.copy_stream
-                    )
+        self._release_direct()
+        kept: list[np.ndarray] = []
+        bounds = chunk_bounds(rows, chunk_rows or max(rows, 1))
+        chunks = []
+        lows: list[int | None] = [None] * len(columns)
+        highs: list[int | None] = [None] * len(columns)
+        for first, end in bounds:
+            wires, slot = self._stage_chunk(host, inputs, narrowable, direct, first, end, kept)
             event = cp.cuda.Event(disable_timing=True)
             event.record(self.copy_stream)
-            events.append(event)
-        self.events[self.turn] = events[-1]
-        # the host arrays (views of the caller's buffers among them) live until that copy is
-        # known done: `_pinned` waits on this event before the turn comes round again
-        self.sources[self.turn] = host
-        self.turn ^= 1
-        return targets, events
+            if slot is not None:
+                self._slot_events[slot] = event
+            column_wires = [wires[2 * k] for k in range(len(columns))]
+            for k, wire in enumerate(column_wires):
+                if wire.low is not None:
+                    lows[k] = wire.low if lows[k] is None else min(lows[k], wire.low)
+                    highs[k] = wire.high if highs[k] is None else max(highs[k], wire.high)
+            chunks.append(StagedChunk(first, end, event, column_wires))
+        if kept:
+            self._direct.append((chunks[-1].event, kept))
+        extremes = [
+            None if low is None else (low, high) for low, high in zip(lows, highs, strict=True)
+        ]
+        return StagedBatch(inputs, chunks, tuple(offsets), extremes)
+
+    def _stage_chunk(
+        self, host, inputs, narrowable, direct, first, end, kept
+    ) -> tuple[list[ChunkWire], int | None]:
+        """Rows [first, end) of every host array: pageable ones through a pinned slot (the
+        pool's threads, narrowing where allowed), pinned ones straight; then their copies.
+        Returns each array's wire and the slot used (None: none)."""
+        rows = end - first
+        regions = []  # (host index, byte offset in the slot) of the arrays that go through it
+        nbytes = 0
+        for i, array in enumerate(host):
+            if array is None or direct[i] or rows == 0:
+                continue
+            regions.append((i, nbytes))
+            nbytes += _aligned(rows * (8 if narrowable[i] else array.itemsize))
+        wires: dict[int, ChunkWire] = {}
+        source_of: dict[int, int] = {}
+        slot_index = None
+        if regions:
+            slot_index, slot = self._slot(nbytes)
+            sources = []
+            for i, start in regions:
+                width = 8 if narrowable[i] else host[i].itemsize
+                sources.append(
+                    ChunkSource(host[i], slot[start : start + rows * width], narrowable[i])
+                )
+            for (i, start), wire in zip(
+                regions, self.pool.fill_chunk(sources, first, end), strict=True
+            ):
+                wires[i] = wire
+                source_of[i] = slot[start:].ctypes.data
+        for i, array in enumerate(host):
+            if array is None:
+                continue
+            width = 8 if narrowable[i] else array.itemsize
+            if i not in wires:  # pinned (copied as it is) or an empty chunk
+                wires[i] = ChunkWire(False, 0, rows * array.itemsize, None, None)
+                if rows:
+                    source_of[i] = array.ctypes.data + first * array.itemsize
+                    kept.append(array)
+            if rows:
+                (inputs[i].data + first * width).copy_from_host_async(
+                    source_of[i], wires[i].nbytes, self.copy_stream
+                )
+        empty = ChunkWire(False, 0, 0, None, None)
+        return [wires.get(i, empty) for i in range(len(host))], slot_index
+
+    def _release_direct(self) -> None:
+        """Drop the pinned sources whose copies are done."""
+        self._direct = [(event, arrays) for event, arrays in self._direct if not event.done]
 
     def literal_ids(self, literals: tuple[str, ...]):
         """Device int32 ids of the plan's string literals in each STRING column's dictionary

@@ -123,6 +123,44 @@ def _measure_pinned_copy(nbytes: int, repeats: int, to_device: bool) -> float:
     return nbytes / float(np.median(times))
 
 
+def measure_staging_rate(threads: int, chunk_rows: int, chunks: int = 8) -> tuple[float, int]:
+    """(tuples/s, threads) of the pageable -> pinned staging pass alone, as the stager runs
+    it (`wire.CopyPool.fill_chunk` with `threads` copy threads, 0: one per core): (ts, key,
+    value) int64/int64/float64 columns in ordinary memory, ts and key narrowed to int32
+    offsets, `chunks` chunks of `chunk_rows` into one pinned slot; the median of 5 passes
+    over all chunks after one warm-up pass."""
+    from mangonel.runtime.gpu.wire import ChunkSource, shared_pool
+
+    cp = device.cupy()
+    pool = shared_pool(threads)
+    rows = chunk_rows * chunks
+    rng = np.random.default_rng(7)
+    columns = (
+        1_764_000_000_000_000 + np.arange(rows, dtype=np.int64) // 100,
+        rng.integers(0, 1000, rows),
+        rng.random(rows),
+    )
+    widths = (8, 8, 8)  # an offset column's region holds its wide form if a chunk needs it
+    slot_bytes = sum(chunk_rows * w for w in widths)
+    memory = cp.cuda.alloc_pinned_memory(slot_bytes)
+    slot = np.frombuffer(memory, np.uint8, slot_bytes)
+    targets, start = [], 0
+    for width in widths:
+        targets.append(slot[start : start + chunk_rows * width])
+        start += chunk_rows * width
+    sources = [
+        ChunkSource(column, target, offset)
+        for column, target, offset in zip(columns, targets, (True, True, False), strict=True)
+    ]
+    times = []
+    for _ in range(6):
+        started = time.perf_counter()
+        for first in range(0, rows, chunk_rows):
+            pool.fill_chunk(sources, first, first + chunk_rows)
+        times.append(time.perf_counter() - started)
+    return rows / float(np.median(times[1:])), pool.threads
+
+
 class PinnedSource:
     """Columns generated once into pinned host memory (the benchmark's source)."""
 

@@ -116,8 +116,8 @@ class OperatorBase:
         for given, conformed in self._conformed:
             if given is batch:
                 return conformed
-        record_batch = as_record_batch(batch)
-        conformed = self.conform(record_batch)
+        typed = self.conform.conform_types(as_record_batch(batch))
+        conformed = self.conform.clip_event_time(typed, self._stage_input(typed))
         self._conformed = [*self._conformed[-1:], (batch, conformed)]
         return conformed
 
@@ -156,17 +156,23 @@ class OperatorBase:
             latest = max_event_time
         return None if latest is None else latest - self.spec.watermark_delay_us
 
+    def _stage_input(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
+        """Hand a typed batch to the kernels before its event times are checked (operators
+        whose kernels stage their input: the time window's `prefetch`); returns the event
+        time's (min, max) when the staging measured it, else None."""
+        return None
+
     def prefetch(self, batch: pa.RecordBatch) -> None:
         """Let the kernels start moving `batch` (the next one `process` gets) to the device,
         so its copy runs beside the processing and firing of the batch before it. Only a hint:
-        `process` of any other batch is unaffected."""
+        `process` of any other batch is unaffected. (Conforming the batch stages it:
+        `_stage_input`.)"""
         if self.finished:
             return
         try:
-            conformed, _ = self._input(batch)
+            self._input(batch)
         except DataError:
             return  # `process` of this batch raises it, after the batches before it ran
-        self.kernels.prefetch(self.lift_node, self.window, conformed)
 
     def _count_out_of_range(self, count: int) -> None:
         """The lift saw out-of-range event times as NULL: count them apart."""

@@ -19,8 +19,9 @@ path: it hands them back to the kernels. A backend supplies:
   rows it could not place (new keys, panes outside the target segment) handed back for the
   split path above. A backend without a fused pass returns every row as the rest;
 - `prefetch`: start moving a batch's columns to the backend's memory before the batch is
-  processed (the standalone driver calls it with batch k + 1 before it processes and fires
-  batch k, so the copy overlaps that work; a no-op on the CPU).
+  processed (the time-window driver calls it for every batch as it conforms it: the
+  standalone driver's lookahead conforms batch k + 1 before it processes and fires batch k,
+  so the copy overlaps that work; a no-op on the CPU).
 
 Arrays crossing this interface are the backend's own (numpy on CPU, CuPy on GPU); anything
 host-sized (one value per key or per window run) is numpy.
@@ -230,10 +231,16 @@ class WindowKernels(Protocol):
         """Fused lift + merge of one batch into `target` against `watermark` (None: -inf);
         see `FusedMerge` for the rows it leaves to the split path."""
 
-    def prefetch(self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch) -> None:
+    def prefetch(
+        self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch
+    ) -> tuple[int, int] | None:
         """Start copying the columns `lift_merge` will read of `batch` (the next batch);
         `lift_merge` of that same object uses the copy. Never required: a batch that was not
-        prefetched, or one prefetched but not processed next, is handled as if never seen."""
+        prefetched, or one prefetched but not processed next, is handled as if never seen.
+        Returns the (min, max) of the batch's non-NULL event times when the copy measured
+        them (the input conformer's range check reuses it), else None. The batch's event
+        times are not range-checked yet: a batch the conformer then changes is a new object,
+        which `lift_merge` stages again."""
 
     def to_host(self, array: Array) -> np.ndarray: ...
 

@@ -130,6 +130,11 @@ class TimeWindowOperator(OperatorBase):
 
     # -- pane level -----------------------------------------------------------------------
 
+    def _stage_input(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
+        """The kernels start copying the batch now (`prefetch`; the GPU's copy pass measures
+        the event time's min and max, which the range check then reuses)."""
+        return self.kernels.prefetch(self.lift_node, self.window, batch)
+
     def _process(self, batch: pa.RecordBatch) -> None:
         """The fused entry: the backend merges what it can place in one pass (known keys,
         panes inside the newest segment); the rest (new keys, other panes) takes the split
