@@ -282,7 +282,12 @@ def test_the_values_lift_gives_the_cpu_order_keys(host_module):
     contributes = np.empty(rows, np.uint8)
     parts = [np.empty(rows, np.int64) for _ in generated.parts]
     by_name = {"ts": (ts, None), "k": (keys, None), "v": (values, valid)}
-    columns = [a for c in generated.columns for a in by_name[c.name]]
+    columns = []
+    for column in generated.columns:
+        values_of, valid_of = by_name[column.name]
+        # an offset column's chunk travels wide here (8-byte values, base 0)
+        wide = (np.int64(0), np.int32(1)) if column.offset else ()
+        columns += [values_of, *wide, valid_of]
     function(
         (1,),
         (1,),
