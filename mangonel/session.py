@@ -44,6 +44,26 @@ class Query(PlannedQuery):
         self._runner = self._new_runner()
         return self._runner.stream(batches)
 
+    def explain(
+        self, codegen: bool = False, format: str = "text", analyze: bool = False
+    ) -> str | dict:
+        """The physical plan (see `PlannedQuery.explain`); with analyze=True also each
+        operator's runtime metrics of the latest run, the online auto-tuner's state and the
+        configurations it tried (EXPLAIN ANALYZE; json: under "analyze")."""
+        plan = super().explain(codegen=codegen, format=format)
+        if not analyze:
+            return plan
+        if self._runner is None:
+            raise RuntimeError(
+                "explain(analyze=True) reports the latest run: call run() or stream() first"
+            )
+        from mangonel.runtime.local.query import analyze_text
+
+        operators = self._runner.analyze()
+        if isinstance(plan, dict):
+            return {**plan, "analyze": operators}
+        return plan + "\n" + analyze_text(operators)
+
     @property
     def metrics(self) -> Any:
         """Metrics of the latest run (tuples in, late tuples dropped, windows fired, ...)."""

@@ -14,10 +14,11 @@ here the space is small and ordered, so a measured hill-climb suffices):
 - a configuration is measured over `samples` steps (after `warmup` steps discarded: a new
   GPU form compiles its kernel on first use) and costs their summed seconds over their summed
   units (a ratio estimator: big steps weigh more than small ones);
-- from the start configuration (the plan's), every neighbour (one knob one value up or down)
-  is measured; the cheapest becomes the centre if it beats the centre by more than
-  `tolerance`, and its unmeasured neighbours are measured in turn; when no neighbour beats
-  the centre the tuner settles on it;
+- from the start configuration (the plan's), the neighbours (one knob one value up or down)
+  are measured one at a time, the direction of the last move first; the first that beats the
+  centre by more than `tolerance` becomes the centre (first-improvement hill-climbing: a
+  move along a slope costs one measurement); when every neighbour of the centre is measured
+  and none beats it, the tuner settles on it;
 - settled, it keeps watching: over the first `window` steps it takes a baseline (median cost
   per unit, units per step, input rate), then compares the median of the last `window` steps
   against it. A change by more than `drift` x (either way) of any of the three restarts the
@@ -137,6 +138,7 @@ class Tuner:
         self.costs: dict[Index, float] = {}  # this search's measured costs
         self.tried: list[tuple[dict[str, Any], float]] = []
         self._measured: list[tuple[float, float]] = []  # (units, seconds) of `current`
+        self._direction: Index | None = None  # the last move, as index differences
         self._skip = warmup
         self.search_started: float | None = None
         self.converge_seconds: float | None = None
@@ -210,13 +212,19 @@ class Tuner:
         return {k.name: k.values[i] for k, i in zip(self.knobs, index, strict=True)}
 
     def _neighbours(self, index: Index) -> list[Index]:
-        """Configurations one knob one value away, in knob order (down before up)."""
+        """Configurations one knob one value away: the last move's direction first, then in
+        knob order (down before up)."""
         found = []
         for position, knob in enumerate(self.knobs):
             for step in (-1, 1):
                 value = index[position] + step
                 if 0 <= value < len(knob.values):
                     found.append(index[:position] + (value,) + index[position + 1 :])
+        if self._direction is not None:
+            ahead = tuple(i + d for i, d in zip(index, self._direction, strict=True))
+            if ahead in found:
+                found.remove(ahead)
+                found.insert(0, ahead)
         return found
 
     def _switch(self, index: Index) -> None:
@@ -227,24 +235,22 @@ class Tuner:
         self._measured = []
 
     def _advance(self) -> None:
-        """Measure the centre's next unmeasured neighbour, move to a better one, or settle."""
-        while True:
-            if self.centre not in self.costs:
-                self._switch(self.centre)
-                return
-            unmeasured = [n for n in self._neighbours(self.centre) if n not in self.costs]
-            if unmeasured:
-                self._switch(unmeasured[0])
-                return
-            around = [self.centre, *self._neighbours(self.centre)]
-            best = min(around, key=lambda index: self.costs[index])
-            if best != self.centre and self.costs[best] < self.costs[self.centre] * (
-                1 - self.tolerance
-            ):
-                self.centre = best
-                continue
-            self._settle()
+        """Move to the configuration just measured if it beats the centre; then measure the
+        centre's next unmeasured neighbour, or settle."""
+        if self.centre not in self.costs:
+            self._switch(self.centre)
             return
+        just = self.current
+        if just != self.centre and self.costs[just] < self.costs[self.centre] * (
+            1 - self.tolerance
+        ):
+            self._direction = tuple(a - b for a, b in zip(just, self.centre, strict=True))
+            self.centre = just
+        unmeasured = [n for n in self._neighbours(self.centre) if n not in self.costs]
+        if unmeasured:
+            self._switch(unmeasured[0])
+            return
+        self._settle()
 
     def _settle(self) -> None:
         self._switch(self.centre)
@@ -289,6 +295,7 @@ class Tuner:
         self.state = "exploring"
         self.costs = {}
         self.centre = self.current
+        self._direction = None
         self._measured = []
         self._skip = 0
         self.search_started = self.clock()
