@@ -42,7 +42,17 @@ LAYERS = (
     Layer("runtime.local", 7, ("mangonel.runtime.local",)),
     Layer("runtime.spark", 7, ("mangonel.runtime.spark",)),
     Layer("session", 8, ("mangonel.session",)),
-    Layer("entry points", 9, ("mangonel", "mangonel.cli", "mangonel.bench", "mangonel.bench_join")),
+    Layer(
+        "entry points",
+        9,
+        (
+            "mangonel",
+            "mangonel.cli",
+            "mangonel.bench",
+            "mangonel.bench_join",
+            "mangonel.bench_tuner",
+        ),
+    ),
 )
 
 # third-party package -> the one layer that may import it
