@@ -125,18 +125,35 @@ def test_time_to_converge_is_the_clock_time_of_the_search():
     while tuner.state != "settled":
         drive(tuner, clock, lambda c: cost({**c, "gpu_form": "warp-per-window"}), 1, 0.0)
         steps += 1
-    # 16384 -> 4096 -> 1024 (the slope first), then 1024's other neighbour 256 is worse:
-    # 4 configurations x (1 warm-up step + 3 measured)
+    # 16384 -> 4096 -> 1024 (the slope first), then 1024's other neighbour 256 loses:
+    # three paired runs (centre, candidate, candidate, centre), each candidate's first step
+    # a discarded warm-up, as the start configuration's
     assert [c["windows_per_launch"] for c, _ in tuner.tried] == [16384, 4096, 1024, 256]
     assert tuner.config["windows_per_launch"] == 1024
-    assert steps == 4 * 4
+    assert steps == 1 + 3 * (4 + 1)
     # step k is observed at 0.1 k + its own seconds of the injected clock (drive's rate);
-    # the search runs from the first observation to the last
+    # the search runs from the first observation (16384's) to the last (1024's)
     seconds = {c: cost({"windows_per_launch": c, "gpu_form": "warp-per-window"}) * 1e6
                for c in CHUNKS}  # fmt: skip
     assert tuner.converge_seconds == pytest.approx(
-        0.1 * (steps - 1) + seconds[256] - seconds[16384]
+        0.1 * (steps - 1) + seconds[1024] - seconds[16384]
     )
+
+
+def test_a_cost_trend_does_not_favour_the_configuration_run_later():
+    # every configuration costs the same, but the cost per unit falls 3 % a step (windows
+    # filling up): paired runs see no difference, and the start configuration stays
+    clock = Clock()
+    tuner = Tuner(knobs(), clock=clock)
+    step = [0]
+
+    def falling(config: dict) -> float:
+        step[0] += 1
+        return 1e-8 * 0.97 ** step[0]
+
+    drive(tuner, clock, falling, 60, 0.0)
+    assert tuner.state == "settled"
+    assert tuner.config == {"windows_per_launch": 16384, "gpu_form": "warp-per-window"}
 
 
 def test_a_flat_surface_keeps_the_start_configuration():

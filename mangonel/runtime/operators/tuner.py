@@ -11,14 +11,16 @@ The search (GASSER, ../shared/papers/gasser-autotuned-gpu-sliding-window.txt, ca
 offline-style for tens of seconds over a low-discrepancy sample and an interpolated model;
 here the space is small and ordered, so a measured hill-climb suffices):
 
-- a configuration is measured over `samples` steps (after `warmup` steps discarded: a new
-  GPU form compiles its kernel on first use) and costs their summed seconds over their summed
-  units (a ratio estimator: big steps weigh more than small ones);
-- from the start configuration (the plan's), the neighbours (one knob one value up or down)
-  are measured one at a time, the direction of the last move first; the first that beats the
-  centre by more than `tolerance` becomes the centre (first-improvement hill-climbing: a
-  move along a slope costs one measurement); when every neighbour of the centre is measured
-  and none beats it, the tuner settles on it;
+- a candidate is compared with the centre (at first the plan's configuration) in one paired
+  run, centre-candidate-candidate-centre (`samples` = 2 steps each; ABBA): a stream whose
+  cost per unit drifts while its windows fill up would otherwise favour whichever ran
+  later. Each side costs its summed seconds over its summed units (a ratio estimator: big
+  steps weigh more). The first step a configuration ever runs is discarded (`warmup`: a new
+  GPU form compiles its kernel then), run before the paired steps;
+- candidates are the centre's neighbours (one knob one value up or down), the direction of
+  the last move first; the first that beats the centre by more than `tolerance` becomes the
+  centre (first-improvement hill-climbing: a move along a slope costs one comparison);
+  when every neighbour lost to the centre, the tuner settles on it;
 - settled, it keeps watching: over the first `window` steps it takes a baseline (median cost
   per unit, units per step, input rate), then compares the median of the last `window` steps
   against it. A change by more than `drift` x (either way) of any of the three restarts the
@@ -113,7 +115,7 @@ class Tuner:
         knobs: Sequence[Knob],
         *,
         clock: Callable[[], float] = time.perf_counter,
-        samples: int = 3,
+        samples: int = 2,
         warmup: int = 1,
         tolerance: float = 0.05,
         drift: float = 2.0,
@@ -135,11 +137,13 @@ class Tuner:
         self.centre: Index = tuple(k.values.index(k.start) for k in self.knobs)
         self.current: Index = self.centre
         self.state = "exploring"
-        self.costs: dict[Index, float] = {}  # this search's measured costs
         self.tried: list[tuple[dict[str, Any], float]] = []
-        self._measured: list[tuple[float, float]] = []  # (units, seconds) of `current`
+        self._lost: set[Index] = set()  # neighbours known worse than the centre
         self._direction: Index | None = None  # the last move, as index differences
-        self._skip = warmup
+        self._candidate: Index | None = None
+        self._schedule: list[Index] = []  # the comparison's remaining steps
+        self._measured: dict[Index, list[tuple[float, float]]] = {}  # (units, seconds)
+        self._runs: dict[Index, int] = {}  # steps each configuration ran (warm-up)
         self.search_started: float | None = None
         self.converge_seconds: float | None = None
         self.retunes = 0
@@ -152,6 +156,7 @@ class Tuner:
             name: deque(maxlen=window) for name in ("cost", "units", "rate")
         }
         self._last_input: float | None = None
+        self._next_comparison()
 
     # -- what the operator reads and reports ----------------------------------------------
 
@@ -182,17 +187,15 @@ class Tuner:
             self._recent["units"].append(units)
             self._check_drift()
             return
-        if self._skip > 0:
-            self._skip -= 1
+        runs = self._runs.get(self.current, 0)
+        self._runs[self.current] = runs + 1
+        self._schedule.pop(0)
+        if runs >= self.warmup:  # a first step (compiling, warming caches) is no measure
+            self._measured.setdefault(self.current, []).append((units, seconds))
+        if self._schedule:
+            self._switch(self._schedule[0])
             return
-        self._measured.append((units, seconds))
-        if len(self._measured) < self.samples:
-            return
-        total_units = sum(u for u, _ in self._measured)
-        cost = sum(s for _, s in self._measured) / total_units
-        self.costs[self.current] = cost
-        self.tried.append((self.config, cost))
-        self._advance()
+        self._compare()
 
     def metrics(self) -> TunerMetrics:
         return TunerMetrics(
@@ -230,34 +233,56 @@ class Tuner:
     def _switch(self, index: Index) -> None:
         if index != self.current:
             self.switches += 1
-            self._skip = self.warmup
         self.current = index
-        self._measured = []
 
-    def _advance(self) -> None:
-        """Move to the configuration just measured if it beats the centre; then measure the
-        centre's next unmeasured neighbour, or settle."""
-        if self.centre not in self.costs:
-            self._switch(self.centre)
+    def _cost(self, index: Index) -> float:
+        measured = self._measured[index]
+        return sum(s for _, s in measured) / sum(u for u, _ in measured)
+
+    def _next_comparison(self) -> None:
+        """Compare the centre with its next untried neighbour, or settle."""
+        candidates = [n for n in self._neighbours(self.centre) if n not in self._lost]
+        if not candidates:
+            self._settle()
             return
-        just = self.current
-        if just != self.centre and self.costs[just] < self.costs[self.centre] * (
-            1 - self.tolerance
-        ):
-            self._direction = tuple(a - b for a, b in zip(just, self.centre, strict=True))
-            self.centre = just
-        unmeasured = [n for n in self._neighbours(self.centre) if n not in self.costs]
-        if unmeasured:
-            self._switch(unmeasured[0])
-            return
-        self._settle()
+        self._candidate = candidates[0]
+        before = (self.samples + 1) // 2
+        # warm-up steps first, so that the paired steps are adjacent in time
+        warm = [
+            index
+            for index in (self.centre, self._candidate)
+            for _ in range(self.warmup - self._runs.get(index, 0))
+        ]
+        self._schedule = warm + (
+            [self.centre] * before
+            + [self._candidate] * self.samples
+            + [self.centre] * (self.samples - before)
+        )
+        self._measured = {}
+        self._switch(self._schedule[0])
+
+    def _compare(self) -> None:
+        """The paired run is complete: move to the candidate if it beat the centre."""
+        candidate = self._candidate
+        assert candidate is not None
+        centre_cost, candidate_cost = self._cost(self.centre), self._cost(candidate)
+        if not self.tried:
+            self.tried.append((self._config(self.centre), centre_cost))
+        self.tried.append((self._config(candidate), candidate_cost))
+        if candidate_cost < centre_cost * (1 - self.tolerance):
+            self._direction = tuple(a - b for a, b in zip(candidate, self.centre, strict=True))
+            self._lost = {self.centre}
+            self.centre = candidate
+        else:
+            self._lost.add(candidate)
+        self._next_comparison()
 
     def _settle(self) -> None:
         self._switch(self.centre)
-        self._skip = 0  # the centre ran before: nothing to compile or warm
+        self._schedule = []
         self.state = "settled"
-        assert self.search_started is not None
-        self.converge_seconds = self.clock() - self.search_started
+        if self.search_started is not None:
+            self.converge_seconds = self.clock() - self.search_started
         self._baseline = None
         for recent in self._recent.values():
             recent.clear()
@@ -293,16 +318,15 @@ class Tuner:
         self.retunes += 1
         self.retune_reason = reason
         self.state = "exploring"
-        self.costs = {}
         self.centre = self.current
         self._direction = None
-        self._measured = []
-        self._skip = 0
+        self._lost = set()
         self.search_started = self.clock()
         self.converge_seconds = None
         self._baseline = None
         for recent in self._recent.values():
             recent.clear()
+        self._next_comparison()
 
 
 _SIGNALS = {"cost": "cost per unit", "units": "work per step", "rate": "input rate"}
