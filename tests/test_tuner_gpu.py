@@ -47,8 +47,8 @@ def test_gpu_results_equal_the_cpu_while_forms_and_launches_change(hopping_tuner
     tuned = _session("gpu").sql(QUERY)
     got = tuned.run(batches())
     metrics = tuned.metrics.tuning
-    assert {c["gpu_form"] for c, _ in metrics.tried} == set(FORMS)
-    assert len({c["windows_per_launch"] for c, _ in metrics.tried}) >= 2
+    assert {c["gpu_form"] for c, _, _ in metrics.tried} == set(FORMS)
+    assert len({c["windows_per_launch"] for c, _, _ in metrics.tried}) >= 2
     assert metrics.switches > 10
     holistic = tuned._runner.window_operator
     launched = {
@@ -68,7 +68,7 @@ def test_gpu_default_tuner_reports_configurations_of_its_space():
     metrics = query.metrics.tuning
     assert metrics.state in ("exploring", "settled") and metrics.steps > 10
     assert metrics.tried, "the default tuner measured nothing in 40 firings"
-    for config, cost in metrics.tried:
+    for config, cost, _ in metrics.tried:
         assert config["gpu_form"] in FORMS and cost > 0
         assert 1 <= config["windows_per_launch"] <= 4194304 // 10
     text = query.explain(analyze=True)

@@ -66,29 +66,32 @@ class TunerMetrics:
     state: "exploring", "settled", "off" (tuning switched off: the plan's values) or "fixed"
         (every knob pinned by the user: nothing to tune).
     config: the knob values the next step runs with.
-    tried: every configuration measured, in order, with its cost (seconds per unit of work),
-        over every search (a re-tune measures anew).
+    tried: every paired run, in order, over every search (a re-tune measures anew): the
+        candidate configuration, its cost and the centre's in the same run (seconds per unit
+        of work).
     converge_seconds: wall seconds from the first step of the latest search to its settling
         (None while it explores).
     retunes: searches restarted by a drift; retune_reason: the latest one's cause.
     steps: steps observed; switches: configuration changes applied between steps.
+    configurations: distinct configurations measured (GASSER's count of tried ones).
     """
 
     state: str
     config: dict[str, Any]
-    tried: tuple[tuple[dict[str, Any], float], ...] = ()
+    tried: tuple[tuple[dict[str, Any], float, float], ...] = ()
     converge_seconds: float | None = None
     retunes: int = 0
     retune_reason: str | None = None
     steps: int = 0
     switches: int = 0
+    configurations: int = 0
 
     def describe(self) -> str:
-        """One line: `tuner: settled config={...} tried=5 converged in 1.23 s retunes=0`."""
+        """One line: `tuner: settled config=[...] configurations=4 comparisons=3 ...`."""
         config = " ".join(f"{k}={v}" for k, v in self.config.items())
         parts = [f"tuner: {self.state}", f"config=[{config}]"]
         if self.state in ("exploring", "settled"):
-            parts.append(f"tried={len(self.tried)}")
+            parts.append(f"configurations={self.configurations} comparisons={len(self.tried)}")
             if self.converge_seconds is not None:
                 parts.append(f"converged_in={self.converge_seconds:.3f}s")
             parts += [f"steps={self.steps}", f"switches={self.switches}"]
@@ -100,8 +103,10 @@ class TunerMetrics:
     def tried_lines(self) -> list[str]:
         """Each configuration measured with its cost, for EXPLAIN ANALYZE."""
         return [
-            "  tried " + " ".join(f"{k}={v}" for k, v in config.items()) + f": {cost:.3e} s/unit"
-            for config, cost in self.tried
+            "  tried "
+            + " ".join(f"{k}={v}" for k, v in config.items())
+            + f": {cost:.3e} s/unit (centre {centre:.3e})"
+            for config, cost, centre in self.tried
         ]
 
 
@@ -137,13 +142,14 @@ class Tuner:
         self.centre: Index = tuple(k.values.index(k.start) for k in self.knobs)
         self.current: Index = self.centre
         self.state = "exploring"
-        self.tried: list[tuple[dict[str, Any], float]] = []
+        self.tried: list[tuple[dict[str, Any], float, float]] = []
         self._lost: set[Index] = set()  # neighbours known worse than the centre
         self._direction: Index | None = None  # the last move, as index differences
         self._candidate: Index | None = None
         self._schedule: list[Index] = []  # the comparison's remaining steps
         self._measured: dict[Index, list[tuple[float, float]]] = {}  # (units, seconds)
         self._runs: dict[Index, int] = {}  # steps each configuration ran (warm-up)
+        self._measured_ever: dict[Index, int] = {}  # measured steps per configuration
         self.search_started: float | None = None
         self.converge_seconds: float | None = None
         self.retunes = 0
@@ -192,6 +198,7 @@ class Tuner:
         self._schedule.pop(0)
         if runs >= self.warmup:  # a first step (compiling, warming caches) is no measure
             self._measured.setdefault(self.current, []).append((units, seconds))
+            self._measured_ever[self.current] = self._measured_ever.get(self.current, 0) + 1
         if self._schedule:
             self._switch(self._schedule[0])
             return
@@ -207,6 +214,7 @@ class Tuner:
             self.retune_reason,
             self.steps,
             self.switches,
+            len({index for index, steps in self._measured_ever.items() if steps}),
         )
 
     # -- the search -----------------------------------------------------------------------
@@ -266,9 +274,7 @@ class Tuner:
         candidate = self._candidate
         assert candidate is not None
         centre_cost, candidate_cost = self._cost(self.centre), self._cost(candidate)
-        if not self.tried:
-            self.tried.append((self._config(self.centre), centre_cost))
-        self.tried.append((self._config(candidate), candidate_cost))
+        self.tried.append((self._config(candidate), candidate_cost, centre_cost))
         if candidate_cost < centre_cost * (1 - self.tolerance):
             self._direction = tuple(a - b for a, b in zip(candidate, self.centre, strict=True))
             self._lost = {self.centre}
