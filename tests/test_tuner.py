@@ -158,6 +158,23 @@ def test_a_cost_trend_does_not_favour_the_configuration_run_later():
     assert tuner.config == {"windows_per_launch": 16384, "gpu_form": "warp-per-window"}
 
 
+def test_one_slow_step_does_not_move_the_search():
+    # equal costs, but the centre's first paired step is slowed 3x (another process's
+    # burst): the candidate looks cheaper overall, not in both halves of the run
+    clock = Clock()
+    tuner = Tuner([Knob("windows_per_launch", CHUNKS, 16384)], clock=clock)
+    drive(tuner, clock, lambda config: 1e-8, 2, 0.0)  # the two warm-up steps
+    assert tuner.config["windows_per_launch"] == 16384
+    tuner.observe(1e6, 3e-2)  # the slow step
+    assert tuner.config["windows_per_launch"] == 4096  # the candidate's two steps next
+    tuner.observe(1e6, 1e-2)
+    tuner.observe(1e6, 1e-2)
+    assert tuner.config["windows_per_launch"] == 16384
+    tuner.observe(1e6, 1e-2)
+    assert tuner.tried[0][1] < 0.95 * tuner.tried[0][2]  # cheaper overall...
+    assert tuner.centre == (CHUNKS.index(16384),)  # ...yet not taken
+
+
 def test_a_flat_surface_keeps_the_start_configuration():
     clock = Clock()
     tuner = Tuner(knobs(), clock=clock)

@@ -19,7 +19,8 @@ here the space is small and ordered, so a measured hill-climb suffices):
   GPU form compiles its kernel then), run before the paired steps;
 - candidates are the centre's neighbours (one knob one value up or down), the direction of
   the last move first; the first that beats the centre by more than `tolerance` becomes the
-  centre (first-improvement hill-climbing: a move along a slope costs one comparison);
+  centre (and is cheaper in both halves of the paired run: one slow step cannot decide;
+  first-improvement hill-climbing: a move along a slope costs one comparison);
   when every neighbour lost to the centre, the tuner settles on it;
 - settled, it keeps watching: over the first `window` steps it takes a baseline (median cost
   per unit, units per step, input rate), then compares the median of the last `window` steps
@@ -243,9 +244,22 @@ class Tuner:
             self.switches += 1
         self.current = index
 
-    def _cost(self, index: Index) -> float:
-        measured = self._measured[index]
+    @staticmethod
+    def _cost(measured: list[tuple[float, float]]) -> float:
         return sum(s for _, s in measured) / sum(u for u, _ in measured)
+
+    def _beats(self, candidate: list, centre: list) -> bool:
+        """Whether the candidate's steps beat the centre's: cheaper by more than `tolerance`
+        overall, and cheaper in each half of the paired run (centre-candidate, then
+        candidate-centre), so that one slow step (another process's burst) cannot decide."""
+        if self._cost(candidate) >= self._cost(centre) * (1 - self.tolerance):
+            return False
+        before = (self.samples + 1) // 2
+        if self.samples - before == 0:  # one step each: no halves
+            return True
+        return self._cost(candidate[:before]) < self._cost(centre[:before]) and self._cost(
+            candidate[before:]
+        ) < self._cost(centre[before:])
 
     def _next_comparison(self) -> None:
         """Compare the centre with its next untried neighbour, or settle."""
@@ -273,9 +287,9 @@ class Tuner:
         """The paired run is complete: move to the candidate if it beat the centre."""
         candidate = self._candidate
         assert candidate is not None
-        centre_cost, candidate_cost = self._cost(self.centre), self._cost(candidate)
-        self.tried.append((self._config(candidate), candidate_cost, centre_cost))
-        if candidate_cost < centre_cost * (1 - self.tolerance):
+        centre, measured = self._measured[self.centre], self._measured[candidate]
+        self.tried.append((self._config(candidate), self._cost(measured), self._cost(centre)))
+        if self._beats(measured, centre):
             self._direction = tuple(a - b for a, b in zip(candidate, self.centre, strict=True))
             self._lost = {self.centre}
             self.centre = candidate
