@@ -70,8 +70,8 @@ class TunerMetrics:
     tried: every paired run, in order, over every search (a re-tune measures anew): the
         candidate configuration, its cost and the centre's in the same run (seconds per unit
         of work).
-    converge_seconds: wall seconds from the first step of the latest search to its settling
-        (None while it explores).
+    converge_seconds: wall seconds from the first step of the latest completed search to its
+        settling (None until one settles; a re-tune's search replaces it when it settles).
     retunes: searches restarted by a drift; retune_reason: the latest one's cause.
     steps: steps observed; switches: configuration changes applied between steps.
     configurations: distinct configurations measured (GASSER's count of tried ones).
@@ -342,7 +342,6 @@ class Tuner:
         self._direction = None
         self._lost = set()
         self.search_started = self.clock()
-        self.converge_seconds = None
         self._baseline = None
         for recent in self._recent.values():
             recent.clear()
