@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):  # noqa: ANN202
     # Session pulls in the whole compiler; load it on first use so that importing a
     # submodule (mangonel.catalog, mangonel.runtime...) stays light.
-    if name in ("Session", "Query"):
+    if name in ("Session", "Query", "TuningOptions"):
         from mangonel import session
 
         return getattr(session, name)
@@ -48,5 +48,6 @@ __all__ = [
     "Query",
     "Session",
     "SqlError",
+    "TuningOptions",
     "attach",
 ]

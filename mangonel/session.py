@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from mangonel.compiler import physical
+from mangonel.compiler.options import TuningOptions
 from mangonel.compiler.statements import PlannedQuery, QueryOptions, StatementRunner
 from mangonel.runtime.cpu.python_window import compile_window_function
 from mangonel.runtime.gpu.probe import gpu_status
@@ -57,6 +58,26 @@ class Query(PlannedQuery):
             raise RuntimeError("the query has not run yet: call run() first")
         return self._runner.late_rows(stream)
 
+    def explain(
+        self, codegen: bool = False, format: str = "text", analyze: bool = False
+    ) -> str | dict:
+        """The physical plan (see `PlannedQuery.explain`); with analyze=True also each
+        operator's runtime metrics of the latest run, the online auto-tuner's state and the
+        configurations it tried (EXPLAIN ANALYZE; json: under "analyze")."""
+        plan = super().explain(codegen=codegen, format=format)
+        if not analyze:
+            return plan
+        if self._runner is None:
+            raise RuntimeError(
+                "explain(analyze=True) reports the latest run: call run() or stream() first"
+            )
+        from mangonel.runtime.local.query import analyze_text
+
+        operators = self._runner.analyze()
+        if isinstance(plan, dict):
+            return {**plan, "analyze": operators}
+        return plan + "\n" + analyze_text(operators)
+
     @property
     def metrics(self) -> Any:
         """Metrics of the latest run (tuples in, late tuples dropped, windows fired, ...)."""
@@ -76,6 +97,10 @@ class Session(StatementRunner):
     join_factorised: aggregated joins whose shape allows it (INNER, grouped by join keys,
     each aggregate reading one side) are computed from per-side counts and partials, never
     per joined pair (EXPLAIN: fused=factorised); False keeps the pair path.
+    tuning: the online auto-tuner of holistic aggregates' firing (windows per launch, the
+    GPU selection form; `runtime/operators/tuner.py`): "online" (the default), "off" (the
+    plan's values), or `TuningOptions(windows_per_launch=..., gpu_form=...)` to fix knobs.
+    EXPLAIN shows it; `query.explain(analyze=True)` and `query.metrics.tuning` its choices.
     """
 
     def __init__(
@@ -86,9 +111,11 @@ class Session(StatementRunner):
         join_algorithm: str | None = None,
         gpu_join: bool = True,
         join_factorised: bool = True,
+        tuning: str | TuningOptions | None = None,
     ) -> None:
         super().__init__(
             backend,
+            tuning=tuning,
             windows_per_batch=windows_per_batch,
             join_algorithm=join_algorithm,
             gpu_join=gpu_join,
@@ -101,4 +128,4 @@ class Session(StatementRunner):
         return Query(text, plan, logical)
 
 
-__all__ = ["Query", "QueryOptions", "Session"]
+__all__ = ["Query", "QueryOptions", "Session", "TuningOptions"]

@@ -45,7 +45,14 @@ LAYERS = (
     Layer(
         "entry points",
         9,
-        ("mangonel", "mangonel.cli", "mangonel.bench", "mangonel.bench_join", "mangonel.bench_gpu"),
+        (
+            "mangonel",
+            "mangonel.cli",
+            "mangonel.bench",
+            "mangonel.bench_join",
+            "mangonel.bench_gpu",
+            "mangonel.bench_tuner",
+        ),
     ),
 )
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from mangonel.aggregates import sketches
 from mangonel.compiler.logical import WindowKind, WindowSpec
+from mangonel.compiler.options import TuningOptions
 from mangonel.errors import PlanError
 
 if TYPE_CHECKING:  # physical imports this module
@@ -107,12 +108,31 @@ class HolisticPlan:
     # most windows one launch evaluates (GASSER's B_w); None where the step runs on the CPU
     gpu_form: str | None = None
     windows_per_launch: int | None = None
+    # the online auto-tuner (`runtime.operators.tuner`, `options.TuningOptions`): "online"
+    # tunes the firing's windows per launch (and the GPU form) from measured cost, starting
+    # at the values above; "off" keeps them. `fixed` holds the knobs the user pinned, by name
+    # (`windows_per_launch`, `gpu_form`), with their values: those are never tuned.
+    tuning: str = "online"
+    fixed: tuple[tuple[str, int | str], ...] = ()
 
     def describe(self) -> str:
-        """EXPLAIN's text: the strategy, and on the GPU its kernel form and batch."""
-        if self.gpu_form is None:
-            return self.strategy
-        return f"{self.strategy}({self.gpu_form}, {self.windows_per_launch} windows/launch)"
+        """EXPLAIN's text: the strategy, on the GPU its kernel form and batch, a fixed batch on
+        the CPU, and the tuning when it is not the default (online, nothing pinned)."""
+        parts = []
+        if self.gpu_form is not None:
+            parts += [self.gpu_form, f"{self.windows_per_launch} windows/launch"]
+        elif self.windows_per_launch is not None:
+            parts.append(f"{self.windows_per_launch} windows/chunk")
+        if self.tuning == "off":
+            parts.append("tuning=off")
+        elif self.fixed:
+            parts.append("fixed=" + "+".join(name for name, _ in self.fixed))
+        return f"{self.strategy}({', '.join(parts)})" if parts else self.strategy
+
+    def tunes(self) -> bool:
+        """Whether the firing's knobs are tuned online (raw values of time windows only:
+        count windows and sketches alone have no selection to tune)."""
+        return self.tuning == "online" and "sorted-panes" in self.strategy.split("+")
 
 
 def holistic_plan(
@@ -121,9 +141,11 @@ def holistic_plan(
     aggregates: Sequence[AggregatePlan],
     backend: str = "cpu",
     panes_per_window: int = 1,
+    tuning: TuningOptions | None = None,
 ) -> HolisticPlan | None:
     """The strategy for a window's holistic aggregates; None when it has none. On the GPU
-    (time windows) also the selection kernel's form and windows per launch."""
+    (time windows) also the selection kernel's form and windows per launch; `tuning` the
+    auto-tuner's mode and the knobs the user fixed."""
     if not any(a.holistic for a in aggregates):
         return None
     if window.kind is WindowKind.CUMULATE:
@@ -142,7 +164,19 @@ def holistic_plan(
     else:
         parts = ["sorted-panes"] if len(approximate) < len(holistic) else []
         strategy = "+".join(parts + (["sketch-panes"] if approximate else []))
-    plan = HolisticPlan(strategy, names, tuple(sketch_parameters(a) for a in approximate))
+    tuning = tuning or TuningOptions()
+    fixed: list[tuple[str, int | str]] = []
+    if tuning.windows_per_launch is not None:
+        fixed.append(("windows_per_launch", tuning.windows_per_launch))
+    if tuning.gpu_form is not None:
+        fixed.append(("gpu_form", tuning.gpu_form))
+    plan = HolisticPlan(
+        strategy,
+        names,
+        tuple(sketch_parameters(a) for a in approximate),
+        tuning=tuning.mode,
+        fixed=tuple(fixed),
+    )
     return for_backend(plan, backend, panes_per_window, holistic_cpu_reason(aggregates))
 
 
@@ -154,10 +188,15 @@ def for_backend(
     `holistic_cpu_reason` keeps on the CPU)."""
     if plan is None:
         return None
+    fixed = dict(plan.fixed)
+    chunk = fixed.get("windows_per_launch")
+    if plan.strategy == "tuple-runs":  # count windows: one run per window, no chunks
+        chunk = None
     if backend != "gpu" or plan.strategy != "sorted-panes" or cpu_reason is not None:
-        return replace(plan, gpu_form=None, windows_per_launch=None)
-    form = gpu_form(panes_per_window)
-    return replace(plan, gpu_form=form, windows_per_launch=windows_per_launch(panes_per_window))
+        return replace(plan, gpu_form=None, windows_per_launch=chunk)
+    form = str(fixed.get("gpu_form", gpu_form(panes_per_window)))
+    launch = windows_per_launch(panes_per_window) if chunk is None else int(chunk)
+    return replace(plan, gpu_form=form, windows_per_launch=launch)
 
 
 def windows_per_launch(panes_per_window: int) -> int:

@@ -1,4 +1,5 @@
-"""Tuning options of the GPU backend, as data the planner and EXPLAIN can print.
+"""Tuning options of the GPU backend and of the online auto-tuner, as data the planner and
+EXPLAIN can print.
 
 They live in the compiler (not in runtime/gpu) so that printing a plan's options imports no
 runtime module; `runtime.gpu.kernels.GpuKernels(options=...)` reads them. The defaults are the
@@ -78,4 +79,48 @@ class GpuOptions:
         return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
 
 
-__all__ = ["BLOCK_TABLE_MODES", "GpuOptions"]
+TUNING_MODES = ("online", "off")
+# the GPU selection kernel's forms (`compiler.holistic.gpu_form`), in lanes-per-window order
+HOLISTIC_GPU_FORMS = ("thread-per-window", "warp-per-window", "block-per-window")
+
+
+@dataclass(frozen=True)
+class TuningOptions:
+    """The online auto-tuner of the holistic firing (`runtime.operators.tuner`).
+
+    mode: "online" (the default: the tuner picks every knob not fixed below while the query
+        runs, from measured cost) or "off" (the plan's values throughout).
+    windows_per_launch: fixed result rows evaluated together (one selection launch on the
+        GPU, one chunk of runs on the CPU); None: the plan's value, tuned when online.
+    gpu_form: fixed GPU selection form (one of `HOLISTIC_GPU_FORMS`); None: the plan's
+        (`compiler.holistic.gpu_form`), tuned when online. Ignored where the step runs on
+        the CPU.
+    """
+
+    mode: str = "online"
+    windows_per_launch: int | None = None
+    gpu_form: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in TUNING_MODES:
+            raise ValueError(f"tuning must be one of {', '.join(TUNING_MODES)}, not {self.mode!r}")
+        if self.windows_per_launch is not None and self.windows_per_launch < 1:
+            raise ValueError(f"windows_per_launch must be positive, not {self.windows_per_launch}")
+        if self.gpu_form is not None and self.gpu_form not in HOLISTIC_GPU_FORMS:
+            raise ValueError(
+                f"gpu_form must be one of {', '.join(HOLISTIC_GPU_FORMS)}, not {self.gpu_form!r}"
+            )
+
+    @classmethod
+    def of(cls, tuning: str | TuningOptions | None) -> TuningOptions:
+        """The options a session argument names: a mode, options, or None (the default)."""
+        if tuning is None:
+            return cls()
+        if isinstance(tuning, TuningOptions):
+            return tuning
+        if isinstance(tuning, str):
+            return cls(mode=tuning)
+        raise ValueError(f"tuning must be 'online', 'off' or TuningOptions(...), not {tuning!r}")
+
+
+__all__ = ["BLOCK_TABLE_MODES", "HOLISTIC_GPU_FORMS", "TUNING_MODES", "GpuOptions", "TuningOptions"]

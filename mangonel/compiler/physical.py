@@ -33,6 +33,7 @@ from mangonel.compiler.logical import (
     WindowKind,
     WindowSpec,
 )
+from mangonel.compiler.options import TuningOptions
 from mangonel.compiler.plan_nodes import (
     AGGREGATE_PREFIX,
     AUTO_JOIN_ALGORITHM,
@@ -214,11 +215,13 @@ def plan(
     join_algorithm: str | None = None,
     gpu_join: bool = True,
     join_factorised: bool = True,
+    tuning: TuningOptions | None = None,
 ) -> ProjectExec:
     """Turn the logical plan of a window query into its physical plan. `join_algorithm`
     ("hash", "sort-merge"; None or "auto": the planner's choice) and `gpu_join` (place the
     join on the GPU in GPU plans) and `join_factorised` (factorised aggregation where it
-    applies, `factorised.factorised_reason`) apply to join queries."""
+    applies, `factorised.factorised_reason`) apply to join queries; `tuning` to holistic
+    aggregates (the online auto-tuner's mode and fixed knobs)."""
     if _is_join(root):
         return plan_join(
             root,
@@ -234,7 +237,9 @@ def plan(
     pane_length, panes_per_window, panes_per_slide = window_parameters(aggregate.window)
     scan_exec = StreamScanExec(scan.stream, scan.columns)
     lift = LiftExec((scan_exec,), where, aggregate.keys, fields)
-    holistic = holistic_plan(aggregate.window, fields, aggregate_plans, backend, panes_per_window)
+    holistic = holistic_plan(
+        aggregate.window, fields, aggregate_plans, backend, panes_per_window, tuning
+    )
     window_exec = WindowAggregateExec(
         children=(lift,),
         window=aggregate.window,

@@ -33,6 +33,7 @@ from mangonel.compiler.bind import bind
 from mangonel.compiler.explain import explain_json, explain_text
 from mangonel.compiler.limits import MAX_DURATION_DAYS, MAX_DURATION_US
 from mangonel.compiler.nodes import Explain
+from mangonel.compiler.options import TuningOptions
 from mangonel.compiler.parse import parse_duration, parse_statement
 from mangonel.compiler.streams import stream_from_ddl
 from mangonel.errors import BackendUnavailableError, CatalogError, PlanError
@@ -44,6 +45,7 @@ class QueryOptions:
     join_algorithm: str | None = None  # join queries: "hash", "sort-merge"; None: auto
     gpu_join: bool = True  # GPU plans of join queries: the join on the GPU (else the CPU)
     join_factorised: bool = True  # aggregated joins: factorised where the shape allows
+    tuning: TuningOptions = TuningOptions()  # the holistic firing's online auto-tuner
 
 
 class PlannedQuery:
@@ -95,6 +97,7 @@ class StatementRunner:
         join_algorithm: str | None = None,
         gpu_join: bool = True,
         join_factorised: bool = True,
+        tuning: str | TuningOptions | None = None,
         gpu_probe: Callable[[], tuple[bool, str]] | None = None,
         compile_window_function: window_functions.Compile | None = None,
     ) -> None:
@@ -113,6 +116,7 @@ class StatementRunner:
             join_algorithm=join_algorithm,
             gpu_join=gpu_join,
             join_factorised=join_factorised,
+            tuning=_tuning(tuning),
         )
         self.catalog = Catalog()
         self.gpu_probe = gpu_probe
@@ -285,12 +289,25 @@ class StatementRunner:
             join_algorithm=self.options.join_algorithm,
             gpu_join=self.options.gpu_join,
             join_factorised=self.options.join_factorised,
+            tuning=self.options.tuning,
         )
         return self._query(text, plan, bound.logical)
 
     def _query(self, text: str, plan: physical.ProjectExec, logical: Any) -> PlannedQuery:
         """The object a planned query is returned as (the standalone session's runs)."""
         return PlannedQuery(text, plan, logical)
+
+
+def _tuning(tuning: str | TuningOptions | None) -> TuningOptions:
+    """A session's `tuning` argument as options; a clear error for a bad one."""
+    try:
+        return TuningOptions.of(tuning)
+    except ValueError as error:
+        raise PlanError(
+            str(error),
+            hint="tuning='online' (the default), 'off', or "
+            "TuningOptions(windows_per_launch=..., gpu_form=...) to fix knobs",
+        ) from None
 
 
 def _columns_text(schema: Schema) -> str:

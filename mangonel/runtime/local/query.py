@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from mangonel.runtime.operators.holistic import HolisticTimeWindows
 from mangonel.runtime.operators.late_rows import late_schema, late_table
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.tree import OperatorTree
+from mangonel.runtime.operators.tuner import TunerMetrics
 from mangonel.runtime.operators.window import WindowOperator
 
 RESULT = "result"  # `stream_with_late_rows`: a batch of window results
@@ -203,6 +205,42 @@ class LocalQuery:
         """Counters so far (see `mangonel.runtime.operators.window` for definitions:
         windows_fired counts (window, key) results before HAVING; rows_out rows after it)."""
         return self.operator.metrics()
+
+    def analyze(self) -> list[dict[str, Any]]:
+        """Each operator's runtime metrics so far, root first (EXPLAIN ANALYZE): its plan
+        node's name and its metrics as a dict (the window operator's with its `tuning`, the
+        auto-tuner's state); operators without metrics are left out."""
+        found = []
+        for node, operator in reversed(
+            list(zip(self.operator.nodes, self.operator.operators, strict=True))
+        ):
+            metrics = operator.metrics()
+            if metrics is None:
+                continue
+            found.append({"operator": _operator_name(node), "metrics": dataclasses.asdict(metrics)})
+        return found
+
+
+def analyze_text(operators: list[dict[str, Any]]) -> str:
+    """`LocalQuery.analyze` as text: one line of counters per operator, the tuner's state
+    and every configuration it tried under the window operator."""
+    lines = ["Analyze (latest run):"]
+    for entry in operators:
+        metrics = dict(entry["metrics"])
+        tuning = metrics.pop("tuning", None)
+        counters = " ".join(f"{k}={v}" for k, v in metrics.items())
+        lines.append(f"  {entry['operator']}: {counters}")
+        if tuning is not None:
+            shown = TunerMetrics(**{**tuning, "tried": tuple(map(tuple, tuning["tried"]))})
+            lines.append("    " + shown.describe())
+            lines += ["    " + line for line in shown.tried_lines()]
+    return "\n".join(lines)
+
+
+def _operator_name(node: ph.PhysicalNode) -> str:
+    """EXPLAIN's name of a plan node: `WindowAggregate` for `WindowAggregateExec`."""
+    name = type(node).__name__
+    return name[: -len("Exec")] if name.endswith("Exec") else name
 
 
 def _scan_name(scan: ph.StreamScanExec | ph.TableScanExec) -> str:

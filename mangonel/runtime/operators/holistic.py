@@ -20,11 +20,19 @@ holistic aggregate's (non-NULL count, value) with the backend's `holistic_select
   panes and put between the incremental ones, in the node's aggregate order. The
   approximate functions keep a sketch per (pane, key) instead (`sketch_panes.SketchPanes`);
   a `values` field read only by them keeps no raw values.
+
+The firing is tuned online (`tuner.Tuner`, unless the plan's tuning is off): the result rows
+evaluated together (a chunk on the CPU, one selection launch on the GPU: GASSER's windows
+per launch) and, where the step runs on the GPU, the selection form (a thread, warp or block
+per window) are chosen between firings from the measured seconds per value read. Neither
+changes a result; the tuner's state is not part of the snapshot (a restored query tunes
+anew).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +46,7 @@ from mangonel.compiler.holistic import (
     sketch_parameters,
     windows_per_launch,
 )
+from mangonel.compiler.options import HOLISTIC_GPU_FORMS
 from mangonel.compiler.physical import AggregatePlan, StateField
 from mangonel.errors import DataError
 from mangonel.runtime.operators.protocol import OperatorMetrics
@@ -45,6 +54,24 @@ from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
 from mangonel.runtime.operators.sketch_panes import SketchPanes
 from mangonel.runtime.operators.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, pack, unpack
+from mangonel.runtime.operators.tuner import Knob, Tuner, TunerMetrics
+
+# values of the windows-per-launch knob: the planned (largest) value and up to LADDER_STEPS
+# quarters of it below (a 4^4 = 256x range: from one launch per firing down to small chunks)
+LADDER_STEPS = 4
+
+
+def chunk_ladder(largest: int, start: int) -> tuple[int, ...]:
+    """The windows-per-launch values the tuner may pick, ascending: `largest` (the bound the
+    run arrays must stay under, `compiler.holistic.windows_per_launch`), its quarters, and
+    the start value."""
+    values = {max(1, largest // 4**step) for step in range(LADDER_STEPS + 1)} | {start}
+    return tuple(sorted(values))
+
+
+def new_tuner(knobs: list[Knob]) -> Tuner:
+    """The tuner of a holistic firing (tests replace it with a faster-moving one)."""
+    return Tuner(knobs)
 
 
 def evaluate(
@@ -144,6 +171,7 @@ class HolisticTimeWindows:
         self.lifting = kernels("holistic")
         assert node.holistic is not None
         self.kernels = self.lifting.holistic_for(node.holistic)
+        self._select_kernels: dict[str | None, Any] = {node.holistic.gpu_form: self.kernels}
         self.spec = node.window
         self.pane_length = node.pane_length
         self.panes_per_window = node.panes_per_window
@@ -167,11 +195,54 @@ class HolisticTimeWindows:
         self.raw_fields = {
             node.aggregates[p].value_field for p in self.holistic if p not in approximate
         }
+        self.clock = time.perf_counter
+        # the firing's knobs: the plan's values, tuned online unless tuning is off or fixed
+        self.planned = {"windows_per_launch": self._planned_chunk()}
+        if node.holistic.gpu_form is not None:
+            self.planned["gpu_form"] = node.holistic.gpu_form
+        knobs = self._knobs()
+        self.tuner = new_tuner(knobs) if knobs else None
+        if self.tuner is not None:
+            self.clock = self.tuner.clock
+
+    def _planned_chunk(self) -> int:
+        assert self.node.holistic is not None
+        planned = self.node.holistic.windows_per_launch
+        return planned if planned is not None else windows_per_launch(self.panes_per_window)
+
+    def _knobs(self) -> list[Knob]:
+        """The knobs the tuner may move: none when the plan's tuning is off, there are no raw
+        values (sketches only) or the user fixed every knob."""
+        plan = self.node.holistic
+        assert plan is not None
+        if not plan.tunes() or not self.raw_fields:
+            return []
+        fixed = dict(plan.fixed)
+        knobs = []
+        if "windows_per_launch" not in fixed:
+            start = self.planned["windows_per_launch"]
+            largest = max(start, windows_per_launch(self.panes_per_window))
+            knobs.append(Knob("windows_per_launch", chunk_ladder(largest, start), start))
+        if plan.gpu_form is not None and "gpu_form" not in fixed:
+            knobs.append(Knob("gpu_form", HOLISTIC_GPU_FORMS, plan.gpu_form))
+        return knobs
+
+    def _select_kernels_for(self, form: str | None) -> Any:  # noqa: ANN401
+        """The holistic kernels whose selection runs in `form` (one object per form: the GPU
+        compiles each form once; the CPU's are the same whatever the form)."""
+        found = self._select_kernels.get(form)
+        if found is None:
+            assert self.node.holistic is not None
+            plan = dataclasses.replace(self.node.holistic, gpu_form=form)
+            found = self._select_kernels[form] = self.lifting.holistic_for(plan)
+        return found
 
     # -- input ----------------------------------------------------------------------------
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         conformed, _ = self.inner._input(batch)  # the wrapped operator reuses this object
+        if self.tuner is not None:
+            self.tuner.observe_input(conformed.num_rows)
         self._keep(conformed)
         return self._complete(self.inner.process(batch, input))
 
@@ -229,7 +300,18 @@ class HolisticTimeWindows:
     def _complete(self, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
         """The wrapped operator's results with the holistic columns put in; then the panes
         no unfired window covers are freed."""
-        out = [self._with_holistic(batch) for batch in batches]
+        config = self.planned if self.tuner is None else {**self.planned, **self.tuner.config}
+        select = self._select_kernels_for(config.get("gpu_form"))
+        chunk = int(config["windows_per_launch"])
+        started = self.clock()
+        out, units = [], 0
+        for batch in batches:
+            completed, work = self._with_holistic(batch, chunk, select)
+            out.append(completed)
+            units += work
+        if self.tuner is not None and units:
+            # the selection ends with its results' copy to the host: the time is the work's
+            self.tuner.observe(units, self.clock() - started)
         next_window = self.inner.next_window
         if next_window is not None:
             for store in self.panes.values():
@@ -239,7 +321,14 @@ class HolisticTimeWindows:
             self.sketches.free(next_window, self.panes_per_slide)
         return out
 
-    def _with_holistic(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def _with_holistic(
+        self,
+        batch: pa.RecordBatch,
+        chunk: int,
+        select: Any,  # noqa: ANN401 - the holistic kernels of the selection form
+    ) -> tuple[pa.RecordBatch, int]:
+        """The batch with its holistic columns put in, and the work done (result rows plus
+        the values the first holistic aggregate read: the tuner's units)."""
         n_keys = len(self.node.keys)
         key_columns = [batch.column(i) for i in range(n_keys)]
         rows = batch.num_rows
@@ -248,10 +337,9 @@ class HolisticTimeWindows:
         ).astype(np.int64)
         starts = batch.column(n_keys).cast(pa.int64()).to_numpy(zero_copy_only=False)
         first_panes = starts // self.pane_length
-        # rows in chunks of at most MAX_RUNS runs (rows x panes per window; one selection
-        # launch on the GPU): the run arrays and the per-pane offsets of one chunk stay
-        # bounded whatever a firing holds
-        chunk = windows_per_launch(self.panes_per_window)
+        # rows in chunks of `chunk` rows, at most MAX_RUNS runs (rows x panes per window; one
+        # selection launch on the GPU) unless the user fixed more: the run arrays and the
+        # per-pane offsets of one chunk stay bounded whatever a firing holds
         pieces: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {p: [] for p in self.holistic}
         for start in range(0, rows, chunk):
             chunk_slots = slots[start : start + chunk]
@@ -273,9 +361,7 @@ class HolisticTimeWindows:
                     )
                 values, runs = runs_of[plan.value_field]
                 value_field = self.fields_by_name[plan.value_field]
-                pieces[position].append(
-                    evaluate(self.kernels, plan, value_field, values, runs, True)
-                )
+                pieces[position].append(evaluate(select, plan, value_field, values, runs, True))
         results = {
             position: (
                 np.concatenate([n for n, _ in chunks]) if chunks else np.empty(0, np.int64),
@@ -293,7 +379,8 @@ class HolisticTimeWindows:
         for number, position in enumerate(self.incremental):
             by_position[position] = batch.column(n_keys + 2 + number)
         columns += [by_position[p] for p in range(len(self.node.aggregates))]
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        values_read = int(results[self.holistic[0]][0].sum()) if self.holistic else 0
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema), rows + values_read
 
     def _runs(self, name: str, slots: np.ndarray, first_panes: np.ndarray):
         """The flat sorted values of the panes the rows' windows cover, and per row one run
@@ -365,7 +452,21 @@ class HolisticTimeWindows:
         return self.inner.state_bytes() + held + self.sketches.nbytes + self.keys.nbytes
 
     def metrics(self) -> OperatorMetrics:
-        return dataclasses.replace(self.inner.metrics(), state_bytes=self.state_bytes())
+        return dataclasses.replace(
+            self.inner.metrics(), state_bytes=self.state_bytes(), tuning=self.tuning_metrics()
+        )
+
+    def tuning_metrics(self) -> TunerMetrics | None:
+        """The tuner's state; where nothing is tuned, the firing's fixed configuration with
+        why ("off": the plan's tuning is off, "fixed": the user pinned every knob); None
+        where the firing has no raw values to select over (sketches only)."""
+        if self.tuner is not None:
+            return self.tuner.metrics()
+        plan = self.node.holistic
+        assert plan is not None
+        if not self.raw_fields or "sorted-panes" not in plan.strategy.split("+"):
+            return None
+        return TunerMetrics("off" if plan.tuning == "off" else "fixed", dict(self.planned))
 
     def snapshot(self) -> bytes:
         arrays = self.keys.to_arrays("holistic_keys.")

@@ -20,6 +20,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from mangonel.runtime.operators.tuner import TunerMetrics
+
 
 @dataclass(frozen=True)
 class OperatorMetrics:
@@ -35,6 +37,9 @@ class OperatorMetrics:
     # tuples whose event time lies outside `event_time_range` (a window bound would not fit
     # int64): dropped and counted like NULL event times, but apart from them
     event_time_out_of_range_dropped: int = 0
+    # the online auto-tuner of a holistic firing (`tuner.py`): its state, configuration and
+    # the configurations it tried; None where nothing is tuned
+    tuning: TunerMetrics | None = None
 
 
 class Operator(Protocol):
