@@ -195,7 +195,8 @@ def test_integer_arguments_arrive_as_int64_and_bigint_results():
     assert query.schema.field("a").type == pa.int64()
 
 
-def test_the_plan_names_the_function_and_gpu_plans_say_why_it_runs_on_the_cpu():
+def test_the_plan_names_the_function_and_a_gpu_plan_unchecked_for_cuda_keeps_it_on_the_cpu():
+    # (plans the session checks for CUDA: tests/test_python_window_cuda.py)
     session = _session()
     session.register_window_function("trimmed_mean", trimmed_mean, returns="DOUBLE")
     query = session.sql(
@@ -203,15 +204,20 @@ def test_the_plan_names_the_function_and_gpu_plans_say_why_it_runs_on_the_cpu():
         "[RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
     )
     assert "trimmed_mean(v) [python]<-values_" in query.explain()
+    # a CPU plan re-placed on the GPU: no CUDA check ran, so the step stays on the CPU
     window = ph.find(ph.with_backend(query.plan, "gpu", "test"), ph.WindowAggregateExec)
     assert window.aggregates[0].python.function is trimmed_mean
     step = ph.placement(window, "holistic")
     assert step.backend == "cpu"
-    assert step.reason.startswith("Python window function trimmed_mean: ")
+    assert step.reason == (
+        "the function trimmed_mean was not checked for CUDA for float64 values "
+        "(the plan was made without the session's CUDA check)"
+    )
+    assert window.holistic.gpu_form is None
     assert ph.placement(window, "lift").backend == "gpu"  # SUM stays on the GPU
-    reason = holistic_cpu_reason(window.aggregates)
+    reason = holistic_cpu_reason(window.aggregates, window.fields)
     placements = ph.window_placements(window.window, "gpu", "test", True, reason)
-    assert "! holistic runs on cpu because Python window function trimmed_mean" in (
+    assert "! holistic runs on cpu because the function trimmed_mean was not checked" in (
         "\n".join(f"! {p.step} runs on {p.backend} because {p.reason}" for p in placements)
     )
 

@@ -37,6 +37,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from mangonel.aggregates import sketches
+from mangonel.aggregates.python import WindowFunction, values_dtype
+from mangonel.catalog.types import SqlType
 from mangonel.compiler.logical import WindowKind, WindowSpec
 
 if TYPE_CHECKING:  # physical imports this module
@@ -55,24 +57,42 @@ SPARK_PYTHON = "Python window functions inside Spark: not yet (the standalone Se
 SKETCHES_ON_CPU = "approximate aggregates' sketches (HLL++, GK) have no GPU kernels yet"
 
 
-def holistic_cpu_reason(aggregates: Sequence[AggregatePlan]) -> str | None:
+def holistic_cpu_reason(
+    aggregates: Sequence[AggregatePlan], fields: Sequence[StateField] = ()
+) -> str | None:
     """Why a GPU plan's holistic step runs on the CPU whatever its window (a Python window
-    function, a sketch); None when the GPU's sort and selection kernels can run it."""
-    python = [a.python.name for a in aggregates if a.python is not None]
+    function that does not compile for CUDA, a sketch); None when the GPU's kernels can run
+    it. `fields`: the node's state fields (a Python function's values dtype is its field's)."""
+    types = {f.name: f.type for f in fields}
+    python = []
+    for aggregate in aggregates:
+        if aggregate.python is None:
+            continue
+        value_type = types.get(aggregate.value_field or "")
+        problem = python_cuda_problem(aggregate.python, value_type)
+        if problem is not None:
+            python.append(f"the function {aggregate.python.name} {problem}")
     if python:
-        return python_on_cpu(python)
+        return "; ".join(python)
     if any(a.holistic and a.function.definition.holistic.sketch for a in aggregates):
         return SKETCHES_ON_CPU
     return None
 
 
-def python_on_cpu(names: Sequence[str]) -> str:
-    """Why a GPU plan's holistic step with Python window functions runs on the CPU."""
-    listed = ", ".join(names)
-    return (
-        f"Python window function {listed}: compiled with numba for the CPU only "
-        "(no GPU evaluation kernel for Python window functions yet)"
-    )
+def python_cuda_problem(function: WindowFunction, value_type: SqlType | None) -> str | None:
+    """What keeps a Python window function off the GPU for values of `value_type`: numba's
+    CUDA reason recorded when the GPU plan was made (`WindowFunction.cuda`), or that no check
+    ran (a plan re-placed without the session's CUDA check); None when it compiles."""
+    if value_type is None:
+        return "was not checked for CUDA (its argument's type is unknown)"
+    dtype = values_dtype(value_type).name
+    if dtype not in function.cuda:
+        return (
+            f"was not checked for CUDA for {dtype} values "
+            "(the plan was made without the session's CUDA check)"
+        )
+    reason = function.cuda[dtype]
+    return None if reason is None else f"does not compile for CUDA: {reason}"
 
 
 JOIN_HOLISTIC = "holistic functions over joins: not yet"
@@ -106,12 +126,21 @@ class HolisticPlan:
     # most windows one launch evaluates (GASSER's B_w); None where the step runs on the CPU
     gpu_form: str | None = None
     windows_per_launch: int | None = None
+    # the Python window functions it calls: on the GPU each is a numba CUDA device function
+    # called by a thread per window over the window's merged runs (`PYTHON_GPU_FORM`)
+    python: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """EXPLAIN's text: the strategy, and on the GPU its kernel form and batch."""
         if self.gpu_form is None:
             return self.strategy
-        return f"{self.strategy}({self.gpu_form}, {self.windows_per_launch} windows/launch)"
+        python = f", python {PYTHON_GPU_FORM}" if self.python else ""
+        return f"{self.strategy}({self.gpu_form}, {self.windows_per_launch} windows/launch{python})"
+
+
+# How the GPU evaluates a Python window function (runtime/gpu/python_window.py): a thread
+# per window merges its panes' sorted runs, then calls the user's device function on them.
+PYTHON_GPU_FORM = "thread-per-window"
 
 
 def holistic_plan(
@@ -133,8 +162,10 @@ def holistic_plan(
     else:
         parts = ["sorted-panes"] if len(approximate) < len(holistic) else []
         strategy = "+".join(parts + (["sketch-panes"] if approximate else []))
-    plan = HolisticPlan(strategy, names, tuple(sketch_parameters(a) for a in approximate))
-    return for_backend(plan, backend, panes_per_window, holistic_cpu_reason(aggregates))
+    python = tuple(a.python.name for a in holistic if a.python is not None)
+    sketch_list = tuple(sketch_parameters(a) for a in approximate)
+    plan = HolisticPlan(strategy, names, sketch_list, python=python)
+    return for_backend(plan, backend, panes_per_window, holistic_cpu_reason(aggregates, fields))
 
 
 def for_backend(

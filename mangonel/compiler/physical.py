@@ -250,7 +250,7 @@ def plan(
             backend,
             backend_reason,
             holistic is not None,
-            holistic_cpu_reason(aggregate_plans),
+            holistic_cpu_reason(aggregate_plans, fields),
         ),
         holistic=holistic,
     )
@@ -528,7 +528,7 @@ def with_backend(
                 backend,
                 reason,
                 node.holistic is not None,
-                holistic_cpu_reason(node.aggregates),
+                holistic_cpu_reason(node.aggregates, node.fields),
             )
             return replace(
                 node,
@@ -540,7 +540,7 @@ def with_backend(
                     node.holistic,
                     backend,
                     node.panes_per_window,
-                    holistic_cpu_reason(node.aggregates),
+                    holistic_cpu_reason(node.aggregates, node.fields),
                 ),
             )
         if isinstance(node, WindowJoinExec):

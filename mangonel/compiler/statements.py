@@ -97,6 +97,7 @@ class StatementRunner:
         join_factorised: bool = True,
         gpu_probe: Callable[[], tuple[bool, str]] | None = None,
         compile_window_function: window_functions.Compile | None = None,
+        cuda_window_function: window_functions.CudaCheck | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise BackendUnavailableError(
@@ -117,6 +118,7 @@ class StatementRunner:
         self.catalog = Catalog()
         self.gpu_probe = gpu_probe
         self.compile_window_function = compile_window_function
+        self.cuda_window_function = cuda_window_function
 
     # -- DDL -------------------------------------------------------------------------
 
@@ -271,11 +273,14 @@ class StatementRunner:
 
     def _plan(self, text: str, select: exp.Expression) -> PlannedQuery:
         bound = bind(select, self.catalog)
-        window_functions.check_calls(
-            bound.logical, bound.argument_types, self.compile_window_function
-        )
         probe = self.gpu_probe if needs_probe(self.backend) else None
         backend, reason = choose_backend(self.backend, probe() if probe is not None else None)
+        window_functions.check_calls(
+            bound.logical,
+            bound.argument_types,
+            self.compile_window_function,
+            self.cuda_window_function if backend == "gpu" else None,
+        )
         plan = physical.plan(
             bound.logical,
             argument_types=bound.argument_types,

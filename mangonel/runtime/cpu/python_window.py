@@ -24,7 +24,7 @@ import numba
 import numpy as np
 from numba.core.registry import CPUDispatcher
 
-from mangonel.aggregates.python import WindowFunction
+from mangonel.aggregates.python import WindowFunction, result_dtype, values_dtype
 from mangonel.catalog.types import SqlType
 from mangonel.errors import PlanError
 
@@ -34,15 +34,6 @@ _ARRAY_TYPES = {
 }
 _DISPATCHERS: dict[Callable[..., Any], CPUDispatcher] = {}
 _LOCK = threading.Lock()
-
-
-def values_dtype(argument_type: SqlType) -> np.dtype:
-    """The dtype of the array a function gets for an argument of this type."""
-    return np.dtype(np.float64 if argument_type.is_floating else np.int64)
-
-
-def result_dtype(returns: SqlType) -> np.dtype:
-    return np.dtype(np.float64 if returns.is_floating else np.int64)
 
 
 def _dispatcher(function: Callable[..., Any]) -> CPUDispatcher:

@@ -12,6 +12,9 @@ device twins of `runtime.cpu.holistic`, behind the same three calls of the drive
   `codegen.render_holistic_kernels`): all the rows of a result chunk in one launch (GASSER's
   windows per launch), a thread, a warp or a block per window (the plan's
   `HolisticPlan.gpu_form`).
+- `python_window`: a Python window function over the same runs (`gpu.python_window`: the
+  runs merged per window into one device buffer, the user's function compiled by numba's
+  CUDA target and called once per window).
 
 `xp` is CuPy on the device; the tests pass numpy-like stand-ins and a host-compiled module
 (tests/cuda_host.py), so the same code runs without a GPU.
@@ -24,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from mangonel.aggregates.python import WindowFunction
 from mangonel.compiler import codegen
 from mangonel.compiler.codegen import GeneratedModule
+from mangonel.runtime.gpu import python_window
 
 THREADS_PER_BLOCK = 128
 MAX_BLOCKS = 1 << 16  # grid-stride beyond: a launch covers any number of windows
@@ -144,6 +149,26 @@ class GpuHolistic:
             )
             self.launches += 1
         return _host(n), _host(lower), _host(higher)
+
+    def python_window(
+        self,
+        function: WindowFunction,
+        keys: Any,  # noqa: ANN401 - device arrays (or host ones: copied up)
+        run_start: Any,  # noqa: ANN401
+        run_end: Any,  # noqa: ANN401
+        row_first: Any,  # noqa: ANN401
+        row_runs: Any,  # noqa: ANN401
+        sorted_runs: bool,
+        floating: bool,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(n, result) per row on the host: `runtime.cpu.python_window.evaluate_python`'s
+        results from the device (sorted runs only, as the selection)."""
+        if not sorted_runs:
+            raise ValueError("the GPU holistic kernels read sorted runs only")
+        self.launches += 1
+        return python_window.evaluate_python(
+            self.xp, function, keys, run_start, run_end, row_first, row_runs, floating
+        )
 
 
 def _host(array: Any) -> np.ndarray:  # noqa: ANN401
