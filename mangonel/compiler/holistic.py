@@ -9,7 +9,10 @@ incremental fields, its `holistic` names the strategy, and its placements hold o
 ones (`incremental_part`). The holistic step of a GPU plan runs on the GPU for time windows:
 the panes' values are lifted and kept on the host (the `values` state has no CUDA lift), each
 pane is sorted once on the device, and a rendered selection kernel evaluates a result chunk's
-windows in one launch (`gpu_form`, `windows_per_launch`); count windows keep it on the CPU.
+windows in one launch (`gpu_form`, `windows_per_launch`); a Python window function is
+called by a thread per window as a numba CUDA device function (`PYTHON_GPU_FORM`) where the
+session's CUDA check found that it compiles (`python_cuda_problem`), else the step runs on
+the CPU with numba's reason. Count windows keep it on the CPU.
 
 Strategies (EXPLAIN: `holistic=<strategy>`):
 
