@@ -61,18 +61,31 @@ BOOLEAN_AGGREGATES = ("bool_and", "bool_or")
 # non-NULL values in Spark's order (a list) and whether the argument is integral; the test
 # that registers one (`register_python_function`) wraps the user's function, which takes a
 # NumPy array, so this module imports no NumPy. A window without values is NULL, uncalled.
-PYTHON_FUNCTIONS: dict[str, tuple[Callable[[list, bool], Any], str]] = {}
+# Registered `timed`: applied to (values, their event times, integral), the pairs sorted by
+# value in Spark's order, equal values by event time.
+PYTHON_FUNCTIONS: dict[str, tuple[Callable[..., Any], str, bool]] = {}
 
 
-def register_python_function(name: str, function: Callable[[list, bool], Any], result: str) -> None:
-    PYTHON_FUNCTIONS[name] = (function, result)
+def register_python_function(
+    name: str, function: Callable[..., Any], result: str, timed: bool = False
+) -> None:
+    PYTHON_FUNCTIONS[name] = (function, result, timed)
 
 
-def _python(function: str, present: list, integral: bool) -> Any:
+def _python(function: str, present: list, integral: bool, times: list) -> Any:
     if not present:
         return None
-    python, result = PYTHON_FUNCTIONS[function.split(":", 1)[1]]
-    value = python(_spark_sorted(present), integral)
+    python, result, timed = PYTHON_FUNCTIONS[function.split(":", 1)[1]]
+    if timed:
+        ordered = _spark_sorted(present)
+        # each value's times, earliest first, handed out in that order to equal values
+        by_value: dict = defaultdict(list)
+        for value, ts in sorted(zip(present, times, strict=True), key=lambda p: p[1]):
+            by_value["nan" if value != value else value + 0].append(ts)
+        stamps = [by_value["nan" if v != v else v + 0].pop(0) for v in ordered]
+        value = python(ordered, stamps, integral)
+    else:
+        value = python(_spark_sorted(present), integral)
     return float(value) if result == "double" else int(value)
 
 
@@ -503,14 +516,19 @@ def _approximate(function: str, present: list, integral: bool) -> Any:
     return Approximate(ordered[target - 1], values=tuple(values))
 
 
-def aggregate_value(function: str, values: list, rows: int, integral: bool) -> tuple[Any, float]:
+def aggregate_value(
+    function: str, values: list, rows: int, integral: bool, times: list | None = None
+) -> tuple[Any, float]:
     """One aggregate over the argument values of the tuples of one (window, key), and an
-    absolute tolerance for it (0 when the result is exact)."""
+    absolute tolerance for it (0 when the result is exact); `times`: the tuples' event times
+    (a Python function with timestamps reads them)."""
     if function == "count_star":
         return rows, 0.0
     present = [v for v in values if v is not None]
     if function_name(function) == "python":
-        return _python(function, present, integral), 0.0
+        stamps = times if times is not None else [None] * len(values)
+        stamps = [t for v, t in zip(values, stamps, strict=True) if v is not None]
+        return _python(function, present, integral, stamps), 0.0
     if function_name(function) in (*HOLISTIC_AGGREGATES, "count_distinct"):
         return _holistic(function, present), 0.0
     if function_name(function) in APPROXIMATE_AGGREGATES:
@@ -604,7 +622,7 @@ class Oracle:
         self.rows_out = 0  # rows emitted, after HAVING
         self.tolerances: list[dict] = []
         self.key_order: dict[tuple, int] = {}
-        # time windows: (window number, key) -> list of argument tuples
+        # time windows: (window number, key) -> list of (event time, argument tuple)
         self.contents: dict[tuple, list] = defaultdict(list)
         # count windows: key -> tuples not final yet / final tuples in order
         self.pending: dict[tuple, list] = defaultdict(list)
@@ -646,7 +664,7 @@ class Oracle:
         self.key_order.setdefault(key, len(self.key_order))
         for k in range((ts - size) // slide + 1, ts // slide + 1):
             if self.watermark is None or k * slide + size > self.watermark:
-                self.contents[(k, key)].append(args)
+                self.contents[(k, key)].append((ts, args))
 
     def _add_count(self, ts: int, key: tuple, args: tuple) -> None:
         if self.watermark is not None and ts < self.watermark:
@@ -657,7 +675,7 @@ class Oracle:
         self.arrivals += 1
 
     def _fire(self, final: bool) -> list[dict]:
-        fired = []  # (order, key, window_start, window_end, list of argument tuples)
+        fired = []  # (order, key, window_start, window_end, list of (ts, argument tuple))
         q = self.query
         if q.kind == "time":
             for (k, key), tuples in list(self.contents.items()):
@@ -680,7 +698,7 @@ class Oracle:
                     window = self.final[key][j * m : j * m + n]
                     order = (j, self.key_order[key])
                     start, end = window[0][0], window[-1][0] + 1
-                    fired.append((order, key, start, end, [t[2] for t in window]))
+                    fired.append((order, key, start, end, [(t[0], t[2]) for t in window]))
                     self.next_window[key] += 1
         fired.sort(key=lambda entry: entry[0])
         return self._rows(fired)
@@ -694,9 +712,10 @@ class Oracle:
             for position, function in enumerate(functions):
                 value, tolerance = aggregate_value(
                     function,
-                    [args[position] for args in tuples],
+                    [args[position] for _, args in tuples],
                     len(tuples),
                     self.integral[position],
+                    [ts for ts, _ in tuples],
                 )
                 aggregates.append(value)
                 tolerances.append(tolerance)

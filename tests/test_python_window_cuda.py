@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from test_holistic import DDL
-from test_python_window import above_lowest, spread, trimmed_mean
+from test_python_window import above_lowest, spread, time_weighted, trimmed_mean
 
 import mangonel
 from mangonel.aggregates.python import WindowFunction
@@ -51,6 +51,15 @@ def _gpu_session() -> mangonel.Session:
     session.gpu_probe = lambda: (True, "a GPU for the test")
     session.execute(DDL.format(delay=0))
     return session
+
+
+def test_a_function_with_timestamps_is_checked_with_both_arrays():
+    timed = WindowFunction("time_weighted", time_weighted, SqlType.DOUBLE, True)
+    assert cuda_problem(timed, SqlType.DOUBLE) is None
+    assert cuda_problem(timed, SqlType.BIGINT) is None
+    one_array = WindowFunction("spread", spread, SqlType.DOUBLE, True)
+    problem = cuda_problem(one_array, SqlType.DOUBLE)
+    assert problem is not None and "2 argument types given" in problem
 
 
 @pytest.mark.parametrize("function", [trimmed_mean, spread, above_lowest, rounded_mean])
@@ -138,21 +147,19 @@ def test_integer_arguments_are_checked_for_their_own_dtype():
     def lowest_plus_count(values):
         return values[0] + values.shape[0]
 
-    def mean_by_sum(values):  # ndarray.sum: numba's CUDA target has no array reductions
-        return values.sum() / values.shape[0]
-
     session.register_window_function("lpc", lowest_plus_count, returns="BIGINT")
-    session.register_window_function("mean_by_sum", mean_by_sum)
+    session.register_window_function("positives", through_a_list, returns="BIGINT")
     query = session.sql("SELECT lpc(x) AS a FROM s [RANGE 1 SECOND]")
     window = ph.find(query.plan, ph.WindowAggregateExec)
     assert window.aggregates[0].python.cuda == {"int64": None}
     assert ph.placement(window, "holistic").backend == "gpu"
-    query = session.sql("SELECT mean_by_sum(n) AS a FROM s [RANGE 1 SECOND]")
+    query = session.sql("SELECT positives(n) AS a FROM s [RANGE 1 SECOND]")
     window = ph.find(query.plan, ph.WindowAggregateExec)
     assert set(window.aggregates[0].python.cuda) == {"int64"}
     step = ph.placement(window, "holistic")
     assert step.backend == "cpu"
-    assert "Unknown attribute 'sum' of type array(int64, 1d, C)" in step.reason
+    assert step.reason.startswith("the function positives does not compile for CUDA: TypingError")
+    assert "list" in step.reason
 
 
 def test_cpu_plans_do_not_check_for_cuda():
@@ -193,6 +200,13 @@ def scramble(values):  # changes its argument: no other window may see it
     return first
 
 
+def ordered_pairs(values, times):  # reads the timestamps: their order with the values
+    total = 0.0
+    for i in range(values.shape[0]):
+        total = total * 3.0 + times[i] * (i + 1) + 0.5 * values[i]
+    return total
+
+
 rng = np.random.default_rng(7)
 for trial in range(6):
     floating = trial % 2 == 0
@@ -205,17 +219,22 @@ for trial in range(6):
         keys = rng.integers(-(2**40), 2**40, count).astype(np.int64)
     run_start = np.arange(0, count, 5, dtype=np.int64)
     run_end = run_start + rng.integers(0, 6, len(run_start))
+    times = rng.integers(0, 4, count).astype(np.int64)  # ties of (value, time) too
     for s, e in zip(run_start, run_end):
-        keys[s:e] = np.sort(keys[s:e])
+        order = np.lexsort((times[s:e], keys[s:e]))
+        keys[s:e] = keys[s:e][order]
+        times[s:e] = times[s:e][order]
     rows = 7
     row_runs = rng.integers(0, 5, rows).astype(np.int64)
     row_first = rng.integers(0, len(run_start) - 4, rows).astype(np.int64)
-    for fn in (weighted, lowest_times_count, scramble):
-        returns = SqlType.DOUBLE if floating or fn is weighted else SqlType.BIGINT
-        function = WindowFunction(fn.__name__, fn, returns)
+    for fn in (weighted, lowest_times_count, scramble, ordered_pairs):
+        returns = SqlType.DOUBLE if floating or fn in (weighted, ordered_pairs) else SqlType.BIGINT
+        function = WindowFunction(fn.__name__, fn, returns, fn is ordered_pairs)
         runs = (run_start, run_end, row_first, row_runs)
-        want_n, want = cpu.evaluate_python(function, keys.copy(), *runs, True, floating)
-        got_n, got = gpu.evaluate_python(np, function, keys.copy(), *runs, floating)
+        want_n, want = cpu.evaluate_python(
+            function, keys.copy(), *runs, True, floating, times.copy()
+        )
+        got_n, got = gpu.evaluate_python(np, function, keys.copy(), *runs, floating, times.copy())
         assert got_n.tolist() == want_n.tolist(), (fn.__name__, got_n, want_n)
         assert got.dtype == want.dtype, (got.dtype, want.dtype)
         same = (got == want) | (np.isnan(got) & np.isnan(want)) if floating else got == want

@@ -28,7 +28,7 @@ from fuzzer import check, engine_run  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from oracle import first_difference  # noqa: E402
 from test_holistic import DDL, SETTINGS  # noqa: E402
-from test_python_window import scenarios, trimmed_mean  # noqa: E402
+from test_python_window import scenarios, time_weighted, trimmed_mean  # noqa: E402
 
 import mangonel  # noqa: E402
 from mangonel.compiler import physical as ph  # noqa: E402
@@ -60,7 +60,7 @@ def test_gpu_python_functions_equal_cpu(scenario):
 
 def _sliding(session: mangonel.Session, calls: str) -> mangonel.Query:
     return session.sql(
-        f"SELECT k, {calls} FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
+        f"SELECT k, window_start, {calls} FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
     )
 
 
@@ -80,12 +80,16 @@ def test_the_python_function_runs_on_the_gpu_and_equals_the_cpu_backend():
             ),
         }
     )
-    calls = "trimmed_mean(v) AS t, trimmed_mean(x) AS tx, MEDIAN(v) AS m, SUM(x) AS s"
+    calls = (
+        "trimmed_mean(v) AS t, trimmed_mean(x) AS tx, time_weighted(v) AS w, "
+        "time_weighted(n) AS wn, MEDIAN(v) AS m, SUM(x) AS s"
+    )
     results = {}
     for backend in ("gpu", "cpu"):
         session = mangonel.Session(backend=backend)
         session.execute(DDL.format(delay=0))
         session.register_window_function("trimmed_mean", trimmed_mean)
+        session.register_window_function("time_weighted", time_weighted, with_timestamps=True)
         query = _sliding(session, calls)
         if backend == "gpu":
             window = ph.find(query.plan, ph.WindowAggregateExec)
@@ -96,7 +100,7 @@ def test_the_python_function_runs_on_the_gpu_and_equals_the_cpu_backend():
         )
     gpu, cpu = results["gpu"], results["cpu"]
     assert gpu.num_rows == cpu.num_rows > 1000
-    for column in ("t", "tx", "m", "s"):
+    for column in ("t", "tx", "w", "wn", "m", "s"):
         np.testing.assert_array_equal(
             gpu.column(column).to_numpy(zero_copy_only=False),
             cpu.column(column).to_numpy(zero_copy_only=False),

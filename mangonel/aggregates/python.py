@@ -1,10 +1,12 @@
 """User window functions written in Python (`Session.register_window_function`).
 
 A `WindowFunction` is a Python function of one NumPy array, the non-NULL values of one
-window of one key, returning one number. In SQL it is called like an aggregate,
-`trimmed_mean(price)`; it is holistic: it reads the window's raw values (the `values` state
-of `aggregates.holistic`, shared with MEDIAN & co. over the same argument), evaluated by the
-holistic step with `Holistic("python")`.
+window of one key, returning one number; registered `with_timestamps`, a function of two
+arrays: the values and their tuples' event times (int64 microseconds since the epoch, the
+i-th the time of the i-th value; equal values in event-time order). In SQL it is called like
+an aggregate, `trimmed_mean(price)`; it is holistic: it reads the window's raw values (the
+`values` state of `aggregates.holistic`, shared with MEDIAN & co. over the same argument),
+evaluated by the holistic step with `Holistic("python")`.
 
 What the function sees (docs/semantics.md, "Python window functions"): the window's non-NULL
 values of the argument, sorted ascending in Spark's order (NaN largest, -0.0 read as 0.0),
@@ -45,6 +47,7 @@ class WindowFunction:
     name: str
     function: Callable[..., Any]
     returns: SqlType
+    with_timestamps: bool = False  # called as function(values, timestamps)
     # What numba's CUDA target said of the function per values dtype ("float64", "int64"):
     # None when it compiles as a device function, else numba's reason. Filled when a GPU
     # plan is made (`compiler.window_functions.check_calls`, the session's CUDA check) and
@@ -53,7 +56,8 @@ class WindowFunction:
     cuda: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
-        return f"WindowFunction({self.name} -> {self.returns})"
+        timed = ", with_timestamps" if self.with_timestamps else ""
+        return f"WindowFunction({self.name} -> {self.returns}{timed})"
 
 
 def values_dtype(argument_type: SqlType) -> np.dtype:

@@ -39,6 +39,7 @@ def register(
     returns: str | SqlType,
     replace: bool,
     compile: Compile | None,
+    with_timestamps: bool = False,
 ) -> WindowFunction:
     """Check and register `function` as the window function `name` of `catalog`."""
     if not isinstance(name, str) or not _NAME.match(name):
@@ -66,7 +67,12 @@ def register(
             f"a window function named {key!r} is already registered",
             hint="pass replace=True to replace it, or choose another name",
         )
-    window_function = WindowFunction(key, function, sql_type)
+    if not isinstance(with_timestamps, bool):
+        raise CatalogError(
+            f"window function {name!r}: with_timestamps must be True or False, "
+            f"got {with_timestamps!r}"
+        )
+    window_function = WindowFunction(key, function, sql_type, with_timestamps)
     if compile is not None:
         compile(window_function, None)  # for float64 or int64 values
     catalog.window_functions[key] = window_function

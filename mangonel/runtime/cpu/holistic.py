@@ -218,6 +218,21 @@ def _sort_pane(slots, keys, offsets, out):
         out[offsets[s] : offsets[s + 1]].sort()
 
 
+def sort_pane_timed(
+    slots: np.ndarray, keys: np.ndarray, times: np.ndarray, n_slots: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`sort_pane` of values with their event times (a Python window function
+    `with_timestamps` reads them): sorted by (slot, value, time), (values, times, offsets)."""
+    slots = np.ascontiguousarray(slots, np.int64)
+    order = np.lexsort((times, keys, slots))  # the last key is the primary one
+    offsets = np.searchsorted(slots[order], np.arange(n_slots + 1, dtype=np.int64))
+    return (
+        np.ascontiguousarray(keys[order], np.int64),
+        np.ascontiguousarray(times[order], np.int64),
+        offsets.astype(np.int64),
+    )
+
+
 def sort_pane(slots: np.ndarray, keys: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
     """One pane's values sorted by (key slot, value), and each slot's offsets into them
     (`offsets[s]:offsets[s + 1]`, n_slots + 1 entries): a counting sort by slot, then each

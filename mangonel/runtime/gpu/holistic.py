@@ -78,6 +78,26 @@ class GpuHolistic:
         offsets = np.asarray(_host(bounds), np.int64)
         return sorted_values, offsets
 
+    def sort_pane_timed(
+        self, slots: np.ndarray, keys: np.ndarray, times: np.ndarray, n_slots: int
+    ) -> tuple[Any, Any, np.ndarray]:
+        """`sort_pane` of values with their event times (sorted by (slot, value, time)):
+        (device values, device times, host offsets)."""
+        xp = self.xp
+        if not len(keys):
+            empty = xp.zeros(0, xp.int64)
+            return empty, empty, np.zeros(n_slots + 1, np.int64)
+        device_slots = xp.asarray(np.ascontiguousarray(slots, np.int64))
+        device_keys = xp.asarray(np.ascontiguousarray(keys, np.int64))
+        device_times = xp.asarray(np.ascontiguousarray(times, np.int64))
+        order = xp.lexsort(xp.stack((device_times, device_keys, device_slots)))
+        bounds = xp.searchsorted(device_slots[order], xp.arange(n_slots + 1, dtype=xp.int64))
+        return (
+            xp.ascontiguousarray(device_keys[order]),
+            xp.ascontiguousarray(device_times[order]),
+            np.asarray(_host(bounds), np.int64),
+        )
+
     def to_host(self, array: Any) -> np.ndarray:  # noqa: ANN401
         return _host(array)
 
@@ -160,6 +180,7 @@ class GpuHolistic:
         row_runs: Any,  # noqa: ANN401
         sorted_runs: bool,
         floating: bool,
+        times: Any = None,  # noqa: ANN401 - the values' event times (device or host)
     ) -> tuple[np.ndarray, np.ndarray]:
         """(n, result) per row on the host: `runtime.cpu.python_window.evaluate_python`'s
         results from the device (sorted runs only, as the selection)."""
@@ -167,7 +188,7 @@ class GpuHolistic:
             raise ValueError("the GPU holistic kernels read sorted runs only")
         self.launches += 1
         return python_window.evaluate_python(
-            self.xp, function, keys, run_start, run_end, row_first, row_runs, floating
+            self.xp, function, keys, run_start, run_end, row_first, row_runs, floating, times
         )
 
 

@@ -18,7 +18,9 @@ sorted values of its key, on the device since `GpuHolistic.sort_pane`):
    as the CPU does) and decodes the order keys into the values' bits (float64 or int64);
 3. the function's kernel (numba, a thread per window, made once per function and dtype):
    `out[r] = function(values[offset[r] : offset[r] + n[r]])` where n[r] > 0, the slice a
-   contiguous array of the window's sorted non-NULL values, as on the CPU.
+   contiguous array of the window's sorted non-NULL values, as on the CPU (a function
+   `with_timestamps` also gets the same slice of their event times, moved with the values
+   by the merge: equal values stay in event-time order).
 
 A chunk whose windows hold more than MAX_VALUES values in all is cut into launches of at
 most that many (at least one window each): the two buffers stay bounded. CuPy arrays reach
@@ -47,10 +49,10 @@ MAX_VALUES = 1 << 26
 # 13 toolkits' NVVM both accept. Whether the function compiles does not depend on it.
 CHECK_CAPABILITY = (7, 5)
 
-_NUMBA_SIGNATURES = {"float64": "(float64[::1],)", "int64": "(int64[::1],)"}
+_VALUES_SIGNATURES = {"float64": "float64[::1]", "int64": "int64[::1]"}
 _LOCK = threading.Lock()
-_PROBLEMS: dict[tuple[Callable[..., Any], str, SqlType], str | None] = {}
-_KERNELS: dict[tuple[Callable[..., Any], str], Any] = {}
+_PROBLEMS: dict[tuple[Callable[..., Any], str, SqlType, bool], str | None] = {}
+_KERNELS: dict[tuple[Callable[..., Any], str, bool], Any] = {}
 
 
 def _python_function(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,9 +64,10 @@ def _python_function(function: Callable[..., Any]) -> Callable[..., Any]:
 def cuda_problem(function: WindowFunction, argument_type: SqlType) -> str | None:
     """None when `function` compiles with numba's CUDA target as a device function of an
     array of `argument_type` values and returns a number fitting its declared type; else
-    numba's reason in one line. Checked once per function, dtype and declared type."""
+    numba's reason in one line. Checked once per function, dtype, declared type and form
+    (with timestamps or not)."""
     dtype = values_dtype(argument_type).name
-    key = (function.function, dtype, function.returns)
+    key = (function.function, dtype, function.returns, function.with_timestamps)
     with _LOCK:
         if key in _PROBLEMS:
             return _PROBLEMS[key]
@@ -76,9 +79,12 @@ def cuda_problem(function: WindowFunction, argument_type: SqlType) -> str | None
 
 def _compile_problem(function: WindowFunction, dtype: str) -> str | None:
     try:
+        arguments = [_VALUES_SIGNATURES[dtype]] + (
+            ["int64[::1]"] if function.with_timestamps else []
+        )
         _, returned = cuda.compile_ptx(
             _python_function(function.function),
-            _NUMBA_SIGNATURES[dtype],
+            "(" + ", ".join(arguments) + ",)",
             device=True,
             cc=CHECK_CAPABILITY,
         )
@@ -100,11 +106,26 @@ def _compile_problem(function: WindowFunction, dtype: str) -> str | None:
 
 @cuda.jit
 def _gather_merge(
-    keys, run_start, run_end, row_first, row_runs, offsets, n, bounds, floating, merged, other
+    keys,
+    times,
+    run_start,
+    run_end,
+    row_first,
+    row_runs,
+    offsets,
+    n,
+    bounds,
+    floating,
+    timed,
+    merged,
+    other,
+    merged_times,
+    other_times,
 ):
     """A thread per row: the row's runs of `keys` copied to `merged[offsets[r]:][:n[r]]`,
-    merged there (pairwise, ping-ponging with the same slice of `other`; `bounds` holds
-    max-runs + 1 entries per row) and decoded from order keys into the values' bits."""
+    merged there (pairwise and stable, ping-ponging with the same slice of `other`; `bounds`
+    holds max-runs + 1 entries per row) and decoded from order keys into the values' bits.
+    `timed`: the values' event times move with them (`times` -> `merged_times`)."""
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
     width = bounds.shape[0] // row_first.shape[0]
@@ -123,6 +144,8 @@ def _gather_merge(
                 continue
             for i in range(run_start[j], run_end[j]):
                 merged[filled] = keys[i]
+                if timed:
+                    merged_times[filled] = times[i]
                 filled += 1
             count += 1
             bounds[at + count] = filled
@@ -136,8 +159,12 @@ def _gather_merge(
                     for i in range(lo, hi):
                         if in_other:
                             merged[i] = other[i]
+                            if timed:
+                                merged_times[i] = other_times[i]
                         else:
                             other[i] = merged[i]
+                            if timed:
+                                other_times[i] = merged_times[i]
                     bounds[at + done] = lo
                     done += 1
                     continue
@@ -145,26 +172,23 @@ def _gather_merge(
                 hi = bounds[at + first + 2]
                 i = lo
                 j = mid
-                k = lo
-                while k < hi:
-                    # the left run's value unless the right one's is smaller (stable)
+                for k in range(lo, hi):
+                    # the left run's value unless the right one's is smaller (stable: runs
+                    # are in pane order, so equal values stay in event-time order)
                     if in_other:
-                        take_right = i >= mid or (j < hi and other[j] < other[i])
-                        if take_right:
-                            merged[k] = other[j]
-                            j += 1
-                        else:
-                            merged[k] = other[i]
-                            i += 1
+                        take = j if i >= mid or (j < hi and other[j] < other[i]) else i
+                        merged[k] = other[take]
+                        if timed:
+                            merged_times[k] = other_times[take]
                     else:
-                        take_right = i >= mid or (j < hi and merged[j] < merged[i])
-                        if take_right:
-                            other[k] = merged[j]
-                            j += 1
-                        else:
-                            other[k] = merged[i]
-                            i += 1
-                    k += 1
+                        take = j if i >= mid or (j < hi and merged[j] < merged[i]) else i
+                        other[k] = merged[take]
+                        if timed:
+                            other_times[k] = merged_times[take]
+                    if take == j:
+                        j += 1
+                    else:
+                        i += 1
                 bounds[at + done] = lo
                 done += 1
             bounds[at + done] = bounds[at + count]
@@ -175,25 +199,41 @@ def _gather_merge(
         for i in range(base, base + total):
             key = other[i] if in_other else merged[i]
             merged[i] = (key ^ flip) if floating and key < 0 else key
+            if timed and in_other:
+                merged_times[i] = other_times[i]
 
 
-def _function_kernel(function: Callable[..., Any], dtype: str) -> Any:  # noqa: ANN401
-    """The kernel calling `function` (as a CUDA device function) once per window: made once
-    per function and dtype; numba compiles it at its first launch (per argument types)."""
-    key = (function, dtype)
+def _function_kernel(function: WindowFunction, dtype: str) -> Any:  # noqa: ANN401
+    """The kernel calling the user's function (as a CUDA device function) once per window,
+    on its values (and their timestamps for a function `with_timestamps`): made once per
+    function and dtype; numba compiles it at its first launch."""
+    key = (function.function, dtype, function.with_timestamps)
     with _LOCK:
         kernel = _KERNELS.get(key)
         if kernel is not None:
             return kernel
-    device_function = cuda.jit(device=True)(_python_function(function))
+    device_function = cuda.jit(device=True)(_python_function(function.function))
 
-    @cuda.jit
-    def call_per_window(values, offsets, n, out):
-        start = cuda.grid(1)
-        stride = cuda.gridsize(1)
-        for r in range(start, n.shape[0], stride):
-            if n[r] > 0:  # a window without non-NULL values is NULL: not called
-                out[r] = device_function(values[offsets[r] : offsets[r] + n[r]])
+    if function.with_timestamps:
+
+        @cuda.jit
+        def call_per_window(values, times, offsets, n, out):
+            start = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            for r in range(start, n.shape[0], stride):
+                if n[r] > 0:  # a window without non-NULL values is NULL: not called
+                    at = offsets[r]
+                    out[r] = device_function(values[at : at + n[r]], times[at : at + n[r]])
+
+    else:
+
+        @cuda.jit
+        def call_per_window(values, times, offsets, n, out):
+            start = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            for r in range(start, n.shape[0], stride):
+                if n[r] > 0:
+                    out[r] = device_function(values[offsets[r] : offsets[r] + n[r]])
 
     with _LOCK:
         return _KERNELS.setdefault(key, call_per_window)
@@ -208,14 +248,20 @@ def evaluate_python(
     row_first: Any,  # noqa: ANN401
     row_runs: Any,  # noqa: ANN401
     floating: bool,
+    times: Any = None,  # noqa: ANN401
 ) -> tuple[np.ndarray, np.ndarray]:
     """(n, result) per row on the host, as `runtime.cpu.python_window.evaluate_python` with
     sorted runs (see the module docstring). `keys` are order keys of float64 values when
-    `floating`, else the int64 values themselves."""
+    `floating`, else the int64 values themselves; `times` their event times, required by a
+    function `with_timestamps`."""
+    timed = function.with_timestamps
+    if timed and times is None:
+        raise ValueError(f"window function {function.name!r} needs the values' timestamps")
     keys, run_start, run_end, row_first, row_runs = (
         xp.ascontiguousarray(xp.asarray(a, dtype=xp.int64))
         for a in (keys, run_start, run_end, row_first, row_runs)
     )
+    times = xp.ascontiguousarray(xp.asarray(times if timed else np.zeros(1), dtype=xp.int64))
     rows = int(row_first.shape[0])
     out_dtype = result_dtype(function.returns)
     if not rows:
@@ -226,7 +272,7 @@ def evaluate_python(
     host_n = _host(n)
     widest = int(_host(row_runs.max())) + 1
     out = np.zeros(rows, out_dtype)
-    kernel = _function_kernel(function.function, "float64" if floating else "int64")
+    kernel = _function_kernel(function, "float64" if floating else "int64")
     stream = _stream(xp)
     for lo, hi in _launches(host_n):
         chunk_n = n[lo:hi]
@@ -236,10 +282,14 @@ def evaluate_python(
             continue  # no window of these has a value: all NULL, the function not called
         merged = xp.empty(total, xp.int64)
         other = xp.empty(total, xp.int64)
+        # the times' buffers (one element each when the function reads none)
+        merged_times = xp.empty(total if timed else 1, xp.int64)
+        other_times = xp.empty(total if timed else 1, xp.int64)
         bounds = xp.empty((hi - lo) * widest, xp.int64)
         blocks = min(MAX_BLOCKS, -(-(hi - lo) // THREADS_PER_BLOCK))
         _gather_merge[blocks, THREADS_PER_BLOCK, stream](
             keys,
+            times,
             run_start,
             run_end,
             xp.ascontiguousarray(row_first[lo:hi]),
@@ -248,12 +298,17 @@ def evaluate_python(
             chunk_n,
             bounds,
             bool(floating),
+            bool(timed),
             merged,
             other,
+            merged_times,
+            other_times,
         )
         values = merged.view(xp.float64) if floating else merged
         chunk_out = xp.zeros(hi - lo, out_dtype)
-        kernel[blocks, THREADS_PER_BLOCK, stream](values, chunk_offsets, chunk_n, chunk_out)
+        kernel[blocks, THREADS_PER_BLOCK, stream](
+            values, merged_times, chunk_offsets, chunk_n, chunk_out
+        )
         out[lo:hi] = _host(chunk_out)
     return host_n, out
 
