@@ -2,9 +2,10 @@
 against the oracle, which applies the plain (uncompiled) Python function to each window's
 non-NULL values as it sorts them (tests/oracle.py, "python:<name>"), on time windows (sliding
 and tumbling) and count windows, in and out of order, with NULLs, NaN/infinities, late rows,
-snapshot/restore, beside MEDIAN and incremental aggregates; the registration API (decorator,
-type checks, names), numba compile errors at registration and planning, EXPLAIN, GPU placement
-and the Spark refusal."""
+snapshot/restore, beside MEDIAN and incremental aggregates, also functions registered
+with_timestamps (the oracle hands them the values' event times); the registration API
+(decorator, type checks, names), numba compile errors at registration and planning, EXPLAIN,
+GPU placement and the Spark refusal."""
 
 from __future__ import annotations
 
