@@ -675,13 +675,23 @@ class Oracle:
         self.arrivals += 1
 
     def _fire(self, final: bool) -> list[dict]:
-        fired = []  # (order, key, window_start, window_end, list of (ts, argument tuple))
+        # (order, key, window_start, window_end, argument tuples, their event times)
+        fired = []
         q = self.query
         if q.kind == "time":
             for (k, key), tuples in list(self.contents.items()):
                 end = k * q.slide + q.size
                 if final or (self.watermark is not None and end <= self.watermark):
-                    fired.append(((k, self.key_order[key]), key, k * q.slide, end, tuples))
+                    fired.append(
+                        (
+                            (k, self.key_order[key]),
+                            key,
+                            k * q.slide,
+                            end,
+                            [args for _, args in tuples],
+                            [ts for ts, _ in tuples],
+                        )
+                    )
                     del self.contents[(k, key)]
         else:
             n, m = q.size, q.slide
@@ -698,24 +708,28 @@ class Oracle:
                     window = self.final[key][j * m : j * m + n]
                     order = (j, self.key_order[key])
                     start, end = window[0][0], window[-1][0] + 1
-                    fired.append((order, key, start, end, [(t[0], t[2]) for t in window]))
+                    fired.append(
+                        (order, key, start, end, [t[2] for t in window], [t[0] for t in window])
+                    )
                     self.next_window[key] += 1
         fired.sort(key=lambda entry: entry[0])
-        return self._rows(fired)
+        return self._rows([entry[:5] for entry in fired], [entry[5] for entry in fired])
 
-    def _rows(self, fired: list) -> list[dict]:
+    def _rows(self, fired: list, times: list | None = None) -> list[dict]:
+        """Result rows of fired (order, key, start, end, argument tuples) entries; `times`:
+        per entry its tuples' event times (None: unknown, as for the join oracle's groups)."""
         rows, self.tolerances = [], []
         self.windows_fired += len(fired)
         functions = [f for f, _ in self.query.aggregates]
-        for _, key, start, end, tuples in fired:
+        for number, (_, key, start, end, tuples) in enumerate(fired):
             aggregates, tolerances = [], []
             for position, function in enumerate(functions):
                 value, tolerance = aggregate_value(
                     function,
-                    [args[position] for _, args in tuples],
+                    [args[position] for args in tuples],
                     len(tuples),
                     self.integral[position],
-                    [ts for ts, _ in tuples],
+                    None if times is None else times[number],
                 )
                 aggregates.append(value)
                 tolerances.append(tolerance)
