@@ -16,6 +16,7 @@ from mangonel.compiler.options import TuningOptions
 from mangonel.compiler.statements import PlannedQuery, QueryOptions, StatementRunner
 from mangonel.runtime.cpu.python_window import compile_window_function
 from mangonel.runtime.gpu.probe import gpu_status
+from mangonel.runtime.gpu.python_window import cuda_problem
 
 
 class Query(PlannedQuery):
@@ -122,6 +123,7 @@ class Session(StatementRunner):
             join_factorised=join_factorised,
             gpu_probe=gpu_status,
             compile_window_function=compile_window_function,
+            cuda_window_function=cuda_problem,
         )
 
     def _query(self, text: str, plan: physical.ProjectExec, logical: Any) -> Query:

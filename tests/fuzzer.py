@@ -17,7 +17,6 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from fuzz_cases import Case, draw_case, without
@@ -71,8 +70,9 @@ class Scenario:
     batches: list[list[dict]]
     snapshot_before: tuple[int, ...] = ()
     windows_per_batch: int | None = None
-    # Python window functions the engine's session registers: (name, function, returns)
-    window_functions: tuple[tuple[str, Any, str], ...] = ()
+    # Python window functions the engine's session registers: (name, function, returns),
+    # or (name, function, returns, with_timestamps)
+    window_functions: tuple[tuple, ...] = ()
 
     @classmethod
     def from_case(cls, case: Case) -> Scenario:
@@ -135,8 +135,10 @@ def _engine_steps(scenario: Scenario, backend: str):
 
     session = mangonel.Session(backend=backend, windows_per_batch=scenario.windows_per_batch)
     session.execute(scenario.ddl)
-    for name, function, returns in scenario.window_functions:
-        session.register_window_function(name, function, returns=returns)
+    for name, function, returns, *timed in scenario.window_functions:
+        session.register_window_function(
+            name, function, returns=returns, with_timestamps=bool(timed and timed[0])
+        )
     query = session.sql(scenario.query)
     runner = LocalQuery(query.plan)
     for position in range(len(scenario.batches) + 1):

@@ -61,18 +61,31 @@ BOOLEAN_AGGREGATES = ("bool_and", "bool_or")
 # non-NULL values in Spark's order (a list) and whether the argument is integral; the test
 # that registers one (`register_python_function`) wraps the user's function, which takes a
 # NumPy array, so this module imports no NumPy. A window without values is NULL, uncalled.
-PYTHON_FUNCTIONS: dict[str, tuple[Callable[[list, bool], Any], str]] = {}
+# Registered `timed`: applied to (values, their event times, integral), the pairs sorted by
+# value in Spark's order, equal values by event time.
+PYTHON_FUNCTIONS: dict[str, tuple[Callable[..., Any], str, bool]] = {}
 
 
-def register_python_function(name: str, function: Callable[[list, bool], Any], result: str) -> None:
-    PYTHON_FUNCTIONS[name] = (function, result)
+def register_python_function(
+    name: str, function: Callable[..., Any], result: str, timed: bool = False
+) -> None:
+    PYTHON_FUNCTIONS[name] = (function, result, timed)
 
 
-def _python(function: str, present: list, integral: bool) -> Any:
+def _python(function: str, present: list, integral: bool, times: list) -> Any:
     if not present:
         return None
-    python, result = PYTHON_FUNCTIONS[function.split(":", 1)[1]]
-    value = python(_spark_sorted(present), integral)
+    python, result, timed = PYTHON_FUNCTIONS[function.split(":", 1)[1]]
+    if timed:
+        ordered = _spark_sorted(present)
+        # each value's times, earliest first, handed out in that order to equal values
+        by_value: dict = defaultdict(list)
+        for value, ts in sorted(zip(present, times, strict=True), key=lambda p: p[1]):
+            by_value["nan" if value != value else value + 0].append(ts)
+        stamps = [by_value["nan" if v != v else v + 0].pop(0) for v in ordered]
+        value = python(ordered, stamps, integral)
+    else:
+        value = python(_spark_sorted(present), integral)
     return float(value) if result == "double" else int(value)
 
 
@@ -503,14 +516,19 @@ def _approximate(function: str, present: list, integral: bool) -> Any:
     return Approximate(ordered[target - 1], values=tuple(values))
 
 
-def aggregate_value(function: str, values: list, rows: int, integral: bool) -> tuple[Any, float]:
+def aggregate_value(
+    function: str, values: list, rows: int, integral: bool, times: list | None = None
+) -> tuple[Any, float]:
     """One aggregate over the argument values of the tuples of one (window, key), and an
-    absolute tolerance for it (0 when the result is exact)."""
+    absolute tolerance for it (0 when the result is exact); `times`: the tuples' event times
+    (a Python function with timestamps reads them)."""
     if function == "count_star":
         return rows, 0.0
     present = [v for v in values if v is not None]
     if function_name(function) == "python":
-        return _python(function, present, integral), 0.0
+        stamps = times if times is not None else [None] * len(values)
+        stamps = [t for v, t in zip(values, stamps, strict=True) if v is not None]
+        return _python(function, present, integral, stamps), 0.0
     if function_name(function) in (*HOLISTIC_AGGREGATES, "count_distinct"):
         return _holistic(function, present), 0.0
     if function_name(function) in APPROXIMATE_AGGREGATES:
@@ -607,7 +625,7 @@ class Oracle:
         self.rows_out = 0  # rows emitted, after HAVING
         self.tolerances: list[dict] = []
         self.key_order: dict[tuple, int] = {}
-        # time and cumulate windows: ((start, end), key) -> list of argument tuples
+        # time and cumulate windows: ((start, end), key) -> list of (event time, arguments)
         self.contents: dict[tuple, list] = defaultdict(list)
         # count windows: key -> tuples not final yet / final tuples in order
         self.pending: dict[tuple, list] = defaultdict(list)
@@ -656,7 +674,7 @@ class Oracle:
         self.key_order.setdefault(key, len(self.key_order))
         for k in range((ts - size) // slide + 1, ts // slide + 1):
             if self.watermark is None or k * slide + size > self.watermark:
-                self.contents[((k * slide, k * slide + size), key)].append(args)
+                self.contents[((k * slide, k * slide + size), key)].append((ts, args))
         return None
 
     def _add_cumulate(self, ts: int, key: tuple, args: tuple) -> str | None:
@@ -671,7 +689,7 @@ class Oracle:
         for j in range(1, size // step + 1):
             end = period_start + j * step
             if end > ts and (self.watermark is None or end > self.watermark):
-                self.contents[((period_start, end), key)].append(args)
+                self.contents[((period_start, end), key)].append((ts, args))
         return None
 
     def _add_count(self, ts: int, key: tuple, args: tuple) -> str | None:
@@ -684,13 +702,23 @@ class Oracle:
         return None
 
     def _fire(self, final: bool) -> list[dict]:
-        fired = []  # (order, key, window_start, window_end, list of argument tuples)
+        # (order, key, window_start, window_end, argument tuples, their event times)
+        fired = []
         q = self.query
         if q.kind in ("time", "cumulate"):
             # window order: by end (one window ends at each time), then key order
             for ((start, end), key), tuples in list(self.contents.items()):
                 if final or (self.watermark is not None and end <= self.watermark):
-                    fired.append(((end, self.key_order[key]), key, start, end, tuples))
+                    fired.append(
+                        (
+                            (end, self.key_order[key]),
+                            key,
+                            start,
+                            end,
+                            [args for _, args in tuples],
+                            [ts for ts, _ in tuples],
+                        )
+                    )
                     del self.contents[((start, end), key)]
         else:
             n, m = q.size, q.slide
@@ -707,16 +735,20 @@ class Oracle:
                     window = self.final[key][j * m : j * m + n]
                     order = (j, self.key_order[key])
                     start, end = window[0][0], window[-1][0] + 1
-                    fired.append((order, key, start, end, [t[2] for t in window]))
+                    fired.append(
+                        (order, key, start, end, [t[2] for t in window], [t[0] for t in window])
+                    )
                     self.next_window[key] += 1
         fired.sort(key=lambda entry: entry[0])
-        return self._rows(fired)
+        return self._rows([entry[:5] for entry in fired], [entry[5] for entry in fired])
 
-    def _rows(self, fired: list) -> list[dict]:
+    def _rows(self, fired: list, times: list | None = None) -> list[dict]:
+        """Result rows of fired (order, key, start, end, argument tuples) entries; `times`:
+        per entry its tuples' event times (None: unknown, as for the join oracle's groups)."""
         rows, self.tolerances = [], []
         self.windows_fired += len(fired)
         functions = [f for f, _ in self.query.aggregates]
-        for _, key, start, end, tuples in fired:
+        for number, (_, key, start, end, tuples) in enumerate(fired):
             aggregates, tolerances = [], []
             for position, function in enumerate(functions):
                 value, tolerance = aggregate_value(
@@ -724,6 +756,7 @@ class Oracle:
                     [args[position] for args in tuples],
                     len(tuples),
                     self.integral[position],
+                    None if times is None else times[number],
                 )
                 aggregates.append(value)
                 tolerances.append(tolerance)

@@ -11,7 +11,9 @@ Layers, lowest first (docs/architecture.md):
 Every module under mangonel/ is parsed with `ast`; module-level and function-level imports
 (lazy ones too, and those under TYPE_CHECKING) count. CuPy may be imported only under
 runtime/gpu, pyspark only under runtime/spark, numba only under runtime/cpu (where the CPU
-kernels are jitted; nothing else uses it).
+kernels are jitted), except numba.cuda: only under runtime/gpu (Python window functions
+compiled by numba's CUDA target). A third-party `from a import b` counts as `a.b`, so the
+most specific rule (numba.cuda before numba) decides.
 """
 
 from __future__ import annotations
@@ -56,12 +58,24 @@ LAYERS = (
     ),
 )
 
-# third-party package -> the one layer that may import it
+# third-party module -> the one layer that may import it (and its submodules; the longest
+# matching name decides)
 CONFINED = {
     "cupy": "runtime.gpu",
     "pyspark": "runtime.spark",
     "numba": "runtime.cpu",
+    "numba.cuda": "runtime.gpu",
 }
+
+
+def confined_to(imported: str) -> str | None:
+    """The one layer allowed to import `imported`, None when any may."""
+    best = None
+    for name, layer in CONFINED.items():
+        if imported == name or imported.startswith(name + "."):
+            if best is None or len(name) > len(best[0]):
+                best = (name, layer)
+    return best[1] if best else None
 
 
 def layer_of(module: str) -> Layer | None:
@@ -96,9 +110,11 @@ def imports_of(module: str, source: str, is_package: bool, known: set[str]) -> s
             else:
                 target = node.module or ""
             for alias in node.names:
-                # `from a import b` imports module a.b when there is one, else names of a
+                # `from a import b` imports module a.b when there is one, else names of a;
+                # outside mangonel a.b either way (numba.cuda is confined apart from numba)
                 child = f"{target}.{alias.name}"
-                found.add(child if child in known else target)
+                outside = target.split(".")[0] != "mangonel"
+                found.add(child if child in known or outside else target)
     return found
 
 
@@ -115,7 +131,8 @@ def violations(sources: dict[str, tuple[str, bool]]) -> tuple[set[str], list[str
             continue
         for imported in sorted(imports_of(module, source, is_package, known)):
             top = imported.split(".")[0]
-            if top in CONFINED and own.name != CONFINED[top]:
+            allowed = confined_to(imported)
+            if allowed is not None and own.name != allowed:
                 broken.add(f"{module} -> {imported}")
             if top != "mangonel":
                 continue
@@ -158,7 +175,13 @@ def test_the_checker_flags_upward_sideways_lazy_and_confined_imports():
             False,
         ),
         "mangonel.runtime.cpu.keys": ("from ..gpu import kernels\n", False),
-        "mangonel.runtime.gpu.kernels": ("from mangonel.runtime.host import arrays\n", False),
+        "mangonel.runtime.gpu.kernels": (
+            "from mangonel.runtime.host import arrays\nfrom numba import cuda\n"
+            "import numba.cuda.random\n",
+            False,
+        ),
+        "mangonel.runtime.gpu.state": ("import numba\nfrom numba import njit\n", False),
+        "mangonel.runtime.cpu.generated": ("from numba import cuda\n", False),
         "mangonel.runtime.host.arrays": ("import numpy\nfrom mangonel import errors\n", False),
         "mangonel.errors": ("", False),
         "mangonel.runtime.spark.stage2": ("from mangonel.runtime.local.query import x\n", False),
@@ -173,5 +196,8 @@ def test_the_checker_flags_upward_sideways_lazy_and_confined_imports():
         "mangonel.runtime.cpu.keys -> mangonel.runtime.gpu.kernels",
         "mangonel.runtime.spark.stage2 -> mangonel.runtime.local.query",
         "mangonel.session -> numba",
+        "mangonel.runtime.gpu.state -> numba",
+        "mangonel.runtime.gpu.state -> numba.njit",
+        "mangonel.runtime.cpu.generated -> numba.cuda",
     }
     assert problems == ["mangonel.stray belongs to no layer: add it to LAYERS in this test"]

@@ -2,9 +2,10 @@
 against the oracle, which applies the plain (uncompiled) Python function to each window's
 non-NULL values as it sorts them (tests/oracle.py, "python:<name>"), on time windows (sliding
 and tumbling) and count windows, in and out of order, with NULLs, NaN/infinities, late rows,
-snapshot/restore, beside MEDIAN and incremental aggregates; the registration API (decorator,
-type checks, names), numba compile errors at registration and planning, EXPLAIN, GPU placement
-and the Spark refusal."""
+snapshot/restore, beside MEDIAN and incremental aggregates, also functions registered
+with_timestamps (the oracle hands them the values' event times); the registration API
+(decorator, type checks, names), numba compile errors at registration and planning, EXPLAIN,
+GPU placement and the Spark refusal."""
 
 from __future__ import annotations
 
@@ -51,21 +52,43 @@ def above_lowest(values):
     return count
 
 
-# (name, function, returns, oracle result type)
+def time_weighted(values, times):
+    """Reads the timestamps (registered with_timestamps): the rank-weighted sum of each
+    value's time after the window's earliest, plus the time of the largest value; depends
+    on the order the pairs arrive in (by value, equal values by time)."""
+    earliest = times[0]
+    for i in range(times.shape[0]):  # not min(): numba's CUDA target needs a GPU for it
+        if times[i] < earliest:
+            earliest = times[i]
+    total = 0.0
+    for i in range(times.shape[0]):
+        total += (i + 1) * (times[i] - earliest)
+    return total + times[times.shape[0] - 1]
+
+
+# (name, function, returns, oracle result type, with_timestamps)
 FUNCTIONS = [
-    ("trimmed_mean", trimmed_mean, "DOUBLE", "double"),
-    ("spread", spread, "DOUBLE", "double"),
-    ("above_lowest", above_lowest, "BIGINT", "bigint"),
+    ("trimmed_mean", trimmed_mean, "DOUBLE", "double", False),
+    ("spread", spread, "DOUBLE", "double", False),
+    ("above_lowest", above_lowest, "BIGINT", "bigint", False),
+    ("time_weighted", time_weighted, "DOUBLE", "double", True),
 ]
-WINDOW_FUNCTIONS = tuple((name, function, returns) for name, function, returns, _ in FUNCTIONS)
-for _name, _function, _, _result in FUNCTIONS:
-    register_python_function(
-        _name,
-        lambda values, integral, f=_function: f(
-            np.array(values, np.int64 if integral else np.float64)
-        ),
-        _result,
-    )
+WINDOW_FUNCTIONS = tuple(
+    (name, function, returns, timed) for name, function, returns, _, timed in FUNCTIONS
+)
+
+
+def _oracle_function(function, timed):
+    """The user's function over the oracle's lists (as NumPy arrays of the engine's dtypes)."""
+    if timed:
+        return lambda values, times, integral: function(
+            np.array(values, np.int64 if integral else np.float64), np.array(times, np.int64)
+        )
+    return lambda values, integral: function(np.array(values, np.int64 if integral else np.float64))
+
+
+for _name, _function, _, _result, _timed in FUNCTIONS:
+    register_python_function(_name, _oracle_function(_function, _timed), _result, _timed)
 # beside the Python functions: a holistic and an incremental aggregate
 OTHERS = [("median", "MEDIAN({a})"), ("sum", "SUM({a})"), ("count", "COUNT({a})")]
 
@@ -195,7 +218,8 @@ def test_integer_arguments_arrive_as_int64_and_bigint_results():
     assert query.schema.field("a").type == pa.int64()
 
 
-def test_the_plan_names_the_function_and_gpu_plans_say_why_it_runs_on_the_cpu():
+def test_the_plan_names_the_function_and_a_gpu_plan_unchecked_for_cuda_keeps_it_on_the_cpu():
+    # (plans the session checks for CUDA: tests/test_python_window_cuda.py)
     session = _session()
     session.register_window_function("trimmed_mean", trimmed_mean, returns="DOUBLE")
     query = session.sql(
@@ -203,15 +227,20 @@ def test_the_plan_names_the_function_and_gpu_plans_say_why_it_runs_on_the_cpu():
         "[RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
     )
     assert "trimmed_mean(v) [python]<-values_" in query.explain()
+    # a CPU plan re-placed on the GPU: no CUDA check ran, so the step stays on the CPU
     window = ph.find(ph.with_backend(query.plan, "gpu", "test"), ph.WindowAggregateExec)
     assert window.aggregates[0].python.function is trimmed_mean
     step = ph.placement(window, "holistic")
     assert step.backend == "cpu"
-    assert step.reason.startswith("Python window function trimmed_mean: ")
+    assert step.reason == (
+        "the function trimmed_mean was not checked for CUDA for float64 values "
+        "(the plan was made without the session's CUDA check)"
+    )
+    assert window.holistic.gpu_form is None
     assert ph.placement(window, "lift").backend == "gpu"  # SUM stays on the GPU
-    reason = holistic_cpu_reason(window.aggregates)
+    reason = holistic_cpu_reason(window.aggregates, window.fields)
     placements = ph.window_placements(window.window, "gpu", "test", True, reason)
-    assert "! holistic runs on cpu because Python window function trimmed_mean" in (
+    assert "! holistic runs on cpu because the function trimmed_mean was not checked" in (
         "\n".join(f"! {p.step} runs on {p.backend} because {p.reason}" for p in placements)
     )
 
@@ -426,3 +455,62 @@ def test_a_snapshot_restores_into_a_new_session_that_registers_the_function():
     after.restore(before.snapshot())
     got += [r for out in after.process(batch(second)) + after.finish() for r in out.to_pylist()]
     assert got == expected and any(r["t"] is not None for r in got)
+
+
+# -- with_timestamps ------------------------------------------------------------------------
+
+
+def _value_time_pairs(values, times):
+    """The pairs as the function sees them, encoded in one number each (checks the order)."""
+    total = 0.0
+    for i in range(values.shape[0]):
+        total = total * 1000.0 + values[i] * 100.0 + times[i]
+    return total
+
+
+def test_a_function_with_timestamps_gets_each_values_event_time_in_value_order():
+    session = _session()
+    session.register_window_function(
+        "pairs", _value_time_pairs, returns="DOUBLE", with_timestamps=True
+    )
+    # values 3 1 3 2 1 at times 0..4 (two ties); one NULL at time 5 (skipped with its time)
+    rows = [{"ts": t, "v": v} for t, v in enumerate([3.0, 1.0, 3.0, 2.0, 1.0, None])]
+
+    def encode(pairs):
+        total = 0.0
+        for value, time in pairs:
+            total = total * 1000.0 + value * 100.0 + time
+        return total
+
+    tumbling = _rows(session, "SELECT pairs(v) AS p FROM s [RANGE 10 MICROSECONDS]", rows)
+    # sorted by value, equal values by time: (1,1) (1,4) (2,3) (3,0) (3,2)
+    assert tumbling == [{"p": encode([(1, 1), (1, 4), (2, 3), (3, 0), (3, 2)])}]
+    # sliding: panes of 2 us merged, ties across panes stay in time order
+    sliding = _rows(
+        session,
+        "SELECT window_start AS ws, pairs(v) AS p FROM s "
+        "[RANGE 4 MICROSECONDS SLIDE 2 MICROSECONDS]",
+        rows,
+    )
+    assert [r["p"] for r in sliding] == [
+        encode([(1, 1), (3, 0)]),  # [-2, 2)
+        encode([(1, 1), (2, 3), (3, 0), (3, 2)]),  # [0, 4)
+        encode([(1, 4), (2, 3), (3, 2)]),  # [2, 6)
+        encode([(1, 4)]),  # [4, 8): the NULL's time is not there
+    ]
+    counted = _rows(session, "SELECT pairs(v) AS p FROM s [ROWS 3 SLIDE 2]", rows)
+    assert [r["p"] for r in counted] == [
+        encode([(1, 1), (3, 0), (3, 2)]),  # tuples 0..2
+        encode([(1, 4), (2, 3), (3, 2)]),  # tuples 2..4
+    ]
+
+
+def test_with_timestamps_registrations_are_checked():
+    session = _session()
+    with pytest.raises(CatalogError, match="with_timestamps must be True or False"):
+        session.register_window_function("f", spread, with_timestamps="yes")
+    # a function of one array registered with timestamps: numba says it takes one argument
+    with pytest.raises(PlanError, match="does not compile with numba.*argument"):
+        session.register_window_function("f", spread, with_timestamps=True)
+    registered = session.register_window_function("f", time_weighted, with_timestamps=True)
+    assert registered.with_timestamps and "with_timestamps" in repr(registered)

@@ -1,10 +1,12 @@
 """User window functions written in Python (`Session.register_window_function`).
 
 A `WindowFunction` is a Python function of one NumPy array, the non-NULL values of one
-window of one key, returning one number. In SQL it is called like an aggregate,
-`trimmed_mean(price)`; it is holistic: it reads the window's raw values (the `values` state
-of `aggregates.holistic`, shared with MEDIAN & co. over the same argument), evaluated by the
-holistic step with `Holistic("python")`.
+window of one key, returning one number; registered `with_timestamps`, a function of two
+arrays: the values and their tuples' event times (int64 microseconds since the epoch, the
+i-th the time of the i-th value; equal values in event-time order). In SQL it is called like
+an aggregate, `trimmed_mean(price)`; it is holistic: it reads the window's raw values (the
+`values` state of `aggregates.holistic`, shared with MEDIAN & co. over the same argument),
+evaluated by the holistic step with `Holistic("python")`.
 
 What the function sees (docs/semantics.md, "Python window functions"): the window's non-NULL
 values of the argument, sorted ascending in Spark's order (NaN largest, -0.0 read as 0.0),
@@ -13,15 +15,19 @@ window without a non-NULL value gives NULL without calling it). Sorted because a
 values otherwise have no order independent of arrival: the result must not depend on how
 the stream was batched or how late its tuples came.
 
-The function itself is compiled by the backend (numba on the CPU, `runtime.cpu.python`),
-which is why this module only describes it: the aggregates layer imports no numba.
+The function itself is compiled by the backend (numba on the CPU, `runtime.cpu.python_window`;
+numba's CUDA target on the GPU, `runtime.gpu.python_window`), which is why this module only
+describes it: the aggregates layer imports no numba. What the CUDA check said of a function
+is kept on it (`WindowFunction.cuda`) for the planner, which imports no runtime either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from mangonel.aggregates.functions import Aggregate, Holistic, register_aggregate
 from mangonel.aggregates.holistic import VALUES_USE, finalize_selected
@@ -41,9 +47,27 @@ class WindowFunction:
     name: str
     function: Callable[..., Any]
     returns: SqlType
+    with_timestamps: bool = False  # called as function(values, timestamps)
+    # What numba's CUDA target said of the function per values dtype ("float64", "int64"):
+    # None when it compiles as a device function, else numba's reason. Filled when a GPU
+    # plan is made (`compiler.window_functions.check_calls`, the session's CUDA check) and
+    # read by the planner (`compiler.holistic.holistic_cpu_reason`); a cache of a property
+    # of the function, so mutable inside the frozen record.
+    cuda: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
-        return f"WindowFunction({self.name} -> {self.returns})"
+        timed = ", with_timestamps" if self.with_timestamps else ""
+        return f"WindowFunction({self.name} -> {self.returns}{timed})"
+
+
+def values_dtype(argument_type: SqlType) -> np.dtype:
+    """The dtype of the array a function gets for an argument of this type."""
+    return np.dtype(np.float64 if argument_type.is_floating else np.int64)
+
+
+def result_dtype(returns: SqlType) -> np.dtype:
+    """The dtype the backends collect a function's results in, for its declared type."""
+    return np.dtype(np.float64 if returns.is_floating else np.int64)
 
 
 def return_type(name: str, returns: str | SqlType) -> SqlType:

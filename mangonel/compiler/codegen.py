@@ -37,7 +37,7 @@ from mangonel.aggregates import require_fixed
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
-from mangonel.compiler.holistic import incremental_part
+from mangonel.compiler.holistic import PYTHON_GPU_FORM, incremental_part
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
 from mangonel.compiler.wire import describe_wire, wire_columns
@@ -460,6 +460,14 @@ def _explain_holistic_codegen(window: WindowAggregateExec) -> str:
             evaluations.append(holistic.evaluation)
     out = []
     for evaluation in evaluations:
+        if evaluation == "python":  # compiled by numba's CUDA target, not rendered here
+            names = ", ".join(plan.python)
+            out.append(
+                f"// Python window functions ({names}): numba CUDA device functions, "
+                f"{PYTHON_GPU_FORM} over the window's merged runs "
+                "(runtime/gpu/python_window.py)"
+            )
+            continue
         generated = render_holistic_kernels(evaluation, plan.gpu_form)
         header = [
             f"// mangonel GPU holistic kernel ({evaluation}, {plan.gpu_form}, "

@@ -9,7 +9,10 @@ incremental fields, its `holistic` names the strategy, and its placements hold o
 ones (`incremental_part`). The holistic step of a GPU plan runs on the GPU for time windows:
 the panes' values are lifted and kept on the host (the `values` state has no CUDA lift), each
 pane is sorted once on the device, and a rendered selection kernel evaluates a result chunk's
-windows in one launch (`gpu_form`, `windows_per_launch`); count windows keep it on the CPU.
+windows in one launch (`gpu_form`, `windows_per_launch`); a Python window function is
+called by a thread per window as a numba CUDA device function (`PYTHON_GPU_FORM`) where the
+session's CUDA check found that it compiles (`python_cuda_problem`), else the step runs on
+the CPU with numba's reason. Count windows keep it on the CPU.
 
 Strategies (EXPLAIN: `holistic=<strategy>`):
 
@@ -37,6 +40,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from mangonel.aggregates import sketches
+from mangonel.aggregates.python import WindowFunction, values_dtype
+from mangonel.catalog.types import SqlType
 from mangonel.compiler.logical import WindowKind, WindowSpec
 from mangonel.compiler.options import TuningOptions
 from mangonel.errors import PlanError
@@ -57,24 +62,42 @@ SPARK_PYTHON = "Python window functions inside Spark: not yet (the standalone Se
 SKETCHES_ON_CPU = "approximate aggregates' sketches (HLL++, GK) have no GPU kernels yet"
 
 
-def holistic_cpu_reason(aggregates: Sequence[AggregatePlan]) -> str | None:
+def holistic_cpu_reason(
+    aggregates: Sequence[AggregatePlan], fields: Sequence[StateField] = ()
+) -> str | None:
     """Why a GPU plan's holistic step runs on the CPU whatever its window (a Python window
-    function, a sketch); None when the GPU's sort and selection kernels can run it."""
-    python = [a.python.name for a in aggregates if a.python is not None]
+    function that does not compile for CUDA, a sketch); None when the GPU's kernels can run
+    it. `fields`: the node's state fields (a Python function's values dtype is its field's)."""
+    types = {f.name: f.type for f in fields}
+    python = []
+    for aggregate in aggregates:
+        if aggregate.python is None:
+            continue
+        value_type = types.get(aggregate.value_field or "")
+        problem = python_cuda_problem(aggregate.python, value_type)
+        if problem is not None:
+            python.append(f"the function {aggregate.python.name} {problem}")
     if python:
-        return python_on_cpu(python)
+        return "; ".join(python)
     if any(a.holistic and a.function.definition.holistic.sketch for a in aggregates):
         return SKETCHES_ON_CPU
     return None
 
 
-def python_on_cpu(names: Sequence[str]) -> str:
-    """Why a GPU plan's holistic step with Python window functions runs on the CPU."""
-    listed = ", ".join(names)
-    return (
-        f"Python window function {listed}: compiled with numba for the CPU only "
-        "(no GPU evaluation kernel for Python window functions yet)"
-    )
+def python_cuda_problem(function: WindowFunction, value_type: SqlType | None) -> str | None:
+    """What keeps a Python window function off the GPU for values of `value_type`: numba's
+    CUDA reason recorded when the GPU plan was made (`WindowFunction.cuda`), or that no check
+    ran (a plan re-placed without the session's CUDA check); None when it compiles."""
+    if value_type is None:
+        return "was not checked for CUDA (its argument's type is unknown)"
+    dtype = values_dtype(value_type).name
+    if dtype not in function.cuda:
+        return (
+            f"was not checked for CUDA for {dtype} values "
+            "(the plan was made without the session's CUDA check)"
+        )
+    reason = function.cuda[dtype]
+    return None if reason is None else f"does not compile for CUDA: {reason}"
 
 
 JOIN_HOLISTIC = "holistic functions over joins: not yet"
@@ -114,13 +137,19 @@ class HolisticPlan:
     # (`windows_per_launch`, `gpu_form`), with their values: those are never tuned.
     tuning: str = "online"
     fixed: tuple[tuple[str, int | str], ...] = ()
+    # the Python window functions it calls: on the GPU each is a numba CUDA device function
+    # called by a thread per window over the window's merged runs (`PYTHON_GPU_FORM`)
+    python: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """EXPLAIN's text: the strategy, on the GPU its kernel form and batch, a fixed batch on
-        the CPU, and the tuning when it is not the default (online, nothing pinned)."""
+        """EXPLAIN's text: the strategy, on the GPU its kernel form and batch (and how it
+        calls Python functions), a fixed batch on the CPU, and the tuning when it is not the
+        default (online, nothing pinned)."""
         parts = []
         if self.gpu_form is not None:
             parts += [self.gpu_form, f"{self.windows_per_launch} windows/launch"]
+            if self.python:
+                parts.append(f"python {PYTHON_GPU_FORM}")
         elif self.windows_per_launch is not None:
             parts.append(f"{self.windows_per_launch} windows/chunk")
         if self.tuning == "off":
@@ -133,6 +162,11 @@ class HolisticPlan:
         """Whether the firing's knobs are tuned online (raw values of time windows only:
         count windows and sketches alone have no selection to tune)."""
         return self.tuning == "online" and "sorted-panes" in self.strategy.split("+")
+
+
+# How the GPU evaluates a Python window function (runtime/gpu/python_window.py): a thread
+# per window merges its panes' sorted runs, then calls the user's device function on them.
+PYTHON_GPU_FORM = "thread-per-window"
 
 
 def holistic_plan(
@@ -170,14 +204,16 @@ def holistic_plan(
         fixed.append(("windows_per_launch", tuning.windows_per_launch))
     if tuning.gpu_form is not None:
         fixed.append(("gpu_form", tuning.gpu_form))
+    python = tuple(a.python.name for a in holistic if a.python is not None)
     plan = HolisticPlan(
         strategy,
         names,
         tuple(sketch_parameters(a) for a in approximate),
         tuning=tuning.mode,
         fixed=tuple(fixed),
+        python=python,
     )
-    return for_backend(plan, backend, panes_per_window, holistic_cpu_reason(aggregates))
+    return for_backend(plan, backend, panes_per_window, holistic_cpu_reason(aggregates, fields))
 
 
 def for_backend(

@@ -256,7 +256,7 @@ def plan(
             backend,
             backend_reason,
             holistic is not None,
-            holistic_cpu_reason(aggregate_plans),
+            holistic_cpu_reason(aggregate_plans, fields),
         ),
         holistic=holistic,
     )
@@ -536,7 +536,7 @@ def with_backend(root: NodeT, backend: str, reason: str, gpu_join: bool = True) 
                 backend,
                 reason,
                 node.holistic is not None,
-                holistic_cpu_reason(node.aggregates),
+                holistic_cpu_reason(node.aggregates, node.fields),
             )
             return replace(
                 node,
@@ -548,7 +548,7 @@ def with_backend(root: NodeT, backend: str, reason: str, gpu_join: bool = True) 
                     node.holistic,
                     backend,
                     node.panes_per_window,
-                    holistic_cpu_reason(node.aggregates),
+                    holistic_cpu_reason(node.aggregates, node.fields),
                 ),
             )
         if isinstance(node, WindowJoinExec):

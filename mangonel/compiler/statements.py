@@ -100,6 +100,7 @@ class StatementRunner:
         tuning: str | TuningOptions | None = None,
         gpu_probe: Callable[[], tuple[bool, str]] | None = None,
         compile_window_function: window_functions.Compile | None = None,
+        cuda_window_function: window_functions.CudaCheck | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise BackendUnavailableError(
@@ -121,6 +122,7 @@ class StatementRunner:
         self.catalog = Catalog()
         self.gpu_probe = gpu_probe
         self.compile_window_function = compile_window_function
+        self.cuda_window_function = cuda_window_function
 
     # -- DDL -------------------------------------------------------------------------
 
@@ -224,19 +226,34 @@ class StatementRunner:
         *,
         returns: str | SqlType = "DOUBLE",
         replace: bool = False,
+        with_timestamps: bool = False,
     ) -> WindowFunction:
         """Make `function` callable in SQL as the aggregate `name(x)`: a Python function of
         one NumPy array (the window's non-NULL values of x, sorted ascending; float64 for a
         floating x, int64 for an integer one) returning one number of type `returns`
-        (DOUBLE, FLOAT, BIGINT or INT). It is compiled with numba now (for float64 values)
-        and at planning (for the call's argument type); either raises an error naming the
-        function and numba's reason when it does not compile."""
+        (DOUBLE, FLOAT, BIGINT or INT). `with_timestamps=True`: a function of two arrays,
+        the values and their tuples' event times (int64 microseconds since the epoch,
+        aligned with the values; equal values in event-time order). It is compiled with
+        numba now (for float64 values) and at planning (for the call's argument type);
+        either raises an error naming the function and numba's reason when it does not
+        compile."""
         return window_functions.register(
-            self.catalog, name, function, returns, replace, self.compile_window_function
+            self.catalog,
+            name,
+            function,
+            returns,
+            replace,
+            self.compile_window_function,
+            with_timestamps,
         )
 
     def window_function(
-        self, name: str | None = None, *, returns: str | SqlType = "DOUBLE", replace: bool = False
+        self,
+        name: str | None = None,
+        *,
+        returns: str | SqlType = "DOUBLE",
+        replace: bool = False,
+        with_timestamps: bool = False,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator form of `register_window_function` (the name defaults to the function's):
 
@@ -246,7 +263,13 @@ class StatementRunner:
 
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             registered = name if name is not None else getattr(function, "__name__", None)
-            self.register_window_function(registered, function, returns=returns, replace=replace)  # type: ignore[arg-type]
+            self.register_window_function(
+                registered,  # type: ignore[arg-type]
+                function,
+                returns=returns,
+                replace=replace,
+                with_timestamps=with_timestamps,
+            )
             return function
 
         return register
@@ -275,11 +298,14 @@ class StatementRunner:
 
     def _plan(self, text: str, select: exp.Expression) -> PlannedQuery:
         bound = bind(select, self.catalog)
-        window_functions.check_calls(
-            bound.logical, bound.argument_types, self.compile_window_function
-        )
         probe = self.gpu_probe if needs_probe(self.backend) else None
         backend, reason = choose_backend(self.backend, probe() if probe is not None else None)
+        window_functions.check_calls(
+            bound.logical,
+            bound.argument_types,
+            self.compile_window_function,
+            self.cuda_window_function if backend == "gpu" else None,
+        )
         plan = physical.plan(
             bound.logical,
             argument_types=bound.argument_types,

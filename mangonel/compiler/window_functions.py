@@ -5,7 +5,10 @@ The statements layer cannot compile them (numba lives under runtime/cpu): the se
 it a `compile` callable (`runtime.cpu.python_window.compile_window_function`) that raises
 PlanError naming the function and numba's reason; registration compiles for float64 and int64
 values (one of them must compile: the argument is not known yet), planning again for each
-call's argument type.
+call's argument type. For a GPU plan the session also hands a `cuda_check`
+(`runtime.gpu.python_window.cuda_problem`): whether the function compiles with numba's CUDA
+target for the call's values, kept on the function (`WindowFunction.cuda`) for the planner,
+which places the holistic step on the CPU with numba's reason when it does not.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from mangonel.aggregates.python import WindowFunction, return_type
+from mangonel.aggregates.python import WindowFunction, return_type, values_dtype
 from mangonel.catalog.catalog import Catalog
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
@@ -24,6 +27,8 @@ from mangonel.compiler.parse import parse_statement
 from mangonel.errors import CatalogError, SqlError
 
 Compile = Callable[[WindowFunction, SqlType | None], None]
+# None when the function compiles for CUDA for values of the argument type, else why not
+CudaCheck = Callable[[WindowFunction, SqlType], str | None]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -34,6 +39,7 @@ def register(
     returns: str | SqlType,
     replace: bool,
     compile: Compile | None,
+    with_timestamps: bool = False,
 ) -> WindowFunction:
     """Check and register `function` as the window function `name` of `catalog`."""
     if not isinstance(name, str) or not _NAME.match(name):
@@ -61,7 +67,12 @@ def register(
             f"a window function named {key!r} is already registered",
             hint="pass replace=True to replace it, or choose another name",
         )
-    window_function = WindowFunction(key, function, sql_type)
+    if not isinstance(with_timestamps, bool):
+        raise CatalogError(
+            f"window function {name!r}: with_timestamps must be True or False, "
+            f"got {with_timestamps!r}"
+        )
+    window_function = WindowFunction(key, function, sql_type, with_timestamps)
     if compile is not None:
         compile(window_function, None)  # for float64 or int64 values
     catalog.window_functions[key] = window_function
@@ -90,11 +101,20 @@ def python_calls(root: lg.LogicalNode) -> Iterator[tuple[lg.Aggregate, int]]:
 
 
 def check_calls(
-    root: lg.LogicalNode, argument_types: dict[int, SqlType], compile: Compile | None
+    root: lg.LogicalNode,
+    argument_types: dict[int, SqlType],
+    compile: Compile | None,
+    cuda_check: CudaCheck | None = None,
 ) -> None:
-    """Compile each Python window function a query calls for its argument's type."""
-    if compile is None:
-        return
+    """Compile each Python window function a query calls for its argument's type (raises
+    when numba cannot); with `cuda_check` (a GPU plan) also record on the function whether
+    it compiles for CUDA, once per function and values dtype."""
     for aggregate, position in python_calls(root):
-        assert aggregate.python is not None
-        compile(aggregate.python, argument_types[position])
+        function = aggregate.python
+        assert function is not None
+        argument_type = argument_types[position]
+        if compile is not None:
+            compile(function, argument_type)
+        dtype = values_dtype(argument_type).name
+        if cuda_check is not None and dtype not in function.cuda:
+            function.cuda[dtype] = cuda_check(function, argument_type)

@@ -218,6 +218,21 @@ def _sort_pane(slots, keys, offsets, out):
         out[offsets[s] : offsets[s + 1]].sort()
 
 
+def sort_pane_timed(
+    slots: np.ndarray, keys: np.ndarray, times: np.ndarray, n_slots: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`sort_pane` of values with their event times (a Python window function
+    `with_timestamps` reads them): sorted by (slot, value, time), (values, times, offsets)."""
+    slots = np.ascontiguousarray(slots, np.int64)
+    order = np.lexsort((times, keys, slots))  # the last key is the primary one
+    offsets = np.searchsorted(slots[order], np.arange(n_slots + 1, dtype=np.int64))
+    return (
+        np.ascontiguousarray(keys[order], np.int64),
+        np.ascontiguousarray(times[order], np.int64),
+        offsets.astype(np.int64),
+    )
+
+
 def sort_pane(slots: np.ndarray, keys: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
     """One pane's values sorted by (key slot, value), and each slot's offsets into them
     (`offsets[s]:offsets[s + 1]`, n_slots + 1 entries): a counting sort by slot, then each
@@ -235,11 +250,16 @@ def sort_pane(slots: np.ndarray, keys: np.ndarray, n_slots: int) -> tuple[np.nda
 
 
 def split_panes(
-    panes: np.ndarray, slots: np.ndarray, values: np.ndarray, keep: np.ndarray
-) -> tuple[list[int], list[tuple[np.ndarray, np.ndarray]], bool]:
-    """The kept rows' (slot, order key) grouped by pane: (pane ids, one (slots, values)
-    chunk per pane, whether the chunks are sorted by (slot, value): not here, a pane is
-    sorted when a window first reads it)."""
+    panes: np.ndarray,
+    slots: np.ndarray,
+    values: np.ndarray,
+    keep: np.ndarray,
+    times: np.ndarray | None = None,
+) -> tuple[list[int], list[tuple[np.ndarray, np.ndarray, np.ndarray | None]], bool]:
+    """The kept rows' (slot, order key, event time or None) grouped by pane: (pane ids, one
+    chunk per pane, whether the chunks are sorted by (slot, value[, time]): not here, a pane
+    is sorted when a window first reads it). `times`: the rows' event times, kept where a
+    Python function `with_timestamps` reads the field."""
     rows = np.flatnonzero(keep)
     if not len(rows):
         return [], [], False
@@ -250,5 +270,9 @@ def split_panes(
     bounds = np.flatnonzero(np.diff(row_panes)) + 1
     starts = np.concatenate(([0], bounds)).tolist()
     ends = np.concatenate((bounds, [len(rows)])).tolist()
-    chunks = [(slots[rows[a:b]], values[rows[a:b]]) for a, b in zip(starts, ends, strict=True)]
+    chunks = []
+    for a, b in zip(starts, ends, strict=True):
+        chosen = rows[a:b]
+        chunk_times = None if times is None else np.asarray(times[chosen], np.int64)
+        chunks.append((slots[chosen], values[chosen], chunk_times))
     return row_panes[starts].tolist(), chunks, False

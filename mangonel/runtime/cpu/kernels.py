@@ -354,10 +354,19 @@ class CpuKernels:
         )
 
     def python_window(
-        self, function, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating
+        self,
+        function,
+        keys,
+        run_start,
+        run_end,
+        row_first,
+        row_runs,
+        sorted_runs,
+        floating,
+        times=None,
     ):
         return python_window.evaluate_python(
-            function, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating
+            function, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating, times
         )
 
     def pane_runs(self, base, starts, ends, columns, first_index, panes_per_row):
@@ -367,8 +376,11 @@ class CpuKernels:
         # a counting sort by slot is O(n) whether or not the chunk came sorted
         return holistic.sort_pane(slots, keys, n_slots)
 
-    def split_panes(self, panes, slots, values, keep):
-        return holistic.split_panes(panes, slots, values, keep)
+    def split_panes(self, panes, slots, values, keep, times=None):
+        return holistic.split_panes(panes, slots, values, keep, times)
+
+    def sort_pane_timed(self, slots, keys, times, n_slots):
+        return holistic.sort_pane_timed(slots, keys, times, n_slots)
 
     # the approximate functions' sketches: build, cell_range, merge, empty, answer,
     # to_bytes, from_bytes (`runtime/cpu/sketch_windows.py`)

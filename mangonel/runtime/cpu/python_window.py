@@ -10,8 +10,9 @@ flows.
 the driver on the function, a first-class dispatcher argument) walks a batch of result rows,
 copies each row's runs (its panes' sorted values, or a count window's run of tuples) into a
 scratch buffer, merges the sorted runs pairwise (a count window's one run, in event-time
-order, is sorted), and calls the function once on the window's values: no Python per
-window, one call per batch of windows.
+order, is sorted stably), and calls the function once on the window's values (and, for a
+function `with_timestamps`, their event times, moved with them): no Python per window, one
+call per batch of windows.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numba
 import numpy as np
 from numba.core.registry import CPUDispatcher
 
-from mangonel.aggregates.python import WindowFunction
+from mangonel.aggregates.python import WindowFunction, result_dtype, values_dtype
 from mangonel.catalog.types import SqlType
 from mangonel.errors import PlanError
 
@@ -33,16 +34,9 @@ _ARRAY_TYPES = {
     np.dtype(np.int64): numba.types.Array(numba.types.int64, 1, "C"),
 }
 _DISPATCHERS: dict[Callable[..., Any], CPUDispatcher] = {}
+_CALLERS: dict[CPUDispatcher, CPUDispatcher] = {}
+_TIMES_TYPE = numba.types.Array(numba.types.int64, 1, "C")
 _LOCK = threading.Lock()
-
-
-def values_dtype(argument_type: SqlType) -> np.dtype:
-    """The dtype of the array a function gets for an argument of this type."""
-    return np.dtype(np.float64 if argument_type.is_floating else np.int64)
-
-
-def result_dtype(returns: SqlType) -> np.dtype:
-    return np.dtype(np.float64 if returns.is_floating else np.int64)
 
 
 def _dispatcher(function: Callable[..., Any]) -> CPUDispatcher:
@@ -57,6 +51,25 @@ def _dispatcher(function: Callable[..., Any]) -> CPUDispatcher:
                 dispatcher = numba.njit(function)
             _DISPATCHERS[function] = dispatcher
         return dispatcher
+
+
+def _caller(function: WindowFunction) -> CPUDispatcher:
+    """The function as `_evaluate` calls it, (values, timestamps): the dispatcher itself for
+    a function `with_timestamps`, else a wrapper dropping the timestamps (one per function)."""
+    dispatcher = _dispatcher(function.function)
+    if function.with_timestamps:
+        return dispatcher
+    with _LOCK:
+        caller = _CALLERS.get(dispatcher)
+    if caller is None:
+
+        @numba.njit
+        def values_only(values, times):
+            return dispatcher(values)
+
+        with _LOCK:
+            caller = _CALLERS.setdefault(dispatcher, values_only)
+    return caller
 
 
 def compile_window_function(function: WindowFunction, argument_type: SqlType | None) -> None:
@@ -76,7 +89,7 @@ def compile_window_function(function: WindowFunction, argument_type: SqlType | N
 
 
 def _compile_problem(function: WindowFunction, dtype: np.dtype) -> PlanError | None:
-    arguments = (_ARRAY_TYPES[dtype],)
+    arguments = (_ARRAY_TYPES[dtype],) + ((_TIMES_TYPE,) if function.with_timestamps else ())
     try:
         dispatcher = _dispatcher(function.function)
         dispatcher.compile(arguments)
@@ -87,7 +100,8 @@ def _compile_problem(function: WindowFunction, dtype: np.dtype) -> PlanError | N
         return PlanError(
             f"Python window function {function.name!r} does not compile with numba for "
             f"{dtype} values: {reason}",
-            hint="the function takes one NumPy array and returns one number, in numba's "
+            hint="the function takes one NumPy array (and an int64 array of timestamps when "
+            "registered with_timestamps=True) and returns one number, in numba's "
             "nopython subset (NumPy calls, loops, no Python objects; helpers it calls are "
             "numba.njit functions themselves)",
         )
@@ -104,11 +118,15 @@ def _compile_problem(function: WindowFunction, dtype: np.dtype) -> PlanError | N
 
 
 @numba.njit
-def _merge_runs(window, other, bounds, count):
+def _merge_runs(window, other, times, other_times, bounds, count, timed):
     """Sort `window` made of `count` ascending runs (`bounds[i]:bounds[i + 1]`) by merging
     neighbouring runs pairwise, ping-ponging with `other`: O(n log runs) with sequential
-    reads, instead of a sort of the whole window (O(n log n)). Returns the sorted buffer."""
+    reads, instead of a sort of the whole window (O(n log n)). Stable: of equal values the
+    left run's come first (runs are in pane order, so ties stay in event-time order).
+    `timed`: `times` (the values' event times) move with them, through `other_times`.
+    Returns the sorted buffers (values, times)."""
     source, target = window, other
+    source_times, target_times = times, other_times
     while count > 1:
         merged = 0
         for first in range(0, count, 2):
@@ -116,33 +134,31 @@ def _merge_runs(window, other, bounds, count):
             if first + 1 == count:  # an odd run out: copied as it is
                 hi = bounds[first + 1]
                 target[lo:hi] = source[lo:hi]
+                if timed:
+                    target_times[lo:hi] = source_times[lo:hi]
                 bounds[merged] = lo
                 merged += 1
                 continue
             mid, hi = bounds[first + 1], bounds[first + 2]
-            i, j, k = lo, mid, lo
-            while i < mid and j < hi:
-                if source[j] < source[i]:
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if i >= mid or (j < hi and source[j] < source[i]):
                     target[k] = source[j]
+                    if timed:
+                        target_times[k] = source_times[j]
                     j += 1
                 else:
                     target[k] = source[i]
+                    if timed:
+                        target_times[k] = source_times[i]
                     i += 1
-                k += 1
-            while i < mid:
-                target[k] = source[i]
-                i += 1
-                k += 1
-            while j < hi:
-                target[k] = source[j]
-                j += 1
-                k += 1
             bounds[merged] = lo
             merged += 1
         bounds[merged] = bounds[count]
         count = merged
         source, target = target, source
-    return source
+        source_times, target_times = target_times, source_times
+    return source, source_times
 
 
 @numba.njit
@@ -160,11 +176,27 @@ def _totals(run_start, run_end, row_first, row_runs, n):
 
 @numba.njit
 def _evaluate(
-    fn, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating, n, bits, view, out
+    fn,
+    keys,
+    times,
+    run_start,
+    run_end,
+    row_first,
+    row_runs,
+    sorted_runs,
+    floating,
+    timed,
+    n,
+    bits,
+    view,
+    window_times,
+    out,
 ):
     largest = bits.shape[0]
     scratch = np.empty(largest, np.int64)
     other = np.empty(largest, np.int64)
+    scratch_times = np.empty(largest if timed else 0, np.int64)
+    other_times = np.empty(largest if timed else 0, np.int64)
     bounds = np.empty(np.max(row_runs) + 1, np.int64)
     flip = np.int64(0x7FFFFFFFFFFFFFFF)
     for r in range(row_first.shape[0]):
@@ -179,21 +211,35 @@ def _evaluate(
                 continue
             for i in range(run_start[j], run_end[j]):
                 scratch[filled] = keys[i]
+                if timed:
+                    scratch_times[filled] = times[i]
                 filled += 1
             nonempty += 1
             bounds[nonempty] = filled
-        # sorted by order key: Spark's order of the values (NaN largest, -0.0 as 0.0)
+        # sorted by order key: Spark's order of the values (NaN largest, -0.0 as 0.0); of
+        # equal values the earlier event time first
         window = scratch[:total]
+        stamps = scratch_times[:total]
         if sorted_runs and nonempty > 1:
-            window = _merge_runs(scratch, other, bounds, nonempty)[:total]
-        elif not sorted_runs:
-            window.sort()  # a count window's run is in event-time order
-        # decoded into `bits`, which `view` reads as the argument's dtype; rewritten for
-        # the next row, so a function changing its argument in place changes nothing else
+            merged, merged_times = _merge_runs(
+                scratch, other, scratch_times, other_times, bounds, nonempty, timed
+            )
+            window = merged[:total]
+            stamps = merged_times[:total]
+        elif not sorted_runs:  # a count window's run is in event-time order: stable sort
+            order = np.argsort(window, kind="mergesort")
+            window = window[order]
+            if timed:
+                stamps = stamps[order]
+        # decoded into `bits`, which `view` reads as the argument's dtype (the times into
+        # `window_times`); rewritten for the next row, so a function changing its arguments
+        # in place changes nothing else
         for i in range(total):
             key = window[i]
             bits[i] = (key ^ flip) if floating and key < 0 else key
-        out[r] = fn(view[:total])
+            if timed:
+                window_times[i] = stamps[i]
+        out[r] = fn(view[:total], window_times[:total])
 
 
 def evaluate_python(
@@ -205,15 +251,20 @@ def evaluate_python(
     row_runs: np.ndarray,
     sorted_runs: bool,
     floating: bool,
+    times: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(n, result) per row: the function over each row's values (see the module
     docstring). `keys` are order keys (`aggregates.holistic.order_keys`) of float64 values
-    when `floating`, else the int64 values themselves."""
+    when `floating`, else the int64 values themselves; `times` the values' event times
+    (microseconds), required by a function `with_timestamps`."""
     rows = len(row_first)
     n = np.zeros(rows, np.int64)
     out = np.zeros(rows, result_dtype(function.returns))
     if not rows:
         return n, out
+    timed = function.with_timestamps
+    if timed and times is None:
+        raise ValueError(f"window function {function.name!r} needs the values' timestamps")
     run_start = np.ascontiguousarray(run_start, np.int64)
     run_end = np.ascontiguousarray(run_end, np.int64)
     row_first = np.ascontiguousarray(row_first, np.int64)
@@ -221,17 +272,20 @@ def evaluate_python(
     largest = _totals(run_start, run_end, row_first, row_runs, n)
     bits = np.empty(largest, np.int64)
     _evaluate(
-        _dispatcher(function.function),
+        _caller(function),
         np.ascontiguousarray(keys, np.int64),
+        np.ascontiguousarray(times if timed else np.zeros(0), np.int64),
         run_start,
         run_end,
         row_first,
         row_runs,
         bool(sorted_runs),
         bool(floating),
+        bool(timed),
         n,
         bits,
         bits.view(np.float64) if floating else bits,
+        np.empty(largest if timed else 0, np.int64),
         out,
     )
     return n, out

@@ -12,6 +12,9 @@ device twins of `runtime.cpu.holistic`, behind the same three calls of the drive
   `codegen.render_holistic_kernels`): all the rows of a result chunk in one launch (GASSER's
   windows per launch), a thread, a warp or a block per window (the plan's
   `HolisticPlan.gpu_form`).
+- `python_window`: a Python window function over the same runs (`gpu.python_window`: the
+  runs merged per window into one device buffer, the user's function compiled by numba's
+  CUDA target and called once per window).
 
 `xp` is CuPy on the device; the tests pass numpy-like stand-ins and a host-compiled module
 (tests/cuda_host.py), so the same code runs without a GPU.
@@ -24,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from mangonel.aggregates.python import WindowFunction
 from mangonel.compiler import codegen
 from mangonel.compiler.codegen import GeneratedModule
+from mangonel.runtime.gpu import python_window
 
 THREADS_PER_BLOCK = 128
 MAX_BLOCKS = 1 << 16  # grid-stride beyond: a launch covers any number of windows
@@ -86,11 +91,13 @@ class GpuHolistic:
         slots: Any,  # noqa: ANN401
         values: Any,  # noqa: ANN401
         keep: Any,  # noqa: ANN401
-    ) -> tuple[list[int], list[tuple[Any, Any]], bool]:
-        """The kept rows' (slot, order key) grouped by pane on the device: (pane ids, one
-        (slots, values) chunk per pane, True: each chunk sorted by (slot, value)). One
-        three-key sort of the batch's kept rows; a pane whose values came in one batch is
-        then never sorted again (`sort_pane(..., presorted=True)`)."""
+        times: Any = None,  # noqa: ANN401
+    ) -> tuple[list[int], list[tuple[Any, Any, Any]], bool]:
+        """The kept rows' (slot, order key, event time or None) grouped by pane on the
+        device: (pane ids, one chunk per pane, True: each chunk sorted by
+        (slot, value[, time])). One sort of the batch's kept rows; a pane whose values came in
+        one batch is then never sorted again (`sort_pane(..., presorted=True)`). `times`: the
+        rows' event times, kept where a Python function `with_timestamps` reads the field."""
         xp = self.xp
         rows = xp.flatnonzero(xp.asarray(keep))
         count = int(rows.shape[0])
@@ -99,16 +106,45 @@ class GpuHolistic:
         row_panes = xp.asarray(panes, dtype=xp.int64)[rows]
         row_slots = xp.asarray(slots)[rows].astype(xp.int64)
         row_values = xp.asarray(values, dtype=xp.int64)[rows]
-        order = xp.lexsort(xp.stack((row_values, row_slots, row_panes)))  # last key primary
+        row_times = None if times is None else xp.asarray(times, dtype=xp.int64)[rows]
+        sort_keys = (row_values, row_slots, row_panes)  # the last key is the primary one
+        if row_times is not None:
+            sort_keys = (row_times, *sort_keys)
+        order = xp.lexsort(xp.stack(sort_keys))
         row_panes = row_panes[order]
         row_slots = row_slots[order]
         row_values = row_values[order]
+        if row_times is not None:
+            row_times = row_times[order]
         cuts = _host(xp.flatnonzero(row_panes[1:] != row_panes[:-1]) + 1).tolist()
         starts = [0, *cuts]
         ends = [*cuts, count]
         pane_ids = _host(row_panes[xp.asarray(starts, dtype=xp.int64)]).tolist()
-        chunks = [(row_slots[a:b], row_values[a:b]) for a, b in zip(starts, ends, strict=True)]
+        chunks = [
+            (row_slots[a:b], row_values[a:b], None if row_times is None else row_times[a:b])
+            for a, b in zip(starts, ends, strict=True)
+        ]
         return pane_ids, chunks, True
+
+    def sort_pane_timed(
+        self, slots: np.ndarray, keys: np.ndarray, times: np.ndarray, n_slots: int
+    ) -> tuple[Any, Any, np.ndarray]:
+        """`sort_pane` of values with their event times (sorted by (slot, value, time)):
+        (device values, device times, host offsets)."""
+        xp = self.xp
+        if not len(keys):
+            empty = xp.zeros(0, xp.int64)
+            return empty, empty, np.zeros(n_slots + 1, np.int64)
+        device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
+        device_keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
+        device_times = xp.ascontiguousarray(xp.asarray(times), dtype=xp.int64)
+        order = xp.lexsort(xp.stack((device_times, device_keys, device_slots)))
+        bounds = xp.searchsorted(device_slots[order], xp.arange(n_slots + 1, dtype=xp.int64))
+        return (
+            xp.ascontiguousarray(device_keys[order]),
+            xp.ascontiguousarray(device_times[order]),
+            np.asarray(_host(bounds), np.int64),
+        )
 
     def to_host(self, array: Any) -> np.ndarray:  # noqa: ANN401
         return _host(array)
@@ -185,6 +221,27 @@ class GpuHolistic:
             )
             self.launches += 1
         return _host(n), _host(lower), _host(higher)
+
+    def python_window(
+        self,
+        function: WindowFunction,
+        keys: Any,  # noqa: ANN401 - device arrays (or host ones: copied up)
+        run_start: Any,  # noqa: ANN401
+        run_end: Any,  # noqa: ANN401
+        row_first: Any,  # noqa: ANN401
+        row_runs: Any,  # noqa: ANN401
+        sorted_runs: bool,
+        floating: bool,
+        times: Any = None,  # noqa: ANN401 - the values' event times (device or host)
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(n, result) per row on the host: `runtime.cpu.python_window.evaluate_python`'s
+        results from the device (sorted runs only, as the selection)."""
+        if not sorted_runs:
+            raise ValueError("the GPU holistic kernels read sorted runs only")
+        self.launches += 1
+        return python_window.evaluate_python(
+            self.xp, function, keys, run_start, run_end, row_first, row_runs, floating, times
+        )
 
 
 def _host(array: Any) -> np.ndarray:  # noqa: ANN401

@@ -202,15 +202,16 @@ class CountWindowOperator(OperatorBase):
                         np.arange(rows, dtype=np.int64),
                         np.ones(rows, np.int64),
                     ),
+                    self.final["ts"][valid],  # their event times (functions with_timestamps)
                 )
-            values, runs = runs_of[name]
+            values, runs, times = runs_of[name]
             if plan.function.definition.holistic.sketch:
                 results[position] = run_answers(
                     self.holistic_kernels, plan, fields[name], values, runs[0], runs[1]
                 )
                 continue
             results[position] = evaluate(
-                self.holistic_kernels, plan, fields[name], values, runs, False
+                self.holistic_kernels, plan, fields[name], values, runs, False, times
             )
         return results
 

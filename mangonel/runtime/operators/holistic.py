@@ -81,14 +81,16 @@ def evaluate(
     values: np.ndarray,
     runs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     sorted_runs: bool,
+    times: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(non-NULL count, value) per result row of one holistic aggregate over its rows'
-    runs `(run_start, run_end, row_first, row_runs)` into `values` (order keys)."""
+    runs `(run_start, run_end, row_first, row_runs)` into `values` (order keys); `times`:
+    the values' event times (a Python function `with_timestamps` reads them)."""
     holistic = plan.function.definition.holistic
     assert holistic is not None
     if plan.python is not None:  # the user's function over the sorted, decoded values
         floating = value_field.type.is_floating
-        return kernels.python_window(plan.python, values, *runs, sorted_runs, floating)
+        return kernels.python_window(plan.python, values, *runs, sorted_runs, floating, times)
     fraction = 0.0 if plan.fraction is None else plan.fraction
     n, lower, higher = kernels.holistic_select(
         values, *runs, holistic.evaluation, fraction, sorted_runs
@@ -112,39 +114,55 @@ def evaluate(
 
 @dataclass
 class _Pane:
-    """One pane's values of one field: chunks as they arrived (key slot, order key) on the
-    holistic step's backend, and once a window read it, the values sorted by (slot, value)
-    with per-slot offsets. `presorted`: every chunk came sorted by (slot, value) (the GPU's
-    `split_panes`), so a pane of one chunk needs no sort."""
+    """One pane's values of one field: chunks as they arrived (key slot, order key, and the
+    event time where a Python function `with_timestamps` reads the field, else None) on the
+    holistic step's backend, and once a window read it, the values sorted by
+    (slot, value[, time]) with per-slot offsets (and their times in the same order).
+    `presorted`: every chunk came sorted (the GPU's `split_panes`), so a pane of one chunk
+    needs no sort."""
 
-    chunks: list[tuple[Any, Any]] = field(default_factory=list)
+    chunks: list[tuple[Any, Any, Any]] = field(default_factory=list)
     sorted_values: Any = None
     offsets: np.ndarray | None = None
+    sorted_times: Any = None
     presorted: bool = True
 
     @property
     def nbytes(self) -> int:
-        held = sum(s.nbytes + v.nbytes for s, v in self.chunks)
+        held = sum(s.nbytes + v.nbytes + (0 if t is None else t.nbytes) for s, v, t in self.chunks)
         if self.sorted_values is not None and self.offsets is not None:
             held += self.sorted_values.nbytes + self.offsets.nbytes
+        if self.sorted_times is not None:
+            held += self.sorted_times.nbytes
         return held
 
-    def add(self, chunk: tuple[Any, Any], presorted: bool) -> None:
+    def add(self, chunk: tuple[Any, Any, Any], presorted: bool) -> None:
         self.chunks.append(chunk)
         self.presorted = self.presorted and presorted
 
-    def raw(self, kernels: Any) -> tuple[Any, Any]:  # noqa: ANN401 - the holistic kernels
-        """(slots, order keys) of every value where `kernels` keep them (`concatenate`),
-        sorted ones first."""
-        slots, values = [], []
+    def raw(self, kernels: Any, timed: bool) -> tuple[Any, Any, Any]:  # noqa: ANN401
+        """(slots, order keys, event times) of every value where `kernels` (the holistic
+        kernels) keep them (`concatenate`), sorted ones first; the times are empty unless
+        `timed`."""
+        slots, values, times = [], [], []
         if self.sorted_values is not None and self.offsets is not None:
             counts = np.diff(self.offsets)
             slots.append(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
             values.append(self.sorted_values)
-        for chunk_slots, chunk_values in self.chunks:
+            if timed:
+                assert self.sorted_times is not None
+                times.append(self.sorted_times)
+        for chunk_slots, chunk_values, chunk_times in self.chunks:
             slots.append(chunk_slots)
             values.append(chunk_values)
-        return kernels.concatenate(slots), kernels.concatenate(values)
+            if timed:
+                assert chunk_times is not None
+                times.append(chunk_times)
+        return (
+            kernels.concatenate(slots),
+            kernels.concatenate(values),
+            kernels.concatenate(times),
+        )
 
 
 class HolisticTimeWindows:
@@ -194,6 +212,12 @@ class HolisticTimeWindows:
         # the `values` fields whose raw values an exact aggregate reads
         self.raw_fields = {
             node.aggregates[p].value_field for p in self.holistic if p not in approximate
+        }
+        # ... and those whose event times too (a Python function `with_timestamps`)
+        self.timed_fields = {
+            plan.value_field
+            for plan in node.aggregates
+            if plan.python is not None and plan.python.with_timestamps
         }
         self.clock = time.perf_counter
         # the firing's knobs: the plan's values, tuned online unless tuning is off or fixed
@@ -263,21 +287,23 @@ class HolisticTimeWindows:
             late = kernels.late_tuples(panes, include, self.pane_length, slide, size, watermark)
             include = include & ~late
         slots = self.keys.map_columns(lifted.keys, include)
+        event_times = lifted.event_time if self.timed_fields else None
         for value_field in self.value_fields:
             values, valid = lifted.partials[value_field.name]
+            times = event_times if value_field.name in self.timed_fields else None
             pane_ids, chunks, presorted = self.kernels.split_panes(
-                panes, slots, values, include & (valid != 0)
+                panes, slots, values, include & (valid != 0), times
             )
             if not chunks:
                 continue
             if self.sketches.reads(value_field.name):  # host arrays: the step is on the CPU
-                lengths = [len(chunk_slots) for chunk_slots, _ in chunks]
+                lengths = [len(chunk[0]) for chunk in chunks]
                 ends = np.cumsum(lengths)
                 self.sketches.add(
                     value_field.name,
                     np.repeat(np.asarray(pane_ids, np.int64), lengths),
-                    np.concatenate([chunk_slots for chunk_slots, _ in chunks]),
-                    np.concatenate([chunk_values for _, chunk_values in chunks]),
+                    np.concatenate([chunk[0] for chunk in chunks]),
+                    np.concatenate([chunk[1] for chunk in chunks]),
                     (ends - lengths, ends),
                 )
             if value_field.name not in self.raw_fields:
@@ -359,9 +385,11 @@ class HolisticTimeWindows:
                     runs_of[plan.value_field] = self._runs(
                         plan.value_field, chunk_slots, chunk_panes
                     )
-                values, runs = runs_of[plan.value_field]
+                values, runs, times = runs_of[plan.value_field]
                 value_field = self.fields_by_name[plan.value_field]
-                pieces[position].append(evaluate(select, plan, value_field, values, runs, True))
+                pieces[position].append(
+                    evaluate(select, plan, value_field, values, runs, True, times)
+                )
         results = {
             position: (
                 np.concatenate([n for n, _ in chunks]) if chunks else np.empty(0, np.int64),
@@ -383,13 +411,15 @@ class HolisticTimeWindows:
         return pa.RecordBatch.from_arrays(columns, schema=self.schema), rows + values_read
 
     def _runs(self, name: str, slots: np.ndarray, first_panes: np.ndarray):
-        """The flat sorted values of the panes the rows' windows cover, and per row one run
-        per pane (`evaluate`'s runs)."""
+        """The flat sorted values of the panes the rows' windows cover, per row one run per
+        pane (`evaluate`'s runs), and the values' event times where the field is timed
+        (else None)."""
         rows = len(slots)
         pw = self.panes_per_window
+        timed = name in self.timed_fields
         if not rows:
             empty = np.empty(0, np.int64)
-            return empty, (empty, empty, empty, empty)
+            return empty, (empty, empty, empty, empty), (empty if timed else None)
         low = int(first_panes.min())
         span = int(first_panes.max()) - low + pw
         store = self.panes[name]
@@ -399,12 +429,13 @@ class HolisticTimeWindows:
         starts = np.zeros((span, len(used)), np.int64)
         ends = np.zeros((span, len(used)), np.int64)
         pieces = []
+        time_pieces = []
         total = 0
         for index in range(span):
             pane = store.get(low + index)
             if pane is None:
                 continue
-            self._sort(pane)
+            self._sort(pane, timed)
             assert pane.sorted_values is not None and pane.offsets is not None
             last = len(pane.offsets) - 1  # keys first seen after the sort have no values here
             starts[index] = pane.offsets[np.minimum(used, last)]
@@ -412,24 +443,33 @@ class HolisticTimeWindows:
             base[index] = total
             total += len(pane.sorted_values)
             pieces.append(pane.sorted_values)
+            time_pieces.append(pane.sorted_times)
         values = self.kernels.concatenate(pieces)
+        times = self.kernels.concatenate(time_pieces) if timed else None
         runs = self.kernels.pane_runs(
             base, starts, ends, compact.astype(np.int64), first_panes - low, pw
         )
-        return values, runs
+        return values, runs, times
 
-    def _sort(self, pane: _Pane) -> None:
-        """Sort a pane's values by (slot, value) once (again after values arrived late)."""
+    def _sort(self, pane: _Pane, timed: bool) -> None:
+        """Sort a pane's values by (slot, value) once (again after values arrived late); a
+        timed field's by (slot, value, event time), their times with them."""
         if pane.sorted_values is not None and not pane.chunks:
             return
         n_slots = self.keys.n_slots
         if pane.sorted_values is None and len(pane.chunks) == 1 and pane.presorted:
-            chunk_slots, chunk_values = pane.chunks[0]
+            chunk_slots, chunk_values, chunk_times = pane.chunks[0]
             pane.sorted_values, pane.offsets = self.kernels.sort_pane(
                 chunk_slots, chunk_values, n_slots, presorted=True
             )
+            pane.sorted_times = chunk_times  # `split_panes` sorted them with the values
+        elif timed:
+            slots, values, times = pane.raw(self.kernels, timed)
+            pane.sorted_values, pane.sorted_times, pane.offsets = self.kernels.sort_pane_timed(
+                slots, values, times, n_slots
+            )
         else:
-            slots, values = pane.raw(self.kernels)
+            slots, values, _ = pane.raw(self.kernels, timed)
             pane.sorted_values, pane.offsets = self.kernels.sort_pane(slots, values, n_slots)
         pane.chunks = []
         pane.presorted = True
@@ -474,13 +514,20 @@ class HolisticTimeWindows:
         arrays.update(self.sketches.to_arrays())
         for value_field in self.value_fields:
             store = self.panes[value_field.name]
-            panes, slots, values = [], [], []
+            timed = value_field.name in self.timed_fields
+            panes, slots, values, times = [], [], [], []
             for pane_id, pane in store.items():
-                pane_slots, pane_values = (self.kernels.to_host(a) for a in pane.raw(self.kernels))
+                pane_slots, pane_values, pane_times = (
+                    self.kernels.to_host(a) for a in pane.raw(self.kernels, timed)
+                )
                 panes.append(np.full(len(pane_slots), pane_id, np.int64))
                 slots.append(pane_slots)
                 values.append(pane_values)
-            for part, pieces in (("pane", panes), ("slot", slots), ("value", values)):
+                times.append(pane_times)
+            parts = [("pane", panes), ("slot", slots), ("value", values)]
+            if timed:
+                parts.append(("time", times))
+            for part, pieces in parts:
                 joined = np.concatenate(pieces) if pieces else np.empty(0, np.int64)
                 arrays[f"{value_field.name}.{part}"] = joined
         header = {
@@ -488,6 +535,7 @@ class HolisticTimeWindows:
             "version": SNAPSHOT_VERSION,
             "operator": "time+holistic",
             "fields": [f.name for f in self.value_fields],
+            "timed": sorted(self.timed_fields),
             "sketches": self._sketch_names(),
         }
         return pack(header, arrays)
@@ -506,6 +554,11 @@ class HolisticTimeWindows:
             raise DataError(
                 f"snapshot does not match this query: it holds no holistic values of {expected}"
             )
+        if header.get("timed", []) != sorted(self.timed_fields):
+            raise DataError(
+                "snapshot does not match this query: it holds event times of the values of "
+                f"{header.get('timed', [])}, the query reads those of {sorted(self.timed_fields)}"
+            )
         if header.get("sketches", []) != self._sketch_names():
             raise DataError(
                 "snapshot does not match this query: it holds the sketches "
@@ -519,8 +572,11 @@ class HolisticTimeWindows:
             panes = arrays[f"{name}.pane"]
             slots = arrays[f"{name}.slot"]
             values = arrays[f"{name}.value"]
+            times = arrays.get(f"{name}.time")
             store: dict[int, _Pane] = {}
             for pane_id in np.unique(panes).tolist():
                 chosen = panes == pane_id
-                store[int(pane_id)] = _Pane([(slots[chosen], values[chosen])], presorted=False)
+                chunk_times = None if times is None else times[chosen]
+                chunk = (slots[chosen], values[chosen], chunk_times)
+                store[int(pane_id)] = _Pane([chunk], presorted=False)
             self.panes[name] = store

@@ -1,0 +1,342 @@
+"""Python window functions (`aggregates.python`) on the GPU, through numba's CUDA target.
+
+`cuda_problem` is the planning check (the session hands it to the statements layer as the
+CUDA check of GPU plans): the user's function compiled to PTX as a CUDA device function for
+the call's values (`numba.cuda.compile_ptx`, which needs no GPU), None when it compiles and
+returns a number, else numba's reason. The planner keeps the holistic step on the CPU with
+that reason in EXPLAIN (`compiler.holistic.holistic_cpu_reason`); nothing falls back at run
+time.
+
+`evaluate_python` runs the function over a result chunk's windows on the device, the twin of
+`runtime.cpu.python_window.evaluate_python` over the same runs (each row's runs: its panes'
+sorted values of its key, on the device since `GpuHolistic.sort_pane`):
+
+1. per row its value count n (a prefix sum over the run lengths) and its offset into one
+   flat buffer (their exclusive scan), with CuPy;
+2. `_gather_merge` (numba, a thread per window): copies the row's runs into its slice of the
+   buffer, merges the sorted runs pairwise (ping-ponging with a second buffer: O(n log runs),
+   as the CPU does) and decodes the order keys into the values' bits (float64 or int64);
+3. the function's kernel (numba, a thread per window, made once per function and dtype):
+   `out[r] = function(values[offset[r] : offset[r] + n[r]])` where n[r] > 0, the slice a
+   contiguous array of the window's sorted non-NULL values, as on the CPU (a function
+   `with_timestamps` also gets the same slice of their event times, moved with the values
+   by the merge: equal values stay in event-time order).
+
+A chunk whose windows hold more than MAX_VALUES values in all is cut into launches of at
+most that many (at least one window each): the two buffers stay bounded. CuPy arrays reach
+the numba kernels through `__cuda_array_interface__` (no copy), launched on CuPy's current
+stream. `xp` is CuPy on the device; with NUMBA_ENABLE_CUDASIM=1 and `xp` numpy the same code
+runs on the host (tests/test_python_window_gpu_sim.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from mangonel.aggregates.python import WindowFunction, result_dtype, values_dtype
+from mangonel.catalog.types import SqlType
+
+THREADS_PER_BLOCK = 128
+MAX_BLOCKS = 1 << 16  # grid-stride beyond
+# values of the windows of one launch pair (x 16 bytes: the buffer and its merge twin)
+MAX_VALUES = 1 << 26
+# The check compiles for this compute capability (no GPU needed): the oldest the CUDA 12 and
+# 13 toolkits' NVVM both accept. Whether the function compiles does not depend on it.
+CHECK_CAPABILITY = (7, 5)
+
+_VALUES_SIGNATURES = {"float64": "float64[::1]", "int64": "int64[::1]"}
+_LOCK = threading.Lock()
+_PROBLEMS: dict[tuple[Callable[..., Any], str, SqlType, bool], str | None] = {}
+_KERNELS: dict[tuple[Callable[..., Any], str, bool], Any] = {}
+
+
+def _python_function(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The plain Python function behind a numba dispatcher (`numba.njit`'s), else itself:
+    the CUDA target compiles the Python source."""
+    return getattr(function, "py_func", function)
+
+
+def cuda_problem(function: WindowFunction, argument_type: SqlType) -> str | None:
+    """None when `function` compiles with numba's CUDA target as a device function of an
+    array of `argument_type` values and returns a number fitting its declared type; else
+    numba's reason in one line. Checked once per function, dtype, declared type and form
+    (with timestamps or not)."""
+    dtype = values_dtype(argument_type).name
+    key = (function.function, dtype, function.returns, function.with_timestamps)
+    with _LOCK:
+        if key in _PROBLEMS:
+            return _PROBLEMS[key]
+    problem = _compile_problem(function, dtype)
+    with _LOCK:
+        _PROBLEMS[key] = problem
+    return problem
+
+
+def _compile_problem(function: WindowFunction, dtype: str) -> str | None:
+    try:
+        arguments = [_VALUES_SIGNATURES[dtype]] + (
+            ["int64[::1]"] if function.with_timestamps else []
+        )
+        _, returned = cuda.compile_ptx(
+            _python_function(function.function),
+            "(" + ", ".join(arguments) + ",)",
+            device=True,
+            cc=CHECK_CAPABILITY,
+        )
+    except Exception as error:  # numba's errors are many classes; all mean "cannot compile"
+        reason = " ".join(str(error).split())
+        if len(reason) > 400:
+            reason = reason[:397] + "..."
+        return f"{type(error).__name__}: {reason}"
+    # numba's scalar types print as their names: float32/64, (u)int8..64, bool
+    spelled = str(returned)
+    floating = spelled.startswith("float")
+    if not (floating or spelled.startswith(("int", "uint", "bool"))):
+        return f"it returns {spelled} for {dtype} values, not a number"
+    if floating and not function.returns.is_floating:
+        declared = function.returns.value
+        return f"it returns {spelled} for {dtype} values, which does not fit returns={declared}"
+    return None
+
+
+@cuda.jit
+def _gather_merge(
+    keys,
+    times,
+    run_start,
+    run_end,
+    row_first,
+    row_runs,
+    offsets,
+    n,
+    bounds,
+    floating,
+    timed,
+    merged,
+    other,
+    merged_times,
+    other_times,
+):
+    """A thread per row: the row's runs of `keys` copied to `merged[offsets[r]:][:n[r]]`,
+    merged there (pairwise and stable, ping-ponging with the same slice of `other`; `bounds`
+    holds max-runs + 1 entries per row) and decoded from order keys into the values' bits.
+    `timed`: the values' event times move with them (`times` -> `merged_times`)."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    width = bounds.shape[0] // row_first.shape[0]
+    flip = np.int64(0x7FFFFFFFFFFFFFFF)
+    for r in range(start, row_first.shape[0], stride):
+        total = n[r]
+        if total == 0:
+            continue
+        base = offsets[r]
+        at = r * width
+        filled = base
+        count = 0
+        bounds[at] = base
+        for j in range(row_first[r], row_first[r] + row_runs[r]):
+            if run_end[j] == run_start[j]:
+                continue
+            for i in range(run_start[j], run_end[j]):
+                merged[filled] = keys[i]
+                if timed:
+                    merged_times[filled] = times[i]
+                filled += 1
+            count += 1
+            bounds[at + count] = filled
+        in_other = False  # where the merged runs are now
+        while count > 1:
+            done = 0
+            for first in range(0, count, 2):
+                lo = bounds[at + first]
+                if first + 1 == count:  # an odd run out: copied as it is
+                    hi = bounds[at + first + 1]
+                    for i in range(lo, hi):
+                        if in_other:
+                            merged[i] = other[i]
+                            if timed:
+                                merged_times[i] = other_times[i]
+                        else:
+                            other[i] = merged[i]
+                            if timed:
+                                other_times[i] = merged_times[i]
+                    bounds[at + done] = lo
+                    done += 1
+                    continue
+                mid = bounds[at + first + 1]
+                hi = bounds[at + first + 2]
+                i = lo
+                j = mid
+                for k in range(lo, hi):
+                    # the left run's value unless the right one's is smaller (stable: runs
+                    # are in pane order, so equal values stay in event-time order)
+                    if in_other:
+                        take = j if i >= mid or (j < hi and other[j] < other[i]) else i
+                        merged[k] = other[take]
+                        if timed:
+                            merged_times[k] = other_times[take]
+                    else:
+                        take = j if i >= mid or (j < hi and merged[j] < merged[i]) else i
+                        other[k] = merged[take]
+                        if timed:
+                            other_times[k] = merged_times[take]
+                    if take == j:
+                        j += 1
+                    else:
+                        i += 1
+                bounds[at + done] = lo
+                done += 1
+            bounds[at + done] = bounds[at + count]
+            count = done
+            in_other = not in_other
+        # sorted by order key: Spark's order of the values (NaN largest, -0.0 as 0.0);
+        # decoded into `merged`, which the function's kernel reads as the values' dtype
+        for i in range(base, base + total):
+            key = other[i] if in_other else merged[i]
+            merged[i] = (key ^ flip) if floating and key < 0 else key
+            if timed and in_other:
+                merged_times[i] = other_times[i]
+
+
+def _function_kernel(function: WindowFunction, dtype: str) -> Any:  # noqa: ANN401
+    """The kernel calling the user's function (as a CUDA device function) once per window,
+    on its values (and their timestamps for a function `with_timestamps`): made once per
+    function and dtype; numba compiles it at its first launch."""
+    key = (function.function, dtype, function.with_timestamps)
+    with _LOCK:
+        kernel = _KERNELS.get(key)
+        if kernel is not None:
+            return kernel
+    device_function = cuda.jit(device=True)(_python_function(function.function))
+
+    if function.with_timestamps:
+
+        @cuda.jit
+        def call_per_window(values, times, offsets, n, out):
+            start = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            for r in range(start, n.shape[0], stride):
+                if n[r] > 0:  # a window without non-NULL values is NULL: not called
+                    at = offsets[r]
+                    out[r] = device_function(values[at : at + n[r]], times[at : at + n[r]])
+
+    else:
+
+        @cuda.jit
+        def call_per_window(values, times, offsets, n, out):
+            start = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            for r in range(start, n.shape[0], stride):
+                if n[r] > 0:
+                    out[r] = device_function(values[offsets[r] : offsets[r] + n[r]])
+
+    with _LOCK:
+        return _KERNELS.setdefault(key, call_per_window)
+
+
+def evaluate_python(
+    xp: Any,  # noqa: ANN401 - cupy (numpy under numba's CUDA simulator in tests)
+    function: WindowFunction,
+    keys: Any,  # noqa: ANN401 - device arrays (host ones are copied up)
+    run_start: Any,  # noqa: ANN401
+    run_end: Any,  # noqa: ANN401
+    row_first: Any,  # noqa: ANN401
+    row_runs: Any,  # noqa: ANN401
+    floating: bool,
+    times: Any = None,  # noqa: ANN401
+) -> tuple[np.ndarray, np.ndarray]:
+    """(n, result) per row on the host, as `runtime.cpu.python_window.evaluate_python` with
+    sorted runs (see the module docstring). `keys` are order keys of float64 values when
+    `floating`, else the int64 values themselves; `times` their event times, required by a
+    function `with_timestamps`."""
+    timed = function.with_timestamps
+    if timed and times is None:
+        raise ValueError(f"window function {function.name!r} needs the values' timestamps")
+    keys, run_start, run_end, row_first, row_runs = (
+        xp.ascontiguousarray(xp.asarray(a, dtype=xp.int64))
+        for a in (keys, run_start, run_end, row_first, row_runs)
+    )
+    times = xp.ascontiguousarray(xp.asarray(times if timed else np.zeros(1), dtype=xp.int64))
+    rows = int(row_first.shape[0])
+    out_dtype = result_dtype(function.returns)
+    if not rows:
+        return np.zeros(0, np.int64), np.zeros(0, out_dtype)
+    # n per row: sums of its run lengths (a row's runs are consecutive entries)
+    ends = xp.concatenate((xp.zeros(1, xp.int64), xp.cumsum(run_end - run_start)))
+    n = ends[row_first + row_runs] - ends[row_first]
+    host_n = _host(n)
+    widest = int(_host(row_runs.max())) + 1
+    out = np.zeros(rows, out_dtype)
+    kernel = _function_kernel(function, "float64" if floating else "int64")
+    stream = _stream(xp)
+    for lo, hi in _launches(host_n):
+        chunk_n = n[lo:hi]
+        chunk_offsets = xp.asarray(np.concatenate(([0], np.cumsum(host_n[lo : hi - 1]))))
+        total = int(host_n[lo:hi].sum())
+        if total == 0:
+            continue  # no window of these has a value: all NULL, the function not called
+        merged = xp.empty(total, xp.int64)
+        other = xp.empty(total, xp.int64)
+        # the times' buffers (one element each when the function reads none)
+        merged_times = xp.empty(total if timed else 1, xp.int64)
+        other_times = xp.empty(total if timed else 1, xp.int64)
+        bounds = xp.empty((hi - lo) * widest, xp.int64)
+        blocks = min(MAX_BLOCKS, -(-(hi - lo) // THREADS_PER_BLOCK))
+        _gather_merge[blocks, THREADS_PER_BLOCK, stream](
+            keys,
+            times,
+            run_start,
+            run_end,
+            xp.ascontiguousarray(row_first[lo:hi]),
+            xp.ascontiguousarray(row_runs[lo:hi]),
+            chunk_offsets,
+            chunk_n,
+            bounds,
+            bool(floating),
+            bool(timed),
+            merged,
+            other,
+            merged_times,
+            other_times,
+        )
+        values = merged.view(xp.float64) if floating else merged
+        chunk_out = xp.zeros(hi - lo, out_dtype)
+        kernel[blocks, THREADS_PER_BLOCK, stream](
+            values, merged_times, chunk_offsets, chunk_n, chunk_out
+        )
+        out[lo:hi] = _host(chunk_out)
+    return host_n, out
+
+
+def _launches(n: np.ndarray) -> list[tuple[int, int]]:
+    """Row ranges [lo, hi) of at most MAX_VALUES values each (a larger window alone)."""
+    cumulative = np.cumsum(n)
+    ranges = []
+    lo = 0
+    while lo < len(n):
+        before = int(cumulative[lo - 1]) if lo else 0
+        hi = int(np.searchsorted(cumulative, before + MAX_VALUES, side="right"))
+        hi = max(hi, lo + 1)
+        ranges.append((lo, hi))
+        lo = hi
+    return ranges
+
+
+def _stream(xp: Any) -> Any:  # noqa: ANN401
+    """CuPy's current stream for numba's launches (the simulator's default with numpy)."""
+    current = getattr(getattr(xp, "cuda", None), "get_current_stream", None)
+    if current is None:
+        return 0
+    pointer = current().ptr
+    return cuda.external_stream(pointer) if pointer else cuda.default_stream()
+
+
+def _host(array: Any) -> np.ndarray:  # noqa: ANN401
+    """A host copy of a device array (numpy arrays as they are)."""
+    getter = getattr(array, "get", None)
+    return np.asarray(getter() if getter is not None else array)
