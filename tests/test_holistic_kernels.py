@@ -314,7 +314,9 @@ def test_the_gpu_pane_split_groups_as_the_cpu_split_and_sorts_each_pane(host_mod
     want_panes, want_chunks, cpu_presorted = cpu_holistic.split_panes(panes, slots, values, keep)
     assert presorted and not cpu_presorted
     assert got_panes == want_panes == sorted(set(panes[keep].tolist()))
-    for (g_slots, g_values), (w_slots, w_values) in zip(got_chunks, want_chunks, strict=True):
+    for got, want in zip(got_chunks, want_chunks, strict=True):
+        (g_slots, g_values, g_times), (w_slots, w_values, w_times) = got, want
+        assert g_times is None and w_times is None  # no Python function reads the times
         g_slots, g_values = np.asarray(g_slots), np.asarray(g_values)
         order = np.lexsort((w_values, w_slots))
         assert np.array_equal(g_slots, w_slots[order].astype(np.int64))
@@ -325,3 +327,13 @@ def test_the_gpu_pane_split_groups_as_the_cpu_split_and_sorts_each_pane(host_mod
         assert np.array_equal(np.asarray(sorted_values), want_values)
         assert np.array_equal(offsets, want_offsets)
     assert gpu.split_panes(panes, slots, values, np.zeros(rows, bool)) == ([], [], True)
+    # with event times (a Python function `with_timestamps`): sorted by (slot, value, time)
+    times = rng.integers(0, 1000, rows).astype(np.int64)
+    _, timed_chunks, _ = gpu.split_panes(panes, slots, values, keep, times)
+    _, cpu_timed, _ = cpu_holistic.split_panes(panes, slots, values, keep, times)
+    for (g_slots, g_values, g_times), (w_slots, w_values, w_times) in zip(
+        timed_chunks, cpu_timed, strict=True
+    ):
+        order = np.lexsort((w_times, w_values, w_slots))
+        assert np.array_equal(np.asarray(g_times), w_times[order])
+        assert np.array_equal(np.asarray(g_values), w_values[order])
