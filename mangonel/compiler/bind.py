@@ -33,6 +33,8 @@ from mangonel.compiler.parse import (
     output_text,
     position_of,
 )
+from mangonel.compiler.session import spark_session_form
+from mangonel.compiler.session import window_spec as session_window_spec
 from mangonel.compiler.streams import stream_from_ddl as stream_from_ddl  # re-exported
 from mangonel.compiler.typing import (
     AGGREGATE_FUNCTION_NAMES,
@@ -78,7 +80,8 @@ def bind(query: exp.Expression, catalog: Catalog) -> BoundQuery:
         from mangonel.compiler.bind_join import JoinBinder
 
         return JoinBinder(query, catalog).bind()
-    return _Binder(query, catalog).bind()
+    # Spark's GROUP BY session_window(ts, 'gap') binds as [SESSION GAP gap]
+    return _Binder(spark_session_form(query, catalog), catalog).bind()
 
 
 # ---------------------------------------------------------------------------------------
@@ -407,6 +410,9 @@ class _Binder:
 
         def show(value: int) -> str:
             return str(value) if rows else format_duration(value)
+
+        if kind == "SESSION":
+            return session_window_spec(size, slide, watermark, self.stream.watermark_delay_us, fail)
 
         if size <= 0:
             raise fail(

@@ -20,11 +20,15 @@ from mangonel.catalog.types import SqlType
 class WindowKind(enum.Enum):
     TIME = "time"
     COUNT = "count"
+    SESSION = (
+        "session"  # per key, rows closer than the gap; `size` is the gap (compiler/session.py)
+    )
 
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """size/slide in microseconds (TIME) or rows (COUNT); tumbling when size == slide."""
+    """size/slide in microseconds (TIME) or rows (COUNT); tumbling when size == slide.
+    SESSION: size is the gap in microseconds and slide equals it (sessions have no slide)."""
 
     kind: WindowKind
     size: int

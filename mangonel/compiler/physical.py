@@ -63,6 +63,7 @@ from mangonel.compiler.plan_nodes import (
     walk,
     window_result_columns,
 )
+from mangonel.compiler.session import check_aggregates as check_session_aggregates
 from mangonel.errors import PlanError
 
 # The plan nodes and their helpers live in plan_nodes.py; callers read them from here too.
@@ -230,6 +231,7 @@ def plan(
         )
     outputs, having, aggregate, where, scan = _unwrap(root)
     fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
+    check_session_aggregates(aggregate.window, [a.call_name for a in aggregate_plans if a.holistic])
     pane_length, panes_per_window, panes_per_slide = window_parameters(aggregate.window)
     scan_exec = StreamScanExec(scan.stream, scan.columns)
     lift = LiftExec((scan_exec,), where, aggregate.keys, fields)
@@ -444,6 +446,10 @@ def default_windows_per_batch(panes_per_window: int, panes_per_slide: int) -> in
 
 # Why a step of a GPU plan runs on the CPU (EXPLAIN prints these after "because").
 COUNT_TREE_ON_CPU = "count windows' per-key tuple segments have no GPU tree kernel"
+SESSION_ON_CPU = (
+    "session windows run on the cpu: merging a key's sessions follows its rows in event-time "
+    "order, which has no GPU kernel yet"
+)
 FINALIZE_ON_CPU = "the window values are finalized on the host after their device-to-host copy"
 
 
@@ -461,6 +467,14 @@ def window_placements(
     plan's count window then runs every step there: its raw values are lifted with the
     per-tuple partials). `holistic_cpu`: why a GPU plan's holistic step runs on the CPU
     whatever the window (`holistic.holistic_cpu_reason`: Python window functions, sketches)."""
+    if window.kind is WindowKind.SESSION:
+        # every step on the cpu in a GPU plan: the session merge needs the lifted rows on the
+        # host, so lifting them on the device would only add a copy
+        if backend == "gpu":
+            return tuple(
+                Placement(step, "cpu", SESSION_ON_CPU) for step in ("lift", "session", "finalize")
+            )
+        return tuple(Placement(step, backend, reason) for step in ("lift", "session", "finalize"))
     if window.kind is WindowKind.COUNT:
         steps = ("lift", "tree", "finalize")
     else:
