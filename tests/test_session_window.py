@@ -8,6 +8,7 @@ Times are microseconds; `window_start`/`window_end` come back as int microsecond
 from __future__ import annotations
 
 import fake_gpu_backend
+import numpy as np
 import pyarrow as pa
 import pytest
 from fuzzer import engine_rows as rows_of
@@ -23,6 +24,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.explain import explain_text
 from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.errors import PlanError, SqlError
+from mangonel.runtime.cpu import sessions
 from mangonel.runtime.local.query import LocalQuery
 from mangonel.runtime.operators import registry
 from mangonel.session import Session
@@ -292,3 +294,29 @@ def test_gpu_plans_place_every_session_step_on_the_cpu_and_say_why(monkeypatch):
     rows = rows_of(query.process(batch([0, 5, 40], [1, 1, 1])))
     assert rows == [r(0, 15, 2, 2.0)]
     assert fake_gpu_backend.LIFTS == []  # the lift ran on the CPU's kernels
+
+
+@pytest.mark.parametrize("disorder", [0, 3, 10_000])  # in order, nearly, shuffled (fallback)
+def test_session_assignment_kernel_equals_a_plain_merge(disorder):
+    rng = np.random.default_rng(disorder)
+    n, keys, gap = 5000, 7, 4
+    slots = rng.integers(0, keys, n)
+    starts = np.arange(n) + rng.integers(0, disorder + 1, n)
+    order = sessions._by_slot(slots, keys)
+    in_place = sessions._sort_runs_by_start(order, slots, starts, sessions.MOVES_PER_ROW * n)
+    assert in_place == (disorder < 10_000)  # the shuffled stream takes the general sort
+    numbers, first, ends = sessions.assign_sessions(slots, starts, starts + gap, keys)
+    expected = {}  # (slot, session start) -> (end, rows), merged the plain way
+    for slot in range(keys):
+        current = None
+        for start in sorted(starts[slots == slot]):
+            if current is not None and start < current[1]:
+                current[1], current[2] = max(current[1], start + gap), current[2] + 1
+            else:
+                current = [start, start + gap, 1]
+                expected[(slot, start)] = current
+    got = {
+        (int(slots[f]), int(starts[f])): [int(starts[f]), int(e), int((numbers == s).sum())]
+        for s, (f, e) in enumerate(zip(first, ends, strict=True))
+    }
+    assert got == {k: list(map(int, v)) for k, v in expected.items()}

@@ -95,20 +95,19 @@ class SessionWindowOperator(OperatorBase):
             for part in range(parts):
                 added[f"{name}.{part}"] = host(partials[name][part])[rows]
         # only the open sessions of keys this batch touches can merge
-        touched = np.isin(self.open["slot"], np.unique(slots))
+        n_slots = self.keys.n_slots
+        touched_slots = np.zeros(n_slots, np.bool_)
+        touched_slots[slots] = True
+        touched = touched_slots[self.open["slot"]]
         kept = {c: a[~touched] for c, a in self.open.items()}
         candidates = {c: np.concatenate((a[touched], added[c])) for c, a in self.open.items()}
-        order = np.lexsort((candidates["start"], candidates["slot"]))
-        candidates = {c: a[order] for c, a in candidates.items()}
-        numbers, ends = self.session_kernels.assign_sessions(
-            candidates["slot"], candidates["start"], candidates["end"]
+        numbers, first, ends = self.session_kernels.assign_sessions(
+            candidates["slot"], candidates["start"], candidates["end"], n_slots
         )
-        count = len(ends)
-        first = np.flatnonzero(np.r_[True, numbers[1:] != numbers[:-1]])
         merged_partials = self.session_kernels.combine_sessions(
             self.fields,
             numbers,
-            count,
+            len(ends),
             {
                 name: tuple(candidates[f"{name}.{part}"] for part in range(parts))
                 for name, parts in field_arrays(self.fields)
@@ -116,7 +115,7 @@ class SessionWindowOperator(OperatorBase):
         )
         merged = {
             "slot": candidates["slot"][first],
-            "start": candidates["start"][first],  # sorted by start: the session's first
+            "start": candidates["start"][first],  # a session's first row has its least start
             "end": ends,
         }
         for name, parts in field_arrays(self.fields):
