@@ -230,6 +230,12 @@ def test_spark_session_window_plans_as_the_cql_clause(session):
         "FROM s WHERE v > 0 GROUP BY session_window(ts, '30 seconds'), k"
     )
     assert spark.plan == cql.plan
+    flink = session.sql(
+        "SELECT window_start AS start, window_end AS end, k, SUM(v) AS total "
+        "FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(ts), INTERVAL '30' SECOND)) "
+        "WHERE v > 0 GROUP BY window_start, window_end, k"
+    )
+    assert flink.plan == cql.plan
     assert spark.schema.names == ["start", "end", "k", "total"]
     text = cql.explain()
     assert "window=session gap=30s watermark=2s" in text and "strategy=session-merge" in text
@@ -265,6 +271,26 @@ def test_the_query_watermark_overrides_the_streams(session):
             "no field 'middle'",
         ),
         ("SELECT session_window.start, COUNT(*) FROM s [RANGE 1 SECOND]", "goes in GROUP BY"),
+        (
+            "SELECT COUNT(*) FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(v), "
+            "INTERVAL '1' SECOND)) GROUP BY window_start, window_end, k",
+            "must name the stream's event time",
+        ),
+        (
+            "SELECT COUNT(*) FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(ts), "
+            "INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "must be its PARTITION BY columns",
+        ),
+        (
+            "SELECT COUNT(*) FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(ts), "
+            "INTERVAL '1' SECOND)) GROUP BY k",
+            "groups by window_start and window_end",
+        ),
+        (
+            "SELECT COUNT(*) FROM TABLE(SESSION(TABLE s PARTITION BY k DESCRIPTOR(ts), "
+            "INTERVAL '1' SECOND)) GROUP BY window_start, window_end, k",
+            "expected ',' before DESCRIPTOR",
+        ),
     ],
 )
 def test_malformed_session_windows_are_positioned_errors(session, query, message):

@@ -34,7 +34,7 @@ from mangonel.compiler.parse import (
     position_of,
 )
 from mangonel.compiler.session import check_aggregates as check_session_aggregates
-from mangonel.compiler.session import spark_session_form
+from mangonel.compiler.session import session_forms
 from mangonel.compiler.session import window_spec as session_window_spec
 from mangonel.compiler.streams import stream_from_ddl as stream_from_ddl  # re-exported
 from mangonel.compiler.typing import (
@@ -81,8 +81,9 @@ def bind(query: exp.Expression, catalog: Catalog) -> BoundQuery:
         from mangonel.compiler.bind_join import JoinBinder
 
         return JoinBinder(query, catalog).bind()
-    # Spark's GROUP BY session_window(ts, 'gap') binds as [SESSION GAP gap]
-    return _Binder(spark_session_form(query, catalog), catalog).bind()
+    # Spark's GROUP BY session_window(ts, 'gap') and Flink's TABLE(SESSION(...)) bind as
+    # [SESSION GAP gap] (compiler/session.py)
+    return _Binder(session_forms(query, catalog), catalog).bind()
 
 
 # ---------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from mangonel.compiler.limits import (
     ensure_recursion_headroom,
 )
 from mangonel.compiler.nodes import AggregateRef, Explain, WindowBound, WindowClause
+from mangonel.compiler.session_tvf import read_session_tvf
 from mangonel.errors import SqlError
 
 Statement = exp.Select | Explain | ddl.CreateStream | ddl.CreateTable | ddl.Drop | ddl.Show
@@ -265,6 +266,12 @@ class MangonelParser(BaseParser):
         return super()._parse_bracket(this)
 
     def _parse_table(self, *args, **kwargs) -> exp.Expression | None:
+        session = read_session_tvf(self)  # Flink's TABLE(SESSION(...)): compiler/session_tvf.py
+        if session is not None:
+            alias = self._parse_table_alias(alias_tokens=self.TABLE_ALIAS_TOKENS)
+            if alias:
+                session.this.set("alias", alias)
+            return session
         table = super()._parse_table(*args, **kwargs)
         if table is None or not self._curr or self._curr.token_type is not TokenType.L_BRACKET:
             return table

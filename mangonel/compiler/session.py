@@ -3,10 +3,15 @@
 
 The CQL clause is read by `parse.py` (`WindowClause(kind="SESSION", size=gap)`); Spark's form
 parses as a plain SELECT whose GROUP BY holds the call `session_window(ts, '30 seconds')`.
-`spark_session_form` rewrites that SELECT into the CQL shape before binding: the call leaves
+`session_forms` rewrites that SELECT into the CQL shape before binding: the call leaves
 GROUP BY, the stream gets the window clause, and `session_window.start` / `.end` become the
 window bounds (named `start` / `end` when not aliased, as Spark names the struct's fields).
-So both forms bind, plan and EXPLAIN alike (apart from the source text).
+Flink's `FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(ts), INTERVAL '30' SECOND))`
+is read by the parser as the clause (`session_tvf.py`); here its DESCRIPTOR must be the
+event time, GROUP BY must hold `window_start` and `window_end` (taken out: they are the
+window's bounds) and its other keys must be the PARTITION BY columns, since sessions are
+formed per GROUP BY key. So every form binds, plans and EXPLAINs alike (apart from the
+source text).
 
 Semantics: docs/semantics.md, "Session windows".
 """
@@ -76,11 +81,16 @@ def _is_session_field(node: exp.Expression) -> bool:
     return isinstance(node, exp.Column) and node.table.upper() == SESSION_FUNCTION
 
 
-def spark_session_form(query: exp.Expression, catalog: Catalog) -> exp.Expression:
-    """`query` with Spark's `GROUP BY session_window(ts, 'gap')` turned into the CQL window
-    clause (see the module docstring); any other query unchanged."""
+def session_forms(query: exp.Expression, catalog: Catalog) -> exp.Expression:
+    """`query` with the peers' session windows in the CQL shape: Spark's `GROUP BY
+    session_window(ts, 'gap')` turned into the window clause, Flink's `TABLE(SESSION(...))`
+    (already a clause, `session_tvf.py`) checked and its window bounds taken out of GROUP BY
+    (see the module docstring); any other query unchanged."""
     if not isinstance(query, exp.Select):
         return query
+    source = query.args["from_"].this if query.args.get("from_") else None
+    if isinstance(source, WindowClause) and "session_tvf" in source.meta:
+        return _flink_form(query, source, catalog)
     group = query.args.get("group")
     calls = [item for item in (group.expressions if group else []) if _is_session_call(item)]
     if not calls:
@@ -174,3 +184,57 @@ def check_aggregates(window: WindowSpec, holistic_calls: list[str]) -> None:
     """Refuse what session windows cannot compute (PlanError naming the calls)."""
     if window.kind is WindowKind.SESSION and holistic_calls:
         raise PlanError(f"{SESSION_HOLISTIC} ({', '.join(holistic_calls)})")
+
+
+def _position_error(message: str, position: tuple[int, int], construct: str, hint: str) -> SqlError:
+    return SqlError(message, line=position[0], column=position[1], construct=construct, hint=hint)
+
+
+def _flink_form(query: exp.Select, clause: WindowClause, catalog: Catalog) -> exp.Select:
+    """Flink's SESSION table function: check it against the stream and GROUP BY, and keep
+    GROUP BY's keys only (the window bounds are the clause's)."""
+    tvf = clause.meta["session_tvf"]
+    hint = (
+        "GROUP BY window_start, window_end and the PARTITION BY columns: "
+        "sessions are formed per key"
+    )
+    stream = catalog.stream(clause.this.name)
+    descriptor, position = tvf["descriptor"]
+    if stream is not None and descriptor.lower() != stream.event_time.lower():
+        raise _position_error(
+            f"DESCRIPTOR({descriptor}) must name the stream's event time {stream.event_time!r}",
+            position,
+            f"DESCRIPTOR({descriptor})",
+            f"DESCRIPTOR({stream.event_time}); the watermark is the stream's",
+        )
+    group = query.args.get("group")
+    items = list(group.expressions) if group else []
+    bounds = [
+        item
+        for item in items
+        if isinstance(item, exp.Column) and item.name.lower() in ("window_start", "window_end")
+    ]
+    if {b.name.lower() for b in bounds} != {"window_start", "window_end"}:
+        raise _error("a SESSION window query groups by window_start and window_end", clause, hint)
+    keys = [item for item in items if item not in bounds]
+    partition = {name.lower() for name, _ in tvf["partition"]}
+    named = {item.name.lower() for item in keys if isinstance(item, exp.Column)}
+    if named != partition or len(keys) != len(named):
+        raise _error(
+            "the GROUP BY keys of a SESSION window must be its PARTITION BY columns "
+            f"({', '.join(n for n, _ in tvf['partition']) or 'none'})",
+            keys[0] if keys else clause,
+            hint,
+        )
+    query = query.copy()
+    query.args["group"].set(
+        "expressions",
+        [
+            i
+            for i in query.args["group"].expressions
+            if not (isinstance(i, exp.Column) and i.name.lower() in ("window_start", "window_end"))
+        ],
+    )
+    if not query.args["group"].expressions:
+        query.set("group", None)
+    return query

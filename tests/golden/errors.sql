@@ -425,3 +425,9 @@ SELECT COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY session_window(ts, '30 sec
 
 -- name: session_window_median
 SELECT symbol, MEDIAN(price) FROM trades [SESSION GAP 30 SECONDS] GROUP BY symbol
+
+-- name: flink_session_descriptor_not_event_time
+SELECT symbol, COUNT(*) FROM TABLE(SESSION(TABLE trades PARTITION BY symbol, DESCRIPTOR(price), INTERVAL '30' SECOND)) GROUP BY window_start, window_end, symbol
+
+-- name: flink_session_group_by_not_partition
+SELECT venue, COUNT(*) FROM TABLE(SESSION(TABLE trades PARTITION BY symbol, DESCRIPTOR(ts), INTERVAL '30' SECOND)) GROUP BY window_start, window_end, venue
