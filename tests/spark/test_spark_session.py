@@ -15,6 +15,8 @@ from test_spark_equality import micro_batches
 import mangonel as mg
 from mangonel.catalog.types import SqlType
 from mangonel.errors import PlanError
+from mangonel.runtime.spark.native import SESSION_NATIVE
+from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
 from mangonel.session import Session
 
 pytestmark = pytest.mark.spark
@@ -97,3 +99,20 @@ def test_session_windows_refuse_the_two_stage_plan(spark, tmp_path):
     )
     with pytest.raises(PlanError, match="session_window aggregation"):
         ms.sql(f"SELECT k, COUNT(*) FROM s [SESSION GAP {GAP}] GROUP BY k")
+
+
+def test_spark_side_of_explain_groups_by_session_window() -> None:
+    """Planning only (no Spark job): the native plan, its reason, the grouping."""
+    session = Session(backend="cpu")
+    session.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k STRING, v DOUBLE) "
+        "WITH (event_time = 'ts', watermark = '300 milliseconds')"
+    )
+    text = "SELECT k, SUM(v) FROM s [SESSION GAP 30 SECONDS] WHERE v > 0 GROUP BY k"
+    planned = plan_spark(text, session.sql(text).plan, partitions=2)
+    lines = spark_stages_text(planned).splitlines()
+    assert (
+        planned.native
+        and lines[0] == f"Spark: native window aggregation (reason: {SESSION_NATIVE})"
+    )
+    assert lines[1].startswith("  StreamingAggregate: group_by=[session_window(ts, 30s), `k`]")
