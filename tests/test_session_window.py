@@ -272,6 +272,10 @@ def test_the_query_watermark_overrides_the_streams(session):
         ),
         ("SELECT session_window.start, COUNT(*) FROM s [RANGE 1 SECOND]", "goes in GROUP BY"),
         (
+            "SELECT session_window, COUNT(*) FROM s GROUP BY session_window(ts, '1 second')",
+            "struct is not an output column",
+        ),
+        (
             "SELECT COUNT(*) FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(v), "
             "INTERVAL '1' SECOND)) GROUP BY window_start, window_end, k",
             "must name the stream's event time",

@@ -125,6 +125,17 @@ def session_forms(query: exp.Expression, catalog: Catalog) -> exp.Expression:
     clause = WindowClause(this=table.copy(), kind="SESSION", size=gap)
     copy_position(clause, call)
     query.args["from_"].set("this", clause)
+    for node in query.walk():
+        if (
+            isinstance(node, exp.Column)
+            and not node.table
+            and node.name.upper() == SESSION_FUNCTION
+        ):
+            raise _error(
+                "the session_window struct is not an output column",
+                node,
+                "select session_window.start and session_window.end",
+            )
     projections = []
     for projection in query.expressions:
         if _is_session_field(projection):
