@@ -106,7 +106,6 @@ def session_forms(query: exp.Expression, catalog: Catalog) -> exp.Expression:
     call = calls[0]
     if len(calls) > 1:
         raise _error("GROUP BY holds two session windows", calls[1])
-    source = query.args["from_"].this
     if isinstance(source, WindowClause):
         raise _error(
             "a query has one window: session_window(...) and a window clause on the stream",
@@ -201,6 +200,11 @@ def _position_error(message: str, position: tuple[int, int], construct: str, hin
     return SqlError(message, line=position[0], column=position[1], construct=construct, hint=hint)
 
 
+def _is_bound(node: exp.Expression) -> bool:
+    """A GROUP BY item naming a window bound (`window_start`, `window_end`)."""
+    return isinstance(node, exp.Column) and node.name.lower() in ("window_start", "window_end")
+
+
 def _flink_form(query: exp.Select, clause: WindowClause, catalog: Catalog) -> exp.Select:
     """Flink's SESSION table function: check it against the stream and GROUP BY, and keep
     GROUP BY's keys only (the window bounds are the clause's)."""
@@ -220,11 +224,7 @@ def _flink_form(query: exp.Select, clause: WindowClause, catalog: Catalog) -> ex
         )
     group = query.args.get("group")
     items = list(group.expressions) if group else []
-    bounds = [
-        item
-        for item in items
-        if isinstance(item, exp.Column) and item.name.lower() in ("window_start", "window_end")
-    ]
+    bounds = [item for item in items if _is_bound(item)]
     if {b.name.lower() for b in bounds} != {"window_start", "window_end"}:
         raise _error("a SESSION window query groups by window_start and window_end", clause, hint)
     keys = [item for item in items if item not in bounds]
@@ -238,14 +238,8 @@ def _flink_form(query: exp.Select, clause: WindowClause, catalog: Catalog) -> ex
             hint,
         )
     query = query.copy()
-    query.args["group"].set(
-        "expressions",
-        [
-            i
-            for i in query.args["group"].expressions
-            if not (isinstance(i, exp.Column) and i.name.lower() in ("window_start", "window_end"))
-        ],
-    )
+    group = query.args["group"]
+    group.set("expressions", [item for item in group.expressions if not _is_bound(item)])
     if not query.args["group"].expressions:
         query.set("group", None)
     return query
