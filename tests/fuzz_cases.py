@@ -349,13 +349,12 @@ def _aggregate_type(function: str, argument: list | None) -> str:
     )
 
 
-def _aggregates(rng: random.Random, count: int, holistic_allowed: bool = True) -> list:
+def _aggregates(rng: random.Random, count: int) -> list:
     functions = ["count_star", "count", "sum", "min", "max", "avg"]
     functions += ["var_pop", "var_samp", "stddev_pop", "stddev_samp"]
     functions += list(BOOLEAN_FUNCTIONS)
-    # some cases mix holistic functions (MEDIAN, percentiles, COUNT DISTINCT) in (session
-    # windows refuse them: incremental aggregates only)
-    holistic = rng.random() < HOLISTIC_CASE_SHARE and holistic_allowed
+    # some cases mix holistic functions (MEDIAN, percentiles, COUNT DISTINCT) in
+    holistic = rng.random() < HOLISTIC_CASE_SHARE
     chosen = []
     for _ in range(count):
         function = rng.choice(functions)
@@ -520,9 +519,7 @@ def draw_case(seed: int, *, special_values: bool = True, large_share: float = 0.
         [0, 0, rng.randint(0, 3 * scale), slide * rng.randint(0, 3) if kind == "time" else 0]
     )
     override = rng.random() < 0.3
-    aggregates = _aggregates(
-        rng, rng.choice([1, 2, rng.randint(1, 4), rng.randint(1, 12)]), kind != "session"
-    )
+    aggregates = _aggregates(rng, rng.choice([1, 2, rng.randint(1, 4), rng.randint(1, 12)]))
     key_columns = KEY_CHOICES[keys]
     case = Case(
         seed=seed,

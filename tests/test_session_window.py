@@ -11,19 +11,21 @@ import fake_gpu_backend
 import numpy as np
 import pyarrow as pa
 import pytest
+from fuzzer import check
 from fuzzer import engine_rows as rows_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import rows_close
 from plans import make_plan, oracle_for
 from sqlglot import exp
+from test_holistic import scenarios as holistic_scenarios
 from test_window_properties import AGGREGATES, COLUMNS, KEY_CHOICES, SETTINGS, STAMP, _maybe_null
 
 from mangonel.catalog.types import SqlType as T
 from mangonel.compiler import physical as ph
 from mangonel.compiler.explain import explain_text
 from mangonel.compiler.logical import AggregateFunction as F
-from mangonel.errors import PlanError, SqlError
+from mangonel.errors import SqlError
 from mangonel.runtime.cpu import sessions
 from mangonel.runtime.local.query import LocalQuery
 from mangonel.runtime.operators import registry
@@ -303,9 +305,30 @@ def test_malformed_session_windows_are_positioned_errors(session, query, message
     assert error.value.line == 1 and error.value.column is not None
 
 
-def test_holistic_aggregates_over_sessions_are_refused(session):
-    with pytest.raises(PlanError, match="do not run over session windows yet.*MEDIAN"):
-        session.sql("SELECT k, MEDIAN(v) FROM s [SESSION GAP 1 SECOND] GROUP BY k")
+@settings(max_examples=100, **SETTINGS)
+@given(holistic_scenarios("session"))
+def test_holistic_aggregates_over_sessions_equal_the_oracle(scenario):
+    """MEDIAN, percentiles, COUNT(DISTINCT) beside incremental aggregates: values follow
+    their sessions through merges, snapshots and firings."""
+    failure = check(scenario, "cpu")
+    assert failure is None, f"{failure}\n{scenario.query}"
+
+
+def test_holistic_values_merge_with_their_sessions_and_are_freed(session):
+    query = session.sql(
+        "SELECT k, window_start, MEDIAN(v) AS m, COUNT(DISTINCT v) AS d, "
+        "APPROX_COUNT_DISTINCT(v) AS a FROM s [SESSION GAP 10 MICROSECONDS "
+        "WATERMARK 50 MICROSECONDS] GROUP BY k"
+    )
+    assert "holistic=session-runs" in query.explain()
+    runner = LocalQuery(query.plan)
+    # [0,10) and [18,28) open; 9 bridges them: one session of 1, 4, 7
+    assert runner.process(batch([0, 18], [1, 1], [1.0, 7.0])) == []
+    assert runner.process(batch([9], [1], [4.0])) == []
+    rows = rows_of(runner.process(batch([200], [2], [0.0])))  # W = 150
+    assert rows == [{"k": 1, "window_start": 0, "m": 4.0, "d": 3, "a": 3}]
+    operator = runner.window_operator
+    assert len(operator.values["session"]) == 1  # only the open session's value is kept
 
 
 def test_gpu_plans_place_every_session_step_on_the_cpu_and_say_why(monkeypatch):
@@ -350,3 +373,17 @@ def test_session_assignment_kernel_equals_a_plain_merge(disorder):
         for s, (f, e) in enumerate(zip(first, ends, strict=True))
     }
     assert got == {k: list(map(int, v)) for k, v in expected.items()}
+
+
+def test_python_window_functions_run_over_sessions(session):
+    def spread(values):
+        return values[-1] - values[0]  # sorted ascending: max - min
+
+    session.register_window_function("spread", spread, returns="DOUBLE")
+    query = session.sql(
+        "SELECT k, window_start, spread(v) AS s FROM s [SESSION GAP 10 MICROSECONDS] GROUP BY k"
+    )
+    rows = rows_of(
+        query.run([batch([0, 5, 12, 40], [1, 1, 1, 1], [3.0, 9.0, 1.0, 2.0])]).to_batches()
+    )
+    assert rows == [{"k": 1, "window_start": 0, "s": 8.0}, {"k": 1, "window_start": 40, "s": 0.0}]

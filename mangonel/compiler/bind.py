@@ -33,7 +33,6 @@ from mangonel.compiler.parse import (
     output_text,
     position_of,
 )
-from mangonel.compiler.session import check_aggregates as check_session_aggregates
 from mangonel.compiler.session import session_forms
 from mangonel.compiler.session import window_spec as session_window_spec
 from mangonel.compiler.streams import stream_from_ddl as stream_from_ddl  # re-exported
@@ -224,10 +223,6 @@ class _Binder:
         self._group_by(select.args.get("group"))
         outputs = self._outputs(select)
         having = self._having(select.args.get("having"))
-        check_session_aggregates(
-            window,
-            [a.function.value for a in self.aggregates if a.function.definition.holistic],
-        )
 
         self.read_columns.add(self.stream.event_time)
         scan_columns = tuple(c for c in self.schema.columns if c.name in self.read_columns)

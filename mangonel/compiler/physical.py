@@ -63,7 +63,6 @@ from mangonel.compiler.plan_nodes import (
     walk,
     window_result_columns,
 )
-from mangonel.compiler.session import check_aggregates as check_session_aggregates
 from mangonel.errors import PlanError
 
 # The plan nodes and their helpers live in plan_nodes.py; callers read them from here too.
@@ -231,7 +230,6 @@ def plan(
         )
     outputs, having, aggregate, where, scan = _unwrap(root)
     fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
-    check_session_aggregates(aggregate.window, [a.call_name for a in aggregate_plans if a.holistic])
     pane_length, panes_per_window, panes_per_slide = window_parameters(aggregate.window)
     scan_exec = StreamScanExec(scan.stream, scan.columns)
     lift = LiftExec((scan_exec,), where, aggregate.keys, fields)
@@ -470,11 +468,10 @@ def window_placements(
     if window.kind is WindowKind.SESSION:
         # every step on the cpu in a GPU plan: the session merge needs the lifted rows on the
         # host, so lifting them on the device would only add a copy
+        steps = ("lift", "session", "finalize", *(("holistic",) if holistic else ()))
         if backend == "gpu":
-            return tuple(
-                Placement(step, "cpu", SESSION_ON_CPU) for step in ("lift", "session", "finalize")
-            )
-        return tuple(Placement(step, backend, reason) for step in ("lift", "session", "finalize"))
+            return tuple(Placement(step, "cpu", SESSION_ON_CPU) for step in steps)
+        return tuple(Placement(step, backend, reason) for step in steps)
     if window.kind is WindowKind.COUNT:
         steps = ("lift", "tree", "finalize")
     else:

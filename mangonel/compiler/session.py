@@ -27,18 +27,12 @@ from mangonel.compiler.durations import DurationError, format_duration, parse_du
 from mangonel.compiler.logical import WindowKind, WindowSpec
 from mangonel.compiler.nodes import WindowClause
 from mangonel.compiler.parse import copy_position, display_sql, position_of
-from mangonel.errors import PlanError, SqlError
+from mangonel.errors import SqlError
 
 SESSION_FUNCTION = "SESSION_WINDOW"
 SESSION_HINT = (
     "a session window is [SESSION GAP <duration> [WATERMARK <duration>]] after the stream, "
     "or Spark's GROUP BY session_window(<event time>, '<gap>'), e.g. [SESSION GAP 30 SECONDS]"
-)
-# Why a holistic aggregate is refused over sessions: its raw values would have to follow
-# every merge of two sessions; no operator keeps them yet.
-SESSION_HOLISTIC = (
-    "holistic and approximate aggregates (MEDIAN, PERCENTILE_*, COUNT(DISTINCT), APPROX_*, "
-    "Python window functions) do not run over session windows yet"
 )
 
 
@@ -188,12 +182,6 @@ def _gap(call: exp.Anonymous, table: exp.Table, catalog: Catalog) -> int:
     except (DurationError, SqlError, ValueError) as error:
         message = getattr(error, "message", str(error))
         raise _error(f"malformed session gap {gap.this!r}: {message}", gap) from None
-
-
-def check_aggregates(window: WindowSpec, holistic_calls: list[str]) -> None:
-    """Refuse what session windows cannot compute (PlanError naming the calls)."""
-    if window.kind is WindowKind.SESSION and holistic_calls:
-        raise PlanError(f"{SESSION_HOLISTIC} ({', '.join(holistic_calls)})")
 
 
 def _position_error(message: str, position: tuple[int, int], construct: str, hint: str) -> SqlError:

@@ -423,9 +423,6 @@ SELECT symbol, COUNT(*) FROM trades GROUP BY session_window(price, '30 seconds')
 -- name: session_window_and_window_clause
 SELECT COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY session_window(ts, '30 seconds')
 
--- name: session_window_median
-SELECT symbol, MEDIAN(price) FROM trades [SESSION GAP 30 SECONDS] GROUP BY symbol
-
 -- name: flink_session_descriptor_not_event_time
 SELECT symbol, COUNT(*) FROM TABLE(SESSION(TABLE trades PARTITION BY symbol, DESCRIPTOR(price), INTERVAL '30' SECOND)) GROUP BY window_start, window_end, symbol
 
