@@ -151,7 +151,9 @@ class SessionWindowOperator(OperatorBase):
     def _retag(self, old_ids: np.ndarray, new_ids: np.ndarray) -> None:
         """Values of the sessions `old_ids` now belong to the sessions `new_ids` (a merge)."""
         found, where = _lookup(old_ids, self.values["session"])
-        self.values["session"][found] = new_ids[where]
+        sessions = self.values["session"].copy()  # restored arrays may be read-only views
+        sessions[found] = new_ids[where]
+        self.values["session"] = sessions
 
     def _fire(self, final: bool) -> list[pa.RecordBatch]:
         if final:
