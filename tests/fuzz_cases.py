@@ -54,6 +54,8 @@ BOOLEAN_FUNCTIONS = ("bool_and", "bool_or")
 # a colon) and how each is spelled in SQL
 HOLISTIC_FUNCTIONS = ("median", "percentile_cont", "percentile", "percentile_disc")
 HOLISTIC_CASE_SHARE = 0.15
+# share of cases drawn as session windows ([SESSION GAP g]; the rest time or count windows)
+SESSION_SHARE = 0.1
 FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 # the approximate ones (named "approx_count_distinct:<rsd>", "approx_percentile:<p>:<accuracy>";
 # the oracle checks them within their sketch's bound: `oracle.Approximate`). Small accuracies
@@ -146,6 +148,8 @@ class Case:
             # tumbling windows both ways: without SLIDE, and (odd sizes) with SLIDE = RANGE
             if self.slide != self.size or self.size % 2:
                 window += f" SLIDE {self.slide} MICROSECONDS"
+        elif self.kind == "session":
+            window = f"SESSION GAP {self.size} MICROSECONDS"
         else:
             window = f"ROWS {self.size} SLIDE {self.slide}"
         if self.query_delay is not None:
@@ -370,6 +374,9 @@ def _window(rng: random.Random, kind: str) -> tuple[int, int]:
     if kind == "count":
         size = rng.choice([1, 2, 3, rng.randint(1, 16), rng.randint(1, 64)])
         return size, rng.choice([size, rng.randint(1, size)])
+    if kind == "session":  # the gap; sessions have no slide
+        gap = rng.choice([1, 2, 10, 1000, rng.randint(1, 50), rng.randint(1, 5000)])
+        return gap, gap
     pane = rng.choice([1, 1, 2, 5, 10, 1000, rng.randint(1, 50)])
     shape = rng.random()
     if shape < 0.35:  # tumbling, one pane per window
@@ -429,7 +436,7 @@ def _key_ids(rng: random.Random, rows: int, limit: int) -> list[int]:
 def _timestamps(rng: random.Random, rows: int, size: int, kind: str) -> list[int | None]:
     """Event times: a base pace, random disorder up to several windows, gaps of a window or
     more, far outliers, NULLs."""
-    scale = size if kind == "time" else rng.choice([1, 10, 1000])
+    scale = size if kind in ("time", "session") else rng.choice([1, 10, 1000])
     steps = [0, 1, scale // 10 or 1, scale // 2 or 1]
     # Each window-wide gap opens a pane segment. The engine's merge is quadratic in the
     # segments one batch opens (20,000 took minutes), so a case holds at most SPARSE_LIMIT
@@ -500,13 +507,14 @@ def draw_case(seed: int, *, special_values: bool = True, large_share: float = 0.
     """The case of one seed (the same seed and options always give the same case)."""
     rng = random.Random(seed)
     limits = _size_class(rng, large_share)
-    kind = "count" if rng.random() < 0.25 else "time"
+    roll = rng.random()
+    kind = "count" if roll < 0.25 else "session" if roll < 0.25 + SESSION_SHARE else "time"
     size, slide = _window(rng, kind)
     per_tuple = math.ceil(size / slide)
     rows = rng.choice([rng.randint(0, 20), rng.randint(1, 100), rng.randint(1, limits.rows)])
     rows = min(rows, max(1, limits.cost // per_tuple))
     keys = rng.choice(sorted(KEY_CHOICES))
-    scale = size if kind == "time" else 1000
+    scale = size if kind in ("time", "session") else 1000
     delay = rng.choice(
         [0, 0, rng.randint(0, 3 * scale), slide * rng.randint(0, 3) if kind == "time" else 0]
     )

@@ -12,7 +12,11 @@ Per-tuple loops over Python lists and dicts. Decisions it encodes (the engine do
 same in mangonel.runtime.operators.window and docs/semantics.md): NULL event times are dropped
 and counted whatever WHERE says; late tuples are counted only if they passed WHERE; rows of
 one firing are ordered by window, then key in the order keys first contributed a tuple;
-count windows span [first tuple's ts, last tuple's ts + 1).
+count windows span [first tuple's ts, last tuple's ts + 1). Session windows (kind "session",
+`size` the gap) keep each key's accepted tuples and, at every firing, regroup them from
+scratch: sorted by ts, a tuple joins the session before it when its ts is before that
+session's last ts + gap; a session fires when last ts + gap <= W (its tuples are then
+forgotten); a tuple with ts + gap <= W on arrival is late.
 
 Special values follow Spark SQL (non-ANSI): BIGINT/INT arithmetic wraps; `/` is in DOUBLE
 and division or modulo by zero is NULL; comparisons treat NaN as equal to itself and larger
@@ -108,7 +112,9 @@ class OracleQuery:
 
     columns: dict[str, str]
     event_time: str
-    kind: str  # "time" | "count" | "cumulate" (size: the max size, slide: the step)
+    # "time" | "count" | "cumulate" (size: the max size, slide: the step) | "session"
+    # (size = slide = the gap)
+    kind: str
     size: int
     slide: int
     delay: int
@@ -632,6 +638,8 @@ class Oracle:
         self.final: dict[tuple, list] = defaultdict(list)
         self.next_window: dict[tuple, int] = defaultdict(int)
         self.arrivals = 0
+        # session windows: key -> (ts, arguments) of tuples whose session has not fired
+        self.session_tuples: dict[tuple, list] = defaultdict(list)
 
     def process(self, batch: Any) -> list[dict]:
         q = self.query
@@ -650,6 +658,8 @@ class Oracle:
                 late = self._add_time(ts, key, args)
             elif q.kind == "cumulate":
                 late = self._add_cumulate(ts, key, args)
+            elif q.kind == "session":
+                late = self._add_session(ts, key, args)
             else:
                 late = self._add_count(ts, key, args)
             if late is not None:
@@ -701,11 +711,43 @@ class Oracle:
         self.arrivals += 1
         return None
 
+    def _add_session(self, ts: int, key: tuple, args: tuple) -> str | None:
+        if self.watermark is not None and ts + self.query.size <= self.watermark:
+            self.late += 1
+            return "window closed"  # its own session [ts, ts + gap) ended at or before W
+        self.key_order.setdefault(key, len(self.key_order))
+        self.session_tuples[key].append((ts, args))
+        return None
+
+    def _fire_sessions(self, final: bool) -> list:
+        gap = self.query.size
+        fired = []
+        for key in list(self.session_tuples):
+            sessions: list[list] = []
+            for ts, args in sorted(self.session_tuples[key], key=lambda t: t[0]):
+                if sessions and ts < sessions[-1][-1][0] + gap:
+                    sessions[-1].append((ts, args))
+                else:
+                    sessions.append([(ts, args)])
+            staying = []
+            for session in sessions:
+                start, end = session[0][0], session[-1][0] + gap
+                if final or (self.watermark is not None and end <= self.watermark):
+                    order = (start, self.key_order[key])
+                    times = [t[0] for t in session]
+                    fired.append((order, key, start, end, [t[1] for t in session], times))
+                else:
+                    staying.extend(session)
+            self.session_tuples[key] = staying
+        return fired
+
     def _fire(self, final: bool) -> list[dict]:
         # (order, key, window_start, window_end, argument tuples, their event times)
         fired = []
         q = self.query
-        if q.kind in ("time", "cumulate"):
+        if q.kind == "session":
+            fired = self._fire_sessions(final)
+        elif q.kind in ("time", "cumulate"):
             # window order: by end (one window ends at each time), then key order
             for ((start, end), key), tuples in list(self.contents.items()):
                 if final or (self.watermark is not None and end <= self.watermark):

@@ -109,7 +109,7 @@ def oracle_query(project: ProjectExec) -> OracleQuery:
     return OracleQuery(
         columns={c.name: _oracle_type(c.type) for c in lift.scan.columns},
         event_time=lift.scan.stream.event_time,
-        kind="time" if window.kind is lg.WindowKind.TIME else "count",
+        kind=window.kind.value,  # "time", "count" or "session"
         size=window.size,
         slide=window.slide,
         delay=window.watermark_delay_us,
@@ -186,7 +186,7 @@ def make_plan(
         logical_aggregates.append(
             lg.Aggregate(function, argument, _result_type(function, argument_type))
         )
-    window_kind = lg.WindowKind.TIME if kind == "time" else lg.WindowKind.COUNT
+    window_kind = lg.WindowKind(kind)
     spec = lg.WindowSpec(window_kind, size, slide or size, delay)
     node = lg.StreamScan(stream, schema.columns)
     if where is not None:

@@ -53,6 +53,8 @@ def scenarios(draw, kind: str) -> Scenario:
         slide = draw(st.integers(1, 10))
         size = draw(st.one_of(st.just(slide), st.integers(1, 6).map(lambda f: f * slide)))
         size = draw(st.one_of(st.just(size), st.integers(slide, 40)))
+    elif kind == "session":  # the gap (test_session_window.py)
+        size = slide = draw(st.integers(1, 12))
     else:
         size = draw(st.integers(1, 6))
         slide = draw(st.integers(1, size))
@@ -128,6 +130,8 @@ def grouped_scenario(
     window = f"RANGE {size} MICROSECONDS SLIDE {slide} MICROSECONDS"
     if kind == "count":
         window = f"ROWS {size} SLIDE {slide}"
+    elif kind == "session":
+        window = f"SESSION GAP {size} MICROSECONDS"
     query = f"SELECT {', '.join(select)} FROM s [{window}] GROUP BY k"
     if having is not None:
         query += f" HAVING {having[1]}"

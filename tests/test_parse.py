@@ -263,7 +263,7 @@ def test_alias_before_window_clause() -> None:
         ("SELECT COUNT(*) FROM s [RANGE 1.5 US]", "not a whole number of microseconds", 35),
         ("SELECT COUNT(*) FROM s [RANGE 1]", "has no time unit", 32),
         ("SELECT COUNT(*) FROM s [RANGE]", "expected a number", 30),
-        ("SELECT COUNT(*) FROM s [SESSION 1 SECOND]", "starts with RANGE or ROWS", 25),
+        ("SELECT COUNT(*) FROM s [SPAN 1 SECOND]", "starts with RANGE, ROWS or SESSION", 25),
         ("SELECT COUNT(*) FROM s [ROWS 1.5]", "not a whole number of rows", 30),
         ("SELECT COUNT(*) FROM s [ROWS 10 SECONDS]", "is a duration", 33),
         ("SELECT COUNT(*) FROM s [ROWS 10 SLIDE 2 SLIDE 3]", "SLIDE is given twice", 41),

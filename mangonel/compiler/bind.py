@@ -33,6 +33,8 @@ from mangonel.compiler.parse import (
     output_text,
     position_of,
 )
+from mangonel.compiler.session import session_forms
+from mangonel.compiler.session import window_spec as session_window_spec
 from mangonel.compiler.streams import stream_from_ddl as stream_from_ddl  # re-exported
 from mangonel.compiler.typing import (
     AGGREGATE_FUNCTION_NAMES,
@@ -88,7 +90,9 @@ def bind(query: exp.Expression, catalog: Catalog) -> BoundQuery:
         from mangonel.compiler.bind_join import JoinBinder
 
         return JoinBinder(query, catalog).bind()
-    return _Binder(query, catalog).bind()
+    # Spark's GROUP BY session_window(ts, 'gap') and Flink's TABLE(SESSION(...)) bind as
+    # [SESSION GAP gap] (compiler/session.py)
+    return _Binder(session_forms(query, catalog), catalog).bind()
 
 
 # ---------------------------------------------------------------------------------------
@@ -417,6 +421,9 @@ class _Binder:
 
         def show(value: int) -> str:
             return str(value) if rows else format_duration(value)
+
+        if kind == "SESSION":
+            return session_window_spec(size, slide, watermark, self.stream.watermark_delay_us, fail)
 
         if size <= 0:
             raise fail(

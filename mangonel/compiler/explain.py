@@ -131,13 +131,17 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
         return "Filter", [Parameter("having", having, having)]
     if isinstance(node, ph.WindowAggregateExec):
         window = node.window
-        parameters = [
-            Parameter("window", window.kind.value, window.kind.value),
-            _window_size("range", node, window.size),
-            _window_size("slide", node, window.slide),
-            _duration("watermark", window.watermark_delay_us),
-        ]
-        if window.kind.over_time:  # count windows keep per-tuple partials: no panes
+        parameters = [Parameter("window", window.kind.value, window.kind.value)]
+        if window.kind is WindowKind.SESSION:  # a gap, no range, slide or panes
+            parameters.append(_window_size("gap", node, window.size))
+        else:
+            parameters += [
+                _window_size("range", node, window.size),
+                _window_size("slide", node, window.slide),
+            ]
+        parameters.append(_duration("watermark", window.watermark_delay_us))
+        # count windows keep per-tuple partials and sessions their rows: no panes
+        if window.kind in (WindowKind.TIME, WindowKind.CUMULATE):
             parameters += [
                 _window_size("pane_length", node, node.pane_length),
                 _number("panes_per_window", node.panes_per_window),
@@ -145,7 +149,12 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             ]
         return "WindowAggregate", [
             *parameters,
-            _number("windows_per_batch", node.windows_per_batch),
+            # sessions have no tree of windows
+            *(
+                [_number("windows_per_batch", node.windows_per_batch)]
+                if window.kind is not WindowKind.SESSION
+                else []
+            ),
             _list("keys", [k.name for k in node.keys]),
             _list("aggregates", [_aggregate(a) for a in node.aggregates]),
             Parameter("strategy", node.strategy, node.strategy),

@@ -22,6 +22,9 @@ Strategies (EXPLAIN: `holistic=<strategy>`):
 - `tuple-runs` (count windows): the key's final tuples in event-time order are kept anyway;
   a window is a contiguous run of them, and its result a selection over a copy of the run
   (the approximate functions build the window's sketch from the run in one pass).
+- `session-runs` (session windows): each tuple's value is kept tagged with its open
+  session (re-tagged when sessions merge); a fired session's values are one run, evaluated
+  as count windows' runs are.
 - `sketch-panes` (time windows, the approximate functions: APPROX_COUNT_DISTINCT,
   APPROX_PERCENTILE): per (key, pane) one sketch (HLL++ registers, a GK summary), never the
   raw values; a batch's rows are folded into their panes' sketches on arrival, and each
@@ -124,7 +127,8 @@ def gpu_form(panes_per_window: int) -> str:
 class HolisticPlan:
     """How a window node evaluates its holistic aggregates (see the module docstring)."""
 
-    strategy: str  # "sorted-panes", "sketch-panes", both joined by "+", or "tuple-runs"
+    strategy: str  # "sorted-panes", "sketch-panes" (both joined by "+"), "tuple-runs",
+    # "session-runs"
     fields: tuple[str, ...]  # the `values` state fields the holistic aggregates read
     sketches: tuple[str, ...] = ()  # per approximate aggregate: its sketch and parameters
     # the GPU selection kernel's form (`gpu_form`: a thread, warp or block per window) and the
@@ -195,6 +199,8 @@ def holistic_plan(
     approximate = [a for a in holistic if a.function.definition.holistic.sketch]
     if window.kind is WindowKind.COUNT:
         strategy = "tuple-runs"
+    elif window.kind is WindowKind.SESSION:
+        strategy = "session-runs"
     else:
         parts = ["sorted-panes"] if len(approximate) < len(holistic) else []
         strategy = "+".join(parts + (["sketch-panes"] if approximate else []))

@@ -21,20 +21,24 @@ class WindowKind(enum.Enum):
     TIME = "time"
     COUNT = "count"
     CUMULATE = "cumulate"
+    SESSION = (
+        "session"  # per key, rows closer than the gap; `size` is the gap (compiler/session.py)
+    )
 
     @property
     def over_time(self) -> bool:
-        """Windows of event time (panes of microseconds), not of rows."""
+        """Windows of event time (bounds in microseconds), not of rows."""
         return self is not WindowKind.COUNT
 
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """size/slide in microseconds (TIME, CUMULATE) or rows (COUNT).
+    """size/slide in microseconds (TIME, CUMULATE, SESSION) or rows (COUNT).
 
     TIME: windows [k*slide, k*slide + size); tumbling when size == slide.
     CUMULATE (Flink's): size is the max size, slide the step (size a multiple of it); the
     windows [k*size, k*size + j*slide) for j = 1 .. size/slide (docs/semantics.md).
+    SESSION: size is the gap in microseconds and slide equals it (sessions have no slide).
     """
 
     kind: WindowKind

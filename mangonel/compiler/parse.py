@@ -7,6 +7,7 @@ grammar of `mangonel.compiler.ddl`; queries and `EXPLAIN [CODEGEN] <query>` go t
 
     FROM s [RANGE <dur> [SLIDE <dur>] [WATERMARK <dur>]] [[AS] alias]
     FROM s [ROWS <n> [SLIDE <m>] [WATERMARK <dur>]] [[AS] alias]
+    FROM s [SESSION GAP <dur> [WATERMARK <dur>]] [[AS] alias]
 
 which becomes `nodes.WindowClause(this=<exp.Table>, kind, size, slide, watermark)`.
 The clause is only read here; its values are validated by the binder (`bind.py`), which
@@ -58,13 +59,15 @@ from mangonel.compiler.window_tvf import (
     read_window_table_function,
     starts_window_table_function,
 )
+from mangonel.compiler.session_tvf import read_session_tvf
 from mangonel.errors import SqlError
 
 Statement = exp.Select | Explain | ddl.CreateStream | ddl.CreateTable | ddl.Drop | ddl.Show
 
 WINDOW_CLAUSE_HINT = (
     "the window clause is [RANGE <duration> [SLIDE <duration>] [WATERMARK <duration>]] or "
-    "[ROWS <n> [SLIDE <m>] [WATERMARK <duration>]], e.g. [RANGE 1 SECOND SLIDE 10 MILLISECONDS]"
+    "[ROWS <n> [SLIDE <m>] [WATERMARK <duration>]] or [SESSION GAP <duration> [WATERMARK "
+    "<duration>]], e.g. [RANGE 1 SECOND SLIDE 10 MILLISECONDS]"
 )
 QUERY_HINT = (
     "mangonel reads window queries: SELECT <keys, window_start, window_end, aggregates> "
@@ -274,6 +277,12 @@ class MangonelParser(BaseParser):
         return super()._parse_bracket(this)
 
     def _parse_table(self, *args, **kwargs) -> exp.Expression | None:
+        session = read_session_tvf(self)  # Flink's TABLE(SESSION(...)): compiler/session_tvf.py
+        if session is not None:
+            alias = self._parse_table_alias(alias_tokens=self.TABLE_ALIAS_TOKENS)
+            if alias:
+                session.this.set("alias", alias)
+            return session
         if starts_window_table_function(self):  # Flink: TABLE(TUMBLE(TABLE s, ...))
             return read_window_table_function(self)
         table = super()._parse_table(*args, **kwargs)
@@ -327,11 +336,21 @@ class MangonelParser(BaseParser):
         self._advance()
         kind_token = self._curr
         kind = kind_token.text.upper() if kind_token else ""
-        if kind not in ("RANGE", "ROWS"):
+        if kind not in ("RANGE", "ROWS", "SESSION"):
             self._window_error(
-                "a window clause starts with RANGE or ROWS", kind_token or open_bracket
+                "a window clause starts with RANGE, ROWS or SESSION", kind_token or open_bracket
             )
         self._advance()
+        if kind == "SESSION":
+            # [SESSION GAP <duration>]: the gap is the clause's size (compiler/session.py)
+            if not self._curr or self._curr.text.upper() != "GAP":
+                self._window_error(
+                    "expected GAP after SESSION",
+                    self._curr or self._prev,
+                    "a session window is [SESSION GAP <duration> [WATERMARK <duration>]], "
+                    "e.g. [SESSION GAP 30 SECONDS]",
+                )
+            self._advance()
         parts: dict[str, _PartPosition] = {}
         values: dict[str, int | None] = {"slide": None, "watermark": None}
         values["size"] = self._read_clause_value(kind, kind == "ROWS", "size", parts)
@@ -418,7 +437,8 @@ def _window_clause_sql(self: generator.Generator, clause: WindowClause) -> str:
     def amount(value: int) -> str:
         return str(value) if rows else format_duration(value)
 
-    parts = [f"{clause.args['kind']} {amount(clause.args['size'])}"]
+    kind = "SESSION GAP" if clause.args["kind"] == "SESSION" else clause.args["kind"]
+    parts = [f"{kind} {amount(clause.args['size'])}"]
     if clause.args.get("slide") is not None:
         parts.append(f"SLIDE {amount(clause.args['slide'])}")
     if clause.args.get("watermark") is not None:
@@ -707,7 +727,7 @@ def _misplaced_window_clause(body: list[Token], text: str) -> SqlError | None:
             token.token_type is TokenType.L_BRACKET
             and clause_seen is not None
             and index + 1 < len(body)
-            and body[index + 1].text.upper() in ("RANGE", "ROWS")
+            and body[index + 1].text.upper() in ("RANGE", "ROWS", "SESSION")
         ):
             close = next((t for t in body[index:] if t.token_type is TokenType.R_BRACKET), body[-1])
             line, column = line_and_column(text, token.start)

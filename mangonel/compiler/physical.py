@@ -450,6 +450,10 @@ def default_windows_per_batch(panes_per_window: int, panes_per_slide: int) -> in
 
 # Why a step of a GPU plan runs on the CPU (EXPLAIN prints these after "because").
 COUNT_TREE_ON_CPU = "count windows' per-key tuple segments have no GPU tree kernel"
+SESSION_ON_CPU = (
+    "session windows run on the cpu: merging a key's sessions follows its rows in event-time "
+    "order, which has no GPU kernel yet"
+)
 FINALIZE_ON_CPU = "the window values are finalized on the host after their device-to-host copy"
 
 
@@ -467,6 +471,13 @@ def window_placements(
     plan's count window then runs every step there: its raw values are lifted with the
     per-tuple partials). `holistic_cpu`: why a GPU plan's holistic step runs on the CPU
     whatever the window (`holistic.holistic_cpu_reason`: Python window functions, sketches)."""
+    if window.kind is WindowKind.SESSION:
+        # every step on the cpu in a GPU plan: the session merge needs the lifted rows on the
+        # host, so lifting them on the device would only add a copy
+        steps = ("lift", "session", "finalize", *(("holistic",) if holistic else ()))
+        if backend == "gpu":
+            return tuple(Placement(step, "cpu", SESSION_ON_CPU) for step in steps)
+        return tuple(Placement(step, backend, reason) for step in steps)
     if window.kind is WindowKind.COUNT:
         steps = ("lift", "tree", "finalize")
     else:

@@ -114,7 +114,8 @@ class WindowAggregateExec:
     backend/backend_reason: the plan's backend (`compiler.backend.choose_backend`);
     placements: where each step runs (lift, merge, tree, finalize for time windows; lift,
     tree, finalize for count windows, which keep per-tuple partials and merge no panes;
-    plus `holistic` when the node has holistic aggregates).
+    lift, session, finalize for session windows, whose gap is `window.size`; plus `holistic`
+    when the node has holistic aggregates).
     holistic: the strategy of its holistic aggregates (MEDIAN, PERCENTILE_*, COUNT DISTINCT;
     `compiler.holistic`), None when it has none.
     The operator fuses its Lift and StreamScan children: it reads the stream's batches.
@@ -147,6 +148,8 @@ class WindowAggregateExec:
     @property
     def strategy(self) -> str:
         """The pane pre-aggregation and window strategy, named from the placements."""
+        if self.window.kind is WindowKind.SESSION:
+            return "session-merge"
         if self.window.kind is WindowKind.COUNT:
             return "count-panes+tree"
         if placement(self, "merge").backend == "gpu":

@@ -498,3 +498,21 @@ SELECT APPROX_PERCENTILE(price, 0.5, 100.5) FROM trades [RANGE 1 SECOND]
 
 -- name: approx_percentile_of_string
 SELECT APPROX_PERCENTILE(symbol, 0.5) FROM trades [RANGE 1 SECOND]
+
+-- name: session_without_gap
+SELECT COUNT(*) FROM trades [SESSION 30 SECONDS]
+
+-- name: session_with_slide
+SELECT symbol, COUNT(*) FROM trades [SESSION GAP 30 SECONDS SLIDE 1 SECOND] GROUP BY symbol
+
+-- name: session_window_not_on_event_time
+SELECT symbol, COUNT(*) FROM trades GROUP BY session_window(price, '30 seconds'), symbol
+
+-- name: session_window_and_window_clause
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] GROUP BY session_window(ts, '30 seconds')
+
+-- name: flink_session_descriptor_not_event_time
+SELECT symbol, COUNT(*) FROM TABLE(SESSION(TABLE trades PARTITION BY symbol, DESCRIPTOR(price), INTERVAL '30' SECOND)) GROUP BY window_start, window_end, symbol
+
+-- name: flink_session_group_by_not_partition
+SELECT venue, COUNT(*) FROM TABLE(SESSION(TABLE trades PARTITION BY symbol, DESCRIPTOR(ts), INTERVAL '30' SECOND)) GROUP BY window_start, window_end, venue

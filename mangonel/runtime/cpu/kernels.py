@@ -10,7 +10,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler.holistic import HolisticPlan
 from mangonel.compiler.physical import LiftExec, StateField, field_dtype
 from mangonel.runtime.cpu import aggregate as agg
-from mangonel.runtime.cpu import holistic, python_window, sketch_windows
+from mangonel.runtime.cpu import holistic, python_window, sessions, sketch_windows
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
@@ -292,6 +292,10 @@ class CpuKernels:
         return tree_over_segments(
             fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch
         )
+
+    # session windows (`operators.session_window`; numba in `cpu/sessions.py`)
+    assign_sessions = staticmethod(sessions.assign_sessions)
+    combine_sessions = staticmethod(sessions.combine_sessions)
 
     def prefetch(self, lift, window, batch) -> None:
         """Nothing to move: the batch's columns are already in host memory (and no event-time

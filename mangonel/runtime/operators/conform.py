@@ -58,10 +58,13 @@ INT64_MAX = (1 << 63) - 1
 
 def event_time_range(spec: WindowSpec) -> tuple[int, int]:
     """[low, high]: the event times every window bound of which fits int64 (window k of a time
-    window is [k*s, k*s + w); a count window ends at its last tuple's time + 1). A tuple
+    window is [k*s, k*s + w); a count window ends at its last tuple's time + 1; a session at
+    its last tuple's time + gap). A tuple
     outside is dropped and counted: its window bounds would wrap (window_end < window_start)."""
     if spec.kind is WindowKind.COUNT:
         return INT64_MIN, INT64_MAX - 1
+    if spec.kind is WindowKind.SESSION:  # a session ends at its last ts + gap
+        return INT64_MIN, INT64_MAX - spec.size
     slide, size = spec.outer_shape  # CUMULATE: its windows lie inside these
     # the last window of ts is floor(ts / s); it must end at or before INT64_MAX
     last_window = (INT64_MAX - size) // slide

@@ -72,6 +72,7 @@ from mangonel.runtime.operators.kernels import PaneTarget
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
+from mangonel.runtime.operators.session_window import SessionWindowOperator
 from mangonel.runtime.operators.snapshot import pack, unpack
 
 MAX_RESULT_CELLS = 1 << 22  # (window, key) cells per tree call: bounds memory of one firing
@@ -599,7 +600,9 @@ class TimeWindowOperator(OperatorBase):
             self.segments.append(segment)
 
 
-WindowOperator = TimeWindowOperator | CountWindowOperator | HolisticTimeWindows
+WindowOperator = (
+    TimeWindowOperator | CountWindowOperator | HolisticTimeWindows | SessionWindowOperator
+)
 
 
 def make_window_operator(
@@ -607,6 +610,8 @@ def make_window_operator(
 ) -> WindowOperator:
     """The registry's factory of `WindowAggregateExec` (every backend: the driver is
     backend-neutral, `kernels` are the backend's)."""
+    if node.window.kind is WindowKind.SESSION:
+        return SessionWindowOperator(node, kernels)  # holistic aggregates refused at planning
     if node.window.kind is WindowKind.COUNT:
         return CountWindowOperator(node, kernels)  # keeps holistic values per tuple itself
     if node.holistic is not None:

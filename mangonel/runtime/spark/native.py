@@ -6,7 +6,8 @@ keeps every row in the JVM, while mangonel's two stages move every row into Pyth
 pane pre-aggregation (Arrow copy ~0.5 us a row on 2 cores) before any work is saved: there
 native Spark is the faster plan (measured: docs/performance.md, "Inside Spark"), and results
 are Spark's by construction. The planner picks it by cost (`choose_native`) and EXPLAIN says
-so with the reason.
+so with the reason. Session windows always run here (`SESSION_NATIVE`): Spark's
+`session_window` over the same rows.
 
 The transpiled query is mangonel's plan, not the user's text: WHERE and aggregate arguments
 (sqlglot expressions) as Spark SQL that cannot raise under ANSI mode (`runtime.spark.sql`), one
@@ -51,9 +52,24 @@ def windows_per_tuple(window: ph.WindowAggregateExec) -> float:
     return window.window.size / window.window.slide
 
 
+# Session windows inside Spark: always Spark's own `session_window` aggregation. mangonel's
+# two stages would pre-aggregate panes, and sessions have none; Spark's merge of sessions
+# in its state store is the one reference for their results inside Spark.
+SESSION_NATIVE = (
+    "session windows: Spark's own session_window aggregation (the two-stage plan has no "
+    "session merge)"
+)
+
+
 def choose_native(window: ph.WindowAggregateExec, forced: bool | None = None) -> NativeChoice:
     """The cost-based choice between Spark's native window aggregation and mangonel's two
-    stages; `forced` (the session's `native=` argument) overrides it."""
+    stages; `forced` (the session's `native=` argument) overrides it, except for session
+    windows, which only run natively (PlanError when native=False), and CUMULATE windows,
+    which never do."""
+    if window.window.kind is WindowKind.SESSION:
+        if forced is False:
+            raise PlanError(f"native=False: {SESSION_NATIVE}; attach with native=None or True")
+        return NativeChoice(True, SESSION_NATIVE)
     if window.window.kind is WindowKind.CUMULATE:
         if forced is True:
             raise PlanError("native=True: Spark has no CUMULATE windows; use native=None")
@@ -107,14 +123,16 @@ def native_query(plan: ph.ProjectExec, watermarked: DataFrame) -> DataFrame:
         rows = rows.where(lift_sql(window.lift.predicate, scan))
     size = f"{window.window.size} microseconds"
     slide = f"{window.window.slide} microseconds"
+    if window.window.kind is WindowKind.SESSION:  # size is the gap
+        grouping = F.session_window(quote(event_time), size)
+    else:
+        grouping = F.window(quote(event_time), size, slide)
     keys = [F.col(quote(k.name)) for k in window.keys]
     aggregates = [
         F.expr(aggregate_sql(aggregate, scan)).alias(aggregate_column(number))
         for number, aggregate in enumerate(window.aggregates)
     ]
-    grouped = rows.groupBy(F.window(quote(event_time), size, slide).alias(WINDOW), *keys).agg(
-        *aggregates
-    )
+    grouped = rows.groupBy(grouping.alias(WINDOW), *keys).agg(*aggregates)
     flat = grouped.select(
         "*",
         F.col(f"{WINDOW}.start").alias(WINDOW_START),

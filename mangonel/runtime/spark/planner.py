@@ -313,10 +313,14 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         calls = [aggregate_sql(plan, scan) for plan in window.aggregates]
         predicate = window.lift.predicate
         where = lift_sql(predicate, scan) if predicate is not None else "none"
-        group_by = (
-            f"window({stream.event_time}, {format_duration(window.window.size)}, "
-            f"{format_duration(window.window.slide)}){', ' if keys else ''}{keys}"
-        )
+        if window.window.kind is WindowKind.SESSION:
+            grouping = f"session_window({stream.event_time}, {format_duration(window.window.size)})"
+        else:
+            grouping = (
+                f"window({stream.event_time}, {format_duration(window.window.size)}, "
+                f"{format_duration(window.window.slide)})"
+            )
+        group_by = f"{grouping}{', ' if keys else ''}{keys}"
         aggregate = PlanNode(
             "StreamingAggregate",
             (

@@ -1,0 +1,260 @@
+"""Session windows (`SessionWindowOperator`, `[SESSION GAP g]`, Spark's `session_window`).
+
+Per key, each row opens the interval `[ts, ts + g)`; intervals of one key that overlap merge
+into one session `[first ts, last ts + g)`, so a row arriving out of order can bridge two
+sessions into one. The operator keeps the open sessions only: per session its key slot,
+start, end and the combined partial state of every field (the same per-tuple partials the
+time windows lift, combined with each state kind's own combine). A batch:
+
+1. lift (the `session` step's kernels), drop late rows: a row is late when its own interval
+   has ended at the watermark before the batch (`ts + g <= W`), Spark's rule (its late filter
+   reads each row's own `session_window.end`, before any merge);
+2. the new intervals and the open sessions of the keys they touch, sorted by (slot, start),
+   are merged in one pass (`kernels.assign_sessions`), and each merged session's partial is
+   the combine of its parts (`kernels.combine_sessions`);
+3. after the watermark moves, every session with `end <= W` fires once (final: its state is
+   freed; a later row of the key that overlaps it in time opens a new session, as in Spark,
+   whose state no longer holds the emitted one). Rows come ordered by session start, then
+   key first-seen order. At end of input every open session fires.
+
+Holistic aggregates (MEDIAN, PERCENTILE_*, COUNT(DISTINCT), the approximate ones, Python
+window functions; strategy `session-runs`) keep their raw values per tuple (`values` fields:
+order key and validity, as count windows do) tagged with their open session's id; a merge
+re-tags the values of the sessions it merged, and a firing evaluates each fired session's
+run of values (`holistic.evaluate`, `sketch_panes.run_answers`) and frees them.
+
+Semantics: docs/semantics.md, "Session windows". Inside Spark the query runs as Spark's
+native `session_window` aggregation (`runtime/spark/planner.py`), so the split form's
+`preaggregate`/`merge` are not implemented here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from mangonel.compiler import physical as ph
+from mangonel.compiler.physical import field_dtype
+from mangonel.runtime.operators.base import OperatorBase, field_arrays
+from mangonel.runtime.operators.conform import INT64_MIN
+from mangonel.runtime.operators.holistic import evaluate
+from mangonel.runtime.operators.registry import StepKernels
+from mangonel.runtime.operators.results import finalize
+from mangonel.runtime.operators.sketch_panes import run_answers
+from mangonel.runtime.operators.snapshot import pack, unpack
+
+
+class SessionWindowOperator(OperatorBase):
+    """Session windows per key over open sessions' partial states (module docstring)."""
+
+    kind = "session"
+
+    def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
+        super().__init__(node, kernels)
+        # the merge of intervals into sessions: the backend its placement names (the CPU's
+        # numba kernels; GPU plans place it there, `physical.SESSION_ON_CPU`)
+        self.session_kernels = kernels("session")
+        self.holistic_kernels = kernels("holistic") if node.holistic is not None else None
+        self.tree_fields = tuple(f for f in self.fields if not f.kind.holistic)
+        self.value_fields = tuple(f for f in self.fields if f.kind.holistic)
+        self.gap = self.spec.size
+        self.next_id = 0  # id of the next session formed (holistic values are tagged with it)
+        self.open = self._empty()  # open sessions: id, slot, start, end, incremental parts
+        self.values = self._empty_values()  # holistic fields' values: session id, parts
+
+    def _empty(self) -> dict[str, np.ndarray]:
+        columns = {
+            "id": np.empty(0, np.int64),
+            "slot": np.empty(0, np.int64),
+            "start": np.empty(0, np.int64),
+            "end": np.empty(0, np.int64),
+        }
+        columns.update(_field_columns(self.tree_fields))
+        return columns
+
+    def _empty_values(self) -> dict[str, np.ndarray]:
+        return {"session": np.empty(0, np.int64), **_field_columns(self.value_fields)}
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self.open["slot"])
+
+    def _process(self, batch: pa.RecordBatch) -> None:
+        lifted = self.kernels.lift_tuples(self.lift_node, batch)
+        self.tuples_in += lifted.rows
+        self.null_event_time += lifted.null_event_time
+        self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
+        self._observe(lifted.max_event_time)
+
+    def _merge(self, keys, event_time, include, partials) -> None:
+        host = self.kernels.to_host
+        event_time = host(event_time)
+        include = host(include).copy()
+        if self.watermark is not None:
+            # late: the row's own interval ended at W (ts + gap <= W); the bound is computed
+            # in Python integers, as W - gap may pass int64's lower end
+            bound = self.watermark - self.gap
+            if bound >= INT64_MIN:
+                late = include & (event_time <= bound)
+                self.late += int(late.sum())
+                include &= ~late
+        rows = np.nonzero(include)[0]
+        if not len(rows):
+            return
+        slots = host(self.keys.map_columns(keys, self.kernels.from_host(include)))[rows]
+        starts = event_time[rows]
+        added = {"id": np.full(len(rows), -1, np.int64), "slot": slots, "start": starts}
+        added["end"] = starts + self.gap
+        for name, parts in field_arrays(self.tree_fields):
+            for part in range(parts):
+                added[f"{name}.{part}"] = host(partials[name][part])[rows]
+        # only the open sessions of keys this batch touches can merge
+        n_slots = self.keys.n_slots
+        touched_slots = np.zeros(n_slots, np.bool_)
+        touched_slots[slots] = True
+        touched = touched_slots[self.open["slot"]]
+        kept = {c: a[~touched] for c, a in self.open.items()}
+        candidates = {c: np.concatenate((a[touched], added[c])) for c, a in self.open.items()}
+        numbers, first, ends = self.session_kernels.assign_sessions(
+            candidates["slot"], candidates["start"], candidates["end"], n_slots
+        )
+        merged_partials = self.session_kernels.combine_sessions(
+            self.tree_fields,
+            numbers,
+            len(ends),
+            {
+                name: tuple(candidates[f"{name}.{part}"] for part in range(parts))
+                for name, parts in field_arrays(self.tree_fields)
+            },
+        )
+        ids = self.next_id + np.arange(len(ends), dtype=np.int64)
+        self.next_id += len(ends)
+        merged = {
+            "id": ids,
+            "slot": candidates["slot"][first],
+            "start": candidates["start"][first],  # a session's first row has its least start
+            "end": ends,
+        }
+        for name, parts in field_arrays(self.tree_fields):
+            for part in range(parts):
+                merged[f"{name}.{part}"] = merged_partials[name][part]
+        self.open = {c: np.concatenate((kept[c], merged[c])) for c in self.open}
+        if self.value_fields:
+            touched_count = int(touched.sum())
+            self._retag(candidates["id"][:touched_count], ids[numbers[:touched_count]])
+            new_values = {"session": ids[numbers[touched_count:]]}
+            for name, parts in field_arrays(self.value_fields):
+                for part in range(parts):
+                    new_values[f"{name}.{part}"] = host(partials[name][part])[rows]
+            self.values = {c: np.concatenate((a, new_values[c])) for c, a in self.values.items()}
+
+    def _retag(self, old_ids: np.ndarray, new_ids: np.ndarray) -> None:
+        """Values of the sessions `old_ids` now belong to the sessions `new_ids` (a merge)."""
+        found, where = _lookup(old_ids, self.values["session"])
+        sessions = self.values["session"].copy()  # restored arrays may be read-only views
+        sessions[found] = new_ids[where]
+        self.values["session"] = sessions
+
+    def _fire(self, final: bool) -> list[pa.RecordBatch]:
+        if final:
+            firing = np.ones(self.open_sessions, np.bool_)
+        elif self.watermark is None:
+            return []
+        else:
+            firing = self.open["end"] <= self.watermark
+        if not firing.any():
+            return []
+        fired = {c: a[firing] for c, a in self.open.items()}
+        self.open = {c: a[~firing] for c, a in self.open.items()}  # final: state freed
+        order = np.lexsort((fired["slot"], fired["start"]))
+        fired = {c: a[order] for c, a in fired.items()}
+        values = {
+            name: tuple(fired[f"{name}.{part}"] for part in range(parts))
+            for name, parts in field_arrays(self.tree_fields)
+        }
+        aggregates = finalize(self.window.aggregates, values, self._holistic(fired["id"]))
+        keys = self.keys.decode(fired["slot"])
+        return self._emit(keys, aggregates, fired["start"], fired["end"])
+
+    def _holistic(self, fired_ids: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """(count, value) of each holistic aggregate for the fired sessions (result rows in
+        `fired_ids` order): each session's non-NULL values are one run; then freed."""
+        if self.holistic_kernels is None:
+            return {}
+        rows = len(fired_ids)
+        found, row_of = _lookup(fired_ids, self.values["session"])
+        chosen = np.flatnonzero(found)
+        fields = {f.name: f for f in self.fields}
+        runs_of: dict[str, tuple] = {}
+        results = {}
+        for position, plan in enumerate(self.window.aggregates):
+            if not plan.holistic:
+                continue
+            name = plan.value_field
+            assert name is not None
+            if name not in runs_of:
+                valid = self.values[f"{name}.1"][chosen].astype(np.bool_)
+                owner = row_of[valid]
+                order = np.argsort(owner, kind="stable")  # arrival order within a session
+                counts = np.bincount(owner, minlength=rows).astype(np.int64)
+                ends = np.cumsum(counts)
+                runs_of[name] = (
+                    self.values[f"{name}.0"][chosen][valid][order],
+                    (
+                        ends - counts,
+                        ends,
+                        np.arange(rows, dtype=np.int64),
+                        np.ones(rows, np.int64),
+                    ),
+                )
+            values, runs = runs_of[name]
+            if plan.function.definition.holistic.sketch:
+                results[position] = run_answers(
+                    self.holistic_kernels, plan, fields[name], values, runs[0], runs[1]
+                )
+                continue
+            results[position] = evaluate(
+                self.holistic_kernels, plan, fields[name], values, runs, False
+            )
+        self.values = {c: a[~found] for c, a in self.values.items()}  # final: freed
+        return results
+
+    def state_bytes(self) -> int:
+        held = sum(a.nbytes for a in self.open.values())
+        return held + sum(a.nbytes for a in self.values.values()) + self.keys.nbytes
+
+    def snapshot(self) -> bytes:
+        header = self._header()
+        header["next_session_id"] = self.next_id
+        arrays = self.keys.to_arrays("keys.")
+        arrays.update({f"open.{c}": a for c, a in self.open.items()})
+        arrays.update({f"values.{c}": a for c, a in self.values.items()})
+        return pack(header, arrays)
+
+    def restore(self, data: bytes) -> None:
+        header, arrays = unpack(data)
+        self._restore_header(header)
+        self.next_id = header["next_session_id"]
+        self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "keys.")
+        self.open = {c: arrays[f"open.{c}"] for c in self._empty()}
+        self.values = {c: arrays[f"values.{c}"] for c in self._empty_values()}
+
+
+def _field_columns(fields: tuple[ph.StateField, ...]) -> dict[str, np.ndarray]:
+    """An empty array per part of every field, of the field's dtype."""
+    return {
+        f"{field.name}.{part}": np.empty(0, field_dtype(field))
+        for field in fields
+        for part in range(len(field.kind.parts))
+    }
+
+
+def _lookup(keys: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of `items`: whether it is one of `keys` (distinct), and where: its index in
+    `keys` for the found ones (in item order)."""
+    if not len(keys):
+        return np.zeros(len(items), np.bool_), np.empty(0, np.int64)
+    sorter = np.argsort(keys)
+    position = np.minimum(np.searchsorted(keys, items, sorter=sorter), len(keys) - 1)
+    found = keys[sorter[position]] == items
+    return found, sorter[position[found]]
