@@ -331,7 +331,7 @@ def test_the_gpu_pane_split_groups_as_the_cpu_split_and_sorts_each_pane(host_mod
     times = rng.integers(0, 1000, rows).astype(np.int64)
     _, timed_chunks, _ = gpu.split_panes(panes, slots, values, keep, times)
     _, cpu_timed, _ = cpu_holistic.split_panes(panes, slots, values, keep, times)
-    for (g_slots, g_values, g_times), (w_slots, w_values, w_times) in zip(
+    for (_, g_values, g_times), (w_slots, w_values, w_times) in zip(
         timed_chunks, cpu_timed, strict=True
     ):
         order = np.lexsort((w_times, w_values, w_slots))

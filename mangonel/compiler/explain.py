@@ -14,6 +14,7 @@ from mangonel.compiler import parse
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.holistic import sketch_parameter
+from mangonel.compiler.logical import WindowKind
 from mangonel.compiler.nodes import AggregateRef, WindowBound
 from mangonel.compiler.wire import describe_wire
 

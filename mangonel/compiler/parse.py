@@ -54,12 +54,12 @@ from mangonel.compiler.nodes import (
     WindowClause,
     WindowTableFunction,
 )
+from mangonel.compiler.session_tvf import read_session_tvf
 from mangonel.compiler.window_tvf import (
     WINDOW_TABLE_FUNCTIONS,
     read_window_table_function,
     starts_window_table_function,
 )
-from mangonel.compiler.session_tvf import read_session_tvf
 from mangonel.errors import SqlError
 
 Statement = exp.Select | Explain | ddl.CreateStream | ddl.CreateTable | ddl.Drop | ddl.Show
