@@ -19,6 +19,7 @@ from test_join_factorised import arrivals as factorised_arrivals
 from test_join_factorised import oracle_query as factorised_oracle_query
 from test_join_factorised import session as join_session
 from test_join_factorised import sql as factorised_sql
+from test_session_window import session_streams
 from test_window_properties import SETTINGS, streams
 
 import mangonel
@@ -65,6 +66,12 @@ def test_time_window_late_rows_are_the_oracles(case) -> None:  # noqa: ANN001
 @settings(max_examples=60, **SETTINGS)
 @given(streams("count"))
 def test_count_window_late_rows_are_the_oracles(case) -> None:  # noqa: ANN001
+    check_window_late_rows(*case)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(session_streams())
+def test_session_window_late_rows_are_the_oracles(case) -> None:  # noqa: ANN001
     check_window_late_rows(*case)
 
 

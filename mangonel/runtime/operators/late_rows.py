@@ -9,8 +9,9 @@ reason and the watermark it judged against, and `done` forgets the batch. Nothin
 unless the runner asked for it (`keep`); then the late rows are gathered from the given batch
 (every column as it came, untouched by conformance) with:
 
-- `late_reason` (string): `WINDOW_CLOSED` (time windows, joins: every window of the row had
-  fired when it arrived), `BEHIND_WATERMARK` (count windows: ts < W, the key's order up to W
+- `late_reason` (string): `WINDOW_CLOSED` (time and CUMULATE windows, joins: every window
+  of the row had fired when it arrived; session windows: its own interval had ended),
+  `BEHIND_WATERMARK` (count windows: ts < W, the key's order up to W
   is final);
 - `late_watermark` (timestamp[us, UTC]): the watermark the row was judged against (the one
   from before its batch);

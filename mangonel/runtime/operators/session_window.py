@@ -38,6 +38,7 @@ from mangonel.compiler.physical import field_dtype
 from mangonel.runtime.operators.base import OperatorBase, field_arrays
 from mangonel.runtime.operators.conform import INT64_MIN
 from mangonel.runtime.operators.holistic import evaluate
+from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
 from mangonel.runtime.operators.sketch_panes import run_answers
@@ -97,6 +98,7 @@ class SessionWindowOperator(OperatorBase):
             if bound >= INT64_MIN:
                 late = include & (event_time <= bound)
                 self.late += int(late.sum())
+                self._judged_late(late, WINDOW_CLOSED)  # standalone rows (late_rows.py)
                 include &= ~late
         rows = np.nonzero(include)[0]
         if not len(rows):
