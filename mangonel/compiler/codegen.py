@@ -89,13 +89,14 @@ class GeneratedModule:
     parts: tuple[StatePart, ...]
     string_literals: tuple[str, ...]  # literal k is compared through string_literal_ids[k]
     key_words: int  # 64-bit words per key in the hash table (key columns + NULL mask)
-    block_cells: int = 0  # buckets of the fused kernel's shared-memory block table
+    block_cells: int = 0  # buckets of the fused and merge kernels' shared-memory block table
 
 
 def block_table_cells(parts: tuple[StatePart, ...], budget_bytes: int = 24 << 10) -> int:
-    """Buckets of the fused kernel's per-block (key, pane) table: the largest power of two up
-    to 1024 whose cells (cell id, lock, one word per state part) fit `budget_bytes` of shared
-    memory (the kernel's other shared arrays and a second resident block need the rest)."""
+    """Buckets of the fused and merge kernels' per-block (key, pane) table: the largest power
+    of two up to 1024 whose cells (cell id, lock, one word per state part) fit `budget_bytes`
+    of shared memory (the kernel's other shared arrays and a second resident block need the
+    rest)."""
     per_cell = 8 + 4 + 8 * len(parts)
     cells = 1024
     while cells > 32 and cells * per_cell > budget_bytes:
@@ -309,11 +310,11 @@ def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedModule:
     parts, field_code, part_code = _field_fragments(
         tuple(StateField(f.name, f.kind, None, f.type) for f in fields), {}
     )
-    context = {"parts": part_code, "fields": field_code}
+    context = {"parts": part_code, "fields": field_code, "block_cells": block_table_cells(parts)}
     source, digest, names = _finish(
         context, STATE_TEMPLATES, ("merge", "tree_levels", "window_compute")
     )
-    return GeneratedModule(source, digest, names, (), parts, (), 0)
+    return GeneratedModule(source, digest, names, (), parts, (), 0, context["block_cells"])
 
 
 def render_key_kernels(words: int) -> GeneratedModule:

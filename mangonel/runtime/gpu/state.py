@@ -92,6 +92,8 @@ class GpuPaneState:
                 *device.struct(values),
                 *device.struct(self.struct_args()),
                 np.int64(rows),
+                # the split path has no cell count to judge "auto" by: the table when asked
+                np.int32(self.options.block_table == "on"),
             ),
         )
 
