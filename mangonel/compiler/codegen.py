@@ -317,6 +317,53 @@ def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedModule:
     return GeneratedModule(source, digest, names, (), parts, (), 0, context["block_cells"])
 
 
+FINALIZE_TEMPLATES = ("prelude.cu.j2", "finalize.cu.j2")
+
+
+def finalize_ctypes(
+    fields: tuple[StateField, ...], plans: tuple[ph.AggregatePlan, ...]
+) -> tuple[str, ...] | None:
+    """The C type of each aggregate's device finalize result ("long long" or "double"), or
+    None when one of them has no `cuda_finalize` (holistic and user functions: finalized on
+    the host)."""
+    if any(p.holistic or p.function.definition.cuda_finalize is None for p in plans):
+        return None
+    parts = {(p.field, p.part): p for p in state_parts(fields)}
+    ctypes = []
+    for plan in plans:
+        cuda = plan.function.definition.cuda_finalize
+        if cuda.ctype is not None:
+            ctypes.append(cuda.ctype)
+        else:
+            ctypes.append(parts[(plan.value_field, 0)].ctype)
+    return tuple(ctypes)
+
+
+def render_finalize_kernels(
+    fields: tuple[StateField, ...], plans: tuple[ph.AggregatePlan, ...]
+) -> GeneratedModule:
+    """The window finalize kernel of aggregates `plans` over state `fields` (every plan has a
+    `cuda_finalize`: `finalize_ctypes` is not None)."""
+    ctypes = finalize_ctypes(fields, plans)
+    if ctypes is None:
+        raise ValueError("an aggregate without a device finalize")
+    parts = state_parts(fields)
+    members = {(p.field, p.part): f"o_{p.member}[c]" for p in parts}
+    results = []
+    for plan, ctype in zip(plans, ctypes, strict=True):
+        values = {}
+        if plan.value_field is not None:
+            kind_parts = next(f for f in fields if f.name == plan.value_field).kind.parts
+            values = {f"v{k}": members[(plan.value_field, k)] for k in range(len(kind_parts))}
+        code = plan.function.definition.cuda_finalize.code.format(
+            out="value", null="null", count=members[(plan.count_field, 0)], **values
+        )
+        results.append({"ctype": ctype, "code": code})
+    context = {"parts": [{"member": p.member, "ctype": p.ctype} for p in parts], "results": results}
+    source, digest, names = _finish(context, FINALIZE_TEMPLATES, ("window_finalize",))
+    return GeneratedModule(source, digest, names, (), parts, (), 0)
+
+
 def render_key_kernels(words: int) -> GeneratedModule:
     """The key hash table kernels for keys of `words` 64-bit words."""
     source, digest, names = _finish({"words": int(words)}, KEY_TEMPLATES, ("map_keys", "renumber"))

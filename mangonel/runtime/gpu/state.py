@@ -12,7 +12,18 @@ from mangonel.compiler.codegen import GeneratedModule
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import StateField
 from mangonel.runtime.gpu import device
+from mangonel.runtime.host.arrays import array_with_nulls
 from mangonel.runtime.operators.kernels import neutral
+from mangonel.runtime.operators.results import cells_with_rows, finalize
+
+
+def _grown(nbytes: int) -> int:
+    """A buffer size for `nbytes`: the next power of two (at least 64 KiB), so a stream of
+    firings reallocates O(log) times."""
+    size = 1 << 16
+    while size < nbytes:
+        size *= 2
+    return size
 
 
 class GpuPaneState:
@@ -24,10 +35,18 @@ class GpuPaneState:
         fields: tuple[StateField, ...],
         module_of: Callable[[], tuple[GeneratedModule, Any]],
         options: GpuOptions,
+        finalize_module_of: Callable[[tuple], tuple | None] = lambda plans: None,
     ) -> None:
         self.fields = fields
         self._module_of = module_of  # () -> (GeneratedModule, RawModule)
+        # plans -> (GeneratedModule, RawModule, result C types) of the finalize kernel, or
+        # None when an aggregate has no device finalize
+        self._finalize_module_of = finalize_module_of
         self.options = options
+        # the output path's buffers, reused across firings (grown by powers of two)
+        self._packed: Any = None  # device: the packed results of one firing
+        self._pinned: np.ndarray | None = None  # host, pinned: their copy
+        self._pinned_memory: Any = None
         self.parts = codegen.state_parts(fields)
         self.key_capacity = 0
         self.pane_capacity = 0
@@ -111,10 +130,16 @@ class GpuPaneState:
         return result
 
     def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
-        """All keys' windows of all runs: the tree levels over the columns the runs touch (one
-        launch per `options.tree_span` levels, every key at once, all levels in one allocation per
-        part), then one launch computes every (window, key). The levels' pointers, strides,
-        bases, widths and the windows' first columns cross to the device in one copy."""
+        """Field values of every (window, key) of the runs (device arrays, `_window_values`)."""
+        out, _ = self._window_values(n_keys, runs, panes_per_slide, panes_per_window)
+        return self._by_field(out)
+
+    def _window_values(self, n_keys, runs, panes_per_slide, panes_per_window):
+        """(part member -> device array, windows): all keys' windows of all runs: the tree
+        levels over the columns the runs touch (one launch per `options.tree_span` levels,
+        every key at once, all levels in one allocation per part), then one launch computes
+        every (window, key). The levels' pointers, strides, bases, widths and the windows'
+        first columns cross to the device in one copy."""
         cp = device.cupy()
         generated, module = self._module_of()
         first_columns = (
@@ -133,7 +158,7 @@ class GpuPaneState:
                 p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
                 for p in self.parts
             }
-            return self._by_field(out)
+            return out, total
         low = int(first_columns.min())
         high = int(first_columns.max()) + panes_per_window  # exclusive
         top = 0
@@ -228,7 +253,84 @@ class GpuPaneState:
                 np.int64(n_keys),
             ),
         )
-        return self._by_field(out)
+        return out, total
+
+    def fire(
+        self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch, window_ids, plans
+    ):
+        """The runs' results, finalized on the device (`_finalize_cells`); aggregates with no
+        device finalize (`codegen.finalize_ctypes` is None) are finalized on the host from
+        one copy of the cells' values."""
+        out, total = self._window_values(n_keys, runs, panes_per_slide, panes_per_window)
+        found = self._finalize_module_of(plans) if total and n_keys else None
+        if found is None:
+            cp = device.cupy()
+            values = {
+                name: tuple(cp.asnumpy(part) for part in parts)
+                for name, parts in self._by_field(out).items()
+            }
+            window_of_cell, slot_of_cell, chosen = cells_with_rows(
+                values, self.fields[0].name, max(n_keys, 1), window_ids
+            )
+            return window_of_cell, slot_of_cell, finalize(plans, chosen)
+        window_number, slot_of_cell, results = self._finalize_cells(
+            found, out, total * n_keys, n_keys, plans
+        )
+        return window_ids[window_number], slot_of_cell, results
+
+    def _finalize_cells(self, found, out: dict[str, Any], cells: int, n_keys: int, plans):
+        """The output path: which of `cells` (window-major, `n_keys` per window) hold rows
+        (a running count on the device), then one generated kernel finalizes and packs them
+        (`finalize.cu.j2`), one copy into a reused pinned buffer, one host copy out of it (the
+        results outlive the next firing, which reuses the buffer), and Arrow arrays that are
+        views of that copy: no per-row Python, one device round trip for the row count.
+        (window number in the firing, key slot, one Arrow array per aggregate)."""
+        cp = device.cupy()
+        generated, module, ctypes = found
+        rows_member = out[self.parts[0].member]
+        position = cp.cumsum(rows_member > 0, dtype=cp.int64)
+        rows = int(position[-1])
+        count = len(plans)
+        row_bytes = 8 * (2 + count) + count
+        nbytes = rows * row_bytes
+        if rows == 0:
+            empty = np.empty(0, np.int64)
+            data = np.empty(0, np.uint8)
+        else:
+            if self._packed is None or self._packed.size < nbytes:
+                self._packed = cp.empty(_grown(nbytes), cp.uint8)
+            packed = self._packed
+            threads = self.options.threads
+            module.get_function(generated.names["window_finalize"])(
+                (device.grid(cells, threads),),
+                (threads,),
+                (
+                    *[out[p.member] for p in self.parts],
+                    position,
+                    np.int64(cells),
+                    np.int64(n_keys),
+                    np.int64(rows),
+                    packed,
+                ),
+            )
+            if self._pinned is None or self._pinned.size < nbytes:
+                size = _grown(nbytes)
+                self._pinned_memory = cp.cuda.alloc_pinned_memory(size)
+                self._pinned = np.frombuffer(self._pinned_memory, np.uint8, size)
+            staging = self._pinned[:nbytes]
+            packed[:nbytes].get(out=staging)  # one device -> pinned copy (synchronous)
+            data = staging.copy()
+        slot_of_cell = data[: 8 * rows].view(np.int64) if rows else empty
+        window_number = data[8 * rows : 16 * rows].view(np.int64) if rows else empty
+        nulls = data[8 * (2 + count) * rows :].view(np.bool_)
+        results = []
+        for k, (plan, ctype) in enumerate(zip(plans, ctypes, strict=True)):
+            dtype = np.float64 if ctype == "double" else np.int64
+            values = data[8 * (2 + k) * rows : 8 * (3 + k) * rows].view(dtype)
+            array = array_with_nulls(values, nulls[k * rows : (k + 1) * rows])
+            arrow = plan.result_type.info.arrow
+            results.append(array if array.type == arrow else array.cast(arrow))
+        return window_number, slot_of_cell, results
 
     def _by_field(self, arrays: dict[str, object]) -> dict[str, tuple]:
         result: dict[str, list] = {}

@@ -70,7 +70,7 @@ from mangonel.runtime.operators.count_window import CountWindowOperator
 from mangonel.runtime.operators.holistic import HolisticTimeWindows
 from mangonel.runtime.operators.kernels import PaneTarget
 from mangonel.runtime.operators.registry import StepKernels
-from mangonel.runtime.operators.results import finalize
+from mangonel.runtime.operators.results import cells_with_rows, window_ids_of
 from mangonel.runtime.operators.snapshot import pack, unpack
 
 MAX_RESULT_CELLS = 1 << 22  # (window, key) cells per tree call: bounds memory of one firing
@@ -428,8 +428,18 @@ class TimeWindowOperator(OperatorBase):
         return out
 
     def _compute(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
-        window_of_cell, slot_of_cell, chosen = self._window_cells(segment, runs, n_keys)
-        aggregates = finalize(self.window.aggregates, chosen)
+        """The result rows of the windows of `runs` (first window, count): the state
+        finalizes them (`PaneState.fire`: the GPU on the device, one copy to the host)."""
+        ps = self.panes_per_slide
+        window_of_cell, slot_of_cell, aggregates = segment.state.fire(
+            n_keys,
+            [(first * ps, count) for first, count in runs],
+            ps,
+            self.panes_per_window,
+            self.window.windows_per_batch,
+            window_ids_of(runs),
+            self.window.aggregates,
+        )
         keys = self.keys.decode(slot_of_cell)
         starts = window_of_cell * self.spec.slide
         return self._emit(keys, aggregates, starts, starts + self.spec.size)
@@ -449,21 +459,7 @@ class TimeWindowOperator(OperatorBase):
         host = self.kernels.to_host
         # every array crosses once (the row counts are also a field's values)
         on_host = {name: tuple(host(part) for part in parts) for name, parts in values.items()}
-        has_rows = on_host[self.fields[0].name][0] > 0
-        everything = bool(has_rows.all())  # dense keys: no selection copy
-        selected = None if everything else np.flatnonzero(has_rows)
-        window_ids = np.concatenate([np.arange(f, f + c, dtype=np.int64) for f, c in runs])
-        if everything:  # cells are window-major: no integer division per cell
-            window_of_cell = np.repeat(window_ids, n_keys)
-            slot_of_cell = np.tile(np.arange(n_keys, dtype=np.int64), len(window_ids))
-        else:
-            window_number, slot_of_cell = np.divmod(selected, n_keys)
-            window_of_cell = window_ids[window_number]
-        chosen = {
-            name: tuple(part if everything else part[selected] for part in parts)
-            for name, parts in on_host.items()
-        }
-        return window_of_cell, slot_of_cell, chosen
+        return cells_with_rows(on_host, self.fields[0].name, n_keys, window_ids_of(runs))
 
     # -- state ----------------------------------------------------------------------------
 
