@@ -4,13 +4,14 @@ machines without a GPU.
 
 `tests/cuda_host.py` runs a kernel in one thread (one lane per warp: a shuffle returns the
 caller's own value), which cannot check code whose lanes exchange values. Here one block of
-`blockDim.x` host threads runs the kernel: each warp intrinsic is a rendezvous of the warp's 32
+`blockDim.x` host threads at a time runs the kernel, the grid's blocks one after another: each
+warp intrinsic is a rendezvous of the warp's 32
 threads (every lane publishes its value, a barrier, every lane reads, a barrier), `__syncthreads`
-is a barrier of the block, `__shared__` memory is one static copy (one block per launch), and
-atomics take one process-wide mutex. Only full-warp masks (0xffffffff) are modelled: the
-kernels tested here call every intrinsic from all 32 lanes. The grid is one block (the kernels
-are grid-stride); what it cannot check is timing, memory ordering across SMs and the device
-itself (the gpu-marked tests do).
+is a barrier of the block, `__shared__` memory is one static copy (blocks run one at a time,
+and every kernel here initialises its shared memory), and atomics take one process-wide
+mutex. Only full-warp masks (0xffffffff) are modelled: the kernels tested here call every
+intrinsic from all 32 lanes. Blocks never run concurrently, so what it cannot check is
+timing, memory ordering across SMs and the device itself (the gpu-marked tests do).
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ WARP_SHIM = r"""
 #define __forceinline__ inline
 #define __restrict__
 struct mg_dim { long long x; };
-static const mg_dim blockIdx = {0}, gridDim = {1};
-static mg_dim blockDim = {32};
+static mg_dim blockIdx = {0}, gridDim = {1}, blockDim = {32};
 static thread_local mg_dim threadIdx = {0};
 using std::isnan; using std::isinf; using std::isfinite;
 static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
@@ -106,8 +106,16 @@ static inline unsigned __match_any_sync(unsigned, unsigned long long v) {
 }
 static inline int __popc(unsigned v) { return __builtin_popcount(v); }
 static inline int __ffs(unsigned v) { return __builtin_ffs((int)v); }
-extern "C" void mg_host_block(int threads) {
+static int mg_barrier_warps = -1;  // warps of the barriers made last (-1: none yet)
+extern "C" void mg_host_block(long long block, long long blocks, int threads) {
+    blockIdx.x = block;
+    gridDim.x = blocks;
     blockDim.x = threads;
+    if (mg_barrier_warps >= 0) {
+        pthread_barrier_destroy(&mg_block_barrier);
+        for (int w = 0; w < mg_barrier_warps; ++w) pthread_barrier_destroy(&mg_warp_barrier[w]);
+    }
+    mg_barrier_warps = threads / 32;
     pthread_barrier_init(&mg_block_barrier, nullptr, (unsigned)threads);
     for (int w = 0; w < threads / 32; ++w) pthread_barrier_init(&mg_warp_barrier[w], nullptr, 32);
 }
@@ -117,8 +125,8 @@ extern "C" void mg_host_thread(int thread) { threadIdx.x = thread; }
 
 class WarpHostModule:
     """A generated module compiled by g++ over the warp shim, with CuPy's RawModule
-    `get_function(name)(grid, block, arguments)` launch: one block of `block[0]` host threads
-    (a multiple of 32, at most 1024) whatever the grid."""
+    `get_function(name)(grid, block, arguments)` launch: the grid's blocks in turn, each
+    `block[0]` host threads (a multiple of 32, at most 1024)."""
 
     def __init__(self, source: str, folder: Path) -> None:
         (folder / "warp_shim.h").write_text(WARP_SHIM)
@@ -153,16 +161,19 @@ class WarpHostModule:
                     converted.append(ctypes.c_double(float(argument)))
                 else:
                     converted.append(ctypes.c_longlong(int(argument)))
-            library.mg_host_block(threads)
 
             def run(thread: int) -> None:
                 library.mg_host_thread(thread)
                 function(*converted)  # ctypes releases the GIL: the lanes run concurrently
 
-            workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
+            for block in range(int(grid[0])):
+                library.mg_host_block(
+                    ctypes.c_longlong(block), ctypes.c_longlong(int(grid[0])), threads
+                )
+                workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+                for worker in workers:
+                    worker.start()
+                for worker in workers:
+                    worker.join()
 
         return launch

@@ -452,11 +452,35 @@ def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> 
         f"// strategy: {window.strategy}",
         f"// module sha256: {generated.digest}",
         f"// gpu options: {(options or GpuOptions()).describe()}",
+        f"// window tree: {_tree_note(window)}",
+        f"// finalize: {_finalize_note(window)}",
         "// kernels: " + ", ".join(generated.names[role] for role in KERNEL_ROLES),
         "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
         "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
     ]
     return "\n".join(header) + "\n" + generated.source + _explain_holistic_codegen(window)
+
+
+def _tree_note(window: WindowAggregateExec) -> str:
+    """How a GPU time window keeps its pane aggregation tree (`gpu.state.GpuPaneState`)."""
+    if window.window.kind is ph.WindowKind.COUNT:
+        return "none on the GPU (count windows: the tree runs on the cpu)"
+    return (
+        "kept across firings: each firing rebuilds only the nodes over the panes merged "
+        "since the last one (SPRINGALD's incremental B-PAT update), while its levels fit "
+        "4 GiB; windows outside the state's columns build their own"
+    )
+
+
+def _finalize_note(window: WindowAggregateExec) -> str:
+    """Where a GPU plan's fired cells are finalized (`physical.device_finalize`)."""
+    step = ph.placement(window, "finalize")
+    if step.backend == "gpu":
+        return (
+            "on the device (window_finalize kernel), the cells with rows packed and copied "
+            "once per firing through a reused pinned buffer"
+        )
+    return f"on the {step.backend} ({step.reason})"
 
 
 def _explain_holistic_codegen(window: WindowAggregateExec) -> str:

@@ -356,6 +356,8 @@ class GpuKernels:
         self._last_cells = (
             None if first_pane is None else target.known_keys * (last_pane - first_pane + 1)
         )
+        if first_pane is not None:
+            state.mark_merged(first_pane, last_pane + 1)  # the kept tree's stale columns
         if not undecided:
             return FusedMerge(rows, late, nulls, max_event_time, first_pane, last_pane, None, None)
         self.metrics.passes_with_rest += 1

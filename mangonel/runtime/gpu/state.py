@@ -16,6 +16,9 @@ from mangonel.runtime.host.arrays import array_with_nulls
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.operators.results import cells_with_rows, finalize
 
+# the kept tree's levels (every part) stay under this; beyond it a firing builds its own
+KEPT_TREE_BYTES = 4 << 30
+
 
 def _grown(nbytes: int) -> int:
     """A buffer size for `nbytes`: the next power of two (at least 64 KiB), so a stream of
@@ -47,6 +50,12 @@ class GpuPaneState:
         self._packed: Any = None  # device: the packed results of one firing
         self._pinned: np.ndarray | None = None  # host, pinned: their copy
         self._pinned_memory: Any = None
+        # the tree kept across firings (`_kept_tree`): upper levels per part, their offsets,
+        # its top level, and the columns merged since it was last brought up to date
+        self._tree: dict[str, Any] | None = None
+        self._tree_offsets: np.ndarray | None = None
+        self._tree_top = 0
+        self._dirty: tuple[int, int] | None = None
         self.parts = codegen.state_parts(fields)
         self.key_capacity = 0
         self.pane_capacity = 0
@@ -82,6 +91,7 @@ class GpuPaneState:
             self.arrays[part.member] = array.reshape(-1)
         self.lock = cp.zeros(key_capacity * pane_capacity, cp.int32)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
+        self._tree = None  # columns moved: the kept tree is rebuilt (`_kept_tree`)
 
     @property
     def nbytes(self) -> int:
@@ -101,6 +111,7 @@ class GpuPaneState:
         values = [
             cp.ascontiguousarray(partials[p.field][p.part], dtype=p.numpy) for p in self.parts
         ]
+        self._all_merged()  # the split path's panes are on the device: rebuild every node
         kernel = module.get_function(generated.names["merge"])
         threads = self.options.threads
         kernel(
@@ -164,6 +175,98 @@ class GpuPaneState:
         top = 0
         while (2 << top) <= panes_per_window:
             top += 1
+        kept = self._kept_tree(low, high, top)
+        if kept is not None:
+            leaves, strides, bases, widths, build = kept
+            upper = self._tree
+            offsets = self._tree_offsets
+            tree_keys = self.key_capacity  # every slot: a later firing may read more keys
+        else:
+            leaves, strides, bases, widths, upper, offsets = self._firing_tree(
+                n_keys, low, high, top
+            )
+            # a firing's own tree: build every node it holds
+            build = [(base, base + width) for base, width in zip(bases, widths, strict=True)]
+            tree_keys = n_keys
+        pointers = [[array.data.ptr for array in leaves[:-1]]]
+        for level in range(1, top + 1):
+            pointers.append(
+                [upper[p.member].data.ptr + 8 * int(offsets[level - 1]) for p in self.parts]
+            )
+        count = top + 1
+        meta = cp.asarray(
+            np.concatenate(
+                (
+                    np.array(pointers, np.uint64).reshape(-1).view(np.int64),
+                    np.array(strides + bases + widths, np.int64),
+                    np.array([first for first, _ in build] + [end for _, end in build], np.int64),
+                    first_columns,
+                )
+            )
+        )
+        parts = len(self.parts)
+        level_pointers = meta[: count * parts]
+        level_stride = meta[count * parts : count * parts + count]
+        level_base = meta[count * parts + count : count * parts + 2 * count]
+        level_width = meta[count * parts + 2 * count : count * parts + 3 * count]
+        build_first = meta[count * parts + 3 * count : count * parts + 4 * count]
+        build_end = meta[count * parts + 4 * count : count * parts + 5 * count]
+        first_column = meta[count * parts + 5 * count :]
+        tree = module.get_function(generated.names["tree_levels"])
+        span, threads = self.options.tree_span, self.options.threads
+        for from_level in range(0, top, span):
+            to_level = min(from_level + span, top)
+            first, end = build[from_level + 1]
+            if end <= first:
+                continue  # nothing to rebuild (a kept tree no merge has touched)
+            first_root = first >> (span - 1)
+            last_root = (end - 1) >> (span - 1)
+            roots = last_root - first_root + 1
+            tree(
+                (tree_keys * roots,),
+                (self.options.tree_threads,),
+                (
+                    level_pointers,
+                    level_stride,
+                    level_base,
+                    level_width,
+                    build_first,
+                    build_end,
+                    np.int32(from_level),
+                    np.int32(to_level),
+                    np.int32(span),
+                    np.int64(first_root),
+                    np.int64(roots),
+                ),
+            )
+        if kept is not None:
+            self._dirty = None  # every node of the kept tree is current
+        # every (window, key) cell is written by the compute launch: no fill needed
+        out = {p.member: cp.empty(total * n_keys, p.numpy) for p in self.parts}
+        compute = module.get_function(generated.names["window_compute"])
+        compute(
+            (device.grid(total * n_keys, threads),),
+            (threads,),
+            (
+                level_pointers,
+                level_stride,
+                level_base,
+                np.int32(count),
+                first_column,
+                np.int64(total),
+                np.int64(n_keys),
+                np.int64(panes_per_window),
+                np.int64(0),
+                *device.struct(self.struct_args(out)),
+                np.int64(n_keys),
+            ),
+        )
+        return out, total
+
+    def _firing_tree(self, n_keys: int, low: int, high: int, top: int):
+        """A tree of this firing alone over columns [low, high): (leaves, strides, bases,
+        widths, upper level arrays, level offsets in them)."""
+        cp = device.cupy()
         if low >= 0 and high <= self.pane_capacity:
             leaves = self.struct_args()
             strides, bases, widths = [self.pane_capacity], [0], [self.pane_capacity]
@@ -190,70 +293,48 @@ class GpuPaneState:
             strides.append(widths[-1])
         offsets = np.concatenate(([0], np.cumsum(widths[1:]))) * n_keys
         upper = {p.member: cp.empty(max(int(offsets[-1]), 1), p.numpy) for p in self.parts}
-        pointers = [[array.data.ptr for array in leaves[:-1]]]
+        return leaves, strides, bases, widths, upper, offsets
+
+    def _kept_tree(self, low: int, high: int, top: int):
+        """The tree kept across firings (SPRINGALD's B-PAT, updated in place): levels 1..top
+        over every column of the state, every key slot, so a firing rebuilds only the nodes
+        over the columns merged since the last one (`_dirty`; everything after a reshape or a
+        split-path merge) instead of all nodes under its windows (w / p columns per key: the
+        output-heavy shapes' cost). None when the windows leave the state's columns (they
+        need the padded tree of `_firing_tree`) or the levels would pass `KEPT_TREE_BYTES`.
+        Otherwise (leaves, strides, bases, widths, build ranges per level)."""
+        pc = self.pane_capacity
+        if top == 0 or low < 0 or high > pc:
+            return None
+        widths = [pc] + [pc >> level for level in range(1, top + 1)]
+        nodes = sum(widths[1:]) * self.key_capacity
+        if nodes * 8 * len(self.parts) > KEPT_TREE_BYTES:
+            return None
+        if self._tree is None or self._tree_top != top:
+            cp = device.cupy()
+            self._tree = {p.member: cp.empty(max(nodes, 1), p.numpy) for p in self.parts}
+            self._tree_offsets = np.concatenate(([0], np.cumsum(widths[1:]))) * self.key_capacity
+            self._tree_top = top
+            self._dirty = (0, pc)
+        first, end = self._dirty if self._dirty is not None else (0, 0)
+        build = [(0, 0)]
         for level in range(1, top + 1):
-            pointers.append(
-                [upper[p.member].data.ptr + 8 * int(offsets[level - 1]) for p in self.parts]
-            )
-        count = top + 1
-        meta = cp.asarray(
-            np.concatenate(
-                (
-                    np.array(pointers, np.uint64).reshape(-1).view(np.int64),
-                    np.array(strides + bases + widths, np.int64),
-                    first_columns,
-                )
-            )
-        )
-        parts = len(self.parts)
-        level_pointers = meta[: count * parts]
-        level_stride = meta[count * parts : count * parts + count]
-        level_base = meta[count * parts + count : count * parts + 2 * count]
-        level_width = meta[count * parts + 2 * count : count * parts + 3 * count]
-        first_column = meta[count * parts + 3 * count :]
-        tree = module.get_function(generated.names["tree_levels"])
-        span, threads = self.options.tree_span, self.options.threads
-        for from_level in range(0, top, span):
-            to_level = min(from_level + span, top)
-            first_root = bases[from_level + 1] >> (span - 1)
-            last_root = (bases[from_level + 1] + widths[from_level + 1] - 1) >> (span - 1)
-            roots = last_root - first_root + 1
-            tree(
-                (n_keys * roots,),
-                (self.options.tree_threads,),
-                (
-                    level_pointers,
-                    level_stride,
-                    level_base,
-                    level_width,
-                    np.int32(from_level),
-                    np.int32(to_level),
-                    np.int32(span),
-                    np.int64(first_root),
-                    np.int64(roots),
-                ),
-            )
-        # every (window, key) cell is written by the compute launch: no fill needed
-        out = {p.member: cp.empty(total * n_keys, p.numpy) for p in self.parts}
-        compute = module.get_function(generated.names["window_compute"])
-        compute(
-            (device.grid(total * n_keys, threads),),
-            (threads,),
-            (
-                level_pointers,
-                level_stride,
-                level_base,
-                np.int32(count),
-                first_column,
-                np.int64(total),
-                np.int64(n_keys),
-                np.int64(panes_per_window),
-                np.int64(0),
-                *device.struct(self.struct_args(out)),
-                np.int64(n_keys),
-            ),
-        )
-        return out, total
+            if end > first:
+                build.append((first >> level, min(((end - 1) >> level) + 1, widths[level])))
+            else:
+                build.append((0, 0))
+        return self.struct_args(), list(widths), [0] * (top + 1), list(widths), build
+
+    def mark_merged(self, first_pane: int, end_pane: int) -> None:
+        """Panes [first_pane, end_pane) changed (a fused merge): the kept tree's nodes over
+        them are rebuilt at the next firing."""
+        first, end = first_pane - self.origin, end_pane - self.origin
+        if self._dirty is not None:
+            first, end = min(first, self._dirty[0]), max(end, self._dirty[1])
+        self._dirty = (max(first, 0), min(end, self.pane_capacity))
+
+    def _all_merged(self) -> None:
+        self._dirty = (0, self.pane_capacity)
 
     def fire(
         self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch, window_ids, plans
@@ -349,6 +430,7 @@ class GpuPaneState:
     def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
         cp = device.cupy()
         first = first_pane - self.origin
+        self._all_merged()
         for p in self.parts:
             block = arrays[f"{p.field}.{p.part}"]
             self._matrix(p.member)[: block.shape[0], first : first + block.shape[1]] = cp.asarray(
