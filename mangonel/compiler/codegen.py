@@ -458,7 +458,13 @@ def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> 
         "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
         "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
     ]
-    return "\n".join(header) + "\n" + generated.source + _explain_holistic_codegen(window)
+    return (
+        "\n".join(header)
+        + "\n"
+        + generated.source
+        + _explain_finalize_codegen(window)
+        + _explain_holistic_codegen(window)
+    )
 
 
 def _tree_note(window: WindowAggregateExec) -> str:
@@ -481,6 +487,20 @@ def _finalize_note(window: WindowAggregateExec) -> str:
             "once per firing through a reused pinned buffer"
         )
     return f"on the {step.backend} ({step.reason})"
+
+
+def _explain_finalize_codegen(window: WindowAggregateExec) -> str:
+    """The window finalize kernel where the plan finalizes on the GPU."""
+    if ph.placement(window, "finalize").backend != "gpu":
+        return ""
+    incremental = incremental_part(window)
+    generated = render_finalize_kernels(incremental.fields, incremental.aggregates)
+    header = [
+        "// mangonel GPU finalize kernel",
+        f"// module sha256: {generated.digest}",
+        f"// kernels: {generated.names['window_finalize']}",
+    ]
+    return "\n" + "\n".join(header) + "\n" + generated.source
 
 
 def _explain_holistic_codegen(window: WindowAggregateExec) -> str:
