@@ -200,3 +200,49 @@ def test_finalize_null_empty_nan_and_wrapping_equal_cpu():
     assert nan[14] != nan[14] and inf[14] != inf[14]  # VAR_POP(x): NaN
     assert (one[15], one[17]) == (None, None)  # VAR_SAMP(x), STDDEV_SAMP(x) of one value
     assert (nan[6], one[6]) == (0, 2**62)  # SUM(i): 100,000 x 2^62 wraps to 0
+
+
+def test_output_heavy_sliding_windows_equal_cpu():
+    """The output-heavy shape scaled down (w = 20 ms, s = 100 us: 200 panes per window, 300
+    keys, every batch fires ~50 windows x 300 keys): the tree kept across firings (only the
+    batch's panes rebuilt), the device finalize and the packed copy through the reused
+    pinned buffer give the CPU's rows, batch by batch; a late stretch of rows re-merges into
+    panes of windows not yet fired (their nodes rebuilt)."""
+    rng = np.random.default_rng(12)
+    batches = []
+    for b in range(8):
+        rows = 200_000
+        ts = b * 5_000 + np.sort(rng.integers(0, 5_000, rows))
+        if b % 3 == 2:
+            ts[: rows // 10] -= rng.integers(0, 4_000, rows // 10)  # within the delay
+        batches.append(
+            pa.record_batch(
+                [
+                    pa.array(ts).cast(STAMP),
+                    pa.array(rng.integers(0, 300, rows)),
+                    pa.array(rng.normal(0, 1, rows), mask=rng.random(rows) < 0.02),
+                    pa.array(rng.integers(-100, 100, rows)),
+                    pa.array(rng.random(rows) < 0.5),
+                ],
+                names=[name for name, _ in COLUMNS],
+            )
+        )
+    plan = make_plan(
+        COLUMNS,
+        keys=("k",),
+        aggregates=[
+            (F.COUNT_STAR, None),
+            (F.SUM, exp.column("x")),
+            (F.AVG, exp.column("x")),
+            (F.MIN, exp.column("i")),
+            (F.MAX, exp.column("x")),
+            (F.STDDEV_SAMP, exp.column("x")),
+        ],
+        size=20_000,
+        slide=100,
+        delay=5_000,
+    )
+    gpu_plan = ph.with_backend(plan, "gpu", "test")
+    assert ph.placement(ph.find(gpu_plan, ph.WindowAggregateExec), "finalize").backend == "gpu"
+    rows = compare(plan, batches, GpuOptions())
+    assert rows > 100_000
