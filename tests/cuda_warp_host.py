@@ -51,6 +51,8 @@ template <class T> static inline T atomicCAS(T* a, T c, T v)
 { std::lock_guard<std::mutex> g(mg_atomics); T o = *a; if (o == c) *a = v; return o; }
 template <class T> static inline T atomicExch(T* a, T v)
 { std::lock_guard<std::mutex> g(mg_atomics); T o = *a; *a = v; return o; }
+template <class T> static inline T __ldcg(const T* p)
+{ std::lock_guard<std::mutex> g(mg_atomics); return *p; }
 static inline void __threadfence() { std::lock_guard<std::mutex> g(mg_atomics); }
 static inline void __nanosleep(unsigned) { sched_yield(); }
 // one block: shared memory is one static copy, a block barrier waits for every thread

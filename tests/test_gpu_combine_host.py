@@ -128,9 +128,12 @@ def test_block_combined_merge_equals_the_cpu_merge(
         state.reshape(KEYS, PANES, 0)
     cpu.merge(cpu_kernels.flat_index(slots, panes, cpu), partials)
     gpu_index = np.where(slots >= 0, slots * PANES + panes, -1)
-    gpu.merge(
-        gpu_index, {name: tuple(np.asarray(p) for p in parts) for name, parts in partials.items()}
-    )
+    # two launches: the second must find the per-launch scratch reset by the first
+    for half in (slice(0, rows // 3), slice(rows // 3, rows)):
+        gpu.merge(
+            np.ascontiguousarray(gpu_index[half]),
+            {name: tuple(np.ascontiguousarray(p[half]) for p in v) for name, v in partials.items()},
+        )
     got, want = gpu.to_arrays(KEYS, 0, PANES), cpu.to_arrays(KEYS, 0, PANES)
     assert got.keys() == want.keys()
     kinds = {field.name: field.kind.name for field in fields}

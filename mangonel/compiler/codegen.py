@@ -473,8 +473,9 @@ def _tree_note(window: WindowAggregateExec) -> str:
         return "none on the GPU (count windows: the tree runs on the cpu)"
     return (
         "kept across firings: each firing rebuilds only the nodes over the panes merged "
-        "since the last one (SPRINGALD's incremental B-PAT update), while its levels fit "
-        "4 GiB; windows outside the state's columns build their own"
+        "since the last one (SPRINGALD's incremental B-PAT update), while its levels take "
+        "at most the state's bytes or 1 GiB; windows outside the state's columns build "
+        "their own"
     )
 
 

@@ -345,6 +345,7 @@ class GpuKernels:
                     use_block_table,
                     decided[first:end],
                     status,
+                    state.block_partials,
                 ),
             )
         status.data.copy_to_host_async(self._status_host.ptr, 8 * _STATUS_WORDS, stream)

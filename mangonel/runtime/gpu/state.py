@@ -16,8 +16,11 @@ from mangonel.runtime.host.arrays import array_with_nulls
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.operators.results import cells_with_rows, finalize
 
-# the kept tree's levels (every part) stay under this; beyond it a firing builds its own
-KEPT_TREE_BYTES = 4 << 30
+MAX_BLOCKS = 65_535  # blocks of a merge launch at most (`device.grid`): MG_MAX_BLOCKS
+
+# the kept tree's levels (every part) stay under this or the state's own bytes (the tree at
+# most doubles the state); beyond both a firing builds its own
+KEPT_TREE_BYTES = 1 << 30
 
 
 def _grown(nbytes: int) -> int:
@@ -50,6 +53,7 @@ class GpuPaneState:
         self._packed: Any = None  # device: the packed results of one firing
         self._pinned: np.ndarray | None = None  # host, pinned: their copy
         self._pinned_memory: Any = None
+        self._block_partials: Any = None  # `block_partials`
         # the tree kept across firings (`_kept_tree`): upper levels per part, their offsets,
         # its top level, and the columns merged since it was last brought up to date
         self._tree: dict[str, Any] | None = None
@@ -94,6 +98,16 @@ class GpuPaneState:
         self._tree = None  # columns moved: the kept tree is rebuilt (`_kept_tree`)
 
     @property
+    def block_partials(self):  # noqa: ANN201 - a CuPy array
+        """The merge launches' per-block scratch (`state_finish_block`): a ticket word, then
+        one cell id and one value per state part for each of up to MAX_BLOCKS blocks; zeroed
+        once (each launch's last block resets the ticket)."""
+        if self._block_partials is None:
+            bytes_ = 8 + 8 * MAX_BLOCKS * (1 + len(self.parts))
+            self._block_partials = device.cupy().zeros(bytes_, np.uint8)
+        return self._block_partials
+
+    @property
     def nbytes(self) -> int:
         """Device bytes of the state arrays and their locks (at capacity)."""
         return sum(int(a.nbytes) for a in self.arrays.values()) + int(self.lock.nbytes)
@@ -124,6 +138,7 @@ class GpuPaneState:
                 np.int64(rows),
                 # the split path has no cell count to judge "auto" by: the table when asked
                 np.int32(self.options.block_table == "on"),
+                self.block_partials,
             ),
         )
 
@@ -301,14 +316,15 @@ class GpuPaneState:
         over the columns merged since the last one (`_dirty`; everything after a reshape or a
         split-path merge) instead of all nodes under its windows (w / p columns per key: the
         output-heavy shapes' cost). None when the windows leave the state's columns (they
-        need the padded tree of `_firing_tree`) or the levels would pass `KEPT_TREE_BYTES`.
+        need the padded tree of `_firing_tree`) or the levels would pass both
+        `KEPT_TREE_BYTES` and the state's own bytes.
         Otherwise (leaves, strides, bases, widths, build ranges per level)."""
         pc = self.pane_capacity
         if top == 0 or low < 0 or high > pc:
             return None
         widths = [pc] + [pc >> level for level in range(1, top + 1)]
         nodes = sum(widths[1:]) * self.key_capacity
-        if nodes * 8 * len(self.parts) > KEPT_TREE_BYTES:
+        if nodes * 8 * len(self.parts) > max(KEPT_TREE_BYTES, self.nbytes):
             return None
         if self._tree is None or self._tree_top != top:
             cp = device.cupy()
