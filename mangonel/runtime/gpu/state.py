@@ -109,7 +109,15 @@ class GpuPaneState:
 
     @property
     def nbytes(self) -> int:
-        """Device bytes of the state arrays and their locks (at capacity)."""
+        """Device bytes of the state: the arrays and their locks (at capacity), the kept
+        tree's levels and the merge scratch when they exist."""
+        extra = 0 if self._tree is None else sum(int(a.nbytes) for a in self._tree.values())
+        if self._block_partials is not None:
+            extra += int(self._block_partials.nbytes)
+        return self._leaf_bytes + extra
+
+    @property
+    def _leaf_bytes(self) -> int:
         return sum(int(a.nbytes) for a in self.arrays.values()) + int(self.lock.nbytes)
 
     def struct_args(self, arrays: dict[str, object] | None = None) -> list:
@@ -324,7 +332,7 @@ class GpuPaneState:
             return None
         widths = [pc] + [pc >> level for level in range(1, top + 1)]
         nodes = sum(widths[1:]) * self.key_capacity
-        if nodes * 8 * len(self.parts) > max(KEPT_TREE_BYTES, self.nbytes):
+        if nodes * 8 * len(self.parts) > max(KEPT_TREE_BYTES, self._leaf_bytes):
             return None
         if self._tree is None or self._tree_top != top:
             cp = device.cupy()
