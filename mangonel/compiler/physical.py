@@ -486,8 +486,10 @@ def window_placements(
             placements.append(Placement(step, "cpu", holistic_cpu))
         elif backend == "gpu" and step == "tree" and window.kind is WindowKind.COUNT:
             placements.append(Placement(step, "cpu", COUNT_TREE_ON_CPU))
-        elif backend == "gpu" and step == "finalize" and (
-            window.kind is WindowKind.COUNT or not finalize_on_device
+        elif (
+            backend == "gpu"
+            and step == "finalize"
+            and (window.kind is WindowKind.COUNT or not finalize_on_device)
         ):
             placements.append(Placement(step, "cpu", FINALIZE_ON_CPU))
         else:
