@@ -17,6 +17,7 @@ from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.operators.results import cells_with_rows, finalize
 
 MAX_BLOCKS = 65_535  # blocks of a merge launch at most (`device.grid`): MG_MAX_BLOCKS
+BLOCK_SLOTS = 8  # scratch cells per block (`state_finish_block`): MG_SLOTS
 
 # the kept tree's levels (every part) stay under this or the state's own bytes (the tree at
 # most doubles the state); beyond both a firing builds its own
@@ -100,10 +101,11 @@ class GpuPaneState:
     @property
     def block_partials(self):  # noqa: ANN201 - a CuPy array
         """The merge launches' per-block scratch (`state_finish_block`): a ticket word, then
-        one cell id and one value per state part for each of up to MAX_BLOCKS blocks; zeroed
-        once (each launch's last block resets the ticket)."""
+        BLOCK_SLOTS cell ids and values per state part for each of up to MAX_BLOCKS blocks
+        (8 MiB per part and the ids); zeroed once (each launch's last block resets the
+        ticket)."""
         if self._block_partials is None:
-            bytes_ = 8 + 8 * MAX_BLOCKS * (1 + len(self.parts))
+            bytes_ = 8 + 8 * MAX_BLOCKS * BLOCK_SLOTS * (1 + len(self.parts))
             self._block_partials = device.cupy().zeros(bytes_, np.uint8)
         return self._block_partials
 
