@@ -82,6 +82,10 @@ class HostCupy:
     cuda = SimpleNamespace(alloc_pinned_memory=lambda nbytes: bytearray(nbytes))
 
     @staticmethod
+    def asnumpy(array) -> np.ndarray:  # noqa: ANN001
+        return np.array(array)
+
+    @staticmethod
     def empty(shape, dtype=np.float64) -> HostArray:  # noqa: ANN001
         # zeros, not garbage: a run is the same every time
         return np.zeros(shape, dtype).view(HostArray)

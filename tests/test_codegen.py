@@ -277,7 +277,7 @@ def test_every_template_compiles_with_nvcc(tmp_path):
         path = tmp_path / f"q{index:02d}.cu"
         path.write_text(source)
         paths.append(path)
-    from mangonel.compiler.physical import LiftExec, find
+    from mangonel.compiler.physical import LiftExec, WindowAggregateExec, find
 
     fields = codegen.render_state_kernels(find(corpus()[-1][1], LiftExec).fields)
     extra = tmp_path / "state.cu"
@@ -285,6 +285,18 @@ def test_every_template_compiles_with_nvcc(tmp_path):
     keys = tmp_path / "keys.cu"
     keys.write_text(codegen.render_key_kernels(3).source)
     paths += [extra, keys]
+    # the window finalize kernel of every plan whose aggregates have a device finalize
+    windows = [find(plan, WindowAggregateExec) for _, plan in corpus()]
+    finalizers = {
+        codegen.render_finalize_kernels(w.fields, w.aggregates).source
+        for w in windows
+        if codegen.finalize_ctypes(w.fields, w.aggregates) is not None
+    }
+    assert len(finalizers) >= 10
+    for index, source in enumerate(sorted(finalizers)):
+        path = tmp_path / f"finalize{index:02d}.cu"
+        path.write_text(source)
+        paths.append(path)
     workers = max(1, min(2, os.cpu_count() or 1))
     chunks = [paths[i::workers] for i in range(workers)]
     with ThreadPoolExecutor(workers) as pool:

@@ -270,8 +270,9 @@ FEW = [
 )
 def test_gpu_block_table_out_of_order(keys, load, aggregates, slide):
     """Out-of-order rows of non-uniform warps combine in the fused kernel's shared-memory
-    block table (one global atomic per cell per block). Few keys (7 state parts: 256 buckets,
-    used for up to 128 cells; ~18 panes x 3 keys per batch): the table holds every cell;
+    block table (its cells handed to the launch's last block, `state_finish_block`). Few
+    keys (7 state parts: 256 buckets, used for up to 128 cells; ~18 panes x 3 keys per
+    batch): the table holds every cell;
     300 keys with the load limit lifted: the table overflows and cells that find no bucket go
     to the global store. Every aggregate kind (MOMENTS takes the table's cell locks) gives the
     CPU's rows, and the table was used."""

@@ -93,11 +93,12 @@ def test_placements_of_cpu_and_gpu_plans() -> None:
         ("lift", "gpu"),
         ("merge", "gpu"),
         ("tree", "gpu"),
-        ("finalize", "cpu"),
+        ("finalize", "gpu"),  # the device finalize kernel (`physical.device_finalize`)
     ]
     assert window.strategy == "hash-preaggregate+tree"
     count = ph.find(ph.with_backend(_plan("count"), "gpu", "test"), ph.WindowAggregateExec)
     assert ph.placement(count, "tree").backend == "cpu"
+    assert ph.placement(count, "finalize").backend == "cpu"  # after the CPU tree
     assert ph.placement(count, "lift").backend == "gpu"
 
 

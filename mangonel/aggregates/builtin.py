@@ -29,7 +29,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from mangonel.aggregates.functions import Aggregate, StateUse, null_when_empty, register_aggregate
+from mangonel.aggregates.functions import (
+    Aggregate,
+    CudaFinalize,
+    StateUse,
+    null_when_empty,
+    register_aggregate,
+)
 from mangonel.aggregates.state import (
     ArrowPartial,
     CudaFragments,
@@ -407,8 +413,14 @@ def _finalize_boolean(xp, count, value, result_type):
     return value[0], null_when_empty(xp, count)
 
 
+_CUDA_BOOLEAN = CudaFinalize("{null} = {count} == 0; {out} = {v0};", "long long")
+
+
 def _finalize_count(xp, count, value, result_type):
     return count, None
+
+
+_CUDA_COUNT = CudaFinalize("{null} = false; {out} = {count};", "long long")
 
 
 def _finalize_value(xp, count, value, result_type):
@@ -420,11 +432,17 @@ def _finalize_value(xp, count, value, result_type):
     return data, empty
 
 
+_CUDA_VALUE = CudaFinalize("{null} = {count} == 0; {out} = {v0};")
+
+
 def _finalize_avg(xp, count, value, result_type):
     empty = null_when_empty(xp, count)
     with np.errstate(divide="ignore", invalid="ignore"):
         data = value[0] / (count if empty is None else xp.where(empty, 1, count))
     return data.astype(np.float64), empty
+
+
+_CUDA_AVG = CudaFinalize("{null} = {count} == 0; {out} = (double){v0} / (double){count};", "double")
 
 
 def _variance(sample: bool, root: bool):
@@ -442,6 +460,18 @@ def _variance(sample: bool, root: bool):
         return data, null
 
     return finalize
+
+
+def _cuda_variance(sample: bool, root: bool) -> CudaFinalize:
+    """`_variance` as C: NULL below 2 (sample) or 1 values; a negative rounding result is 0
+    while NaN stays NaN (numpy's maximum keeps NaN; C's fmax would not)."""
+    divisor = "{v0} - 1.0" if sample else "{v0}"
+    value = "sqrt(d)" if root else "d"
+    return CudaFinalize(
+        f"{{null}} = {{v0}} < {2.0 if sample else 1.0}; "
+        f"{{{{ double d = {{v2}} / ({divisor}); d = d < 0.0 ? 0.0 : d; {{out}} = {value}; }}}}",
+        "double",
+    )
 
 
 _LOW_32 = 4294967295
@@ -474,6 +504,7 @@ register_aggregate(
         spark_name="count",
         spark=lambda argument, result_type: "count(1)",
         takes_argument=False,
+        cuda_finalize=_CUDA_COUNT,
     )
 )
 register_aggregate(
@@ -487,6 +518,7 @@ register_aggregate(
         state=None,
         finalize=_finalize_count,
         spark_name="count",
+        cuda_finalize=_CUDA_COUNT,
     )
 )
 register_aggregate(
@@ -503,6 +535,7 @@ register_aggregate(
         finalize=_finalize_value,
         spark_name="sum",
         spark=_spark_sum,
+        cuda_finalize=_CUDA_VALUE,
     )
 )
 for _key, _kind, _class in (("MIN", MIN, exp.Min), ("MAX", MAX, exp.Max)):
@@ -517,6 +550,7 @@ for _key, _kind, _class in (("MIN", MIN, exp.Min), ("MAX", MAX, exp.Max)):
             state=StateUse(_kind, lambda argument: argument),
             finalize=_finalize_value,
             spark_name=_key.lower(),
+            cuda_finalize=_CUDA_VALUE,
         )
     )
 register_aggregate(
@@ -532,6 +566,7 @@ register_aggregate(
         state=_DOUBLE_SUM,
         finalize=_finalize_avg,
         spark_name="avg",
+        cuda_finalize=_CUDA_AVG,
     )
 )
 for _key, _names, _classes, _sample, _root in (
@@ -552,6 +587,7 @@ for _key, _names, _classes, _sample, _root in (
             state=_MOMENTS,
             finalize=_variance(_sample, _root),
             spark_name=_key.lower(),
+            cuda_finalize=_cuda_variance(_sample, _root),
         )
     )
 for _key, _kind, _class, _names, _parse_names in (
@@ -569,6 +605,7 @@ for _key, _kind, _class, _names, _parse_names in (
             state=StateUse(_kind, lambda argument: SqlType.BOOLEAN),
             finalize=_finalize_boolean,
             spark_name=_key.lower(),
+            cuda_finalize=_CUDA_BOOLEAN,
             parse_names=_parse_names,
         )
     )

@@ -13,7 +13,8 @@ An `Aggregate` (registered with `register_aggregate`; the built-in ones live in
   COUNT state field, shared); `state` adds one more field (kind + accumulator type rule),
   None for COUNT;
 - `finalize(xp, count, value, result_type) -> (values, null mask or None)`: the result from
-  the selected cells, array-generic (`xp` is numpy, or CuPy on a device);
+  the selected cells, array-generic (`xp` is numpy, or CuPy on a device); `cuda_finalize`
+  is the same rule as C (`CudaFinalize`) for the GPU's generated finalize kernel;
 - `holistic` (MEDIAN, PERCENTILE_*, COUNT DISTINCT, `aggregates.holistic`): the function
   reads the raw values of its window (a `Layout.VARIABLE` state kind) and `finalize` gets,
   per result cell, the value its `Holistic` evaluation selected, not a combined partial;
@@ -61,6 +62,17 @@ class Holistic:
 
 
 @dataclass(frozen=True)
+class CudaFinalize:
+    """An aggregate's `finalize` as C statements for one result cell, formatted with `{out}`
+    (the result, of C type `ctype`; None: the value field's storage type), `{null}` (bool:
+    the result is NULL), `{count}` (the count field, long long) and `{v0}`, `{v1}`, ... (the
+    value field's parts). The value of a NULL result is never read."""
+
+    code: str
+    ctype: str | None = None
+
+
+@dataclass(frozen=True)
 class StateUse:
     """One state field an aggregate reads besides its count: the kind, and the accumulator
     type from the argument type (SUM of INT accumulates in BIGINT)."""
@@ -90,6 +102,8 @@ class Aggregate:
     # holistic functions (MEDIAN, percentiles, COUNT DISTINCT): how the window's values are
     # evaluated (`aggregates.holistic`); None for every incremental aggregate
     holistic: Holistic | None = None
+    # the device finalize (every incremental built-in has one; None: finalized on the host)
+    cuda_finalize: CudaFinalize | None = None
 
     @property
     def is_holistic(self) -> bool:

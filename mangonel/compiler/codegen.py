@@ -93,13 +93,14 @@ class GeneratedModule:
     parts: tuple[StatePart, ...]
     string_literals: tuple[str, ...]  # literal k is compared through string_literal_ids[k]
     key_words: int  # 64-bit words per key in the hash table (key columns + NULL mask)
-    block_cells: int = 0  # buckets of the fused kernel's shared-memory block table
+    block_cells: int = 0  # buckets of the fused and merge kernels' shared-memory block table
 
 
 def block_table_cells(parts: tuple[StatePart, ...], budget_bytes: int = 24 << 10) -> int:
-    """Buckets of the fused kernel's per-block (key, pane) table: the largest power of two up
-    to 1024 whose cells (cell id, lock, one word per state part) fit `budget_bytes` of shared
-    memory (the kernel's other shared arrays and a second resident block need the rest)."""
+    """Buckets of the fused and merge kernels' per-block (key, pane) table: the largest power
+    of two up to 1024 whose cells (cell id, lock, one word per state part) fit `budget_bytes`
+    of shared memory (the kernel's other shared arrays and a second resident block need the
+    rest)."""
     per_cell = 8 + 4 + 8 * len(parts)
     cells = 1024
     while cells > 32 and cells * per_cell > budget_bytes:
@@ -345,10 +346,57 @@ def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedModule:
     parts, field_code, part_code = _field_fragments(
         tuple(StateField(f.name, f.kind, None, f.type) for f in fields), {}
     )
-    context = {"parts": part_code, "fields": field_code}
+    context = {"parts": part_code, "fields": field_code, "block_cells": block_table_cells(parts)}
     source, digest, names = _finish(
         context, STATE_TEMPLATES, ("merge", "tree_levels", "window_compute")
     )
+    return GeneratedModule(source, digest, names, (), parts, (), 0, context["block_cells"])
+
+
+FINALIZE_TEMPLATES = ("prelude.cu.j2", "finalize.cu.j2")
+
+
+def finalize_ctypes(
+    fields: tuple[StateField, ...], plans: tuple[ph.AggregatePlan, ...]
+) -> tuple[str, ...] | None:
+    """The C type of each aggregate's device finalize result ("long long" or "double"), or
+    None when one of them has no `cuda_finalize` (holistic and user functions: finalized on
+    the host)."""
+    if any(p.holistic or p.function.definition.cuda_finalize is None for p in plans):
+        return None
+    parts = {(p.field, p.part): p for p in state_parts(fields)}
+    ctypes = []
+    for plan in plans:
+        cuda = plan.function.definition.cuda_finalize
+        if cuda.ctype is not None:
+            ctypes.append(cuda.ctype)
+        else:
+            ctypes.append(parts[(plan.value_field, 0)].ctype)
+    return tuple(ctypes)
+
+
+def render_finalize_kernels(
+    fields: tuple[StateField, ...], plans: tuple[ph.AggregatePlan, ...]
+) -> GeneratedModule:
+    """The window finalize kernel of aggregates `plans` over state `fields` (every plan has a
+    `cuda_finalize`: `finalize_ctypes` is not None)."""
+    ctypes = finalize_ctypes(fields, plans)
+    if ctypes is None:
+        raise ValueError("an aggregate without a device finalize")
+    parts = state_parts(fields)
+    members = {(p.field, p.part): f"o_{p.member}[c]" for p in parts}
+    results = []
+    for plan, ctype in zip(plans, ctypes, strict=True):
+        values = {}
+        if plan.value_field is not None:
+            kind_parts = next(f for f in fields if f.name == plan.value_field).kind.parts
+            values = {f"v{k}": members[(plan.value_field, k)] for k in range(len(kind_parts))}
+        code = plan.function.definition.cuda_finalize.code.format(
+            out="value", null="null", count=members[(plan.count_field, 0)], **values
+        )
+        results.append({"ctype": ctype, "code": code})
+    context = {"parts": [{"member": p.member, "ctype": p.ctype} for p in parts], "results": results}
+    source, digest, names = _finish(context, FINALIZE_TEMPLATES, ("window_finalize",))
     return GeneratedModule(source, digest, names, (), parts, (), 0)
 
 
@@ -440,12 +488,57 @@ def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> 
         f"// strategy: {window.strategy}",
         f"// module sha256: {generated.digest}",
         f"// gpu options: {(options or GpuOptions()).describe()}",
+        f"// window tree: {_tree_note(window)}",
+        f"// finalize: {_finalize_note(window)}",
         "// kernels: " + ", ".join(generated.names[role] for role in KERNEL_ROLES),
         "// inputs: " + ", ".join(f"c{i}:{c.ctype}" for i, c in enumerate(generated.columns)),
         f"// wire: {describe_wire(window.lift)}",
         "// state arrays: " + ", ".join(f"{p.member}:{p.numpy}" for p in generated.parts),
     ]
-    return "\n".join(header) + "\n" + generated.source + _explain_holistic_codegen(window)
+    return (
+        "\n".join(header)
+        + "\n"
+        + generated.source
+        + _explain_finalize_codegen(window)
+        + _explain_holistic_codegen(window)
+    )
+
+
+def _tree_note(window: WindowAggregateExec) -> str:
+    """How a GPU time window keeps its pane aggregation tree (`gpu.state.GpuPaneState`)."""
+    if window.window.kind is ph.WindowKind.COUNT:
+        return "none on the GPU (count windows: the tree runs on the cpu)"
+    return (
+        "kept across firings: each firing rebuilds only the nodes over the panes merged "
+        "since the last one (SPRINGALD's incremental B-PAT update), while its levels take "
+        "at most the state's bytes or 1 GiB; windows outside the state's columns build "
+        "their own"
+    )
+
+
+def _finalize_note(window: WindowAggregateExec) -> str:
+    """Where a GPU plan's fired cells are finalized (`physical.device_finalize`)."""
+    step = ph.placement(window, "finalize")
+    if step.backend == "gpu":
+        return (
+            "on the device (window_finalize kernel), the cells with rows packed and copied "
+            "once per firing through a reused pinned buffer"
+        )
+    return f"on the {step.backend} ({step.reason})"
+
+
+def _explain_finalize_codegen(window: WindowAggregateExec) -> str:
+    """The window finalize kernel where the plan finalizes on the GPU."""
+    if ph.placement(window, "finalize").backend != "gpu":
+        return ""
+    incremental = incremental_part(window)
+    generated = render_finalize_kernels(incremental.fields, incremental.aggregates)
+    header = [
+        "// mangonel GPU finalize kernel",
+        f"// module sha256: {generated.digest}",
+        f"// kernels: {generated.names['window_finalize']}",
+    ]
+    return "\n" + "\n".join(header) + "\n" + generated.source
 
 
 def _explain_holistic_codegen(window: WindowAggregateExec) -> str:

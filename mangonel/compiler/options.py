@@ -34,7 +34,8 @@ class GpuOptions:
         table: "on", "off", or "auto" = on when the previous fused pass of the same kernels
         merged into at most `block_table_load` x the table's buckets (key, pane) cells. "auto"
         is the one choice that depends on the batch before; "on"/"off" make every batch's
-        kernel a function of that batch alone.
+        kernel a function of that batch alone. The merge kernel of the split path (first
+        batches, new keys) uses the table only when "on".
     block_table_load: the share of the block table's buckets "auto" allows.
     module_cache_size: compiled modules a `CompileContext` keeps (least recently used go).
     """

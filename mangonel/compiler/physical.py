@@ -257,6 +257,7 @@ def plan(
             backend_reason,
             holistic is not None,
             holistic_cpu_reason(aggregate_plans, fields),
+            device_finalize(aggregate_plans),
         ),
         holistic=holistic,
     )
@@ -457,12 +458,19 @@ SESSION_ON_CPU = (
 FINALIZE_ON_CPU = "the window values are finalized on the host after their device-to-host copy"
 
 
+def device_finalize(plans: tuple[AggregatePlan, ...]) -> bool:
+    """Whether a GPU time window finalizes its fired cells on the device: every incremental
+    aggregate has a `cuda_finalize` (holistic ones are finalized by the holistic step)."""
+    return all(p.holistic or p.function.definition.cuda_finalize is not None for p in plans)
+
+
 def window_placements(
     window: WindowSpec,
     backend: str,
     reason: str,
     holistic: bool = False,
     holistic_cpu: str | None = None,
+    finalize_on_device: bool = False,
 ) -> tuple[Placement, ...]:
     """The steps of the window operator: lift, merge, tree, finalize (time windows); lift,
     tree, finalize (count windows: per-tuple partials, no pane merge); then `holistic` when
@@ -470,7 +478,11 @@ def window_placements(
     and selection kernels, `runtime.gpu.holistic`), on the CPU for count windows (a GPU
     plan's count window then runs every step there: its raw values are lifted with the
     per-tuple partials). `holistic_cpu`: why a GPU plan's holistic step runs on the CPU
-    whatever the window (`holistic.holistic_cpu_reason`: Python window functions, sketches)."""
+    whatever the window (`holistic.holistic_cpu_reason`: Python window functions, sketches).
+    `finalize_on_device` (`device_finalize`): a GPU time window's finalize runs on the GPU
+    (the generated finalize kernel, `gpu.state.GpuPaneState.fire`); else on the host after
+    the cells' copy (count and CUMULATE windows, factorised join sides, aggregates without
+    one)."""
     if window.kind is WindowKind.SESSION:
         # every step on the cpu in a GPU plan: the session merge needs the lifted rows on the
         # host, so lifting them on the device would only add a copy
@@ -492,7 +504,11 @@ def window_placements(
             placements.append(Placement(step, "cpu", holistic_cpu))
         elif backend == "gpu" and step == "tree" and window.kind is WindowKind.COUNT:
             placements.append(Placement(step, "cpu", COUNT_TREE_ON_CPU))
-        elif backend == "gpu" and step == "finalize":
+        elif (
+            backend == "gpu"
+            and step == "finalize"
+            and (window.kind is not WindowKind.TIME or not finalize_on_device)
+        ):
             placements.append(Placement(step, "cpu", FINALIZE_ON_CPU))
         else:
             placements.append(Placement(step, backend, reason))
@@ -548,6 +564,7 @@ def with_backend(root: NodeT, backend: str, reason: str, gpu_join: bool = True) 
                 reason,
                 node.holistic is not None,
                 holistic_cpu_reason(node.aggregates, node.fields),
+                device_finalize(node.aggregates),
             )
             return replace(
                 node,

@@ -17,6 +17,7 @@ from mangonel.runtime.cpu.keys import KeyTable, first_rows
 from mangonel.runtime.host.arrays import batch_columns, to_mask, to_values
 from mangonel.runtime.host.arrays import column as _column
 from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, neutral
+from mangonel.runtime.operators.results import cells_with_rows, finalize
 
 
 class CpuPaneState:
@@ -107,6 +108,17 @@ class CpuPaneState:
             panes_per_window,
             windows_per_batch,
         )
+
+    def fire(
+        self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch, window_ids, plans
+    ):
+        """The results of the runs' cells that hold rows: the tree, then finalize on the host
+        (the state is already there)."""
+        values = self.windows(n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch)
+        window_of_cell, slot_of_cell, chosen = cells_with_rows(
+            values, self.fields[0].name, n_keys, window_ids
+        )
+        return window_of_cell, slot_of_cell, finalize(plans, chosen)
 
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         """`[n_keys, panes]` blocks (the snapshot layout every backend writes)."""

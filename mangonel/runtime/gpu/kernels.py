@@ -126,6 +126,7 @@ class GpuKernels:
         # block_table="auto" uses the shared-memory block table when they would fit it
         self._last_cells: int | None = None
         self._holistic: dict[str, GpuHolistic] = {}  # by selection kernel form
+        self._last_finalize: tuple | None = None  # (fields, plans, found): `_finalize_module`
 
     # -- compile --------------------------------------------------------------------------
 
@@ -378,6 +379,7 @@ class GpuKernels:
                     use_block_table,
                     decided[first:end],
                     status,
+                    state.block_partials,
                 ),
             )
         status.data.copy_to_host_async(self._status_host.ptr, 8 * _STATUS_WORDS, stream)
@@ -392,6 +394,8 @@ class GpuKernels:
         # the kernel's per-row verdict (2: counted late) is the late rows' mask: the rows
         # counted are the rows handed out, never a second rule
         late_rows = (decided == 2) if late else None
+        if first_pane is not None:
+            state.mark_merged(first_pane, last_pane + 1)  # the kept tree's stale columns
         if not undecided:
             return FusedMerge(
                 rows, late, nulls, max_event_time, first_pane, last_pane, None, None, late_rows
@@ -412,7 +416,30 @@ class GpuKernels:
         )
 
     def new_pane_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
-        return GpuPaneState(fields, lambda: self._module_for_fields(fields), self.options)
+        return GpuPaneState(
+            fields,
+            lambda: self._module_for_fields(fields),
+            self.options,
+            lambda plans: self._finalize_module(fields, plans),
+        )
+
+    def _finalize_module(self, fields: tuple[StateField, ...], plans: tuple) -> tuple | None:
+        """(GeneratedModule, module, result C types) of the window finalize kernel of `plans`
+        over `fields`, or None when an aggregate has no device finalize. Every firing asks:
+        the last answer is kept by identity (hashing plans costs microseconds)."""
+        last = self._last_finalize
+        if last is not None and last[0] is fields and last[1] is plans:
+            return last[2]
+        ctypes = codegen.finalize_ctypes(fields, plans)
+        found = None
+        if ctypes is not None:
+            generated, module = self.compiler.rendered(
+                ("finalize", fields, plans),
+                lambda: codegen.render_finalize_kernels(fields, plans),
+            )
+            found = (generated, module, ctypes)
+        self._last_finalize = (fields, plans, found)
+        return found
 
     def flat_index(self, slots, panes, state: GpuPaneState):
         cp = device.cupy()

@@ -12,7 +12,25 @@ from mangonel.compiler.codegen import GeneratedModule
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import StateField
 from mangonel.runtime.gpu import device
+from mangonel.runtime.host.arrays import array_with_nulls
 from mangonel.runtime.operators.kernels import neutral
+from mangonel.runtime.operators.results import cells_with_rows, finalize
+
+MAX_BLOCKS = 65_535  # blocks of a merge launch at most (`device.grid`): MG_MAX_BLOCKS
+BLOCK_SLOTS = 8  # scratch cells per block (`state_finish_block`): MG_SLOTS
+
+# the kept tree's levels (every part) stay under this or the state's own bytes (the tree at
+# most doubles the state); beyond both a firing builds its own
+KEPT_TREE_BYTES = 1 << 30
+
+
+def _grown(nbytes: int) -> int:
+    """A buffer size for `nbytes`: the next power of two (at least 64 KiB), so a stream of
+    firings reallocates O(log) times."""
+    size = 1 << 16
+    while size < nbytes:
+        size *= 2
+    return size
 
 
 class GpuPaneState:
@@ -24,10 +42,25 @@ class GpuPaneState:
         fields: tuple[StateField, ...],
         module_of: Callable[[], tuple[GeneratedModule, Any]],
         options: GpuOptions,
+        finalize_module_of: Callable[[tuple], tuple | None] = lambda plans: None,
     ) -> None:
         self.fields = fields
         self._module_of = module_of  # () -> (GeneratedModule, RawModule)
+        # plans -> (GeneratedModule, RawModule, result C types) of the finalize kernel, or
+        # None when an aggregate has no device finalize
+        self._finalize_module_of = finalize_module_of
         self.options = options
+        # the output path's buffers, reused across firings (grown by powers of two)
+        self._packed: Any = None  # device: the packed results of one firing
+        self._pinned: np.ndarray | None = None  # host, pinned: their copy
+        self._pinned_memory: Any = None
+        self._block_partials: Any = None  # `block_partials`
+        # the tree kept across firings (`_kept_tree`): upper levels per part, their offsets,
+        # its top level, and the columns merged since it was last brought up to date
+        self._tree: dict[str, Any] | None = None
+        self._tree_offsets: np.ndarray | None = None
+        self._tree_top = 0
+        self._dirty: tuple[int, int] | None = None
         self.parts = codegen.state_parts(fields)
         self.key_capacity = 0
         self.pane_capacity = 0
@@ -63,10 +96,30 @@ class GpuPaneState:
             self.arrays[part.member] = array.reshape(-1)
         self.lock = cp.zeros(key_capacity * pane_capacity, cp.int32)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
+        self._tree = None  # columns moved: the kept tree is rebuilt (`_kept_tree`)
+
+    @property
+    def block_partials(self):  # noqa: ANN201 - a CuPy array
+        """The merge launches' per-block scratch (`state_finish_block`): a ticket word, then
+        BLOCK_SLOTS cell ids and values per state part for each of up to MAX_BLOCKS blocks
+        (8 MiB per part and the ids); zeroed once (each launch's last block resets the
+        ticket)."""
+        if self._block_partials is None:
+            bytes_ = 8 + 8 * MAX_BLOCKS * BLOCK_SLOTS * (1 + len(self.parts))
+            self._block_partials = device.cupy().zeros(bytes_, np.uint8)
+        return self._block_partials
 
     @property
     def nbytes(self) -> int:
-        """Device bytes of the state arrays and their locks (at capacity)."""
+        """Device bytes of the state: the arrays and their locks (at capacity), the kept
+        tree's levels and the merge scratch when they exist."""
+        extra = 0 if self._tree is None else sum(int(a.nbytes) for a in self._tree.values())
+        if self._block_partials is not None:
+            extra += int(self._block_partials.nbytes)
+        return self._leaf_bytes + extra
+
+    @property
+    def _leaf_bytes(self) -> int:
         return sum(int(a.nbytes) for a in self.arrays.values()) + int(self.lock.nbytes)
 
     def struct_args(self, arrays: dict[str, object] | None = None) -> list:
@@ -82,6 +135,7 @@ class GpuPaneState:
         values = [
             cp.ascontiguousarray(partials[p.field][p.part], dtype=p.numpy) for p in self.parts
         ]
+        self._all_merged()  # the split path's panes are on the device: rebuild every node
         kernel = module.get_function(generated.names["merge"])
         threads = self.options.threads
         kernel(
@@ -92,6 +146,9 @@ class GpuPaneState:
                 *device.struct(values),
                 *device.struct(self.struct_args()),
                 np.int64(rows),
+                # the split path has no cell count to judge "auto" by: the table when asked
+                np.int32(self.options.block_table == "on"),
+                self.block_partials,
             ),
         )
 
@@ -109,10 +166,16 @@ class GpuPaneState:
         return result
 
     def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
-        """All keys' windows of all runs: the tree levels over the columns the runs touch (one
-        launch per `options.tree_span` levels, every key at once, all levels in one allocation per
-        part), then one launch computes every (window, key). The levels' pointers, strides,
-        bases, widths and the windows' first columns cross to the device in one copy."""
+        """Field values of every (window, key) of the runs (device arrays, `_window_values`)."""
+        out, _ = self._window_values(n_keys, runs, panes_per_slide, panes_per_window)
+        return self._by_field(out)
+
+    def _window_values(self, n_keys, runs, panes_per_slide, panes_per_window):
+        """(part member -> device array, windows): all keys' windows of all runs: the tree
+        levels over the columns the runs touch (one launch per `options.tree_span` levels,
+        every key at once, all levels in one allocation per part), then one launch computes
+        every (window, key). The levels' pointers, strides, bases, widths and the windows'
+        first columns cross to the device in one copy."""
         cp = device.cupy()
         generated, module = self._module_of()
         first_columns = (
@@ -131,12 +194,104 @@ class GpuPaneState:
                 p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
                 for p in self.parts
             }
-            return self._by_field(out)
+            return out, total
         low = int(first_columns.min())
         high = int(first_columns.max()) + panes_per_window  # exclusive
         top = 0
         while (2 << top) <= panes_per_window:
             top += 1
+        kept = self._kept_tree(low, high, top)
+        if kept is not None:
+            leaves, strides, bases, widths, build = kept
+            upper = self._tree
+            offsets = self._tree_offsets
+            tree_keys = self.key_capacity  # every slot: a later firing may read more keys
+        else:
+            leaves, strides, bases, widths, upper, offsets = self._firing_tree(
+                n_keys, low, high, top
+            )
+            # a firing's own tree: build every node it holds
+            build = [(base, base + width) for base, width in zip(bases, widths, strict=True)]
+            tree_keys = n_keys
+        pointers = [[array.data.ptr for array in leaves[:-1]]]
+        for level in range(1, top + 1):
+            pointers.append(
+                [upper[p.member].data.ptr + 8 * int(offsets[level - 1]) for p in self.parts]
+            )
+        count = top + 1
+        meta = cp.asarray(
+            np.concatenate(
+                (
+                    np.array(pointers, np.uint64).reshape(-1).view(np.int64),
+                    np.array(strides + bases + widths, np.int64),
+                    np.array([first for first, _ in build] + [end for _, end in build], np.int64),
+                    first_columns,
+                )
+            )
+        )
+        parts = len(self.parts)
+        level_pointers = meta[: count * parts]
+        level_stride = meta[count * parts : count * parts + count]
+        level_base = meta[count * parts + count : count * parts + 2 * count]
+        level_width = meta[count * parts + 2 * count : count * parts + 3 * count]
+        build_first = meta[count * parts + 3 * count : count * parts + 4 * count]
+        build_end = meta[count * parts + 4 * count : count * parts + 5 * count]
+        first_column = meta[count * parts + 5 * count :]
+        tree = module.get_function(generated.names["tree_levels"])
+        span, threads = self.options.tree_span, self.options.threads
+        for from_level in range(0, top, span):
+            to_level = min(from_level + span, top)
+            first, end = build[from_level + 1]
+            if end <= first:
+                continue  # nothing to rebuild (a kept tree no merge has touched)
+            first_root = first >> (span - 1)
+            last_root = (end - 1) >> (span - 1)
+            roots = last_root - first_root + 1
+            tree(
+                (tree_keys * roots,),
+                (self.options.tree_threads,),
+                (
+                    level_pointers,
+                    level_stride,
+                    level_base,
+                    level_width,
+                    build_first,
+                    build_end,
+                    np.int32(from_level),
+                    np.int32(to_level),
+                    np.int32(span),
+                    np.int64(first_root),
+                    np.int64(roots),
+                ),
+            )
+        if kept is not None:
+            self._dirty = None  # every node of the kept tree is current
+        # every (window, key) cell is written by the compute launch: no fill needed
+        out = {p.member: cp.empty(total * n_keys, p.numpy) for p in self.parts}
+        compute = module.get_function(generated.names["window_compute"])
+        compute(
+            (device.grid(total * n_keys, threads),),
+            (threads,),
+            (
+                level_pointers,
+                level_stride,
+                level_base,
+                np.int32(count),
+                first_column,
+                np.int64(total),
+                np.int64(n_keys),
+                np.int64(panes_per_window),
+                np.int64(0),
+                *device.struct(self.struct_args(out)),
+                np.int64(n_keys),
+            ),
+        )
+        return out, total
+
+    def _firing_tree(self, n_keys: int, low: int, high: int, top: int):
+        """A tree of this firing alone over columns [low, high): (leaves, strides, bases,
+        widths, upper level arrays, level offsets in them)."""
+        cp = device.cupy()
         if low >= 0 and high <= self.pane_capacity:
             leaves = self.struct_args()
             strides, bases, widths = [self.pane_capacity], [0], [self.pane_capacity]
@@ -163,70 +318,126 @@ class GpuPaneState:
             strides.append(widths[-1])
         offsets = np.concatenate(([0], np.cumsum(widths[1:]))) * n_keys
         upper = {p.member: cp.empty(max(int(offsets[-1]), 1), p.numpy) for p in self.parts}
-        pointers = [[array.data.ptr for array in leaves[:-1]]]
+        return leaves, strides, bases, widths, upper, offsets
+
+    def _kept_tree(self, low: int, high: int, top: int):
+        """The tree kept across firings (SPRINGALD's B-PAT, updated in place): levels 1..top
+        over every column of the state, every key slot, so a firing rebuilds only the nodes
+        over the columns merged since the last one (`_dirty`; everything after a reshape or a
+        split-path merge) instead of all nodes under its windows (w / p columns per key: the
+        output-heavy shapes' cost). None when the windows leave the state's columns (they
+        need the padded tree of `_firing_tree`) or the levels would pass both
+        `KEPT_TREE_BYTES` and the state's own bytes.
+        Otherwise (leaves, strides, bases, widths, build ranges per level)."""
+        pc = self.pane_capacity
+        if top == 0 or low < 0 or high > pc:
+            return None
+        widths = [pc] + [pc >> level for level in range(1, top + 1)]
+        nodes = sum(widths[1:]) * self.key_capacity
+        if nodes * 8 * len(self.parts) > max(KEPT_TREE_BYTES, self._leaf_bytes):
+            return None
+        if self._tree is None or self._tree_top != top:
+            cp = device.cupy()
+            self._tree = {p.member: cp.empty(max(nodes, 1), p.numpy) for p in self.parts}
+            self._tree_offsets = np.concatenate(([0], np.cumsum(widths[1:]))) * self.key_capacity
+            self._tree_top = top
+            self._dirty = (0, pc)
+        first, end = self._dirty if self._dirty is not None else (0, 0)
+        build = [(0, 0)]
         for level in range(1, top + 1):
-            pointers.append(
-                [upper[p.member].data.ptr + 8 * int(offsets[level - 1]) for p in self.parts]
+            if end > first:
+                build.append((first >> level, min(((end - 1) >> level) + 1, widths[level])))
+            else:
+                build.append((0, 0))
+        return self.struct_args(), list(widths), [0] * (top + 1), list(widths), build
+
+    def mark_merged(self, first_pane: int, end_pane: int) -> None:
+        """Panes [first_pane, end_pane) changed (a fused merge): the kept tree's nodes over
+        them are rebuilt at the next firing."""
+        first, end = first_pane - self.origin, end_pane - self.origin
+        if self._dirty is not None:
+            first, end = min(first, self._dirty[0]), max(end, self._dirty[1])
+        self._dirty = (max(first, 0), min(end, self.pane_capacity))
+
+    def _all_merged(self) -> None:
+        self._dirty = (0, self.pane_capacity)
+
+    def fire(
+        self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch, window_ids, plans
+    ):
+        """The runs' results, finalized on the device (`_finalize_cells`); aggregates with no
+        device finalize (`codegen.finalize_ctypes` is None) are finalized on the host from
+        one copy of the cells' values."""
+        out, total = self._window_values(n_keys, runs, panes_per_slide, panes_per_window)
+        found = self._finalize_module_of(plans) if total and n_keys else None
+        if found is None:
+            cp = device.cupy()
+            values = {
+                name: tuple(cp.asnumpy(part) for part in parts)
+                for name, parts in self._by_field(out).items()
+            }
+            window_of_cell, slot_of_cell, chosen = cells_with_rows(
+                values, self.fields[0].name, max(n_keys, 1), window_ids
             )
-        count = top + 1
-        meta = cp.asarray(
-            np.concatenate(
-                (
-                    np.array(pointers, np.uint64).reshape(-1).view(np.int64),
-                    np.array(strides + bases + widths, np.int64),
-                    first_columns,
-                )
-            )
+            return window_of_cell, slot_of_cell, finalize(plans, chosen)
+        window_number, slot_of_cell, results = self._finalize_cells(
+            found, out, total * n_keys, n_keys, plans
         )
-        parts = len(self.parts)
-        level_pointers = meta[: count * parts]
-        level_stride = meta[count * parts : count * parts + count]
-        level_base = meta[count * parts + count : count * parts + 2 * count]
-        level_width = meta[count * parts + 2 * count : count * parts + 3 * count]
-        first_column = meta[count * parts + 3 * count :]
-        tree = module.get_function(generated.names["tree_levels"])
-        span, threads = self.options.tree_span, self.options.threads
-        for from_level in range(0, top, span):
-            to_level = min(from_level + span, top)
-            first_root = bases[from_level + 1] >> (span - 1)
-            last_root = (bases[from_level + 1] + widths[from_level + 1] - 1) >> (span - 1)
-            roots = last_root - first_root + 1
-            tree(
-                (n_keys * roots,),
-                (self.options.tree_threads,),
+        return window_ids[window_number], slot_of_cell, results
+
+    def _finalize_cells(self, found, out: dict[str, Any], cells: int, n_keys: int, plans):
+        """The output path: which of `cells` (window-major, `n_keys` per window) hold rows
+        (a running count on the device), then one generated kernel finalizes and packs them
+        (`finalize.cu.j2`), one copy into a reused pinned buffer, one host copy out of it (the
+        results outlive the next firing, which reuses the buffer), and Arrow arrays that are
+        views of that copy: no per-row Python, one device round trip for the row count.
+        (window number in the firing, key slot, one Arrow array per aggregate)."""
+        cp = device.cupy()
+        generated, module, ctypes = found
+        rows_member = out[self.parts[0].member]
+        position = cp.cumsum(rows_member > 0, dtype=cp.int64)
+        rows = int(position[-1])
+        count = len(plans)
+        row_bytes = 8 * (2 + count) + count
+        nbytes = rows * row_bytes
+        if rows == 0:
+            empty = np.empty(0, np.int64)
+            data = np.empty(0, np.uint8)
+        else:
+            if self._packed is None or self._packed.size < nbytes:
+                self._packed = cp.empty(_grown(nbytes), cp.uint8)
+            packed = self._packed
+            threads = self.options.threads
+            module.get_function(generated.names["window_finalize"])(
+                (device.grid(cells, threads),),
+                (threads,),
                 (
-                    level_pointers,
-                    level_stride,
-                    level_base,
-                    level_width,
-                    np.int32(from_level),
-                    np.int32(to_level),
-                    np.int32(span),
-                    np.int64(first_root),
-                    np.int64(roots),
+                    *[out[p.member] for p in self.parts],
+                    position,
+                    np.int64(cells),
+                    np.int64(n_keys),
+                    np.int64(rows),
+                    packed,
                 ),
             )
-        # every (window, key) cell is written by the compute launch: no fill needed
-        out = {p.member: cp.empty(total * n_keys, p.numpy) for p in self.parts}
-        compute = module.get_function(generated.names["window_compute"])
-        compute(
-            (device.grid(total * n_keys, threads),),
-            (threads,),
-            (
-                level_pointers,
-                level_stride,
-                level_base,
-                np.int32(count),
-                first_column,
-                np.int64(total),
-                np.int64(n_keys),
-                np.int64(panes_per_window),
-                np.int64(0),
-                *device.struct(self.struct_args(out)),
-                np.int64(n_keys),
-            ),
-        )
-        return self._by_field(out)
+            if self._pinned is None or self._pinned.size < nbytes:
+                size = _grown(nbytes)
+                self._pinned_memory = cp.cuda.alloc_pinned_memory(size)
+                self._pinned = np.frombuffer(self._pinned_memory, np.uint8, size)
+            staging = self._pinned[:nbytes]
+            packed[:nbytes].get(out=staging)  # one device -> pinned copy (synchronous)
+            data = staging.copy()
+        slot_of_cell = data[: 8 * rows].view(np.int64) if rows else empty
+        window_number = data[8 * rows : 16 * rows].view(np.int64) if rows else empty
+        nulls = data[8 * (2 + count) * rows :].view(np.bool_)
+        results = []
+        for k, (plan, ctype) in enumerate(zip(plans, ctypes, strict=True)):
+            dtype = np.float64 if ctype == "double" else np.int64
+            values = data[8 * (2 + k) * rows : 8 * (3 + k) * rows].view(dtype)
+            array = array_with_nulls(values, nulls[k * rows : (k + 1) * rows])
+            arrow = plan.result_type.info.arrow
+            results.append(array if array.type == arrow else array.cast(arrow))
+        return window_number, slot_of_cell, results
 
     def _by_field(self, arrays: dict[str, object]) -> dict[str, tuple]:
         result: dict[str, list] = {}
@@ -245,6 +456,7 @@ class GpuPaneState:
     def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
         cp = device.cupy()
         first = first_pane - self.origin
+        self._all_merged()
         for p in self.parts:
             block = arrays[f"{p.field}.{p.part}"]
             self._matrix(p.member)[: block.shape[0], first : first + block.shape[1]] = cp.asarray(

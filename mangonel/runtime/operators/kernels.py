@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
-from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
+from mangonel.compiler.physical import AggregatePlan, LiftExec, StateField, WindowAggregateExec
 from mangonel.compiler.physical import neutral as neutral  # re-exported for the backends
 
 Array = Any  # a backend array (numpy.ndarray on CPU, cupy.ndarray on GPU)
@@ -159,6 +159,21 @@ class PaneState(Protocol):
     ) -> dict[str, tuple[Array, ...]]:
         """Field values of every (window, key) of the runs [(first pane of first window,
         number of consecutive windows)], window-major then key order."""
+
+    def fire(
+        self,
+        n_keys: int,
+        runs: list[tuple[int, int]],
+        panes_per_slide: int,
+        panes_per_window: int,
+        windows_per_batch: int,
+        window_ids: np.ndarray,
+        plans: tuple[AggregatePlan, ...],
+    ) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
+        """The finalized results of the runs' (window, key) cells that hold rows (the first
+        field's row count > 0), window-major then key order: host (window id of cell, from
+        `window_ids`, one per window of the runs; key slot of cell; one Arrow array per
+        aggregate of `plans`, its result type)."""
 
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         """Host copy of the cells of keys [0, n_keys) and panes [first_pane, end_pane)."""

@@ -1,5 +1,7 @@
-"""Finalize of a window firing: aggregate results from state-field values (host side, Arrow),
-and the window-result batch the window operator emits (`physical.window_result_columns`)."""
+"""Finalize of a window firing: the cells that hold rows and the aggregate results from their
+state-field values (host side, Arrow; the GPU finalizes on the device instead,
+`gpu.state.GpuPaneState.fire`), and the window-result batch the window operator emits
+(`physical.window_result_columns`)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,34 @@ def finalize(
         data, null = plan.function.definition.finalize(np, count, value, plan.result_type)
         results.append(array_with_nulls(data, null).cast(plan.result_type.info.arrow))
     return results
+
+
+def cells_with_rows(
+    values: dict[str, tuple[np.ndarray, ...]],
+    rows_field: str,
+    n_keys: int,
+    window_ids: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, dict[str, tuple[np.ndarray, ...]]]:
+    """The (window, key) cells of a firing that hold rows (the row count of `rows_field`,
+    part 0, > 0), from host field values of `len(window_ids) * n_keys` cells, window-major:
+    (window of cell, key slot of cell, the fields' values there)."""
+    has_rows = values[rows_field][0] > 0
+    everything = bool(has_rows.all())  # dense keys: no selection copy
+    if everything:  # cells are window-major: no integer division per cell
+        window_of_cell = np.repeat(window_ids, n_keys)
+        slot_of_cell = np.tile(np.arange(n_keys, dtype=np.int64), len(window_ids))
+        return window_of_cell, slot_of_cell, values
+    selected = np.flatnonzero(has_rows)
+    window_number, slot_of_cell = np.divmod(selected, n_keys)
+    chosen = {name: tuple(part[selected] for part in parts) for name, parts in values.items()}
+    return window_ids[window_number], slot_of_cell, chosen
+
+
+def window_ids_of(runs: list[tuple[int, int]]) -> np.ndarray:
+    """The window numbers of runs [(first window, count)], in order."""
+    if not runs:
+        return np.empty(0, np.int64)
+    return np.concatenate([np.arange(f, f + c, dtype=np.int64) for f, c in runs])
 
 
 _TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")

@@ -71,7 +71,7 @@ from mangonel.runtime.operators.holistic import HolisticTimeWindows
 from mangonel.runtime.operators.kernels import PaneTarget
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
 from mangonel.runtime.operators.registry import StepKernels
-from mangonel.runtime.operators.results import finalize
+from mangonel.runtime.operators.results import cells_with_rows, finalize, window_ids_of
 from mangonel.runtime.operators.session_window import SessionWindowOperator
 from mangonel.runtime.operators.snapshot import pack, unpack
 
@@ -482,8 +482,25 @@ class TimeWindowOperator(OperatorBase):
         return out
 
     def _compute(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
-        window_of_cell, slot_of_cell, chosen = self._window_cells(segment, runs, n_keys)
-        aggregates = finalize(self.window.aggregates, chosen)
+        """The result rows of the windows of `runs` (first window, count): the state
+        finalizes them (`PaneState.fire`: the GPU on the device, one copy to the host);
+        CUMULATE windows' cells come from one tree call per pane count and are finalized on
+        the host."""
+        if self.cumulate:
+            window_of_cell, slot_of_cell, chosen = self._window_cells(segment, runs, n_keys)
+            keys = self.keys.decode(slot_of_cell)
+            starts, ends = self._window_bounds(window_of_cell)
+            return self._emit(keys, finalize(self.window.aggregates, chosen), starts, ends)
+        ps = self.panes_per_slide
+        window_of_cell, slot_of_cell, aggregates = segment.state.fire(
+            n_keys,
+            [(first * ps, count) for first, count in runs],
+            ps,
+            self.panes_per_window,
+            self.window.windows_per_batch,
+            window_ids_of(runs),
+            self.window.aggregates,
+        )
         keys = self.keys.decode(slot_of_cell)
         starts, ends = self._window_bounds(window_of_cell)
         return self._emit(keys, aggregates, starts, ends)
@@ -506,21 +523,7 @@ class TimeWindowOperator(OperatorBase):
             host = self.kernels.to_host
             # every array crosses once (the row counts are also a field's values)
             on_host = {name: tuple(host(part) for part in parts) for name, parts in values.items()}
-        has_rows = on_host[self.fields[0].name][0] > 0
-        everything = bool(has_rows.all())  # dense keys: no selection copy
-        selected = None if everything else np.flatnonzero(has_rows)
-        window_ids = np.concatenate([np.arange(f, f + c, dtype=np.int64) for f, c in runs])
-        if everything:  # cells are window-major: no integer division per cell
-            window_of_cell = np.repeat(window_ids, n_keys)
-            slot_of_cell = np.tile(np.arange(n_keys, dtype=np.int64), len(window_ids))
-        else:
-            window_number, slot_of_cell = np.divmod(selected, n_keys)
-            window_of_cell = window_ids[window_number]
-        chosen = {
-            name: tuple(part if everything else part[selected] for part in parts)
-            for name, parts in on_host.items()
-        }
-        return window_of_cell, slot_of_cell, chosen
+        return cells_with_rows(on_host, self.fields[0].name, n_keys, window_ids_of(runs))
 
     def _cumulate_values(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
         """The tree's values of CUMULATE windows `runs` (first window, count), window-major
