@@ -36,7 +36,15 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from numba import cuda
+
+# numba 0.68's CUDA target still types `numpy.row_stack`, which NumPy 2.5 removed (it was an
+# alias of `vstack`): without it every compile fails with an AttributeError (seen on the GPU
+# machine: numba 0.68.0, NumPy 2.5.2). Give NumPy back the alias it documented, only when
+# missing, before numba's CUDA target loads.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
+from numba import cuda  # noqa: E402
 
 from mangonel.aggregates.python import WindowFunction, result_dtype, values_dtype
 from mangonel.catalog.types import SqlType
