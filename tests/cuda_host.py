@@ -53,6 +53,12 @@ template <class T> static inline T __shfl_xor_sync(unsigned, T v, int, int = 32)
 template <class T> static inline T __shfl_sync(unsigned, T v, int, int = 32) { return v; }
 template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned, int = 32) { return v; }
 static inline bool __all_sync(unsigned, bool p) { return p; }
+static inline bool __any_sync(unsigned, bool p) { return p; }
+template <class T> static inline unsigned __match_any_sync(unsigned, T) { return 1u; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline unsigned __ballot_sync(unsigned, bool p) { return p ? 1u : 0u; }
+template <class T> static inline T __ldcg(const T* p) { return *p; }
 static inline void __threadfence() {}
 // one thread per block: shared memory is the function's own, a barrier waits for no one
 #define __shared__ static
