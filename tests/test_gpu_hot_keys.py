@@ -229,7 +229,6 @@ def test_output_heavy_sliding_windows_equal_cpu():
                     pa.array(rng.integers(0, 300, rows)),
                     pa.array(rng.normal(0, 1, rows), mask=rng.random(rows) < 0.02),
                     pa.array(rng.integers(-100, 100, rows)),
-                    pa.array(rng.integers(-100, 100, rows)),
                     pa.array(rng.random(rows) < 0.5),
                 ],
                 names=[name for name, _ in COLUMNS],

@@ -353,7 +353,7 @@ class GpuKernels:
         use_block_table = np.int32(self._use_block_table(generated.block_cells))
         self.metrics.fused_passes += 1
         self.metrics.block_table_passes += int(use_block_table)
-        threads = device.block_threads(fused, self.options.threads)
+        threads = self.options.threads
         # one launch per chunk, each after its chunk's copy: chunk c merges while chunk c + 1
         # crosses PCIe
         for chunk in staged.chunks:

@@ -137,7 +137,7 @@ class GpuPaneState:
         ]
         self._all_merged()  # the split path's panes are on the device: rebuild every node
         kernel = module.get_function(generated.names["merge"])
-        threads = device.block_threads(kernel, self.options.threads)
+        threads = self.options.threads
         kernel(
             (device.grid(rows, threads),),
             (threads,),
