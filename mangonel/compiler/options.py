@@ -50,8 +50,11 @@ class GpuOptions:
     module_cache_size: int = 64
 
     def __post_init__(self) -> None:
-        if not 32 <= self.threads <= 1024 or self.threads % 32:
-            raise ValueError(f"threads must be a multiple of 32 in [32, 1024], not {self.threads}")
+        # 512 at most: the fused and merge kernels' warp/block combine needs ~80 registers a
+        # thread, so 1024 threads ask more than an SM's 64 K registers (the launch fails with
+        # CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H100)
+        if not 32 <= self.threads <= 512 or self.threads % 32:
+            raise ValueError(f"threads must be a multiple of 32 in [32, 512], not {self.threads}")
         if self.chunk_rows < 1:
             raise ValueError(f"chunk_rows must be positive, not {self.chunk_rows}")
         if not 0 <= self.staging_threads <= 256:
