@@ -19,7 +19,7 @@ class GpuOptions:
     """Launch geometry, chunking and caches of the GPU kernels.
 
     threads: threads per block of every row-parallel launch (lift, merge, fused, keys,
-        window compute); at most 1024 (the fused kernel keeps one status row per warp).
+        window compute); at most 512 (the combine kernels need ~80 registers a thread).
     chunk_rows: rows per staged chunk and per fused launch: the host threads copy chunk
         c + 1 into pinned memory while chunk c crosses PCIe and merges (2^20 rows: 16 MiB of
         (ts, key, value) at 16 B/tuple; a batch of any size is cut into chunks of at most
