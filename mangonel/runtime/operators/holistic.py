@@ -40,6 +40,8 @@ from mangonel.compiler.holistic import (
 )
 from mangonel.compiler.physical import AggregatePlan, StateField
 from mangonel.errors import DataError
+from mangonel.runtime.operators import pane_values
+from mangonel.runtime.operators.base import PANE_META
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
@@ -177,40 +179,88 @@ class HolisticTimeWindows:
         if not lifted.rows:
             return
         panes = kernels.pane_ids(lifted, self.pane_length)
-        include = lifted.contributes
-        watermark = self.inner.watermark  # from before this batch: the wrapped rule
-        if watermark is not None:
-            late = kernels.late_tuples(
-                panes, include, self.pane_length, self.spec.slide, self.spec.size, watermark
-            )
-            include = include & ~late
+        include = lifted.contributes & ~self._late(panes, lifted.contributes)
         slots = kernels.to_host(self.keys.map_columns(lifted.keys, include))
         for value_field in self.value_fields:
             values, valid = (kernels.to_host(a) for a in lifted.partials[value_field.name])
             rows = np.flatnonzero(include & (valid != 0))
-            if not len(rows):
-                continue
-            row_panes = panes[rows]
-            order = np.argsort(row_panes, kind="stable")
-            row_panes = row_panes[order]
-            rows = rows[order]
-            bounds = np.flatnonzero(np.diff(row_panes)) + 1
-            starts = np.concatenate(([0], bounds))
-            ends = np.concatenate((bounds, [len(rows)]))
-            self.sketches.add(
-                value_field.name,
-                row_panes,
-                slots[rows],
-                values[rows],
-                (starts, ends),
+            self._store(value_field.name, panes[rows], slots[rows], values[rows])
+
+    def _late(self, panes: np.ndarray, include: np.ndarray) -> np.ndarray:
+        """Rows of panes that are late against the watermark from before the batch (the
+        wrapped operator's rule): no window over them is still open."""
+        watermark = self.inner.watermark
+        if watermark is None:
+            return np.zeros(len(panes), np.bool_)
+        return self.host.late_tuples(
+            panes, include, self.pane_length, self.spec.slide, self.spec.size, watermark
+        )
+
+    def _store(self, name: str, panes: np.ndarray, slots: np.ndarray, values: np.ndarray) -> None:
+        """Kept values of the `values` field `name` (each with its pane and key slot) into
+        the panes' sketches and, where an exact aggregate reads the field, raw values."""
+        if not len(values):
+            return
+        order = np.argsort(panes, kind="stable")
+        row_panes, slots, values = panes[order], slots[order], values[order]
+        bounds = np.flatnonzero(np.diff(row_panes)) + 1
+        starts = np.concatenate(([0], bounds))
+        ends = np.concatenate((bounds, [len(row_panes)]))
+        self.sketches.add(name, row_panes, slots, values, (starts, ends))
+        if name not in self.raw_fields:
+            return
+        store = self.panes[name]
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            pane = int(row_panes[start])
+            store.setdefault(pane, _Pane()).chunks.append((slots[start:end], values[start:end]))
+
+    # -- split form (Spark): stage 1 ships each (key, pane)'s values, stage 2 keeps them ----
+
+    def preaggregate(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """Stage 1 (stateless): the wrapped operator's partial rows, one per (key, pane),
+        with one packed column per `values` field (`pane_values`): that (key, pane)'s
+        non-NULL values. Stateless: a key map of its own, no lateness (stage 2 decides)."""
+        partials = self.inner.preaggregate(batch)
+        conformed, _ = self.inner._lift_input(batch)
+        host = self.host
+        lifted = host.lift_tuples(self.values_lift, conformed)
+        panes = np.asarray(host.to_host(host.pane_ids(lifted, self.pane_length)), np.int64)
+        local = host.new_key_map(self.key_types)
+        include = host.to_host(lifted.contributes)
+        value_slots = host.to_host(local.map_columns(lifted.keys, include))
+        row_keys = [partials.column(k.name) for k in self.node.keys]
+        every = np.ones(partials.num_rows, np.bool_)
+        row_slots = host.to_host(local.map_columns(row_keys, every))
+        row_panes = np.asarray(partials.column(PANE_META)).astype(np.int64)
+        columns, names = list(partials.columns), list(partials.schema.names)
+        for value_field in self.value_fields:
+            values, valid = (host.to_host(a) for a in lifted.partials[value_field.name])
+            rows = np.flatnonzero(include & (valid != 0))
+            counts, ordered = pane_values.align(
+                row_slots, row_panes, value_slots[rows], panes[rows], values[rows]
             )
-            if value_field.name not in self.raw_fields:
-                continue
-            store = self.panes[value_field.name]
-            for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-                pane = int(row_panes[start])
-                chosen = rows[start:end]
-                store.setdefault(pane, _Pane()).chunks.append((slots[chosen], values[chosen]))
+            columns.append(pane_values.pack(counts, ordered))
+            names.append(value_field.name)
+        return pa.RecordBatch.from_arrays(columns, names=names).replace_schema_metadata(
+            partials.schema.metadata
+        )
+
+    def merge(self, partials: pa.RecordBatch) -> None:
+        """Stage 2: partial rows of `preaggregate` (of any process): the incremental columns
+        into the wrapped operator, the values of panes that are not late into the panes."""
+        keys = [partials.column(k.name) for k in self.node.keys]
+        panes = np.asarray(partials.column(PANE_META)).astype(np.int64)
+        include = np.ones(partials.num_rows, np.bool_)
+        include &= ~self._late(panes, include)  # before the wrapped merge: the same rule
+        slots = self.host.to_host(self.keys.map_columns(keys, include))
+        for value_field in self.value_fields:
+            counts, values = pane_values.unpack(partials.column(value_field.name))
+            values = values[np.repeat(include, counts)]
+            counts = np.where(include, counts, 0)
+            self._store(
+                value_field.name, np.repeat(panes, counts), np.repeat(slots, counts), values
+            )
+        self.inner.merge(partials)
 
     # -- output ---------------------------------------------------------------------------
 
@@ -345,6 +395,10 @@ class HolisticTimeWindows:
     @property
     def next_window(self) -> int | None:
         return self.inner.next_window
+
+    @property
+    def max_event_time(self) -> int | None:
+        return self.inner.max_event_time
 
     def add_rows_out(self, rows: int) -> None:
         self.inner.add_rows_out(rows)
