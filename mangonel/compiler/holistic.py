@@ -47,8 +47,6 @@ COUNT_HOLISTIC_ON_CPU = (
     "count windows keep holistic functions' raw values with the per-tuple partials, "
     "which have no GPU lift yet"
 )
-SPARK_HOLISTIC = "holistic functions inside Spark: not yet"
-SPARK_PYTHON = "Python window functions inside Spark: not yet (the standalone Session runs them)"
 
 
 # The approximate functions' sketches are built and merged by numba kernels only.

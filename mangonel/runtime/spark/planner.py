@@ -22,7 +22,6 @@ from mangonel.compiler.explain import (
     format_duration,
     format_expression,
 )
-from mangonel.compiler.holistic import SPARK_HOLISTIC, SPARK_PYTHON
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import PlanError
 from mangonel.runtime.spark import native as native_module
@@ -33,6 +32,11 @@ from mangonel.runtime.spark.sql import aggregate_sql, lift_sql
 STAGE1_KINDS = ("arrow", "kernels")
 
 # Why stage 1's pane pre-aggregation of a GPU plan runs on the CPU (EXPLAIN prints it).
+# Why a query with holistic functions runs as the two stages, whatever its shape (EXPLAIN).
+SPARK_HOLISTIC_STAGES = (
+    "holistic functions run in mangonel's stages: stage 1 ships each (key, pane)'s values, "
+    "stage 2 keeps them per pane and evaluates each window at its close"
+)
 PREAGGREGATE_ON_CPU = (
     "stage 1's partials leave the process through the host; the split form has no GPU "
     "pre-aggregation kernel"
@@ -85,20 +89,24 @@ def plan_spark(
     if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
         return plan_join(text, plan, partitions=partitions, buckets=buckets)
     window = ph.find(plan, ph.WindowAggregateExec)
-    python = [a.call_name for a in window.aggregates if a.python is not None]
-    if python:
-        raise PlanError(f"{SPARK_PYTHON} ({', '.join(python)})")
-    holistic = [a.call_name for a in window.aggregates if a.holistic]
-    if holistic:
-        # stage 1 would ship each pane's raw values; neither stage does yet
-        raise PlanError(f"{SPARK_HOLISTIC} ({', '.join(holistic)})")
     if window.window.kind is WindowKind.COUNT:
         raise PlanError(
             "count windows (ROWS n SLIDE m) do not run inside Spark yet: their order is "
             "per key over all partitions",
         )
     kind = stage1 or ("kernels" if window.backend == "gpu" else "arrow")
-    choice = native_module.choose_native(window, native)
+    holistic = [a.call_name for a in window.aggregates if a.holistic]
+    if holistic and native:
+        raise PlanError(
+            f"native=True: Spark's streaming aggregation cannot run {', '.join(holistic)} "
+            "(it rejects COUNT(DISTINCT) in streaming and has no Python window functions)",
+            hint="leave native unset: the two stages run holistic functions",
+        )
+    choice = (
+        native_module.NativeChoice(False, f"{SPARK_HOLISTIC_STAGES} ({', '.join(holistic)})")
+        if holistic
+        else native_module.choose_native(window, native)
+    )
     placements: tuple[ph.Placement, ...] = ()
     if kind == "kernels":
         lift = ph.placement(window, "lift")
@@ -320,12 +328,18 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         fused = "none (fused into the lift kernel)"
         project = (Parameter("where", fused, None),)
     group_by = f"[{keys}{', ' if keys else ''}pane]"
+    stage1_parameters = [
+        Parameter("preaggregate", preaggregate, preaggregate),
+        Parameter("group_by", group_by, group_by),
+    ]
+    values = [f.name for f in window.fields if f.kind.holistic]
+    if values:
+        # the holistic functions' raw values cross the shuffle, per (key, pane)
+        shipped = f"[{', '.join(values)}] (BINARY: the non-NULL values as int64 order keys)"
+        stage1_parameters.append(Parameter("pane_values", shipped, values))
     stage1 = PlanNode(
         "Stage1 mapInArrow",
-        (
-            Parameter("preaggregate", preaggregate, preaggregate),
-            Parameter("group_by", group_by, group_by),
-        ),
+        tuple(stage1_parameters),
         (PlanNode("Stage1 native Project/Filter", project, (watermarked,)),),
         planned.stage1_placements,
     )
@@ -337,19 +351,29 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         ),
         (stage1,),
     )
+    stage2_parameters = [
+        Parameter("key", bucket, bucket),
+        Parameter("buckets", str(planned.buckets), planned.buckets),
+        Parameter("state", "window-operator-snapshot", "window-operator-snapshot"),
+        Parameter("output_mode", "append", "append"),
+        Parameter("timeout", "event-time", "event-time"),
+        Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
+        Parameter("backend", window.backend, window.backend),
+    ]
+    if window.holistic is not None:
+        # the pane values live in the snapshot (Spark's state store) until no unfired window
+        # covers their pane; each window is evaluated over its panes when it fires
+        step = ph.placement(window, "holistic")
+        holistic = f"{window.holistic.describe()} on {step.backend} at window close"
+        stage2_parameters.append(Parameter("holistic", holistic, window.holistic.strategy))
     stage2 = PlanNode(
         "Stage2 applyInPandasWithState",
-        (
-            Parameter("key", bucket, bucket),
-            Parameter("buckets", str(planned.buckets), planned.buckets),
-            Parameter("state", "window-operator-snapshot", "window-operator-snapshot"),
-            Parameter("output_mode", "append", "append"),
-            Parameter("timeout", "event-time", "event-time"),
-            Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
-            Parameter("backend", window.backend, window.backend),
-        ),
+        tuple(stage2_parameters),
         (exchange,),
+        tuple(p for p in window.placements if p.step == "holistic"),
     )
+    if window.holistic is not None:  # why not Spark's own aggregation, whatever the shape
+        return f"Spark: two stages (reason: {planned.native_reason})", stage2
     return "Spark:", stage2
 
 

@@ -32,8 +32,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from sqlglot import exp
 
+from mangonel.aggregates.holistic import order_keys
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.compiler.holistic import incremental_part
+from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META, partial_column_name
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.spark.schema import ddl, quote
@@ -57,16 +60,31 @@ def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
 
 
 def partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]:
+    """Keys, pane and the incremental fields' columns (the holistic `values` fields follow
+    them as BINARY columns: `values_columns`)."""
     columns = [(k.name, k.type) for k in window.keys]
     columns.append((PANE, SqlType.BIGINT))
-    for field in window.fields:
+    for field in incremental_part(window).fields:
         columns.extend(field_columns(field))
     return columns
 
 
+def values_columns(window: ph.WindowAggregateExec) -> list[str]:
+    """The BINARY partial columns of the holistic `values` fields: per (key, pane) its
+    non-NULL values as packed int64 order keys (`runtime.operators.pane_values`)."""
+    return [f.name for f in window.fields if f.kind.holistic]
+
+
 def partial_schema(window: ph.WindowAggregateExec) -> pa.Schema:
     """The partials as the window operator names them (`merge` reads these names)."""
-    return pa.schema([pa.field(n, t.info.arrow) for n, t in partial_columns(window)])
+    fields = [pa.field(n, t.info.arrow) for n, t in partial_columns(window)]
+    return pa.schema(fields + [pa.field(n, pa.binary()) for n in values_columns(window)])
+
+
+def partial_ddl(window: ph.WindowAggregateExec) -> str:
+    """Spark's schema of stage 1's output (mapInArrow)."""
+    binary = [f"{quote(spark_name(n))} BINARY" for n in values_columns(window)]
+    return ", ".join([ddl(spark_partial_columns(window)), *binary])
 
 
 def spark_name(name: str) -> str:
@@ -81,7 +99,9 @@ def spark_partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, Sql
 
 
 def spark_partial_schema(window: ph.WindowAggregateExec) -> pa.Schema:
-    return pa.schema([pa.field(n, t.info.arrow) for n, t in spark_partial_columns(window)])
+    fields = [pa.field(n, t.info.arrow) for n, t in spark_partial_columns(window)]
+    binary = [pa.field(spark_name(n), pa.binary()) for n in values_columns(window)]
+    return pa.schema(fields + binary)
 
 
 def distinct_arguments(window: ph.WindowAggregateExec) -> list[exp.Expression]:
@@ -127,7 +147,8 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
 
 
 def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], pa.RecordBatch]:
-    """The CPU pane pre-aggregation of one partition's rows (Arrow's hash aggregation)."""
+    """The CPU pane pre-aggregation of one partition's rows (Arrow's hash aggregation); a
+    holistic `values` field collects each group's order keys (Arrow's `list`), packed."""
     schema = spark_partial_schema(window)
     keys = [k.name for k in window.keys]
     arguments = distinct_arguments(window)
@@ -145,6 +166,12 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
                 requested.append(1)
                 continue
             source = column_of(field)
+            if field.kind.holistic:
+                name = f"{field.name}.order_keys"
+                derived[name] = _order_keys(table[source])
+                aggregations.append((name, "list"))
+                requested.append(1)
+                continue
             extra, asked = field.kind.arrow.requests(source, table[source], field.type)
             derived.update(extra)
             aggregations.extend(asked)
@@ -155,7 +182,9 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
         grouped = table.group_by(grouping_columns, use_threads=False).aggregate(aggregations)
         # Output order differs between pyarrow versions (keys first in >= 22): locate the
         # aggregates as the columns that are not grouping keys, in request order.
-        arrays: list[pa.Array] = [grouped[name] for name in grouping_columns]
+        by_name: dict[str, pa.Array | pa.ChunkedArray] = {
+            name: grouped[name] for name in grouping_columns
+        }
         grouping = set(grouping_columns)
         aggregate_positions = [
             i for i, name in enumerate(grouped.column_names) if name not in grouping
@@ -163,18 +192,45 @@ def arrow_preaggregate(window: ph.WindowAggregateExec) -> Callable[[pa.Table], p
         position = 0
         for field, count in zip(window.fields, requested, strict=True):
             columns = [grouped.column(i) for i in aggregate_positions[position : position + count]]
-            dtype, neutrals = neutral(field)
-            arrays += field.kind.arrow.results(columns, dtype, neutrals)
             position += count
+            if field.kind.holistic:
+                by_name[spark_name(field.name)] = _packed(columns[0])
+                continue
+            dtype, neutrals = neutral(field)
+            results = field.kind.arrow.results(columns, dtype, neutrals)
+            for part, array in enumerate(results):
+                by_name[spark_name(partial_column_name(field, part))] = array
         combined = [
             pa.chunked_array(a).combine_chunks() if isinstance(a, pa.ChunkedArray) else a
-            for a in arrays
+            for a in (by_name[f.name] for f in schema)
         ]
         return pa.RecordBatch.from_arrays(
             [a.cast(f.type) for a, f in zip(combined, schema, strict=True)], schema=schema
         )
 
     return preaggregate
+
+
+def _order_keys(argument: pa.ChunkedArray) -> pa.Array:
+    """A holistic argument as order keys (`aggregates.holistic.order_keys`, as the lift of
+    the `values` state), NULL where the argument is."""
+    array = argument.combine_chunks()
+    valid = np.asarray(array.is_valid())
+    filled = array.fill_null(0).to_numpy(zero_copy_only=False)
+    return pa.array(order_keys(filled), pa.int64(), mask=~valid)
+
+
+def _packed(lists: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Each group's list of order keys, NULLs dropped, as one packed BINARY cell."""
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    offsets = np.asarray(lists.offsets).astype(np.int64)
+    flat = lists.flatten()  # the group lists' elements, in group order
+    valid = np.asarray(flat.is_valid())
+    seen = np.concatenate(([0], np.cumsum(valid)))
+    counts = seen[offsets[1:] - offsets[0]] - seen[offsets[:-1] - offsets[0]]
+    values = flat.fill_null(0).to_numpy(zero_copy_only=False)[valid]
+    return pane_values.pack(counts, values)
 
 
 def carrier_rows(window: ph.WindowAggregateExec, buckets: int) -> pa.RecordBatch:
@@ -188,10 +244,12 @@ def carrier_rows(window: ph.WindowAggregateExec, buckets: int) -> pa.RecordBatch
     schema = spark_partial_schema(window)
     arrays = [pa.nulls(buckets, schema.field(k.name).type) for k in window.keys]
     arrays.append(pa.array(np.arange(buckets, dtype=np.int64)))
-    for field in window.fields:
+    for field in incremental_part(window).fields:
         dtype, neutrals = neutral(field)
         for value in neutrals:
             arrays.append(pa.array(np.full(buckets, value, dtype)))
+    for _ in values_columns(window):
+        arrays.append(pane_values.pack(np.zeros(buckets, np.int64), np.empty(0, np.int64)))
     return pa.RecordBatch.from_arrays(
         [a.cast(f.type) for a, f in zip(arrays, schema, strict=True)], schema=schema
     )
@@ -219,7 +277,7 @@ def stage1(
             if table.num_rows:
                 yield function(table)
 
-    partials = native.mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+    partials = native.mapInArrow(per_partition, partial_ddl(window))
     return partials.withColumn(BUCKET, bucket_column(window, buckets))
 
 
@@ -254,5 +312,5 @@ def kernel_stage1(
                 [partials.column(f.name).cast(f.type) for f in schema], schema=spark_schema
             )
 
-    partials = source.select(*columns).mapInArrow(per_partition, ddl(spark_partial_columns(window)))
+    partials = source.select(*columns).mapInArrow(per_partition, partial_ddl(window))
     return partials.withColumn(BUCKET, bucket_column(window, buckets))

@@ -30,12 +30,14 @@ no second watermark operator, so the query's watermark stays the user's event-ti
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import cloudpickle
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
@@ -82,8 +84,38 @@ def _to_arrow(
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+# Plans by the digest of their pickled bytes, per Python worker. Spark deserializes a
+# callback's closure anew for every task (each micro-batch); a plan carrying a Python window
+# function would then hold a new function object each time, and numba compiles the
+# evaluation loop per function object. Reused workers (Spark's default) keep one plan, and its
+# compiled functions, for all the query's tasks.
+_PLANS: dict[str, ph.ProjectExec] = {}
+
+
+def _shipped(plan: ph.ProjectExec) -> Callable[[], ph.ProjectExec]:
+    """`plan` as bytes in the callback's closure, deserialized once per worker process."""
+    if not any(
+        a.python is not None
+        for node in ph.walk(plan)
+        if isinstance(node, ph.WindowAggregateExec)
+        for a in node.aggregates
+    ):
+        return lambda: plan  # nothing compiled per object: no need
+    payload = cloudpickle.dumps(plan)
+    digest = hashlib.sha256(payload).hexdigest()
+
+    def load() -> ph.ProjectExec:
+        cached = _PLANS.get(digest)
+        if cached is None:
+            cached = _PLANS[digest] = cloudpickle.loads(payload)
+        return cached
+
+    return load
+
+
 def bucket_function(plan: ph.ProjectExec):  # noqa: ANN201  (a pyspark callback)
     """The applyInPandasWithState callback of one query."""
+    load_plan = _shipped(plan)
     window = ph.find(plan, ph.WindowAggregateExec)
     schema = partial_schema(window)
     spark_schema = spark_partial_schema(window)
@@ -92,7 +124,7 @@ def bucket_function(plan: ph.ProjectExec):  # noqa: ANN201  (a pyspark callback)
     def run_bucket(
         bucket: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
-        tree = OperatorTree(plan)  # the window operator, then HAVING and the projection
+        tree = OperatorTree(load_plan())  # the window operator, HAVING, the projection
         results = tree.schema
         if state.exists:
             # the bucket ran in every earlier micro-batch (carrier rows, timeouts), so the
