@@ -168,3 +168,44 @@ def test_restart_from_checkpoint_gives_the_uninterrupted_output(spark, tmp_path)
     left = canonical(restarted.assign(window_end=restarted["window_start"]), ["k"])
     right = canonical(uninterrupted.assign(window_end=uninterrupted["window_start"]), ["k"])
     pd.testing.assert_frame_equal(left, right, check_dtype=False)
+
+
+def test_arrow_stage1_ships_the_values_the_operator_ships():
+    """Stage 1's Arrow path (`list` aggregation of order keys, packed) gives each (key, pane)
+    the values the operator's own `preaggregate` gives (no Spark job: pure Arrow)."""
+    from mangonel.compiler import physical as ph
+    from mangonel.runtime.operators import pane_values
+    from mangonel.runtime.spark.stage1 import argument_column, arrow_preaggregate, spark_name
+
+    session = mg.Session(backend="cpu")
+    session.execute(f"CREATE STREAM s ({DDL}) WITH (event_time = 'ts')")
+    plan = session.sql(f"SELECT k, {NATIVE} FROM s {WINDOW} WHERE x <> 4 GROUP BY k").plan
+    window = ph.find(plan, ph.WindowAggregateExec)
+    rows = micro_batches(files=1, rows=400)[0]
+    rows = rows.set_column(3, "v", pa.array([-0.0, np.nan, None, 0.0] * 100, pa.float64()))
+    ours = LocalQuery(plan).window_operator.preaggregate(rows)
+    kept = rows.filter(pa.compute.not_equal(rows["x"], 4))  # WHERE, as Spark runs it natively
+    micros = kept["ts"].cast(pa.int64()).to_numpy()
+    columns = {"k": kept["k"], "__pane": pa.array(micros // window.pane_length)}
+    arguments = []
+    for field in window.fields:
+        if field.argument is not None and field.argument not in arguments:
+            arguments.append(field.argument)
+            columns[argument_column(len(arguments) - 1)] = kept[field.argument.name]
+    theirs = arrow_preaggregate(window)(pa.table(columns))
+    assert theirs.num_rows == ours.num_rows
+
+    def cells(batch: pa.RecordBatch, name: str) -> dict[tuple, list[int]]:
+        counts, values = pane_values.unpack(batch.column(name))
+        ends = np.cumsum(counts)
+        keys = zip(batch.column("k").to_pylist(), batch.column("__pane").to_pylist(), strict=True)
+        return {
+            key: sorted(values[end - n : end].tolist())
+            for key, n, end in zip(keys, counts, ends, strict=True)
+        }
+
+    names = [f.name for f in window.fields if f.kind.holistic]
+    assert len(names) == 2  # v and x
+    for name in names:
+        assert cells(theirs, spark_name(name)) == cells(ours, name)
+    assert any(cells(ours, names[0]).values())
