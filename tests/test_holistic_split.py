@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 import mangonel
+from mangonel.compiler import physical as ph
 from mangonel.runtime.local.query import LocalQuery
 from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.tree import OperatorTree
@@ -26,6 +27,13 @@ QUERY = (
     "PERCENTILE_DISC(0.25) WITHIN GROUP (ORDER BY x) AS pd, PERCENTILE(v, 0.9) AS p9, "
     "APPROX_COUNT_DISTINCT(x) AS a, spread(v) AS sp, COUNT(*) AS n "
     "FROM s [RANGE 8 MICROSECONDS SLIDE 2 MICROSECONDS] WHERE x <> 13 GROUP BY k"
+)
+
+# no Python function and no sketch: both keep the holistic step on the CPU in GPU plans
+GPU_QUERY = (
+    "SELECT k, window_start, MEDIAN(v) AS m, SUM(v) AS s, COUNT(DISTINCT x) AS d, "
+    "PERCENTILE_DISC(0.25) WITHIN GROUP (ORDER BY x) AS pd, PERCENTILE(v, 0.9) AS p9, "
+    "COUNT(*) AS n FROM s [RANGE 8 MICROSECONDS SLIDE 2 MICROSECONDS] WHERE x <> 13 GROUP BY k"
 )
 
 
@@ -57,38 +65,48 @@ def _batches() -> list[pa.RecordBatch]:
     return batches
 
 
-def _plan():
-    session = mangonel.Session(backend="cpu")
+def _plan(query: str = QUERY, backend: str = "cpu"):
+    session = mangonel.Session(backend=backend)
     session.execute(DDL)
     session.register_window_function("spread", spread, returns="DOUBLE")
-    return session.sql(QUERY).plan
+    return session.sql(query).plan
 
 
 def _rows(batches: list[pa.RecordBatch]) -> list[dict]:
     return [row for batch in batches for row in batch.to_pylist()]
 
 
-def test_split_form_with_a_restart_equals_the_fused_operator():
-    plan = _plan()
-    standalone = LocalQuery(plan)
-    expected = []
+def split_run(plan, batches, stage1_placements=(), restart_after: int | None = 2) -> list[dict]:
+    """The plan in the split form, as Spark drives it: stage 1 over two halves of each batch
+    (two "partitions", each a fresh operator), stage 2 merging them and advancing the
+    watermark; its state snapshotted and restored into a new tree after `restart_after`."""
+    window = ph.find(plan, ph.WindowAggregateExec)
     stage2 = OperatorTree(plan)
     got = []
-    for number, batch in enumerate(_batches()):
-        expected += _rows(standalone.process(batch))
+    for number, batch in enumerate(batches):
         half = batch.num_rows // 2
-        for part in (batch.slice(0, half), batch.slice(half)):  # two "partitions"
-            partials = OperatorTree(plan).leaf().preaggregate(part)
-            stage2.leaf().merge(partials)
+        for part in (batch.slice(0, half), batch.slice(half)):
+            stage1 = OperatorTree(window, extra_placements=stage1_placements).leaf()
+            stage2.leaf().merge(stage1.preaggregate(part))
         got += _rows(stage2.on_watermark(stage2.leaf().max_event_time - 3))
-        if number == 2:  # a restart from the checkpointed state
+        if number == restart_after:  # a restart from the checkpointed state
             saved = stage2.snapshot()
             stage2 = OperatorTree(plan)
             stage2.restore(saved)
-    expected += _rows(standalone.finish())
-    got += _rows(stage2.finish())
-    assert len(expected) > 20 and any(row["d"] for row in expected)
     assert stage2.leaf().metrics().late_tuples_dropped > 0  # late panes were dropped too
+    return got + _rows(stage2.finish())
+
+
+def standalone_run(plan, batches) -> list[dict]:
+    standalone = LocalQuery(plan)
+    return _rows([b for batch in batches for b in standalone.process(batch)] + standalone.finish())
+
+
+def test_split_form_with_a_restart_equals_the_fused_operator():
+    plan = _plan()
+    expected = standalone_run(plan, _batches())
+    assert len(expected) > 20 and any(row["d"] for row in expected)
+    got = split_run(plan, _batches())
     assert [str(row) for row in got] == [str(row) for row in expected]
 
 
@@ -118,3 +136,22 @@ def test_pane_values_round_trip(counts):
     assert pane_values.unpack(through_pandas)[1].tolist() == values.tolist()
     with_null = pa.concat_arrays([packed, pa.nulls(1, pa.binary())])
     assert pane_values.unpack(with_null)[0].tolist() == [*counts, 0]
+
+
+def test_split_form_of_a_gpu_plan_obeys_stage_ones_placement(monkeypatch):
+    """With the stand-in "gpu" backend (CPU kernels that refuse the steps the GPU lacks):
+    stage 1 pre-aggregates on the CPU as the Spark planner places it, stage 2 runs the GPU
+    plan's lift, merge and holistic step on the "gpu" kernels; results are the CPU's."""
+    import fake_gpu_backend
+
+    from mangonel.runtime.operators import registry
+
+    monkeypatch.setitem(registry.BACKEND_MODULES, "gpu", "fake_gpu_backend")
+    fake_gpu_backend.LIFTS.clear()
+    plan = ph.with_backend(_plan(GPU_QUERY), "gpu", "test")
+    assert ph.placement(ph.find(plan, ph.WindowAggregateExec), "holistic").backend == "gpu"
+    expected = standalone_run(_plan(GPU_QUERY), _batches())
+    placed = (ph.Placement("preaggregate", "cpu", "partials leave by the host"),)
+    got = split_run(plan, _batches(), stage1_placements=placed)
+    assert [str(row) for row in got] == [str(row) for row in expected]
+    assert fake_gpu_backend.LIFTS  # stage 1 lifted on the "gpu" kernels

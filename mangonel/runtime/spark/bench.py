@@ -210,9 +210,8 @@ def run_spark_benchmarks(
     holistic = getattr(arguments, "holistic", False)
     chosen = shapes or (HOLISTIC_SHAPES if holistic else DEFAULT_SHAPES)
     print("warming up (Python workers, JIT) ...", flush=True)
-    measure_shape(
-        spark, SparkShape(1_000_000, 100_000, keys=10), 20_000, rate, 10_000, seed, backend
-    )
+    warm_up = SparkShape(1_000_000, 100_000, keys=10, aggregate=chosen[0].aggregate)
+    measure_shape(spark, warm_up, 20_000, rate, 10_000, seed, backend)
     print(
         f"{'shape':32s} {'tuples':>10s} {'mangonel':>14s} {'Spark native':>14s} {'ratio':>8s} "
         f"{'rows out':>10s}  plan (two-stage rate where native was chosen)"
