@@ -18,7 +18,11 @@ part, BIGINT or DOUBLE storage; `<name>.<part>` otherwise: MOMENTS has `<name>.n
 `<name>.mean`, `<name>.m2`). Cells of a partial whose argument was all NULL hold the field's
 neutral element (`physical.neutral`: 0 for counts, sums and moments; for MIN/MAX the
 largest/smallest value in Spark's order: the int64 range, NaN and -inf). The Arrow
-aggregations of each kind are its `arrow` face (`mangonel.aggregates`).
+aggregations of each kind are its `arrow` face (`mangonel.aggregates`). A holistic function's
+`values` field (raw values, no partial state) follows the incremental fields as one BINARY
+column: the (key, pane)'s non-NULL values as packed int64 order keys
+(`runtime.operators.pane_values`; empty where all were NULL), collected with Arrow's `list`
+aggregation; stage 2's holistic operator keeps them per pane.
 """
 
 from __future__ import annotations
