@@ -90,6 +90,7 @@ def _to_arrow(
 # evaluation loop per function object. Reused workers (Spark's default) keep one plan, and its
 # compiled functions, for all the query's tasks.
 _PLANS: dict[str, ph.ProjectExec] = {}
+_MAX_PLANS = 16  # per worker: the oldest is forgotten first (it is only a cache)
 
 
 def _shipped(plan: ph.ProjectExec) -> Callable[[], ph.ProjectExec]:
@@ -107,6 +108,8 @@ def _shipped(plan: ph.ProjectExec) -> Callable[[], ph.ProjectExec]:
     def load() -> ph.ProjectExec:
         cached = _PLANS.get(digest)
         if cached is None:
+            if len(_PLANS) >= _MAX_PLANS:
+                del _PLANS[next(iter(_PLANS))]
             cached = _PLANS[digest] = cloudpickle.loads(payload)
         return cached
 
