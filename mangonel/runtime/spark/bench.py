@@ -229,6 +229,7 @@ def run_spark_benchmarks(
                 if result.two_stage_tuples_per_second
                 else ""
             )
+            + f"  [{result.mangonel_seconds:.1f} s vs {result.spark_seconds:.1f} s]"
             + agree,
             flush=True,
         )
