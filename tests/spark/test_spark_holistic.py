@@ -135,8 +135,8 @@ RESTART_QUERY = (
 )
 
 
-def _run_to_files(spark, folder, checkpoint, output) -> None:
-    session = mg.attach(spark)
+def _run_to_files(spark, folder, checkpoint, output, stage1: str) -> None:
+    session = mg.attach(spark, stage1=stage1)
     session.register(
         "s", file_stream(spark, folder, DDL), event_time="ts", watermark=f"{DELAY_MS} milliseconds"
     )
@@ -154,14 +154,18 @@ def _run_to_files(spark, folder, checkpoint, output) -> None:
 
 
 def test_restart_from_checkpoint_gives_the_uninterrupted_output(spark, tmp_path):
+    """The restarted query runs stage 1 with the operator's own `preaggregate` (the GPU
+    plans' kind, here on the CPU kernels), the uninterrupted one with Arrow's: the two
+    stage-1 paths ship the same values."""
     data = micro_batches(files=4, rows=200)
     write_micro_batches(tmp_path / "all", data)
-    _run_to_files(spark, tmp_path / "all", tmp_path / "ck_all", tmp_path / "out_all")
+    _run_to_files(spark, tmp_path / "all", tmp_path / "ck_all", tmp_path / "out_all", "arrow")
     write_micro_batches(tmp_path / "part", data[:2])
-    _run_to_files(spark, tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part")
+    part = (tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part", "kernels")
+    _run_to_files(spark, *part)
     first_run = spark.read.parquet(str(tmp_path / "out_part")).count()
     write_micro_batches(tmp_path / "part", data[2:])
-    _run_to_files(spark, tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part")
+    _run_to_files(spark, *part)
     uninterrupted = spark.read.parquet(str(tmp_path / "out_all")).toPandas()
     restarted = spark.read.parquet(str(tmp_path / "out_part")).toPandas()
     assert 0 < first_run < len(restarted)  # windows came from both runs
