@@ -1,0 +1,43 @@
+"""The split (Spark) form of holistic window functions in a GPU plan (run with `pytest -m gpu`
+on a GPU host; Spark is not needed): stage 1 with the GPU lift kernels and its
+pre-aggregation placed on the CPU (as the Spark planner places it), stage 2 merging into the
+GPU pane state and evaluating the holistic step on the device, with a restart; results equal
+the CPU backend's standalone run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from gpu_device import gpu_available  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+if not gpu_available():
+    pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
+
+from test_holistic_split import (  # noqa: E402
+    GPU_QUERY,
+    _batches,
+    _plan,
+    split_run,
+    standalone_run,
+)
+
+from mangonel.compiler import physical as ph  # noqa: E402
+
+
+def test_gpu_split_form_with_a_restart_equals_the_cpu_standalone_run():
+    plan = _plan(GPU_QUERY, backend="gpu")
+    window = ph.find(plan, ph.WindowAggregateExec)
+    assert ph.placement(window, "holistic").backend == "gpu"
+    assert ph.placement(window, "lift").backend == "gpu"
+    expected = standalone_run(_plan(GPU_QUERY, backend="cpu"), _batches())
+    placed = (ph.Placement("preaggregate", "cpu", "Spark's planner: partials leave by the host"),)
+    got = split_run(plan, _batches(), stage1_placements=placed)
+    # the values are small integers: sums are exact in any order of addition
+    assert [str(row) for row in got] == [str(row) for row in expected]
