@@ -134,7 +134,11 @@ def test_split_form_with_a_restart_equals_the_fused_operator():
 
 
 def test_split_form_ships_event_times_of_a_function_with_timestamps():
+    from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
+
     plan = _timed_plan()
+    stages = spark_stages_text(plan_spark(TIMED_QUERY, plan, partitions=2))
+    assert "pane_times=[values_" in stages
     window = ph.find(plan, ph.WindowAggregateExec)
     partials = OperatorTree(window).leaf().preaggregate(_batches()[0])
     timed = [n for n in partials.schema.names if n.endswith(".time")]

@@ -22,6 +22,7 @@ from mangonel.compiler.explain import (
     format_duration,
     format_expression,
 )
+from mangonel.compiler.holistic import timed_fields
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import PlanError
 from mangonel.runtime.spark import native as native_module
@@ -375,6 +376,10 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
             # the holistic functions' raw values cross the shuffle, per (key, pane)
             shipped = f"[{', '.join(values)}] (BINARY: the non-NULL values as int64 order keys)"
             shape.append(Parameter("pane_values", shipped, values))
+            timed = sorted(timed_fields(window))
+            if timed:  # a Python function with_timestamps: the values' event times too
+                times = f"[{', '.join(timed)}] (BINARY: the values' event times, microseconds)"
+                shape.append(Parameter("pane_times", times, timed))
     stage1 = PlanNode(
         "Stage1 mapInArrow",
         (*shape, *_per_executor(window.backend)),
