@@ -92,8 +92,8 @@ TIMED_QUERY = (
 )
 
 
-def _timed_plan():
-    session = mangonel.Session(backend="cpu")
+def _timed_plan(backend: str = "cpu"):
+    session = mangonel.Session(backend=backend)
     session.execute(DDL)
     session.register_window_function("pairs", value_time_pairs, with_timestamps=True)
     return session.sql(TIMED_QUERY).plan
@@ -180,19 +180,23 @@ def test_pane_values_round_trip(counts):
     assert pane_values.unpack(with_null)[0].tolist() == [*counts, 0]
 
 
-def test_split_form_of_a_gpu_plan_obeys_stage_ones_placement(monkeypatch):
+@pytest.mark.parametrize("timed", [False, True], ids=["values", "with_timestamps"])
+def test_split_form_of_a_gpu_plan_obeys_stage_ones_placement(monkeypatch, timed):
     """With the stand-in "gpu" backend (CPU kernels that refuse the steps the GPU lacks):
     stage 1 pre-aggregates on the CPU as the Spark planner places it, stage 2 runs the GPU
-    plan's lift, merge and holistic step on the "gpu" kernels; results are the CPU's."""
+    plan's lift, merge and holistic step on the "gpu" kernels (also with event times
+    shipped for a function with_timestamps); results are the CPU's."""
     import fake_gpu_backend
 
     from mangonel.runtime.operators import registry
 
     monkeypatch.setitem(registry.BACKEND_MODULES, "gpu", "fake_gpu_backend")
     fake_gpu_backend.LIFTS.clear()
-    plan = ph.with_backend(_plan(GPU_QUERY), "gpu", "test")
+    cpu_plan = _timed_plan() if timed else _plan(GPU_QUERY)
+    # a GPU session checks the function compiles for CUDA (replanning a CPU plan does not)
+    plan = _timed_plan("gpu") if timed else ph.with_backend(cpu_plan, "gpu", "test")
     assert ph.placement(ph.find(plan, ph.WindowAggregateExec), "holistic").backend == "gpu"
-    expected = standalone_run(_plan(GPU_QUERY), _batches())
+    expected = standalone_run(cpu_plan, _batches())
     placed = (ph.Placement("preaggregate", "cpu", "partials leave by the host"),)
     got = split_run(plan, _batches(), stage1_placements=placed)
     assert [str(row) for row in got] == [str(row) for row in expected]

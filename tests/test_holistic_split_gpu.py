@@ -24,6 +24,7 @@ from test_holistic_split import (  # noqa: E402
     GPU_QUERY,
     _batches,
     _plan,
+    _timed_plan,
     split_run,
     standalone_run,
 )
@@ -40,4 +41,17 @@ def test_gpu_split_form_with_a_restart_equals_the_cpu_standalone_run():
     placed = (ph.Placement("preaggregate", "cpu", "Spark's planner: partials leave by the host"),)
     got = split_run(plan, _batches(), stage1_placements=placed)
     # the values are small integers: sums are exact in any order of addition
+    assert [str(row) for row in got] == [str(row) for row in expected]
+
+
+def test_gpu_split_form_of_a_function_with_timestamps_equals_the_cpu_standalone_run():
+    """Stage 2 groups the shipped values and their event times by pane on the device
+    (`split_panes` with times) and calls the function through numba's CUDA target."""
+    plan = _timed_plan(backend="gpu")
+    window = ph.find(plan, ph.WindowAggregateExec)
+    assert ph.placement(window, "holistic").backend == "gpu"
+    expected = standalone_run(_timed_plan(backend="cpu"), _batches())
+    assert any(row["p"] is not None for row in expected)
+    placed = (ph.Placement("preaggregate", "cpu", "Spark's planner: partials leave by the host"),)
+    got = split_run(plan, _batches(), stage1_placements=placed)
     assert [str(row) for row in got] == [str(row) for row in expected]
