@@ -11,7 +11,7 @@ from mangonel.compiler import codegen
 from mangonel.compiler.codegen import GeneratedModule
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import StateField
-from mangonel.runtime.gpu import device
+from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.host.arrays import array_with_nulls
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.operators.results import cells_with_rows, finalize
@@ -52,8 +52,6 @@ class GpuPaneState:
         self.options = options
         # the output path's buffers, reused across firings (grown by powers of two)
         self._packed: Any = None  # device: the packed results of one firing
-        self._pinned: np.ndarray | None = None  # host, pinned: their copy
-        self._pinned_memory: Any = None
         self._block_partials: Any = None  # `block_partials`
         # the tree kept across firings (`_kept_tree`): upper levels per part, their offsets,
         # its top level, and the columns merged since it was last brought up to date
@@ -420,13 +418,11 @@ class GpuPaneState:
                     packed,
                 ),
             )
-            if self._pinned is None or self._pinned.size < nbytes:
-                size = _grown(nbytes)
-                self._pinned_memory = cp.cuda.alloc_pinned_memory(size)
-                self._pinned = np.frombuffer(self._pinned_memory, np.uint8, size)
-            staging = self._pinned[:nbytes]
+            buffer = pinned.borrow(nbytes)
+            staging = buffer.view[:nbytes]
             packed[:nbytes].get(out=staging)  # one device -> pinned copy (synchronous)
             data = staging.copy()
+            pinned.give_back(buffer)
         slot_of_cell = data[: 8 * rows].view(np.int64) if rows else empty
         window_number = data[8 * rows : 16 * rows].view(np.int64) if rows else empty
         nulls = data[8 * (2 + count) * rows :].view(np.bool_)
