@@ -19,9 +19,9 @@ class FakeGpuKernels(CpuKernels):
         LIFTS.append(batch.num_rows)
         return super().lift_tuples(lift, batch)
 
-    def lift_merge(self, lift, window, batch, keys, target, watermark):  # noqa: ANN001, ANN201
+    def lift_merge(self, lift, window, batch, keys, target, watermark, while_running=None):  # noqa: ANN001, ANN201
         LIFTS.append(batch.num_rows)
-        return super().lift_merge(lift, window, batch, keys, target, watermark)
+        return super().lift_merge(lift, window, batch, keys, target, watermark, while_running)
 
     def segment_windows(self, *arguments):  # noqa: ANN002, ANN201
         raise AssertionError("the count-window tree is placed on the CPU")

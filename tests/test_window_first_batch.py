@@ -78,3 +78,44 @@ def test_a_large_first_batch_gives_the_results_of_the_unsplit_run(monkeypatch, b
         got = split.column(name).to_numpy(zero_copy_only=False)
         want = whole.column(name).to_numpy(zero_copy_only=False)
         assert np.allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True), name
+
+
+@pytest.mark.gpu
+def test_the_next_batch_is_staged_while_the_current_one_merges_and_used(monkeypatch):
+    """`prefetch` defers the next batch's staging into the current batch's fused pass
+    (`while_running`): every batch after the first is then taken from its prefetch."""
+    batches = [_first_batch(50_000, seed) for seed in range(5)]
+    session = Session("gpu")
+    session.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k BIGINT, v DOUBLE) WITH (event_time = 'ts', "
+        "watermark = '1 second')"
+    )
+    query = session.sql(
+        "SELECT k, window_start, SUM(v) AS total FROM s [RANGE 1 SECOND] GROUP BY k"
+    )
+    staged_beside: list[int] = []  # batches staged by the hook, inside another's fused pass
+    original = window.TimeWindowOperator._stage_deferred
+
+    def counted(self):  # noqa: ANN001, ANN202
+        if self._deferred is not None:
+            staged_beside.append(self._deferred.num_rows)
+        return original(self)
+
+    monkeypatch.setattr(window.TimeWindowOperator, "_stage_deferred", counted)
+    got = query.run(batches)
+    metrics = query._runner.window_operator.kernels.metrics
+    assert len(staged_beside) == len(batches) - 1  # all but the first
+    assert metrics.prefetch_hits == metrics.prefetches == len(batches)
+    want = Session("cpu")
+    want.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k BIGINT, v DOUBLE) WITH (event_time = 'ts', "
+        "watermark = '1 second')"
+    )
+    expected = want.sql(query.text).run(batches)
+    assert got.num_rows == expected.num_rows > 0
+    assert got.column("k").equals(expected.column("k"))
+    assert np.allclose(
+        got.column("total").to_numpy(zero_copy_only=False),
+        expected.column("total").to_numpy(zero_copy_only=False),
+        equal_nan=True,
+    )

@@ -314,10 +314,15 @@ class CpuKernels:
         extremes: the conformer measures them)."""
         return None
 
-    def lift_merge(self, lift, window, batch, keys, target, watermark) -> FusedMerge:
+    def lift_merge(
+        self, lift, window, batch, keys, target, watermark, while_running=None
+    ) -> FusedMerge:
         """The fused pass on the CPU: lift, then merge the rows with a known key and a pane in
         the target straight into it (one lookup, one numba scatter per field); rows with new
-        keys or other panes go back to the driver as the rest."""
+        keys or other panes go back to the driver as the rest. Nothing runs beside it here:
+        `while_running` is called first."""
+        if while_running is not None:
+            while_running()
         lifted = self.lift_tuples(lift, batch)
         contributes = lifted.contributes
         if target is None or not lifted.rows or not isinstance(keys, KeyTable):

@@ -22,6 +22,7 @@ them and EXPLAIN says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -318,6 +319,7 @@ class GpuKernels:
         keys,
         target: PaneTarget | None,
         watermark: int | None,
+        while_running: Callable[[], None] | None = None,
     ) -> FusedMerge:
         """One batch in one launch per staged chunk (`GpuOptions.chunk_rows`): staged columns
         -> fused lift + key probe + pane + lateness + block-combined merge into the target
@@ -337,6 +339,8 @@ class GpuKernels:
             and rows > 0
         )
         if not usable:
+            if while_running is not None:
+                while_running()
             lifted = self.lift_tuples(lift, batch, staged)
             return FusedMerge.unplaced(lifted)
         cp = device.cupy()
@@ -383,6 +387,8 @@ class GpuKernels:
                 ),
             )
         status.data.copy_to_host_async(self._status_host.ptr, 8 * _STATUS_WORDS, stream)
+        if while_running is not None:  # e.g. the next batch's host copy pass, beside the kernels
+            while_running()
         stream.synchronize()
         late, nulls, max_ts, low, high, undecided = (int(v) for v in self._status_view)
         max_event_time = _unbias(max_ts) if nulls < rows else None

@@ -29,6 +29,7 @@ host-sized (one value per key or per window run) is numpy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -242,9 +243,12 @@ class WindowKernels(Protocol):
         keys: KeyMap,
         target: PaneTarget | None,
         watermark: int | None,
+        while_running: Callable[[], None] | None = None,
     ) -> FusedMerge:
         """Fused lift + merge of one batch into `target` against `watermark` (None: -inf);
-        see `FusedMerge` for the rows it leaves to the split path."""
+        see `FusedMerge` for the rows it leaves to the split path. `while_running` is called
+        once the pass is under way and before its result is waited for (the GPU: after the
+        launches, before the sync), so host work placed there overlaps the device's."""
 
     def prefetch(
         self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch

@@ -127,6 +127,7 @@ class TimeWindowOperator(OperatorBase):
         self.cumulate = self.spec.kind is WindowKind.CUMULATE
         self.segments: list[_Segment] = []  # ordered by pane, at least a window apart
         self.next_window: int | None = None  # the oldest window that has not fired
+        self._deferred: pa.RecordBatch | None = None  # the next batch, staged during this one
         # bytes of one (key, pane) cell over every field's arrays (8-byte parts)
         self.cell_bytes = sum(8 * parts for _, parts in field_arrays(self.fields))
 
@@ -136,6 +137,21 @@ class TimeWindowOperator(OperatorBase):
         """The kernels start copying the batch now (`prefetch`; the GPU's copy pass measures
         the event time's min and max, which the range check then reuses)."""
         return self.kernels.prefetch(self.lift_node, self.window, batch)
+
+    def prefetch(self, batch: pa.RecordBatch) -> None:
+        """The hint that `batch` comes next is kept, and acted on while the current batch's
+        fused pass runs (`_stage_deferred`): the next batch's host copy pass then overlaps
+        the device's work on this one instead of preceding it. A batch processed with no
+        pass before it is conformed and staged by `process`, as without a hint."""
+        if not self.finished:
+            self._deferred = batch
+
+    def _stage_deferred(self) -> None:
+        """Conform and stage the batch `prefetch` named (once; errors wait for its
+        `process`)."""
+        batch, self._deferred = self._deferred, None
+        if batch is not None:
+            super().prefetch(batch)
 
     def _process(self, batch: pa.RecordBatch) -> None:
         """The first batch of a run has no segment and no known key, so the fused pass would
@@ -159,7 +175,13 @@ class TimeWindowOperator(OperatorBase):
         path, so segments and first-seen key order stay the driver's decisions."""
         target, segment = self._fused_target()
         fused = self.kernels.lift_merge(
-            self.lift_node, self.window, batch, self.keys, target, self.watermark
+            self.lift_node,
+            self.window,
+            batch,
+            self.keys,
+            target,
+            self.watermark,
+            self._stage_deferred,
         )
         self.tuples_in += fused.rows
         self.null_event_time += fused.null_event_time
