@@ -11,7 +11,7 @@ Layers, lowest first (docs/architecture.md):
 Every module under mangonel/ is parsed with `ast`; module-level and function-level imports
 (lazy ones too, and those under TYPE_CHECKING) count. CuPy may be imported only under
 runtime/gpu, pyspark only under runtime/spark, numba only under runtime/cpu (where the CPU
-kernels are jitted; one exception, the GPU backend's host staging pass in runtime/gpu/wire.py),
+kernels are jitted; one exception, the GPU backend's host-side loops in runtime/gpu/host_loops.py),
 except numba.cuda: only under runtime/gpu (Python window functions
 compiled by numba's CUDA target). A third-party `from a import b` counts as `a.b`, so the
 most specific rule (numba.cuda before numba) decides.
@@ -69,9 +69,10 @@ CONFINED = {
 }
 # modules allowed a confined import outside its layer, each with its reason
 EXCEPTIONS = {
-    # the GPU backend's host staging pass (pageable -> pinned, narrowing) runs as numba
-    # parallel loops: numpy ufuncs on a thread pool reached a quarter of its rate
-    ("mangonel.runtime.gpu.wire", "numba"),
+    # the GPU backend's host-side loops (staging's copy and narrowing, the output path's
+    # copy and key gather) run as numba parallel loops: numpy ufuncs on a thread pool
+    # reached a quarter of their rate
+    ("mangonel.runtime.gpu.host_loops", "numba"),
 }
 
 

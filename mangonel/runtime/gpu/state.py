@@ -12,6 +12,7 @@ from mangonel.compiler.codegen import GeneratedModule
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import StateField
 from mangonel.runtime.gpu import device, pinned
+from mangonel.runtime.gpu.host_loops import parallel_copy
 from mangonel.runtime.host.arrays import array_with_nulls
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.operators.results import cells_with_rows, finalize
@@ -421,7 +422,7 @@ class GpuPaneState:
             buffer = pinned.borrow(nbytes)
             staging = buffer.view[:nbytes]
             packed[:nbytes].get(out=staging)  # one device -> pinned copy (synchronous)
-            data = staging.copy()
+            data = parallel_copy(staging)  # out of the reused buffer, in parallel slices
             pinned.give_back(buffer)
         slot_of_cell = data[: 8 * rows].view(np.int64) if rows else empty
         window_number = data[8 * rows : 16 * rows].view(np.int64) if rows else empty

@@ -23,16 +23,18 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numba
 import numpy as np
+
+from mangonel.runtime.gpu.host_loops import (
+    MAX_THREADS,
+    MIN_TASK_ROWS,
+    copy_into,
+    narrow_into,
+    tasks_for,
+)
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
-# a thread's slice is at least this many rows: below it, waking a thread costs more than
-# the copy it would do (and a 32 K-row slice of three columns fits a core's L2)
-MIN_TASK_ROWS = 1 << 15
-CACHE_BLOCK_ROWS = 1 << 14  # rows a thread narrows per step (128 KB of an int64 column)
-MAX_THREADS = 16
 
 
 def chunk_bounds(rows: int, chunk_rows: int) -> list[tuple[int, int]]:
@@ -80,43 +82,6 @@ class ChunkWire:
     high: int | None
 
 
-@numba.njit(parallel=True, nogil=True, cache=True)
-def _narrow_into(source, target, base, tasks):  # noqa: ANN001, ANN202
-    """target[i] = the low 32 bits of source[i] - base (int32, wrapping), and the min and max
-    of `source`, in `tasks` slices run by numba's thread pool (the GIL released throughout).
-    Each slice goes block by block, so min and max read a block while it is still in the
-    core's cache; the three loops vectorise."""
-    rows = source.shape[0]
-    lows = np.empty(tasks, np.int64)
-    highs = np.empty(tasks, np.int64)
-    for task in numba.prange(tasks):
-        first = rows * task // tasks
-        end = rows * (task + 1) // tasks
-        low = source[first]
-        high = source[first]
-        for block in range(first, end, CACHE_BLOCK_ROWS):
-            stop = min(block + CACHE_BLOCK_ROWS, end)
-            for i in range(block, stop):
-                target[i] = np.int32(source[i] - base)
-            for i in range(block, stop):
-                low = min(low, source[i])
-            for i in range(block, stop):
-                high = max(high, source[i])
-        lows[task] = low
-        highs[task] = high
-    return lows.min(), highs.max()
-
-
-@numba.njit(parallel=True, nogil=True, cache=True)
-def _copy_into(source, target, tasks):  # noqa: ANN001, ANN202
-    """target[:] = source in `tasks` slices run by numba's thread pool."""
-    rows = source.shape[0]
-    for task in numba.prange(tasks):
-        first = rows * task // tasks
-        end = rows * (task + 1) // tasks
-        target[first:end] = source[first:end]
-
-
 class CopyPool:
     """The host copy pass with `threads` threads (`default_threads()` for 0): each chunk's
     columns are copied (and narrowed) by numba kernels whose loops run in parallel slices on
@@ -132,7 +97,7 @@ class CopyPool:
 
     def tasks(self, rows: int) -> int:
         """Slices for a chunk of `rows`: one per thread, each of at least MIN_TASK_ROWS."""
-        return max(1, min(self.threads, rows // MIN_TASK_ROWS))
+        return tasks_for(rows, self.threads)
 
     def slices(self, first: int, end: int) -> list[tuple[int, int]]:
         """[first, end) cut as the kernels cut it: `tasks` slices of equal size to a row."""
@@ -152,7 +117,7 @@ class CopyPool:
             wide_view = source.target[: rows * source.array.itemsize].view(source.array.dtype)
             if not source.offset:
                 if rows:
-                    _copy_into(part, wide_view, tasks)
+                    copy_into(part, wide_view, tasks)
                 wires.append(ChunkWire(False, 0, rows * source.array.itemsize, None, None))
                 continue
             if not rows:
@@ -160,11 +125,11 @@ class CopyPool:
                 continue
             # the chunk's first value as base: within [min, max], so the range decides the fit
             base = int(part[0])
-            low, high = _narrow_into(part, source.target[: 4 * rows].view(np.int32), base, tasks)
+            low, high = narrow_into(part, source.target[: 4 * rows].view(np.int32), base, tasks)
             low, high = int(low), int(high)
             narrow = fits_offsets(low, high, base)
             if not narrow:  # rare: the chunk spans more than int32 offsets can; again at 8 bytes
-                _copy_into(part, wide_view, tasks)
+                copy_into(part, wide_view, tasks)
             wires.append(
                 ChunkWire(narrow, base if narrow else 0, rows * (4 if narrow else 8), low, high)
             )
@@ -198,6 +163,7 @@ def read_chunk(wire: ChunkWire, data: np.ndarray, rows: int) -> np.ndarray:
 
 
 __all__ = [
+    "MIN_TASK_ROWS",
     "INT32_MAX",
     "INT32_MIN",
     "ChunkSource",
