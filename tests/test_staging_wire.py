@@ -580,3 +580,16 @@ def test_pinned_pool_keeps_at_most_keep_buffers_and_waits_before_releasing(host_
     # the two smallest went back to CuPy, each only after its copy was done
     assert [e.waited for e in events[:2]] == [1, 1]
     assert all(e.waited == 0 for e in events[2:])
+
+
+@pytest.mark.parametrize("rows", [0, 1, 5 * MIN_TASK_ROWS + 3])
+def test_host_loops_copy_and_gather_equal_numpy(rows):
+    from mangonel.runtime.gpu.host_loops import parallel_copy, parallel_gather
+
+    rng = np.random.default_rng(rows)
+    source = rng.integers(-(1 << 62), 1 << 62, rows + 7)
+    assert np.array_equal(parallel_copy(source), source)
+    words = rng.integers(0, 1 << 40, (rows + 3, 2))  # a strided column, as the key map holds
+    slots = rng.integers(0, rows + 3, rows)
+    assert np.array_equal(parallel_gather(words[:, 1], slots), words[:, 1][slots])
+    assert parallel_gather(words[:, 0], slots[:0]).shape == (0,)
