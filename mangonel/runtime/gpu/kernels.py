@@ -421,6 +421,35 @@ class GpuKernels:
             late_rows,
         )
 
+    def preaggregate(self, slots, panes, partials, fields):
+        """Stage 1's pre-aggregation on the device: one row per (key slot, pane) pair of the
+        rows with a slot (-1: none), pairs numbered in first-seen order by a device key map of
+        two BIGINT words, each field's partials combined per pair by the merge kernel into a
+        pane state of one column. Returns (each pair's first row, its pane, the combined
+        partials per field), the CPU's `preaggregate` on device arrays."""
+        cp = device.cupy()
+        rows = int(slots.shape[0])
+        include = slots >= 0
+        pairs = self.new_key_map((SqlType.BIGINT, SqlType.BIGINT))
+        words = cp.zeros((pairs.words, rows), cp.int64)  # the NULL-mask word stays 0
+        words[0] = slots
+        words[1] = panes
+        cells = pairs.map_words(words.reshape(-1), rows, include.astype(cp.uint8))
+        count = pairs.n_slots
+        cells = cp.where(include, cells.astype(cp.int64), -1)
+        # each pair's first row: the smallest (cell, row) key of its cell
+        order = cp.sort(cp.where(include, cells * rows + cp.arange(rows, dtype=cp.int64), -1))
+        order = order[rows - int(include.sum()) :]
+        starts = cp.searchsorted(order // max(rows, 1), cp.arange(count, dtype=cp.int64))
+        first = order[starts] % max(rows, 1)
+        state = self.new_pane_state(fields)
+        state.reshape(max(count, 1), 1, 0)
+        state.merge(cells, partials)  # one pane column: the flat index is the cell
+        combined: dict[str, list] = {}
+        for part in state.parts:
+            combined.setdefault(part.field, []).append(state.arrays[part.member][:count])
+        return first, panes[first], {name: tuple(values) for name, values in combined.items()}
+
     def new_pane_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
         return GpuPaneState(
             fields,

@@ -256,7 +256,7 @@ class OperatorBase:
         self, lifted, rows, extra_name, extra, partials, out_of_range: int
     ) -> pa.RecordBatch:
         host = self.kernels.to_host
-        selection = pa.array(np.asarray(rows, np.int64), pa.int64())
+        selection = pa.array(np.asarray(host(rows), np.int64), pa.int64())
         arrays = [key.take(selection) for key in lifted.keys]
         names = [k.name for k in self.node.keys]
         arrays.append(pa.array(host(extra), pa.int64()))

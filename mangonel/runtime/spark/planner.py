@@ -36,12 +36,6 @@ COUNT_STAGE1 = (
     "count windows run stage 1 as the window operator's per-tuple partials (stage1='kernels')"
 )
 
-# Why stage 1's pane pre-aggregation of a GPU plan runs on the CPU (EXPLAIN prints it).
-PREAGGREGATE_ON_CPU = (
-    "stage 1's partials leave the process through the host; the split form has no GPU "
-    "pre-aggregation kernel"
-)
-
 
 @dataclass(frozen=True)
 class SparkQueryPlan:
@@ -121,16 +115,10 @@ def plan_spark(
     choice = native_module.choose_native(window, native)
     placements: tuple[ph.Placement, ...] = ()
     if kind == "kernels":
+        # the pane pre-aggregation runs where the lift does (the GPU's: a device key map of
+        # (slot, pane) pairs and the merge kernel): only the partials leave the device
         lift = ph.placement(window, "lift")
-        on_cpu = lift.backend == "gpu"
-        placements = (
-            lift,
-            ph.Placement(
-                "preaggregate",
-                "cpu" if on_cpu else lift.backend,
-                PREAGGREGATE_ON_CPU if on_cpu else lift.reason,
-            ),
-        )
+        placements = (lift, ph.Placement("preaggregate", lift.backend, lift.reason))
     return SparkQueryPlan(
         text,
         plan,
