@@ -331,21 +331,45 @@ def test_holistic_values_merge_with_their_sessions_and_are_freed(session):
     assert len(operator.values["session"]) == 1  # only the open session's value is kept
 
 
-def test_gpu_plans_place_every_session_step_on_the_cpu_and_say_why(monkeypatch):
+def test_gpu_plans_form_sessions_on_the_gpu_and_finalize_on_the_host(monkeypatch):
     monkeypatch.setitem(registry.BACKEND_MODULES, "gpu", "fake_gpu_backend")
     fake_gpu_backend.LIFTS.clear()
+    fake_gpu_backend.SESSION_CALLS.clear()
     plan = ph.with_backend(session_plan(10), "gpu", "test")
     window = ph.find(plan, ph.WindowAggregateExec)
     assert {p.step: p.backend for p in window.placements} == {
-        "lift": "cpu",
-        "session": "cpu",
+        "lift": "gpu",
+        "session": "gpu",
         "finalize": "cpu",
     }
     text = explain_text(plan)
-    assert "! session runs on cpu because session windows run on the cpu" in text
+    assert "! finalize runs on cpu because the window values are finalized on the host" in text
+    assert "! session runs" not in text and "! lift runs" not in text
     query = LocalQuery(plan)
     rows = rows_of(query.process(batch([0, 5, 40], [1, 1, 1])))
     assert rows == [r(0, 15, 2, 2.0)]
+    assert fake_gpu_backend.LIFTS == [3]  # the lift ran on the (stand-in) GPU kernels
+    # the batch's rows, then them with the open sessions, each formed and combined there
+    assert fake_gpu_backend.SESSION_CALLS == ["batch", "combine", "assign", "combine"]
+
+
+def test_gpu_plans_keep_holistic_sessions_on_the_cpu_and_say_why(monkeypatch):
+    monkeypatch.setitem(registry.BACKEND_MODULES, "gpu", "fake_gpu_backend")
+    fake_gpu_backend.LIFTS.clear()
+    plan = ph.with_backend(
+        session_plan(10, aggregates=[(F.COUNT_STAR, None), (F.MEDIAN, exp.column("v"))]),
+        "gpu",
+        "test",
+    )
+    window = ph.find(plan, ph.WindowAggregateExec)
+    assert {p.step: p.backend for p in window.placements} == dict.fromkeys(
+        ("lift", "session", "finalize", "holistic"), "cpu"
+    )
+    assert "! session runs on cpu because session windows with holistic aggregates run on " in (
+        explain_text(plan)
+    )
+    rows = rows_of(LocalQuery(plan).process(batch([0, 5, 40], [1, 1, 1], [1.0, 3.0, 9.0])))
+    assert rows == [{"k": 1, "window_start": 0, "window_end": 15, "a0": 2, "a1": 2.0}]
     assert fake_gpu_backend.LIFTS == []  # the lift ran on the CPU's kernels
 
 

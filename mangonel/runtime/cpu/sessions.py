@@ -104,6 +104,16 @@ def assign_sessions(
     return _session_numbers(order, slots, starts, np.ascontiguousarray(ends, np.int64))
 
 
+def batch_sessions(
+    slots: np.ndarray, starts: np.ndarray, gap: int, n_slots: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's rows `[starts, starts + gap)` merged into sessions: (the session number of
+    each row, each session's slot, start and end), sessions in (slot, start) order."""
+    starts = np.ascontiguousarray(starts, np.int64)
+    numbers, first, ends = assign_sessions(slots, starts, starts + gap, n_slots)
+    return numbers, np.asarray(slots, np.int64)[first], starts[first], ends
+
+
 def combine_sessions(
     fields: tuple[StateField, ...],
     numbers: np.ndarray,
