@@ -349,8 +349,12 @@ def test_gpu_plans_form_sessions_on_the_gpu_and_finalize_on_the_host(monkeypatch
     rows = rows_of(query.process(batch([0, 5, 40], [1, 1, 1])))
     assert rows == [r(0, 15, 2, 2.0)]
     assert fake_gpu_backend.LIFTS == [3]  # the lift ran on the (stand-in) GPU kernels
-    # the batch's rows, then them with the open sessions, each formed and combined there
-    assert fake_gpu_backend.SESSION_CALLS == ["batch", "combine", "assign", "combine"]
+    # the batch's rows formed and combined there; no open session to merge with yet
+    assert fake_gpu_backend.SESSION_CALLS == ["batch", "combine"]
+    rows = rows_of(query.process(batch([45, 70], [1, 1], [2.0, 3.0])))
+    assert rows == [r(40, 55, 2, 3.0)]  # [40, 50) open, joined by 45
+    # then the batch's sessions with the touched key's open one
+    assert fake_gpu_backend.SESSION_CALLS[2:] == ["batch", "combine", "assign", "combine"]
 
 
 def test_gpu_plans_keep_holistic_sessions_on_the_cpu_and_say_why(monkeypatch):

@@ -142,21 +142,29 @@ class SessionWindowOperator(OperatorBase):
         touched = touched_slots[self.open["slot"]]
         kept = {c: a[~touched] for c, a in self.open.items()}
         candidates = {c: np.concatenate((a[touched], added[c])) for c, a in self.open.items()}
-        merged_numbers, first, ends = (
-            host(a)
-            for a in sessions.assign_sessions(
-                candidates["slot"], candidates["start"], candidates["end"], n_slots
+        if touched.any():
+            merged_numbers, first, ends = (
+                host(a)
+                for a in sessions.assign_sessions(
+                    candidates["slot"], candidates["start"], candidates["end"], n_slots
+                )
             )
-        )
-        merged_partials = sessions.combine_sessions(
-            self.tree_fields,
-            merged_numbers,
-            len(ends),
-            {
-                name: tuple(candidates[f"{name}.{part}"] for part in range(parts))
+            merged_partials = sessions.combine_sessions(
+                self.tree_fields,
+                merged_numbers,
+                len(ends),
+                {
+                    name: tuple(candidates[f"{name}.{part}"] for part in range(parts))
+                    for name, parts in field_arrays(self.tree_fields)
+                },
+            )
+        else:  # no open session of these keys: the batch's sessions are the merged ones
+            merged_numbers = first = np.arange(len(added["end"]), dtype=np.int64)
+            ends = added["end"]
+            merged_partials = {
+                name: tuple(added[f"{name}.{part}"] for part in range(parts))
                 for name, parts in field_arrays(self.tree_fields)
-            },
-        )
+            }
         ids = self.next_id + np.arange(len(ends), dtype=np.int64)
         self.next_id += len(ends)
         merged = {
