@@ -415,3 +415,18 @@ def test_python_window_functions_run_over_sessions(session):
         query.run([batch([0, 5, 12, 40], [1, 1, 1, 1], [3.0, 9.0, 1.0, 2.0])]).to_batches()
     )
     assert rows == [{"k": 1, "window_start": 0, "s": 8.0}, {"k": 1, "window_start": 40, "s": 0.0}]
+
+
+def test_explain_codegen_of_a_gpu_session_plan_lists_its_session_kernels():
+    from mangonel.compiler import codegen
+
+    text = codegen.explain_codegen(ph.with_backend(session_plan(10), "gpu", "test"))
+    assert "// window tree: none (session windows" in text
+    session_kernels = codegen.render_session_kernels()
+    assert f"// module sha256: {session_kernels.digest}" in text
+    assert all(name in text for name in session_kernels.names.values())
+    holistic = session_plan(10, aggregates=[(F.COUNT_STAR, None), (F.MEDIAN, exp.column("v"))])
+    # every step on the cpu: no session kernels to show
+    assert session_kernels.digest not in codegen.explain_codegen(
+        ph.with_backend(holistic, "gpu", "test")
+    )
