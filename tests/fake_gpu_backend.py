@@ -28,9 +28,9 @@ class FakeGpuKernels(CpuKernels):
         SESSION_CALLS.append("batch")
         return super().batch_sessions(*arguments)
 
-    def assign_sessions(self, *arguments):  # noqa: ANN002, ANN201
+    def assign_sessions(self, *arguments, **options):  # noqa: ANN002, ANN003, ANN201
         SESSION_CALLS.append("assign")
-        return super().assign_sessions(*arguments)
+        return super().assign_sessions(*arguments, **options)
 
     def combine_sessions(self, *arguments):  # noqa: ANN002, ANN201
         SESSION_CALLS.append("combine")

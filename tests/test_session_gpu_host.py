@@ -129,6 +129,60 @@ def test_assign_sessions_of_intervals_of_any_length_equal_the_cpu(modules, seed)
     assert np.array_equal(starts[first], starts[want[1]])
 
 
+def _disjoint_set(rng: np.random.Generator, keys: int, per_key: int):
+    """Intervals disjoint within each slot (some touching: end == the next start), shuffled:
+    what the driver's open sessions, or a batch's sessions, are."""
+    slots, starts, ends = [], [], []
+    for slot in range(keys):
+        cuts = np.sort(rng.choice(np.arange(-300, 300), 2 * per_key, replace=False))
+        first, last = cuts[0::2], cuts[1::2].copy()
+        touch = rng.random(per_key - 1) < 0.2
+        last[:-1][touch] = first[1:][touch]
+        slots += [slot] * per_key
+        starts += first.tolist()
+        ends += last.tolist()
+    order = rng.permutation(len(slots))
+    return (np.asarray(a, np.int64)[order] for a in (slots, starts, ends))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_two_disjoint_sets_merge_at_once_as_the_cpu_walks(modules, seed):
+    """Open sessions (the first set) beside a batch's (the second): the per-position
+    decision equals the CPU's walk, numbering, first intervals and ends included; a long
+    interval of one set joins several of the other."""
+    rng = np.random.default_rng(100 + seed)
+    keys = 5
+    first = list(_disjoint_set(rng, keys, int(rng.integers(1, 40))))
+    second = list(_disjoint_set(rng, keys + 1, int(rng.integers(1, 40))))
+    if seed % 2:  # equal starts across the sets: the same session whichever comes first
+        second[1][: len(second[1]) // 3] = first[1][: len(second[1]) // 3]
+        second[0][: len(second[0]) // 3] = first[0][: len(second[0]) // 3]
+        second[2] = np.maximum(second[2], second[1] + 1)
+        keep = _disjoint_within_slots(*second)
+        second = [a[keep] for a in second]
+    slots, starts, ends = (np.concatenate((a, b)) for a, b in zip(first, second, strict=True))
+    got = host_sessions(modules).assign_sessions(
+        slots, starts, ends, keys + 1, disjoint_first=len(first[0])
+    )
+    want = cpu_sessions.assign_sessions(slots, starts, ends, keys + 1)
+    numbers, chosen, session_ends = (np.asarray(a) for a in got)
+    assert np.array_equal(numbers, want[0]) and np.array_equal(session_ends, want[2])
+    assert np.array_equal(slots[chosen], slots[want[1]])
+    assert np.array_equal(starts[chosen], starts[want[1]])
+    assert len(want[2]) < len(first[0]) + len(second[0])  # some intervals did join
+
+
+def _disjoint_within_slots(slots, starts, ends) -> np.ndarray:
+    """A mask keeping intervals so that the kept ones are disjoint within each slot."""
+    keep = np.zeros(len(slots), np.bool_)
+    reach: dict[int, int] = {}
+    for i in np.lexsort((starts, slots)):
+        if starts[i] >= reach.get(int(slots[i]), -(2**62)):
+            keep[i] = True
+            reach[int(slots[i])] = int(ends[i])
+    return keep
+
+
 def test_combine_sessions_equals_the_cpu(modules, host_cupy):
     """Every incremental state kind (NULLs, NaN, inf, int64 extremes) combined per session
     by the state merge kernel equals the CPU's scatter (floating sums within rounding)."""
@@ -158,8 +212,8 @@ class HostGpuSessionKernels(CpuKernels):
     def batch_sessions(self, *arguments):  # noqa: ANN002, ANN201
         return self.sessions.batch_sessions(*arguments)
 
-    def assign_sessions(self, *arguments):  # noqa: ANN002, ANN201
-        return self.sessions.assign_sessions(*arguments)
+    def assign_sessions(self, *arguments, **options):  # noqa: ANN002, ANN003, ANN201
+        return self.sessions.assign_sessions(*arguments, **options)
 
     def combine_sessions(self, *arguments):  # noqa: ANN002, ANN201
         return self.sessions.combine_sessions(*arguments)

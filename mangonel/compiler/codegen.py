@@ -413,6 +413,8 @@ SESSION_ROLES = (
     "session_bounds",
     "session_breaks",
     "session_walk",
+    "session_two_sets",
+    "session_two_set_ends",
 )
 
 

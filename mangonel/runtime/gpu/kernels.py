@@ -479,8 +479,10 @@ class GpuKernels:
     def batch_sessions(self, slots, starts, gap: int, n_slots: int) -> tuple:
         return self.sessions.batch_sessions(slots, starts, gap, n_slots)
 
-    def assign_sessions(self, slots, starts, ends, n_slots: int) -> tuple:
-        return self.sessions.assign_sessions(slots, starts, ends, n_slots)
+    def assign_sessions(
+        self, slots, starts, ends, n_slots: int, disjoint_first: int | None = None
+    ) -> tuple:
+        return self.sessions.assign_sessions(slots, starts, ends, n_slots, disjoint_first)
 
     def combine_sessions(
         self, fields: tuple[StateField, ...], numbers, count: int, partials: dict

@@ -12,7 +12,11 @@ three calls of the driver (`runtime.operators.session_window`):
   before's end (the same scan).
 - `assign_sessions`: intervals of any length (the batch's sessions beside the open sessions
   of the keys it touches, which one batch session can join into one), sorted by (slot,
-  start) on the device, each slot's few intervals walked by one thread.
+  start) on the device. The driver's two sets are each disjoint within a key, so whether an
+  interval starts a session depends only on the last interval of the other set before it:
+  every interval is decided at once, with no walk along a key (a global session's
+  thousands of sessions cost no serial pass). Without that promise, one thread walks each
+  slot's intervals.
 - `combine_sessions`: each session's partial state, the combine of its parts' partials: the
   query's state merge kernel (`merge.cu.j2`, warp- and block-combined like the pane merge)
   into one cell per session, from the fields' neutral elements.
@@ -171,15 +175,76 @@ class GpuSessions:
         starts: Any,  # noqa: ANN401
         ends: Any,  # noqa: ANN401
         n_slots: int,
+        disjoint_first: int | None = None,
     ) -> tuple[Any, Any, Any]:
         """Intervals `[starts, ends)` of key slots merged into sessions: (session number of
         each interval, the index of each session's first interval (least start), each
-        session's end; device arrays), as `runtime.cpu.sessions.assign_sessions`."""
-        xp = self.xp
+        session's end; device arrays), as `runtime.cpu.sessions.assign_sessions`.
+        `disjoint_first`: the caller promises that the first that many intervals are
+        disjoint within each slot, and so are the rest (open sessions, then a batch's):
+        then every interval is decided at once (`_two_sets`), else a thread walks each
+        slot's intervals."""
         count = int(starts.shape[0])
         slots, starts, ends = self._int64(slots), self._int64(starts), self._int64(ends)
         if count == 0:
             return self._empty(0), self._empty(0), self._empty(0)
+        if disjoint_first is not None and 0 < disjoint_first < count:
+            return self._two_sets(slots, starts, ends, disjoint_first)
+        return self._walk(slots, starts, ends)
+
+    def _two_sets(self, slots, starts, ends, split):  # noqa: ANN001, ANN202
+        xp = self.xp
+        count = int(starts.shape[0])
+        order = xp.lexsort(xp.stack((starts, slots)))  # stable: set A first among equals
+        sorted_slots = xp.ascontiguousarray(slots[order])
+        sorted_starts = xp.ascontiguousarray(starts[order])
+        sorted_ends = xp.ascontiguousarray(ends[order])
+        in_b = order >= split
+        b_count = self._int64(xp.cumsum(in_b, dtype=xp.int64))
+        a_count = self._int64(xp.arange(1, count + 1, dtype=xp.int64) - b_count)
+        a_pos, b_pos = self._int64(xp.flatnonzero(~in_b)), self._int64(xp.flatnonzero(in_b))
+        head = self._empty(count)
+        self._launch(
+            "session_two_sets",
+            count,
+            sorted_slots,
+            sorted_starts,
+            sorted_ends,
+            xp.ascontiguousarray(in_b, dtype=xp.uint8),
+            a_pos,
+            b_pos,
+            a_count,
+            b_count,
+            np.int64(count),
+            head,
+        )
+        number = xp.cumsum(head)
+        numbers = self._empty(count)
+        numbers[order] = number - 1
+        heads = self._int64(xp.flatnonzero(head))
+        lasts = self._int64(
+            xp.concatenate((heads[1:] - 1, xp.asarray([count - 1], dtype=xp.int64)))
+        )
+        sessions = int(heads.shape[0])
+        session_end = self._empty(sessions)
+        self._launch(
+            "session_two_set_ends",
+            sessions,
+            sorted_ends,
+            a_pos,
+            b_pos,
+            a_count,
+            b_count,
+            heads,
+            lasts,
+            np.int64(sessions),
+            session_end,
+        )
+        return numbers, order[heads], session_end
+
+    def _walk(self, slots, starts, ends):  # noqa: ANN001, ANN202
+        xp = self.xp
+        count = int(starts.shape[0])
         order = xp.lexsort(xp.stack((starts, slots)))
         sorted_slots = slots[order]
         sorted_starts = xp.ascontiguousarray(starts[order])

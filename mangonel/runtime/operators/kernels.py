@@ -267,11 +267,17 @@ class WindowKernels(Protocol):
         number of each row, each session's slot, start and end)."""
 
     def assign_sessions(
-        self, slots: Array, starts: Array, ends: Array, n_slots: int
+        self,
+        slots: Array,
+        starts: Array,
+        ends: Array,
+        n_slots: int,
+        disjoint_first: int | None = None,
     ) -> tuple[Array, Array, Array]:
         """Intervals `[starts, ends)` of any length merged likewise (a batch's sessions and
         the open ones): (session number of each, index of each session's first interval,
-        each session's end)."""
+        each session's end). `disjoint_first`: the first that many intervals are disjoint
+        within each slot, and so are the rest (a backend may use it)."""
 
     def combine_sessions(
         self,

@@ -146,7 +146,12 @@ class SessionWindowOperator(OperatorBase):
             merged_numbers, first, ends = (
                 host(a)
                 for a in sessions.assign_sessions(
-                    candidates["slot"], candidates["start"], candidates["end"], n_slots
+                    candidates["slot"],
+                    candidates["start"],
+                    candidates["end"],
+                    n_slots,
+                    # open sessions never overlap, nor do a batch's: two disjoint sets
+                    disjoint_first=int(touched.sum()),
                 )
             )
             merged_partials = sessions.combine_sessions(
