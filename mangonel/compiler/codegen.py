@@ -536,7 +536,7 @@ def _explain_session_codegen(window: WindowAggregateExec) -> str:
     generated = render_session_kernels()
     header = [
         "// mangonel GPU session kernels (a batch's sessions: the bucket table, or rows "
-        "sorted by (slot, ts); merged with the open sessions by a walk per key; partial "
+        "sorted by (slot, ts); merged with the open sessions of the keys they touch; partial "
         "states combined by the merge kernel above)",
         f"// module sha256: {generated.digest}",
         "// kernels: " + ", ".join(generated.names[role] for role in SESSION_ROLES),
