@@ -140,9 +140,10 @@ class SessionWindowOperator(OperatorBase):
         touched_slots = np.zeros(n_slots, np.bool_)
         touched_slots[added["slot"]] = True
         touched = touched_slots[self.open["slot"]]
+        touched_count = int(touched.sum())
         kept = {c: a[~touched] for c, a in self.open.items()}
         candidates = {c: np.concatenate((a[touched], added[c])) for c, a in self.open.items()}
-        if touched.any():
+        if touched_count:
             merged_numbers, first, ends = (
                 host(a)
                 for a in sessions.assign_sessions(
@@ -151,7 +152,7 @@ class SessionWindowOperator(OperatorBase):
                     candidates["end"],
                     n_slots,
                     # open sessions never overlap, nor do a batch's: two disjoint sets
-                    disjoint_first=int(touched.sum()),
+                    disjoint_first=touched_count,
                 )
             )
             merged_partials = sessions.combine_sessions(
@@ -183,7 +184,6 @@ class SessionWindowOperator(OperatorBase):
                 merged[f"{name}.{part}"] = host(merged_partials[name][part])
         self.open = {c: np.concatenate((kept[c], merged[c])) for c in self.open}
         if self.value_fields:
-            touched_count = int(touched.sum())
             self._retag(candidates["id"][:touched_count], ids[merged_numbers[:touched_count]])
             # a row's session: its batch session's merged one
             row_sessions = ids[merged_numbers[touched_count + host(numbers)]]
