@@ -111,6 +111,22 @@ def test_batch_sessions_of_one_row_and_of_none(modules):
     assert [len(a) for a in kernels.batch_sessions(np.zeros(0), np.zeros(0), 5, 4)] == [0] * 4
 
 
+def test_batch_sessions_near_the_int64_ends_equal_the_cpu(modules):
+    """Event times a gap inside int64's ends (the conformer drops later ones): the bucket
+    count is computed in Python integers, so the span picks the sort, and no end wraps."""
+    gap = 50
+    low, high = -(2**63), 2**63 - 1 - gap
+    starts = np.array([high, low, low + 49, high - 10, low + 200, high - 60], np.int64)
+    slots = np.array([0, 0, 0, 0, 1, 0], np.int64)
+    kernels = host_sessions(modules)
+    got = kernels.batch_sessions(slots, starts, gap, 2)
+    want = cpu_sessions.batch_sessions(slots, starts, gap, 2)
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(np.asarray(g), w)
+    assert kernels.sorted_batches == 1
+    assert np.asarray(got[3]).max() == 2**63 - 1  # [high, high + gap): the largest end
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_assign_sessions_of_intervals_of_any_length_equal_the_cpu(modules, seed):
     """Open sessions beside a batch's (each set disjoint per slot, lengths differ): one long
