@@ -306,6 +306,7 @@ class CpuKernels:
         )
 
     # session windows (`operators.session_window`; numba in `cpu/sessions.py`)
+    batch_sessions = staticmethod(sessions.batch_sessions)
     assign_sessions = staticmethod(sessions.assign_sessions)
     combine_sessions = staticmethod(sessions.combine_sessions)
 

@@ -14,6 +14,8 @@ flags. Modules come from a `CompileContext` (`gpu.compile`); tuning comes from `
 (`compiler.options`). The holistic step's pane sort and selection kernels are
 `gpu.holistic`'s (`holistic_for`).
 
+Session windows: `batch_sessions`, `assign_sessions`, `combine_sessions` (`gpu.sessions`).
+
 Not here: stage 1's pane pre-aggregation of the split Spark form (`preaggregate`) and the
 count-window tree (`segment_windows`). The plan places those steps on the CPU
 (`physical.window_placements`, `spark.planner`), so the operators call the CPU kernels for
@@ -39,6 +41,7 @@ from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.compile import CompileContext, shared_context
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.gpu.keys import GpuKeyMap
+from mangonel.runtime.gpu.sessions import GpuSessions
 from mangonel.runtime.gpu.staging import StagedBatch, Stager
 from mangonel.runtime.gpu.state import GpuPaneState
 from mangonel.runtime.host.arrays import batch_columns, column
@@ -127,6 +130,8 @@ class GpuKernels:
         # block_table="auto" uses the shared-memory block table when they would fit it
         self._last_cells: int | None = None
         self._holistic: dict[str, GpuHolistic] = {}  # by selection kernel form
+        self._sessions: GpuSessions | None = None  # session windows' kernels, made on first use
+        self._session_states: dict[tuple, GpuPaneState] = {}  # their combine, by fields
         self._last_finalize: tuple | None = None  # (fields, plans, found): `_finalize_module`
 
     # -- compile --------------------------------------------------------------------------
@@ -489,6 +494,35 @@ class GpuKernels:
         if found is None:
             found = self._holistic[form] = GpuHolistic(device.cupy(), self.compiler.module, form)
         return found
+
+    # -- session windows (`operators.session_window`; kernels in `gpu/sessions.py`) ----------
+
+    @property
+    def sessions(self) -> GpuSessions:
+        if self._sessions is None:
+            self._sessions = GpuSessions(device.cupy(), self.compiler.module, self._session_state)
+        return self._sessions
+
+    def _session_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
+        """One pane state per set of fields for the sessions' combine (its merge scratch is
+        allocated once)."""
+        found = self._session_states.get(fields)
+        if found is None:
+            found = self._session_states[fields] = self.new_pane_state(fields)
+        return found
+
+    def batch_sessions(self, slots, starts, gap: int, n_slots: int) -> tuple:
+        return self.sessions.batch_sessions(slots, starts, gap, n_slots)
+
+    def assign_sessions(
+        self, slots, starts, ends, n_slots: int, disjoint_first: int | None = None
+    ) -> tuple:
+        return self.sessions.assign_sessions(slots, starts, ends, n_slots, disjoint_first)
+
+    def combine_sessions(
+        self, fields: tuple[StateField, ...], numbers, count: int, partials: dict
+    ) -> dict:
+        return self.sessions.combine_sessions(fields, numbers, count, partials)
 
     def to_host(self, array) -> np.ndarray:
         cp = device.cupy()
