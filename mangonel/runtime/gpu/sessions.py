@@ -285,7 +285,12 @@ class GpuSessions:
         state.reshape(0, 0, 0)  # drop the last call's cells: a fresh, neutral state
         state.reshape(count, 1, 0)
         if count:
-            state.merge(self._int64(numbers), partials)
+            # the merge with open sessions hands host arrays (the open sessions live there)
+            on_device = {
+                name: tuple(self.xp.asarray(part) for part in parts)
+                for name, parts in partials.items()
+            }
+            state.merge(self._int64(numbers), on_device)
         out: dict[str, tuple[Any, ...]] = {}
         for part in state.parts:
             out[part.field] = (*out.get(part.field, ()), state.arrays[part.member])
