@@ -1,6 +1,6 @@
 """Spark's and Flink's window forms and CUMULATE windows on the GPU against the oracle (run
-with `pytest -m gpu` on a GPU host): CUMULATE runs the GPU's tree launch once per pane
-count of the windows fired (`window._cumulate_values`) and the fused kernel's lateness
+with `pytest -m gpu` on a GPU host): CUMULATE runs the GPU's prefix-combine kernel
+(`window_prefix`, through `GpuPaneState.cumulative_windows`) and the fused kernel's lateness
 by the period; the forms plan as the CQL clause, so they check the same kernels."""
 
 from __future__ import annotations
