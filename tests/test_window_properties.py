@@ -51,30 +51,10 @@ def _maybe_null(draw, values, rate):
     return [None if draw(st.floats(0, 1)) < rate else value for value in values]
 
 
-@st.composite
-def streams(draw, kind: str):
-    if kind == "time":
-        slide = draw(st.integers(1, 12))
-        size = draw(st.one_of(st.integers(1, 6).map(lambda f: f * slide), st.integers(slide, 60)))
-        spacing = draw(st.integers(0, 3))
-        # delays on the slide grid make window ends land exactly on the watermark
-        delay = draw(
-            st.one_of(st.integers(0, 3 * size), st.integers(0, 3).map(lambda k: k * slide))
-        )
-        disorder = draw(st.integers(0, 3 * size))
-    else:
-        size = draw(st.integers(1, 6))
-        slide = draw(st.integers(1, size))
-        spacing = draw(st.integers(0, 3))
-        delay = draw(st.integers(0, 20))
-        disorder = draw(st.integers(0, 20))
-    keys = draw(st.sampled_from(sorted(KEY_CHOICES)))
-    key_count = draw(st.one_of(st.integers(1, 5), st.integers(1, 1000)))
-    rows = draw(st.integers(0, 120))
-    start = draw(st.integers(-50, 50))
-    ts = [start + i * spacing + draw(st.integers(0, disorder)) for i in range(rows)]
-    if rows and draw(st.integers(0, 7)) == 0:  # a far outlier: sparse pane segments
-        ts[draw(st.integers(0, rows - 1))] += 10**8
+def random_batches(draw, ts: list[int], key_count: int) -> list[pa.RecordBatch]:
+    """Batches of `COLUMNS` rows at event times `ts` (some NULL), keys of `key_count`
+    values, NULLs in every column at a drawn rate, cut at up to 6 drawn places."""
+    rows = len(ts)
     ts = _maybe_null(draw, ts, draw(st.sampled_from([0.0, 0.05])))
     null_rate = draw(st.sampled_from([0.0, 0.1, 0.5]))
     ik = _maybe_null(draw, [draw(st.integers(0, key_count - 1)) for _ in range(rows)], null_rate)
@@ -100,6 +80,34 @@ def streams(draw, kind: str):
         part = table.slice(a, b - a)
         columns = [column.combine_chunks() for column in part.columns]
         batches.append(pa.RecordBatch.from_arrays(columns, schema=table.schema))
+    return batches
+
+
+@st.composite
+def streams(draw, kind: str):
+    if kind == "time":
+        slide = draw(st.integers(1, 12))
+        size = draw(st.one_of(st.integers(1, 6).map(lambda f: f * slide), st.integers(slide, 60)))
+        spacing = draw(st.integers(0, 3))
+        # delays on the slide grid make window ends land exactly on the watermark
+        delay = draw(
+            st.one_of(st.integers(0, 3 * size), st.integers(0, 3).map(lambda k: k * slide))
+        )
+        disorder = draw(st.integers(0, 3 * size))
+    else:
+        size = draw(st.integers(1, 6))
+        slide = draw(st.integers(1, size))
+        spacing = draw(st.integers(0, 3))
+        delay = draw(st.integers(0, 20))
+        disorder = draw(st.integers(0, 20))
+    keys = draw(st.sampled_from(sorted(KEY_CHOICES)))
+    key_count = draw(st.one_of(st.integers(1, 5), st.integers(1, 1000)))
+    rows = draw(st.integers(0, 120))
+    start = draw(st.integers(-50, 50))
+    ts = [start + i * spacing + draw(st.integers(0, disorder)) for i in range(rows)]
+    if rows and draw(st.integers(0, 7)) == 0:  # a far outlier: sparse pane segments
+        ts[draw(st.integers(0, rows - 1))] += 10**8
+    batches = random_batches(draw, ts, key_count)
     plan = make_plan(
         COLUMNS,
         keys=KEY_CHOICES[keys],
