@@ -159,12 +159,7 @@ def session_streams(draw):
     delay = draw(st.one_of(st.integers(0, 3 * gap), st.just(0)))
     disorder = draw(st.sampled_from([0, 0, 5, 40]))  # in order, a little, a lot (late rows)
     spacing = draw(st.integers(0, 12))
-    keys = draw(st.sampled_from(sorted(KEY_CHOICES)))
-    key_count = draw(st.one_of(st.integers(1, 4), st.integers(1, 200)))
-    rows = draw(st.integers(0, 100))
-    start = draw(st.integers(-50, 50))
-    ts = [start + i * spacing + draw(st.integers(0, disorder)) for i in range(rows)]
-    batches = random_batches(draw, ts, key_count)
+    keys, batches = random_batches(draw, spacing, disorder, (4, 200), 100, outlier=False)
     plan = make_plan(
         COLUMNS,
         keys=KEY_CHOICES[keys],

@@ -51,10 +51,21 @@ def _maybe_null(draw, values, rate):
     return [None if draw(st.floats(0, 1)) < rate else value for value in values]
 
 
-def random_batches(draw, ts: list[int], key_count: int) -> list[pa.RecordBatch]:
-    """Batches of `COLUMNS` rows at event times `ts` (some NULL), keys of `key_count`
-    values, NULLs in every column at a drawn rate, cut at up to 6 drawn places."""
-    rows = len(ts)
+def random_batches(
+    draw, spacing: int, disorder: int, key_counts: tuple[int, int], most_rows: int, outlier: bool
+) -> tuple[str, list[pa.RecordBatch]]:
+    """A key choice (of `KEY_CHOICES`) and batches of `COLUMNS` rows: event times `spacing`
+    apart plus up to `disorder` (some NULL; with `outlier`, at times one far ahead), up to
+    `key_counts` (few, many) distinct keys, up to `most_rows` rows, NULLs in every column at
+    a drawn rate, cut at up to 6 drawn places."""
+    keys = draw(st.sampled_from(sorted(KEY_CHOICES)))
+    few, many = key_counts
+    key_count = draw(st.one_of(st.integers(1, few), st.integers(1, many)))
+    rows = draw(st.integers(0, most_rows))
+    start = draw(st.integers(-50, 50))
+    ts = [start + i * spacing + draw(st.integers(0, disorder)) for i in range(rows)]
+    if outlier and rows and draw(st.integers(0, 7)) == 0:  # far ahead: sparse pane segments
+        ts[draw(st.integers(0, rows - 1))] += 10**8
     ts = _maybe_null(draw, ts, draw(st.sampled_from([0.0, 0.05])))
     null_rate = draw(st.sampled_from([0.0, 0.1, 0.5]))
     ik = _maybe_null(draw, [draw(st.integers(0, key_count - 1)) for _ in range(rows)], null_rate)
@@ -80,7 +91,7 @@ def random_batches(draw, ts: list[int], key_count: int) -> list[pa.RecordBatch]:
         part = table.slice(a, b - a)
         columns = [column.combine_chunks() for column in part.columns]
         batches.append(pa.RecordBatch.from_arrays(columns, schema=table.schema))
-    return batches
+    return keys, batches
 
 
 @st.composite
@@ -100,14 +111,7 @@ def streams(draw, kind: str):
         spacing = draw(st.integers(0, 3))
         delay = draw(st.integers(0, 20))
         disorder = draw(st.integers(0, 20))
-    keys = draw(st.sampled_from(sorted(KEY_CHOICES)))
-    key_count = draw(st.one_of(st.integers(1, 5), st.integers(1, 1000)))
-    rows = draw(st.integers(0, 120))
-    start = draw(st.integers(-50, 50))
-    ts = [start + i * spacing + draw(st.integers(0, disorder)) for i in range(rows)]
-    if rows and draw(st.integers(0, 7)) == 0:  # a far outlier: sparse pane segments
-        ts[draw(st.integers(0, rows - 1))] += 10**8
-    batches = random_batches(draw, ts, key_count)
+    keys, batches = random_batches(draw, spacing, disorder, (5, 1000), 120, outlier=True)
     plan = make_plan(
         COLUMNS,
         keys=KEY_CHOICES[keys],
