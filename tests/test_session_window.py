@@ -19,7 +19,14 @@ from oracle import rows_close
 from plans import make_plan, oracle_for
 from sqlglot import exp
 from test_holistic import scenarios as holistic_scenarios
-from test_window_properties import AGGREGATES, COLUMNS, KEY_CHOICES, SETTINGS, STAMP, _maybe_null
+from test_window_properties import (
+    AGGREGATES,
+    COLUMNS,
+    KEY_CHOICES,
+    SETTINGS,
+    STAMP,
+    random_batches,
+)
 
 from mangonel.catalog.types import SqlType as T
 from mangonel.compiler import physical as ph
@@ -152,37 +159,7 @@ def session_streams(draw):
     delay = draw(st.one_of(st.integers(0, 3 * gap), st.just(0)))
     disorder = draw(st.sampled_from([0, 0, 5, 40]))  # in order, a little, a lot (late rows)
     spacing = draw(st.integers(0, 12))
-    keys = draw(st.sampled_from(sorted(KEY_CHOICES)))
-    key_count = draw(st.one_of(st.integers(1, 4), st.integers(1, 200)))
-    rows = draw(st.integers(0, 100))
-    start = draw(st.integers(-50, 50))
-    ts = [start + i * spacing + draw(st.integers(0, disorder)) for i in range(rows)]
-    ts = _maybe_null(draw, ts, draw(st.sampled_from([0.0, 0.05])))
-    null_rate = draw(st.sampled_from([0.0, 0.1, 0.5]))
-    ik = _maybe_null(draw, [draw(st.integers(0, key_count - 1)) for _ in range(rows)], null_rate)
-    sk = [None if k is None else f"s{k % 7}" for k in ik]
-    x = _maybe_null(draw, [draw(st.integers(-1000, 1000)) for _ in range(rows)], null_rate)
-    v = _maybe_null(draw, [draw(st.integers(-400, 400)) / 4 for _ in range(rows)], null_rate)
-    ok = [draw(st.sampled_from([True, True, False, None])) for _ in range(rows)]
-    table = pa.table(
-        [
-            pa.array(ts, pa.int64()).cast(STAMP),
-            pa.array(ik, pa.int64()),
-            pa.array(sk, pa.string()),
-            pa.array(x, pa.int64()),
-            pa.array(v, pa.float64()),
-            pa.array(ok, pa.bool_()),
-        ],
-        names=[c for c, _ in COLUMNS],
-    )
-    cuts = sorted(draw(st.lists(st.integers(0, rows), max_size=6)))
-    bounds = [0, *cuts, rows]
-    batches = [
-        pa.RecordBatch.from_arrays(
-            [c.combine_chunks() for c in table.slice(a, b - a).columns], schema=table.schema
-        )
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
-    ]
+    keys, batches = random_batches(draw, spacing, disorder, (4, 200), 100, outlier=False)
     plan = make_plan(
         COLUMNS,
         keys=KEY_CHOICES[keys],

@@ -57,7 +57,16 @@ TEMPLATES = (
 LIFT_TEMPLATES = ("prelude.cu.j2", "state_struct.cu.j2", "lift.cu.j2")
 STATE_TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "merge.cu.j2", "windows.cu.j2")
 KEY_TEMPLATES = ("prelude.cu.j2", "keys.cu.j2")
-KERNEL_ROLES = ("lift", "merge", "fused", "tree_levels", "window_compute", "map_keys", "renumber")
+KERNEL_ROLES = (
+    "lift",
+    "merge",
+    "fused",
+    "tree_levels",
+    "window_compute",
+    "window_prefix",
+    "map_keys",
+    "renumber",
+)
 
 
 @dataclass(frozen=True)
@@ -348,7 +357,7 @@ def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedModule:
     )
     context = {"parts": part_code, "fields": field_code, "block_cells": block_table_cells(parts)}
     source, digest, names = _finish(
-        context, STATE_TEMPLATES, ("merge", "tree_levels", "window_compute")
+        context, STATE_TEMPLATES, ("merge", "tree_levels", "window_compute", "window_prefix")
     )
     return GeneratedModule(source, digest, names, (), parts, (), 0, context["block_cells"])
 
@@ -552,6 +561,11 @@ def _tree_note(window: WindowAggregateExec) -> str:
         return (
             "none (session windows: each batch's rows form their sessions on the device, "
             "kernels below; the open sessions are kept on the host)"
+        )
+    if window.window.kind is ph.WindowKind.CUMULATE:
+        return (
+            "none: CUMULATE windows are a prefix combine over the state's columns "
+            "(window_prefix: each window of a period is the one before it and one more pane)"
         )
     return (
         "kept across firings: each firing rebuilds only the nodes over the panes merged "

@@ -169,6 +169,57 @@ class GpuPaneState:
         out, _ = self._window_values(n_keys, runs, panes_per_slide, panes_per_window)
         return self._by_field(out)
 
+    def cumulative_windows(self, n_keys, runs, panes_per_period):
+        """CUMULATE windows as a prefix combine (`window_prefix`: a thread per (piece, key)
+        walks the state's columns from its period's first pane; no tree): device arrays,
+        window-major then key order. Runs are cut at period boundaries, so a long firing
+        spreads over threads and no thread walks more than a period; the pieces' columns,
+        skips, counts and output offsets cross in one copy."""
+        cp = device.cupy()
+        generated, module = self._module_of()
+        total = sum(count for _, count in runs)
+        if total == 0 or n_keys == 0:
+            return self._by_field(
+                {
+                    p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
+                    for p in self.parts
+                }
+            )
+        columns, skips, counts, outs = [], [], [], []
+        offset = 0
+        for last, count in runs:
+            periods = np.arange(
+                last // panes_per_period, (last + count - 1) // panes_per_period + 1
+            ).astype(np.int64)
+            period_panes = periods * panes_per_period
+            starts = np.maximum(period_panes, last)
+            ends = np.minimum(period_panes + panes_per_period, last + count)
+            columns.append(period_panes - self.origin)
+            skips.append(starts - period_panes)
+            counts.append(ends - starts)
+            outs.append(offset + starts - last)
+            offset += count
+        pieces = sum(len(c) for c in columns)
+        meta = cp.asarray(np.concatenate(columns + skips + counts + outs).astype(np.int64))
+        # every (window, key) cell is written by the launch: no fill needed
+        out = {p.member: cp.empty(total * n_keys, p.numpy) for p in self.parts}
+        threads = self.options.threads
+        module.get_function(generated.names["window_prefix"])(
+            (device.grid(pieces * n_keys, threads),),
+            (threads,),
+            (
+                *device.struct(self.struct_args()),
+                np.int64(self.pane_capacity),
+                meta,
+                np.int64(pieces),
+                np.int64(n_keys),
+                np.int64(panes_per_period),
+                *device.struct(self.struct_args(out)),
+                np.int64(n_keys),
+            ),
+        )
+        return self._by_field(out)
+
     def _window_values(self, n_keys, runs, panes_per_slide, panes_per_window):
         """(part member -> device array, windows): all keys' windows of all runs: the tree
         levels over the columns the runs touch (one launch per `options.tree_span` levels,

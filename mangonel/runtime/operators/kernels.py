@@ -163,6 +163,14 @@ class PaneState(Protocol):
         """Field values of every (window, key) of the runs [(first pane of first window,
         number of consecutive windows)], window-major then key order."""
 
+    def cumulative_windows(
+        self, n_keys: int, runs: list[tuple[int, int]], panes_per_period: int
+    ) -> dict[str, tuple[Array, ...]]:
+        """Field values of every (window, key) of CUMULATE runs [(last pane of the first
+        window, number of consecutive windows)], window-major then key order: window g (its
+        last pane) covers panes [g // panes_per_period * panes_per_period, g + 1), computed as
+        a prefix combine (window g = window g - 1 combined with pane g, within a period)."""
+
     def fire(
         self,
         n_keys: int,

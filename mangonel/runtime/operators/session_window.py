@@ -38,8 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.compiler import physical as ph
-from mangonel.compiler.physical import field_dtype
-from mangonel.runtime.operators.base import OperatorBase, field_arrays
+from mangonel.runtime.operators.base import TupleWindowOperator, field_arrays, field_columns
 from mangonel.runtime.operators.conform import INT64_MIN
 from mangonel.runtime.operators.holistic import evaluate
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
@@ -49,7 +48,7 @@ from mangonel.runtime.operators.sketch_panes import run_answers
 from mangonel.runtime.operators.snapshot import pack, unpack
 
 
-class SessionWindowOperator(OperatorBase):
+class SessionWindowOperator(TupleWindowOperator):
     """Session windows per key over open sessions' partial states (module docstring)."""
 
     kind = "session"
@@ -60,8 +59,6 @@ class SessionWindowOperator(OperatorBase):
         # GPU plans place both on the GPU unless holistic aggregates keep every step on the
         # CPU, `physical.SESSION_HOLISTIC_ON_CPU`)
         self.session_kernels = kernels("session")
-        self.holistic_kernels = kernels("holistic") if node.holistic is not None else None
-        self.tree_fields = tuple(f for f in self.fields if not f.kind.holistic)
         self.value_fields = tuple(f for f in self.fields if f.kind.holistic)
         self.gap = self.spec.size
         self.next_id = 0  # id of the next session formed (holistic values are tagged with it)
@@ -75,22 +72,21 @@ class SessionWindowOperator(OperatorBase):
             "start": np.empty(0, np.int64),
             "end": np.empty(0, np.int64),
         }
-        columns.update(_field_columns(self.tree_fields))
+        columns.update(field_columns(self.tree_fields))
         return columns
 
     def _empty_values(self) -> dict[str, np.ndarray]:
-        return {"session": np.empty(0, np.int64), **_field_columns(self.value_fields)}
+        return {"session": np.empty(0, np.int64), **field_columns(self.value_fields)}
 
     @property
     def open_sessions(self) -> int:
         return len(self.open["slot"])
 
-    def _process(self, batch: pa.RecordBatch) -> None:
-        lifted = self.kernels.lift_tuples(self.lift_node, batch)
-        self.tuples_in += lifted.rows
-        self.null_event_time += lifted.null_event_time
-        self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
-        self._observe(lifted.max_event_time)
+    def _late(self, watermark: int, event_time: np.ndarray) -> np.ndarray | None:
+        """Rows whose own interval ended at W (ts + gap <= W); the bound is computed in
+        Python integers, as W - gap may pass int64's lower end (no row is late then)."""
+        bound = watermark - self.gap
+        return event_time <= bound if bound >= INT64_MIN else None
 
     def _merge(self, keys, event_time, include, partials) -> None:
         # the lifted arrays are the session step's backend's (lift and session are placed
@@ -99,11 +95,9 @@ class SessionWindowOperator(OperatorBase):
         host = sessions.to_host
         include = include.copy()
         if self.watermark is not None:
-            # late: the row's own interval ended at W (ts + gap <= W); the bound is computed
-            # in Python integers, as W - gap may pass int64's lower end
-            bound = self.watermark - self.gap
-            if bound >= INT64_MIN:
-                late = include & (event_time <= bound)
+            late = self._late(self.watermark, event_time)
+            if late is not None:
+                late &= include
                 self.late += int(late.sum())
                 self._judged_late(late, WINDOW_CLOSED)  # standalone rows (late_rows.py)
                 include &= ~late
@@ -188,10 +182,7 @@ class SessionWindowOperator(OperatorBase):
             # a row's session: its batch session's merged one
             row_sessions = ids[merged_numbers[touched_count + host(numbers)]]
             new_values = {"session": row_sessions}
-            host_rows = host(rows)
-            for name, parts in field_arrays(self.value_fields):
-                for part in range(parts):
-                    new_values[f"{name}.{part}"] = host(partials[name][part])[host_rows]
+            new_values.update(self._taken(partials, self.value_fields, host(rows)))
             self.values = {c: np.concatenate((a, new_values[c])) for c, a in self.values.items()}
 
     def _retag(self, old_ids: np.ndarray, new_ids: np.ndarray) -> None:
@@ -284,15 +275,6 @@ class SessionWindowOperator(OperatorBase):
         self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "keys.")
         self.open = {c: arrays[f"open.{c}"] for c in self._empty()}
         self.values = {c: arrays[f"values.{c}"] for c in self._empty_values()}
-
-
-def _field_columns(fields: tuple[ph.StateField, ...]) -> dict[str, np.ndarray]:
-    """An empty array per part of every field, of the field's dtype."""
-    return {
-        f"{field.name}.{part}": np.empty(0, field_dtype(field))
-        for field in fields
-        for part in range(len(field.kind.parts))
-    }
 
 
 def _lookup(keys: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -523,8 +523,8 @@ class TimeWindowOperator(OperatorBase):
     def _compute(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
         """The result rows of the windows of `runs` (first window, count): the state
         finalizes them (`PaneState.fire`: the GPU on the device, one copy to the host);
-        CUMULATE windows' cells come from one tree call per pane count and are finalized on
-        the host."""
+        CUMULATE windows' cells come from the state's prefix combine and are finalized on the
+        host."""
         if self.cumulate:
             window_of_cell, slot_of_cell, chosen = self._window_cells(segment, runs, n_keys)
             keys = self.keys.decode(slot_of_cell)
@@ -565,43 +565,14 @@ class TimeWindowOperator(OperatorBase):
         return cells_with_rows(on_host, self.fields[0].name, n_keys, window_ids_of(runs))
 
     def _cumulate_values(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
-        """The tree's values of CUMULATE windows `runs` (first window, count), window-major
-        on the host. The tree computes windows of one pane count, evenly spaced: the windows
-        of j + 1 panes are every pw-th id (one per period, each from its period's first pane),
-        so one call per pane count present (at most pw calls), then the cells are put back
-        in window order."""
-        pw = self.panes_per_window
+        """The values of CUMULATE windows `runs` (first window, count), window-major on the
+        host. Window g's last pane is g and the windows of a period share its first pane, so
+        the state computes them as a prefix combine (each window the one before it combined
+        with one more pane): a firing costs a combine per pane, not a tree per pane count."""
+        values = segment.state.cumulative_windows(n_keys, runs, self.panes_per_window)
         host = self.kernels.to_host
-        window_ids: list[np.ndarray] = []
-        parts: dict[str, list[list[np.ndarray]]] = {}
-        for residue in range(pw):
-            calls = []  # (first pane, windows) runs of this pane count
-            for first, count in runs:
-                start = first + (residue - first) % pw  # the run's first id of this residue
-                if start < first + count:
-                    calls.append((start, (first + count - 1 - start) // pw + 1))
-            if not calls:
-                continue
-            values = segment.state.windows(
-                n_keys,
-                [(start // pw * pw, n) for start, n in calls],
-                pw,  # the next window of this pane count starts a period later
-                residue + 1,
-                self.window.windows_per_batch,
-            )
-            window_ids += [
-                np.arange(start, start + n * pw, pw, dtype=np.int64) for start, n in calls
-            ]
-            for name, values_of_field in values.items():
-                field_parts = parts.setdefault(name, [[] for _ in values_of_field])
-                for index, part in enumerate(values_of_field):
-                    field_parts[index].append(host(part))
-        cell_window = np.repeat(np.concatenate(window_ids), n_keys)
-        order = np.argsort(cell_window, kind="stable")  # window-major, slots in order
-        return {
-            name: tuple(np.concatenate(chunks)[order] for chunks in field_parts)
-            for name, field_parts in parts.items()
-        }
+        # every array crosses once (the row counts are also a field's values)
+        return {name: tuple(host(part) for part in parts) for name, parts in values.items()}
 
     # -- state ----------------------------------------------------------------------------
 
