@@ -108,42 +108,54 @@ class HostCupy:
         return wrapped
 
 
+def compile_library(source: str, folder: Path, shim: Path, flags: tuple[str, ...] = ()):  # noqa: ANN201
+    """A generated module's source compiled by g++ over `shim` (included first) into a
+    shared library in `folder`, loaded (ctypes.CDLL). -ffp-contract=off: the host rounds
+    every operation, as the kernels compiled with -fmad=false do (and as the CPU evaluator
+    does)."""
+    path = folder / f"{shim.stem}_module_{abs(hash(source))}.cu"
+    path.write_text(source)
+    library = path.with_suffix(".so")
+    result = subprocess.run(
+        ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", *flags]
+        + ["-x", "c++", "-include", str(shim), str(path), "-o", str(library)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    return ctypes.CDLL(str(library))
+
+
+def kernel_arguments(arguments) -> list:  # noqa: ANN001
+    """A launch's arguments as C values: arrays by address, floats as doubles, the rest as
+    64-bit integers (the shim's kernels take i64 and int the same way on x86-64)."""
+    converted = []
+    for argument in arguments:
+        if argument is None:
+            converted.append(ctypes.c_void_p(None))
+        elif isinstance(argument, np.ndarray):
+            assert argument.flags.c_contiguous
+            converted.append(ctypes.c_void_p(argument.ctypes.data))
+        elif isinstance(argument, float | np.floating):
+            converted.append(ctypes.c_double(float(argument)))
+        else:
+            converted.append(ctypes.c_longlong(int(argument)))
+    return converted
+
+
 class HostModule:
     """A generated module compiled by g++ over the shim in `folder` (`write_shim`), with
     CuPy's RawModule `get_function(name)(grid, block, arguments)` launch."""
 
     def __init__(self, source: str, folder: Path) -> None:
-        path = folder / f"module_{abs(hash(source))}.cu"
-        path.write_text(source)
-        library = path.with_suffix(".so")
-        # -ffp-contract=off: the host rounds every operation, as the kernels compiled with
-        # -fmad=false do (and as the CPU evaluator does)
-        result = subprocess.run(
-            ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-x", "c++"]
-            + ["-include", str(folder / "shim.h"), str(path), "-o", str(library)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr[-5000:]
-        self.library = ctypes.CDLL(str(library))
+        self.library = compile_library(source, folder, folder / "shim.h")
 
     def get_function(self, name: str):  # noqa: ANN201
         function = getattr(self.library, name)
 
         def launch(grid, block, arguments) -> None:  # noqa: ANN001
-            converted = []
-            for argument in arguments:
-                if argument is None:
-                    converted.append(ctypes.c_void_p(None))
-                elif isinstance(argument, np.ndarray):
-                    assert argument.flags.c_contiguous
-                    converted.append(ctypes.c_void_p(argument.ctypes.data))
-                elif isinstance(argument, float | np.floating):
-                    converted.append(ctypes.c_double(float(argument)))
-                else:
-                    converted.append(ctypes.c_longlong(int(argument)))
-            function(*converted)
+            function(*kernel_arguments(arguments))
 
         return launch
 

@@ -17,11 +17,10 @@ timing, memory ordering across SMs and the device itself (the gpu-marked tests d
 from __future__ import annotations
 
 import ctypes
-import subprocess
 import threading
 from pathlib import Path
 
-import numpy as np
+from cuda_host import compile_library, kernel_arguments
 
 WARP_SHIM = r"""
 #include <cmath>
@@ -132,18 +131,7 @@ class WarpHostModule:
 
     def __init__(self, source: str, folder: Path) -> None:
         (folder / "warp_shim.h").write_text(WARP_SHIM)
-        path = folder / f"warp_module_{abs(hash(source))}.cu"
-        path.write_text(source)
-        library = path.with_suffix(".so")
-        result = subprocess.run(
-            ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-pthread"]
-            + ["-x", "c++", "-include", str(folder / "warp_shim.h"), str(path), "-o", str(library)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr[-5000:]
-        self.library = ctypes.CDLL(str(library))
+        self.library = compile_library(source, folder, folder / "warp_shim.h", ("-pthread",))
 
     def get_function(self, name: str):  # noqa: ANN201
         function = getattr(self.library, name)
@@ -152,17 +140,7 @@ class WarpHostModule:
         def launch(grid, block, arguments) -> None:  # noqa: ANN001
             threads = int(block[0])
             assert threads % 32 == 0 and 32 <= threads <= 1024, threads
-            converted = []
-            for argument in arguments:
-                if argument is None:
-                    converted.append(ctypes.c_void_p(None))
-                elif isinstance(argument, np.ndarray):
-                    assert argument.flags.c_contiguous
-                    converted.append(ctypes.c_void_p(argument.ctypes.data))
-                elif isinstance(argument, float | np.floating):
-                    converted.append(ctypes.c_double(float(argument)))
-                else:
-                    converted.append(ctypes.c_longlong(int(argument)))
+            converted = kernel_arguments(arguments)
 
             def run(thread: int) -> None:
                 library.mg_host_thread(thread)

@@ -12,6 +12,7 @@ from mangonel.runtime.operators.registry import Registration
 from mangonel.runtime.operators.window import make_window_operator
 
 LIFTS = []  # one entry per lift the fake kernels ran (any instance)
+SESSION_CALLS = []  # the session kernels' calls ("batch", "assign", "combine"), in order
 
 
 class FakeGpuKernels(CpuKernels):
@@ -19,9 +20,21 @@ class FakeGpuKernels(CpuKernels):
         LIFTS.append(batch.num_rows)
         return super().lift_tuples(lift, batch)
 
-    def lift_merge(self, lift, window, batch, keys, target, watermark):  # noqa: ANN001, ANN201
+    def lift_merge(self, lift, window, batch, keys, target, watermark, while_running=None):  # noqa: ANN001, ANN201
         LIFTS.append(batch.num_rows)
-        return super().lift_merge(lift, window, batch, keys, target, watermark)
+        return super().lift_merge(lift, window, batch, keys, target, watermark, while_running)
+
+    def batch_sessions(self, *arguments):  # noqa: ANN002, ANN201
+        SESSION_CALLS.append("batch")
+        return super().batch_sessions(*arguments)
+
+    def assign_sessions(self, *arguments, **options):  # noqa: ANN002, ANN003, ANN201
+        SESSION_CALLS.append("assign")
+        return super().assign_sessions(*arguments, **options)
+
+    def combine_sessions(self, *arguments):  # noqa: ANN002, ANN201
+        SESSION_CALLS.append("combine")
+        return super().combine_sessions(*arguments)
 
     def segment_windows(self, *arguments):  # noqa: ANN002, ANN201
         raise AssertionError("the count-window tree is placed on the CPU")

@@ -32,12 +32,14 @@ def query_plan(backend: str) -> ph.ProjectExec:
     return plan if backend == "cpu" else ph.with_backend(plan, backend, "test")
 
 
-def stage1_placements(window: ph.WindowAggregateExec) -> tuple[ph.Placement, ...]:
-    """The Spark planner's stage-1 placements of a GPU plan (lift on the GPU, the pane
-    pre-aggregation on the CPU); none for a CPU plan."""
+def stage1_placements(
+    window: ph.WindowAggregateExec, preaggregate: str = "gpu"
+) -> tuple[ph.Placement, ...]:
+    """Stage-1 placements of a GPU plan: the lift on the GPU and the pane pre-aggregation on
+    `preaggregate` (the Spark planner's choice: the lift's backend); none for a CPU plan."""
     if window.backend != "gpu":
         return ()
-    return (ph.placement(window, "lift"), ph.Placement("preaggregate", "cpu", "test"))
+    return (ph.placement(window, "lift"), ph.Placement("preaggregate", preaggregate, "test"))
 
 
 def micro_batches(count: int = 6, rows: int = 4000, seed: int = 7) -> list[pa.RecordBatch]:

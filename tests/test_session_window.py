@@ -19,7 +19,14 @@ from oracle import rows_close
 from plans import make_plan, oracle_for
 from sqlglot import exp
 from test_holistic import scenarios as holistic_scenarios
-from test_window_properties import AGGREGATES, COLUMNS, KEY_CHOICES, SETTINGS, STAMP, _maybe_null
+from test_window_properties import (
+    AGGREGATES,
+    COLUMNS,
+    KEY_CHOICES,
+    SETTINGS,
+    STAMP,
+    random_batches,
+)
 
 from mangonel.catalog.types import SqlType as T
 from mangonel.compiler import physical as ph
@@ -152,37 +159,7 @@ def session_streams(draw):
     delay = draw(st.one_of(st.integers(0, 3 * gap), st.just(0)))
     disorder = draw(st.sampled_from([0, 0, 5, 40]))  # in order, a little, a lot (late rows)
     spacing = draw(st.integers(0, 12))
-    keys = draw(st.sampled_from(sorted(KEY_CHOICES)))
-    key_count = draw(st.one_of(st.integers(1, 4), st.integers(1, 200)))
-    rows = draw(st.integers(0, 100))
-    start = draw(st.integers(-50, 50))
-    ts = [start + i * spacing + draw(st.integers(0, disorder)) for i in range(rows)]
-    ts = _maybe_null(draw, ts, draw(st.sampled_from([0.0, 0.05])))
-    null_rate = draw(st.sampled_from([0.0, 0.1, 0.5]))
-    ik = _maybe_null(draw, [draw(st.integers(0, key_count - 1)) for _ in range(rows)], null_rate)
-    sk = [None if k is None else f"s{k % 7}" for k in ik]
-    x = _maybe_null(draw, [draw(st.integers(-1000, 1000)) for _ in range(rows)], null_rate)
-    v = _maybe_null(draw, [draw(st.integers(-400, 400)) / 4 for _ in range(rows)], null_rate)
-    ok = [draw(st.sampled_from([True, True, False, None])) for _ in range(rows)]
-    table = pa.table(
-        [
-            pa.array(ts, pa.int64()).cast(STAMP),
-            pa.array(ik, pa.int64()),
-            pa.array(sk, pa.string()),
-            pa.array(x, pa.int64()),
-            pa.array(v, pa.float64()),
-            pa.array(ok, pa.bool_()),
-        ],
-        names=[c for c, _ in COLUMNS],
-    )
-    cuts = sorted(draw(st.lists(st.integers(0, rows), max_size=6)))
-    bounds = [0, *cuts, rows]
-    batches = [
-        pa.RecordBatch.from_arrays(
-            [c.combine_chunks() for c in table.slice(a, b - a).columns], schema=table.schema
-        )
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
-    ]
+    keys, batches = random_batches(draw, spacing, disorder, (4, 200), 100, outlier=False)
     plan = make_plan(
         COLUMNS,
         keys=KEY_CHOICES[keys],
@@ -331,21 +308,49 @@ def test_holistic_values_merge_with_their_sessions_and_are_freed(session):
     assert len(operator.values["session"]) == 1  # only the open session's value is kept
 
 
-def test_gpu_plans_place_every_session_step_on_the_cpu_and_say_why(monkeypatch):
+def test_gpu_plans_form_sessions_on_the_gpu_and_finalize_on_the_host(monkeypatch):
     monkeypatch.setitem(registry.BACKEND_MODULES, "gpu", "fake_gpu_backend")
     fake_gpu_backend.LIFTS.clear()
+    fake_gpu_backend.SESSION_CALLS.clear()
     plan = ph.with_backend(session_plan(10), "gpu", "test")
     window = ph.find(plan, ph.WindowAggregateExec)
     assert {p.step: p.backend for p in window.placements} == {
-        "lift": "cpu",
-        "session": "cpu",
+        "lift": "gpu",
+        "session": "gpu",
         "finalize": "cpu",
     }
     text = explain_text(plan)
-    assert "! session runs on cpu because session windows run on the cpu" in text
+    assert "! finalize runs on cpu because the window values are finalized on the host" in text
+    assert "! session runs" not in text and "! lift runs" not in text
     query = LocalQuery(plan)
     rows = rows_of(query.process(batch([0, 5, 40], [1, 1, 1])))
     assert rows == [r(0, 15, 2, 2.0)]
+    assert fake_gpu_backend.LIFTS == [3]  # the lift ran on the (stand-in) GPU kernels
+    # the batch's rows formed and combined there; no open session to merge with yet
+    assert fake_gpu_backend.SESSION_CALLS == ["batch", "combine"]
+    rows = rows_of(query.process(batch([45, 70], [1, 1], [2.0, 3.0])))
+    assert rows == [r(40, 55, 2, 3.0)]  # [40, 50) open, joined by 45
+    # then the batch's sessions with the touched key's open one
+    assert fake_gpu_backend.SESSION_CALLS[2:] == ["batch", "combine", "assign", "combine"]
+
+
+def test_gpu_plans_keep_holistic_sessions_on_the_cpu_and_say_why(monkeypatch):
+    monkeypatch.setitem(registry.BACKEND_MODULES, "gpu", "fake_gpu_backend")
+    fake_gpu_backend.LIFTS.clear()
+    plan = ph.with_backend(
+        session_plan(10, aggregates=[(F.COUNT_STAR, None), (F.MEDIAN, exp.column("v"))]),
+        "gpu",
+        "test",
+    )
+    window = ph.find(plan, ph.WindowAggregateExec)
+    assert {p.step: p.backend for p in window.placements} == dict.fromkeys(
+        ("lift", "session", "finalize", "holistic"), "cpu"
+    )
+    assert "! session runs on cpu because session windows with holistic aggregates run on " in (
+        explain_text(plan)
+    )
+    rows = rows_of(LocalQuery(plan).process(batch([0, 5, 40], [1, 1, 1], [1.0, 3.0, 9.0])))
+    assert rows == [{"k": 1, "window_start": 0, "window_end": 15, "a0": 2, "a1": 2.0}]
     assert fake_gpu_backend.LIFTS == []  # the lift ran on the CPU's kernels
 
 
@@ -387,3 +392,18 @@ def test_python_window_functions_run_over_sessions(session):
         query.run([batch([0, 5, 12, 40], [1, 1, 1, 1], [3.0, 9.0, 1.0, 2.0])]).to_batches()
     )
     assert rows == [{"k": 1, "window_start": 0, "s": 8.0}, {"k": 1, "window_start": 40, "s": 0.0}]
+
+
+def test_explain_codegen_of_a_gpu_session_plan_lists_its_session_kernels():
+    from mangonel.compiler import codegen
+
+    text = codegen.explain_codegen(ph.with_backend(session_plan(10), "gpu", "test"))
+    assert "// window tree: none (session windows" in text
+    session_kernels = codegen.render_session_kernels()
+    assert f"// module sha256: {session_kernels.digest}" in text
+    assert all(name in text for name in session_kernels.names.values())
+    holistic = session_plan(10, aggregates=[(F.COUNT_STAR, None), (F.MEDIAN, exp.column("v"))])
+    # every step on the cpu: no session kernels to show
+    assert session_kernels.digest not in codegen.explain_codegen(
+        ph.with_backend(holistic, "gpu", "test")
+    )

@@ -50,11 +50,17 @@ def test_a_gpu_executor_runs_the_gpu_plan_once_per_process():
     assert functions.process_kernels() == made
     cpu_window = ph.find(query_plan("cpu"), ph.WindowAggregateExec)
     want = functions.stage1_preaggregate(cpu_window, (), batch)
+    # the pre-aggregation on the device (the planner's choice) and on the CPU give the CPU
+    # plan's partials
+    on_cpu = functions.stage1_preaggregate(window, stage1_placements(window, "cpu"), batch)
     key = ["k", "__pane"]
-    assert rows_close(
-        sorted(first.to_pylist(), key=lambda r: tuple(str(r[c]) for c in key)),
-        sorted(want.to_pylist(), key=lambda r: tuple(str(r[c]) for c in key)),
-    )
+    for got in (first, on_cpu):
+        assert got.column_names == want.column_names
+        assert got.num_rows == want.num_rows > 100
+        assert rows_close(
+            sorted(got.to_pylist(), key=lambda r: tuple(str(r[c]) for c in key)),
+            sorted(want.to_pylist(), key=lambda r: tuple(str(r[c]) for c in key)),
+        )
 
 
 def test_gpu_stages_equal_the_cpu_stages():

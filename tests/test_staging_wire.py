@@ -404,10 +404,12 @@ class _Cupy:
 
 @pytest.fixture
 def host_cupy(monkeypatch):
-    from mangonel.runtime.gpu import staging
+    from mangonel.runtime.gpu import device, pinned, staging
 
     fake = _Cupy()
     monkeypatch.setattr(staging, "cupy", lambda: fake)
+    monkeypatch.setattr(device, "cupy", lambda: fake)
+    monkeypatch.setattr(pinned, "_FREE", [])  # this test's buffers only
     return fake
 
 
@@ -451,9 +453,12 @@ def test_the_stager_copies_every_chunk_in_its_wire_form(host_cupy):
         InputColumn("v", T.DOUBLE, "double", False),
     )
     stager = _stager(host_cupy)
-    for _ in range(5):  # the pinned slots are reused, not allocated per batch
+    for _ in range(5):  # the pinned buffer is reused (its copies are done), not allocated
         staged = stager.stage_batch(arrays, columns, 2_500, (True, True, False))
-    assert host_cupy.pinned_allocations == 3
+    assert host_cupy.pinned_allocations == 1
+    again = _stager(host_cupy)  # a new operator (the next Query.run) borrows the same one
+    again.stage_batch(arrays, columns, 2_500, (True, True, False))
+    assert host_cupy.pinned_allocations == 1
     assert [(c.first, c.end) for c in staged.chunks] == [
         (0, 2500),
         (2500, 5000),
@@ -530,3 +535,61 @@ def test_stagers_share_one_pool_per_thread_count():
 
     assert shared_pool(3) is shared_pool(3) and shared_pool(3).threads == 3
     assert shared_pool(2) is not shared_pool(3)
+
+
+class _BusyEvent:
+    """A copy still in flight until synchronized."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.waited = 0
+
+    def synchronize(self) -> None:
+        self.waited += 1
+        self.done = True
+
+
+def test_pinned_pool_takes_an_idle_buffer_then_a_new_one_then_waits_for_the_oldest(host_cupy):
+    from mangonel.runtime.gpu import pinned
+
+    first = pinned.borrow(100)
+    assert first.nbytes >= pinned.MIN_BYTES and host_cupy.pinned_allocations == 1
+    pinned.give_back(first)  # nothing in flight: the next borrower takes it
+    assert pinned.borrow(10) is first and host_cupy.pinned_allocations == 1
+    events = []
+    busy = [first] + [pinned.borrow(10) for _ in range(pinned.RING - 1)]
+    for buffer in busy:  # all RING buffers still being copied out of
+        events.append(_BusyEvent())
+        pinned.give_back(buffer, events[-1])
+    assert host_cupy.pinned_allocations == pinned.RING
+    taken = pinned.borrow(10)  # RING busy: wait for the one handed back first
+    assert taken is first and events[0].waited == 1 and taken.event is None
+    assert host_cupy.pinned_allocations == pinned.RING
+    assert pinned.borrow(2 * pinned.MIN_BYTES).nbytes >= 2 * pinned.MIN_BYTES  # none fit: new
+    assert host_cupy.pinned_allocations == pinned.RING + 1
+
+
+def test_pinned_pool_keeps_at_most_keep_buffers_and_waits_before_releasing(host_cupy):
+    from mangonel.runtime.gpu import pinned
+
+    buffers = [pinned.borrow(pinned.MIN_BYTES * (1 + k)) for k in range(pinned.KEEP + 2)]
+    events = [_BusyEvent() for _ in buffers]
+    for buffer, event in zip(buffers, events, strict=True):
+        pinned.give_back(buffer, event)
+    assert pinned.free_count() == pinned.KEEP
+    # the two smallest went back to CuPy, each only after its copy was done
+    assert [e.waited for e in events[:2]] == [1, 1]
+    assert all(e.waited == 0 for e in events[2:])
+
+
+@pytest.mark.parametrize("rows", [0, 1, 5 * MIN_TASK_ROWS + 3])
+def test_host_loops_copy_and_gather_equal_numpy(rows):
+    from mangonel.runtime.gpu.host_loops import parallel_copy, parallel_gather
+
+    rng = np.random.default_rng(rows)
+    source = rng.integers(-(1 << 62), 1 << 62, rows + 7)
+    assert np.array_equal(parallel_copy(source), source)
+    words = rng.integers(0, 1 << 40, (rows + 3, 2))  # a strided column, as the key map holds
+    slots = rng.integers(0, rows + 3, rows)
+    assert np.array_equal(parallel_gather(words[:, 1], slots), words[:, 1][slots])
+    assert parallel_gather(words[:, 0], slots[:0]).shape == (0,)

@@ -51,29 +51,20 @@ def _maybe_null(draw, values, rate):
     return [None if draw(st.floats(0, 1)) < rate else value for value in values]
 
 
-@st.composite
-def streams(draw, kind: str):
-    if kind == "time":
-        slide = draw(st.integers(1, 12))
-        size = draw(st.one_of(st.integers(1, 6).map(lambda f: f * slide), st.integers(slide, 60)))
-        spacing = draw(st.integers(0, 3))
-        # delays on the slide grid make window ends land exactly on the watermark
-        delay = draw(
-            st.one_of(st.integers(0, 3 * size), st.integers(0, 3).map(lambda k: k * slide))
-        )
-        disorder = draw(st.integers(0, 3 * size))
-    else:
-        size = draw(st.integers(1, 6))
-        slide = draw(st.integers(1, size))
-        spacing = draw(st.integers(0, 3))
-        delay = draw(st.integers(0, 20))
-        disorder = draw(st.integers(0, 20))
+def random_batches(
+    draw, spacing: int, disorder: int, key_counts: tuple[int, int], most_rows: int, outlier: bool
+) -> tuple[str, list[pa.RecordBatch]]:
+    """A key choice (of `KEY_CHOICES`) and batches of `COLUMNS` rows: event times `spacing`
+    apart plus up to `disorder` (some NULL; with `outlier`, at times one far ahead), up to
+    `key_counts` (few, many) distinct keys, up to `most_rows` rows, NULLs in every column at
+    a drawn rate, cut at up to 6 drawn places."""
     keys = draw(st.sampled_from(sorted(KEY_CHOICES)))
-    key_count = draw(st.one_of(st.integers(1, 5), st.integers(1, 1000)))
-    rows = draw(st.integers(0, 120))
+    few, many = key_counts
+    key_count = draw(st.one_of(st.integers(1, few), st.integers(1, many)))
+    rows = draw(st.integers(0, most_rows))
     start = draw(st.integers(-50, 50))
     ts = [start + i * spacing + draw(st.integers(0, disorder)) for i in range(rows)]
-    if rows and draw(st.integers(0, 7)) == 0:  # a far outlier: sparse pane segments
+    if outlier and rows and draw(st.integers(0, 7)) == 0:  # far ahead: sparse pane segments
         ts[draw(st.integers(0, rows - 1))] += 10**8
     ts = _maybe_null(draw, ts, draw(st.sampled_from([0.0, 0.05])))
     null_rate = draw(st.sampled_from([0.0, 0.1, 0.5]))
@@ -100,6 +91,27 @@ def streams(draw, kind: str):
         part = table.slice(a, b - a)
         columns = [column.combine_chunks() for column in part.columns]
         batches.append(pa.RecordBatch.from_arrays(columns, schema=table.schema))
+    return keys, batches
+
+
+@st.composite
+def streams(draw, kind: str):
+    if kind == "time":
+        slide = draw(st.integers(1, 12))
+        size = draw(st.one_of(st.integers(1, 6).map(lambda f: f * slide), st.integers(slide, 60)))
+        spacing = draw(st.integers(0, 3))
+        # delays on the slide grid make window ends land exactly on the watermark
+        delay = draw(
+            st.one_of(st.integers(0, 3 * size), st.integers(0, 3).map(lambda k: k * slide))
+        )
+        disorder = draw(st.integers(0, 3 * size))
+    else:
+        size = draw(st.integers(1, 6))
+        slide = draw(st.integers(1, size))
+        spacing = draw(st.integers(0, 3))
+        delay = draw(st.integers(0, 20))
+        disorder = draw(st.integers(0, 20))
+    keys, batches = random_batches(draw, spacing, disorder, (5, 1000), 120, outlier=True)
     plan = make_plan(
         COLUMNS,
         keys=KEY_CHOICES[keys],

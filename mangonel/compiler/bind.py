@@ -14,7 +14,6 @@ is supported instead; nothing is silently ignored.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,18 +22,15 @@ from sqlglot import exp
 from mangonel.catalog.catalog import Catalog, Column, Schema, Stream
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
-from mangonel.compiler.limits import MAX_PANES_PER_WINDOW, MAX_ROWS_PER_WINDOW
-from mangonel.compiler.logical import AggregateFunction, WindowKind, WindowSpec
+from mangonel.compiler.logical import AggregateFunction, WindowSpec
 from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowClause
 from mangonel.compiler.parse import (
     copy_position,
     display_sql,
-    format_duration,
     output_text,
     position_of,
 )
 from mangonel.compiler.session import session_forms
-from mangonel.compiler.session import window_spec as session_window_spec
 from mangonel.compiler.streams import stream_from_ddl as stream_from_ddl  # re-exported
 from mangonel.compiler.typing import (
     AGGREGATE_FUNCTION_NAMES,
@@ -47,7 +43,7 @@ from mangonel.compiler.typing import (
     unsupported_function,
     utc_timestamp_literal,
 )
-from mangonel.errors import CatalogError, PlanError, SqlError
+from mangonel.errors import CatalogError, SqlError
 
 AGGREGATES_HINT = (
     "supported aggregates: " + ", ".join(AGGREGATE_FUNCTION_NAMES) + ", COUNT(*), COUNT(DISTINCT x)"
@@ -55,12 +51,6 @@ AGGREGATES_HINT = (
 WINDOW_HINT = "e.g. FROM trades [RANGE 1 SECOND SLIDE 10 MILLISECONDS] or FROM trades [ROWS 100]"
 _BOUND_NAMES = {"window_start": "start", "window_end": "end", "window_time": "time"}
 _KEY_TYPES = (SqlType.INT, SqlType.BIGINT, SqlType.STRING)
-# the clause's kind -> the window's (CUMULATE: only from Flink's CUMULATE(..), window_syntax.py)
-_WINDOW_KINDS = {
-    "RANGE": WindowKind.TIME,
-    "ROWS": WindowKind.COUNT,
-    "CUMULATE": WindowKind.CUMULATE,
-}
 
 
 @dataclass(frozen=True)
@@ -227,7 +217,10 @@ class _Binder:
             self.qualifiers.add(table.alias.lower())
         if clause is None:
             raise self._missing_window(select, table)
-        window = self._window(clause)
+        # bind_window reads this module's errors
+        from mangonel.compiler.bind_window import window_spec
+
+        window = window_spec(clause, self.stream.watermark_delay_us)
 
         where = self._where(select.args.get("where"))
         self._group_by(select.args.get("group"))
@@ -399,85 +392,6 @@ class _Binder:
                 f"SELECT COUNT(*) FROM {name} [RANGE 1 SECOND]"
             )
         return _error(message, table, hint)
-
-    # -- the window -------------------------------------------------------------------
-
-    def _window(self, clause: WindowClause) -> WindowSpec:
-        kind = clause.args["kind"]
-        rows = kind == "ROWS"
-        size = clause.args["size"]
-        slide = clause.args.get("slide")
-        watermark = clause.args.get("watermark")
-        parts = clause.meta.get("parts", {})
-
-        def fail(
-            part: str, message: str, hint: str, error_class: type[SqlError] = SqlError
-        ) -> SqlError:
-            position = parts.get(part)
-            if position is None:
-                return _error(message, clause, hint, error_class=error_class)
-            line, column, text = position
-            return error_class(message, line=line, column=column, construct=text, hint=hint)
-
-        def show(value: int) -> str:
-            return str(value) if rows else format_duration(value)
-
-        if kind == "SESSION":
-            return session_window_spec(size, slide, watermark, self.stream.watermark_delay_us, fail)
-
-        if size <= 0:
-            raise fail(
-                "size",
-                f"{kind} must be positive, got {show(size)}",
-                "ROWS counts tuples, e.g. [ROWS 100]" if rows else "e.g. [RANGE 1 SECOND]",
-            )
-        if slide is not None and slide <= 0:
-            raise fail(
-                "slide",
-                f"SLIDE must be positive, got {show(slide)}",
-                f"e.g. [{kind} {show(size)} SLIDE {show(max(1, size // 10))}]",
-            )
-        if slide is not None and slide > size:
-            raise fail(
-                "slide",
-                f"SLIDE {show(slide)} is larger than {kind} {show(size)}: windows would skip "
-                "tuples",
-                f"use SLIDE <= {kind} (omit SLIDE for tumbling windows)",
-            )
-        if watermark is not None and watermark < 0:
-            raise fail(
-                "watermark",
-                f"WATERMARK must not be negative, got {show(watermark)}",
-                "WATERMARK is the out-of-orderness bound, e.g. WATERMARK 500 MILLISECONDS",
-            )
-        if rows and size > MAX_ROWS_PER_WINDOW:
-            raise fail(
-                "size",
-                f"ROWS {size} is more than the {MAX_ROWS_PER_WINDOW:,} rows a count window "
-                "may hold",
-                "a count window keeps its tuples per key until it fires; for long windows "
-                "use [RANGE <duration>]",
-                PlanError,
-            )
-        if not rows:
-            pane = math.gcd(size, slide if slide is not None else size)
-            if size // pane > MAX_PANES_PER_WINDOW:
-                raise fail(
-                    "slide",
-                    f"RANGE {show(size)} SLIDE {show(slide)} cuts each window into "
-                    f"{size // pane:,} panes of {show(pane)} (the panes are gcd(RANGE, "
-                    f"SLIDE) long); at most {MAX_PANES_PER_WINDOW:,} panes per window",
-                    f"use a SLIDE that divides RANGE into at most {MAX_PANES_PER_WINDOW:,} "
-                    "steps: window state holds every pane of a window for every key",
-                    PlanError,
-                )
-        delay = watermark if watermark is not None else self.stream.watermark_delay_us
-        return WindowSpec(
-            kind=_WINDOW_KINDS[kind],
-            size=size,
-            slide=slide if slide is not None else size,
-            watermark_delay_us=delay,
-        )
 
     # -- names ------------------------------------------------------------------------
 

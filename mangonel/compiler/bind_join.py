@@ -38,6 +38,7 @@ from mangonel.compiler.bind import (
     _error,
     _infer,
 )
+from mangonel.compiler.bind_window import window_spec
 from mangonel.compiler.logical import JoinKind, WindowSpec, joined_name
 from mangonel.compiler.nodes import WindowBound, WindowClause
 from mangonel.compiler.parse import copy_position, display_sql, format_duration
@@ -279,8 +280,8 @@ class JoinBinder(_Binder):
                     "join over time windows: [RANGE <duration> [SLIDE <duration>]]",
                     construct=display_sql(side.clause),
                 )
-            self.stream = side.source  # the watermark default of `_window` is the side's
-            side.window = self._window(side.clause)
+            self.stream = side.source  # messages name the last windowed side from here on
+            side.window = window_spec(side.clause, side.source.watermark_delay_us)
         if left.is_stream and right.is_stream:
             for side, other in ((left, right), (right, left)):
                 if side.clause is None:

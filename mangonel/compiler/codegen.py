@@ -57,7 +57,16 @@ TEMPLATES = (
 LIFT_TEMPLATES = ("prelude.cu.j2", "state_struct.cu.j2", "lift.cu.j2")
 STATE_TEMPLATES = ("prelude.cu.j2", "state.cu.j2", "merge.cu.j2", "windows.cu.j2")
 KEY_TEMPLATES = ("prelude.cu.j2", "keys.cu.j2")
-KERNEL_ROLES = ("lift", "merge", "fused", "tree_levels", "window_compute", "map_keys", "renumber")
+KERNEL_ROLES = (
+    "lift",
+    "merge",
+    "fused",
+    "tree_levels",
+    "window_compute",
+    "window_prefix",
+    "map_keys",
+    "renumber",
+)
 
 
 @dataclass(frozen=True)
@@ -348,7 +357,7 @@ def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedModule:
     )
     context = {"parts": part_code, "fields": field_code, "block_cells": block_table_cells(parts)}
     source, digest, names = _finish(
-        context, STATE_TEMPLATES, ("merge", "tree_levels", "window_compute")
+        context, STATE_TEMPLATES, ("merge", "tree_levels", "window_compute", "window_prefix")
     )
     return GeneratedModule(source, digest, names, (), parts, (), 0, context["block_cells"])
 
@@ -404,6 +413,28 @@ def render_key_kernels(words: int) -> GeneratedModule:
     """The key hash table kernels for keys of `words` 64-bit words."""
     source, digest, names = _finish({"words": int(words)}, KEY_TEMPLATES, ("map_keys", "renumber"))
     return GeneratedModule(source, digest, names, (), (), (), int(words))
+
+
+SESSION_TEMPLATES = ("prelude.cu.j2", "session.cu.j2")
+SESSION_ROLES = (
+    "session_cells",
+    "session_heads",
+    "session_bounds",
+    "session_breaks",
+    "session_walk",
+    "session_two_sets",
+    "session_two_set_ends",
+)
+
+
+def render_session_kernels() -> GeneratedModule:
+    """The session-window kernels (`session.cu.j2`, launched by `runtime.gpu.sessions`): a
+    batch's rows into sessions per key (the bucket table, or rows sorted by (slot, ts)) and
+    sessions merged with the open ones. They read slots and event times only (the gap is an
+    argument), so one module serves every query; partial states combine through each query's
+    state module (`render_state_kernels`' merge kernel)."""
+    source, digest, names = _finish({}, SESSION_TEMPLATES, SESSION_ROLES)
+    return GeneratedModule(source, digest, names, (), (), (), 0)
 
 
 HOLISTIC_TEMPLATES = ("prelude.cu.j2", "holistic.cu.j2")
@@ -501,13 +532,41 @@ def explain_codegen(plan: ph.ProjectExec, options: GpuOptions | None = None) -> 
         + generated.source
         + _explain_finalize_codegen(window)
         + _explain_holistic_codegen(window)
+        + _explain_session_codegen(window)
     )
+
+
+def _explain_session_codegen(window: WindowAggregateExec) -> str:
+    """The session kernels where a session window forms its sessions on the GPU."""
+    if window.window.kind is not ph.WindowKind.SESSION:
+        return ""
+    if ph.placement(window, "session").backend != "gpu":
+        return ""
+    generated = render_session_kernels()
+    header = [
+        "// mangonel GPU session kernels (a batch's sessions: the bucket table, or rows "
+        "sorted by (slot, ts); merged with the open sessions of the keys they touch; partial "
+        "states combined by the merge kernel above)",
+        f"// module sha256: {generated.digest}",
+        "// kernels: " + ", ".join(generated.names[role] for role in SESSION_ROLES),
+    ]
+    return "\n" + "\n".join(header) + "\n" + generated.source
 
 
 def _tree_note(window: WindowAggregateExec) -> str:
     """How a GPU time window keeps its pane aggregation tree (`gpu.state.GpuPaneState`)."""
     if window.window.kind is ph.WindowKind.COUNT:
         return "none on the GPU (count windows: the tree runs on the cpu)"
+    if window.window.kind is ph.WindowKind.SESSION:
+        return (
+            "none (session windows: each batch's rows form their sessions on the device, "
+            "kernels below; the open sessions are kept on the host)"
+        )
+    if window.window.kind is ph.WindowKind.CUMULATE:
+        return (
+            "none: CUMULATE windows are a prefix combine over the state's columns "
+            "(window_prefix: each window of a period is the one before it and one more pane)"
+        )
     return (
         "kept across firings: each firing rebuilds only the nodes over the panes merged "
         "since the last one (SPRINGALD's incremental B-PAT update), while its levels take "

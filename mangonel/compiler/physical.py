@@ -451,9 +451,9 @@ def default_windows_per_batch(panes_per_window: int, panes_per_slide: int) -> in
 
 # Why a step of a GPU plan runs on the CPU (EXPLAIN prints these after "because").
 COUNT_TREE_ON_CPU = "count windows' per-key tuple segments have no GPU tree kernel"
-SESSION_ON_CPU = (
-    "session windows run on the cpu: merging a key's sessions follows its rows in event-time "
-    "order, which has no GPU kernel yet"
+SESSION_HOLISTIC_ON_CPU = (
+    "session windows with holistic aggregates run on the cpu: each tuple's value follows its "
+    "session through merges on the host, which has no GPU kernel yet"
 )
 FINALIZE_ON_CPU = "the window values are finalized on the host after their device-to-host copy"
 
@@ -484,12 +484,20 @@ def window_placements(
     the cells' copy (count and CUMULATE windows, factorised join sides, aggregates without
     one)."""
     if window.kind is WindowKind.SESSION:
-        # every step on the cpu in a GPU plan: the session merge needs the lifted rows on the
-        # host, so lifting them on the device would only add a copy
+        # a GPU plan lifts and forms each batch's sessions on the device (`gpu/sessions.py`)
+        # and finalizes the fired ones on the host, where the open sessions are kept; with
+        # holistic aggregates every step runs on the cpu (the values are re-tagged there, so
+        # lifting them on the device would only add a copy)
         steps = ("lift", "session", "finalize", *(("holistic",) if holistic else ()))
-        if backend == "gpu":
-            return tuple(Placement(step, "cpu", SESSION_ON_CPU) for step in steps)
-        return tuple(Placement(step, backend, reason) for step in steps)
+        if backend != "gpu":
+            return tuple(Placement(step, backend, reason) for step in steps)
+        if holistic:
+            return tuple(Placement(step, "cpu", SESSION_HOLISTIC_ON_CPU) for step in steps)
+        return (
+            Placement("lift", backend, reason),
+            Placement("session", backend, reason),
+            Placement("finalize", "cpu", FINALIZE_ON_CPU),
+        )
     if window.kind is WindowKind.COUNT:
         steps = ("lift", "tree", "finalize")
     else:

@@ -152,9 +152,11 @@ class WindowAggregateExec:
             return "session-merge"
         if self.window.kind is WindowKind.COUNT:
             return "count-panes+tree"
+        # CUMULATE: a period's windows share its first pane, a prefix combine (no tree)
+        fire = "prefix" if self.window.kind is WindowKind.CUMULATE else "tree"
         if placement(self, "merge").backend == "gpu":
-            return "hash-preaggregate+tree"
-        return "pane-preaggregate+tree"
+            return f"hash-preaggregate+{fire}"
+        return f"pane-preaggregate+{fire}"
 
 
 @dataclass(frozen=True)

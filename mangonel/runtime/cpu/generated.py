@@ -2,11 +2,11 @@
 
 A state kind (`mangonel.aggregates`) gives a plain-Python `scalar_combine` over 2P scalars
 (P = its number of parts) returning a P-tuple. `kind_kernels(kind)` writes one small module
-with `scatter` and `tree_windows` for that P, calling the combine (numba inlines it), and
-imports it: one tree for every kind instead of a copy per kind (see `aggregate.py` for the
-algorithm). Each generated module is a real file under the cache directory
-(`$MANGONEL_CACHE/numba` or `~/.cache/mangonel/numba`) so that numba's on-disk cache
-(`cache=True`) keeps the compiled code across processes, as for the hand-written kernels.
+with `scatter`, `tree_windows` and `prefix_windows` (CUMULATE) for that P, calling the
+combine (numba inlines it), and imports it: one tree for every kind instead of a copy per
+kind (see `aggregate.py` for the algorithm). Each generated module is a real file under the
+cache directory (`$MANGONEL_CACHE/numba` or `~/.cache/mangonel/numba`) so that numba's on-disk
+cache (`cache=True`) keeps the compiled code across processes, as for the hand-written kernels.
 Its name carries a hash of the template and of the combine's code, so a changed combine never
 meets a stale cache; without a writable cache directory the module is compiled in memory.
 """
@@ -94,6 +94,34 @@ def tree_windows(
                 j = task_out[t] + (done + w) * task_stride[t]
 {store}
             done += count
+
+
+@numba.njit(cache=True)
+def prefix_windows(
+    {leaves},
+    {identities},
+    leaf_stride,
+    task_base,
+    task_skip,
+    task_windows,
+    task_out,
+    task_stride,
+    panes_per_period,
+    {outs},
+):
+    # CUMULATE: the task's leaves from a period's first pane on; the window ending at leaf i
+    # is the one ending at leaf i - 1 combined with leaf i (a new period starts afresh), and
+    # the windows from leaf task_skip on are stored
+    for t in range(task_base.shape[0]):
+        {accumulators}, = {identity_tuple},
+        for i in range(task_skip[t] + task_windows[t]):
+            if i % panes_per_period == 0:
+                {accumulators}, = {identity_tuple},
+            leaf = task_base[t] + i * leaf_stride
+            {accumulators}, = _combine({accumulators}, {leaf_cells})
+            if i >= task_skip[t]:
+                j = task_out[t] + (i - task_skip[t]) * task_stride[t]
+{store}
 """
 
 
@@ -126,6 +154,7 @@ def render_source(kind: StateKind) -> str:
         identity_tuple=_names("identity", parts),
         tree_node=_names("tree", parts, "[node]"),
         store="\n".join(f"{indent}out{p}[j] = acc{p}" for p in range(parts)),
+        leaf_cells=_names("leaves", parts, "[leaf]"),
     )
 
 
@@ -170,10 +199,13 @@ class KindKernels:
 
     scatter(target_0..P-1, index, values_0..P-1): target[index[i]] (+)= values[i], index >= 0.
     tree_windows(leaves_0.., identity_0.., leaf_stride, task_base, task_windows, task_out,
-    task_stride, panes_per_slide, panes_per_window, windows_per_batch, out_0..)."""
+    task_stride, panes_per_slide, panes_per_window, windows_per_batch, out_0..).
+    prefix_windows(leaves_0.., identity_0.., leaf_stride, task_base, task_skip, task_windows,
+    task_out, task_stride, panes_per_period, out_0..): CUMULATE windows as a prefix combine."""
 
     scatter: Any
     tree_windows: Any
+    prefix_windows: Any
 
 
 @functools.cache
@@ -183,4 +215,4 @@ def kind_kernels(kind: StateKind) -> KindKernels:
     source = render_source(kind)
     digest = hashlib.sha256((source + _code_digest(kind.scalar_combine)).encode()).hexdigest()
     module = _load(f"{kind.name}_{digest[:16]}", source)
-    return KindKernels(module.scatter, module.tree_windows)
+    return KindKernels(module.scatter, module.tree_windows, module.prefix_windows)

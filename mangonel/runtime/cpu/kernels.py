@@ -109,6 +109,44 @@ class CpuPaneState:
             windows_per_batch,
         )
 
+    def cumulative_windows(self, n_keys, runs, panes_per_period):
+        """CUMULATE windows as a prefix combine: one task per (run, key) walks its panes from
+        the period's first on, each window the one before combined with one more pane."""
+        total = sum(count for _, count in runs)
+        task_base, task_skip, task_windows, task_out = [], [], [], []
+        offset = 0
+        keys = np.arange(n_keys, dtype=np.int64)
+        for last_pane, count in runs:
+            period_pane = last_pane // panes_per_period * panes_per_period
+            column = period_pane - self.origin
+            if column < 0 or last_pane + count - self.origin > self.pane_capacity:
+                raise AssertionError("window run outside the pane state (driver bug)")
+            task_base.append(column * self.key_capacity + keys)
+            task_skip.append(np.full(n_keys, last_pane - period_pane, np.int64))
+            task_windows.append(np.full(n_keys, count, np.int64))
+            task_out.append(offset * n_keys + keys)
+            offset += count
+        empty = np.empty(0, np.int64)
+        base = np.concatenate(task_base) if runs else empty
+        results: dict[str, tuple[np.ndarray, ...]] = {}
+        for field in self.fields:
+            dtype, neutrals = neutral(field)
+            outs = tuple(np.full(total * n_keys, value, dtype) for value in neutrals)
+            kind_kernels(field.kind).prefix_windows(
+                *self.arrays[field.name],
+                *(dtype.type(value) for value in neutrals),
+                self.key_capacity,
+                base,
+                np.concatenate(task_skip) if runs else empty,
+                np.concatenate(task_windows) if runs else empty,
+                np.concatenate(task_out) if runs else empty,
+                np.full(len(base), n_keys, np.int64),
+                panes_per_period,
+                *outs,
+            )
+            results[field.name] = outs
+        return results
+
     def fire(
         self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch, window_ids, plans
     ):
@@ -306,6 +344,7 @@ class CpuKernels:
         )
 
     # session windows (`operators.session_window`; numba in `cpu/sessions.py`)
+    batch_sessions = staticmethod(sessions.batch_sessions)
     assign_sessions = staticmethod(sessions.assign_sessions)
     combine_sessions = staticmethod(sessions.combine_sessions)
 
@@ -314,10 +353,15 @@ class CpuKernels:
         extremes: the conformer measures them)."""
         return None
 
-    def lift_merge(self, lift, window, batch, keys, target, watermark) -> FusedMerge:
+    def lift_merge(
+        self, lift, window, batch, keys, target, watermark, while_running=None
+    ) -> FusedMerge:
         """The fused pass on the CPU: lift, then merge the rows with a known key and a pane in
         the target straight into it (one lookup, one numba scatter per field); rows with new
-        keys or other panes go back to the driver as the rest."""
+        keys or other panes go back to the driver as the rest. Nothing runs beside it here:
+        `while_running` is called first."""
+        if while_running is not None:
+            while_running()
         lifted = self.lift_tuples(lift, batch)
         contributes = lifted.contributes
         if target is None or not lifted.rows or not isinstance(keys, KeyTable):

@@ -28,6 +28,7 @@ from numba.core.registry import CPUDispatcher
 from mangonel.aggregates.python import WindowFunction, result_dtype, values_dtype
 from mangonel.catalog.types import SqlType
 from mangonel.errors import PlanError
+from mangonel.runtime.host import window_runs
 
 _ARRAY_TYPES = {
     np.dtype(np.float64): numba.types.Array(numba.types.float64, 1, "C"),
@@ -161,6 +162,10 @@ def _merge_runs(window, other, times, other_times, bounds, count, timed):
     return source, source_times
 
 
+# the runs' copy into one buffer, written once for both backends (runtime/host/window_runs.py)
+_gather_runs = numba.njit(inline="always")(window_runs.gather_runs)
+
+
 @numba.njit
 def _totals(run_start, run_end, row_first, row_runs, n):
     """Fill n (values per row); return the largest."""
@@ -203,19 +208,20 @@ def _evaluate(
         total = n[r]
         if total == 0:
             continue  # no non-NULL value: NULL, the function is not called
-        filled = 0
-        nonempty = 0
-        bounds[0] = 0
-        for j in range(row_first[r], row_first[r] + row_runs[r]):
-            if run_end[j] == run_start[j]:
-                continue
-            for i in range(run_start[j], run_end[j]):
-                scratch[filled] = keys[i]
-                if timed:
-                    scratch_times[filled] = times[i]
-                filled += 1
-            nonempty += 1
-            bounds[nonempty] = filled
+        nonempty = _gather_runs(
+            keys,
+            times,
+            run_start,
+            run_end,
+            row_first[r],
+            row_runs[r],
+            timed,
+            scratch,
+            scratch_times,
+            bounds,
+            0,
+            0,
+        )
         # sorted by order key: Spark's order of the values (NaN largest, -0.0 as 0.0); of
         # equal values the earlier event time first
         window = scratch[:total]

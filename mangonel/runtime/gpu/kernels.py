@@ -14,6 +14,8 @@ flags. Modules come from a `CompileContext` (`gpu.compile`); tuning comes from `
 (`compiler.options`). The holistic step's pane sort and selection kernels are
 `gpu.holistic`'s (`holistic_for`).
 
+Session windows: `batch_sessions`, `assign_sessions`, `combine_sessions` (`gpu.sessions`).
+
 Not here: stage 1's pane pre-aggregation of the split Spark form (`preaggregate`) and the
 count-window tree (`segment_windows`). The plan places those steps on the CPU
 (`physical.window_placements`, `spark.planner`), so the operators call the CPU kernels for
@@ -22,6 +24,7 @@ them and EXPLAIN says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +41,7 @@ from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.compile import CompileContext, shared_context
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.gpu.keys import GpuKeyMap
+from mangonel.runtime.gpu.sessions import GpuSessions
 from mangonel.runtime.gpu.staging import StagedBatch, Stager
 from mangonel.runtime.gpu.state import GpuPaneState
 from mangonel.runtime.host.arrays import batch_columns, column
@@ -126,6 +130,8 @@ class GpuKernels:
         # block_table="auto" uses the shared-memory block table when they would fit it
         self._last_cells: int | None = None
         self._holistic: dict[str, GpuHolistic] = {}  # by selection kernel form
+        self._sessions: GpuSessions | None = None  # session windows' kernels, made on first use
+        self._session_states: dict[tuple, GpuPaneState] = {}  # their combine, by fields
         self._last_finalize: tuple | None = None  # (fields, plans, found): `_finalize_module`
 
     # -- compile --------------------------------------------------------------------------
@@ -318,6 +324,7 @@ class GpuKernels:
         keys,
         target: PaneTarget | None,
         watermark: int | None,
+        while_running: Callable[[], None] | None = None,
     ) -> FusedMerge:
         """One batch in one launch per staged chunk (`GpuOptions.chunk_rows`): staged columns
         -> fused lift + key probe + pane + lateness + block-combined merge into the target
@@ -337,6 +344,8 @@ class GpuKernels:
             and rows > 0
         )
         if not usable:
+            if while_running is not None:
+                while_running()
             lifted = self.lift_tuples(lift, batch, staged)
             return FusedMerge.unplaced(lifted)
         cp = device.cupy()
@@ -383,6 +392,8 @@ class GpuKernels:
                 ),
             )
         status.data.copy_to_host_async(self._status_host.ptr, 8 * _STATUS_WORDS, stream)
+        if while_running is not None:  # e.g. the next batch's host copy pass, beside the kernels
+            while_running()
         stream.synchronize()
         late, nulls, max_ts, low, high, undecided = (int(v) for v in self._status_view)
         max_event_time = _unbias(max_ts) if nulls < rows else None
@@ -414,6 +425,35 @@ class GpuKernels:
             rest_include,
             late_rows,
         )
+
+    def preaggregate(self, slots, panes, partials, fields):
+        """Stage 1's pre-aggregation on the device: one row per (key slot, pane) pair of the
+        rows with a slot (-1: none), pairs numbered in first-seen order by a device key map of
+        two BIGINT words, each field's partials combined per pair by the merge kernel into a
+        pane state of one column. Returns (each pair's first row, its pane, the combined
+        partials per field), the CPU's `preaggregate` on device arrays."""
+        cp = device.cupy()
+        rows = int(slots.shape[0])
+        include = slots >= 0
+        pairs = self.new_key_map((SqlType.BIGINT, SqlType.BIGINT))
+        words = cp.zeros((pairs.words, rows), cp.int64)  # the NULL-mask word stays 0
+        words[0] = slots
+        words[1] = panes
+        cells = pairs.map_words(words.reshape(-1), rows, include.astype(cp.uint8))
+        count = pairs.n_slots
+        cells = cp.where(include, cells.astype(cp.int64), -1)
+        # each pair's first row: the smallest (cell, row) key of its cell
+        order = cp.sort(cp.where(include, cells * rows + cp.arange(rows, dtype=cp.int64), -1))
+        order = order[rows - int(include.sum()) :]
+        starts = cp.searchsorted(order // max(rows, 1), cp.arange(count, dtype=cp.int64))
+        first = order[starts] % max(rows, 1)
+        state = self.new_pane_state(fields)
+        state.reshape(max(count, 1), 1, 0)
+        state.merge(cells, partials)  # one pane column: the flat index is the cell
+        combined: dict[str, list] = {}
+        for part in state.parts:
+            combined.setdefault(part.field, []).append(state.arrays[part.member][:count])
+        return first, panes[first], {name: tuple(values) for name, values in combined.items()}
 
     def new_pane_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
         return GpuPaneState(
@@ -454,6 +494,35 @@ class GpuKernels:
         if found is None:
             found = self._holistic[form] = GpuHolistic(device.cupy(), self.compiler.module, form)
         return found
+
+    # -- session windows (`operators.session_window`; kernels in `gpu/sessions.py`) ----------
+
+    @property
+    def sessions(self) -> GpuSessions:
+        if self._sessions is None:
+            self._sessions = GpuSessions(device.cupy(), self.compiler.module, self._session_state)
+        return self._sessions
+
+    def _session_state(self, fields: tuple[StateField, ...]) -> GpuPaneState:
+        """One pane state per set of fields for the sessions' combine (its merge scratch is
+        allocated once)."""
+        found = self._session_states.get(fields)
+        if found is None:
+            found = self._session_states[fields] = self.new_pane_state(fields)
+        return found
+
+    def batch_sessions(self, slots, starts, gap: int, n_slots: int) -> tuple:
+        return self.sessions.batch_sessions(slots, starts, gap, n_slots)
+
+    def assign_sessions(
+        self, slots, starts, ends, n_slots: int, disjoint_first: int | None = None
+    ) -> tuple:
+        return self.sessions.assign_sessions(slots, starts, ends, n_slots, disjoint_first)
+
+    def combine_sessions(
+        self, fields: tuple[StateField, ...], numbers, count: int, partials: dict
+    ) -> dict:
+        return self.sessions.combine_sessions(fields, numbers, count, partials)
 
     def to_host(self, array) -> np.ndarray:
         cp = device.cupy()

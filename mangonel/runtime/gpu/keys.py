@@ -9,6 +9,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler.options import GpuOptions
 from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.compile import CompileContext
+from mangonel.runtime.gpu.host_loops import parallel_gather
 from mangonel.runtime.host.arrays import array_with_nulls, to_values
 from mangonel.runtime.host.keys import (
     StringDictionary,
@@ -202,13 +203,20 @@ class GpuKeyMap:
         self.slot_words_device, self.first_row, self.slot_capacity = words, first, capacity
 
     def decode(self, slots: np.ndarray) -> list[pa.Array]:
-        # np.take along axis 0: 30x faster than fancy indexing of a 2-D array (17,000 slots)
-        rows = np.take(self.host_words, np.asarray(slots, np.int64), axis=0)
+        # one parallel gather per key word (numba, GIL released): an output-heavy firing
+        # decodes millions of slots, and np.take of whole rows plus the NULL word's shifts
+        # took 0.2 s of 0.53 s for 17 M result rows on the H100 host
+        slots = np.asarray(slots, np.int64)
+        null_words = self.host_words[:, -1]
+        any_null = bool(null_words.any())
+        nulls = parallel_gather(null_words, slots) if any_null else None
         columns = []
         for index, sql_type in enumerate(self.types):
-            is_null = ((rows[:, -1] >> index) & 1).astype(bool)
-            values = rows[:, index]
+            is_null = ((nulls >> index) & 1).astype(bool) if any_null else None
+            values = parallel_gather(self.host_words[:, index], slots)
             if sql_type is SqlType.STRING:
+                if is_null is None:
+                    is_null = np.zeros(len(slots), np.bool_)
                 columns.append(self.dictionaries[index].decode(values.astype(np.int32), is_null))
             else:
                 arrow = sql_type.info.arrow

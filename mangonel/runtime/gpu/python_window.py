@@ -48,6 +48,7 @@ from numba import cuda  # noqa: E402
 
 from mangonel.aggregates.python import WindowFunction, result_dtype, values_dtype
 from mangonel.catalog.types import SqlType
+from mangonel.runtime.host import window_runs
 
 THREADS_PER_BLOCK = 128
 MAX_BLOCKS = 1 << 16  # grid-stride beyond
@@ -112,6 +113,10 @@ def _compile_problem(function: WindowFunction, dtype: str) -> str | None:
     return None
 
 
+# the runs' copy into one buffer, written once for both backends (runtime/host/window_runs.py)
+_gather_runs = cuda.jit(device=True)(window_runs.gather_runs)
+
+
 @cuda.jit
 def _gather_merge(
     keys,
@@ -144,19 +149,20 @@ def _gather_merge(
             continue
         base = offsets[r]
         at = r * width
-        filled = base
-        count = 0
-        bounds[at] = base
-        for j in range(row_first[r], row_first[r] + row_runs[r]):
-            if run_end[j] == run_start[j]:
-                continue
-            for i in range(run_start[j], run_end[j]):
-                merged[filled] = keys[i]
-                if timed:
-                    merged_times[filled] = times[i]
-                filled += 1
-            count += 1
-            bounds[at + count] = filled
+        count = _gather_runs(
+            keys,
+            times,
+            run_start,
+            run_end,
+            row_first[r],
+            row_runs[r],
+            timed,
+            merged,
+            merged_times,
+            bounds,
+            at,
+            base,
+        )
         in_other = False  # where the merged runs are now
         while count > 1:
             done = 0

@@ -1,15 +1,15 @@
-"""Staging Arrow columns for the device: reused pinned buffers, a copy thread pool, a copy
-stream, chunk after chunk (issue 12, items 2 and 4).
+"""Staging Arrow columns for the device: reused pinned buffers, a parallel host copy pass, a
+copy stream, chunk after chunk (issue 12, items 2 and 4).
 
 Arrow batch -> pinned host staging -> asynchronous host-to-device copies on a copy stream.
-A batch of any size is cut into chunks (`GpuOptions.chunk_rows`); a persistent pool of host
-threads (`wire.CopyPool`) copies chunk c's columns into one of a ring of pinned slots, in the
-wire format of `compiler.wire` (64-bit integer columns as int32 offsets from the chunk's
-first value where the chunk's range fits, else 8 bytes; the others at their declared
-width), then chunk c's host-to-device copies are queued and the threads go on with chunk
-c + 1 while they run; the compute stream waits on chunk c's event only. The pinned slots are
-allocated once and kept for the stager's life (grown only when a larger chunk comes):
-cudaHostAlloc of 100 MB costs milliseconds.
+A batch of any size is cut into chunks (`GpuOptions.chunk_rows`); the host copy pass
+(`wire.CopyPool`: numba loops in parallel slices) copies chunk c's columns into a pinned
+buffer borrowed from the process's pool (`gpu.pinned`), in the wire format of
+`compiler.wire` (64-bit integer columns as int32 offsets from the chunk's first value where
+the chunk's range fits, else 8 bytes; the others at their declared width), then chunk c's
+host-to-device copies are queued, the buffer goes back with their event, and the pass goes
+on with chunk c + 1 in another buffer while they run; the compute stream waits on chunk c's
+event only. Buffers outlive the stager: cudaHostAlloc costs ~10 ms for 16 MB.
 
 A column whose Arrow buffer already lives in pinned memory (a source that generates into
 pinned batches, as the pinned-source harness does) is copied straight from it, at its full
@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
+from mangonel.runtime.gpu import pinned
 from mangonel.runtime.gpu.device import cupy
 from mangonel.runtime.gpu.wire import ChunkSource, ChunkWire, chunk_bounds, shared_pool
 from mangonel.runtime.host.arrays import to_values
@@ -34,8 +35,6 @@ from mangonel.runtime.host.keys import StringDictionary
 
 _HOST_MEMORY = 1  # cudaMemoryTypeHost: page-locked host memory
 _ALIGN = 256
-_SLOTS = 3  # pinned chunk slots in the ring: chunk c copies out of one while c + 1 fills
-_MIN_SLOT_BYTES = 1 << 20
 
 
 def _aligned(nbytes: int) -> int:
@@ -117,8 +116,8 @@ class StagedBatch:
 
 
 class Stager:
-    """Pinned chunk slots, a copy thread pool and a copy stream for the columns of one
-    operator.
+    """The host copy pass and a copy stream for the columns of one operator (pinned
+    buffers come from the process's pool).
 
     `strings` is the dictionary STRING columns are encoded into: the stager adds to it but
     does not own it. Its owner (`GpuKernels`) hands the same dictionary to its key maps and
@@ -131,29 +130,9 @@ class Stager:
         self.copy_stream = cp.cuda.Stream(non_blocking=True)
         self.pool = shared_pool(threads)
         self.strings = strings
-        self._slots: list[Any] = [None] * _SLOTS  # pinned memory, kept for the stager's life
-        self._slot_bytes = [0] * _SLOTS
-        self._slot_events: list[Any] = [None] * _SLOTS  # the last copy out of each slot
-        self._turn = 0
         # arrays copied straight from pinned memory: kept alive until their copy is done
         self._direct: list[tuple[Any, list[np.ndarray]]] = []
         self._literal_cache: dict[tuple, Any] = {}
-
-    def _slot(self, nbytes: int) -> tuple[int, np.ndarray]:
-        """(index, the next pinned slot of the ring as a uint8 array of at least `nbytes`),
-        once the copy that last read it is done."""
-        cp = cupy()
-        index = self._turn
-        self._turn = (index + 1) % _SLOTS
-        if self._slot_events[index] is not None:
-            self._slot_events[index].synchronize()
-            self._slot_events[index] = None
-        if self._slot_bytes[index] < nbytes:
-            size = max(nbytes, _MIN_SLOT_BYTES, 2 * self._slot_bytes[index])
-            self._slots[index] = None  # free the old one first
-            self._slots[index] = cp.cuda.alloc_pinned_memory(size)
-            self._slot_bytes[index] = size
-        return index, np.frombuffer(self._slots[index], np.uint8, self._slot_bytes[index])
 
     def host_columns(
         self, arrays: list[pa.Array], columns, offsets: tuple[bool, ...] | None = None
@@ -238,11 +217,11 @@ class Stager:
         lows: list[int | None] = [None] * len(columns)
         highs: list[int | None] = [None] * len(columns)
         for first, end in bounds:
-            wires, slot = self._stage_chunk(host, inputs, narrowable, direct, first, end, kept)
+            wires, buffer = self._stage_chunk(host, inputs, narrowable, direct, first, end, kept)
             event = cp.cuda.Event(disable_timing=True)
             event.record(self.copy_stream)
-            if slot is not None:
-                self._slot_events[slot] = event
+            if buffer is not None:
+                pinned.give_back(buffer, event)
             column_wires = [wires[2 * k] for k in range(len(columns))]
             for k, wire in enumerate(column_wires):
                 if wire.low is not None:
@@ -258,10 +237,11 @@ class Stager:
 
     def _stage_chunk(
         self, host, inputs, narrowable, direct, first, end, kept
-    ) -> tuple[list[ChunkWire], int | None]:
-        """Rows [first, end) of every host array: pageable ones through a pinned slot (the
-        pool's threads, narrowing where allowed), pinned ones straight; then their copies.
-        Returns each array's wire and the slot used (None: none)."""
+    ) -> tuple[list[ChunkWire], pinned.PinnedBuffer | None]:
+        """Rows [first, end) of every host array: pageable ones through a borrowed pinned
+        buffer (the copy pass, narrowing where allowed), pinned ones straight; then their
+        copies. Returns each array's wire and the buffer used (None: none), which the caller
+        hands back with the event after these copies."""
         rows = end - first
         regions = []  # (host index, byte offset in the slot) of the arrays that go through it
         nbytes = 0
@@ -272,9 +252,10 @@ class Stager:
             nbytes += _aligned(rows * (8 if narrowable[i] else array.itemsize))
         wires: dict[int, ChunkWire] = {}
         source_of: dict[int, int] = {}
-        slot_index = None
+        buffer = None
         if regions:
-            slot_index, slot = self._slot(nbytes)
+            buffer = pinned.borrow(nbytes)
+            slot = buffer.view
             sources = []
             for i, start in regions:
                 width = 8 if narrowable[i] else host[i].itemsize
@@ -300,7 +281,7 @@ class Stager:
                     source_of[i], wires[i].nbytes, self.copy_stream
                 )
         empty = ChunkWire(False, 0, 0, None, None)
-        return [wires.get(i, empty) for i in range(len(host))], slot_index
+        return [wires.get(i, empty) for i in range(len(host))], buffer
 
     def _release_direct(self) -> None:
         """Drop the pinned sources whose copies are done."""

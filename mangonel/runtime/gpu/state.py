@@ -11,7 +11,8 @@ from mangonel.compiler import codegen
 from mangonel.compiler.codegen import GeneratedModule
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import StateField
-from mangonel.runtime.gpu import device
+from mangonel.runtime.gpu import device, pinned
+from mangonel.runtime.gpu.host_loops import parallel_copy
 from mangonel.runtime.host.arrays import array_with_nulls
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.operators.results import cells_with_rows, finalize
@@ -52,8 +53,6 @@ class GpuPaneState:
         self.options = options
         # the output path's buffers, reused across firings (grown by powers of two)
         self._packed: Any = None  # device: the packed results of one firing
-        self._pinned: np.ndarray | None = None  # host, pinned: their copy
-        self._pinned_memory: Any = None
         self._block_partials: Any = None  # `block_partials`
         # the tree kept across firings (`_kept_tree`): upper levels per part, their offsets,
         # its top level, and the columns merged since it was last brought up to date
@@ -168,6 +167,57 @@ class GpuPaneState:
     def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
         """Field values of every (window, key) of the runs (device arrays, `_window_values`)."""
         out, _ = self._window_values(n_keys, runs, panes_per_slide, panes_per_window)
+        return self._by_field(out)
+
+    def cumulative_windows(self, n_keys, runs, panes_per_period):
+        """CUMULATE windows as a prefix combine (`window_prefix`: a thread per (piece, key)
+        walks the state's columns from its period's first pane; no tree): device arrays,
+        window-major then key order. Runs are cut at period boundaries, so a long firing
+        spreads over threads and no thread walks more than a period; the pieces' columns,
+        skips, counts and output offsets cross in one copy."""
+        cp = device.cupy()
+        generated, module = self._module_of()
+        total = sum(count for _, count in runs)
+        if total == 0 or n_keys == 0:
+            return self._by_field(
+                {
+                    p.member: cp.full(total * max(n_keys, 1), self._neutral(p.member), p.numpy)
+                    for p in self.parts
+                }
+            )
+        columns, skips, counts, outs = [], [], [], []
+        offset = 0
+        for last, count in runs:
+            periods = np.arange(
+                last // panes_per_period, (last + count - 1) // panes_per_period + 1
+            ).astype(np.int64)
+            period_panes = periods * panes_per_period
+            starts = np.maximum(period_panes, last)
+            ends = np.minimum(period_panes + panes_per_period, last + count)
+            columns.append(period_panes - self.origin)
+            skips.append(starts - period_panes)
+            counts.append(ends - starts)
+            outs.append(offset + starts - last)
+            offset += count
+        pieces = sum(len(c) for c in columns)
+        meta = cp.asarray(np.concatenate(columns + skips + counts + outs).astype(np.int64))
+        # every (window, key) cell is written by the launch: no fill needed
+        out = {p.member: cp.empty(total * n_keys, p.numpy) for p in self.parts}
+        threads = self.options.threads
+        module.get_function(generated.names["window_prefix"])(
+            (device.grid(pieces * n_keys, threads),),
+            (threads,),
+            (
+                *device.struct(self.struct_args()),
+                np.int64(self.pane_capacity),
+                meta,
+                np.int64(pieces),
+                np.int64(n_keys),
+                np.int64(panes_per_period),
+                *device.struct(self.struct_args(out)),
+                np.int64(n_keys),
+            ),
+        )
         return self._by_field(out)
 
     def _window_values(self, n_keys, runs, panes_per_slide, panes_per_window):
@@ -420,13 +470,11 @@ class GpuPaneState:
                     packed,
                 ),
             )
-            if self._pinned is None or self._pinned.size < nbytes:
-                size = _grown(nbytes)
-                self._pinned_memory = cp.cuda.alloc_pinned_memory(size)
-                self._pinned = np.frombuffer(self._pinned_memory, np.uint8, size)
-            staging = self._pinned[:nbytes]
+            buffer = pinned.borrow(nbytes)
+            staging = buffer.view[:nbytes]
             packed[:nbytes].get(out=staging)  # one device -> pinned copy (synchronous)
-            data = staging.copy()
+            data = parallel_copy(staging)  # out of the reused buffer, in parallel slices
+            pinned.give_back(buffer)
         slot_of_cell = data[: 8 * rows].view(np.int64) if rows else empty
         window_number = data[8 * rows : 16 * rows].view(np.int64) if rows else empty
         nulls = data[8 * (2 + count) * rows :].view(np.bool_)

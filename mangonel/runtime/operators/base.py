@@ -1,10 +1,13 @@
-"""What both window operators share: input conformance, watermark, metrics, the partial
+"""What the window operators share: input conformance, watermark, metrics, the partial
 wire format of the split (Spark) form, the snapshot header, and the operator protocol's
-entries (`process`, `on_watermark`, `finish`; see protocol.py)."""
+entries (`process`, `on_watermark`, `finish`; see protocol.py); and what the two that keep
+per-tuple partials (count and session windows, `TupleWindowOperator`) share: their set-up,
+the lift and the late judgement of a batch."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,6 +41,15 @@ def as_record_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
 def field_arrays(fields: tuple[StateField, ...]) -> list[tuple[str, int]]:
     """(name, number of arrays) of every state field (one array per part of its kind)."""
     return [(f.name, len(f.kind.parts)) for f in fields]
+
+
+def field_columns(fields: tuple[StateField, ...]) -> dict[str, np.ndarray]:
+    """An empty array per part of every field (`<name>.<part>`), of the field's dtype."""
+    return {
+        f"{field.name}.{part}": np.empty(0, ph.field_dtype(field))
+        for field in fields
+        for part in range(len(field.kind.parts))
+    }
 
 
 def partial_column_name(field: StateField, part: int) -> str:
@@ -256,7 +268,7 @@ class OperatorBase:
         self, lifted, rows, extra_name, extra, partials, out_of_range: int
     ) -> pa.RecordBatch:
         host = self.kernels.to_host
-        selection = pa.array(np.asarray(rows, np.int64), pa.int64())
+        selection = pa.array(np.asarray(host(rows), np.int64), pa.int64())
         arrays = [key.take(selection) for key in lifted.keys]
         names = [k.name for k in self.node.keys]
         arrays.append(pa.array(host(extra), pa.int64()))
@@ -296,3 +308,61 @@ class OperatorBase:
 
     def _fire(self, final: bool) -> list[pa.RecordBatch]:
         raise NotImplementedError
+
+
+class TupleWindowOperator(OperatorBase):
+    """The window operators that keep per-tuple partials (count and session windows) instead
+    of panes: `tree_fields` are the incremental fields (combined per window or session),
+    the holistic ones keep raw values beside them (`holistic_kernels`: the step's backend)."""
+
+    def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
+        super().__init__(node, kernels)
+        self.holistic_kernels = kernels("holistic") if node.holistic is not None else None
+        self.tree_fields = tuple(f for f in self.fields if not f.kind.holistic)
+
+    def _process(self, batch: pa.RecordBatch) -> None:
+        lifted = self.kernels.lift_tuples(self.lift_node, batch)
+        self.tuples_in += lifted.rows
+        self.null_event_time += lifted.null_event_time
+        self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
+        self._observe(lifted.max_event_time)
+
+    def _merge(self, keys, event_time, include, partials) -> None:  # noqa: ANN001
+        raise NotImplementedError
+
+    def _accept(
+        self,
+        keys: list,
+        event_time: Any,
+        include: Any,
+        late_of: Callable[[int, np.ndarray], np.ndarray | None],
+        reason: str,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Judges a batch's contributing rows late once a watermark W exists (`late_of(W,
+        event times)`: the late mask, None when no row can be), counts them and hands them
+        to the late-row sink with `reason`: (host event times, accepted rows, their key
+        slots; new keys get slots here)."""
+        host = self.kernels.to_host
+        event_time = host(event_time)
+        include = host(include).copy()
+        if self.watermark is not None:
+            late = late_of(self.watermark, event_time)
+            if late is not None:
+                late &= include
+                self.late += int(late.sum())
+                self._judged_late(late, reason)  # standalone rows only (late_rows.py)
+                include &= ~late
+        rows = np.nonzero(include)[0]
+        if not len(rows):
+            return event_time, rows, np.empty(0, np.int64)
+        slots = host(self.keys.map_columns(keys, self.kernels.from_host(include)))[rows]
+        return event_time, rows, slots
+
+    def _taken(self, partials: dict, fields: tuple[StateField, ...], rows: np.ndarray) -> dict:
+        """The `rows` of the fields' partials, on the host, as `<name>.<part>` columns."""
+        host = self.kernels.to_host
+        return {
+            f"{name}.{part}": host(partials[name][part])[rows]
+            for name, parts in field_arrays(fields)
+            for part in range(parts)
+        }

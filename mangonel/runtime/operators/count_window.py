@@ -16,11 +16,11 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.compiler import physical as ph
-from mangonel.compiler.physical import field_dtype
 from mangonel.runtime.operators.base import (
     EVENT_TIME_META,
-    OperatorBase,
+    TupleWindowOperator,
     field_arrays,
+    field_columns,
 )
 from mangonel.runtime.operators.holistic import evaluate
 from mangonel.runtime.operators.late_rows import BEHIND_WATERMARK
@@ -30,19 +30,17 @@ from mangonel.runtime.operators.sketch_panes import run_answers
 from mangonel.runtime.operators.snapshot import pack, unpack
 
 
-class CountWindowOperator(OperatorBase):
+class CountWindowOperator(TupleWindowOperator):
     """ROWS n SLIDE m windows per key over per-tuple partials (see the module docstring)."""
 
     kind = "count"
 
     def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
+        # holistic aggregates (`holistic_kernels`) read their raw values (`values` fields: order
+        # key and validity per tuple, kept like any partial) over each window's run of tuples
         super().__init__(node, kernels)
         # the per-key tree over host-side tuple segments: the backend its placement names
         self.tree_kernels = kernels("tree")
-        # holistic aggregates read their raw values (`values` fields: order key and validity
-        # per tuple, kept like any partial) over each window's run of tuples
-        self.holistic_kernels = kernels("holistic") if node.holistic is not None else None
-        self.tree_fields = tuple(f for f in self.fields if not f.kind.holistic)
         self.size = self.spec.size
         self.slide = self.spec.slide
         self.arrivals = 0  # arrival sequence number of the next tuple (ties in event time)
@@ -58,18 +56,8 @@ class CountWindowOperator(OperatorBase):
             "seq": np.empty(0, np.int64),
             "pos": np.empty(0, np.int64),
         }
-        for field in self.fields:
-            dtype = field_dtype(field)
-            for part in range(len(field.kind.parts)):
-                columns[f"{field.name}.{part}"] = np.empty(0, dtype)
+        columns.update(field_columns(self.fields))
         return columns
-
-    def _process(self, batch: pa.RecordBatch) -> None:
-        lifted = self.kernels.lift_tuples(self.lift_node, batch)
-        self.tuples_in += lifted.rows
-        self.null_event_time += lifted.null_event_time
-        self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
-        self._observe(lifted.max_event_time)
 
     def preaggregate(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
@@ -92,26 +80,18 @@ class CountWindowOperator(OperatorBase):
         self._merge(keys, event_time, include, values)
 
     def _merge(self, keys, event_time, include, partials) -> None:
-        host = self.kernels.to_host
-        event_time = host(event_time)
-        include = host(include).copy()
-        if self.watermark is not None:
-            late = include & (event_time < self.watermark)
-            self.late += int(late.sum())
-            self._judged_late(late, BEHIND_WATERMARK)  # standalone rows only (late_rows.py)
-            include &= ~late
-        slots = host(self.keys.map_columns(keys, self.kernels.from_host(include)))
-        rows = np.nonzero(include)[0]
+        # late: behind the watermark, where the key's order is final
+        event_time, rows, slots = self._accept(
+            keys, event_time, include, lambda w, ts: ts < w, BEHIND_WATERMARK
+        )
         added = {
-            "slot": slots[rows],
+            "slot": slots,
             "ts": event_time[rows],
             "seq": self.arrivals + np.arange(len(rows), dtype=np.int64),
             "pos": np.zeros(len(rows), np.int64),
+            **self._taken(partials, self.fields, rows),
         }
         self.arrivals += len(rows)
-        for name, parts in field_arrays(self.fields):
-            for part in range(parts):
-                added[f"{name}.{part}"] = host(partials[name][part])[rows]
         self.pending = {c: np.concatenate((self.pending[c], added[c])) for c in self.pending}
 
     def _fire(self, final: bool) -> list[pa.RecordBatch]:

@@ -337,8 +337,9 @@ class HolisticTimeWindows:
         with one packed column per `values` field (`pane_values`): that (key, pane)'s
         non-NULL values, and for a timed field (a Python function `with_timestamps` reads
         it) their event times in the same order (`pane_values.times_column`). Stateless: a
-        key map of its own, no lateness (stage 2 decides); on the host (the partials leave
-        the process through it)."""
+        key map of its own, no lateness (stage 2 decides). The values are lifted on the host
+        (they leave the process through it); the wrapped operator pre-aggregates where its
+        `preaggregate` step is placed (on a GPU executor, the device)."""
         partials = self.inner.preaggregate(batch)
         conformed, _ = self.inner._lift_input(batch)
         host = self.host

@@ -18,6 +18,8 @@ path: it hands them back to the kernels. A backend supplies:
   merge of one batch in one pass where the backend can (GPU: one generated kernel), with the
   rows it could not place (new keys, panes outside the target segment) handed back for the
   split path above. A backend without a fused pass returns every row as the rest;
+- `batch_sessions`, `assign_sessions`, `combine_sessions`: session windows' rows into
+  sessions, sessions merged with the open ones, and their partial states;
 - `prefetch`: start moving a batch's columns to the backend's memory before the batch is
   processed (the time-window driver calls it for every batch as it conforms it: the
   standalone driver's lookahead conforms batch k + 1 before it processes and fires batch k,
@@ -29,6 +31,7 @@ host-sized (one value per key or per window run) is numpy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -160,6 +163,14 @@ class PaneState(Protocol):
         """Field values of every (window, key) of the runs [(first pane of first window,
         number of consecutive windows)], window-major then key order."""
 
+    def cumulative_windows(
+        self, n_keys: int, runs: list[tuple[int, int]], panes_per_period: int
+    ) -> dict[str, tuple[Array, ...]]:
+        """Field values of every (window, key) of CUMULATE runs [(last pane of the first
+        window, number of consecutive windows)], window-major then key order: window g (its
+        last pane) covers panes [g // panes_per_period * panes_per_period, g + 1), computed as
+        a prefix combine (window g = window g - 1 combined with pane g, within a period)."""
+
     def fire(
         self,
         n_keys: int,
@@ -242,9 +253,12 @@ class WindowKernels(Protocol):
         keys: KeyMap,
         target: PaneTarget | None,
         watermark: int | None,
+        while_running: Callable[[], None] | None = None,
     ) -> FusedMerge:
         """Fused lift + merge of one batch into `target` against `watermark` (None: -inf);
-        see `FusedMerge` for the rows it leaves to the split path."""
+        see `FusedMerge` for the rows it leaves to the split path. `while_running` is called
+        once the pass is under way and before its result is waited for (the GPU: after the
+        launches, before the sync), so host work placed there overlaps the device's."""
 
     def prefetch(
         self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch
@@ -256,6 +270,36 @@ class WindowKernels(Protocol):
         them (the input conformer's range check reuses it), else None. The batch's event
         times are not range-checked yet: a batch the conformer then changes is a new object,
         which `lift_merge` stages again."""
+
+    def batch_sessions(
+        self, slots: Array, starts: Array, gap: int, n_slots: int
+    ) -> tuple[Array, Array, Array, Array]:
+        """Session windows: a batch's rows `[starts, starts + gap)` of key slots (below
+        n_slots, any order) merged into sessions numbered in (slot, start) order: (session
+        number of each row, each session's slot, start and end)."""
+
+    def assign_sessions(
+        self,
+        slots: Array,
+        starts: Array,
+        ends: Array,
+        n_slots: int,
+        disjoint_first: int | None = None,
+    ) -> tuple[Array, Array, Array]:
+        """Intervals `[starts, ends)` of any length merged likewise (a batch's sessions and
+        the open ones): (session number of each, index of each session's first interval,
+        each session's end). `disjoint_first`: the first that many intervals are disjoint
+        within each slot, and so are the rest (a backend may use it)."""
+
+    def combine_sessions(
+        self,
+        fields: tuple[StateField, ...],
+        numbers: Array,
+        count: int,
+        partials: dict[str, tuple[Array, ...]],
+    ) -> dict[str, tuple[Array, ...]]:
+        """Per session, the combine of the partial states of its rows (row i into session
+        numbers[i]), from the fields' neutral elements."""
 
     def to_host(self, array: Array) -> np.ndarray: ...
 

@@ -9,9 +9,13 @@ time windows lift, combined with each state kind's own combine). A batch:
 1. lift (the `session` step's kernels), drop late rows: a row is late when its own interval
    has ended at the watermark before the batch (`ts + g <= W`), Spark's rule (its late filter
    reads each row's own `session_window.end`, before any merge);
-2. the new intervals and the open sessions of the keys they touch, sorted by (slot, start),
-   are merged in one pass (`kernels.assign_sessions`), and each merged session's partial is
-   the combine of its parts (`kernels.combine_sessions`);
+2. the batch's rows form sessions of their own where they were lifted
+   (`kernels.batch_sessions`: the CPU's numba walk in (slot, ts) order; on the GPU a bucket
+   table without a sort, or a device sort where the table would be large), each with the
+   combine of its rows' partials (`kernels.combine_sessions`); only those sessions reach the
+   host. Then they and the open sessions of the keys they touch, sorted by (slot, start), are
+   merged (`kernels.assign_sessions`: one batch session can join two open ones), each merged
+   session's partial the combine of its parts;
 3. after the watermark moves, every session with `end <= W` fires once (final: its state is
    freed; a later row of the key that overlaps it in time opens a new session, as in Spark,
    whose state no longer holds the emitted one). Rows come ordered by session start, then
@@ -34,8 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.compiler import physical as ph
-from mangonel.compiler.physical import field_dtype
-from mangonel.runtime.operators.base import OperatorBase, field_arrays
+from mangonel.runtime.operators.base import TupleWindowOperator, field_arrays, field_columns
 from mangonel.runtime.operators.conform import INT64_MIN
 from mangonel.runtime.operators.holistic import evaluate
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
@@ -45,18 +48,17 @@ from mangonel.runtime.operators.sketch_panes import run_answers
 from mangonel.runtime.operators.snapshot import pack, unpack
 
 
-class SessionWindowOperator(OperatorBase):
+class SessionWindowOperator(TupleWindowOperator):
     """Session windows per key over open sessions' partial states (module docstring)."""
 
     kind = "session"
 
     def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
         super().__init__(node, kernels)
-        # the merge of intervals into sessions: the backend its placement names (the CPU's
-        # numba kernels; GPU plans place it there, `physical.SESSION_ON_CPU`)
+        # the merge of intervals into sessions: the backend its placement names (the lift's:
+        # GPU plans place both on the GPU unless holistic aggregates keep every step on the
+        # CPU, `physical.SESSION_HOLISTIC_ON_CPU`)
         self.session_kernels = kernels("session")
-        self.holistic_kernels = kernels("holistic") if node.holistic is not None else None
-        self.tree_fields = tuple(f for f in self.fields if not f.kind.holistic)
         self.value_fields = tuple(f for f in self.fields if f.kind.holistic)
         self.gap = self.spec.size
         self.next_id = 0  # id of the next session formed (holistic values are tagged with it)
@@ -70,65 +72,99 @@ class SessionWindowOperator(OperatorBase):
             "start": np.empty(0, np.int64),
             "end": np.empty(0, np.int64),
         }
-        columns.update(_field_columns(self.tree_fields))
+        columns.update(field_columns(self.tree_fields))
         return columns
 
     def _empty_values(self) -> dict[str, np.ndarray]:
-        return {"session": np.empty(0, np.int64), **_field_columns(self.value_fields)}
+        return {"session": np.empty(0, np.int64), **field_columns(self.value_fields)}
 
     @property
     def open_sessions(self) -> int:
         return len(self.open["slot"])
 
-    def _process(self, batch: pa.RecordBatch) -> None:
-        lifted = self.kernels.lift_tuples(self.lift_node, batch)
-        self.tuples_in += lifted.rows
-        self.null_event_time += lifted.null_event_time
-        self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
-        self._observe(lifted.max_event_time)
+    def _late(self, watermark: int, event_time: np.ndarray) -> np.ndarray | None:
+        """Rows whose own interval ended at W (ts + gap <= W); the bound is computed in
+        Python integers, as W - gap may pass int64's lower end (no row is late then)."""
+        bound = watermark - self.gap
+        return event_time <= bound if bound >= INT64_MIN else None
 
     def _merge(self, keys, event_time, include, partials) -> None:
-        host = self.kernels.to_host
-        event_time = host(event_time)
-        include = host(include).copy()
+        # the lifted arrays are the session step's backend's (lift and session are placed
+        # together): device arrays on the GPU until the batch's sessions are formed
+        sessions = self.session_kernels
+        host = sessions.to_host
+        include = include.copy()
         if self.watermark is not None:
-            # late: the row's own interval ended at W (ts + gap <= W); the bound is computed
-            # in Python integers, as W - gap may pass int64's lower end
-            bound = self.watermark - self.gap
-            if bound >= INT64_MIN:
-                late = include & (event_time <= bound)
+            late = self._late(self.watermark, event_time)
+            if late is not None:
+                late &= include
                 self.late += int(late.sum())
                 self._judged_late(late, WINDOW_CLOSED)  # standalone rows (late_rows.py)
                 include &= ~late
-        rows = np.nonzero(include)[0]
+        rows = include.nonzero()[0]
         if not len(rows):
             return
-        slots = host(self.keys.map_columns(keys, self.kernels.from_host(include)))[rows]
-        starts = event_time[rows]
-        added = {"id": np.full(len(rows), -1, np.int64), "slot": slots, "start": starts}
-        added["end"] = starts + self.gap
-        for name, parts in field_arrays(self.tree_fields):
-            for part in range(parts):
-                added[f"{name}.{part}"] = host(partials[name][part])[rows]
-        # only the open sessions of keys this batch touches can merge
+        slots = self.keys.map_columns(keys, include)[rows]
         n_slots = self.keys.n_slots
-        touched_slots = np.zeros(n_slots, np.bool_)
-        touched_slots[slots] = True
-        touched = touched_slots[self.open["slot"]]
-        kept = {c: a[~touched] for c, a in self.open.items()}
-        candidates = {c: np.concatenate((a[touched], added[c])) for c, a in self.open.items()}
-        numbers, first, ends = self.session_kernels.assign_sessions(
-            candidates["slot"], candidates["start"], candidates["end"], n_slots
+        # 1. the batch's rows into sessions of their own, where the rows are (on the GPU
+        # without a sort, `gpu/sessions.py`); only the sessions come to the host
+        numbers, slot, start, end = sessions.batch_sessions(
+            slots, event_time[rows], self.gap, n_slots
         )
-        merged_partials = self.session_kernels.combine_sessions(
+        batch_partials = sessions.combine_sessions(
             self.tree_fields,
             numbers,
-            len(ends),
+            len(end),
             {
-                name: tuple(candidates[f"{name}.{part}"] for part in range(parts))
-                for name, parts in field_arrays(self.tree_fields)
+                name: tuple(p[rows] for p in partials[name])
+                for name, _ in field_arrays(self.tree_fields)
             },
         )
+        added = {
+            "id": np.full(len(end), -1, np.int64),
+            "slot": host(slot),
+            "start": host(start),
+            "end": host(end),
+        }
+        for name, parts in field_arrays(self.tree_fields):
+            for part in range(parts):
+                added[f"{name}.{part}"] = host(batch_partials[name][part])
+        # 2. with the open sessions of the keys the batch touches: only those can merge, and
+        # one batch session can join two of them
+        touched_slots = np.zeros(n_slots, np.bool_)
+        touched_slots[added["slot"]] = True
+        touched = touched_slots[self.open["slot"]]
+        touched_count = int(touched.sum())
+        kept = {c: a[~touched] for c, a in self.open.items()}
+        candidates = {c: np.concatenate((a[touched], added[c])) for c, a in self.open.items()}
+        if touched_count:
+            merged_numbers, first, ends = (
+                host(a)
+                for a in sessions.assign_sessions(
+                    candidates["slot"],
+                    candidates["start"],
+                    candidates["end"],
+                    n_slots,
+                    # open sessions never overlap, nor do a batch's: two disjoint sets
+                    disjoint_first=touched_count,
+                )
+            )
+            merged_partials = sessions.combine_sessions(
+                self.tree_fields,
+                merged_numbers,
+                len(ends),
+                {
+                    name: tuple(candidates[f"{name}.{part}"] for part in range(parts))
+                    for name, parts in field_arrays(self.tree_fields)
+                },
+            )
+        else:  # no open session of these keys: the batch's sessions are the merged ones
+            merged_numbers = first = np.arange(len(added["end"]), dtype=np.int64)
+            ends = added["end"]
+            merged_partials = {
+                name: tuple(added[f"{name}.{part}"] for part in range(parts))
+                for name, parts in field_arrays(self.tree_fields)
+            }
         ids = self.next_id + np.arange(len(ends), dtype=np.int64)
         self.next_id += len(ends)
         merged = {
@@ -139,15 +175,14 @@ class SessionWindowOperator(OperatorBase):
         }
         for name, parts in field_arrays(self.tree_fields):
             for part in range(parts):
-                merged[f"{name}.{part}"] = merged_partials[name][part]
+                merged[f"{name}.{part}"] = host(merged_partials[name][part])
         self.open = {c: np.concatenate((kept[c], merged[c])) for c in self.open}
         if self.value_fields:
-            touched_count = int(touched.sum())
-            self._retag(candidates["id"][:touched_count], ids[numbers[:touched_count]])
-            new_values = {"session": ids[numbers[touched_count:]]}
-            for name, parts in field_arrays(self.value_fields):
-                for part in range(parts):
-                    new_values[f"{name}.{part}"] = host(partials[name][part])[rows]
+            self._retag(candidates["id"][:touched_count], ids[merged_numbers[:touched_count]])
+            # a row's session: its batch session's merged one
+            row_sessions = ids[merged_numbers[touched_count + host(numbers)]]
+            new_values = {"session": row_sessions}
+            new_values.update(self._taken(partials, self.value_fields, host(rows)))
             self.values = {c: np.concatenate((a, new_values[c])) for c, a in self.values.items()}
 
     def _retag(self, old_ids: np.ndarray, new_ids: np.ndarray) -> None:
@@ -240,15 +275,6 @@ class SessionWindowOperator(OperatorBase):
         self.keys = self.kernels.key_map_from_arrays(self.key_types, arrays, "keys.")
         self.open = {c: arrays[f"open.{c}"] for c in self._empty()}
         self.values = {c: arrays[f"values.{c}"] for c in self._empty_values()}
-
-
-def _field_columns(fields: tuple[ph.StateField, ...]) -> dict[str, np.ndarray]:
-    """An empty array per part of every field, of the field's dtype."""
-    return {
-        f"{field.name}.{part}": np.empty(0, field_dtype(field))
-        for field in fields
-        for part in range(len(field.kind.parts))
-    }
 
 
 def _lookup(keys: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

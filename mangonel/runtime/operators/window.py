@@ -83,6 +83,7 @@ DIRECT_WINDOWS = 64  # firings of at most this many windows skip the occupancy s
 MAX_SEGMENT_BYTES = 256 << 20
 MIN_CAPACITY = 16  # panes and keys: the smallest state arrays `_reserve` allocates
 MIN_SPLIT_GAP = 16  # panes: a segment holds at least 16 columns, smaller gaps save nothing
+FIRST_HEAD_ROWS = 1 << 16  # rows of a run's first batch that make its segment and keys
 
 
 def _capacity(start: int, need: int) -> int:
@@ -126,6 +127,7 @@ class TimeWindowOperator(OperatorBase):
         self.cumulate = self.spec.kind is WindowKind.CUMULATE
         self.segments: list[_Segment] = []  # ordered by pane, at least a window apart
         self.next_window: int | None = None  # the oldest window that has not fired
+        self._deferred: pa.RecordBatch | None = None  # the next batch, staged during this one
         # bytes of one (key, pane) cell over every field's arrays (8-byte parts)
         self.cell_bytes = sum(8 * parts for _, parts in field_arrays(self.fields))
 
@@ -136,13 +138,50 @@ class TimeWindowOperator(OperatorBase):
         the event time's min and max, which the range check then reuses)."""
         return self.kernels.prefetch(self.lift_node, self.window, batch)
 
+    def prefetch(self, batch: pa.RecordBatch) -> None:
+        """The hint that `batch` comes next is kept, and acted on while the current batch's
+        fused pass runs (`_stage_deferred`): the next batch's host copy pass then overlaps
+        the device's work on this one instead of preceding it. A batch processed with no
+        pass before it is conformed and staged by `process`, as without a hint."""
+        if not self.finished:
+            self._deferred = batch
+
+    def _stage_deferred(self) -> None:
+        """Conform and stage the batch `prefetch` named (once; errors wait for its
+        `process`)."""
+        batch, self._deferred = self._deferred, None
+        if batch is not None:
+            super().prefetch(batch)
+
     def _process(self, batch: pa.RecordBatch) -> None:
+        """The first batch of a run has no segment and no known key, so the fused pass would
+        leave every row of it to the split path (lifted again, host round trips of every row:
+        73 ms of a 4 M-row batch on the H100, 2026-11-26). Its head takes the split path
+        alone, which makes the segment and the slots of the keys it holds; the rest then
+        takes the fused pass (rows of keys first seen there still go the split way, after
+        it, so first-seen key order is kept). Nothing is late before the first watermark,
+        so no late row is judged against a slice, and the watermark moves after the whole
+        batch as before."""
+        if not self.segments and self.watermark is None and batch.num_rows > 2 * FIRST_HEAD_ROWS:
+            # the head fires nothing early: rows of its windows may still be in the rest
+            self._process_rows(batch.slice(0, FIRST_HEAD_ROWS), fire_early=False)
+            self._process_rows(batch.slice(FIRST_HEAD_ROWS))
+            return
+        self._process_rows(batch)
+
+    def _process_rows(self, batch: pa.RecordBatch, fire_early: bool = True) -> None:
         """The fused entry: the backend merges what it can place in one pass (known keys,
         panes inside the newest segment); the rest (new keys, other panes) takes the split
         path, so segments and first-seen key order stay the driver's decisions."""
         target, segment = self._fused_target()
         fused = self.kernels.lift_merge(
-            self.lift_node, self.window, batch, self.keys, target, self.watermark
+            self.lift_node,
+            self.window,
+            batch,
+            self.keys,
+            target,
+            self.watermark,
+            self._stage_deferred,
         )
         self.tuples_in += fused.rows
         self.null_event_time += fused.null_event_time
@@ -160,7 +199,7 @@ class TimeWindowOperator(OperatorBase):
                 panes,
                 fused.rest_include,
                 fused.rest.partials,
-                self._watermark_after(fused.max_event_time),
+                self._watermark_after(fused.max_event_time) if fire_early else None,
             )
         self._observe(fused.max_event_time)
 
@@ -484,8 +523,8 @@ class TimeWindowOperator(OperatorBase):
     def _compute(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
         """The result rows of the windows of `runs` (first window, count): the state
         finalizes them (`PaneState.fire`: the GPU on the device, one copy to the host);
-        CUMULATE windows' cells come from one tree call per pane count and are finalized on
-        the host."""
+        CUMULATE windows' cells come from the state's prefix combine and are finalized on the
+        host."""
         if self.cumulate:
             window_of_cell, slot_of_cell, chosen = self._window_cells(segment, runs, n_keys)
             keys = self.keys.decode(slot_of_cell)
@@ -526,43 +565,14 @@ class TimeWindowOperator(OperatorBase):
         return cells_with_rows(on_host, self.fields[0].name, n_keys, window_ids_of(runs))
 
     def _cumulate_values(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
-        """The tree's values of CUMULATE windows `runs` (first window, count), window-major
-        on the host. The tree computes windows of one pane count, evenly spaced: the windows
-        of j + 1 panes are every pw-th id (one per period, each from its period's first pane),
-        so one call per pane count present (at most pw calls), then the cells are put back
-        in window order."""
-        pw = self.panes_per_window
+        """The values of CUMULATE windows `runs` (first window, count), window-major on the
+        host. Window g's last pane is g and the windows of a period share its first pane, so
+        the state computes them as a prefix combine (each window the one before it combined
+        with one more pane): a firing costs a combine per pane, not a tree per pane count."""
+        values = segment.state.cumulative_windows(n_keys, runs, self.panes_per_window)
         host = self.kernels.to_host
-        window_ids: list[np.ndarray] = []
-        parts: dict[str, list[list[np.ndarray]]] = {}
-        for residue in range(pw):
-            calls = []  # (first pane, windows) runs of this pane count
-            for first, count in runs:
-                start = first + (residue - first) % pw  # the run's first id of this residue
-                if start < first + count:
-                    calls.append((start, (first + count - 1 - start) // pw + 1))
-            if not calls:
-                continue
-            values = segment.state.windows(
-                n_keys,
-                [(start // pw * pw, n) for start, n in calls],
-                pw,  # the next window of this pane count starts a period later
-                residue + 1,
-                self.window.windows_per_batch,
-            )
-            window_ids += [
-                np.arange(start, start + n * pw, pw, dtype=np.int64) for start, n in calls
-            ]
-            for name, values_of_field in values.items():
-                field_parts = parts.setdefault(name, [[] for _ in values_of_field])
-                for index, part in enumerate(values_of_field):
-                    field_parts[index].append(host(part))
-        cell_window = np.repeat(np.concatenate(window_ids), n_keys)
-        order = np.argsort(cell_window, kind="stable")  # window-major, slots in order
-        return {
-            name: tuple(np.concatenate(chunks)[order] for chunks in field_parts)
-            for name, field_parts in parts.items()
-        }
+        # every array crosses once (the row counts are also a field's values)
+        return {name: tuple(host(part) for part in parts) for name, parts in values.items()}
 
     # -- state ----------------------------------------------------------------------------
 

@@ -41,11 +41,6 @@ SPARK_HOLISTIC_STAGES = (
     "holistic functions run in mangonel's stages: stage 1 ships each (key, pane)'s values, "
     "stage 2 keeps them per pane and evaluates each window at its close"
 )
-# Why stage 1's pane pre-aggregation of a GPU plan runs on the CPU (EXPLAIN prints it).
-PREAGGREGATE_ON_CPU = (
-    "stage 1's partials leave the process through the host; the split form has no GPU "
-    "pre-aggregation kernel"
-)
 
 
 @dataclass(frozen=True)
@@ -137,16 +132,10 @@ def plan_spark(
     )
     placements: tuple[ph.Placement, ...] = ()
     if kind == "kernels":
+        # the pane pre-aggregation runs where the lift does (the GPU's: a device key map of
+        # (slot, pane) pairs and the merge kernel): only the partials leave the device
         lift = ph.placement(window, "lift")
-        on_cpu = lift.backend == "gpu"
-        placements = (
-            lift,
-            ph.Placement(
-                "preaggregate",
-                "cpu" if on_cpu else lift.backend,
-                PREAGGREGATE_ON_CPU if on_cpu else lift.reason,
-            ),
-        )
+        placements = (lift, ph.Placement("preaggregate", lift.backend, lift.reason))
     return SparkQueryPlan(
         text,
         plan,
