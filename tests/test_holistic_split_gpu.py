@@ -1,8 +1,8 @@
 """The split (Spark) form of holistic window functions in a GPU plan (run with `pytest -m gpu`
 on a GPU host; Spark is not needed): stage 1 with the GPU lift kernels and its
-pre-aggregation placed on the CPU (as the Spark planner places it), stage 2 merging into the
-GPU pane state and evaluating the holistic step on the device, with a restart; results equal
-the CPU backend's standalone run."""
+pre-aggregation on the device (as the Spark planner places it) or the host, stage 2 merging
+into the GPU pane state and evaluating the holistic step on the device, with a restart;
+results equal the CPU backend's standalone run."""
 
 from __future__ import annotations
 
@@ -32,13 +32,16 @@ from test_holistic_split import (  # noqa: E402
 from mangonel.compiler import physical as ph  # noqa: E402
 
 
-def test_gpu_split_form_with_a_restart_equals_the_cpu_standalone_run():
+@pytest.mark.parametrize("preaggregate", ["gpu", "cpu"])
+def test_gpu_split_form_with_a_restart_equals_the_cpu_standalone_run(preaggregate):
+    """Stage 1's incremental part pre-aggregates on the device (the Spark planner's
+    placement) or on the host; the values are lifted on the host either way."""
     plan = _plan(GPU_QUERY, backend="gpu")
     window = ph.find(plan, ph.WindowAggregateExec)
     assert ph.placement(window, "holistic").backend == "gpu"
     assert ph.placement(window, "lift").backend == "gpu"
     expected = standalone_run(_plan(GPU_QUERY, backend="cpu"), _batches())
-    placed = (ph.Placement("preaggregate", "cpu", "Spark's planner: partials leave by the host"),)
+    placed = (ph.Placement("preaggregate", preaggregate, "test"),)
     got = split_run(plan, _batches(), stage1_placements=placed)
     # the values are small integers: sums are exact in any order of addition
     assert [str(row) for row in got] == [str(row) for row in expected]
@@ -52,6 +55,6 @@ def test_gpu_split_form_of_a_function_with_timestamps_equals_the_cpu_standalone_
     assert ph.placement(window, "holistic").backend == "gpu"
     expected = standalone_run(_timed_plan(backend="cpu"), _batches())
     assert any(row["p"] is not None for row in expected)
-    placed = (ph.Placement("preaggregate", "cpu", "Spark's planner: partials leave by the host"),)
+    placed = (ph.Placement("preaggregate", "gpu", "Spark's planner: where the lift runs"),)
     got = split_run(plan, _batches(), stage1_placements=placed)
     assert [str(row) for row in got] == [str(row) for row in expected]
