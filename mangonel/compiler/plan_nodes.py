@@ -171,7 +171,7 @@ class TableScanExec:
 SKEWED_KEYS = 8
 AUTO_JOIN_ALGORITHM = (
     "no key statistics before the first batch: hash, built on the smaller side of each window;"
-    " then per batch from the join's running key statistics: sort-merge while the most"
+    " then per batch from the join's sampled key statistics: sort-merge while the most"
     f" frequent key holds over {SKEWED_KEYS}x an even share of the rows"
 )
 JOIN_ALGORITHMS = ("hash", "sort-merge")

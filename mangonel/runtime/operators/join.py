@@ -60,6 +60,7 @@ from mangonel.runtime.operators.join_sides import (
     from_ipc,
     to_ipc,
 )
+from mangonel.runtime.operators.join_stats import choose_algorithm
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED, LateRows
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
@@ -355,7 +356,7 @@ class JoinOperator:
         count = len(slots)
         if not count or not other.rows:
             return
-        algorithm = self._algorithm(slots, other.slots.view)
+        algorithm = self._algorithm(side, other)
         self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
         mine, theirs = self.kernels.match(
             algorithm,
@@ -393,27 +394,22 @@ class JoinOperator:
         device-fused cells): no pair comes back."""
         other = self.sides[1 - side.index]
         if len(slots) and other.rows:
-            algorithm = self._algorithm(slots, other.slots.view)
+            algorithm = self._algorithm(side, other)
             self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
         else:
             algorithm = self.join.algorithm
         self.cells.join(self.sides, side.index, len(slots), algorithm, self.keys.n_slots)
 
-    def _algorithm(self, batch_slots: np.ndarray, stored_slots: np.ndarray) -> str:
-        """The plan's algorithm, or (join_algorithm "auto") the choice from the key statistics
-        of the rows about to be joined: sort-merge when the most frequent key holds over
-        SKEWED_KEYS times an even share of them (skew: one hash bucket holds most pairs),
-        else hash."""
+    def _algorithm(self, side: JoinSide, other: JoinSide) -> str:
+        """The plan's algorithm, or (join_algorithm "auto") the choice from the sampled key
+        statistics of the batch just stored on `side` and the other side's stored batches
+        (join_stats.py): sort-merge when the most frequent key holds over SKEWED_KEYS times
+        an even share of them (skew: one hash bucket holds most pairs), else hash."""
         if not self.join.adaptive:
             return self.join.algorithm
-        n = self.keys.n_slots  # every slot is below it
-        counts = np.bincount(batch_slots[batch_slots >= 0], minlength=n)
-        counts += np.bincount(stored_slots[stored_slots >= 0], minlength=n)
-        rows = int(counts.sum())
-        if not rows:
-            return self.join.algorithm
-        even_shares = int(counts.max()) * int(np.count_nonzero(counts)) / rows
-        return "sort-merge" if even_shares > ph.SKEWED_KEYS else "hash"
+        batch = (side.key_samples[-1], side.batch_rows[-1])
+        chosen = choose_algorithm(batch, other.sampled_batches())
+        return self.join.algorithm if chosen is None else chosen
 
     def _credit(self, left, right, lo, hi, key_slots=None) -> None:  # noqa: ANN001
         """Joined rows (global ids, -1: the NULL side) sharing windows [lo, hi];
@@ -674,6 +670,7 @@ class JoinOperator:
                 if grow is not None:
                     grow.size = 0
                     grow.extend(arrays[p + name])
+            s.resample()
         self.keys = self.kernels.key_map_from_arrays(self.keys.types, arrays, "keys_")
         if self.aggregate is None:
             for n, g in self.pending.items():
