@@ -15,6 +15,10 @@ and implements docs/semantics.md, "Joins":
 - Rows: the pairs wait, with their window range, until their windows fire; each firing emits
   the joined rows of its windows in window order (`kernels.expand` over the pending pairs:
   count, scan, write), gathered from the stored rows.
+- Device-resident rows (a backend's kernels offering `device_rows(node)`, the GPU's where
+  `codegen_join.device_rows` applies): the backend joins each batch, keeps the pending pairs
+  and gathers the fired rows' columns itself (`_join_device_rows`, `fire`); the driver still
+  stores the rows it frees, snapshots and fires by.
 - Aggregated: the pairs' aggregate arguments are evaluated once per pair and their partials
   combined into (window, group) cells right away (the state kinds' scatter; `JoinCells` in
   join_cells.py: every window of the pair, or, for counts and integer sums, two difference
@@ -124,6 +128,7 @@ class JoinOperator:
         self.residual_columns = _columns_of(join.residual)
         self.factorised = False
         self.device_fused = False
+        self.device_rows = None
         if self.aggregate is not None:
             self.credit_columns = _columns_of(
                 join.where,
@@ -161,6 +166,9 @@ class JoinOperator:
                 [pa.field(name, t.info.arrow) for name, t in ph.join_row_columns(join)]
             )
             self.pending = {name: Grow() for name in ("left", "right", "lo", "hi")}
+            # device-resident rows (a backend's `device_rows`): pairs and output on the device
+            device_rows = getattr(kernels, "device_rows", None)
+            self.device_rows = None if device_rows is None else device_rows(join)
 
     def _side(self, join: ph.WindowJoinExec, index: int, keeps: bool) -> JoinSide:
         scan = join.children[index]
@@ -273,6 +281,8 @@ class JoinOperator:
                 side.append(rows, slots, first, last, origin)
                 if self.device_fused:
                     self._join_fused(side, slots)
+                elif self.device_rows is not None:
+                    self._join_device_rows(side, slots)
                 else:
                     self._join_new(side, start, slots, first, last)
             side.seen = True
@@ -399,6 +409,15 @@ class JoinOperator:
         else:
             algorithm = self.join.algorithm
         self.cells.join(self.sides, side.index, len(slots), algorithm, self.keys.n_slots)
+
+    def _join_device_rows(self, side: JoinSide, slots: np.ndarray) -> None:
+        """Join the rows just stored on `side` on the device; the pairs stay there."""
+        other = self.sides[1 - side.index]
+        algorithm = self.join.algorithm
+        if len(slots) and other.rows:
+            algorithm = self._algorithm(side, other)
+            self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
+        self.device_rows.join(self.sides, side.index, len(slots), algorithm, self.keys.n_slots)
 
     def _algorithm(self, side: JoinSide, other: JoinSide) -> str:
         """The plan's algorithm, or (join_algorithm "auto") the choice from the sampled key
@@ -537,6 +556,10 @@ class JoinOperator:
             self._credit(left, right, windows, windows)
 
     def _fire_rows(self, lo: int, hi: int) -> list[pa.RecordBatch]:
+        if self.device_rows is not None:
+            out, windows = self.device_rows.fire(self.sides, lo, hi, self.schema)
+            self.windows_fired += windows
+            return out
         pending = {name: grow.view for name, grow in self.pending.items()}
         entries, windows = self.kernels.expand(pending["lo"], pending["hi"], lo, hi)
         out = self._row_batch(pending["left"][entries], pending["right"][entries], windows)
@@ -578,7 +601,9 @@ class JoinOperator:
         if self.window is None:
             return []
         ends = [s.last.view.max() for s in self.sides if not s.is_table and s.rows]
-        if self.aggregate is None and self.pending["hi"].size:
+        if self.device_rows is not None and self.device_rows.max_window() is not None:
+            ends.append(self.device_rows.max_window())
+        elif self.aggregate is None and self.pending["hi"].size:
             ends.append(self.pending["hi"].view.max())
         if self.aggregate is not None and self.cells.max_window() is not None:
             ends.append(self.cells.max_window())
@@ -593,7 +618,9 @@ class JoinOperator:
         if self.factorised:  # no rows stored: both sides' window state and the combine's
             return self.cells.nbytes
         total = sum(side.nbytes() for side in self.sides) + self.keys.nbytes
-        if self.aggregate is None:
+        if self.device_rows is not None:
+            total += self.device_rows.nbytes
+        elif self.aggregate is None:
             total += sum(g.data.nbytes for g in self.pending.values())
         else:
             total += self.cells.nbytes
@@ -642,7 +669,9 @@ class JoinOperator:
                     arrays[p + name] = grow.view.copy()
             arrays[p + "payload"] = to_ipc(s.batches, s.conformer.schema)  # type: ignore[attr-defined]
         arrays.update(self.keys.to_arrays("keys_"))
-        if self.aggregate is None:
+        if self.device_rows is not None:
+            arrays.update(self.device_rows.to_arrays())
+        elif self.aggregate is None:
             arrays.update({f"pending_{n}": g.view.copy() for n, g in self.pending.items()})
         else:
             arrays.update(self.cells.to_arrays())
@@ -672,6 +701,9 @@ class JoinOperator:
                     grow.extend(arrays[p + name])
             s.resample()
         self.keys = self.kernels.key_map_from_arrays(self.keys.types, arrays, "keys_")
+        if self.device_rows is not None:
+            self.device_rows.restore(arrays)
+            return
         if self.aggregate is None:
             for n, g in self.pending.items():
                 g.size = 0

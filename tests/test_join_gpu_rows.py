@@ -1,0 +1,288 @@
+"""Device-resident rows of a join without aggregation (`codegen_join.device_rows`,
+runtime/gpu/join_rows.py): pairs kept on the device, the fired rows' columns gathered there
+and copied into pinned blocks that the Arrow results are built over.
+
+Without a GPU: the rows module (with its `rows_check` kernel) compiles with nvcc, and the
+device-rows operator runs on the host through the g++ CUDA shim (tests/cuda_host.py, numpy
+for CuPy) on the random join cases (oracle) and on the bench's materialised input (the CPU
+operator's rows, in window order). On a GPU host (`-m gpu`) the same run on the device.
+"""
+
+# ruff: noqa: F811 - the tests take test_join_gpu's fixtures, imported by name
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from fuzz_join_cases import check_join, draw_join_case
+from test_join_gpu import gpu_kernels_in_cpu_plans, host_device  # noqa: F401 - fixtures
+
+from mangonel.compiler import physical as ph
+from mangonel.compiler.codegen_join import (
+    DeviceRowsPlan,
+    device_rows,
+    render_node_join_kernels,
+)
+from mangonel.compiler.explain import explain_text
+from mangonel.runtime.cpu import operators as _cpu_operators
+from mangonel.runtime.gpu.join_rows import DeviceJoinRows, PinnedPool
+from mangonel.session import Session
+
+ORIGINAL_CPU_OPERATORS = dict(_cpu_operators.OPERATORS)
+DDL = (
+    "CREATE STREAM clicks (ts TIMESTAMP, k BIGINT, x BIGINT, b BOOLEAN, n INT) "
+    "WITH (event_time = 'ts', watermark = '0 microseconds')",
+    "CREATE STREAM views (ts TIMESTAMP, k INT, y DOUBLE, s STRING) "
+    "WITH (event_time = 'ts', watermark = '0 microseconds')",
+)
+WINDOW = "[RANGE 4 SECONDS SLIDE 1 SECOND]"
+
+
+def _session(backend: str = "cpu", **options) -> Session:  # noqa: ANN003
+    session = Session(backend, **options)
+    for statement in DDL:
+        session.execute(statement)
+    return session
+
+
+def _join(sql: str) -> ph.WindowJoinExec:
+    return ph.find(_session().sql(sql).plan, ph.WindowJoinExec)
+
+
+def _rows_case(seed: int):  # noqa: ANN202
+    """A random inner join case without aggregation (residual, WHERE, sliding, restore as
+    drawn)."""
+    return replace(draw_join_case(seed), kind="inner", aggregated=False)
+
+
+def _device_rows_made(made: list) -> list[DeviceJoinRows]:
+    return [k.rows_form for k in made if getattr(k, "rows_form", None) is not None]
+
+
+# -- which joins keep their rows on the device, EXPLAIN, nvcc ------------------------------
+
+
+def test_device_rows_apply_to_inner_windowed_joins_without_strings() -> None:
+    on = f"FROM clicks {WINDOW} AS l JOIN views {WINDOW} AS r ON l.k = r.k"
+    plan = device_rows(_join(f"SELECT l.x, l.b, l.n, r.y, window_start {on}"))
+    assert isinstance(plan, DeviceRowsPlan) and plan.check is None
+    assert [c.joined for c in plan.columns][:2] == ["l.ts", "l.k"]
+    checked = device_rows(_join(f"SELECT l.x, r.y {on} AND r.y > l.x WHERE l.x < 7"))
+    assert isinstance(checked, DeviceRowsPlan) and len(checked.check["checks"]) == 2
+    assert "left join" in device_rows(
+        _join(f"SELECT l.x FROM clicks {WINDOW} AS l LEFT JOIN views {WINDOW} AS r ON l.k = r.k")
+    )
+    assert "STRING column r.s" in device_rows(_join(f"SELECT l.x, r.s {on}"))
+
+
+def test_explain_says_where_rows_are_built() -> None:
+    """GPU plans: `rows=device` on a windowed inner rows join, `rows=host` with the reason
+    otherwise; nothing on aggregated joins, CPU plans or gpu_join=False."""
+    on = f"FROM clicks {WINDOW} AS l JOIN views {WINDOW} AS r ON l.k = r.k"
+    session = _session()
+
+    def gpu(sql: str, **options) -> str:  # noqa: ANN003
+        return explain_text(ph.with_backend(session.sql(sql).plan, "gpu", "test", **options))
+
+    assert "rows=device" in gpu(f"SELECT l.x, r.y, window_start {on}")
+    outer = gpu(f"SELECT l.x FROM clicks {WINDOW} AS l LEFT JOIN views {WINDOW} AS r ON l.k = r.k")
+    assert 'rows=host rows_reason="a left join adds its unmatched rows on the host"' in outer
+    assert " rows=" not in gpu(f"SELECT l.k, COUNT(*) AS c {on} GROUP BY l.k")
+    assert " rows=" not in gpu(f"SELECT l.x, r.y {on}", gpu_join=False)
+    assert " rows=" not in session.sql(f"SELECT l.x, r.y {on}").explain()  # a CPU plan
+
+
+def test_rows_check_compiles_with_nvcc(tmp_path) -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    on = f"FROM clicks {WINDOW} AS l JOIN views {WINDOW} AS r ON l.k = r.k"
+    for sql in (
+        f"SELECT l.x, l.b, r.y {on} AND r.y > l.x WHERE l.x IS NULL OR l.x < 7",
+        f"SELECT l.x, r.y {on} WHERE l.b AND l.n + r.k > 3",
+        f"SELECT l.x, r.y {on}",
+    ):
+        join = _join(sql)
+        for algorithm in ("hash", "sort-merge"):
+            generated = render_node_join_kernels(replace(join, algorithm=algorithm))
+            (tmp_path / "rows.cu").write_text(generated.source)
+            result = subprocess.run(
+                ["nvcc", "--ptx", "-arch=sm_90", "-fmad=false", "-o", "rows.ptx", "rows.cu"],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert result.returncode == 0, result.stderr[-5000:]
+            ptx = (tmp_path / "rows.ptx").read_text()
+            assert all(f".entry {name}(" in ptx for name in generated.names.values())
+            assert ("rows_check" in generated.names) == ("WHERE" in sql or "AND r.y" in sql)
+
+
+# -- the device-rows operator on the host shim ----------------------------------------------
+
+
+def test_device_rows_on_the_host_shim_match_the_oracle(gpu_kernels_in_cpu_plans) -> None:
+    """Random inner joins without aggregation (NULL keys and values, late rows, sliding
+    windows, residual and WHERE, both algorithms, snapshot/restore): the device-rows
+    operator over the shim gives the oracle's rows, windows in order."""
+    for seed in range(40):
+        case = _rows_case(seed)
+        problem = check_join(case)
+        assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
+    made = _device_rows_made(gpu_kernels_in_cpu_plans)
+    assert len(made) >= 40
+    assert any("rows_check" in m.kernels.generated.names for m in made)
+    assert sum(m.pairs_found for m in made) > 100 and sum(m.rows_out for m in made) > 100
+
+
+def test_snapshots_move_between_the_host_and_device_forms(host_device) -> None:
+    """A snapshot of the host form (pending pairs on the host) restores into the device
+    form and the other way round, and the run goes on to the same rows."""
+    from mangonel.runtime.cpu.join import CpuJoinKernels
+    from mangonel.runtime.gpu import join as gpu_join
+    from mangonel.runtime.operators.join import JoinOperator
+
+    for seed in range(12):
+        case = replace(_rows_case(seed), restore_at=None)
+        plan = _case_session(case).sql(case.query()).plan
+        node = ph.find(plan, ph.WindowJoinExec)
+        batches = list(case.batches())
+        half = len(batches) // 2
+        results = []
+        for first, second in (("host", "device"), ("device", "host"), ("host", "host")):
+            operators = []
+            for form in (first, second):
+                kernels = CpuJoinKernels()
+                if form == "device":
+                    kernels = gpu_join.GpuJoinKernels(node, CpuJoinKernels())
+                operators.append(JoinOperator(node, kernels))
+                assert (operators[-1].device_rows is not None) == (form == "device")
+            inputs = {child.stream.name: i for i, child in enumerate(node.children)}
+            out = []
+            for name, batch in batches[:half]:
+                out += operators[0].process(batch, inputs[name])
+            operators[1].restore(operators[0].snapshot())
+            for name, batch in batches[half:]:
+                out += operators[1].process(batch, inputs[name])
+            out += operators[1].finish()
+            results.append(pa.Table.from_batches(out, schema=operators[1].schema))
+        assert results[0].equals(results[2]) and results[1].equals(results[2]), f"seed {seed}"
+
+
+def _case_session(case) -> Session:  # noqa: ANN001
+    session = Session("cpu", join_algorithm=case.algorithm)
+    for statement in case.ddl():
+        session.execute(statement)
+    return session
+
+
+@pytest.mark.parametrize("slide_us", [1_000_000, 250_000])
+def test_device_rows_equal_cpu_on_bench_input_on_the_host_shim(
+    gpu_kernels_in_cpu_plans, slide_us: int
+) -> None:
+    """The bench's materialised shape (1,000 keys, 2,000-row batches, windows firing as the
+    watermark moves): the device-rows operator over the shim gives the CPU operator's rows in
+    the same order, and its results lie in pinned blocks that are reused once released."""
+    from mangonel.bench_join import JoinShape, make_arrivals, make_session
+    from mangonel.runtime.cpu import operators as cpu_operators
+
+    shape = JoinShape("rows", slide_us=slide_us, aggregate=False, algorithm="auto")
+    arrivals = make_arrivals(shape, 24_000, 4_000, 2_000, seed=3)
+    device_operators = dict(cpu_operators.OPERATORS)
+    tables = []
+    for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
+        cpu_operators.OPERATORS = operators
+        batches = list(make_session(shape).sql(shape.query()).stream(arrivals))
+        tables.append(pa.Table.from_batches(batches))
+    cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
+    (made,) = _device_rows_made(gpu_kernels_in_cpu_plans)
+    assert tables[1].num_rows > 5000 and made.rows_out == tables[1].num_rows
+    assert tables[0].equals(tables[1])
+    starts = tables[0].column("window_start").cast(pa.int64()).to_numpy()
+    assert (np.diff(starts) >= 0).all()
+    # the results lie over pinned blocks, which come back to the pool once dropped
+    assert made.pool.allocations >= 1 and not made.pool.free
+    del batches, tables
+    assert made.pool.free
+
+
+def test_pinned_pool_reuses_released_blocks(host_device) -> None:
+    """A block lent to Arrow buffers returns to the pool when the last buffer over it is
+    released; the next lease of its size takes it instead of a new allocation; the
+    buffers read the block's memory (no copy)."""
+    pool = PinnedPool(keep=2)
+    lease = pool.lease(5000)
+    assert lease.nbytes >= 5000 and pool.allocations == 1
+    lease.host[:8] = np.arange(8, dtype=np.uint8)
+    buffer = lease.buffer(0, 8)
+    array = pa.Array.from_buffers(pa.uint8(), 8, [None, buffer])
+    del lease, buffer
+    assert not pool.free  # the array still holds the block
+    assert array.to_pylist() == list(range(8))
+    del array
+    assert len(pool.free) == 1
+    again = pool.lease(3000)
+    assert pool.allocations == 1 and not pool.free
+    big = pool.lease(4 << 20)
+    assert pool.allocations == 2 and big.nbytes >= 4 << 20
+    del again, big
+    assert len(pool.free) == 2
+    for _ in range(3):
+        pool.give_back(bytearray(1 << 20), 1 << 20)
+    assert len(pool.free) == 2  # at most `keep` free blocks, the largest kept
+    assert max(size for size, _ in pool.free) >= 4 << 20
+
+
+# -- on a device -------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_device_rows_on_a_device_match_the_oracle(monkeypatch) -> None:
+    """On a GPU host: random inner rows joins through Session("gpu") (EXPLAIN: rows=device)
+    give the oracle's rows."""
+    pytest.importorskip("cupy")
+    import mangonel
+
+    real = mangonel.Session
+    monkeypatch.setattr(mangonel, "Session", lambda backend, **options: real("gpu", **options))
+    assert "rows=device" in explain_text(_gpu_plan(_rows_case(0)))
+    for seed in range(60):
+        case = _rows_case(seed)
+        problem = check_join(case)
+        assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
+
+
+def _gpu_plan(case):  # noqa: ANN001, ANN202
+    session = Session("gpu", join_algorithm=case.algorithm)
+    for statement in case.ddl():
+        session.execute(statement)
+    return session.sql(case.query()).plan
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algorithm", ["hash", "sort-merge"])
+@pytest.mark.parametrize("slide_us", [1_000_000, 100_000])
+def test_device_rows_equal_cpu_at_scale_on_a_device(algorithm: str, slide_us: int) -> None:
+    """On a GPU host: the bench's materialised shape (1,000 keys, 400,000 rows, 5,000-row
+    batches) through Session("gpu") (rows=device) equals Session("cpu") row for row, in the
+    same order, whose batches lie over pinned memory reused across firings."""
+    pytest.importorskip("cupy")
+    from mangonel.bench_join import JOIN_SCHEMA, JoinShape, make_arrivals
+
+    shape = JoinShape("rows", slide_us=slide_us, algorithm=algorithm, aggregate=False)
+    arrivals = make_arrivals(shape, 400_000, 50_000, 5_000, seed=3)
+    tables = {}
+    for backend in ("cpu", "gpu"):
+        session = Session(backend, join_algorithm=algorithm)
+        for name in ("lefts", "rights"):
+            session.create_stream(name, JOIN_SCHEMA.to_arrow(), event_time="ts", watermark=0)
+        query = session.sql(shape.query())
+        if backend == "gpu":
+            assert "rows=device" in explain_text(query.plan)
+        tables[backend] = query.run(arrivals)
+    assert tables["cpu"].num_rows > 400_000
+    assert tables["gpu"].equals(tables["cpu"])
