@@ -70,9 +70,15 @@ def test_device_rows_apply_to_inner_windowed_joins_without_strings() -> None:
     on = f"FROM clicks {WINDOW} AS l JOIN views {WINDOW} AS r ON l.k = r.k"
     plan = device_rows(_join(f"SELECT l.x, l.b, l.n, r.y, window_start {on}"))
     assert isinstance(plan, DeviceRowsPlan) and plan.check is None
-    assert [c.joined for c in plan.columns][:2] == ["l.ts", "l.k"]
+    # only what the SELECT list reads is mirrored and emitted (no event times, no keys)
+    assert [c.joined for c in plan.columns] == ["l.x", "l.b", "l.n", "r.y"]
+    assert plan.emitted == (0, 1, 2, 3)
     checked = device_rows(_join(f"SELECT l.x, r.y {on} AND r.y > l.x WHERE l.x < 7"))
     assert isinstance(checked, DeviceRowsPlan) and len(checked.check["checks"]) == 2
+    assert [c.joined for c in checked.columns] == ["l.x", "r.y"]
+    # a predicate's columns are mirrored for the check, not emitted
+    where_b = device_rows(_join(f"SELECT r.y {on} WHERE l.b"))
+    assert [c.joined for c in where_b.columns] == ["l.b", "r.y"] and where_b.emitted == (1,)
     assert "left join" in device_rows(
         _join(f"SELECT l.x FROM clicks {WINDOW} AS l LEFT JOIN views {WINDOW} AS r ON l.k = r.k")
     )

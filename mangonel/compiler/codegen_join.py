@@ -107,11 +107,13 @@ class FusedColumn:
 @dataclass(frozen=True)
 class DeviceRowsPlan:
     """How a join without aggregation keeps its pairs and builds its output on the device:
-    every joined column mirrored per side (`columns`, the joined row's order: the output's),
-    and the `rows_check` kernel's context when there is a residual or WHERE (None: every
-    pair with equal keys and overlapping windows is kept)."""
+    the joined columns mirrored per side (`columns`: those emitted and those the predicates
+    read, in the joined row's order), the positions in `columns` of the emitted ones (the
+    output's order), and the `rows_check` kernel's context when there is a residual or WHERE
+    (None: every pair with equal keys and overlapping windows is kept)."""
 
     columns: tuple[FusedColumn, ...]
+    emitted: tuple[int, ...]
     check: dict | None
 
 
@@ -242,21 +244,24 @@ def device_rows(join: ph.WindowJoinExec) -> DeviceRowsPlan | str:
         return "no window: each stream row is joined with the table as its batch arrives"
     if join.kind.keeps_left or join.kind.keeps_right:
         return f"a {join.kind.value} join adds its unmatched rows on the host"
-    for column in join.columns:
-        if column.type is SqlType.STRING:
-            return f"it outputs the STRING column {column.name} (no device dictionary)"
-    columns = _joined_columns(join, [c.name for c in join.columns])
-    if join.residual is None and join.where is None:
-        return DeviceRowsPlan(columns, None)
+    emitted = ph.join_row_columns(join)[:-2]  # less window_start, window_end
+    for name, sql_type in emitted:
+        if sql_type is SqlType.STRING:
+            return f"it outputs the STRING column {name} (no device dictionary)"
+    predicates = [p for p in (join.residual, join.where) if p is not None]
+    read = {c.name for p in predicates for c in p.find_all(exp.Column)}
+    wanted = {name for name, _ in emitted} | read
+    columns = _joined_columns(join, [c.name for c in join.columns if c.name in wanted])
+    names = [c.joined for c in columns]
+    positions = tuple(names.index(name) for name, _ in emitted)
+    if not predicates:
+        return DeviceRowsPlan(columns, positions, None)
     try:
         checks, context = _render_checks(join, columns)
     except (ExpressionError, ValueError) as error:
         return f"a predicate does not render in CUDA: {error}"
     if context.string_literals:
         return "a predicate reads a STRING literal (not staged for joined rows)"
-    read = {
-        c.name for p in (join.residual, join.where) if p is not None for c in p.find_all(exp.Column)
-    }
     check = {
         "columns": [
             {
@@ -270,7 +275,7 @@ def device_rows(join: ph.WindowJoinExec) -> DeviceRowsPlan | str:
         "statements": list(context.statements),
         "compile_note": "compile with " + " ".join(FUSED_COMPILE_OPTIONS),
     }
-    return DeviceRowsPlan(columns, check)
+    return DeviceRowsPlan(columns, positions, check)
 
 
 def device_rows_reason(join: ph.WindowJoinExec) -> str | None:

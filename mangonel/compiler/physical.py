@@ -436,6 +436,10 @@ def plan_join(
         )
         if having is not None:
             top = FilterExec((top,), having, (place("filter"),))
+    else:  # joined rows: emit only the joined columns the SELECT list reads
+        read = {c.name for o in root.outputs for c in o.expression.find_all(exp.Column)}
+        emitted = tuple(c.name for c in join_exec.columns if c.name in read)
+        top = join_exec = replace(join_exec, emitted=emitted)
     return ProjectExec((top,), root.outputs, (place("project"),))  # type: ignore[arg-type]
 
 

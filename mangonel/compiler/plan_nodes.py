@@ -194,6 +194,8 @@ class WindowJoinExec:
     where: WHERE over the joined rows, after the join (outer rows included).
     columns: the joined row, `alias.column` of what each side's scan reads, left first.
     placements: the `join` step (GPU plans: on the CPU until GPU join kernels exist).
+    emitted: a join without aggregation emits only these joined columns (those its SELECT
+    list reads; None: every one of `columns`), see `join_row_columns`.
     """
 
     children: tuple[StreamScanExec, StreamScanExec | TableScanExec]
@@ -214,6 +216,7 @@ class WindowJoinExec:
     backend: str
     backend_reason: str
     placements: tuple[Placement, ...]
+    emitted: tuple[str, ...] | None = None
 
     @property
     def pane_pairs(self) -> bool:
@@ -363,6 +366,8 @@ def join_row_columns(node: WindowJoinExec) -> tuple[tuple[str, SqlType], ...]:
     (or kept unmatched row) and window: the joined row's columns, then `__window_start`,
     `__window_end` (absent without a window). The SELECT list reads these."""
     columns = [(c.name, c.type) for c in node.columns]
+    if node.emitted is not None:
+        columns = [(name, t) for name, t in columns if name in node.emitted]
     if node.window is not None:
         columns += [(WINDOW_START, SqlType.TIMESTAMP), (WINDOW_END, SqlType.TIMESTAMP)]
     return tuple(columns)

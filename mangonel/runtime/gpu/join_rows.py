@@ -211,7 +211,8 @@ class DeviceJoinRows:
             left = self.pairs.view("left")[entries] - self.rows[0].base
             right = self.pairs.view("right")[entries] - self.rows[1].base
             columns = []
-            for column in self.plan.columns:
+            for position in self.plan.emitted:
+                column = self.plan.columns[position]
                 rows, at = (self.rows[0], left) if column.side == 0 else (self.rows[1], right)
                 values = rows.view(f"v:{column.name}")[at]
                 valid = rows.view(f"m:{column.name}")[at]

@@ -162,9 +162,12 @@ class JoinOperator:
                 join.where, *(f.argument for f in self.aggregate.fields)
             )
         else:
-            self.schema = pa.schema(
-                [pa.field(name, t.info.arrow) for name, t in ph.join_row_columns(join)]
-            )
+            row_columns = ph.join_row_columns(join)
+            self.schema = pa.schema([pa.field(name, t.info.arrow) for name, t in row_columns])
+            # the joined columns emitted (what the SELECT list reads), and what a firing
+            # gathers for them and WHERE
+            self.emitted = tuple(name for name, _ in row_columns if name in self.column_types)
+            self.row_gather = frozenset(self.emitted) | _columns_of(join.where)
             self.pending = {name: Grow() for name in ("left", "right", "lo", "hi")}
             # device-resident rows (a backend's `device_rows`): pairs and output on the device
             device_rows = getattr(kernels, "device_rows", None)
@@ -573,8 +576,8 @@ class JoinOperator:
     def _row_batch(self, left, right, windows) -> list[pa.RecordBatch]:
         if not len(left):
             return []
-        joined = self._gather(left, right)
-        arrays = [joined[c.name] for c in self.join.columns]
+        joined = self._gather(left, right, self.row_gather)
+        arrays = [joined[name] for name in self.emitted]
         if windows is not None:
             self.windows_fired += _distinct_count(windows)
             start = windows * self.window.slide
