@@ -42,6 +42,7 @@ and implements docs/semantics.md, "Joins":
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,10 @@ class JoinMetrics(OperatorMetrics):
     tuples_by_input: tuple[tuple[str, int], ...] = ()
     # batches joined by each algorithm ("auto" chooses per batch from key statistics)
     batches_by_algorithm: tuple[tuple[str, int], ...] = ()
+    # a join without aggregation: seconds spent building the fired rows (expansion, gather,
+    # the copy back from the device, the Arrow arrays) and the bytes of those rows
+    rows_output_seconds: float = 0.0
+    rows_output_bytes: int = 0
 
 
 class JoinOperator:
@@ -125,6 +130,8 @@ class JoinOperator:
         self.batches_by_algorithm: dict[str, int] = {}
         self.windows_fired = 0
         self.rows_out = 0
+        self.rows_output_seconds = 0.0
+        self.rows_output_bytes = 0
         self.residual_columns = _columns_of(join.residual)
         self.factorised = False
         self.device_fused = False
@@ -559,6 +566,13 @@ class JoinOperator:
             self._credit(left, right, windows, windows)
 
     def _fire_rows(self, lo: int, hi: int) -> list[pa.RecordBatch]:
+        started = time.perf_counter()
+        out = self._fired_rows(lo, hi)
+        self.rows_output_seconds += time.perf_counter() - started
+        self.rows_output_bytes += sum(batch.nbytes for batch in out)
+        return out
+
+    def _fired_rows(self, lo: int, hi: int) -> list[pa.RecordBatch]:
         if self.device_rows is not None:
             out, windows = self.device_rows.fire(self.sides, lo, hi, self.schema)
             self.windows_fired += windows
@@ -641,6 +655,8 @@ class JoinOperator:
             late_by_input=tuple((s.name, s.late) for s in streams),
             tuples_by_input=tuple((s.name, s.tuples_in) for s in streams),
             batches_by_algorithm=tuple(sorted(self.batches_by_algorithm.items())),
+            rows_output_seconds=self.rows_output_seconds,
+            rows_output_bytes=self.rows_output_bytes,
         )
 
     def snapshot(self) -> bytes:
