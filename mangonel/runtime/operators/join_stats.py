@@ -51,16 +51,23 @@ def choose_algorithm(
         samples.append((sample, rows))
         taken += len(sample)
     values = np.concatenate([s for s, _ in samples])
-    weights = np.concatenate(
-        [np.full(len(s), rows / len(s)) for s, rows in samples if len(s)] or [np.zeros(0)]
+    lengths = [len(s) for s, _ in samples]
+    weights = np.repeat(
+        [rows / max(n, 1) for (_, rows), n in zip(samples, lengths, strict=True)], lengths
     )
     keyed = values >= 0  # NULL keys match nothing
     values, weights = values[keyed], weights[keyed]
     if not len(values):
         return None
-    keys, inverse = np.unique(values, return_inverse=True)
-    counts = np.bincount(inverse, weights=weights)
-    even_shares = float(counts.max()) * len(keys) / float(counts.sum())
+    top = int(values.max())
+    if top < 8 * len(values):  # slots dense enough: count by slot (no sort)
+        counts = np.bincount(values, weights=weights, minlength=top + 1)
+        distinct = int(np.count_nonzero(counts))
+    else:
+        keys, inverse = np.unique(values, return_inverse=True)
+        counts = np.bincount(inverse, weights=weights)
+        distinct = len(keys)
+    even_shares = float(counts.max()) * distinct / float(counts.sum())
     return "sort-merge" if even_shares > ph.SKEWED_KEYS else "hash"
 
 
