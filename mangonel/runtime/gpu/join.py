@@ -200,10 +200,16 @@ class GpuJoinKernels:
         n = len(first)
         head = (first, last, np.int64(n), np.int64(lo), np.int64(hi))
         entries, windows = self._two_pass("expand", n, head)
-        if len(entries):
-            order = cp.lexsort(cp.stack([entries, windows]))
-            entries, windows = entries[order], windows[order]
-        return entries, windows
+        if not len(entries):
+            return entries, windows
+        low, high = int(windows.min()), int(windows.max())
+        if (high - low + 1) * n < 2**62:
+            # one sort of unique int64 keys (window offset, entry): a single radix sort,
+            # where lexsort runs a stable sort per key and gathers between them
+            keys = cp.sort((windows - low) * n + entries)
+            return keys % n, keys // n + low
+        order = cp.lexsort(cp.stack([entries, windows]))
+        return entries[order], windows[order]
 
     def expand(self, first, last, lo, hi, ordered=True):
         # the device expansion always comes out ordered by window, which `ordered=False`
