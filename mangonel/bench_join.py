@@ -20,6 +20,7 @@ against the pinned device-to-host bandwidth measured in the same run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -277,6 +278,7 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         f" {'Spark':>12s} {'ratio':>8s}  equal"
     )
     results = []
+    ran: list[tuple[JoinShape, JoinResult]] = []
     cache: dict[tuple, list] = {}
     for shape in _selected_join_shapes(arguments):
         size = max(2 * batch_size, int(rows * shape.share))
@@ -305,7 +307,33 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
             result.equal_to_peer = same_rows(ours, theirs, shape.aggregate)
         results.append(result)
         _print_join_row(result)
+        ran.append((shape, result))
+    for line in sliding_against_tumbling(ran):
+        print(line)
     return results
+
+
+def sliding_against_tumbling(ran: list[tuple[JoinShape, JoinResult]]) -> list[str]:
+    """Issue 10's "sliding w/s = 100 within 2x of tumbling": one line per sliding shape that
+    ran beside the tumbling shape of the same input and query (same keys, skew, rows, path
+    and algorithm), with how many times slower it ran."""
+    lines = []
+    for shape, result in ran:
+        if shape.slide_us == shape.range_us:
+            continue
+        for other, tumbling in ran:
+            same = dataclasses.replace(other, label=shape.label, slide_us=shape.slide_us)
+            if (
+                other.slide_us == other.range_us
+                and same == shape
+                and tumbling.rows_in == result.rows_in
+            ):
+                slower = tumbling.rows_per_second / result.rows_per_second
+                lines.append(
+                    f"sliding vs tumbling: {shape.label!r} runs {slower:.1f}x slower than "
+                    f"{other.label!r} on the same input (target: within 2x)"
+                )
+    return lines
 
 
 def _spark_installed() -> bool:

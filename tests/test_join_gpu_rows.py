@@ -398,3 +398,21 @@ def test_bench_reports_the_output_step_against_d2h(capsys) -> None:
     _print_join_row(result)
     printed = capsys.readouterr().out
     assert "results 2.00 GB/s =  4.00% of D2H (output step 30.00 GB/s = 55.00% of D2H)" in printed
+
+
+def test_bench_compares_sliding_with_tumbling_on_the_same_input() -> None:
+    """The bench prints how many times slower each sliding shape ran than the tumbling shape
+    of the same input and query (issue 10: within 2x), and pairs no other shapes."""
+    from mangonel.bench_join import JoinResult, JoinShape, sliding_against_tumbling
+
+    tumbling = JoinShape("t")
+    sliding = JoinShape("s", slide_us=10_000)
+    pairs = JoinShape("p", slide_us=10_000, factorised=False)
+    ran = [
+        (tumbling, JoinResult("t", 100, 1.0, 12.0e6, 5, "factorised")),
+        (sliding, JoinResult("s", 100, 1.0, 3.0e6, 5, "factorised")),
+        (pairs, JoinResult("p", 100, 1.0, 1.0e6, 5, "hash")),
+    ]
+    assert sliding_against_tumbling(ran) == [
+        "sliding vs tumbling: 's' runs 4.0x slower than 't' on the same input (target: within 2x)"
+    ]

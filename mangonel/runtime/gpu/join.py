@@ -137,25 +137,18 @@ class GpuJoinKernels:
         empty = np.empty(0, np.int64)
         if not len(slots_a) or not len(slots_b):
             return empty, empty
-        if algorithm == "sort-merge":
-            return self._merge(slots_a, first_a, last_a, slots_b, first_b, last_b)
-        if len(slots_a) <= len(slots_b):  # build on the smaller side, probe with the other
-            return self._hash(slots_a, first_a, last_a, slots_b, first_b, last_b)
-        j, i = self._hash(slots_b, first_b, last_b, slots_a, first_a, last_a)
-        return i, j
-
-    def _hash(self, build_slots, build_first, build_last, probe_slots, probe_first, probe_last):
-        build = tuple(self._up(a) for a in (build_slots, build_first, build_last))
-        probe = tuple(self._up(a) for a in (probe_slots, probe_first, probe_last))
-        n_slots = int(max(int(build_slots.max()), 0)) + 1
-        out_build, out_probe = self._hash_device(*build, *probe, n_slots)
-        return self._down(out_build), self._down(out_probe)
+        n_slots = max(int(slots_a.max()), int(slots_b.max()), 0) + 1
+        a = tuple(self._up(x) for x in (slots_a, first_a, last_a))
+        b = tuple(self._up(x) for x in (slots_b, first_b, last_b))
+        i, j = self.match_device(algorithm, a, b, n_slots)
+        return self._down(i), self._down(j)
 
     def match_device(
         self, algorithm: str, a: tuple[Any, Any, Any], b: tuple[Any, Any, Any], n_slots: int
     ) -> tuple[Any, Any]:  # noqa: ANN401
         """`match` over device arrays ((slots, first, last) of each side; every slot below
-        `n_slots`), the pairs (i, j) left on the device, in `match`'s order."""
+        `n_slots`), the pairs (i, j) left on the device: hash builds on the smaller side and
+        probes with the other."""
         cp = device.cupy()
         if not len(a[0]) or not len(b[0]):
             return cp.zeros(0, cp.int64), cp.zeros(0, cp.int64)
@@ -176,12 +169,6 @@ class GpuJoinKernels:
         order = self._sorted_rows(bs)
         head = (ps, pf, pl, np.int64(len(ps)), bf, bl, offsets, order, np.int64(n_slots))
         return self._two_pass("probe", len(ps), head)
-
-    def _merge(self, slots_a, first_a, last_a, slots_b, first_b, last_b):
-        a = (self._up(x) for x in (slots_a, first_a, last_a))
-        b = (self._up(x) for x in (slots_b, first_b, last_b))
-        out_a, out_b = self._merge_device(*a, *b)
-        return self._down(out_a), self._down(out_b)
 
     def _merge_device(self, sa, fa, la, sb, fb, lb):  # noqa: ANN001, ANN202
         """(a row, b row) pairs on the device: both sides sorted by slot, merged."""
