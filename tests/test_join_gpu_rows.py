@@ -416,3 +416,59 @@ def test_bench_compares_sliding_with_tumbling_on_the_same_input() -> None:
     assert sliding_against_tumbling(ran) == [
         "sliding vs tumbling: 's' runs 4.0x slower than 't' on the same input (target: within 2x)"
     ]
+
+
+def test_rows_joins_emit_only_what_the_select_list_reads() -> None:
+    """A join without aggregation emits the joined columns its SELECT list reads (WHERE's
+    are gathered, not emitted); one that reads none still emits one, so a stream-static join
+    without a window keeps its row count."""
+    session = _session()
+    session.execute("CREATE TABLE ads (k BIGINT, campaign STRING)")
+    on = f"FROM clicks {WINDOW} AS l JOIN views {WINDOW} AS r ON l.k = r.k"
+    join = _join(f"SELECT r.y, l.n {on} WHERE l.x > 1")
+    assert join.emitted == ("l.n", "r.y")
+    assert [n for n, _ in ph.join_row_columns(join)] == [
+        "l.n",
+        "r.y",
+        "__window_start",
+        "__window_end",
+    ]
+    query = session.sql("SELECT 1 AS one FROM clicks AS c JOIN ads AS a ON c.k = a.k")
+    assert ph.find(query.plan, ph.WindowJoinExec).emitted == ("c.ts",)
+    clicks = pa.record_batch(
+        {
+            "ts": pa.array([0, 10, 20], pa.timestamp("us")),
+            "k": pa.array([1, 2, 1], pa.int64()),
+            "x": pa.array([0, 0, 0], pa.int64()),
+            "b": pa.array([True] * 3),
+            "n": pa.array([0] * 3, pa.int32()),
+        }
+    )
+    ads = pa.record_batch({"k": pa.array([1, 2], pa.int64()), "campaign": ["a", "b"]})
+    assert query.run([("ads", ads), ("clicks", clicks)]).column("one").to_pylist() == [1, 1, 1]
+
+
+def test_stream_table_rows_on_the_device_on_the_host_shim(gpu_kernels_in_cpu_plans) -> None:
+    """A windowed stream joined with a static table (its rows cover every window) keeps its
+    rows on the device (rows=device) and gives the CPU operator's rows, row for row."""
+    from mangonel.runtime.cpu import operators as cpu_operators
+
+    sql = (
+        f"SELECT c.x, p.price, window_start FROM clicks {WINDOW} AS c "
+        "JOIN prices AS p ON c.k = p.k WHERE p.price > 0.5 OR c.x IS NULL"
+    )
+    prices = pa.record_batch(
+        {"k": pa.array([0, 1, 2, 2, None], pa.int64()), "price": [0.25, 1.5, 2.0, 0.75, 9.0]}
+    )
+    arrivals = [("prices", prices)] + [a for a in _typed_arrivals(5) if a[0] == "clicks"]
+    device_operators = dict(cpu_operators.OPERATORS)
+    tables = []
+    for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
+        cpu_operators.OPERATORS = operators
+        session = _session()
+        session.execute("CREATE TABLE prices (k BIGINT, price DOUBLE)")
+        tables.append(session.sql(sql).run(arrivals))
+    cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
+    assert tables[1].num_rows > 20 and tables[0].equals(tables[1])
+    (made,) = _device_rows_made(gpu_kernels_in_cpu_plans)
+    assert made.rows_out == tables[1].num_rows
