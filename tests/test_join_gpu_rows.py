@@ -54,9 +54,10 @@ def _join(sql: str) -> ph.WindowJoinExec:
 
 
 def _rows_case(seed: int):  # noqa: ANN202
-    """A random inner join case without aggregation (residual, WHERE, sliding, restore as
-    drawn)."""
-    return replace(draw_join_case(seed), kind="inner", aggregated=False)
+    """A random join case without aggregation (inner or outer as drawn, every other seed
+    inner; residual, WHERE, sliding, restore as drawn)."""
+    case = replace(draw_join_case(seed), aggregated=False)
+    return case if seed % 2 else replace(case, kind="inner")
 
 
 def _device_rows_made(made: list) -> list[DeviceJoinRows]:
@@ -79,9 +80,17 @@ def test_device_rows_apply_to_inner_windowed_joins_without_strings() -> None:
     # a predicate's columns are mirrored for the check, not emitted
     where_b = device_rows(_join(f"SELECT r.y {on} WHERE l.b"))
     assert [c.joined for c in where_b.columns] == ["l.b", "r.y"] and where_b.emitted == (1,)
-    assert "left join" in device_rows(
-        _join(f"SELECT l.x FROM clicks {WINDOW} AS l LEFT JOIN views {WINDOW} AS r ON l.k = r.k")
+    full = device_rows(
+        _join(f"SELECT l.x FROM clicks {WINDOW} AS l FULL JOIN views {WINDOW} AS r ON l.k = r.k")
     )
+    assert isinstance(full, DeviceRowsPlan) and full.kept == (0, 1)
+    where = device_rows(
+        _join(
+            f"SELECT l.x FROM clicks {WINDOW} AS l LEFT JOIN views {WINDOW} AS r ON l.k = r.k "
+            "WHERE r.y IS NULL"
+        )
+    )
+    assert where.kept == (0,) and [x["role"] for x in where.check["lonely"]] == ["rows_lonely_0"]
     assert "STRING column r.s" in device_rows(_join(f"SELECT l.x, r.s {on}"))
 
 
@@ -96,7 +105,11 @@ def test_explain_says_where_rows_are_built() -> None:
 
     assert "rows=device" in gpu(f"SELECT l.x, r.y, window_start {on}")
     outer = gpu(f"SELECT l.x FROM clicks {WINDOW} AS l LEFT JOIN views {WINDOW} AS r ON l.k = r.k")
-    assert 'rows=host rows_reason="a left join adds its unmatched rows on the host"' in outer
+    assert "rows=device" in outer
+    strings = gpu(f"SELECT l.x, r.s {on}")
+    assert 'rows=host rows_reason="it outputs the STRING column r.s (no device dictionary)"' in (
+        strings
+    )
     assert " rows=" not in gpu(f"SELECT l.k, COUNT(*) AS c {on} GROUP BY l.k")
     assert " rows=" not in gpu(f"SELECT l.x, r.y {on}", gpu_join=False)
     assert " rows=" not in session.sql(f"SELECT l.x, r.y {on}").explain()  # a CPU plan
@@ -110,6 +123,8 @@ def test_rows_check_compiles_with_nvcc(tmp_path) -> None:
         f"SELECT l.x, l.b, r.y {on} AND r.y > l.x WHERE l.x IS NULL OR l.x < 7",
         f"SELECT l.x, r.y {on} WHERE l.b AND l.n + r.k > 3",
         f"SELECT l.x, r.y {on}",
+        f"SELECT l.x, r.y FROM clicks {WINDOW} AS l FULL JOIN views {WINDOW} AS r "
+        "ON l.k = r.k AND r.y > l.x WHERE l.x IS NULL OR r.y < 2",
     ):
         join = _join(sql)
         for algorithm in ("hash", "sort-merge"):
@@ -126,22 +141,25 @@ def test_rows_check_compiles_with_nvcc(tmp_path) -> None:
             ptx = (tmp_path / "rows.ptx").read_text()
             assert all(f".entry {name}(" in ptx for name in generated.names.values())
             assert ("rows_check" in generated.names) == ("WHERE" in sql or "AND r.y" in sql)
+            lonely = {"rows_lonely_0", "rows_lonely_1"} <= set(generated.names)
+            assert lonely == ("FULL" in sql)
 
 
 # -- the device-rows operator on the host shim ----------------------------------------------
 
 
 def test_device_rows_on_the_host_shim_match_the_oracle(gpu_kernels_in_cpu_plans) -> None:
-    """Random inner joins without aggregation (NULL keys and values, late rows, sliding
-    windows, residual and WHERE, both algorithms, snapshot/restore): the device-rows
+    """Random joins without aggregation, inner and outer (NULL keys and values, late rows,
+    sliding windows, residual and WHERE, both algorithms, snapshot/restore): the device-rows
     operator over the shim gives the oracle's rows, windows in order."""
-    for seed in range(40):
+    for seed in range(60):
         case = _rows_case(seed)
         problem = check_join(case)
         assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
     made = _device_rows_made(gpu_kernels_in_cpu_plans)
-    assert len(made) >= 40
+    assert len(made) >= 60
     assert any("rows_check" in m.kernels.generated.names for m in made)
+    assert any(m.plan.kept and "rows_lonely_0" in m.kernels._functions for m in made)
     assert sum(m.pairs_found for m in made) > 100 and sum(m.rows_out for m in made) > 100
 
 

@@ -115,6 +115,9 @@ class DeviceRowsPlan:
     columns: tuple[FusedColumn, ...]
     emitted: tuple[int, ...]
     check: dict | None
+    # outer joins: the stream sides whose unmatched rows are emitted (matched flags on the
+    # device; `rows_lonely_<side>` applies WHERE to them when there is one)
+    kept: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,8 +245,6 @@ def device_rows(join: ph.WindowJoinExec) -> DeviceRowsPlan | str:
     back to the host (EXPLAIN's `rows_reason`)."""
     if join.window is None:
         return "no window: each stream row is joined with the table as its batch arrives"
-    if join.kind.keeps_left or join.kind.keeps_right:
-        return f"a {join.kind.value} join adds its unmatched rows on the host"
     emitted = ph.join_row_columns(join)[:-2]  # less window_start, window_end
     for name, sql_type in emitted:
         if sql_type is SqlType.STRING:
@@ -254,8 +255,13 @@ def device_rows(join: ph.WindowJoinExec) -> DeviceRowsPlan | str:
     columns = _joined_columns(join, [c.name for c in join.columns if c.name in wanted])
     names = [c.joined for c in columns]
     positions = tuple(names.index(name) for name, _ in emitted)
+    kept = tuple(
+        side
+        for side, keeps in enumerate((join.kind.keeps_left, join.kind.keeps_right))
+        if keeps and isinstance(join.children[side], ph.StreamScanExec)
+    )
     if not predicates:
-        return DeviceRowsPlan(columns, positions, None)
+        return DeviceRowsPlan(columns, positions, None, kept)
     try:
         checks, context = _render_checks(join, columns)
     except (ExpressionError, ValueError) as error:
@@ -268,14 +274,19 @@ def device_rows(join: ph.WindowJoinExec) -> DeviceRowsPlan | str:
                 **column_context(i, c.ctype),
                 "row": "l" if c.side == 0 else "r",
                 "read": c.joined in read,
+                "side": c.side,
             }
             for i, c in enumerate(columns)
         ],
         "checks": checks,
+        # a kept side's unmatched rows go through WHERE (the other side NULL)
+        "lonely": [
+            {"role": f"rows_lonely_{side}", "side": side} for side in kept if join.where is not None
+        ],
         "statements": list(context.statements),
         "compile_note": "compile with " + " ".join(FUSED_COMPILE_OPTIONS),
     }
-    return DeviceRowsPlan(columns, positions, check)
+    return DeviceRowsPlan(columns, positions, check, kept)
 
 
 def device_rows_reason(join: ph.WindowJoinExec) -> str | None:
@@ -396,7 +407,7 @@ def render_join_kernels(
         roles = tuple(dict.fromkeys((*roles, *FUSED_ROLES[algorithm], *lonely)))
     check = None if rows is None else rows.check
     if check is not None:
-        roles = (*roles, "rows_check")
+        roles = (*roles, "rows_check", *(lonely["role"] for lonely in check["lonely"]))
     fused = None
     if fusion is not None:
         variants = [r for r in FUSED_ROLES[algorithm] if r != "chain_insert"]

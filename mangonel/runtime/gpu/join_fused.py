@@ -88,13 +88,14 @@ class DeviceRows:
         columns: tuple[FusedColumn, ...],
         group_columns: tuple[tuple[str, SqlType], ...] | None = None,
         kept: bool = False,
-        lonely_group_columns: tuple[tuple[str | None, SqlType], ...] = (),
+        lonely_group_columns: tuple[tuple[str | None, SqlType], ...] | None = None,
     ) -> None:
         self.index = index
         self.columns = tuple(c for c in columns if c.side == index)
         self.group_columns = group_columns
-        # outer joins, a kept side: its matched flags (rows x windows, from `origin`) and
-        # the group slot of each row when unmatched (the other side's GROUP BY columns NULL)
+        # outer joins, a kept side: its matched flags (rows x windows, from `origin`) and,
+        # aggregated (`lonely_group_columns` given), the group slot of each row when
+        # unmatched (the other side's GROUP BY columns NULL)
         self.kept = kept
         self.lonely_group_columns = lonely_group_columns
         self.width = 0
@@ -132,8 +133,10 @@ class DeviceRows:
         if self.group_columns is not None:
             dtypes["groups"] = np.dtype(np.int64)
         if self.kept:
-            dtypes["origin"] = dtypes["lonely"] = np.dtype(np.int64)
+            dtypes["origin"] = np.dtype(np.int64)
             dtypes["matched"] = np.dtype(np.uint8)  # (rows, width)
+        if self.kept and self.lonely_group_columns is not None:
+            dtypes["lonely"] = np.dtype(np.int64)
         for column in self.columns:
             dtypes[f"v:{column.name}"] = _numpy_dtype(column.type)
             dtypes[f"m:{column.name}"] = np.dtype(np.uint8)
@@ -172,6 +175,7 @@ class DeviceRows:
             self.width = side.matched.view.shape[1]
             host["origin"] = side.origin.view[-new:]
             host["matched"] = side.matched.view[-new:]
+        if self.kept and self.lonely_group_columns is not None:
             columns = [
                 pa.nulls(new, sql_type.info.arrow)
                 if name is None

@@ -31,11 +31,15 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.codegen_join import DeviceRowsPlan
 from mangonel.runtime.gpu import device
-from mangonel.runtime.gpu.join_fused import DeviceRows
+from mangonel.runtime.gpu.join_fused import DeviceRows, _numpy_dtype
 
 PENDING = ("left", "right", "lo", "hi")
 _ALIGN = 64  # bytes: each column's segment of a pinned block starts aligned
 _MIN_BLOCK = 1 << 20
+
+
+def cp_contiguous(array: Any) -> Any:  # noqa: ANN401
+    return device.cupy().ascontiguousarray(array)
 
 
 def _aligned(nbytes: int) -> int:
@@ -136,11 +140,22 @@ class DeviceJoinRows:
         self.node = node
         self.plan = plan
         self.kernels = kernels
-        self.rows = [DeviceRows(index, plan.columns) for index in (0, 1)]
+        self.rows = self._mirrors()
         self.pairs = DevicePairs()
         self.pool = PinnedPool()
         self.pairs_found = 0  # pairs kept (after the residual and WHERE), for tests
         self.rows_out = 0
+
+    def _mirrors(self) -> list[DeviceRows]:
+        return [DeviceRows(i, self.plan.columns, kept=i in self.plan.kept) for i in (0, 1)]
+
+    def _columns(self) -> list[Any]:  # noqa: ANN401
+        """Every mirrored column's values and validity, the check kernels' arguments."""
+        columns = []
+        for column in self.plan.columns:
+            rows = self.rows[column.side]
+            columns += [rows.view(f"v:{column.name}"), rows.view(f"m:{column.name}")]
+        return columns
 
     def _sync(self, sides: list) -> None:
         for side in sides:
@@ -165,19 +180,18 @@ class DeviceJoinRows:
         lo = cp.maximum(mine[1][i], theirs[1][j])
         hi = cp.minimum(mine[2][i], theirs[2][j])
         local = (i + start, j) if index == 0 else (j, i + start)  # (left, right) in the mirrors
+        local = tuple(cp.ascontiguousarray(x) for x in local)
         if self.plan.check is not None:
+            matched = cp.zeros(len(i), cp.uint8)
             keep = cp.zeros(len(i), cp.uint8)
-            columns = []
-            for column in self.plan.columns:
-                rows = self.rows[column.side]
-                columns += [rows.view(f"v:{column.name}"), rows.view(f"m:{column.name}")]
-            left, right = (cp.ascontiguousarray(x) for x in local)
-            self.kernels._launch(
-                "rows_check", len(i), left, right, np.int64(len(i)), *columns, keep
-            )
+            arguments = (*local, np.int64(len(i)), *self._columns(), matched, keep)
+            self.kernels._launch("rows_check", len(i), *arguments)
+            self._mark(local, lo, hi, matched.astype(cp.bool_))
             kept = keep.astype(cp.bool_)
-            local = (left[kept], right[kept])
+            local = (local[0][kept], local[1][kept])
             lo, hi = lo[kept], hi[kept]
+        else:
+            self._mark(local, lo, hi, None)
         self.pairs_found += len(lo)
         self.pairs.extend(
             {
@@ -187,6 +201,61 @@ class DeviceJoinRows:
                 "hi": hi,
             }
         )
+
+    def _mark(self, local: tuple, lo: Any, hi: Any, matched: Any) -> None:  # noqa: ANN401
+        """Outer joins: the kept sides' rows of the matches (`matched`: a mask over the
+        pairs; None: all) flagged matched in every window the pair shares."""
+        for side in self.plan.kept:
+            rows = self.rows[side]
+            at, first, last = local[side], lo, hi
+            if matched is not None:
+                at, first, last = at[matched], first[matched], last[matched]
+            if not len(at):
+                continue
+            arguments = (rows.view("matched"), np.int64(rows.width), cp_contiguous(at))
+            arguments += (cp_contiguous(first), cp_contiguous(last), rows.view("origin"))
+            self.kernels._launch("mark", len(at), *arguments, np.int64(len(at)))
+
+    def credit_unmatched(self, sides: list, lo: int, hi: int) -> None:
+        """Outer joins, at a firing of windows lo..hi: each kept side's rows unmatched in a
+        window of them (WHERE applied, the other side NULL) join the pending pairs as
+        (row, -1) or (-1, row) for that window, after the pairs (the host form's order)."""
+        if not self.plan.kept:
+            return
+        cp = device.cupy()
+        self._sync(sides)
+        for side in self.plan.kept:
+            rows = self.rows[side]
+            if not rows.size:
+                continue
+            at, windows = self.kernels._expand_device(rows.view("first"), rows.view("last"), lo, hi)
+            if not len(at):
+                continue
+            flags = rows.view("matched")[at, windows - rows.view("origin")[at]]
+            lonely = flags == 0
+            at, windows = at[lonely], windows[lonely]
+            role = f"rows_lonely_{side}"
+            if len(at) and role in self.kernels._functions:
+                keep = cp.zeros(len(at), cp.uint8)
+                arguments = (cp_contiguous(at), np.int64(len(at)), *self._columns(), keep)
+                self.kernels._launch(role, len(at), *arguments)
+                kept = keep.astype(cp.bool_)
+                at, windows = at[kept], windows[kept]
+            if not len(at):
+                continue
+            ids = at + rows.base
+            none = cp.full(len(at), -1, cp.int64)
+            left, right = (ids, none) if side == 0 else (none, ids)
+            self.pairs.extend({"left": left, "right": right, "lo": windows, "hi": windows})
+
+    def flags_to_host(self, sides: list) -> None:
+        """The kept sides' matched flags, set on the device, into the driver's rows (before
+        a snapshot takes them)."""
+        self._sync(sides)
+        for side in sides:
+            rows = self.rows[side.index]
+            if rows.kept and rows.size:
+                side.matched.view[...] = self.kernels.pinned.download([rows.view("matched")])[0]
 
     # -- firing ---------------------------------------------------------------------------
 
@@ -208,14 +277,28 @@ class DeviceJoinRows:
         out: list[pa.RecordBatch] = []
         fired = 0
         if len(entries):
-            left = self.pairs.view("left")[entries] - self.rows[0].base
-            right = self.pairs.view("right")[entries] - self.rows[1].base
+            # per side: the rows' places in its mirror, and where it is NULL (outer rows)
+            at, missing = [], []
+            for side, name in enumerate(("left", "right")):
+                ids = self.pairs.view(name)[entries]
+                none = ids < 0 if self.plan.kept else None  # outer rows: -1 ids
+                local = ids - self.rows[side].base
+                at.append(local if none is None else cp.where(none, 0, local))
+                missing.append(none)
             columns = []
             for position in self.plan.emitted:
                 column = self.plan.columns[position]
-                rows, at = (self.rows[0], left) if column.side == 0 else (self.rows[1], right)
-                values = rows.view(f"v:{column.name}")[at]
-                valid = rows.view(f"m:{column.name}")[at]
+                rows = self.rows[column.side]
+                if not rows.size:  # a side with no stored rows: only outer rows, NULL here
+                    values = cp.zeros(len(entries), _numpy_dtype(column.type))
+                    valid = cp.zeros(len(entries), cp.uint8)
+                    columns.append((column.type, values, valid))
+                    continue
+                values = rows.view(f"v:{column.name}")[at[column.side]]
+                valid = rows.view(f"m:{column.name}")[at[column.side]]
+                if missing[column.side] is not None:  # the other side of an outer row: NULL
+                    values = cp.where(missing[column.side], 0, values).astype(values.dtype)
+                    valid = cp.where(missing[column.side], 0, valid).astype(cp.uint8)
                 columns.append((column.type, values, valid))
             window = self.node.window
             start = windows * window.slide
@@ -275,7 +358,7 @@ class DeviceJoinRows:
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
         cp = device.cupy()
-        self.rows = [DeviceRows(index, self.plan.columns) for index in (0, 1)]
+        self.rows = self._mirrors()
         self.pairs = DevicePairs()
         self.pairs.extend(
             {

@@ -551,6 +551,9 @@ class JoinOperator:
         if self.device_fused:  # the matched flags and cells are the backend's
             self.cells.credit_unmatched(self.sides, lo, hi)
             return
+        if self.device_rows is not None:  # the matched flags and pending pairs too
+            self.device_rows.credit_unmatched(self.sides, lo, hi)
+            return
         for side in self.sides:
             if side.matched is None or not side.rows:
                 continue
@@ -662,6 +665,8 @@ class JoinOperator:
     def snapshot(self) -> bytes:
         if self.device_fused:  # outer joins: matched flags set where the pairs were found
             self.cells.flags_to_host(self.sides)
+        elif self.device_rows is not None:
+            self.device_rows.flags_to_host(self.sides)
         header: dict = {"format": "mangonel.window-state", "version": 1}
         header.update(
             operator=JOIN_OPERATOR,
