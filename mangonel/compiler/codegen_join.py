@@ -24,7 +24,9 @@ Device-resident rows (`device_rows`, a join without aggregation, issue 10's mate
 output): both sides' joined columns are mirrored on the device, the pairs of each batch are
 found there and stay there until their windows fire; a firing expands them to (pair, window)
 entries, gathers the output columns on the device and copies only those back. A residual or
-WHERE (inner joins: both only filter pairs) is the `rows_check` kernel over the pairs.
+WHERE is the `rows_check` kernel over the pairs (a matched flag after the residual, a keep flag
+after WHERE); outer joins mark their kept rows matched on the device (the `mark` kernel) and
+add the unmatched ones at firing, through `rows_lonely_<side>` when there is a WHERE.
 """
 
 from __future__ import annotations

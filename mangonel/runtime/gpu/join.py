@@ -20,8 +20,8 @@ Two forms of an aggregated join (EXPLAIN's `fused=`):
   host, so each call uploads what it reads.
 
 A join without aggregation (EXPLAIN's `rows=` on its WindowJoin): `rows=device`
-(`codegen_join.device_rows` applies: inner, windowed, no STRING column, predicates rendered in
-CUDA) hands the driver `join_rows.DeviceJoinRows`, which keeps both sides' rows and the
+(`codegen_join.device_rows` applies: windowed, no STRING column emitted, predicates rendered
+in CUDA; outer joins included) hands the driver `join_rows.DeviceJoinRows`, which keeps both sides' rows and the
 pending pairs on the device and copies back only the fired windows' output columns;
 `rows=host` keeps the pending pairs on the host as the probe form does.
 

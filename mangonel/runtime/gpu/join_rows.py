@@ -3,12 +3,16 @@
 `codegen_join.device_rows` applies (EXPLAIN: `rows=device`).
 
 - Both sides' stored rows are mirrored on the device (`join_fused.DeviceRows`: key slot,
-  window range and every joined column with its validity), appended as batches arrive and
+  window range, the joined columns emitted or read by a predicate with their validity, and
+  for a kept side of an outer join its matched flags), appended as batches arrive and
   trimmed as the driver frees fired rows.
 - A new batch is matched on the device against the other side's stored rows (the module's
   hash or sort-merge kernels, two passes), a residual or WHERE filters the pairs there (the
   `rows_check` kernel), and the pairs wait on the device (left id, right id, and the window
-  range [lo, hi] both rows share) until their windows fire.
+  range [lo, hi] both rows share) until their windows fire. Outer joins mark the kept rows
+  of each match (after the residual) matched in the windows it shares, and at a firing add
+  each kept row unmatched in a fired window (WHERE applied, the other side NULL: -1) to the
+  pending pairs, after the pairs, as the host form does.
 - A firing expands the pending pairs to (pair, window) entries in window order (expand
   count, exclusive scan, write; then ordered by window, pair), gathers every output column
   on the device, and copies only those columns back, each straight into a pinned host block
@@ -17,7 +21,8 @@
   consumer that drops (or copies) its batches lets the next firings reuse the pinned memory.
 
 The pending pairs' snapshot is the host form's (`pending_left`, `pending_right`,
-`pending_lo`, `pending_hi`): a snapshot restores on either form.
+`pending_lo`, `pending_hi`; the matched flags go to the driver's rows first): a snapshot
+restores on either form.
 """
 
 from __future__ import annotations
