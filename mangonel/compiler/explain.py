@@ -299,10 +299,27 @@ def _wire(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | Pla
     return Parameter("wire", f'"{text}"', text)
 
 
+def _rows_form(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | PlanNode):
+    """Where a join without aggregation placed on the GPU keeps its pairs and builds its
+    output: `rows=device` (`codegen_join.device_rows`: pairs, gather and output columns on
+    the device), else `rows=host` with `rows_reason`; [] for other nodes."""
+    if not isinstance(node, ph.WindowJoinExec) or isinstance(parent, ph.JoinAggregateExec):
+        return []
+    if ph.placement(node, "join").backend != "gpu":
+        return []
+    from mangonel.compiler.codegen_join import device_rows_reason  # imports codegen
+
+    reason = device_rows_reason(node)
+    if reason is None:
+        return [Parameter("rows", "device", "device")]
+    return [Parameter("rows", "host", "host"), Parameter("rows_reason", f'"{reason}"', reason)]
+
+
 def _node_parameters(
     node: ph.PhysicalNode | PlanNode, parent: ph.PhysicalNode | PlanNode | None
 ) -> tuple[str, list[Parameter]]:
     name, parameters = operator_parameters(node)
+    parameters = [*parameters, *_rows_form(parent, node)]
     wire = _wire(parent, node)
     return name, parameters if wire is None else [*parameters, wire]
 

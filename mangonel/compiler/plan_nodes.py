@@ -173,7 +173,7 @@ class TableScanExec:
 SKEWED_KEYS = 8
 AUTO_JOIN_ALGORITHM = (
     "no key statistics before the first batch: hash, built on the smaller side of each window;"
-    " then per batch from the join's running key statistics: sort-merge while the most"
+    " then per batch from the join's sampled key statistics: sort-merge while the most"
     f" frequent key holds over {SKEWED_KEYS}x an even share of the rows"
 )
 JOIN_ALGORITHMS = ("hash", "sort-merge")
@@ -196,6 +196,8 @@ class WindowJoinExec:
     where: WHERE over the joined rows, after the join (outer rows included).
     columns: the joined row, `alias.column` of what each side's scan reads, left first.
     placements: the `join` step (GPU plans: on the CPU until GPU join kernels exist).
+    emitted: a join without aggregation emits only these joined columns (those its SELECT
+    list reads; None: every one of `columns`), see `join_row_columns`.
     """
 
     children: tuple[StreamScanExec, StreamScanExec | TableScanExec]
@@ -216,6 +218,7 @@ class WindowJoinExec:
     backend: str
     backend_reason: str
     placements: tuple[Placement, ...]
+    emitted: tuple[str, ...] | None = None
 
     @property
     def pane_pairs(self) -> bool:
@@ -365,6 +368,8 @@ def join_row_columns(node: WindowJoinExec) -> tuple[tuple[str, SqlType], ...]:
     (or kept unmatched row) and window: the joined row's columns, then `__window_start`,
     `__window_end` (absent without a window). The SELECT list reads these."""
     columns = [(c.name, c.type) for c in node.columns]
+    if node.emitted is not None:
+        columns = [(name, t) for name, t in columns if name in node.emitted]
     if node.window is not None:
         columns += [(WINDOW_START, SqlType.TIMESTAMP), (WINDOW_END, SqlType.TIMESTAMP)]
     return tuple(columns)
