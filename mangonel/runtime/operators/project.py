@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from mangonel.catalog.types import SqlType, type_from_arrow
+from mangonel.catalog.types import ResultType, SqlType, result_type_from_arrow
 from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import OutputColumn
 from mangonel.compiler.physical import AGGREGATE_PREFIX, WINDOW_END, WINDOW_START, aggregate_column
@@ -33,7 +33,7 @@ from mangonel.runtime.operators.registry import Registration, StepKernels
 
 
 def window_result_schema(
-    keys: Sequence[tuple[str, SqlType]], aggregate_types: Sequence[SqlType]
+    keys: Sequence[tuple[str, SqlType]], aggregate_types: Sequence[ResultType]
 ) -> pa.Schema:
     """The schema of the window operator's result batches (`physical.result_columns`)."""
     columns = ph.result_columns(keys, aggregate_types)
@@ -46,7 +46,7 @@ class WindowResultLayout:
 
     key_names: tuple[str, ...]
     key_types: tuple[SqlType, ...]
-    aggregate_types: tuple[SqlType, ...]
+    aggregate_types: tuple[ResultType, ...]
     key_positions: tuple[int, ...]
     # (start, end); None for a join without a window, whose rows have no bounds
     bound_positions: tuple[int, int] | None
@@ -62,7 +62,7 @@ class WindowResultLayout:
         aggregate_positions = tuple(names.index(aggregate_column(i)) for i in range(aggregates))
         reserved = {*(bounds or ()), *aggregate_positions}
         key_positions = tuple(i for i in range(len(names)) if i not in reserved)
-        types = [type_from_arrow(field.type) for field in schema]
+        types = [result_type_from_arrow(field.type) for field in schema]
         if None in types:
             raise TypeError(f"window result schema has a column of no SQL type: {schema}")
         return cls(
