@@ -15,7 +15,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.holistic import sketch_parameter
 from mangonel.compiler.logical import WindowKind
-from mangonel.compiler.nodes import AggregateRef, WindowBound
+from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowStruct
 from mangonel.compiler.wire import describe_wire
 
 
@@ -40,6 +40,8 @@ def format_expression(expression: exp.Expression | None) -> str:
             return exp.column(f"window_{node.bound}")
         if isinstance(node, AggregateRef):
             return exp.column(f"agg{node.number}")
+        if isinstance(node, WindowStruct):
+            return exp.column("window")
         return node
 
     return expression.transform(spell, copy=True).sql(dialect="spark")

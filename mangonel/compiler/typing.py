@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from mangonel import aggregates
-from mangonel.catalog.types import ResultType, SqlType, common_numeric_type, type_from_name
+from mangonel.catalog.types import (
+    WINDOW_STRUCT,
+    ResultType,
+    SqlType,
+    common_numeric_type,
+    type_from_name,
+)
 from mangonel.compiler import nodes
 from mangonel.compiler.limits import ensure_recursion_headroom
 from mangonel.compiler.logical import AggregateFunction
@@ -759,6 +765,7 @@ TYPE_RULES: dict[type[exp.Expression], TypeRule] = {
     exp.Column: _type_column,
     nodes.WindowBound: _type_window_bound,
     nodes.AggregateRef: _type_aggregate_ref,
+    nodes.WindowStruct: lambda typer, node: WINDOW_STRUCT,
     exp.Literal: _type_literal,
     exp.Boolean: _type_boolean,
     exp.Null: _type_null,
