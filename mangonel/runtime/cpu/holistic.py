@@ -9,7 +9,9 @@ higher position (`select`), for COUNT DISTINCT the count in `lower`.
 A row whose values lie in one sorted run (a tumbling window's pane) is read in place: an index
 for the percentiles, one pass for COUNT DISTINCT. Otherwise its runs are copied into a scratch
 buffer once, and the percentiles select in it (in-place quickselect: O(n) per row),
-COUNT DISTINCT sorts it. One pass over the rows, no per-row Python.
+COUNT DISTINCT sorts it. One pass over the rows, no per-row Python. A percentile over an
+ARRAY of p selects each p in turn in the same in-place read or scratch copy (k selections of
+O(n) each), lower and higher then one column per p.
 """
 
 from __future__ import annotations

@@ -48,7 +48,9 @@ def _percentile_array(plan: AggregatePlan, count: np.ndarray, selected: np.ndarr
     where the cell has no non-NULL value (Spark's: NULL, not a list of NULLs)."""
     assert isinstance(plan.result_type, ArrayType)
     element = plan.result_type.element
-    cells, ps = selected.shape
+    assert plan.fractions is not None
+    cells, ps = len(count), len(plan.fractions)
+    selected = np.asarray(selected).reshape(cells, ps)  # a firing of no rows may come flat
     empty = count == 0
     # every element of a cell shares its count; an empty cell's elements are hidden
     selected = np.where(empty[:, None], 0, selected) if empty.any() else selected
