@@ -206,9 +206,12 @@ class _Typer:
             node_type = self.inferred[id(node)]
         else:
             rule = TYPE_RULES.get(type(node))
-            if rule is None:
+            if type(node) in RESULT_ONLY_TYPES:
+                node_type = RESULT_ONLY_TYPES[type(node)]
+            elif rule is None:
                 raise _unsupported(node)
-            node_type = rule(self, node)
+            else:
+                node_type = rule(self, node)
             if node_type is not None and node_type.is_composite and not self._is_root(node):
                 raise composite_operand_error(node, node_type)
             self.inferred[id(node)] = node_type
@@ -223,6 +226,11 @@ class _Typer:
 
     def record(self, node: exp.Expression, node_type: SqlType | None) -> None:
         self.types[id(node)] = node_type
+
+
+# Nodes that are result columns only, typed but never rendered (no rule: the renderers
+# cover TYPE_RULES): Spark's `window` struct, built by the Project driver from the bounds.
+RESULT_ONLY_TYPES: dict[type, ResultType] = {nodes.WindowStruct: WINDOW_STRUCT}
 
 
 def composite_operand_error(node: exp.Expression, node_type: ResultType) -> ExpressionError:
@@ -765,7 +773,6 @@ TYPE_RULES: dict[type[exp.Expression], TypeRule] = {
     exp.Column: _type_column,
     nodes.WindowBound: _type_window_bound,
     nodes.AggregateRef: _type_aggregate_ref,
-    nodes.WindowStruct: lambda typer, node: WINDOW_STRUCT,
     exp.Literal: _type_literal,
     exp.Boolean: _type_boolean,
     exp.Null: _type_null,
