@@ -194,6 +194,7 @@ def decompose(
                 fraction,
                 python=aggregate.python,
                 parameter=aggregate.parameter,
+                fractions=aggregate.fractions,
             )
         )
     return tuple(table.fields), tuple(plans)

@@ -17,7 +17,7 @@ from sqlglot import exp
 from mangonel.aggregates import StateKind
 from mangonel.aggregates.python import WindowFunction
 from mangonel.catalog.catalog import Column, Stream, Table
-from mangonel.catalog.types import SqlType
+from mangonel.catalog.types import ResultType, SqlType
 from mangonel.compiler.holistic import (
     HolisticPlan,
 )
@@ -54,10 +54,19 @@ class AggregatePlan:
     argument: exp.Expression | None
     count_field: str  # non-NULL count of the argument (rows for COUNT(*))
     value_field: str | None  # the field of the function's `state`; None for COUNT
-    result_type: SqlType
+    result_type: ResultType
     fraction: float | None = None  # p of a percentile (holistic functions only)
     python: WindowFunction | None = None  # the user's function of a PYTHON call
     parameter: float | None = None  # rsd / accuracy of a sketch (APPROX_* functions only)
+    # the ps of a percentile over an array of p (result ARRAY<...>, one element per p, all
+    # selected from the window's one sort or sketch); None for a single p
+    fractions: tuple[float, ...] | None = None
+
+    @property
+    def percentages(self) -> float | tuple[float, ...] | None:
+        """What a percentile selects: the ps of an ARRAY (a tuple: one result per p), else
+        the one p (None for functions without one)."""
+        return self.fractions if self.fractions is not None else self.fraction
 
     @property
     def call_name(self) -> str:

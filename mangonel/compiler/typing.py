@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from mangonel import aggregates
-from mangonel.catalog.types import SqlType, common_numeric_type, type_from_name
+from mangonel.catalog.types import (
+    WINDOW_STRUCT,
+    ResultType,
+    SqlType,
+    common_numeric_type,
+    type_from_name,
+)
 from mangonel.compiler import nodes
 from mangonel.compiler.limits import ensure_recursion_headroom
 from mangonel.compiler.logical import AggregateFunction
@@ -54,7 +60,7 @@ class TypeEnv:
     """
 
     columns: Mapping[str, SqlType]
-    aggregates: tuple[SqlType, ...] = ()
+    aggregates: tuple[ResultType, ...] = ()
 
 
 class ExpressionError(MangonelError):
@@ -177,7 +183,7 @@ def annotate_types(expr: exp.Expression, env: TypeEnv) -> TypeAnnotation:
     """Type every node of `expr`. Raises ExpressionError like infer_type."""
     ensure_recursion_headroom()  # typing and rendering recurse once or more per level
     annotation = TypeAnnotation(expr)
-    _Typer(env, annotation.types).infer(expr)
+    _Typer(env, annotation.types, expr).infer(expr)
     annotation.root_type  # noqa: B018 - raises for an untyped NULL expression
     return annotation
 
@@ -187,9 +193,10 @@ def annotate_types(expr: exp.Expression, env: TypeEnv) -> TypeAnnotation:
 
 
 class _Typer:
-    def __init__(self, env: TypeEnv, types: TypeMap) -> None:
+    def __init__(self, env: TypeEnv, types: TypeMap, root: exp.Expression | None = None) -> None:
         self.env = env
         self.types = types
+        self.root = root
         # Node (by identity) -> its inferred type. CASE x WHEN, IN and BETWEEN type x once per
         # comparison; inferring it again each time made nested ones exponential in depth.
         self.inferred: TypeMap = {}
@@ -199,15 +206,43 @@ class _Typer:
             node_type = self.inferred[id(node)]
         else:
             rule = TYPE_RULES.get(type(node))
-            if rule is None:
+            if type(node) in RESULT_ONLY_TYPES:
+                node_type = RESULT_ONLY_TYPES[type(node)]
+            elif rule is None:
                 raise _unsupported(node)
-            node_type = rule(self, node)
+            else:
+                node_type = rule(self, node)
+            if node_type is not None and node_type.is_composite and not self._is_root(node):
+                raise composite_operand_error(node, node_type)
             self.inferred[id(node)] = node_type
         self.types[id(node)] = node_type
         return node_type
 
+    def _is_root(self, node: exp.Expression) -> bool:
+        """Whether `node` is the typed expression itself (parentheses around it aside)."""
+        while node is not self.root and isinstance(node.parent, exp.Paren):
+            node = node.parent
+        return node is self.root
+
     def record(self, node: exp.Expression, node_type: SqlType | None) -> None:
         self.types[id(node)] = node_type
+
+
+# Nodes that are result columns only, typed but never rendered (no rule: the renderers
+# cover TYPE_RULES): Spark's `window` struct, built by the Project driver from the bounds.
+RESULT_ONLY_TYPES: dict[type, ResultType] = {nodes.WindowStruct: WINDOW_STRUCT}
+
+
+def composite_operand_error(node: exp.Expression, node_type: ResultType) -> ExpressionError:
+    """The error for an ARRAY or STRUCT result inside an expression: composite results are
+    output as they are, never operands (`catalog.types`)."""
+    return ExpressionError(
+        f"{node.meta.get('sql') or _node_sql(node)} is an {node_type}: it can only be "
+        "selected as it is",
+        node=node,
+        hint="select it as its own output column; ARRAY and STRUCT results are not computed "
+        "with, compared or filtered on (HAVING)",
+    )
 
 
 def unsupported_function(node: exp.Expression) -> ExpressionError | None:
