@@ -32,6 +32,7 @@ from mangonel.compiler.parse import (
 )
 from mangonel.compiler.session import session_forms
 from mangonel.compiler.streams import stream_from_ddl as stream_from_ddl  # re-exported
+from mangonel.compiler.timestamp_literals import utc_timestamp_literal
 from mangonel.compiler.typing import (
     AGGREGATE_FUNCTION_NAMES,
     AGGREGATE_FUNCTIONS,
@@ -41,7 +42,6 @@ from mangonel.compiler.typing import (
     infer_type,
     timestamp_literal_value,
     unsupported_function,
-    utc_timestamp_literal,
 )
 from mangonel.errors import CatalogError, SqlError
 

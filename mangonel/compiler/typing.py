@@ -25,8 +25,6 @@ Spark (non-ANSI mode):
 
 from __future__ import annotations
 
-import datetime
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -43,6 +41,11 @@ from mangonel.catalog.types import (
 from mangonel.compiler import nodes
 from mangonel.compiler.limits import ensure_recursion_headroom
 from mangonel.compiler.logical import AggregateFunction
+from mangonel.compiler.timestamp_literals import (
+    TIMESTAMP_FORMAT_HINT,
+    TIMESTAMP_TYPES,
+    timestamp_text_microseconds,
+)
 from mangonel.errors import MangonelError
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -609,25 +612,6 @@ def _type_greatest_least(typer: _Typer, node: exp.Func) -> SqlType | None:
     return result
 
 
-_TIMESTAMP_TEXT = re.compile(
-    r"(?P<year>\d{4})-(?P<month>\d{1,2})-(?P<day>\d{1,2})"
-    r"(?:[ T](?P<hour>\d{1,2}):(?P<minute>\d{1,2})"
-    r"(?::(?P<second>\d{1,2})(?:\.(?P<fraction>\d{1,6}))?)?)?"
-    r"\s*(?P<zone>Z|UTC|[+-]\d{2}(?::?\d{2})?)?"
-)
-TIMESTAMP_FORMAT_HINT = (
-    "write TIMESTAMP 'yyyy-mm-dd[ hh:mm[:ss[.ffffff]]][Z|+hh:mm]', e.g. "
-    "TIMESTAMP '2026-01-01 00:00:00'; without a zone the time is UTC"
-)
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-# TIMESTAMP as sqlglot spells it after reading mangonel's dialect or Spark's (an instant)
-_TIMESTAMP_TYPES = (
-    exp.DataType.Type.TIMESTAMP,
-    exp.DataType.Type.TIMESTAMPTZ,
-    exp.DataType.Type.TIMESTAMPLTZ,
-)
-
-
 def timestamp_literal_value(node: exp.Expression) -> int | None:
     """Microseconds since the epoch of `TIMESTAMP '<text>'` (sqlglot reads it, and
     `CAST('<text>' AS TIMESTAMP)`, as a Cast of a string literal), or None when `node` is not
@@ -636,44 +620,15 @@ def timestamp_literal_value(node: exp.Expression) -> int | None:
     if not isinstance(node, (exp.Cast, exp.TryCast)) or not is_string_literal(node.this):
         return None
     to = node.to
-    if not isinstance(to, exp.DataType) or to.this not in _TIMESTAMP_TYPES:
+    if not isinstance(to, exp.DataType) or to.this not in TIMESTAMP_TYPES:
         return None
     text = unwrap_parens(node.this).this
-    match = _TIMESTAMP_TEXT.fullmatch(text.strip())
     try:
-        if match is None:
-            raise ValueError(text)
-        parts = match.groupdict()
-        zone = parts["zone"]
-        offset = datetime.timedelta(0)
-        if zone and zone not in ("Z", "UTC"):
-            digits = zone[1:].replace(":", "")
-            offset = datetime.timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0))
-            if zone[0] == "-":
-                offset = -offset
-        moment = datetime.datetime(
-            int(parts["year"]),
-            int(parts["month"]),
-            int(parts["day"]),
-            int(parts["hour"] or 0),
-            int(parts["minute"] or 0),
-            int(parts["second"] or 0),
-            int((parts["fraction"] or "").ljust(6, "0")),
-            tzinfo=datetime.timezone(offset),
-        )
+        return timestamp_text_microseconds(text)
     except ValueError:
         raise ExpressionError(
             f"cannot read the TIMESTAMP {text!r}", node=node, hint=TIMESTAMP_FORMAT_HINT
         ) from None
-    return (moment - _EPOCH) // datetime.timedelta(microseconds=1)
-
-
-def utc_timestamp_literal(microseconds: int) -> exp.Cast:
-    """`CAST('<UTC time>Z' AS TIMESTAMP)`: a TIMESTAMP literal whose text names its zone, so
-    Spark reads the same instant whatever its session time zone."""
-    moment = _EPOCH + datetime.timedelta(microseconds=microseconds)
-    text = moment.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
-    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP"))
 
 
 def cast_target(node: exp.Cast) -> SqlType:
