@@ -8,11 +8,19 @@ each from the built-in generator (its own seed), arriving alternately one batch 
 that input too, untimed, and its rows are checked equal to Spark's. `--backend gpu` runs
 mangonel's side on the GPU; the peer is then optional (skipped where pyspark is missing, as
 on a GPU machine without Spark).
+
+Materialised shapes (the joined rows as output) are consumed as a streaming consumer does:
+`Query.stream`, each result batch counted (rows, bytes) and dropped, so memory holds one
+firing's rows, not the whole result (on the GPU their pinned blocks are then reused). GPU
+runs print, beside the rate, the result bytes per second over the whole run and over the
+output step alone (`metrics.rows_output_seconds`: expansion, gather, copy back, Arrow), each
+against the pinned device-to-host bandwidth measured in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -119,6 +127,10 @@ class JoinResult:
     input_bound_share: float | None = None
     result_bytes_per_second: float | None = None
     result_bound_share: float | None = None
+    # materialised shapes: the result bytes per second of the output step alone (the
+    # firing's expansion, gather, copy back and Arrow arrays), and its share of D2H
+    output_step_bytes_per_second: float | None = None
+    output_step_bound_share: float | None = None
 
 
 def make_arrivals(
@@ -154,19 +166,37 @@ def make_session(shape: JoinShape, backend: str = "cpu"):  # noqa: ANN201
     return session
 
 
-def run_engine(
-    shape: JoinShape, arrivals: list, backend: str = "cpu"
-) -> tuple[float, pa.Table, str]:
-    """Seconds to run every arrival through the query (end of input included), its result,
-    the join algorithms it ran (what "auto" chose per batch from its key statistics)."""
+@dataclass
+class EngineRun:
+    seconds: float  # every arrival through the query, end of input included
+    rows_out: int
+    result_bytes: int
+    algorithm: str  # the join algorithms it ran (what "auto" chose per batch)
+    metrics: object  # the query's JoinMetrics
+
+
+def run_engine(shape: JoinShape, arrivals: list, backend: str = "cpu") -> EngineRun:
+    """One timed run of the shape's query over the arrivals (aggregated: `Query.run`;
+    materialised: `Query.stream`, each batch counted and dropped), after a warm-up."""
     query = make_session(shape, backend).sql(shape.query())
     query.run(arrivals[:4])  # warm-up: JIT compilation stays out of the timing
     started = time.perf_counter()
-    table = query.run(arrivals)
+    if shape.aggregate:
+        table = query.run(arrivals)
+        rows, nbytes = table.num_rows, table.nbytes
+        del table
+    else:
+        rows = nbytes = 0
+        for batch in query.stream(arrivals):
+            rows += batch.num_rows
+            nbytes += batch.nbytes
     seconds = time.perf_counter() - started
+    metrics = query.metrics
     if shape.aggregate and ph.find(query.plan, ph.JoinAggregateExec).factorised is not None:
-        return seconds, table, "factorised"  # no pairs formed: no join algorithm ran
-    return seconds, table, "+".join(name for name, _ in query.metrics.batches_by_algorithm)
+        algorithm = "factorised"  # no pairs formed: no join algorithm ran
+    else:
+        algorithm = "+".join(name for name, _ in metrics.batches_by_algorithm)
+    return EngineRun(seconds, rows, nbytes, algorithm, metrics)
 
 
 def same_rows(ours: pa.Table, theirs: pa.Table, aggregate: bool) -> bool:
@@ -248,19 +278,25 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         f" {'Spark':>12s} {'ratio':>8s}  equal"
     )
     results = []
+    ran: list[tuple[JoinShape, JoinResult]] = []
     cache: dict[tuple, list] = {}
     for shape in _selected_join_shapes(arguments):
         size = max(2 * batch_size, int(rows * shape.share))
         key = (shape.keys, shape.skew, size)
         if key not in cache:
             cache = {key: make_arrivals(shape, size, rate, batch_size, arguments.seed)}
-        seconds, table, algorithm = run_engine(shape, cache[key], backend)
-        result = JoinResult(shape.label, size, seconds, size / seconds, table.num_rows, algorithm)
+        run = run_engine(shape, cache[key], backend)
+        seconds = run.seconds
+        result = JoinResult(shape.label, size, seconds, size / seconds, run.rows_out, run.algorithm)
         if bounds is not None:
             result.input_bound_share = result.rows_per_second * ROW_BYTES / bounds[0]
-            result.result_bytes_per_second = table.nbytes / seconds
+            result.result_bytes_per_second = run.result_bytes / seconds
             result.result_bound_share = result.result_bytes_per_second / bounds[1]
-        del table
+            output_seconds = getattr(run.metrics, "rows_output_seconds", 0.0)
+            if not shape.aggregate and output_seconds > 0:
+                output_bytes = run.metrics.rows_output_bytes
+                result.output_step_bytes_per_second = output_bytes / output_seconds
+                result.output_step_bound_share = result.output_step_bytes_per_second / bounds[1]
         if peer is not None and not shape.both_sides:
             small = make_arrivals(shape, arguments.peer_tuples, rate, batch_size, arguments.seed)
             peer_seconds, theirs = peer(shape, small)
@@ -271,7 +307,33 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
             result.equal_to_peer = same_rows(ours, theirs, shape.aggregate)
         results.append(result)
         _print_join_row(result)
+        ran.append((shape, result))
+    for line in sliding_against_tumbling(ran):
+        print(line)
     return results
+
+
+def sliding_against_tumbling(ran: list[tuple[JoinShape, JoinResult]]) -> list[str]:
+    """Issue 10's "sliding w/s = 100 within 2x of tumbling": one line per sliding shape that
+    ran beside the tumbling shape of the same input and query (same keys, skew, rows, path
+    and algorithm), with how many times slower it ran."""
+    lines = []
+    for shape, result in ran:
+        if shape.slide_us == shape.range_us:
+            continue
+        for other, tumbling in ran:
+            same = dataclasses.replace(other, label=shape.label, slide_us=shape.slide_us)
+            if (
+                other.slide_us == other.range_us
+                and same == shape
+                and tumbling.rows_in == result.rows_in
+            ):
+                slower = tumbling.rows_per_second / result.rows_per_second
+                lines.append(
+                    f"sliding vs tumbling: {shape.label!r} runs {slower:.1f}x slower than "
+                    f"{other.label!r} on the same input (target: within 2x)"
+                )
+    return lines
 
 
 def _spark_installed() -> bool:
@@ -309,6 +371,11 @@ def _print_join_row(result: JoinResult) -> None:
         if result.input_bound_share is not None
         else ""
     )
+    if result.output_step_bytes_per_second is not None:
+        bounds += (
+            f" (output step {result.output_step_bytes_per_second / 1e9:.2f} GB/s ="
+            f" {result.output_step_bound_share:6.2%} of D2H)"
+        )
     print(
         f"{result.shape:46s} {result.rows_in:>11,} {result.rows_per_second / 1e6:8.2f} M/s "
         f"{result.rows_out:>12,} {result.algorithm:>10s} {peer}{bounds}",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
 
+from mangonel.catalog.types import result_type_from_arrow
 from mangonel.errors import MangonelError
 
 if TYPE_CHECKING:
@@ -271,6 +272,19 @@ def output_format(path: str) -> str:
     return output_kind
 
 
+def check_output_columns(schema: pa.Schema, path: str) -> None:
+    """The output path's format (`output_format`), and that it can hold every result column:
+    CSV has no ARRAY or STRUCT cells (checked before the run, not after it)."""
+    if output_format(path) != "csv":
+        return
+    for field in schema:
+        if pa.types.is_nested(field.type):
+            raise MangonelError(
+                f"{path}: CSV cannot hold the column {field.name!r} "
+                f"({result_type_from_arrow(field.type)}); write .parquet or .json instead"
+            )
+
+
 def write_table(table: pa.Table, path: str) -> None:
     output_kind = output_format(path)
     if output_kind == "parquet":
@@ -298,7 +312,7 @@ def command_run(arguments: argparse.Namespace) -> int:
     from mangonel.compiler.physical import StreamScanExec, find
 
     if arguments.output:
-        output_format(arguments.output)
+        check_output_columns(query.schema, arguments.output)
     if query.backend == "gpu":
         from mangonel.runtime.gpu.probe import require_gpu
 

@@ -410,3 +410,35 @@ def test_bench_config_problems_are_one_line_errors(
     assert main(["bench", str(config)]) == 2
     err = _one_line_error(capsys)
     assert err.startswith(f"error: {config}: ") and problem in err
+
+
+def test_array_and_struct_results_go_to_parquet_and_json_not_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "arrays.sql"
+    script.write_text(
+        EXAMPLE.read_text().split(";")[0]
+        + ";\nSELECT window, symbol, PERCENTILE(price, ARRAY(0.25, 0.75)) AS q FROM trades "
+        "GROUP BY window(ts, '1 second'), symbol\n"
+    )
+    csv = tmp_path / "out.csv"
+    assert main(["run", str(script), "--backend", "cpu", "--output", str(csv), *SMALL]) == 2
+    assert "CSV cannot hold the column 'window' (STRUCT<start: TIMESTAMP, end: TIMESTAMP>)" in (
+        capsys.readouterr().err
+    )
+    assert not csv.exists()  # refused before the run
+    parquet = tmp_path / "out.parquet"
+    assert (
+        main(["run", str(script), "--backend", "cpu", "--quiet", "--output", str(parquet), *SMALL])
+        == 0
+    )
+    table = pq.read_table(parquet)
+    assert pa.types.is_struct(table.schema.field("window").type)
+    assert table.schema.field("q").type.value_type == pa.float64()
+    json_out = tmp_path / "out.json"
+    assert (
+        main(["run", str(script), "--backend", "cpu", "--quiet", "--output", str(json_out), *SMALL])
+        == 0
+    )
+    first = json.loads(json_out.read_text().splitlines()[0])
+    assert set(first["window"]) == {"start", "end"} and len(first["q"]) == 2

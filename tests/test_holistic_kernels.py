@@ -114,6 +114,36 @@ def test_the_selection_kernel_equals_the_cpu_kernel(host_module, evaluation, for
                 assert np.array_equal(g, w), (evaluation, form, fraction, name, case)
 
 
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("evaluation", ["percentile_cont", "percentile_disc"])
+def test_an_array_of_p_selects_each_p_as_a_single_p_does(host_module, evaluation, form):
+    """A percentile over an ARRAY of p: one launch (GPU) or pass (CPU) gives per row and p
+    what the single-p selection gives, in the order of the ps (repeats and descending
+    ones included)."""
+    rng = np.random.default_rng(12)
+    gpu = GpuHolistic(HostCupy(), host_module, form)
+    fractions = (0.75, 0.0, 0.5, 1.0, 0.5, float(rng.random()))
+    for case in range(25):
+        most_runs = 300 if case % 5 == 4 else 6
+        values, runs = _random_runs(
+            rng, int(rng.integers(0, 30)), [1, 3, 1000][case % 3], case % 4 == 0, most_runs
+        )
+        launches = gpu.launches
+        got = gpu.holistic_select(values, *runs, evaluation, fractions, True)
+        assert gpu.launches - launches <= 1
+        cpu = cpu_holistic.holistic_select(values, *runs, evaluation, fractions, True)
+        assert got[1].shape == (len(runs[2]), len(fractions))
+        for column, fraction in enumerate(fractions):
+            n, lower, higher = cpu_holistic.holistic_select(
+                values, *runs, evaluation, fraction, True
+            )
+            for array in (got, cpu):
+                assert np.array_equal(array[0], n)
+                assert np.array_equal(array[1][:, column], lower), (form, fraction, case)
+                if evaluation == "percentile_cont":
+                    assert np.array_equal(array[2][:, column], higher), (form, fraction, case)
+
+
 def test_a_pane_is_sorted_by_key_then_value_with_offsets(host_module):
     gpu = GpuHolistic(HostCupy(), host_module)
     slots = np.array([2, 0, 2, 0, 2, 3], np.int64)

@@ -261,7 +261,9 @@ def test_probe_form_on_the_host_shim_still_matches_the_oracle(
 
 def test_downloads_reuse_one_pinned_buffer(gpu_kernels_in_cpu_plans, monkeypatch) -> None:
     """Results come back through one pinned buffer per join, grown by doubling: far fewer
-    pinned allocations than downloads (the probe form's pairs and the fused form's cells)."""
+    pinned allocations than downloads (the probe form's pairs and the fused form's cells;
+    joins without aggregation keep their rows on the device and lease pooled pinned blocks
+    for their results instead, counted among the allocations)."""
     from cuda_host import HostCupy
 
     allocations, downloads = [], []
@@ -276,7 +278,7 @@ def test_downloads_reuse_one_pinned_buffer(gpu_kernels_in_cpu_plans, monkeypatch
     for seed in range(12):
         for case in (draw_join_case(seed), fused_case(seed)):
             assert check_join(case) is None
-    assert len(downloads) > 100
+    assert len(downloads) > 40
     assert len(allocations) <= 3 * len(gpu_kernels_in_cpu_plans)  # a few per join at most
 
 

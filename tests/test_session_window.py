@@ -251,8 +251,9 @@ def test_the_query_watermark_overrides_the_streams(session):
         ),
         ("SELECT session_window.start, COUNT(*) FROM s [RANGE 1 SECOND]", "goes in GROUP BY"),
         (
-            "SELECT session_window, COUNT(*) FROM s GROUP BY session_window(ts, '1 second')",
-            "struct is not an output column",
+            "SELECT session_window.start < session_window, COUNT(*) FROM s "
+            "GROUP BY session_window(ts, '1 second')",
+            "the session_window struct is output as a column as it is",
         ),
         (
             "SELECT COUNT(*) FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(v), "

@@ -1,6 +1,14 @@
 """The SQL types mangonel supports and their one map to Arrow, NumPy, CUDA C and Spark.
 
 Every other module asks this table; no second copy of the mapping exists.
+
+Scalar types (`SqlType`) are what streams, tables, keys, expressions and aggregate arguments
+hold. Two composite types exist only as query results (`ResultType`), never as inputs, keys
+or operands: `ArrayType` (`ARRAY<DOUBLE>`: a percentile over an array of p, one element per
+p) and `StructType` (`STRUCT<start: TIMESTAMP, end: TIMESTAMP>`: Spark's `window` and
+`session_window` columns). Both answer the scalar type's questions (`is_numeric` ... are
+False, `is_composite` True), print as Spark prints them, and map to Arrow's list and struct
+and to Spark's ArrayType and StructType DDL.
 """
 
 from __future__ import annotations
@@ -37,6 +45,11 @@ class SqlType(enum.Enum):
     def is_numeric(self) -> bool:
         return self.is_integer or self.is_floating
 
+    @property
+    def is_composite(self) -> bool:
+        """Whether values hold other values (ARRAY, STRUCT): never a scalar type."""
+        return False
+
     def __str__(self) -> str:
         return self.value
 
@@ -61,6 +74,60 @@ TYPE_INFO: dict[SqlType, TypeInfo] = {
     SqlType.STRING: TypeInfo(pa.string(), np.dtype("int32"), "int", "STRING", 4),
     SqlType.BOOLEAN: TypeInfo(pa.bool_(), np.dtype("bool"), "bool", "BOOLEAN", 1),
 }
+
+
+class _CompositeType:
+    """What ArrayType and StructType share: a scalar type's questions, all answered no."""
+
+    is_integer = False
+    is_floating = False
+    is_numeric = False
+    is_composite = True
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+@dataclass(frozen=True)
+class ArrayType(_CompositeType):
+    """`ARRAY<element>`: a list of scalar values, none NULL (a NULL result is a NULL array)."""
+
+    element: SqlType
+
+    @property
+    def info(self) -> TypeInfo:
+        element = self.element.info
+        # elements are never NULL (Spark's containsNull = false for the percentile arrays)
+        arrow = pa.list_(pa.field("element", element.arrow, nullable=False))
+        return TypeInfo(arrow, np.dtype(object), "", f"ARRAY<{element.spark}>", 0)
+
+    def __str__(self) -> str:
+        return f"ARRAY<{self.element}>"
+
+
+@dataclass(frozen=True)
+class StructType(_CompositeType):
+    """`STRUCT<name: type, ...>`: named scalar fields, none NULL."""
+
+    fields: tuple[tuple[str, SqlType], ...]
+
+    @property
+    def info(self) -> TypeInfo:
+        arrow = pa.struct([pa.field(name, t.info.arrow, nullable=False) for name, t in self.fields])
+        spark = ", ".join(f"`{name}`: {t.info.spark}" for name, t in self.fields)
+        return TypeInfo(arrow, np.dtype(object), "", f"STRUCT<{spark}>", 0)
+
+    def __str__(self) -> str:
+        return "STRUCT<" + ", ".join(f"{name}: {t}" for name, t in self.fields) + ">"
+
+
+# What a query's result columns may be: a scalar, or a composite (never an input's type).
+ResultType = SqlType | ArrayType | StructType
+
+# Spark's `window` / `session_window` column: the window's bounds.
+WINDOW_STRUCT = StructType((("start", SqlType.TIMESTAMP), ("end", SqlType.TIMESTAMP)))
+
 
 # Spellings accepted in DDL and CAST, mapped to the canonical type.
 TYPE_NAMES: dict[str, SqlType] = {
@@ -105,6 +172,25 @@ def type_from_arrow(arrow_type: pa.DataType) -> SqlType | None:
     if pa.types.is_boolean(arrow_type):
         return SqlType.BOOLEAN
     return None
+
+
+def result_type_from_arrow(arrow_type: pa.DataType) -> ResultType | None:
+    """The result type of an Arrow column a query emits: a scalar (`type_from_arrow`), a
+    list of one (ARRAY) or a struct of them (STRUCT); None if unsupported. Inputs read
+    `type_from_arrow`, which takes scalars only."""
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        element = type_from_arrow(arrow_type.value_type)
+        return None if element is None else ArrayType(element)
+    if pa.types.is_struct(arrow_type):
+        fields = []
+        for index in range(arrow_type.num_fields):
+            field = arrow_type.field(index)
+            field_type = type_from_arrow(field.type)
+            if field_type is None:
+                return None
+            fields.append((field.name, field_type))
+        return StructType(tuple(fields))
+    return type_from_arrow(arrow_type)
 
 
 def common_numeric_type(left: SqlType, right: SqlType) -> SqlType:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mangonel.catalog.catalog import Catalog, Column, Schema, Stream
-from mangonel.catalog.types import SqlType
+from mangonel.catalog.types import ArrayType, SqlType
 from mangonel.compiler import logical as lg
 from mangonel.compiler.logical import AggregateFunction, WindowSpec
 from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowClause
@@ -32,6 +32,7 @@ from mangonel.compiler.parse import (
 )
 from mangonel.compiler.session import session_forms
 from mangonel.compiler.streams import stream_from_ddl as stream_from_ddl  # re-exported
+from mangonel.compiler.timestamp_literals import utc_timestamp_literal
 from mangonel.compiler.typing import (
     AGGREGATE_FUNCTION_NAMES,
     AGGREGATE_FUNCTIONS,
@@ -41,7 +42,6 @@ from mangonel.compiler.typing import (
     infer_type,
     timestamp_literal_value,
     unsupported_function,
-    utc_timestamp_literal,
 )
 from mangonel.errors import CatalogError, SqlError
 
@@ -589,8 +589,17 @@ class _Binder:
             raise _from_expression_error(error, node) from None
         if python is not None:
             result_type = python.returns
+        fractions = fraction if isinstance(fraction, tuple) else None
+        if fractions is not None:  # an ARRAY of p: one result per p, in the order given
+            result_type, fraction = ArrayType(result_type), None
         aggregate = lg.Aggregate(
-            function, resolved_argument, result_type, fraction, python=python, parameter=parameter
+            function,
+            resolved_argument,
+            result_type,
+            fraction,
+            python=python,
+            parameter=parameter,
+            fractions=fractions,
         )
         if aggregate in self.aggregates:
             index = self.aggregates.index(aggregate)

@@ -16,7 +16,10 @@ from mangonel.compiler.bind import AGGREGATES_HINT, _error
 from mangonel.compiler.logical import AggregateFunction
 from mangonel.errors import PlanError
 
-Shape = tuple[exp.Expression | None, AggregateFunction, float | None, float | None]
+# (argument, function, p: one fraction, a tuple of them (an ARRAY of p) or None, parameter)
+Shape = tuple[
+    exp.Expression | None, AggregateFunction, float | tuple[float, ...] | None, float | None
+]
 
 
 def call_shape(node: exp.Expression, call: exp.Expression, function: AggregateFunction) -> Shape:
@@ -139,11 +142,23 @@ def _checked(check, node: exp.Expression | None, hint: str) -> None:  # noqa: AN
         raise _error(str(error), node, hint) from None
 
 
-def fraction(node: exp.Expression | None, name: str) -> float:
-    """p of a percentile call: a numeric literal in [0, 1]."""
-    hint = "p is a numeric literal from 0 to 1, e.g. 0.9"
+def fraction(node: exp.Expression | None, name: str) -> float | tuple[float, ...]:
+    """p of a percentile call: a numeric literal in [0, 1], or Spark's array of them
+    (`ARRAY(0.25, 0.5, 0.75)`: the ps in the order given, the result an ARRAY)."""
     if isinstance(node, exp.Array):
-        raise _error(f"{name} over an array of percentages is not supported yet", node, hint)
+        items = node.expressions
+        if not items:
+            raise _error(
+                f"{name}'s array of percentages is empty",
+                node,
+                "give at least one p, e.g. ARRAY(0.25, 0.5, 0.75)",
+            )
+        return tuple(_one_fraction(item, name) for item in items)
+    return _one_fraction(node, name)
+
+
+def _one_fraction(node: exp.Expression | None, name: str) -> float:
+    hint = "p is a numeric literal from 0 to 1, e.g. 0.9"
     literal, sign = node, 1.0
     if isinstance(literal, exp.Neg):
         literal, sign = literal.this, -1.0

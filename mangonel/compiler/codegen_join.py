@@ -19,6 +19,14 @@ group) cells of every window both rows share with the kinds' atomic fragments. N
 written anywhere. Outer joins: the pair kernel marks the kept rows matched (after the
 residual, before WHERE), and `fused_lonely_<side>` credits a kept side's unmatched rows at
 firing with the other side's columns NULL.
+
+Device-resident rows (`device_rows`, a join without aggregation, issue 10's materialised
+output): both sides' joined columns are mirrored on the device, the pairs of each batch are
+found there and stay there until their windows fire; a firing expands them to (pair, window)
+entries, gathers the output columns on the device and copies only those back. A residual or
+WHERE is the `rows_check` kernel over the pairs (a matched flag after the residual, a keep flag
+after WHERE); outer joins mark their kept rows matched on the device (the `mark` kernel) and
+add the unmatched ones at firing, through `rows_lonely_<side>` when there is a WHERE.
 """
 
 from __future__ import annotations
@@ -99,6 +107,22 @@ class FusedColumn:
 
 
 @dataclass(frozen=True)
+class DeviceRowsPlan:
+    """How a join without aggregation keeps its pairs and builds its output on the device:
+    the joined columns mirrored per side (`columns`: those emitted and those the predicates
+    read, in the joined row's order), the positions in `columns` of the emitted ones (the
+    output's order), and the `rows_check` kernel's context when there is a residual or WHERE
+    (None: every pair with equal keys and overlapping windows is kept)."""
+
+    columns: tuple[FusedColumn, ...]
+    emitted: tuple[int, ...]
+    check: dict | None
+    # outer joins: the stream sides whose unmatched rows are emitted (matched flags on the
+    # device; `rows_lonely_<side>` applies WHERE to them when there is one)
+    kept: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class DeviceFusion:
     """How an aggregated join is fused on the device: the side whose rows carry the group
     slot (`group_side`; each GROUP BY column is its own column or a join key equal to one),
@@ -154,13 +178,10 @@ def device_fusion(node: ph.JoinAggregateExec) -> DeviceFusion | str:
     for expression in (*predicates, *arguments):
         for column in expression.find_all(exp.Column):
             read[column.name] = None
-    columns = []
     for name in read:
         if types[name] is SqlType.STRING:
             return f"it reads the STRING column {name} (no device dictionary for joined rows)"
-        side = 0 if name.startswith(join.aliases[0] + ".") else 1
-        bare = name[len(join.aliases[side]) + 1 :]
-        columns.append(FusedColumn(side, bare, name, types[name], _device_ctype(types[name])))
+    columns = _joined_columns(join, read)
     kept = tuple(
         side
         for side, keeps in enumerate((join.kind.keeps_left, join.kind.keeps_right))
@@ -185,6 +206,95 @@ def device_fusion(node: ph.JoinAggregateExec) -> DeviceFusion | str:
     return DeviceFusion(
         group_side, _group_columns(node, group_side), tuple(columns), context, kept, lonely
     )
+
+
+def _joined_columns(join: ph.WindowJoinExec, names) -> tuple[FusedColumn, ...]:  # noqa: ANN001
+    """The joined columns `names` (`alias.column`) as the device mirrors hold them."""
+    types = {c.name: c.type for c in join.columns}
+    columns = []
+    for name in names:
+        side = 0 if name.startswith(join.aliases[0] + ".") else 1
+        bare = name[len(join.aliases[side]) + 1 :]
+        columns.append(FusedColumn(side, bare, name, types[name], _device_ctype(types[name])))
+    return tuple(columns)
+
+
+def _render_checks(join: ph.WindowJoinExec, columns: tuple[FusedColumn, ...]):  # noqa: ANN202
+    """(checks, CUDA context) of the residual and WHERE over the joined columns `v{i}`/`m{i}`
+    (column i of `columns`): per predicate its C value and validity and whether it is the
+    residual; the context's statements declare what they read."""
+    from mangonel.compiler.cuda_expressions import CudaContext, render_cuda
+
+    env = TypeEnv(columns={c.joined: c.type for c in columns})
+    context = CudaContext(
+        column_values={c.joined: f"v{i}" for i, c in enumerate(columns)},
+        column_valid={c.joined: f"m{i}" for i, c in enumerate(columns)},
+    )
+    checks = []
+    for residual, predicate in ((True, join.residual), (False, join.where)):
+        if predicate is None:
+            continue
+        rendered = render_cuda(predicate, env, context)
+        value = rendered.value
+        if rendered.type is not SqlType.BOOLEAN:
+            value = f"(({value}) != 0)"
+        checks.append({"value": value, "valid": rendered.valid, "residual": residual})
+    return checks, context
+
+
+def device_rows(join: ph.WindowJoinExec) -> DeviceRowsPlan | str:
+    """The device-resident rows form of a join without aggregation, or why its pairs come
+    back to the host (EXPLAIN's `rows_reason`)."""
+    if join.window is None:
+        return "no window: each stream row is joined with the table as its batch arrives"
+    emitted = ph.join_row_columns(join)[:-2]  # less window_start, window_end
+    for name, sql_type in emitted:
+        if sql_type is SqlType.STRING:
+            return f"it outputs the STRING column {name} (no device dictionary)"
+    predicates = [p for p in (join.residual, join.where) if p is not None]
+    read = {c.name for p in predicates for c in p.find_all(exp.Column)}
+    wanted = {name for name, _ in emitted} | read
+    columns = _joined_columns(join, [c.name for c in join.columns if c.name in wanted])
+    names = [c.joined for c in columns]
+    positions = tuple(names.index(name) for name, _ in emitted)
+    kept = tuple(
+        side
+        for side, keeps in enumerate((join.kind.keeps_left, join.kind.keeps_right))
+        if keeps and isinstance(join.children[side], ph.StreamScanExec)
+    )
+    if not predicates:
+        return DeviceRowsPlan(columns, positions, None, kept)
+    try:
+        checks, context = _render_checks(join, columns)
+    except (ExpressionError, ValueError) as error:
+        return f"a predicate does not render in CUDA: {error}"
+    if context.string_literals:
+        return "a predicate reads a STRING literal (not staged for joined rows)"
+    check = {
+        "columns": [
+            {
+                **column_context(i, c.ctype),
+                "row": "l" if c.side == 0 else "r",
+                "read": c.joined in read,
+                "side": c.side,
+            }
+            for i, c in enumerate(columns)
+        ],
+        "checks": checks,
+        # a kept side's unmatched rows go through WHERE (the other side NULL)
+        "lonely": [
+            {"role": f"rows_lonely_{side}", "side": side} for side in kept if join.where is not None
+        ],
+        "statements": list(context.statements),
+        "compile_note": "compile with " + " ".join(FUSED_COMPILE_OPTIONS),
+    }
+    return DeviceRowsPlan(columns, positions, check, kept)
+
+
+def device_rows_reason(join: ph.WindowJoinExec) -> str | None:
+    """None when `device_rows` applies, else why not."""
+    plan = device_rows(join)
+    return plan if isinstance(plan, str) else None
 
 
 def credits_by_difference(node: ph.JoinAggregateExec) -> bool:
@@ -212,23 +322,10 @@ def _fused_context(
     aggregate arguments, the lifted parts and every field's atomic fragment; `kept`: the
     sides whose matched flags the pair kernel sets and whose unmatched rows a kernel each
     credits."""
-    from mangonel.compiler.cuda_expressions import CudaContext, render_cuda
+    from mangonel.compiler.cuda_expressions import render_cuda
 
     env = TypeEnv(columns={c.joined: c.type for c in columns})
-    context = CudaContext(
-        column_values={c.joined: f"v{i}" for i, c in enumerate(columns)},
-        column_valid={c.joined: f"m{i}" for i, c in enumerate(columns)},
-    )
-    join = node.join
-    checks = []
-    for residual, predicate in ((True, join.residual), (False, join.where)):
-        if predicate is None:
-            continue
-        rendered = render_cuda(predicate, env, context)
-        value = rendered.value
-        if rendered.type is not SqlType.BOOLEAN:
-            value = f"(({value}) != 0)"
-        checks.append({"value": value, "valid": rendered.valid, "residual": residual})
+    checks, context = _render_checks(node.join, columns)
     arguments: list[dict[str, str]] = []
     argument_of: dict[int, int] = {}
     seen: list = []
@@ -285,10 +382,12 @@ def render_join_kernels(
     algorithm: str,
     scatters: tuple[JoinScatter, ...] = (),
     fusion: DeviceFusion | None = None,
+    rows: DeviceRowsPlan | None = None,
 ) -> GeneratedModule:
     """The join module of one query: its algorithm's kernels, crediting, marking, and the
     scatter kernels of its aggregation; with `fusion`, the fused probe + aggregate kernel
-    instead of the scatters."""
+    instead of the scatters; with `rows` (device-resident rows) and a predicate, the
+    `rows_check` kernel."""
     if algorithm not in ALGORITHM_ROLES:
         raise ValueError(f"unknown join algorithm {algorithm!r}")
     rendered = []
@@ -308,12 +407,15 @@ def render_join_kernels(
     if fusion is not None:
         lonely = (f"fused_lonely_{side}" for side in fusion.kept)
         roles = tuple(dict.fromkeys((*roles, *FUSED_ROLES[algorithm], *lonely)))
+    check = None if rows is None else rows.check
+    if check is not None:
+        roles = (*roles, "rows_check", *(lonely["role"] for lonely in check["lonely"]))
     fused = None
     if fusion is not None:
         variants = [r for r in FUSED_ROLES[algorithm] if r != "chain_insert"]
         group_row = "l" if fusion.group_side == 0 else "r"
         fused = {**fusion.context, "group_row": group_row, "variants": variants}
-    context = {"algorithm": algorithm, "scatters": rendered, "fused": fused}
+    context = {"algorithm": algorithm, "scatters": rendered, "fused": fused, "rows": check}
     source, digest, names = _finish(context, JOIN_TEMPLATES, roles)
     return GeneratedModule(source, digest, names, (), (), (), 0)
 
@@ -327,12 +429,18 @@ def render_node_join_kernels(node: ph.WindowJoinExec | ph.JoinAggregateExec) -> 
     algorithm = "auto" if getattr(join, "adaptive", False) else join.algorithm
     if isinstance(fusion, DeviceFusion):
         return render_join_kernels(algorithm, (), fusion)
+    rows = device_rows(join) if aggregate is None else None
+    if isinstance(rows, DeviceRowsPlan):
+        return render_join_kernels(algorithm, (), None, rows)
     return render_join_kernels(algorithm, join_scatters(aggregate))
 
 
 __all__ = [
     "DeviceFusion",
+    "DeviceRowsPlan",
     "credits_by_difference",
+    "device_rows",
+    "device_rows_reason",
     "FusedColumn",
     "JoinScatter",
     "device_fusion",

@@ -86,7 +86,8 @@ def is_bare_reference(expression: exp.Expression) -> bool:
     node = unwrap_parens(expression)
     if isinstance(node, nodes.WindowBound):
         return not node.offset_us
-    return isinstance(node, exp.Column | nodes.AggregateRef)
+    # the window struct: the Project driver builds it from the bounds on the host
+    return isinstance(node, exp.Column | nodes.AggregateRef | nodes.WindowStruct)
 
 
 def references(expressions: Sequence[exp.Expression]) -> tuple[Reference, ...]:

@@ -12,6 +12,7 @@ mean (event_time, watermark, source, ...) is the binder's business (`bind.stream
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -174,6 +175,17 @@ def _syntax_error(text: str, error: lark.exceptions.UnexpectedInput) -> SqlError
         found = str(error.token)
     else:  # UnexpectedCharacters
         found = text[error.pos_in_stream] if error.pos_in_stream < len(text) else ""
+    composite = re.search(r"\b(ARRAY|STRUCT|MAP)\s*$", text[: error.pos_in_stream], re.I)
+    if found == "<" and composite is not None:
+        name = composite.group(1).upper()
+        return SqlError(
+            f"{name}<...> columns are not supported in {kind}: ARRAY and STRUCT are result "
+            "types only (a percentile over an ARRAY of p, Spark's window struct)",
+            line=error.line,
+            column=error.column - len(composite.group(0)),
+            construct=f"{name}<",
+            hint=SUPPORTED_TYPES_HINT,
+        )
     return SqlError(
         f"unexpected {found!r} in {kind}",
         line=error.line,

@@ -15,7 +15,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.compiler.holistic import sketch_parameter
 from mangonel.compiler.logical import WindowKind
-from mangonel.compiler.nodes import AggregateRef, WindowBound
+from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowStruct
 from mangonel.compiler.wire import describe_wire
 
 
@@ -40,6 +40,8 @@ def format_expression(expression: exp.Expression | None) -> str:
             return exp.column(f"window_{node.bound}")
         if isinstance(node, AggregateRef):
             return exp.column(f"agg{node.number}")
+        if isinstance(node, WindowStruct):
+            return exp.column("window")
         return node
 
     return expression.transform(spell, copy=True).sql(dialect="spark")
@@ -54,6 +56,13 @@ def _field(field: ph.StateField) -> str:
     return f"{field.name}={field.kind.value.upper()}({argument}):{field.type}"
 
 
+def _fraction(aggregate: ph.AggregatePlan) -> str:
+    """p of a percentile call, or its array of ps (`ARRAY(0.25, 0.5)`)."""
+    if aggregate.fractions is not None:
+        return "ARRAY(" + ", ".join(f"{p:g}" for p in aggregate.fractions) + ")"
+    return f"{aggregate.fraction:g}"
+
+
 def _aggregate(aggregate: ph.AggregatePlan) -> str:
     argument = "" if aggregate.argument is None else format_expression(aggregate.argument)
     call = "COUNT(*)" if aggregate.argument is None else f"{aggregate.function.value}({argument})"
@@ -66,11 +75,11 @@ def _aggregate(aggregate: ph.AggregatePlan) -> str:
         call = f"{aggregate.function.value}({argument}, {sketch_parameter(aggregate):g})"
     elif holistic is not None and holistic.evaluation == "approx_percentile":
         call = (
-            f"{aggregate.function.value}({argument}, {aggregate.fraction:g}, "
+            f"{aggregate.function.value}({argument}, {_fraction(aggregate)}, "
             f"{sketch_parameter(aggregate):g})"
         )
     elif holistic is not None and holistic.takes_fraction:
-        call = f"{aggregate.function.value}({argument}, {aggregate.fraction:g})"
+        call = f"{aggregate.function.value}({argument}, {_fraction(aggregate)})"
     reads = (
         aggregate.count_field
         if aggregate.value_field is None
@@ -299,10 +308,27 @@ def _wire(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | Pla
     return Parameter("wire", f'"{text}"', text)
 
 
+def _rows_form(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | PlanNode):
+    """Where a join without aggregation placed on the GPU keeps its pairs and builds its
+    output: `rows=device` (`codegen_join.device_rows`: pairs, gather and output columns on
+    the device), else `rows=host` with `rows_reason`; [] for other nodes."""
+    if not isinstance(node, ph.WindowJoinExec) or isinstance(parent, ph.JoinAggregateExec):
+        return []
+    if ph.placement(node, "join").backend != "gpu":
+        return []
+    from mangonel.compiler.codegen_join import device_rows_reason  # imports codegen
+
+    reason = device_rows_reason(node)
+    if reason is None:
+        return [Parameter("rows", "device", "device")]
+    return [Parameter("rows", "host", "host"), Parameter("rows_reason", f'"{reason}"', reason)]
+
+
 def _node_parameters(
     node: ph.PhysicalNode | PlanNode, parent: ph.PhysicalNode | PlanNode | None
 ) -> tuple[str, list[Parameter]]:
     name, parameters = operator_parameters(node)
+    parameters = [*parameters, *_rows_form(parent, node)]
     wire = _wire(parent, node)
     return name, parameters if wire is None else [*parameters, wire]
 

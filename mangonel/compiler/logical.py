@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from mangonel import aggregates
 from mangonel.catalog.catalog import Column, Stream, Table
-from mangonel.catalog.types import SqlType
+from mangonel.catalog.types import ResultType
 
 
 class WindowKind(enum.Enum):
@@ -80,21 +80,24 @@ class Aggregate:
     None for every other function. `python`: the user's function of a PYTHON call
     (`aggregates.python`), None for every other function.
     `parameter`: the sketch parameter of an approximate call
-    (APPROX_COUNT_DISTINCT's rsd, APPROX_PERCENTILE's accuracy), its default when omitted."""
+    (APPROX_COUNT_DISTINCT's rsd, APPROX_PERCENTILE's accuracy), its default when omitted.
+    `fractions`: the ps of a percentile over an array of p (`PERCENTILE(x, ARRAY(0.25,
+    0.75))`), in the order given, with `fraction` None and an ARRAY `result_type`."""
 
     function: AggregateFunction
     argument: exp.Expression | None
-    result_type: SqlType
+    result_type: ResultType
     fraction: float | None = None
     python: aggregates.python.WindowFunction | None = None
     parameter: float | None = None
+    fractions: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
 class OutputColumn:
     name: str
     expression: exp.Expression
-    type: SqlType
+    type: ResultType
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,15 @@ class WindowBound(exp.Expression):
         return WINDOW_BOUNDS[self.bound][1]
 
 
+class WindowStruct(exp.Expression):
+    """Spark's `window` (and `session_window`) column as an output: the STRUCT<start:
+    TIMESTAMP, end: TIMESTAMP> of the window's bounds (`catalog.types.WINDOW_STRUCT`). Only
+    ever a whole SELECT item (`compiler/window_syntax.py`, `compiler/session.py` put it
+    there); the Project driver builds it from the bounds (`runtime.operators.project`)."""
+
+    arg_types = {"this": False}
+
+
 class AggregateRef(exp.Expression):
     """The finalized value of aggregate number `this` of a WindowAggregate."""
 

@@ -52,6 +52,7 @@ from mangonel.compiler.nodes import (
     Explain,
     WindowBound,
     WindowClause,
+    WindowStruct,
     WindowTableFunction,
 )
 from mangonel.compiler.session_tvf import read_session_tvf
@@ -461,7 +462,9 @@ def _explain_sql(self: generator.Generator, explain: Explain) -> str:
 
 def _aggregate_name_sql(name: str) -> Callable:
     def sql(self: generator.Generator, node: exp.Expression) -> str:
-        return self.func(name, node.this)
+        # every argument in declared order: PERCENTILE(x, p), APPROX_PERCENTILE(x, p, acc)
+        arguments = [node.args.get(key) for key in type(node).arg_types]
+        return self.func(name, *[a for a in arguments if isinstance(a, exp.Expression)])
 
     return sql
 
@@ -484,6 +487,7 @@ class MangonelGenerator(generator.Generator):
         # Flink's window table functions print as written (only messages print them)
         WindowTableFunction: lambda self, e: e.meta.get("text", f"TABLE({e.function}(..))"),
         WindowBound: lambda self, e: f"window_{e.bound}",
+        WindowStruct: lambda self, e: "window",
         AggregateRef: _aggregate_ref_sql,
         Explain: _explain_sql,
     }

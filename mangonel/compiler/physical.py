@@ -194,6 +194,7 @@ def decompose(
                 fraction,
                 python=aggregate.python,
                 parameter=aggregate.parameter,
+                fractions=aggregate.fractions,
             )
         )
     return tuple(table.fields), tuple(plans)
@@ -436,6 +437,12 @@ def plan_join(
         )
         if having is not None:
             top = FilterExec((top,), having, (place("filter"),))
+    else:  # joined rows: emit only the joined columns the SELECT list reads
+        read = {c.name for o in root.outputs for c in o.expression.find_all(exp.Column)}
+        emitted = tuple(c.name for c in join_exec.columns if c.name in read)
+        # a batch needs a column to carry its row count (no window bounds without a window)
+        emitted = emitted or (join_exec.columns[0].name,)
+        top = join_exec = replace(join_exec, emitted=emitted)
     return ProjectExec((top,), root.outputs, (place("project"),))  # type: ignore[arg-type]
 
 

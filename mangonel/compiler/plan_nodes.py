@@ -17,7 +17,7 @@ from sqlglot import exp
 from mangonel.aggregates import StateKind
 from mangonel.aggregates.python import WindowFunction
 from mangonel.catalog.catalog import Column, Stream, Table
-from mangonel.catalog.types import SqlType
+from mangonel.catalog.types import ResultType, SqlType
 from mangonel.compiler.holistic import (
     HolisticPlan,
 )
@@ -54,10 +54,19 @@ class AggregatePlan:
     argument: exp.Expression | None
     count_field: str  # non-NULL count of the argument (rows for COUNT(*))
     value_field: str | None  # the field of the function's `state`; None for COUNT
-    result_type: SqlType
+    result_type: ResultType
     fraction: float | None = None  # p of a percentile (holistic functions only)
     python: WindowFunction | None = None  # the user's function of a PYTHON call
     parameter: float | None = None  # rsd / accuracy of a sketch (APPROX_* functions only)
+    # the ps of a percentile over an array of p (result ARRAY<...>, one element per p, all
+    # selected from the window's one sort or sketch); None for a single p
+    fractions: tuple[float, ...] | None = None
+
+    @property
+    def percentages(self) -> float | tuple[float, ...] | None:
+        """What a percentile selects: the ps of an ARRAY (a tuple: one result per p), else
+        the one p (None for functions without one)."""
+        return self.fractions if self.fractions is not None else self.fraction
 
     @property
     def call_name(self) -> str:
@@ -173,7 +182,7 @@ class TableScanExec:
 SKEWED_KEYS = 8
 AUTO_JOIN_ALGORITHM = (
     "no key statistics before the first batch: hash, built on the smaller side of each window;"
-    " then per batch from the join's running key statistics: sort-merge while the most"
+    " then per batch from the join's sampled key statistics: sort-merge while the most"
     f" frequent key holds over {SKEWED_KEYS}x an even share of the rows"
 )
 JOIN_ALGORITHMS = ("hash", "sort-merge")
@@ -196,6 +205,8 @@ class WindowJoinExec:
     where: WHERE over the joined rows, after the join (outer rows included).
     columns: the joined row, `alias.column` of what each side's scan reads, left first.
     placements: the `join` step (GPU plans: on the CPU until GPU join kernels exist).
+    emitted: a join without aggregation emits only these joined columns (those its SELECT
+    list reads; None: every one of `columns`), see `join_row_columns`.
     """
 
     children: tuple[StreamScanExec, StreamScanExec | TableScanExec]
@@ -216,6 +227,7 @@ class WindowJoinExec:
     backend: str
     backend_reason: str
     placements: tuple[Placement, ...]
+    emitted: tuple[str, ...] | None = None
 
     @property
     def pane_pairs(self) -> bool:
@@ -365,6 +377,8 @@ def join_row_columns(node: WindowJoinExec) -> tuple[tuple[str, SqlType], ...]:
     (or kept unmatched row) and window: the joined row's columns, then `__window_start`,
     `__window_end` (absent without a window). The SELECT list reads these."""
     columns = [(c.name, c.type) for c in node.columns]
+    if node.emitted is not None:
+        columns = [(name, t) for name, t in columns if name in node.emitted]
     if node.window is not None:
         columns += [(WINDOW_START, SqlType.TIMESTAMP), (WINDOW_END, SqlType.TIMESTAMP)]
     return tuple(columns)

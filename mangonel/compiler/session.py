@@ -27,6 +27,7 @@ from mangonel.compiler.durations import DurationError, format_duration, parse_du
 from mangonel.compiler.logical import WindowKind, WindowSpec
 from mangonel.compiler.nodes import WindowClause
 from mangonel.compiler.parse import copy_position, display_sql, position_of
+from mangonel.compiler.window_syntax import output_window_struct
 from mangonel.errors import SqlError
 
 SESSION_FUNCTION = "SESSION_WINDOW"
@@ -118,17 +119,13 @@ def session_forms(query: exp.Expression, catalog: Catalog) -> exp.Expression:
     clause = WindowClause(this=table.copy(), kind="SESSION", size=gap)
     copy_position(clause, call)
     query.args["from_"].set("this", clause)
-    for node in query.walk():
-        if (
-            isinstance(node, exp.Column)
-            and not node.table
-            and node.name.upper() == SESSION_FUNCTION
-        ):
-            raise _error(
-                "the session_window struct is not an output column",
-                node,
-                "select session_window.start and session_window.end",
-            )
+    bare = [
+        node
+        for node in query.walk()
+        if isinstance(node, exp.Column) and not node.table and node.name.upper() == SESSION_FUNCTION
+    ]
+    for node in bare:  # the struct of the session's bounds, output as it is
+        output_window_struct(node, "session_window")
     projections = []
     for projection in query.expressions:
         if _is_session_field(projection):

@@ -25,18 +25,27 @@ Spark (non-ANSI mode):
 
 from __future__ import annotations
 
-import datetime
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sqlglot import exp
 
 from mangonel import aggregates
-from mangonel.catalog.types import SqlType, common_numeric_type, type_from_name
+from mangonel.catalog.types import (
+    WINDOW_STRUCT,
+    ResultType,
+    SqlType,
+    common_numeric_type,
+    type_from_name,
+)
 from mangonel.compiler import nodes
 from mangonel.compiler.limits import ensure_recursion_headroom
 from mangonel.compiler.logical import AggregateFunction
+from mangonel.compiler.timestamp_literals import (
+    TIMESTAMP_FORMAT_HINT,
+    TIMESTAMP_TYPES,
+    timestamp_text_microseconds,
+)
 from mangonel.errors import MangonelError
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -54,7 +63,7 @@ class TypeEnv:
     """
 
     columns: Mapping[str, SqlType]
-    aggregates: tuple[SqlType, ...] = ()
+    aggregates: tuple[ResultType, ...] = ()
 
 
 class ExpressionError(MangonelError):
@@ -177,7 +186,7 @@ def annotate_types(expr: exp.Expression, env: TypeEnv) -> TypeAnnotation:
     """Type every node of `expr`. Raises ExpressionError like infer_type."""
     ensure_recursion_headroom()  # typing and rendering recurse once or more per level
     annotation = TypeAnnotation(expr)
-    _Typer(env, annotation.types).infer(expr)
+    _Typer(env, annotation.types, expr).infer(expr)
     annotation.root_type  # noqa: B018 - raises for an untyped NULL expression
     return annotation
 
@@ -187,9 +196,10 @@ def annotate_types(expr: exp.Expression, env: TypeEnv) -> TypeAnnotation:
 
 
 class _Typer:
-    def __init__(self, env: TypeEnv, types: TypeMap) -> None:
+    def __init__(self, env: TypeEnv, types: TypeMap, root: exp.Expression | None = None) -> None:
         self.env = env
         self.types = types
+        self.root = root
         # Node (by identity) -> its inferred type. CASE x WHEN, IN and BETWEEN type x once per
         # comparison; inferring it again each time made nested ones exponential in depth.
         self.inferred: TypeMap = {}
@@ -199,15 +209,43 @@ class _Typer:
             node_type = self.inferred[id(node)]
         else:
             rule = TYPE_RULES.get(type(node))
-            if rule is None:
+            if type(node) in RESULT_ONLY_TYPES:
+                node_type = RESULT_ONLY_TYPES[type(node)]
+            elif rule is None:
                 raise _unsupported(node)
-            node_type = rule(self, node)
+            else:
+                node_type = rule(self, node)
+            if node_type is not None and node_type.is_composite and not self._is_root(node):
+                raise composite_operand_error(node, node_type)
             self.inferred[id(node)] = node_type
         self.types[id(node)] = node_type
         return node_type
 
+    def _is_root(self, node: exp.Expression) -> bool:
+        """Whether `node` is the typed expression itself (parentheses around it aside)."""
+        while node is not self.root and isinstance(node.parent, exp.Paren):
+            node = node.parent
+        return node is self.root
+
     def record(self, node: exp.Expression, node_type: SqlType | None) -> None:
         self.types[id(node)] = node_type
+
+
+# Nodes that are result columns only, typed but never rendered (no rule: the renderers
+# cover TYPE_RULES): Spark's `window` struct, built by the Project driver from the bounds.
+RESULT_ONLY_TYPES: dict[type, ResultType] = {nodes.WindowStruct: WINDOW_STRUCT}
+
+
+def composite_operand_error(node: exp.Expression, node_type: ResultType) -> ExpressionError:
+    """The error for an ARRAY or STRUCT result inside an expression: composite results are
+    output as they are, never operands (`catalog.types`)."""
+    return ExpressionError(
+        f"{node.meta.get('sql') or _node_sql(node)} is an {node_type}: it can only be "
+        "selected as it is",
+        node=node,
+        hint="select it as its own output column; ARRAY and STRUCT results are not computed "
+        "with, compared or filtered on (HAVING)",
+    )
 
 
 def unsupported_function(node: exp.Expression) -> ExpressionError | None:
@@ -574,25 +612,6 @@ def _type_greatest_least(typer: _Typer, node: exp.Func) -> SqlType | None:
     return result
 
 
-_TIMESTAMP_TEXT = re.compile(
-    r"(?P<year>\d{4})-(?P<month>\d{1,2})-(?P<day>\d{1,2})"
-    r"(?:[ T](?P<hour>\d{1,2}):(?P<minute>\d{1,2})"
-    r"(?::(?P<second>\d{1,2})(?:\.(?P<fraction>\d{1,6}))?)?)?"
-    r"\s*(?P<zone>Z|UTC|[+-]\d{2}(?::?\d{2})?)?"
-)
-TIMESTAMP_FORMAT_HINT = (
-    "write TIMESTAMP 'yyyy-mm-dd[ hh:mm[:ss[.ffffff]]][Z|+hh:mm]', e.g. "
-    "TIMESTAMP '2026-01-01 00:00:00'; without a zone the time is UTC"
-)
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-# TIMESTAMP as sqlglot spells it after reading mangonel's dialect or Spark's (an instant)
-_TIMESTAMP_TYPES = (
-    exp.DataType.Type.TIMESTAMP,
-    exp.DataType.Type.TIMESTAMPTZ,
-    exp.DataType.Type.TIMESTAMPLTZ,
-)
-
-
 def timestamp_literal_value(node: exp.Expression) -> int | None:
     """Microseconds since the epoch of `TIMESTAMP '<text>'` (sqlglot reads it, and
     `CAST('<text>' AS TIMESTAMP)`, as a Cast of a string literal), or None when `node` is not
@@ -601,44 +620,15 @@ def timestamp_literal_value(node: exp.Expression) -> int | None:
     if not isinstance(node, (exp.Cast, exp.TryCast)) or not is_string_literal(node.this):
         return None
     to = node.to
-    if not isinstance(to, exp.DataType) or to.this not in _TIMESTAMP_TYPES:
+    if not isinstance(to, exp.DataType) or to.this not in TIMESTAMP_TYPES:
         return None
     text = unwrap_parens(node.this).this
-    match = _TIMESTAMP_TEXT.fullmatch(text.strip())
     try:
-        if match is None:
-            raise ValueError(text)
-        parts = match.groupdict()
-        zone = parts["zone"]
-        offset = datetime.timedelta(0)
-        if zone and zone not in ("Z", "UTC"):
-            digits = zone[1:].replace(":", "")
-            offset = datetime.timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0))
-            if zone[0] == "-":
-                offset = -offset
-        moment = datetime.datetime(
-            int(parts["year"]),
-            int(parts["month"]),
-            int(parts["day"]),
-            int(parts["hour"] or 0),
-            int(parts["minute"] or 0),
-            int(parts["second"] or 0),
-            int((parts["fraction"] or "").ljust(6, "0")),
-            tzinfo=datetime.timezone(offset),
-        )
+        return timestamp_text_microseconds(text)
     except ValueError:
         raise ExpressionError(
             f"cannot read the TIMESTAMP {text!r}", node=node, hint=TIMESTAMP_FORMAT_HINT
         ) from None
-    return (moment - _EPOCH) // datetime.timedelta(microseconds=1)
-
-
-def utc_timestamp_literal(microseconds: int) -> exp.Cast:
-    """`CAST('<UTC time>Z' AS TIMESTAMP)`: a TIMESTAMP literal whose text names its zone, so
-    Spark reads the same instant whatever its session time zone."""
-    moment = _EPOCH + datetime.timedelta(microseconds=microseconds)
-    text = moment.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
-    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP"))
 
 
 def cast_target(node: exp.Cast) -> SqlType:

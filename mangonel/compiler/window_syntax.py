@@ -33,6 +33,7 @@ from mangonel.compiler.nodes import (
     Duration,
     WindowArgument,
     WindowClause,
+    WindowStruct,
     WindowTableFunction,
 )
 from mangonel.compiler.parse import display_sql, position_of
@@ -252,12 +253,9 @@ class _SparkWindow:
                     self._window_time(node)
                     continue
                 raise _error(f"{node.name}(...) belongs in GROUP BY", node, SPARK_HINT)
-            if not node.table:  # the bare `window` struct
-                raise _error(
-                    "the window struct column is not output yet: select its fields",
-                    node,
-                    "SELECT window.start, window.end, ... (Spark names them start and end)",
-                )
+            if not node.table:  # the bare `window` struct: an output column as it is
+                output_window_struct(node, "window")
+                continue
             bound = _SPARK_FIELDS.get(node.name.lower())
             if bound is None:
                 raise _error(
@@ -291,6 +289,28 @@ class _SparkWindow:
         replacement.meta.update(call.meta)
         replacement.this.meta.update(call.meta)
         call.replace(replacement)
+
+
+def output_window_struct(node: exp.Column, name: str) -> None:
+    """Replace Spark's bare `window` / `session_window` column by the window struct
+    (`nodes.WindowStruct`, STRUCT<start, end>): only as a whole SELECT item, named `name`
+    unless aliased (Spark's name); anywhere else an error (structs are output as they
+    are)."""
+    parent = node.parent
+    struct = WindowStruct()
+    struct.meta.update(node.meta)
+    if isinstance(parent, exp.Select) and node.arg_key == "expressions":
+        node.replace(exp.Alias(this=struct, alias=exp.Identifier(this=name, quoted=False)))
+        return
+    if isinstance(parent, exp.Alias) and isinstance(parent.parent, exp.Select):
+        node.replace(struct)
+        return
+    raise _error(
+        f"the {name} struct is output as a column as it is, not computed with",
+        node,
+        f"SELECT {name}, ... outputs STRUCT<start: TIMESTAMP, end: TIMESTAMP>; compute with "
+        f"its fields: {name}.start, {name}.end",
+    )
 
 
 def _spark_window(call: exp.Anonymous, stream: Stream | None, table: exp.Table | None):  # noqa: ANN202

@@ -448,8 +448,14 @@ SELECT PERCENTILE_CONT(-0.1) WITHIN GROUP (ORDER BY price) FROM trades [RANGE 1 
 -- name: percentile_fraction_not_a_literal
 SELECT PERCENTILE(price, volume) FROM trades [RANGE 1 SECOND]
 
--- name: percentile_fraction_array
-SELECT PERCENTILE(price, ARRAY(0.1, 0.9)) FROM trades [RANGE 1 SECOND]
+-- name: percentile_fraction_array_empty
+SELECT PERCENTILE(price, ARRAY()) FROM trades [RANGE 1 SECOND]
+
+-- name: percentile_fraction_array_element_above_one
+SELECT PERCENTILE_CONT(ARRAY(0.1, 1.5)) WITHIN GROUP (ORDER BY price) FROM trades [RANGE 1 SECOND]
+
+-- name: percentile_array_in_an_expression
+SELECT PERCENTILE(price, ARRAY(0.1, 0.9)) * 2 FROM trades [RANGE 1 SECOND]
 
 -- name: percentile_of_string
 SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY symbol) FROM trades [RANGE 1 SECOND]
@@ -487,8 +493,11 @@ SELECT APPROX_COUNT_DISTINCT(volume, price) FROM trades [RANGE 1 SECOND]
 -- name: approx_percentile_fraction_above_one
 SELECT APPROX_PERCENTILE(price, 1.5) FROM trades [RANGE 1 SECOND]
 
--- name: approx_percentile_fraction_array
-SELECT PERCENTILE_APPROX(price, ARRAY(0.1, 0.9)) FROM trades [RANGE 1 SECOND]
+-- name: approx_percentile_array_in_having
+SELECT COUNT(*) FROM trades [RANGE 1 SECOND] HAVING PERCENTILE_APPROX(price, ARRAY(0.1, 0.9)) IS NULL
+
+-- name: spark_window_struct_computed_with
+SELECT COALESCE(window, window), COUNT(*) FROM trades GROUP BY window(ts, '1 second')
 
 -- name: approx_percentile_accuracy_zero
 SELECT APPROX_PERCENTILE(price, 0.5, 0) FROM trades [RANGE 1 SECOND]

@@ -65,7 +65,7 @@ def standalone(tables: list[pa.Table]) -> pd.DataFrame:
     return pa.Table.from_batches(batches, schema=query.schema).to_pandas()
 
 
-@pytest.mark.parametrize("form", ["cql", "spark"])
+@pytest.mark.parametrize("form", ["cql", "spark", "spark_struct"])
 def test_session_windows_equal_sparks_session_window(spark, tmp_path, form):
     tables = session_batches()
     write_micro_batches(tmp_path / "in", tables)
@@ -74,13 +74,22 @@ def test_session_windows_equal_sparks_session_window(spark, tmp_path, form):
     ms.register("s", source, event_time="ts", watermark=WATERMARK)
     if form == "cql":
         text = f"SELECT {SELECT} FROM s [SESSION GAP {GAP}] GROUP BY k"
-    else:
+    elif form == "spark":
         text = (
             "SELECT k, session_window.start AS window_start, session_window.end AS window_end, "
             "COUNT(*) AS n, SUM(v) AS total, MAX(v) AS top "
             f"FROM s GROUP BY session_window(ts, '{GAP}'), k"
         )
+    else:  # the session_window struct column (Spark's native plan builds it)
+        text = (
+            "SELECT k, session_window, COUNT(*) AS n, SUM(v) AS total, MAX(v) AS top "
+            f"FROM s GROUP BY session_window(ts, '{GAP}'), k"
+        )
     ours = run_to_memory(ms.sql(text), tmp_path / "ours")
+    if form == "spark_struct":
+        sessions = ours.pop("session_window")
+        ours.insert(1, "window_start", [w["start"] for w in sessions])
+        ours.insert(2, "window_end", [w["end"] for w in sessions])
     assert ms.last_plan.native
     native = run_to_memory(native_sessions(source), tmp_path / "native")
     assert (native["n"] > 1).any() and native["k"].isna().any()  # merged sessions, NULL keys

@@ -96,3 +96,36 @@ def test_cumulate_is_never_planned_natively():
     assert not planned.native and "CUMULATE" in planned.native_reason
     with pytest.raises(PlanError, match="CUMULATE"):
         plan_spark(CUMULATE, plan, partitions=2, native=True)
+
+
+def test_the_window_struct_column_inside_spark_equals_its_fields(spark, tmp_path):
+    """`SELECT window, ...` inside Spark: a StructType column (start, end timestamps) named
+    `window`, through the stateful stage (flattened there, nested after it) and Spark's
+    native plan alike, holding what `window.start` / `window.end` select."""
+    from pyspark.sql.types import StructField, StructType, TimestampType
+
+    _, tables = micro_batches(SqlType.BIGINT, SqlType.DOUBLE, delay_us=300_000, files=3)
+    write_micro_batches(tmp_path / "in", tables)
+    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v DOUBLE")
+    fields = (
+        "SELECT k, window.start AS window_start, window.end AS window_end, SUM(v) AS sum_v "
+        "FROM s GROUP BY window(ts, '1 second', '500 milliseconds'), k"
+    )
+    struct = (
+        "SELECT window, k, SUM(v) AS sum_v "
+        "FROM s GROUP BY window(ts, '1 second', '500 milliseconds'), k"
+    )
+    expected_type = StructType(
+        [StructField("start", TimestampType(), False), StructField("end", TimestampType(), False)]
+    )
+    for native in (False, True):
+        session = mg.attach(spark, native=native)
+        session.register("s", source, event_time="ts", watermark="200 milliseconds")
+        ours = session.sql(struct)
+        assert ours.schema["window"].dataType.simpleString() == expected_type.simpleString()
+        got = run_to_memory(ours, tmp_path / f"struct_{native}")
+        windows = got.pop("window")
+        got.insert(1, "window_start", [w["start"] for w in windows])
+        got.insert(2, "window_end", [w["end"] for w in windows])
+        want = run_to_memory(session.sql(fields), tmp_path / f"fields_{native}")
+        assert_same_results(got, want, ["k"])

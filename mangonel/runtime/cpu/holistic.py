@@ -9,7 +9,9 @@ higher position (`select`), for COUNT DISTINCT the count in `lower`.
 A row whose values lie in one sorted run (a tumbling window's pane) is read in place: an index
 for the percentiles, one pass for COUNT DISTINCT. Otherwise its runs are copied into a scratch
 buffer once, and the percentiles select in it (in-place quickselect: O(n) per row),
-COUNT DISTINCT sorts it. One pass over the rows, no per-row Python.
+COUNT DISTINCT sorts it. One pass over the rows, no per-row Python. A percentile over an
+ARRAY of p selects each p in turn in the same in-place read or scratch copy (k selections of
+O(n) each), lower and higher then one column per p.
 """
 
 from __future__ import annotations
@@ -77,10 +79,13 @@ def _distinct_sorted(values, start, end):
 
 @numba.njit(cache=True)
 def evaluate_runs(
-    values, run_start, run_end, row_first, row_runs, mode, fraction, sorted_runs, n, lower, higher
+    values, run_start, run_end, row_first, row_runs, mode, fractions, sorted_runs, n, lower, higher
 ):
-    """Fill n, lower, higher (one entry per row) from the rows' runs (module docstring)."""
+    """Fill n (one entry per row), lower and higher (one per row and p of `fractions`) from
+    the rows' runs (module docstring). Every p of a row selects in the row's one scratch copy
+    (a selection leaves the copy a permutation of the values, so the next p selects in it)."""
     rows = row_first.shape[0]
+    ps = fractions.shape[0]
     largest = 0
     for r in range(rows):
         total = 0
@@ -91,8 +96,9 @@ def evaluate_runs(
     scratch = np.empty(largest, np.int64)
     for r in range(rows):
         total = n[r]
-        lower[r] = 0
-        higher[r] = 0
+        for f in range(ps):
+            lower[r, f] = 0
+            higher[r, f] = 0
         if total == 0:
             continue
         single = -1
@@ -104,12 +110,13 @@ def evaluate_runs(
         in_place = sorted_runs and nonempty == 1
         if mode == COUNT_DISTINCT:
             if in_place:
-                lower[r] = _distinct_sorted(values, run_start[single], run_end[single])
+                lower[r, 0] = _distinct_sorted(values, run_start[single], run_end[single])
                 continue
         elif in_place:
-            low, high = _positions(mode, fraction, total)
-            lower[r] = values[run_start[single] + low]
-            higher[r] = values[run_start[single] + high]
+            for f in range(ps):
+                low, high = _positions(mode, fractions[f], total)
+                lower[r, f] = values[run_start[single] + low]
+                higher[r, f] = values[run_start[single] + high]
             continue
         filled = 0
         for j in range(row_first[r], row_first[r] + row_runs[r]):
@@ -118,19 +125,20 @@ def evaluate_runs(
                 filled += 1
         if mode == COUNT_DISTINCT:
             window = np.sort(scratch[:total])
-            lower[r] = _distinct_sorted(window, 0, total)
+            lower[r, 0] = _distinct_sorted(window, 0, total)
             continue
-        low, high = _positions(mode, fraction, total)
-        _select(scratch, total, low)
-        lower[r] = scratch[low]
-        if high == low:
-            higher[r] = scratch[low]
-        else:
-            smallest = scratch[low + 1]  # the next value: the smallest above position low
-            for i in range(low + 2, total):
-                if scratch[i] < smallest:
-                    smallest = scratch[i]
-            higher[r] = smallest
+        for f in range(ps):
+            low, high = _positions(mode, fractions[f], total)
+            _select(scratch, total, low)
+            lower[r, f] = scratch[low]
+            if high == low:
+                higher[r, f] = scratch[low]
+            else:
+                smallest = scratch[low + 1]  # the next value: the smallest above position low
+                for i in range(low + 2, total):
+                    if scratch[i] < smallest:
+                        smallest = scratch[i]
+                higher[r, f] = smallest
 
 
 @numba.njit(cache=True)
@@ -179,14 +187,17 @@ def holistic_select(
     row_first: np.ndarray,
     row_runs: np.ndarray,
     evaluation: str,
-    fraction: float,
+    fraction: float | tuple[float, ...],
     sorted_runs: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(n, lower, higher) per row: see the module docstring."""
+    """(n, lower, higher) per row: see the module docstring. `fraction` a tuple (a
+    percentile over an ARRAY of p): lower and higher are [rows, len(fraction)], every p
+    selected in the one pass over the rows."""
     rows = len(row_first)
+    fractions = np.atleast_1d(np.asarray(fraction, np.float64))
     n = np.zeros(rows, np.int64)
-    lower = np.zeros(rows, np.int64)
-    higher = np.zeros(rows, np.int64)
+    lower = np.zeros((rows, len(fractions)), np.int64)
+    higher = np.zeros((rows, len(fractions)), np.int64)
     if rows:
         evaluate_runs(
             np.ascontiguousarray(values, np.int64),
@@ -195,13 +206,15 @@ def holistic_select(
             np.ascontiguousarray(row_first, np.int64),
             np.ascontiguousarray(row_runs, np.int64),
             MODES[evaluation],
-            float(fraction),
+            fractions,
             bool(sorted_runs),
             n,
             lower,
             higher,
         )
-    return n, lower, higher
+    if isinstance(fraction, tuple):
+        return n, lower, higher
+    return n, lower[:, 0].copy(), higher[:, 0].copy()
 
 
 @numba.njit(cache=True)

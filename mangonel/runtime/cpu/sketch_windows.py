@@ -104,17 +104,23 @@ def empty(evaluation: str, parameter: float) -> Sketches:
     )
 
 
-def answer(sketches: Sketches, fraction: float | None) -> tuple[np.ndarray, np.ndarray]:
+def answer(
+    sketches: Sketches, fraction: float | tuple[float, ...] | None
+) -> tuple[np.ndarray, np.ndarray]:
     """(non-NULL count, result) per cell: the distinct-count estimate (int64; its count is the
     estimate too, 0 only for an empty cell), or the percentile as a double (NaN where the
-    count is 0: NULL)."""
+    count is 0: NULL); `fraction` a tuple (an ARRAY of p): [cells, len(fraction)], every p
+    queried from the cell's one merged sketch."""
     if isinstance(sketches, HllSketches):
         estimate = sketch_hll.estimate(sketches.registers, sketches.p)
         return estimate, estimate
+    ps = len(fraction) if isinstance(fraction, tuple) else 1
     if not sketches.cells:
-        return np.empty(0, np.int64), np.empty(0, np.float64)
+        empty = np.empty((0, ps), np.float64)
+        return np.empty(0, np.int64), empty if isinstance(fraction, tuple) else empty[:, 0]
     p = 0.0 if fraction is None else fraction  # as the exact percentiles read a plan without p
-    return sketches.counts.copy(), sketch_quantile.query(sketches, p)[:, 0]
+    answers = sketch_quantile.query(sketches, p)
+    return sketches.counts.copy(), answers if isinstance(fraction, tuple) else answers[:, 0]
 
 
 def to_bytes(sketches: Sketches) -> bytes:

@@ -193,12 +193,14 @@ class GpuHolistic:
         row_first: Any,  # noqa: ANN401
         row_runs: Any,  # noqa: ANN401
         evaluation: str,
-        fraction: float,
+        fraction: float | tuple[float, ...],
         sorted_runs: bool,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(n, lower, higher) per row on the host: `runtime.cpu.holistic.holistic_select`'s
         results, from one launch of the selection kernel. Runs must be sorted (the device
-        path only reads sorted panes)."""
+        path only reads sorted panes). `fraction` a tuple (an ARRAY of p): the one launch
+        selects every p of a window in turn over the same runs, lower and higher
+        [rows, len(fraction)]."""
         if not sorted_runs:
             raise ValueError("the GPU holistic kernels read sorted runs only")
         xp = self.xp
@@ -206,10 +208,11 @@ class GpuHolistic:
             xp.ascontiguousarray(xp.asarray(a, dtype=xp.int64))
             for a in (values, run_start, run_end, row_first, row_runs)
         ]
+        fractions = np.atleast_1d(np.asarray(fraction, np.float64))
         rows = int(arrays[3].shape[0])
         n = xp.zeros(rows, dtype=xp.int64)
-        lower = xp.zeros(rows, dtype=xp.int64)
-        higher = xp.zeros(rows, dtype=xp.int64)
+        lower = xp.zeros((rows, len(fractions)), dtype=xp.int64)
+        higher = xp.zeros((rows, len(fractions)), dtype=xp.int64)
         if rows:
             lanes = codegen.HOLISTIC_FORM_LANES[self.form]
             blocks = min(MAX_BLOCKS, -(-rows * lanes // THREADS_PER_BLOCK))
@@ -217,10 +220,20 @@ class GpuHolistic:
             function(
                 (blocks,),
                 (THREADS_PER_BLOCK,),
-                (*arrays, np.int64(rows), np.float64(fraction), n, lower, higher),
+                (
+                    *arrays,
+                    np.int64(rows),
+                    xp.asarray(fractions),
+                    np.int64(len(fractions)),
+                    n,
+                    lower,
+                    higher,
+                ),
             )
             self.launches += 1
-        return _host(n), _host(lower), _host(higher)
+        if isinstance(fraction, tuple):
+            return _host(n), _host(lower), _host(higher)
+        return _host(n), _host(lower)[:, 0].copy(), _host(higher)[:, 0].copy()
 
     def python_window(
         self,

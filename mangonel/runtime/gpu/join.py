@@ -15,9 +15,16 @@ Two forms of an aggregated join (EXPLAIN's `fused=`):
   aggregates every match into (window, group) cells kept on the device, both sides' rows
   mirrored there; no pair is materialised, and firing copies back only the fired windows'
   cells.
-- `fused=probe` (the rest, and joins without GROUP BY materialise rows): the kernels below
-  find pairs and expand their windows on the device; the driver keeps the stored rows,
-  pending pairs and (window, group) cells on the host, so each call uploads what it reads.
+- `fused=probe` (the rest): the kernels below find pairs and expand their windows on the
+  device; the driver keeps the stored rows, pending pairs and (window, group) cells on the
+  host, so each call uploads what it reads.
+
+A join without aggregation (EXPLAIN's `rows=` on its WindowJoin): `rows=device`
+(`codegen_join.device_rows` applies: windowed, no STRING column emitted, predicates rendered
+in CUDA; outer joins included) hands the driver `join_rows.DeviceJoinRows`, which keeps both
+sides' rows and the pending pairs on the device and copies back only the fired windows'
+output columns;
+`rows=host` keeps the pending pairs on the host as the probe form does.
 
 The host faces of the protocol (key maps, the evaluation of residual/WHERE/aggregate arguments
 over joined Arrow columns, their partials) are `host`'s: another backend's JoinKernels the GPU
@@ -36,7 +43,9 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.codegen_join import (
     FUSED_COMPILE_OPTIONS,
     DeviceFusion,
+    DeviceRowsPlan,
     device_fusion,
+    device_rows,
     render_node_join_kernels,
     scatter_role,
 )
@@ -44,6 +53,7 @@ from mangonel.compiler.options import GpuOptions
 from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.compile import shared_context
 from mangonel.runtime.gpu.join_fused import DeviceJoinCells, PinnedBuffer
+from mangonel.runtime.gpu.join_rows import DeviceJoinRows
 from mangonel.runtime.operators.join_kernels import JoinKernels
 
 
@@ -61,8 +71,9 @@ class GpuJoinKernels:
         self.options = options or GpuOptions()
         self.host = host
         self.generated = render_node_join_kernels(node)
-        # the fused kernel evaluates expressions: compiled as the project kernel is
-        fused = any(role.startswith("fused_") for role in self.generated.names)
+        # the fused kernel and the rows check evaluate expressions: compiled as the project
+        # kernel is
+        fused = any(r.startswith("fused_") or r == "rows_check" for r in self.generated.names)
         module = shared_context(self.options.module_cache_size).module(
             self.generated, FUSED_COMPILE_OPTIONS if fused else ()
         )
@@ -72,6 +83,7 @@ class GpuJoinKernels:
         self.launches = 0
         self.fused_launches = 0  # of the fused probe + aggregate kernel
         self.pinned = PinnedBuffer()
+        self.rows_form: DeviceJoinRows | None = None  # what `device_rows` handed out
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -126,37 +138,47 @@ class GpuJoinKernels:
         empty = np.empty(0, np.int64)
         if not len(slots_a) or not len(slots_b):
             return empty, empty
+        n_slots = max(int(slots_a.max()), int(slots_b.max()), 0) + 1
+        a = tuple(self._up(x) for x in (slots_a, first_a, last_a))
+        b = tuple(self._up(x) for x in (slots_b, first_b, last_b))
+        i, j = self.match_device(algorithm, a, b, n_slots)
+        return self._down(i), self._down(j)
+
+    def match_device(
+        self, algorithm: str, a: tuple[Any, Any, Any], b: tuple[Any, Any, Any], n_slots: int
+    ) -> tuple[Any, Any]:  # noqa: ANN401
+        """`match` over device arrays ((slots, first, last) of each side; every slot below
+        `n_slots`), the pairs (i, j) left on the device: hash builds on the smaller side and
+        probes with the other."""
+        cp = device.cupy()
+        if not len(a[0]) or not len(b[0]):
+            return cp.zeros(0, cp.int64), cp.zeros(0, cp.int64)
         if algorithm == "sort-merge":
-            return self._merge(slots_a, first_a, last_a, slots_b, first_b, last_b)
-        if len(slots_a) <= len(slots_b):  # build on the smaller side, probe with the other
-            return self._hash(slots_a, first_a, last_a, slots_b, first_b, last_b)
-        j, i = self._hash(slots_b, first_b, last_b, slots_a, first_a, last_a)
+            return self._merge_device(*a, *b)
+        if len(a[0]) <= len(b[0]):
+            return self._hash_device(*a, *b, max(n_slots, 1))
+        j, i = self._hash_device(*b, *a, max(n_slots, 1))
         return i, j
 
-    def _hash(self, build_slots, build_first, build_last, probe_slots, probe_first, probe_last):
+    def _hash_device(self, bs, bf, bl, ps, pf, pl, n_slots: int):  # noqa: ANN001, ANN202
+        """(build row, probe row) pairs on the device: bucket the build side by slot, probe."""
         cp = device.cupy()
-        bs, bf, bl = (self._up(a) for a in (build_slots, build_first, build_last))
-        ps, pf, pl = (self._up(a) for a in (probe_slots, probe_first, probe_last))
-        n_slots = int(max(int(build_slots.max()), 0)) + 1
         bucket = cp.zeros(n_slots, cp.int64)
         self._launch("bucket_count", len(bs), bs, np.int64(len(bs)), bucket)
         offsets = cp.zeros(n_slots + 1, cp.int64)
         offsets[1:] = cp.cumsum(bucket)
         order = self._sorted_rows(bs)
         head = (ps, pf, pl, np.int64(len(ps)), bf, bl, offsets, order, np.int64(n_slots))
-        out_build, out_probe = self._two_pass("probe", len(ps), head)
-        return self._down(out_build), self._down(out_probe)
+        return self._two_pass("probe", len(ps), head)
 
-    def _merge(self, slots_a, first_a, last_a, slots_b, first_b, last_b):
+    def _merge_device(self, sa, fa, la, sb, fb, lb):  # noqa: ANN001, ANN202
+        """(a row, b row) pairs on the device: both sides sorted by slot, merged."""
         cp = device.cupy()
-        sa, fa, la = (self._up(a) for a in (slots_a, first_a, last_a))
-        sb, fb, lb = (self._up(a) for a in (slots_b, first_b, last_b))
         order_a, order_b = self._sorted_rows(sa), self._sorted_rows(sb)
         sorted_b = cp.ascontiguousarray(sb[order_b])
         head = (order_a, np.int64(len(order_a)), sa, fa, la)
         head += (order_b, sorted_b, np.int64(len(order_b)), fb, lb)
-        out_a, out_b = self._two_pass("merge", len(order_a), head)
-        return self._down(out_a), self._down(out_b)
+        return self._two_pass("merge", len(order_a), head)
 
     # -- crediting ------------------------------------------------------------------------
 
@@ -166,10 +188,16 @@ class GpuJoinKernels:
         n = len(first)
         head = (first, last, np.int64(n), np.int64(lo), np.int64(hi))
         entries, windows = self._two_pass("expand", n, head)
-        if len(entries):
-            order = cp.lexsort(cp.stack([entries, windows]))
-            entries, windows = entries[order], windows[order]
-        return entries, windows
+        if not len(entries):
+            return entries, windows
+        low, high = int(windows.min()), int(windows.max())
+        if (high - low + 1) * n < 2**62:
+            # one sort of unique int64 keys (window offset, entry): a single radix sort,
+            # where lexsort runs a stable sort per key and gathers between them
+            keys = cp.sort((windows - low) * n + entries)
+            return keys % n, keys // n + low
+        order = cp.lexsort(cp.stack([entries, windows]))
+        return entries[order], windows[order]
 
     def expand(self, first, last, lo, hi, ordered=True):
         # the device expansion always comes out ordered by window, which `ordered=False`
@@ -288,6 +316,16 @@ class GpuJoinKernels:
         if not isinstance(fusion, DeviceFusion) or not fused:
             return None
         return DeviceJoinCells(node, fusion, self)
+
+    def device_rows(self, node: ph.WindowJoinExec) -> Any:  # noqa: ANN401
+        """The device-resident rows of a join without aggregation (`join_rows.DeviceJoinRows`)
+        where `codegen_join.device_rows` applies to it, else None: the driver keeps the pairs
+        on the host."""
+        plan = device_rows(node)
+        if not isinstance(plan, DeviceRowsPlan):
+            return None
+        self.rows_form = DeviceJoinRows(node, plan, self)
+        return self.rows_form
 
     # -- host faces -----------------------------------------------------------------------
 

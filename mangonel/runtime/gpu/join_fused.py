@@ -34,6 +34,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.codegen_join import (
     FUSED_KERNEL_ROLES,
     DeviceFusion,
+    FusedColumn,
     credits_by_difference,
 )
 from mangonel.errors import DataError
@@ -81,14 +82,22 @@ class DeviceRows:
     """One side's stored rows on the device, from global row id `base` on (`sync` follows the
     driver's `JoinSide`: it drops the rows freed there and appends the rows stored since)."""
 
-    def __init__(self, fusion: DeviceFusion, index: int) -> None:
+    def __init__(
+        self,
+        index: int,
+        columns: tuple[FusedColumn, ...],
+        group_columns: tuple[tuple[str, SqlType], ...] | None = None,
+        kept: bool = False,
+        lonely_group_columns: tuple[tuple[str | None, SqlType], ...] | None = None,
+    ) -> None:
         self.index = index
-        self.columns = tuple(c for c in fusion.columns if c.side == index)
-        self.group_columns = fusion.group_columns if fusion.group_side == index else None
-        # outer joins, a kept side: its matched flags (rows x windows, from `origin`) and
-        # the group slot of each row when unmatched (the other side's GROUP BY columns NULL)
-        self.kept = index in fusion.kept
-        self.lonely_group_columns = fusion.lonely_group_columns[index]
+        self.columns = tuple(c for c in columns if c.side == index)
+        self.group_columns = group_columns
+        # outer joins, a kept side: its matched flags (rows x windows, from `origin`) and,
+        # aggregated (`lonely_group_columns` given), the group slot of each row when
+        # unmatched (the other side's GROUP BY columns NULL)
+        self.kept = kept
+        self.lonely_group_columns = lonely_group_columns
         self.width = 0
         self.base = 0
         self.size = 0
@@ -97,6 +106,17 @@ class DeviceRows:
         # the fused hash join's chains: per key slot the newest row's global id (-1: none);
         # each row's `next` the row before it on its chain
         self.heads: Any = None
+
+    @classmethod
+    def of_fusion(cls, fusion: DeviceFusion, index: int) -> DeviceRows:
+        """One side's mirror for the device-fused aggregation."""
+        return cls(
+            index,
+            fusion.columns,
+            fusion.group_columns if fusion.group_side == index else None,
+            index in fusion.kept,
+            fusion.lonely_group_columns[index],
+        )
 
     def _grow_heads(self, n_slots: int) -> None:
         cp = device.cupy()
@@ -113,8 +133,10 @@ class DeviceRows:
         if self.group_columns is not None:
             dtypes["groups"] = np.dtype(np.int64)
         if self.kept:
-            dtypes["origin"] = dtypes["lonely"] = np.dtype(np.int64)
+            dtypes["origin"] = np.dtype(np.int64)
             dtypes["matched"] = np.dtype(np.uint8)  # (rows, width)
+        if self.kept and self.lonely_group_columns is not None:
+            dtypes["lonely"] = np.dtype(np.int64)
         for column in self.columns:
             dtypes[f"v:{column.name}"] = _numpy_dtype(column.type)
             dtypes[f"m:{column.name}"] = np.dtype(np.uint8)
@@ -153,6 +175,7 @@ class DeviceRows:
             self.width = side.matched.view.shape[1]
             host["origin"] = side.origin.view[-new:]
             host["matched"] = side.matched.view[-new:]
+        if self.kept and self.lonely_group_columns is not None:
             columns = [
                 pa.nulls(new, sql_type.info.arrow)
                 if name is None
@@ -217,7 +240,7 @@ class DeviceJoinCells:
             for f in node.fields
             for dtype, value in [(ph.neutral(f)[0], v) for v in ph.neutral(f)[1]]
         ]
-        self.rows = [DeviceRows(fusion, 0), DeviceRows(fusion, 1)]
+        self.rows = [DeviceRows.of_fusion(fusion, 0), DeviceRows.of_fusion(fusion, 1)]
         self.n_slots = 0  # the join's key slots at the last join (the chains' heads)
         # differences (`credits_by_difference`): the block holds +/- credits, a firing's
         # prefix sum over windows continues from each part's running sums per group
@@ -468,7 +491,7 @@ class DeviceJoinCells:
                 "(restore it with the backend that took it)"
             )
         self.groups = self.kernels.key_map_from_arrays(self.groups.types, arrays, "groups_")
-        self.rows = [DeviceRows(self.fusion, 0), DeviceRows(self.fusion, 1)]
+        self.rows = [DeviceRows.of_fusion(self.fusion, i) for i in (0, 1)]
         self.block, self.lock, self.windows, self.group_capacity = [], None, 0, 0
         self.running = arrays["fused_running"].copy()
         base, windows = (int(v) for v in arrays["fused_window_base"])

@@ -88,13 +88,18 @@ def evaluate(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(non-NULL count, value) per result row of one holistic aggregate over its rows'
     runs `(run_start, run_end, row_first, row_runs)` into `values` (order keys); `times`:
-    the values' event times (a Python function `with_timestamps` reads them)."""
+    the values' event times (a Python function `with_timestamps` reads them). A percentile
+    over an ARRAY of p (`plan.fractions`) gives value[rows, len(ps)], every p from one
+    selection call over the same runs."""
     holistic = plan.function.definition.holistic
     assert holistic is not None
     if plan.python is not None:  # the user's function over the sorted, decoded values
         floating = value_field.type.is_floating
         return kernels.python_window(plan.python, values, *runs, sorted_runs, floating, times)
-    fraction = 0.0 if plan.fraction is None else plan.fraction
+    # an ARRAY of p: every p selected in the one call over the same runs (lower and higher
+    # [rows, len(ps)]); a single p: [rows]
+    fraction = plan.percentages
+    fraction = 0.0 if fraction is None else fraction
     n, lower, higher = kernels.holistic_select(
         values, *runs, holistic.evaluation, fraction, sorted_runs
     )
@@ -107,7 +112,9 @@ def evaluate(
     # Spark's interpolation: position p * (n - 1) between its floor and ceiling
     high = from_order_keys(higher, floating).astype(np.float64)
     low = low.astype(np.float64)
-    position = fraction * (np.maximum(n, 1) - 1).astype(np.float64)
+    ps = np.asarray(fraction, np.float64)
+    count = (np.maximum(n, 1) - 1).astype(np.float64)
+    position = ps * (count[:, None] if ps.ndim else count)
     below = np.floor(position)
     above = np.ceil(position)
     with np.errstate(invalid="ignore"):

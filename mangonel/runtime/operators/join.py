@@ -15,6 +15,10 @@ and implements docs/semantics.md, "Joins":
 - Rows: the pairs wait, with their window range, until their windows fire; each firing emits
   the joined rows of its windows in window order (`kernels.expand` over the pending pairs:
   count, scan, write), gathered from the stored rows.
+- Device-resident rows (a backend's kernels offering `device_rows(node)`, the GPU's where
+  `codegen_join.device_rows` applies): the backend joins each batch, keeps the pending pairs
+  and gathers the fired rows' columns itself (`_join_device_rows`, `fire`); the driver still
+  stores the rows it frees, snapshots and fires by.
 - Aggregated: the pairs' aggregate arguments are evaluated once per pair and their partials
   combined into (window, group) cells right away (the state kinds' scatter; `JoinCells` in
   join_cells.py: every window of the pair, or, for counts and integer sums, two difference
@@ -38,6 +42,7 @@ and implements docs/semantics.md, "Joins":
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +65,7 @@ from mangonel.runtime.operators.join_sides import (
     from_ipc,
     to_ipc,
 )
+from mangonel.runtime.operators.join_stats import choose_algorithm
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED, LateRows
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
@@ -81,6 +87,10 @@ class JoinMetrics(OperatorMetrics):
     tuples_by_input: tuple[tuple[str, int], ...] = ()
     # batches joined by each algorithm ("auto" chooses per batch from key statistics)
     batches_by_algorithm: tuple[tuple[str, int], ...] = ()
+    # a join without aggregation: seconds spent building the fired rows (expansion, gather,
+    # the copy back from the device, the Arrow arrays) and the bytes of those rows
+    rows_output_seconds: float = 0.0
+    rows_output_bytes: int = 0
 
 
 class JoinOperator:
@@ -120,9 +130,12 @@ class JoinOperator:
         self.batches_by_algorithm: dict[str, int] = {}
         self.windows_fired = 0
         self.rows_out = 0
+        self.rows_output_seconds = 0.0
+        self.rows_output_bytes = 0
         self.residual_columns = _columns_of(join.residual)
         self.factorised = False
         self.device_fused = False
+        self.device_rows = None
         if self.aggregate is not None:
             self.credit_columns = _columns_of(
                 join.where,
@@ -156,10 +169,16 @@ class JoinOperator:
                 join.where, *(f.argument for f in self.aggregate.fields)
             )
         else:
-            self.schema = pa.schema(
-                [pa.field(name, t.info.arrow) for name, t in ph.join_row_columns(join)]
-            )
+            row_columns = ph.join_row_columns(join)
+            self.schema = pa.schema([pa.field(name, t.info.arrow) for name, t in row_columns])
+            # the joined columns emitted (what the SELECT list reads), and what a firing
+            # gathers for them and WHERE
+            self.emitted = tuple(name for name, _ in row_columns if name in self.column_types)
+            self.row_gather = frozenset(self.emitted) | _columns_of(join.where)
             self.pending = {name: Grow() for name in ("left", "right", "lo", "hi")}
+            # device-resident rows (a backend's `device_rows`): pairs and output on the device
+            device_rows = getattr(kernels, "device_rows", None)
+            self.device_rows = None if device_rows is None else device_rows(join)
 
     def _side(self, join: ph.WindowJoinExec, index: int, keeps: bool) -> JoinSide:
         scan = join.children[index]
@@ -272,6 +291,8 @@ class JoinOperator:
                 side.append(rows, slots, first, last, origin)
                 if self.device_fused:
                     self._join_fused(side, slots)
+                elif self.device_rows is not None:
+                    self._join_device_rows(side, slots)
                 else:
                     self._join_new(side, start, slots, first, last)
             side.seen = True
@@ -355,7 +376,7 @@ class JoinOperator:
         count = len(slots)
         if not count or not other.rows:
             return
-        algorithm = self._algorithm(slots, other.slots.view)
+        algorithm = self._algorithm(side, other)
         self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
         mine, theirs = self.kernels.match(
             algorithm,
@@ -393,27 +414,31 @@ class JoinOperator:
         device-fused cells): no pair comes back."""
         other = self.sides[1 - side.index]
         if len(slots) and other.rows:
-            algorithm = self._algorithm(slots, other.slots.view)
+            algorithm = self._algorithm(side, other)
             self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
         else:
             algorithm = self.join.algorithm
         self.cells.join(self.sides, side.index, len(slots), algorithm, self.keys.n_slots)
 
-    def _algorithm(self, batch_slots: np.ndarray, stored_slots: np.ndarray) -> str:
-        """The plan's algorithm, or (join_algorithm "auto") the choice from the key statistics
-        of the rows about to be joined: sort-merge when the most frequent key holds over
-        SKEWED_KEYS times an even share of them (skew: one hash bucket holds most pairs),
-        else hash."""
+    def _join_device_rows(self, side: JoinSide, slots: np.ndarray) -> None:
+        """Join the rows just stored on `side` on the device; the pairs stay there."""
+        other = self.sides[1 - side.index]
+        algorithm = self.join.algorithm
+        if len(slots) and other.rows:
+            algorithm = self._algorithm(side, other)
+            self.batches_by_algorithm[algorithm] = self.batches_by_algorithm.get(algorithm, 0) + 1
+        self.device_rows.join(self.sides, side.index, len(slots), algorithm, self.keys.n_slots)
+
+    def _algorithm(self, side: JoinSide, other: JoinSide) -> str:
+        """The plan's algorithm, or (join_algorithm "auto") the choice from the sampled key
+        statistics of the batch just stored on `side` and the other side's stored batches
+        (join_stats.py): sort-merge when the most frequent key holds over SKEWED_KEYS times
+        an even share of them (skew: one hash bucket holds most pairs), else hash."""
         if not self.join.adaptive:
             return self.join.algorithm
-        n = self.keys.n_slots  # every slot is below it
-        counts = np.bincount(batch_slots[batch_slots >= 0], minlength=n)
-        counts += np.bincount(stored_slots[stored_slots >= 0], minlength=n)
-        rows = int(counts.sum())
-        if not rows:
-            return self.join.algorithm
-        even_shares = int(counts.max()) * int(np.count_nonzero(counts)) / rows
-        return "sort-merge" if even_shares > ph.SKEWED_KEYS else "hash"
+        batch = (side.key_samples[-1], side.batch_rows[-1])
+        chosen = choose_algorithm(batch, other.sampled_batches())
+        return self.join.algorithm if chosen is None else chosen
 
     def _credit(self, left, right, lo, hi, key_slots=None) -> None:  # noqa: ANN001
         """Joined rows (global ids, -1: the NULL side) sharing windows [lo, hi];
@@ -526,6 +551,9 @@ class JoinOperator:
         if self.device_fused:  # the matched flags and cells are the backend's
             self.cells.credit_unmatched(self.sides, lo, hi)
             return
+        if self.device_rows is not None:  # the matched flags and pending pairs too
+            self.device_rows.credit_unmatched(self.sides, lo, hi)
+            return
         for side in self.sides:
             if side.matched is None or not side.rows:
                 continue
@@ -541,6 +569,17 @@ class JoinOperator:
             self._credit(left, right, windows, windows)
 
     def _fire_rows(self, lo: int, hi: int) -> list[pa.RecordBatch]:
+        started = time.perf_counter()
+        out = self._fired_rows(lo, hi)
+        self.rows_output_seconds += time.perf_counter() - started
+        self.rows_output_bytes += sum(batch.nbytes for batch in out)
+        return out
+
+    def _fired_rows(self, lo: int, hi: int) -> list[pa.RecordBatch]:
+        if self.device_rows is not None:
+            out, windows = self.device_rows.fire(self.sides, lo, hi, self.schema)
+            self.windows_fired += windows
+            return out
         pending = {name: grow.view for name, grow in self.pending.items()}
         entries, windows = self.kernels.expand(pending["lo"], pending["hi"], lo, hi)
         out = self._row_batch(pending["left"][entries], pending["right"][entries], windows)
@@ -554,8 +593,8 @@ class JoinOperator:
     def _row_batch(self, left, right, windows) -> list[pa.RecordBatch]:
         if not len(left):
             return []
-        joined = self._gather(left, right)
-        arrays = [joined[c.name] for c in self.join.columns]
+        joined = self._gather(left, right, self.row_gather)
+        arrays = [joined[name] for name in self.emitted]
         if windows is not None:
             self.windows_fired += _distinct_count(windows)
             start = windows * self.window.slide
@@ -582,7 +621,9 @@ class JoinOperator:
         if self.window is None:
             return []
         ends = [s.last.view.max() for s in self.sides if not s.is_table and s.rows]
-        if self.aggregate is None and self.pending["hi"].size:
+        if self.device_rows is not None and self.device_rows.max_window() is not None:
+            ends.append(self.device_rows.max_window())
+        elif self.aggregate is None and self.pending["hi"].size:
             ends.append(self.pending["hi"].view.max())
         if self.aggregate is not None and self.cells.max_window() is not None:
             ends.append(self.cells.max_window())
@@ -597,7 +638,9 @@ class JoinOperator:
         if self.factorised:  # no rows stored: both sides' window state and the combine's
             return self.cells.nbytes
         total = sum(side.nbytes() for side in self.sides) + self.keys.nbytes
-        if self.aggregate is None:
+        if self.device_rows is not None:
+            total += self.device_rows.nbytes
+        elif self.aggregate is None:
             total += sum(g.data.nbytes for g in self.pending.values())
         else:
             total += self.cells.nbytes
@@ -615,11 +658,15 @@ class JoinOperator:
             late_by_input=tuple((s.name, s.late) for s in streams),
             tuples_by_input=tuple((s.name, s.tuples_in) for s in streams),
             batches_by_algorithm=tuple(sorted(self.batches_by_algorithm.items())),
+            rows_output_seconds=self.rows_output_seconds,
+            rows_output_bytes=self.rows_output_bytes,
         )
 
     def snapshot(self) -> bytes:
         if self.device_fused:  # outer joins: matched flags set where the pairs were found
             self.cells.flags_to_host(self.sides)
+        elif self.device_rows is not None:
+            self.device_rows.flags_to_host(self.sides)
         header: dict = {"format": "mangonel.window-state", "version": 1}
         header.update(
             operator=JOIN_OPERATOR,
@@ -646,7 +693,9 @@ class JoinOperator:
                     arrays[p + name] = grow.view.copy()
             arrays[p + "payload"] = to_ipc(s.batches, s.conformer.schema)  # type: ignore[attr-defined]
         arrays.update(self.keys.to_arrays("keys_"))
-        if self.aggregate is None:
+        if self.device_rows is not None:
+            arrays.update(self.device_rows.to_arrays())
+        elif self.aggregate is None:
             arrays.update({f"pending_{n}": g.view.copy() for n, g in self.pending.items()})
         else:
             arrays.update(self.cells.to_arrays())
@@ -674,7 +723,11 @@ class JoinOperator:
                 if grow is not None:
                     grow.size = 0
                     grow.extend(arrays[p + name])
+            s.resample()
         self.keys = self.kernels.key_map_from_arrays(self.keys.types, arrays, "keys_")
+        if self.device_rows is not None:
+            self.device_rows.restore(arrays)
+            return
         if self.aggregate is None:
             for n, g in self.pending.items():
                 g.size = 0

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from mangonel.compiler import physical as ph
 from mangonel.errors import DataError
+from mangonel.runtime.operators.join_stats import key_sample
 
 
 class Grow:
@@ -58,6 +59,8 @@ class JoinSide:
     max_windows: int
     batches: list[pa.RecordBatch] = field(default_factory=list)
     batch_rows: list[int] = field(default_factory=list)
+    # per stored batch, a sample of its key slots (join_stats.py: join_algorithm "auto")
+    key_samples: list[np.ndarray] = field(default_factory=list)
     base: int = 0  # global id of the first stored row
     slots: Grow = field(default_factory=Grow)
     first: Grow = field(default_factory=Grow)
@@ -84,6 +87,7 @@ class JoinSide:
     def append(self, batch: pa.RecordBatch, slots, first, last, origin) -> None:
         self.batches.append(batch)
         self.batch_rows.append(batch.num_rows)
+        self.key_samples.append(key_sample(slots))
         self._table = None
         self.slots.extend(slots)
         self.first.extend(first)
@@ -104,11 +108,24 @@ class JoinSide:
         if not drop_batches:
             return
         del self.batches[:drop_batches], self.batch_rows[:drop_batches]
+        del self.key_samples[:drop_batches]
         self._table = None
         for grow in (self.slots, self.first, self.last, self.origin, self.matched):
             if grow is not None:
                 grow.drop_front(drop_rows)
         self.base += drop_rows
+
+    def sampled_batches(self) -> list[tuple[np.ndarray, int]]:
+        """(key sample, rows) of each stored batch, oldest first (join_stats.py)."""
+        return list(zip(self.key_samples, self.batch_rows, strict=True))
+
+    def resample(self) -> None:
+        """The key samples from the stored slots (after a restore: snapshots keep none)."""
+        ends = np.cumsum([0, *self.batch_rows])
+        slots = self.slots.view
+        self.key_samples = [
+            key_sample(slots[a:b]) for a, b in zip(ends[:-1], ends[1:], strict=True)
+        ]
 
     def nbytes(self) -> int:
         arrays = (self.slots, self.first, self.last, self.origin, self.matched)

@@ -24,16 +24,17 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from mangonel.catalog.types import SqlType, type_from_arrow
+from mangonel.catalog.types import ResultType, SqlType, result_type_from_arrow
 from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import OutputColumn
+from mangonel.compiler.nodes import WindowStruct
 from mangonel.compiler.physical import AGGREGATE_PREFIX, WINDOW_END, WINDOW_START, aggregate_column
-from mangonel.compiler.typing import TypeEnv
+from mangonel.compiler.typing import TypeEnv, unwrap_parens
 from mangonel.runtime.operators.registry import Registration, StepKernels
 
 
 def window_result_schema(
-    keys: Sequence[tuple[str, SqlType]], aggregate_types: Sequence[SqlType]
+    keys: Sequence[tuple[str, SqlType]], aggregate_types: Sequence[ResultType]
 ) -> pa.Schema:
     """The schema of the window operator's result batches (`physical.result_columns`)."""
     columns = ph.result_columns(keys, aggregate_types)
@@ -46,7 +47,7 @@ class WindowResultLayout:
 
     key_names: tuple[str, ...]
     key_types: tuple[SqlType, ...]
-    aggregate_types: tuple[SqlType, ...]
+    aggregate_types: tuple[ResultType, ...]
     key_positions: tuple[int, ...]
     # (start, end); None for a join without a window, whose rows have no bounds
     bound_positions: tuple[int, int] | None
@@ -62,7 +63,7 @@ class WindowResultLayout:
         aggregate_positions = tuple(names.index(aggregate_column(i)) for i in range(aggregates))
         reserved = {*(bounds or ()), *aggregate_positions}
         key_positions = tuple(i for i in range(len(names)) if i not in reserved)
-        types = [type_from_arrow(field.type) for field in schema]
+        types = [result_type_from_arrow(field.type) for field in schema]
         if None in types:
             raise TypeError(f"window result schema has a column of no SQL type: {schema}")
         return cls(
@@ -219,8 +220,17 @@ class ProjectOperator(_Stateless):
         super().__init__()
         self.schema = output_schema(outputs)
         self.backend = evaluator.backend
+        layout = WindowResultLayout.from_schema(input_schema)
+        # Spark's `window` struct is built here from the bounds, on the host whatever the
+        # backend (it is the bounds' two buffers, no computation); the rest is evaluated
+        self._structs = [
+            number
+            for number, output in enumerate(outputs)
+            if isinstance(unwrap_parens(output.expression), WindowStruct)
+        ]
+        self._bounds = layout.bound_positions
         self._outputs = evaluator.bind_outputs(
-            [o.expression for o in outputs], WindowResultLayout.from_schema(input_schema)
+            [o.expression for n, o in enumerate(outputs) if n not in self._structs], layout
         )
 
     def process(self, batch: pa.RecordBatch, input: int = 0) -> list[pa.RecordBatch]:
@@ -229,8 +239,13 @@ class ProjectOperator(_Stateless):
         self.rows_in += rows
         if not rows:
             return []
+        evaluated = iter(self._outputs.evaluate(batch))
         arrays = []
-        for array, field in zip(self._outputs.evaluate(batch), self.schema, strict=True):
+        for number, field in enumerate(self.schema):
+            if number in self._structs:
+                arrays.append(self._window_struct(batch, field.type))
+                continue
+            array = next(evaluated)
             if isinstance(array, pa.ChunkedArray):
                 array = array.combine_chunks()
             if array.type != field.type:
@@ -238,6 +253,12 @@ class ProjectOperator(_Stateless):
             arrays.append(array)
         self.rows_out += rows
         return [pa.RecordBatch.from_arrays(arrays, schema=self.schema)]
+
+    def _window_struct(self, batch: pa.RecordBatch, struct_type: pa.DataType) -> pa.Array:
+        """STRUCT<start, end> of each row's window bounds (never NULL)."""
+        assert self._bounds is not None  # the binder allows the struct with a window only
+        start, end = (batch.column(i) for i in self._bounds)
+        return pa.StructArray.from_arrays([start, end], fields=list(struct_type))
 
 
 def output_schema(outputs: Sequence[OutputColumn]) -> pa.Schema:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from mangonel.catalog.types import ArrayType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.physical import AggregatePlan
 from mangonel.runtime.host.arrays import array_with_nulls
@@ -28,6 +29,9 @@ def finalize(
         if plan.holistic:
             assert holistic is not None, "holistic aggregates need the holistic evaluation"
             count, selected = holistic[position]
+            if isinstance(plan.result_type, ArrayType):
+                results.append(_percentile_array(plan, count, selected))
+                continue
             data, null = plan.function.definition.finalize(np, count, (selected,), plan.result_type)
             results.append(array_with_nulls(data, null).cast(plan.result_type.info.arrow))
             continue
@@ -36,6 +40,29 @@ def finalize(
         data, null = plan.function.definition.finalize(np, count, value, plan.result_type)
         results.append(array_with_nulls(data, null).cast(plan.result_type.info.arrow))
     return results
+
+
+def _percentile_array(plan: AggregatePlan, count: np.ndarray, selected: np.ndarray) -> pa.Array:
+    """A percentile over an ARRAY of p: per cell a list of one value per p (`selected`
+    [cells, ps]), each finalized as the single-p function finalizes it; the whole list NULL
+    where the cell has no non-NULL value (Spark's: NULL, not a list of NULLs)."""
+    assert isinstance(plan.result_type, ArrayType)
+    element = plan.result_type.element
+    assert plan.fractions is not None
+    cells, ps = len(count), len(plan.fractions)
+    selected = np.asarray(selected).reshape(cells, ps)  # a firing of no rows may come flat
+    empty = count == 0
+    # every element of a cell shares its count; an empty cell's elements are hidden
+    selected = np.where(empty[:, None], 0, selected) if empty.any() else selected
+    data, _ = plan.function.definition.finalize(
+        np, np.repeat(np.where(empty, 1, count), ps), (selected.reshape(-1),), element
+    )
+    values = pa.array(np.ascontiguousarray(data)).cast(element.info.arrow)
+    offsets = pa.array(np.arange(cells + 1, dtype=np.int32) * ps)
+    lists = pa.ListArray.from_arrays(
+        offsets, values, type=plan.result_type.info.arrow, mask=pa.array(empty)
+    )
+    return lists
 
 
 def cells_with_rows(

@@ -188,7 +188,7 @@ class SketchPanes:
             members = np.empty(0, np.int64)
             offsets = np.zeros(len(slots) + 1, np.int64)
         merged = self.sketches.merge(sets, members, offsets)
-        return self.sketches.answer(merged, plan.fraction)
+        return self.sketches.answer(merged, plan.percentages)
 
     def free(self, before: int, panes_per_slide: int) -> None:
         """Drop the panes no window from `before` on covers."""
@@ -246,4 +246,4 @@ def run_answers(
     built = kernels.sketches.build(
         evaluation, cells, rows, values[gather], value_field.type, sketch_parameter(plan)
     )
-    return kernels.sketches.answer(built, plan.fraction)
+    return kernels.sketches.answer(built, plan.percentages)

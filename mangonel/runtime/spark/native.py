@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import WindowKind
-from mangonel.compiler.nodes import AggregateRef, WindowBound
+from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowStruct
 from mangonel.errors import PlanError
 from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.sql import aggregate_sql, lift_sql, output_sql
@@ -101,6 +101,8 @@ def resolve_outputs(expression: exp.Expression, window: ph.WindowAggregateExec) 
     """Spark SQL of a HAVING or SELECT expression over the native aggregation's columns."""
 
     def column(node: exp.Expression) -> str:
+        if isinstance(node, WindowStruct):  # Spark's own `window` struct, as Spark builds it
+            return f"named_struct('start', {WINDOW_START}, 'end', {WINDOW_END})"
         if isinstance(node, WindowBound):
             column = WINDOW_START if node.reads == "start" else WINDOW_END
             if node.offset_us:  # window_time

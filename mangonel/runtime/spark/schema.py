@@ -1,14 +1,23 @@
 """Spark <-> mangonel schemas. The one type map is mangonel.catalog.types; this module only
-translates between it and Spark's StructType."""
+translates between it and Spark's StructType.
+
+Result columns of an ARRAY type map to Spark's ArrayType (`ARRAY<DOUBLE>`), of a STRUCT type
+(Spark's `window` column) to its StructType (`STRUCT<start: TIMESTAMP, end: TIMESTAMP>`).
+Stage 2 hands its results to Spark as pandas frames (`applyInPandasWithState`), which carry
+no struct column reliably: there a struct travels as its fields (`flat_columns`,
+`flatten`) and is put together again by a select after the stateful stage (`nest`)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructType as SparkStructType
 
 from mangonel.catalog.catalog import Column, Schema
-from mangonel.catalog.types import SqlType, type_from_arrow
+from mangonel.catalog.types import ResultType, SqlType, StructType, type_from_arrow
 from mangonel.errors import CatalogError
 
 
@@ -17,21 +26,70 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def ddl(columns: list[tuple[str, SqlType]]) -> str:
-    """A Spark DDL schema string: `a` BIGINT, `b` STRING, ..."""
+def ddl(columns: list[tuple[str, ResultType]]) -> str:
+    """A Spark DDL schema string: `a` BIGINT, `b` STRING, `p` ARRAY<DOUBLE>, ..."""
     return ", ".join(f"{quote(name)} {sql_type.info.spark}" for name, sql_type in columns)
+
+
+# a struct field's flat column between stage 2 and the select that nests it again
+_FIELD = "{column}.__mangonel_field.{field}"
+
+
+def flat_columns(columns: list[tuple[str, ResultType]]) -> list[tuple[str, ResultType]]:
+    """`columns` with every STRUCT column as its fields' columns, in place."""
+    flat: list[tuple[str, ResultType]] = []
+    for name, sql_type in columns:
+        if isinstance(sql_type, StructType):
+            flat += [(_FIELD.format(column=name, field=f), t) for f, t in sql_type.fields]
+        else:
+            flat.append((name, sql_type))
+    return flat
+
+
+def flatten(table: pa.Table) -> pa.Table:
+    """`table` with every struct column as its fields' columns (`flat_columns`' names)."""
+    if not any(pa.types.is_struct(field.type) for field in table.schema):
+        return table
+    names, columns = [], []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if not pa.types.is_struct(field.type):
+            names.append(field.name)
+            columns.append(column)
+            continue
+        for index in range(field.type.num_fields):
+            names.append(_FIELD.format(column=field.name, field=field.type.field(index).name))
+            columns.append(pc.struct_field(column, [index]))
+    return pa.table(columns, names=names)
+
+
+def nest(frame: DataFrame, columns: list[tuple[str, ResultType]]) -> DataFrame:
+    """The columns of `frame` (laid out by `flat_columns(columns)`) as `columns`: each
+    STRUCT column put together from its fields."""
+    if not any(isinstance(t, StructType) for _, t in columns):
+        return frame
+    selected = []
+    for name, sql_type in columns:
+        if isinstance(sql_type, StructType):
+            fields = [
+                F.col(quote(_FIELD.format(column=name, field=f))).alias(f)
+                for f, _ in sql_type.fields
+            ]
+            selected.append(F.struct(*fields).alias(name))
+        else:
+            selected.append(F.col(quote(name)))
+    return frame.select(*selected)
 
 
 def schema_ddl(schema: Schema) -> str:
     return ddl([(c.name, c.type) for c in schema.columns])
 
 
-def arrow_schema(spark_schema: StructType) -> pa.Schema:
+def arrow_schema(spark_schema: SparkStructType) -> pa.Schema:
     """The Arrow schema Spark uses for a StructType (timestamps as us, UTC)."""
     return to_arrow_schema(spark_schema, timezone="UTC")
 
 
-def schema_from_spark(name: str, spark_schema: StructType) -> Schema:
+def schema_from_spark(name: str, spark_schema: SparkStructType) -> Schema:
     """A mangonel Schema for a Spark DataFrame's schema; unsupported types are an error naming
     the column, since a query could not read them."""
     columns = []

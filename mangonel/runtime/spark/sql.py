@@ -35,7 +35,7 @@ from sqlglot.dialects.spark import Spark
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.nodes import AggregateRef, WindowBound
+from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowStruct
 from mangonel.compiler.typing import TypeEnv, annotate_types, round_scale
 
 _FLOATING = (SqlType.FLOAT, SqlType.DOUBLE)
@@ -95,6 +95,7 @@ class _NonRaisingSpark(Spark.Generator):  # type: ignore[misc,name-defined]
         exp.TryCast: lambda self, e: self.trycast_sql(e),
         WindowBound: lambda self, e: self.resolved_sql(e),
         AggregateRef: lambda self, e: self.resolved_sql(e),
+        WindowStruct: lambda self, e: self.resolved_sql(e),
     }
 
     def __init__(

@@ -49,7 +49,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.logical import WindowKind
 from mangonel.runtime.spark import late
 from mangonel.runtime.spark.functions import bucket_tree
-from mangonel.runtime.spark.schema import ddl
+from mangonel.runtime.spark.schema import ddl, flat_columns, flatten, nest
 from mangonel.runtime.spark.shipping import shipped
 from mangonel.runtime.spark.stage1 import (
     BUCKET,
@@ -67,7 +67,9 @@ WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.del
 
 
 def output_ddl(plan: ph.ProjectExec) -> str:
-    return ddl([(o.name, o.type) for o in plan.outputs])
+    """The stateful stage's output: the query's columns, a STRUCT as its fields (`nest`
+    puts it together after the stage)."""
+    return ddl(flat_columns([(o.name, o.type) for o in plan.outputs]))
 
 
 def _to_arrow(
@@ -153,7 +155,7 @@ def bucket_function(plan: ph.ProjectExec, late_rows: str | None = None):  # noqa
         state.setTimeoutTimestamp(max(watermark_ms, 1))
         for batch in fired:
             if batch.num_rows:
-                yield pa.Table.from_batches([batch], schema=results).to_pandas()
+                yield flatten(pa.Table.from_batches([batch], schema=results)).to_pandas()
 
     return run_bucket
 
@@ -184,10 +186,11 @@ def stage2(plan: ph.ProjectExec, partials: DataFrame, late_rows: str | None = No
     directory its late rows are written to (the partials carry their tuples, late.py)."""
     never_late = F.lit(NEVER_LATE_VALUE).cast("timestamp")
     keyed = partials.select("*", never_late.alias(NEVER_LATE, metadata={WATERMARK_DELAY_KEY: 0}))
-    return keyed.groupBy(BUCKET).applyInPandasWithState(
+    results = keyed.groupBy(BUCKET).applyInPandasWithState(
         bucket_function(plan, late_rows),
         outputStructType=output_ddl(plan),
         stateStructType=STATE_DDL if late_rows is None else LATE_STATE_DDL,
         outputMode="append",
         timeoutConf=GroupStateTimeout.EventTimeTimeout,
     )
+    return nest(results, [(o.name, o.type) for o in plan.outputs])
