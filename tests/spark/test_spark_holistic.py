@@ -276,3 +276,48 @@ def test_a_function_with_timestamps_gets_the_event_times_through_either_stage1(
     pd.testing.assert_frame_equal(
         canonical(ours, ["k"]), canonical(expected, ["k"]), check_dtype=False, rtol=1e-12, atol=0
     )
+
+
+ARRAY_QUERY = (
+    "SELECT k, window_start, window_end, PERCENTILE(v, ARRAY(0.25, 0.5, 0.9)) AS ps, "
+    f"PERCENTILE_DISC(ARRAY(0.5, 0.1)) WITHIN GROUP (ORDER BY x) AS pd FROM s {WINDOW} GROUP BY k"
+)
+
+
+def test_percentiles_over_an_array_of_p_equal_the_standalone_session(spark, tmp_path):
+    """ARRAY results leave stage 2 as list cells (Spark's ArrayType); a key whose values are
+    all NULL gives NULL, not a list of NULLs."""
+    data = micro_batches(files=3, rows=200)
+    write_micro_batches(tmp_path / "in", data)
+    session = mg.attach(spark)
+    session.register(
+        "s",
+        file_stream(spark, tmp_path / "in", DDL),
+        event_time="ts",
+        watermark=f"{DELAY_MS} milliseconds",
+    )
+    ours = run_to_memory(session.sql(ARRAY_QUERY), tmp_path / "ck")
+    standalone = mg.Session(backend="cpu")
+    standalone.execute(
+        f"CREATE STREAM s ({DDL}) WITH (event_time = 'ts', watermark = '{DELAY_MS} milliseconds')"
+    )
+    runner = LocalQuery(standalone.sql(ARRAY_QUERY).plan)
+    out = [b for table in data for b in runner.process(table)] + runner.finish()
+    expected = pa.Table.from_batches(out).to_pandas()
+    expected = expected[pd.to_datetime(expected["window_end"], utc=True) <= final_watermark(data)]
+
+    def rows(frame: pd.DataFrame) -> list[tuple]:
+        frame = canonical(frame, ["k"])
+        return [
+            (
+                r.k,
+                r.window_start,
+                None if r.ps is None else list(r.ps),
+                None if r.pd is None else list(r.pd),
+            )
+            for r in frame.itertuples(index=False)
+        ]
+
+    got, want = rows(ours), rows(expected)
+    assert len(want) > 5 and any(r[2] is None for r in want)  # key 3: all NULL
+    assert got == want
