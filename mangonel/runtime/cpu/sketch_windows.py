@@ -50,6 +50,27 @@ def _eps(parameter: float) -> float:
     return quantile_relative_error(int(parameter))
 
 
+# the sketches these kernels keep (the GPU's `GpuSketches.evaluations`: HLL only)
+evaluations = (HLL, GK)
+
+
+def pane_cells(slots: np.ndarray, presorted: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(a pane's distinct key slots, ascending; each row's cell: its slot's rank among them)
+    by a presence map over the slots (linear, where np.unique would sort the pane's rows;
+    `presorted` changes nothing here)."""
+    slots = np.asarray(slots, np.int64)
+    if not len(slots):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    seen = np.zeros(int(slots.max()) + 1, np.bool_)
+    seen[slots] = True
+    rank = np.cumsum(seen) - 1
+    return np.flatnonzero(seen), rank[slots]
+
+
+def concatenate(pieces: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
+
+
 def build(
     evaluation: str,
     cells: np.ndarray,

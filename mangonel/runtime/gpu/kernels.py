@@ -38,6 +38,7 @@ from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.compile import CompileContext, shared_context
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.gpu.keys import GpuKeyMap
+from mangonel.runtime.gpu.sketches import GpuSketches
 from mangonel.runtime.gpu.staging import StagedBatch, Stager
 from mangonel.runtime.gpu.state import GpuPaneState
 from mangonel.runtime.host.arrays import batch_columns, column
@@ -126,6 +127,7 @@ class GpuKernels:
         # block_table="auto" uses the shared-memory block table when they would fit it
         self._last_cells: int | None = None
         self._holistic: dict[str, GpuHolistic] = {}  # by selection kernel form
+        self._sketches: GpuSketches | None = None
         self._last_finalize: tuple | None = None  # (fields, plans, found): `_finalize_module`
 
     # -- compile --------------------------------------------------------------------------
@@ -454,6 +456,13 @@ class GpuKernels:
         if found is None:
             found = self._holistic[form] = GpuHolistic(device.cupy(), self.compiler.module, form)
         return found
+
+    @property
+    def sketches(self) -> GpuSketches:
+        """APPROX_COUNT_DISTINCT's HLL registers on the device (`runtime.gpu.sketches`)."""
+        if self._sketches is None:
+            self._sketches = GpuSketches(device.cupy(), self.compiler.module)
+        return self._sketches
 
     def to_host(self, array) -> np.ndarray:
         cp = device.cupy()

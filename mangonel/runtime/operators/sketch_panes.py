@@ -46,7 +46,7 @@ class SketchPanes:
         self,
         plans: dict[int, AggregatePlan],
         fields: dict[str, StateField],
-        kernels: Any,  # noqa: ANN401 - the backend's kernels (`sketches`)
+        kernels: Any,  # noqa: ANN401 - the holistic step's kernels (`sketches`)
     ) -> None:
         self.plans = plans
         self.fields = fields
@@ -57,20 +57,12 @@ class SketchPanes:
         """Does an approximate aggregate read the `values` field `name`?"""
         return any(plan.value_field == name for plan in self.plans.values())
 
-    def add(
-        self,
-        name: str,
-        row_panes: np.ndarray,
-        slots: np.ndarray,
-        keys: np.ndarray,
-        bounds: tuple[np.ndarray, np.ndarray],
-    ) -> None:
-        """Fold rows (sorted by pane; `bounds` = (starts, ends) of each pane's rows) of the
-        `values` field `name` into the sketches of every aggregate that reads it: one build
-        over the cells (pane, key present in it) of a chunk of panes, then per pane a merge
-        with the sketches it holds already."""
-        starts, ends = bounds
-        n_slots = int(slots.max()) + 1 if len(slots) else 0
+    def add(self, name: str, pane_ids: list[int], chunks: list[tuple], presorted: bool) -> None:
+        """Fold a batch's kept rows of the `values` field `name`, one chunk (key slots, order
+        keys, ...) per pane (`split_panes`; `presorted`: each chunk sorted by slot) into the
+        sketches of every aggregate that reads it: one build over the cells (pane, key
+        present in it) of a chunk of panes, then per pane a merge with the sketches it holds
+        already. The chunks stay where the kernels keep them (on the GPU, the device)."""
         for position, plan in self.plans.items():
             if plan.value_field != name:
                 continue
@@ -79,37 +71,30 @@ class SketchPanes:
             store = self.panes[position]
             cell_bytes = _register_bytes(plan)
             first = 0
-            while first < len(starts):
+            while first < len(pane_ids):
                 # panes first..last-1: as many as keep the build under MAX_BUILD_BYTES
                 last, cells = first, 0
                 pane_slots: list[np.ndarray] = []
-                inverse: list[np.ndarray] = []
-                while last < len(starts) and (
+                row_cells: list[Any] = []
+                while last < len(pane_ids) and (
                     last == first or cells * cell_bytes < MAX_BUILD_BYTES
                 ):
-                    # the pane's keys and each row's cell: a presence map over the key
-                    # slots (linear, where np.unique would sort the pane's rows)
-                    pane_rows = slots[starts[last] : ends[last]]
-                    seen = np.zeros(n_slots, np.bool_)
-                    seen[pane_rows] = True
-                    present = np.flatnonzero(seen)
-                    rank = np.cumsum(seen) - 1
+                    present, ids = self.sketches.pane_cells(chunks[last][0], presorted)
                     pane_slots.append(present)
-                    inverse.append(rank[pane_rows] + cells)
+                    row_cells.append(ids + cells)
                     cells += len(present)
                     last += 1
-                lo, hi = int(starts[first]), int(ends[last - 1])
                 built = self.sketches.build(
                     evaluation,
-                    np.concatenate(inverse),
+                    self.sketches.concatenate(row_cells),
                     cells,
-                    keys[lo:hi],
+                    self.sketches.concatenate([chunk[1] for chunk in chunks[first:last]]),
                     argument,
                     sketch_parameter(plan),
                 )
                 at = 0
                 for index in range(last - first):
-                    pane = int(row_panes[starts[first + index]])
+                    pane = int(pane_ids[first + index])
                     present = pane_slots[index]
                     part = self.sketches.cell_range(built, at, at + len(present))
                     at += len(present)
