@@ -126,6 +126,9 @@ def hll_bins(p: int) -> int:
     return 64 - p + 2
 
 
+HLL_ESTIMATE_CHUNK = 4096  # cells per vectorised pass of `hll_estimate`
+
+
 def hll_estimate(histograms: np.ndarray, p: int) -> np.ndarray:
     """APPROX_COUNT_DISTINCT of register sets given their register histograms
     (int [cells, >= hll_bins(p)]: C_k = registers holding k), int64. Every backend's kernels
@@ -137,21 +140,32 @@ def hll_estimate(histograms: np.ndarray, p: int) -> np.ndarray:
     bins = hll_bins(p)
     if histograms.ndim != 2 or histograms.shape[1] < bins:
         raise ValueError(f"HLL histograms must be [cells, >= {bins}], got {histograms.shape}")
-    counts = histograms[:, :bins].astype(np.float64)
+    if histograms.shape[0] > HLL_ESTIMATE_CHUNK:  # cache-sized pieces: ~60 passes each
+        return np.concatenate(
+            [
+                hll_estimate(histograms[at : at + HLL_ESTIMATE_CHUNK], p)
+                for at in range(0, histograms.shape[0], HLL_ESTIMATE_CHUNK)
+            ]
+        )
+    # bins x cells: each bin's counts contiguous
+    counts = np.ascontiguousarray(histograms[:, :bins].T, dtype=np.float64)
     m = float(hll_registers(p))
     q = 64 - p
-    z_inverse = np.zeros(counts.shape[0])
-    for k in range(bins):  # k ascending: one summation order everywhere
-        z_inverse = z_inverse + counts[:, k] * 2.0**-k
+    z_inverse = np.zeros(counts.shape[1])
+    held = np.flatnonzero(counts.any(axis=1))
+    for k in range(int(held[-1]) + 1 if len(held) else 0):
+        # k ascending: one summation order everywhere (the bins above the highest
+        # register held add zeros, which change no sum)
+        z_inverse += counts[k] * 2.0**-k
     with np.errstate(divide="ignore"):
         e = hll_alpha_m2(p) / z_inverse
-        zeros = counts[:, 0]
+        zeros = counts[0]
         linear = np.where(zeros > 0, m * np.log(m / np.maximum(zeros, 1.0)), np.inf)
     use_linear = (zeros > 0) & ((linear <= hll_threshold(p)) | (e <= 2.5 * m))
     band = ~use_linear & (e < 5.0 * m)
     estimate = np.where(use_linear, linear, e)
     if band.any():
-        estimate[band] = _improved_estimate(counts[band], m, q)
+        estimate[band] = _improved_estimate(counts[:, band], m, q)
     return np.floor(estimate + 0.5).astype(np.int64)  # Java's Math.round
 
 
@@ -195,11 +209,11 @@ def _tau(x: np.ndarray) -> np.ndarray:
 def _improved_estimate(counts: np.ndarray, m: float, q: int) -> np.ndarray:
     """Ertl's improved raw estimator (O. Ertl, "New cardinality estimation algorithms for
     HyperLogLog sketches", arXiv:1702.01284, 2017, Algorithm 6) from the histograms
-    C_0..C_{q+1}: nearly unbiased across the whole range, with no tables."""
-    z = m * _tau(1.0 - counts[:, q + 1] / m)
+    C_0..C_{q+1} (bins x cells): nearly unbiased across the whole range, with no tables."""
+    z = m * _tau(1.0 - counts[q + 1] / m)
     for k in range(q, 0, -1):
-        z = 0.5 * (z + counts[:, k])
-    z = z + m * _sigma(counts[:, 0] / m)
+        z = 0.5 * (z + counts[k])
+    z = z + m * _sigma(counts[0] / m)
     return m * m / (2.0 * math.log(2.0)) / z
 
 

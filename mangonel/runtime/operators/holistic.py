@@ -207,7 +207,9 @@ class HolisticTimeWindows:
             for p in self.holistic
             if node.aggregates[p].function.definition.holistic.sketch
         }
-        self.sketches = SketchPanes(approximate, self.fields_by_name, self.lifting)
+        self.sketches = SketchPanes(
+            approximate, self.fields_by_name, self.lifting, node.panes_per_window
+        )
         # the `values` fields whose raw values an exact aggregate reads
         self.raw_fields = {
             node.aggregates[p].value_field for p in self.holistic if p not in approximate

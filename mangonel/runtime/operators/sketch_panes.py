@@ -29,6 +29,9 @@ from mangonel.compiler.physical import AggregatePlan, StateField
 # that hits very many cells is built in chunks of panes
 MAX_BUILD_BYTES = 1 << 26
 MAX_MEMBERS = 1 << 22  # (rows x panes per window) members per merge call
+# windows of this many panes or more are answered from blocked prefix/suffix sets (two
+# merges a (window, key)); smaller ones merge their panes' sketches directly
+BLOCKED_FROM = 3
 
 
 def _register_bytes(plan: AggregatePlan) -> int:
@@ -47,11 +50,21 @@ class SketchPanes:
         plans: dict[int, AggregatePlan],
         fields: dict[str, StateField],
         kernels: Any,  # noqa: ANN401 - the holistic step's kernels (`sketches`)
+        panes_per_window: int = 1,
     ) -> None:
         self.plans = plans
         self.fields = fields
         self.sketches = kernels.sketches
         self.panes: dict[int, dict[int, tuple[np.ndarray, Any]]] = {p: {} for p in plans}
+        # blocks of `panes_per_window` panes (BLOCKED_FROM panes per window and up): per
+        # aggregate and block, its suffix and prefix sets (index i: the merge of the block's
+        # panes i.. / ..i), computed when a window first reads them, dropped when one of
+        # their panes receives rows; a window from pane a of block j is suffix_j[a % B]
+        # merged with prefix_(j+1)[a % B - 1]: two sets, not panes_per_window panes
+        self.block = panes_per_window
+        self.blocked = panes_per_window >= BLOCKED_FROM
+        self.suffixes: dict[int, dict[int, dict[int, tuple | None]]] = {p: {} for p in plans}
+        self.prefixes: dict[int, dict[int, list[tuple | None]]] = {p: {} for p in plans}
 
     def reads(self, name: str) -> bool:
         """Does an approximate aggregate read the `values` field `name`?"""
@@ -102,7 +115,50 @@ class SketchPanes:
                     store[pane] = (
                         (present, part) if old is None else self._union(old, present, part)
                     )
+                    self._invalidate(position, pane)
                 first = last
+
+    def _invalidate(self, position: int, pane: int) -> None:
+        """Drop the prefix and suffix sets that cover `pane` (it received rows)."""
+        if not self.blocked:
+            return
+        block, index = divmod(pane, self.block)
+        suffix = self.suffixes[position].get(block)
+        if suffix is not None:
+            for i in [i for i in suffix if i <= index]:
+                del suffix[i]
+        prefix = self.prefixes[position].get(block)
+        if prefix is not None:
+            del prefix[index:]
+
+    def _suffix(self, position: int, block: int, index: int) -> tuple | None:
+        """The merge of block `block`'s panes index..B-1 (None where none holds a sketch),
+        built down from the lowest one kept."""
+        kept = self.suffixes[position].setdefault(block, {})
+        if index in kept:
+            return kept[index]
+        store = self.panes[position]
+        low = min(kept, default=self.block)
+        current = kept.get(low)
+        for i in range(low - 1, index - 1, -1):
+            current = self._joined(current, store.get(block * self.block + i))
+            kept[i] = current
+        return current
+
+    def _prefix(self, position: int, block: int, index: int) -> tuple | None:
+        """The merge of block `block`'s panes 0..index, built up from the highest one kept."""
+        kept = self.prefixes[position].setdefault(block, [])
+        store = self.panes[position]
+        while len(kept) <= index:
+            pane = store.get(block * self.block + len(kept))
+            kept.append(self._joined(kept[-1] if kept else None, pane))
+        return kept[index]
+
+    def _joined(self, held: tuple | None, pane: tuple | None) -> tuple | None:
+        """(slots, sketches) of two sets merged (either may be None: none held)."""
+        if held is None or pane is None:
+            return pane if held is None else held
+        return self._union(held, *pane)
 
     def _union(self, old: tuple, slots: np.ndarray, part: Any) -> tuple:  # noqa: ANN401
         """A pane's (key slots, sketches) with more rows' sketches of `slots` merged in."""
@@ -126,43 +182,63 @@ class SketchPanes:
         self, position: int, slots: np.ndarray, first_panes: np.ndarray, panes_per_window: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """(non-NULL count, result) per row: the merge of the sketches of the row's key over
-        the `panes_per_window` panes from `first_panes[row]`."""
-        plan = self.plans[position]
-        store = self.panes[position]
+        the `panes_per_window` panes from `first_panes[row]` (from the block sets where
+        windows are blocked: `self.blocked`)."""
+        if panes_per_window != self.block:
+            raise ValueError(f"windows of {panes_per_window} panes, planned {self.block}")
         rows = len(slots)
         counts, results = [], []
-        chunk = max(1, MAX_MEMBERS // panes_per_window)
+        chunk = max(1, MAX_MEMBERS // (2 if self.blocked else panes_per_window))
         for begin in range(0, max(rows, 1), chunk):
             part_slots = slots[begin : begin + chunk]
             part_panes = first_panes[begin : begin + chunk]
-            n, value = self._answer(plan, store, part_slots, part_panes, panes_per_window)
+            n, value = self._answer(position, part_slots, part_panes)
             counts.append(n)
             results.append(value)
         return np.concatenate(counts), np.concatenate(results)
 
-    def _answer(self, plan, store, slots, first_panes, pw):  # noqa: ANN001, ANN202
+    def _pieces(self, position: int, first_panes: np.ndarray) -> tuple[list, np.ndarray]:
+        """(the sets the rows' windows read: (slots, sketches) or None, and per row the
+        indices of its sets in that list, [rows, k], -1 for none)."""
+        pw = self.block
+        if not self.blocked:
+            low = int(first_panes.min())
+            span = int(first_panes.max()) - low + pw
+            store = self.panes[position]
+            pieces = [store.get(low + index) for index in range(span)]
+            return pieces, (first_panes - low)[:, None] + np.arange(pw, dtype=np.int64)
+        starts, inverse = np.unique(first_panes, return_inverse=True)
+        pieces = []
+        for start in starts.tolist():
+            block, index = divmod(start, pw)
+            pieces.append(self._suffix(position, block, index))
+            pieces.append(self._prefix(position, block + 1, index - 1) if index else None)
+        inverse = inverse.reshape(-1).astype(np.int64)
+        return pieces, np.stack([2 * inverse, 2 * inverse + 1], axis=1)
+
+    def _answer(self, position: int, slots: np.ndarray, first_panes: np.ndarray):  # noqa: ANN202
+        plan = self.plans[position]
         evaluation = plan.function.definition.holistic.evaluation
         sets: list[Any] = []
         rows = len(slots)
         if rows:
-            low = int(first_panes.min())
-            span = int(first_panes.max()) - low + pw
-            # cell[i, s]: key slot s's cell in pane low + i of the joined sets, -1 if none
-            # (a dense table over the rows' slots: a gather per (row, pane) after it)
+            pieces, row_pieces = self._pieces(position, first_panes)
+            # cell[i, s]: key slot s's cell in piece i of the joined sets, -1 if none (a
+            # dense table over the rows' slots, and a last row of -1 for no piece: a gather
+            # per (row, piece) after it)
             used, compact = np.unique(slots, return_inverse=True)
-            cell = np.full((span, len(used)), -1, np.int64)
+            cell = np.full((len(pieces) + 1, len(used)), -1, np.int64)
             total = 0
-            for index in range(span):
-                held = store.get(low + index)
+            for index, held in enumerate(pieces):
                 if held is None:
                     continue
-                pane_slots, sketches = held
-                at = np.minimum(np.searchsorted(pane_slots, used), len(pane_slots) - 1)
-                cell[index] = np.where(pane_slots[at] == used, total + at, -1)
+                piece_slots, sketches = held
+                at = np.minimum(np.searchsorted(piece_slots, used), len(piece_slots) - 1)
+                cell[index] = np.where(piece_slots[at] == used, total + at, -1)
                 total += sketches.cells
                 sets.append(sketches)
-            covered = (first_panes - low)[:, None] + np.arange(pw, dtype=np.int64)
-            chosen = cell[covered, compact.reshape(-1)[:, None]]
+            row_pieces = np.where(row_pieces < 0, len(pieces), row_pieces)
+            chosen = cell[row_pieces, compact.reshape(-1)[:, None]]
             present = chosen >= 0
             members = chosen[present]
             offsets = np.concatenate(([0], np.cumsum(present.sum(axis=1))))
@@ -176,18 +252,30 @@ class SketchPanes:
         return self.sketches.answer(merged, plan.fraction)
 
     def free(self, before: int, panes_per_slide: int) -> None:
-        """Drop the panes no window from `before` on covers."""
+        """Drop the panes no window from `before` on covers, and the block sets no such
+        window reads (a block's suffixes serve windows starting in it, its prefixes those
+        starting in the block before)."""
         for store in self.panes.values():
             for pane in [q for q in store if q // panes_per_slide < before]:
                 del store[pane]
+        first_start = before * panes_per_slide  # of the windows still to fire
+        for suffixes in self.suffixes.values():
+            for block in [b for b in suffixes if (b + 1) * self.block <= first_start]:
+                del suffixes[block]
+        for prefixes in self.prefixes.values():
+            for block in [b for b in prefixes if b * self.block <= first_start]:
+                del prefixes[block]
 
     @property
     def nbytes(self) -> int:
-        return sum(
-            slots.nbytes + sketches.nbytes
-            for store in self.panes.values()
-            for slots, sketches in store.values()
-        )
+        """Bytes of the panes' sketches and of the block sets (a set shared by two entries,
+        where a pane added nothing, counts once)."""
+        held = {id(entry): entry for store in self.panes.values() for entry in store.values()}
+        for sets in self.suffixes.values():
+            held.update((id(e), e) for kept in sets.values() for e in kept.values() if e)
+        for sets in self.prefixes.values():
+            held.update((id(e), e) for kept in sets.values() for e in kept if e)
+        return sum(slots.nbytes + sketches.nbytes for slots, sketches in held.values())
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Snapshot arrays: per aggregate its pane ids, and each pane's sketch bytes."""
@@ -209,6 +297,8 @@ class SketchPanes:
                 slots = arrays[f"sketch.{position}.{pane}.slots"]
                 store[int(pane)] = (slots, self.sketches.from_bytes(evaluation, blob))
             self.panes[position] = store
+            self.suffixes[position] = {}  # derived from the panes: built again when read
+            self.prefixes[position] = {}
 
 
 def run_answers(
