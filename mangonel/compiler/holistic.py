@@ -28,9 +28,11 @@ Strategies (EXPLAIN: `holistic=<strategy>`):
 - `sketch-panes` (time windows, the approximate functions: APPROX_COUNT_DISTINCT,
   APPROX_PERCENTILE): per (key, pane) one sketch (HLL++ registers, a GK summary), never the
   raw values; a batch's rows are folded into their panes' sketches on arrival, and each
-  firing window merges the sketches of its panes (all windows of a firing in one merge call,
-  no tree: a window of k panes costs k register maxima / one k-way GK merge). A query with
-  both kinds prints `sorted-panes+sketch-panes`.
+  firing window merges the sketches of its panes (all windows of a firing in one merge call;
+  windows of 3+ panes read two blocked prefix/suffix sets instead of their k panes:
+  `runtime/operators/sketch_panes.py`). HLL sketches run on the GPU in GPU plans; a node with
+  a GK summary keeps the step on the CPU (`SKETCHES_ON_CPU`). A query with both kinds prints
+  `sorted-panes+sketch-panes`.
 
 `sketch_parameters` names each sketch's parameters for EXPLAIN (`HLL(p=9)`,
 `GK(accuracy=10000)`).

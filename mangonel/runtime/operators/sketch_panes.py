@@ -229,9 +229,14 @@ class SketchPanes:
             used, compact = np.unique(slots, return_inverse=True)
             cell = np.full((len(pieces) + 1, len(used)), -1, np.int64)
             total = 0
+            seen: dict[int, int] = {}  # a set read by several windows is joined once
             for index, held in enumerate(pieces):
                 if held is None:
                     continue
+                if id(held) in seen:
+                    cell[index] = cell[seen[id(held)]]
+                    continue
+                seen[id(held)] = index
                 piece_slots, sketches = held
                 at = np.minimum(np.searchsorted(piece_slots, used), len(piece_slots) - 1)
                 cell[index] = np.where(piece_slots[at] == used, total + at, -1)
