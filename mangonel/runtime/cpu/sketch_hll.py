@@ -337,11 +337,21 @@ def merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarray
 
 @_jit
 def _histograms(registers: np.ndarray, bins: int) -> np.ndarray:
-    """Per register set the count of registers holding each value 0 .. bins - 1."""
+    """Per register set the count of registers holding each value 0 .. bins - 1. Four
+    partial histograms, one per register j % 4: most registers hold one of a few values, and
+    consecutive increments of one counter wait for each other (store to load)."""
     out = np.zeros((registers.shape[0], bins), np.int64)
+    partial = np.zeros((4, bins), np.int64)
+    m = registers.shape[1]  # a multiple of 16
     for c in range(registers.shape[0]):
-        for j in range(registers.shape[1]):
-            out[c, registers[c, j]] += 1
+        partial[:] = 0
+        for j in range(0, m, 4):
+            partial[0, registers[c, j]] += 1
+            partial[1, registers[c, j + 1]] += 1
+            partial[2, registers[c, j + 2]] += 1
+            partial[3, registers[c, j + 3]] += 1
+        for b in range(bins):
+            out[c, b] = partial[0, b] + partial[1, b] + partial[2, b] + partial[3, b]
     return out
 
 

@@ -7,13 +7,16 @@ operators: mergeable sketches instead of raw values (docs/sketches.md).
   that hold values, not with keys x panes). A batch's kept rows (contributing, non-NULL,
   not late: the wrapped operator's rule) are built into sketches for all the panes they hit
   in one kernel call, and merged into the panes' sketches (HLL: register max; GK: a merge).
-  A firing window's answer merges the sketches of its panes: all rows of a result batch in
-  one merge call. A pane is freed with the raw
-  values' panes, once every window covering it has fired.
+  A firing window's answer merges the sketches of its panes, or for windows of
+  BLOCKED_FROM panes and more its two blocked prefix/suffix sets (docs/sketches.md): all
+  rows of a result batch in one merge call. A pane is freed with the raw values' panes,
+  once every window covering it has fired; block sets once no unfired window reads them.
 - count windows (`run_answers`): a window is a run of its key's kept tuples (count windows
   hold them for their per-tuple partials anyway); the window's sketch is built from the run.
 
-The sketch kernels are the backend's `kernels.sketches` (`runtime/cpu/sketch_windows.py`).
+The sketch kernels are the holistic step's `kernels.sketches` (`runtime/cpu/sketch_windows.py`;
+on the GPU `runtime/gpu/sketches.py`, HLL registers on the device); the index work (which
+cells a window reads) is on the host over the panes' distinct key slots.
 """
 
 from __future__ import annotations
