@@ -86,6 +86,10 @@ def test_the_update_kernel_gives_the_cpu_registers(gpu, argument, p):
     assert got.p == want.p == p
     assert np.array_equal(np.asarray(got.registers), want.registers)
     assert want.registers.any()
+    # ... which are the registers of the values themselves (hashed as Spark hashes them)
+    assert np.array_equal(
+        sketch_hll.build(cells, n_cells, values, None, argument, p), got.registers
+    )
 
 
 def test_merge_histograms_and_estimates_equal_the_cpu(gpu):

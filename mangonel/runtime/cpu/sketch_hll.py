@@ -141,7 +141,7 @@ def xxh64_bytes(data: np.ndarray, start: int, end: int, seed: np.uint64) -> np.u
 
 # How a row's value becomes its hash: hashLong / hashInt of an integer word, of a double's /
 # float's IEEE bits after Spark's normalisation, or the value is a hash already (strings).
-_LONG, _INT, _DOUBLE, _FLOAT, _HASHED = 0, 1, 2, 3, 4
+_LONG, _INT, _DOUBLE, _FLOAT, _HASHED, _DOUBLE_KEY = 0, 1, 2, 3, 4, 5
 _ABS64, _INF64, _SIGN64 = np.uint64(2**63 - 1), np.uint64(0x7FF0000000000000), np.uint64(2**63)
 _ABS32, _INF32, _SIGN32 = np.uint64(2**31 - 1), np.uint64(0x7F800000), np.uint64(2**31)
 _NAN64, _NAN32 = np.uint64(_CANONICAL_NAN), np.uint64(_CANONICAL_NAN32)
@@ -163,6 +163,12 @@ def _hash_one(words: np.ndarray, i: int, mode: int, seed: np.uint64) -> np.uint6
             bits = _NAN64
         elif bits == _SIGN64:
             bits = _U0
+        return xxh64_long(bits, seed)
+    if mode == _DOUBLE_KEY:
+        # a DOUBLE's order key (aggregates.holistic.order_keys): its bits made monotone,
+        # already normalised (-0.0 as 0.0, one NaN); decoded as the GPU's kernel does
+        if bits & _SIGN64:
+            bits ^= _ABS64
         return xxh64_long(bits, seed)
     if mode == _FLOAT:
         bits &= _MASK32
@@ -288,11 +294,17 @@ def update(
     valid: np.ndarray | None,
     argument: SqlType,
     p: int,
+    order_keys: bool = False,
 ) -> None:
     """Add a batch to the register sets in place, in one pass: row i's value (skipped where
     not valid: NULL, or not contributing) goes into registers[cells[i]]. STRING values come
-    as hashes (`hash_strings`) with argument=None."""
-    words, mode = _words(values, argument)
+    as hashes (`hash_strings`) with argument=None. `order_keys`: the values are the holistic
+    lift's order keys (a DOUBLE's are decoded in the hash loop; other types' keys are their
+    values)."""
+    if order_keys and argument is SqlType.DOUBLE:
+        words, mode = np.ascontiguousarray(values, np.int64), _DOUBLE_KEY
+    else:
+        words, mode = _words(values, argument)
     cells, valid = batch_rows(cells, words, valid, registers.shape[0])
     if registers.ndim != 2 or registers.dtype != np.uint8 or registers.shape[1] != hll_registers(p):
         raise ValueError(
@@ -308,10 +320,11 @@ def build(
     valid: np.ndarray | None,
     argument: SqlType | None,
     p: int,
+    order_keys: bool = False,
 ) -> np.ndarray:
     """One register set per cell 0..n_cells-1 from one batch (see `update`)."""
     registers = new_registers(n_cells, p)
-    update(registers, cells, values, valid, argument, p)
+    update(registers, cells, values, valid, argument, p, order_keys)
     return registers
 
 

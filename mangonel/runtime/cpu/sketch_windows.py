@@ -81,10 +81,15 @@ def build(
 ) -> Sketches:
     """One sketch per cell 0..n_cells-1 of the non-NULL values whose order keys are `keys`
     (`aggregates.holistic.order_keys`), row i into cell cells[i]."""
-    values = from_order_keys(keys, argument.is_floating)
     if evaluation == HLL:
         p = _p(parameter)
-        return HllSketches(p, sketch_hll.build(cells, n_cells, values, None, argument, p))
+        if argument is SqlType.DOUBLE:  # hashed from the order keys: no decoding pass
+            registers = sketch_hll.build(cells, n_cells, keys, None, argument, p, True)
+        else:
+            values = from_order_keys(keys, argument.is_floating)
+            registers = sketch_hll.build(cells, n_cells, values, None, argument, p)
+        return HllSketches(p, registers)
+    values = from_order_keys(keys, argument.is_floating)
     return sketch_quantile.build(cells, n_cells, values.astype(np.float64), None, _eps(parameter))
 
 
