@@ -29,7 +29,7 @@ Strategies (EXPLAIN: `holistic=<strategy>`):
   APPROX_PERCENTILE): per (key, pane) one sketch (HLL++ registers, a GK summary), never the
   raw values; a batch's rows are folded into their panes' sketches on arrival, and each
   firing window merges the sketches of its panes (all windows of a firing in one merge call;
-  windows of 3+ panes read two blocked prefix/suffix sets instead of their k panes:
+  HLL windows of 3+ panes read two blocked prefix/suffix sets instead of their k panes:
   `runtime/operators/sketch_panes.py`). HLL sketches run on the GPU in GPU plans; a node with
   a GK summary keeps the step on the CPU (`SKETCHES_ON_CPU`). A query with both kinds prints
   `sorted-panes+sketch-panes`.

@@ -7,7 +7,7 @@ operators: mergeable sketches instead of raw values (docs/sketches.md).
   that hold values, not with keys x panes). A batch's kept rows (contributing, non-NULL,
   not late: the wrapped operator's rule) are built into sketches for all the panes they hit
   in one kernel call, and merged into the panes' sketches (HLL: register max; GK: a merge).
-  A firing window's answer merges the sketches of its panes, or for windows of
+  A firing window's answer merges the sketches of its panes, or for HLL windows of
   BLOCKED_FROM panes and more its two blocked prefix/suffix sets (docs/sketches.md): all
   rows of a result batch in one merge call. A pane is freed with the raw values' panes,
   once every window covering it has fired; block sets once no unfired window reads them.
@@ -32,9 +32,13 @@ from mangonel.compiler.physical import AggregatePlan, StateField
 # that hits very many cells is built in chunks of panes
 MAX_BUILD_BYTES = 1 << 26
 MAX_MEMBERS = 1 << 22  # (rows x panes per window) members per merge call
-# windows of this many panes or more are answered from blocked prefix/suffix sets (two
-# merges a (window, key)); smaller ones merge their panes' sketches directly
+# APPROX_COUNT_DISTINCT's windows of this many panes or more are answered from blocked
+# prefix/suffix sets (two merges a (window, key)); smaller ones, and GK summaries, merge
+# their panes' sketches directly. GK's sets would be merges of large summaries (at accuracy
+# 10000 a summary keeps about every value up to 10^4 values), built B times per block: on
+# the benchmark they cost as much as the k-way merge they replace (docs/performance.md).
 BLOCKED_FROM = 3
+BLOCKED_SKETCHES = ("approx_count_distinct",)
 
 
 def _register_bytes(plan: AggregatePlan) -> int:
@@ -65,7 +69,11 @@ class SketchPanes:
         # their panes receives rows; a window from pane a of block j is suffix_j[a % B]
         # merged with prefix_(j+1)[a % B - 1]: two sets, not panes_per_window panes
         self.block = panes_per_window
-        self.blocked = panes_per_window >= BLOCKED_FROM
+        self.blocked = {
+            position: panes_per_window >= BLOCKED_FROM
+            and plan.function.definition.holistic.evaluation in BLOCKED_SKETCHES
+            for position, plan in plans.items()
+        }
         self.suffixes: dict[int, dict[int, dict[int, tuple | None]]] = {p: {} for p in plans}
         self.prefixes: dict[int, dict[int, list[tuple | None]]] = {p: {} for p in plans}
 
@@ -123,7 +131,7 @@ class SketchPanes:
 
     def _invalidate(self, position: int, pane: int) -> None:
         """Drop the prefix and suffix sets that cover `pane` (it received rows)."""
-        if not self.blocked:
+        if not self.blocked[position]:
             return
         block, index = divmod(pane, self.block)
         suffix = self.suffixes[position].get(block)
@@ -186,12 +194,12 @@ class SketchPanes:
     ) -> tuple[np.ndarray, np.ndarray]:
         """(non-NULL count, result) per row: the merge of the sketches of the row's key over
         the `panes_per_window` panes from `first_panes[row]` (from the block sets where
-        windows are blocked: `self.blocked`)."""
+        aggregate's windows are blocked: `self.blocked`)."""
         if panes_per_window != self.block:
             raise ValueError(f"windows of {panes_per_window} panes, planned {self.block}")
         rows = len(slots)
         counts, results = [], []
-        chunk = max(1, MAX_MEMBERS // (2 if self.blocked else panes_per_window))
+        chunk = max(1, MAX_MEMBERS // (2 if self.blocked[position] else panes_per_window))
         for begin in range(0, max(rows, 1), chunk):
             part_slots = slots[begin : begin + chunk]
             part_panes = first_panes[begin : begin + chunk]
@@ -204,7 +212,7 @@ class SketchPanes:
         """(the sets the rows' windows read: (slots, sketches) or None, and per row the
         indices of its sets in that list, [rows, k], -1 for none)."""
         pw = self.block
-        if not self.blocked:
+        if not self.blocked[position]:
             low = int(first_panes.min())
             span = int(first_panes.max()) - low + pw
             store = self.panes[position]
