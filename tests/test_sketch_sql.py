@@ -100,6 +100,11 @@ def scenarios(draw, kind: str, hll_only: bool = False) -> Scenario:
         name, sql = _function(draw, hll_only)
         argument = draw(st.sampled_from([["col", "v"], ["col", "x"], ["col", "n"]]))
         calls.append((name, sql.format(a=argument[1]), argument))
+    if hll_only and not any(name.startswith("approx_count_distinct") for name, _, _ in calls):
+        argument = draw(st.sampled_from([["col", "v"], ["col", "x"], ["col", "n"]]))
+        calls.append(
+            ("approx_count_distinct:0.05", f"APPROX_COUNT_DISTINCT({argument[1]})", argument)
+        )
     snapshot = tuple(sorted(set(draw(st.lists(st.integers(0, len(batches)), max_size=2)))))
     return grouped_scenario(kind, size, slide, delay, calls, batches, snapshot)
 
