@@ -219,3 +219,24 @@ def test_time_windows_over_the_gpu_sketch_path_equal_the_cpu(host_module, scenar
         assert first_difference(got_rows, want_rows) is None
     assert got_metrics == want_metrics
     assert failure is None, f"{failure}\n{scenario.query}"
+
+
+def test_the_pane_split_for_sketches_sorts_by_slot_only(host_module):
+    """A field only sketches read is split without sorting its values: each pane's chunk is
+    sorted by slot (the cells' runs), holding the same rows as the full sort's."""
+    rng = np.random.default_rng(8)
+    rows = 400
+    panes = rng.integers(-2, 3, rows).astype(np.int64)
+    slots = rng.integers(0, 9, rows).astype(np.int32)
+    values = rng.integers(-50, 50, rows).astype(np.int64)
+    keep = rng.random(rows) < 0.8
+    split = GpuHolistic(HostCupy(), host_module).split_panes
+    got_panes, got, presorted = split(panes, slots, values, keep, by_value=False)
+    want_panes, want, _ = split(panes, slots, values, keep)
+    assert presorted and got_panes == want_panes
+    for (g_slots, g_values, _), (w_slots, w_values, _) in zip(got, want, strict=True):
+        g_slots, g_values = np.asarray(g_slots), np.asarray(g_values)
+        assert np.array_equal(g_slots, np.asarray(w_slots))  # sorted by slot
+        pairs = sorted(zip(g_slots.tolist(), g_values.tolist(), strict=True))
+        w_slots, w_values = np.asarray(w_slots).tolist(), np.asarray(w_values).tolist()
+        assert pairs == list(zip(w_slots, w_values, strict=True))

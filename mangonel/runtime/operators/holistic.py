@@ -293,7 +293,13 @@ class HolisticTimeWindows:
             values, valid = lifted.partials[value_field.name]
             times = event_times if value_field.name in self.timed_fields else None
             pane_ids, chunks, presorted = self.kernels.split_panes(
-                panes, slots, values, include & (valid != 0), times
+                panes,
+                slots,
+                values,
+                include & (valid != 0),
+                times,
+                # raw values are kept sorted by value; sketches need their slots' runs only
+                by_value=value_field.name in self.raw_fields,
             )
             if not chunks:
                 continue
