@@ -190,9 +190,9 @@ class HolisticTimeWindows:
         self.late_sinks = inner.late_sinks
         self.schema = window_result_schema(node)
         # the values are lifted, keyed, grouped by pane, sorted and selected on the
-        # holistic step's backend (on the GPU they stay on the device); sketches are built
-        # and merged on the host (a plan with sketches places the step on the CPU)
-        self.host = kernels.kernels_of("cpu")
+        # holistic step's backend (on the GPU they stay on the device), and so are the
+        # sketches built, merged and read (the GPU keeps HLL registers; a plan with a GK
+        # summary places the step on the CPU: `compiler.holistic.holistic_cpu_reason`)
         self.lifting = kernels("holistic")
         assert node.holistic is not None
         self.kernels = self.lifting.holistic_for(node.holistic)
@@ -214,8 +214,9 @@ class HolisticTimeWindows:
             for p in self.holistic
             if node.aggregates[p].function.definition.holistic.sketch
         }
-        # sketches are built and merged on the host whatever the plan (SKETCHES_ON_CPU)
-        self.sketches = SketchPanes(approximate, self.fields_by_name, self.host)
+        self.sketches = SketchPanes(
+            approximate, self.fields_by_name, self.lifting, node.panes_per_window
+        )
         # the `values` fields whose raw values an exact aggregate reads
         self.raw_fields = {
             node.aggregates[p].value_field for p in self.holistic if p not in approximate
@@ -299,20 +300,18 @@ class HolisticTimeWindows:
             values, valid = lifted.partials[value_field.name]
             times = event_times if value_field.name in self.timed_fields else None
             pane_ids, chunks, presorted = self.kernels.split_panes(
-                panes, slots, values, include & (valid != 0), times
+                panes,
+                slots,
+                values,
+                include & (valid != 0),
+                times,
+                # raw values are kept sorted by value; sketches need their slots' runs only
+                by_value=value_field.name in self.raw_fields,
             )
             if not chunks:
                 continue
-            if self.sketches.reads(value_field.name):  # host arrays: the step is on the CPU
-                lengths = [len(chunk[0]) for chunk in chunks]
-                ends = np.cumsum(lengths)
-                self.sketches.add(
-                    value_field.name,
-                    np.repeat(np.asarray(pane_ids, np.int64), lengths),
-                    np.concatenate([chunk[0] for chunk in chunks]),
-                    np.concatenate([chunk[1] for chunk in chunks]),
-                    (ends - lengths, ends),
-                )
+            if self.sketches.reads(value_field.name):
+                self.sketches.add(value_field.name, pane_ids, chunks, presorted)
             if value_field.name not in self.raw_fields:
                 continue
             store = self.panes[value_field.name]
