@@ -339,7 +339,9 @@ def test_gpu_join_equals_the_oracle_on_a_device(monkeypatch) -> None:
 def test_gpu_kernels_equal_cpu_on_a_device(algorithm: str) -> None:
     pytest.importorskip("cupy")
     rng = np.random.default_rng(11)
-    gpu = gpu_join.GpuJoinKernels(SimpleNamespace(algorithm=algorithm), CpuJoinKernels())
+    gpu = gpu_join.GpuJoinKernels(
+        SimpleNamespace(algorithm=algorithm, window=None), CpuJoinKernels()
+    )
     cpu = CpuJoinKernels()
     for n_a, n_b in [(5_000, 200_000), (200_000, 5_000), (1, 1)]:
         a, b = _rows(rng, n_a, 1000, algorithm == "sort-merge"), _rows(rng, n_b, 1000, False)

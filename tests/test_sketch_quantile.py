@@ -230,3 +230,42 @@ def test_snapshot_round_trip_and_concat_checks():
         gk.merge_groups(summaries, np.array([0, 1]), np.array([1, 2]))
     with pytest.raises(ValueError, match="relative error"):
         gk.build(np.array([0]), 1, np.ones(1), None, 0.0)
+
+
+@pytest.mark.parametrize("eps", [1e-4, 1e-2, 0.3])
+def test_the_two_run_merge_equals_the_merge_tree(eps):
+    """Two summaries merge by `_merge_two` (a pane's summary with a batch's, a window's
+    prefix with its suffix); it must place and weigh every sample as the general merge tree
+    does: ties (the second run first), NaN, runs wholly before or after the other, empty."""
+    rng = np.random.default_rng(int(1 / eps))
+    for trial in range(40):
+        sizes = rng.integers(0, 300, 2)
+        values = rng.integers(-20, 20, int(sizes.sum())).astype(np.float64)
+        if trial % 4 == 0:
+            values[::5] = np.nan
+        if trial % 4 == 1:
+            values[sizes[0] :] += 100.0  # the second run wholly after the first
+        cells = np.repeat(np.arange(2), sizes)
+        s = gk.build(cells, 2, values, None, eps)
+        los, his = s.offsets[:2].copy(), s.offsets[1:].copy()
+        weights = np.floor(2.0 * eps * s.counts).astype(np.int64)
+        total = int(his[-1])
+        tree = [np.empty(total, t) for t in (np.float64, np.int64, np.int64)]
+        two = [np.empty(total, t) for t in (np.float64, np.int64, np.int64)]
+        end = gk._merge_runs(s.values, s.g, s.delta, los, his, weights, *tree, 0)
+        end_two = gk._merge_two(
+            s.values,
+            s.g,
+            s.delta,
+            los[0],
+            his[0],
+            weights[0],
+            los[1],
+            his[1],
+            weights[1],
+            *two,
+            0,
+        )
+        assert end == end_two == total
+        assert np.array_equal(tree[0], two[0], equal_nan=True)
+        assert np.array_equal(tree[1], two[1]) and np.array_equal(tree[2], two[2])

@@ -34,9 +34,10 @@ ACCURACIES = [10000, 100, 10, 4, 2]  # small ones compress summaries of a few va
 FRACTIONS = [0.0, 1.0, 0.5, 0.25, 0.9, 0.333]
 
 
-def _function(draw) -> tuple[str, str]:
-    """(oracle name, SQL with {a} for the argument) of one aggregate call."""
-    choice = draw(st.integers(0, 5))
+def _function(draw, hll_only: bool = False) -> tuple[str, str]:
+    """(oracle name, SQL with {a} for the argument) of one aggregate call; `hll_only`: no
+    APPROX_PERCENTILE (a GPU plan keeps such a node's holistic step on the GPU)."""
+    choice = draw(st.sampled_from([0, 1, 4, 5]) if hll_only else st.integers(0, 5))
     if choice <= 1:
         rsd = draw(st.sampled_from(RSDS))
         if draw(st.booleans()) and rsd == 0.05:
@@ -61,7 +62,7 @@ def _function(draw) -> tuple[str, str]:
 
 
 @st.composite
-def scenarios(draw, kind: str) -> Scenario:
+def scenarios(draw, kind: str, hll_only: bool = False) -> Scenario:
     if kind == "time":
         slide = draw(st.integers(1, 10))
         size = draw(st.one_of(st.just(slide), st.integers(1, 6).map(lambda f: f * slide)))
@@ -96,9 +97,14 @@ def scenarios(draw, kind: str) -> Scenario:
     batches = [data[a:b] for a, b in zip([0, *cuts], [*cuts, rows], strict=True)]
     calls = []
     for _ in range(draw(st.integers(1, 4))):
-        name, sql = _function(draw)
+        name, sql = _function(draw, hll_only)
         argument = draw(st.sampled_from([["col", "v"], ["col", "x"], ["col", "n"]]))
         calls.append((name, sql.format(a=argument[1]), argument))
+    if hll_only and not any(name.startswith("approx_count_distinct") for name, _, _ in calls):
+        argument = draw(st.sampled_from([["col", "v"], ["col", "x"], ["col", "n"]]))
+        calls.append(
+            ("approx_count_distinct:0.05", f"APPROX_COUNT_DISTINCT({argument[1]})", argument)
+        )
     snapshot = tuple(sorted(set(draw(st.lists(st.integers(0, len(batches)), max_size=2)))))
     return grouped_scenario(kind, size, slide, delay, calls, batches, snapshot)
 
@@ -266,20 +272,35 @@ def test_explain_names_the_sketches_and_their_parameters():
     assert "holistic=tuple-runs" in count and "sketches=[HLL(p=9)]" in count
 
 
-def test_gpu_plans_place_the_sketch_step_on_the_cpu_with_a_reason():
-    plan = (
-        _session()
-        .sql(
-            "SELECT k, APPROX_PERCENTILE(v, 0.5), SUM(v) FROM s "
-            "[RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
-        )
-        .plan
+def _gpu_window(select: str) -> ph.WindowAggregateExec:
+    plan = _session().sql(
+        f"SELECT k, {select} FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
     )
-    window = ph.find(ph.with_backend(plan, "gpu", "test"), ph.WindowAggregateExec)
-    step = ph.placement(window, "holistic")
-    assert (step.backend, step.reason) == ("cpu", SKETCHES_ON_CPU)
-    assert SKETCHES_ON_CPU == "approximate aggregates' sketches (HLL++, GK) have no GPU kernels yet"
-    assert ph.placement(window, "lift").backend == "gpu"  # SUM stays on the GPU
+    return ph.find(ph.with_backend(plan.plan, "gpu", "test"), ph.WindowAggregateExec)
+
+
+def test_gpu_plans_place_a_quantile_sketch_step_on_the_cpu_with_a_reason():
+    for select in (
+        "APPROX_PERCENTILE(v, 0.5), SUM(v)",
+        "APPROX_COUNT_DISTINCT(x), PERCENTILE_APPROX(v, 0.9, 100)",  # HLL goes with it
+    ):
+        window = _gpu_window(select)
+        step = ph.placement(window, "holistic")
+        assert (step.backend, step.reason) == ("cpu", SKETCHES_ON_CPU)
+        assert ph.placement(window, "lift").backend == "gpu"  # SUM stays on the GPU
+        assert window.holistic.gpu_form is None
+    assert SKETCHES_ON_CPU.startswith("APPROX_PERCENTILE's GK summaries have no GPU kernels")
+
+
+def test_gpu_plans_keep_hll_sketches_on_the_gpu():
+    window = _gpu_window("APPROX_COUNT_DISTINCT(x), SUM(v)")
+    assert ph.placement(window, "holistic").backend == "gpu"
+    assert window.holistic.describe() == "sketch-panes"
+    # beside raw values, the selection kernel's form and batch are planned as without HLL
+    mixed = _gpu_window("APPROX_COUNT_DISTINCT(x), MEDIAN(v)")
+    assert ph.placement(mixed, "holistic").backend == "gpu"
+    assert mixed.holistic.strategy == "sorted-panes+sketch-panes"
+    assert mixed.holistic.gpu_form == "warp-per-window"
 
 
 def test_sketches_inside_spark_plan_the_two_stages():
@@ -343,3 +364,23 @@ def test_a_snapshot_with_other_sketches_is_refused():
 def test_bad_parameters_are_refused_with_a_clear_error(call, message):
     with pytest.raises((SqlError, PlanError), match=message):
         _session().sql(f"SELECT {call} FROM s [RANGE 1 SECOND]")
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(scenarios("time", hll_only=True))
+def test_blocked_prefix_suffix_sets_answer_as_the_panes_do(scenario):
+    """Windows of 3+ panes read two blocked prefix/suffix sets, not their panes; HLL's merge
+    (a maximum) does not care how it is grouped, so the answers equal the pane-by-pane merge's
+    exactly (disorder, late rows into answered blocks, snapshots included)."""
+    from fuzzer import engine_run
+    from oracle import first_difference
+
+    from mangonel.runtime.operators import sketch_panes
+
+    blocked, blocked_metrics = engine_run(scenario, "cpu")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sketch_panes, "BLOCKED_FROM", 10**9)
+        direct, direct_metrics = engine_run(scenario, "cpu")
+    for got, want in zip(blocked, direct, strict=True):
+        assert first_difference(got, want) is None  # integers (the estimates) exactly
+    assert blocked_metrics == direct_metrics

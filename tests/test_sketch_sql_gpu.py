@@ -1,8 +1,10 @@
 """APPROX_COUNT_DISTINCT / APPROX_PERCENTILE in GPU plans (run with `pytest -m gpu` on a GPU
-host): the sketch step runs on the CPU beside the GPU's pane-and-tree path of the query's
-incremental aggregates (time windows), or the whole count window on the CPU; answers within
-the sketches' bounds of the oracle's exact ones, and equal to the CPU backend's (the sketches
-are deterministic)."""
+host): APPROX_COUNT_DISTINCT's HLL registers are built, merged and counted on the device
+(time windows without APPROX_PERCENTILE: `test_gpu_hll_*`); a node with a GK summary runs its
+sketch step on the CPU beside the GPU's pane-and-tree path of the incremental aggregates, and
+count windows run on the CPU. Answers within the sketches' bounds of the oracle's exact ones,
+and equal to the CPU backend's (the sketches are deterministic, the HLL registers and
+estimates bit-identical across backends)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ from fuzzer import check, engine_run  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from oracle import first_difference  # noqa: E402
 from test_sketch_sql import SETTINGS, scenarios  # noqa: E402
+
+import mangonel  # noqa: E402
+from mangonel.compiler import physical as ph  # noqa: E402
 
 
 @settings(max_examples=40, **SETTINGS)
@@ -50,3 +55,29 @@ def test_gpu_sketches_equal_the_cpu_backend(scenario):
     for got, want in zip(gpu, cpu, strict=True):
         assert first_difference(got, want) is None
     assert gpu_metrics == cpu_metrics
+
+
+def _holistic_backend(scenario) -> str:  # noqa: ANN001
+    session = mangonel.Session(backend="gpu")
+    session.execute(scenario.ddl)
+    window = ph.find(session.sql(scenario.query).plan, ph.WindowAggregateExec)
+    return ph.placement(window, "holistic").backend
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(scenarios("time", hll_only=True))
+def test_gpu_hll_on_the_device_equals_the_cpu_backend(scenario):
+    # the HLL registers live on the device here (with MEDIAN's sorted panes beside them)
+    assert _holistic_backend(scenario) == "gpu"
+    gpu, gpu_metrics = engine_run(scenario, "gpu")
+    cpu, cpu_metrics = engine_run(scenario, "cpu")
+    for got, want in zip(gpu, cpu, strict=True):
+        assert first_difference(got, want) is None
+    assert gpu_metrics == cpu_metrics
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(scenarios("time", hll_only=True))
+def test_gpu_hll_on_the_device_stays_within_its_bounds(scenario):
+    failure = check(scenario, "gpu")
+    assert failure is None, f"{failure}\n{scenario.query}"

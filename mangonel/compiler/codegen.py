@@ -459,6 +459,17 @@ def render_holistic_kernels(evaluation: str, form: str) -> GeneratedModule:
     return GeneratedModule(source, digest, names, (), (), (), 0)
 
 
+SKETCH_HLL_TEMPLATES = ("prelude.cu.j2", "sketch_hll.cu.j2")
+
+
+def render_hll_kernels() -> GeneratedModule:
+    """The HyperLogLog++ kernels of APPROX_COUNT_DISTINCT (update, merge, histogram;
+    `kernels_templates/sketch_hll.cu.j2`): one module for every query (the precision and the
+    argument's hash mode are launch arguments)."""
+    source, digest, names = _finish({}, SKETCH_HLL_TEMPLATES, ("update", "merge", "histogram"))
+    return GeneratedModule(source, digest, names, (), (), (), 0)
+
+
 def render_plan(plan: ph.ProjectExec) -> GeneratedModule:
     # holistic aggregates run on the CPU: the kernels compute the incremental part
     window = incremental_part(ph.find(plan, ph.WindowAggregateExec))

@@ -28,9 +28,11 @@ Strategies (EXPLAIN: `holistic=<strategy>`):
 - `sketch-panes` (time windows, the approximate functions: APPROX_COUNT_DISTINCT,
   APPROX_PERCENTILE): per (key, pane) one sketch (HLL++ registers, a GK summary), never the
   raw values; a batch's rows are folded into their panes' sketches on arrival, and each
-  firing window merges the sketches of its panes (all windows of a firing in one merge call,
-  no tree: a window of k panes costs k register maxima / one k-way GK merge). A query with
-  both kinds prints `sorted-panes+sketch-panes`.
+  firing window merges the sketches of its panes (all windows of a firing in one merge call;
+  HLL windows of 3+ panes read two blocked prefix/suffix sets instead of their k panes:
+  `runtime/operators/sketch_panes.py`). HLL sketches run on the GPU in GPU plans; a node with
+  a GK summary keeps the step on the CPU (`SKETCHES_ON_CPU`). A query with both kinds prints
+  `sorted-panes+sketch-panes`.
 
 `sketch_parameters` names each sketch's parameters for EXPLAIN (`HLL(p=9)`,
 `GK(accuracy=10000)`).
@@ -59,8 +61,15 @@ COUNT_HOLISTIC_ON_CPU = (
 )
 
 
-# The approximate functions' sketches are built and merged by numba kernels only.
-SKETCHES_ON_CPU = "approximate aggregates' sketches (HLL++, GK) have no GPU kernels yet"
+# APPROX_COUNT_DISTINCT's HLL registers are updated, merged and counted on the GPU
+# (runtime/gpu/sketches.py); APPROX_PERCENTILE's GK summary is built by a sort and a greedy
+# sequential COMPRESS and merged by a k-way merge per (window, key) with a second COMPRESS:
+# no device form yet, so a node with one runs its holistic step (every holistic aggregate of
+# the node, HLL included) on the CPU.
+SKETCHES_ON_CPU = (
+    "APPROX_PERCENTILE's GK summaries have no GPU kernels (sequential COMPRESS and "
+    "variable-size merges); the node's holistic step stays with them"
+)
 
 
 def holistic_cpu_reason(
@@ -80,7 +89,10 @@ def holistic_cpu_reason(
             python.append(f"the function {aggregate.python.name} {problem}")
     if python:
         return "; ".join(python)
-    if any(a.holistic and a.function.definition.holistic.sketch for a in aggregates):
+    if any(
+        a.holistic and a.function.definition.holistic.evaluation == "approx_percentile"
+        for a in aggregates
+    ):
         return SKETCHES_ON_CPU
     return None
 
@@ -223,16 +235,18 @@ def holistic_plan(
 def for_backend(
     plan: HolisticPlan | None, backend: str, panes_per_window: int, cpu_reason: str | None = None
 ) -> HolisticPlan | None:
-    """The holistic plan for a backend: the GPU kernel's form and batch where the step runs
-    on the GPU (`sorted-panes`), none elsewhere (count windows, and the steps
-    `holistic_cpu_reason` keeps on the CPU)."""
+    """The holistic plan for a backend: the GPU selection kernel's form and batch where the
+    step runs on the GPU over raw values (`sorted-panes`, also beside HLL sketches), none
+    elsewhere (count windows, sketches alone, and the steps `holistic_cpu_reason` keeps on
+    the CPU)."""
     if plan is None:
         return None
     fixed = dict(plan.fixed)
     chunk = fixed.get("windows_per_launch")
     if plan.strategy == "tuple-runs":  # count windows: one run per window, no chunks
         chunk = None
-    if backend != "gpu" or plan.strategy != "sorted-panes" or cpu_reason is not None:
+    selects = "sorted-panes" in plan.strategy.split("+")  # raw values beside any sketches
+    if backend != "gpu" or not selects or cpu_reason is not None:
         return replace(plan, gpu_form=None, windows_per_launch=chunk)
     form = str(fixed.get("gpu_form", gpu_form(panes_per_window)))
     launch = windows_per_launch(panes_per_window) if chunk is None else int(chunk)

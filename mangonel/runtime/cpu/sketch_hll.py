@@ -18,13 +18,13 @@ from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
 from mangonel.aggregates.sketches import (
-    HLL_MAX_PRECISION,
-    HLL_MIN_PRECISION,
     HLL_SEED,
-    hll_alpha_m2,
+    hll_bins,
+    hll_estimate,
+    hll_from_bytes,
     hll_hash_width,
     hll_registers,
-    hll_threshold,
+    hll_to_bytes,
 )
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.cpu.sketch_inputs import batch_rows, groups
@@ -141,7 +141,7 @@ def xxh64_bytes(data: np.ndarray, start: int, end: int, seed: np.uint64) -> np.u
 
 # How a row's value becomes its hash: hashLong / hashInt of an integer word, of a double's /
 # float's IEEE bits after Spark's normalisation, or the value is a hash already (strings).
-_LONG, _INT, _DOUBLE, _FLOAT, _HASHED = 0, 1, 2, 3, 4
+_LONG, _INT, _DOUBLE, _FLOAT, _HASHED, _DOUBLE_KEY = 0, 1, 2, 3, 4, 5
 _ABS64, _INF64, _SIGN64 = np.uint64(2**63 - 1), np.uint64(0x7FF0000000000000), np.uint64(2**63)
 _ABS32, _INF32, _SIGN32 = np.uint64(2**31 - 1), np.uint64(0x7F800000), np.uint64(2**31)
 _NAN64, _NAN32 = np.uint64(_CANONICAL_NAN), np.uint64(_CANONICAL_NAN32)
@@ -163,6 +163,12 @@ def _hash_one(words: np.ndarray, i: int, mode: int, seed: np.uint64) -> np.uint6
             bits = _NAN64
         elif bits == _SIGN64:
             bits = _U0
+        return xxh64_long(bits, seed)
+    if mode == _DOUBLE_KEY:
+        # a DOUBLE's order key (aggregates.holistic.order_keys): its bits made monotone,
+        # already normalised (-0.0 as 0.0, one NaN); decoded as the GPU's kernel does
+        if bits & _SIGN64:
+            bits ^= _ABS64
         return xxh64_long(bits, seed)
     if mode == _FLOAT:
         bits &= _MASK32
@@ -288,11 +294,17 @@ def update(
     valid: np.ndarray | None,
     argument: SqlType,
     p: int,
+    order_keys: bool = False,
 ) -> None:
     """Add a batch to the register sets in place, in one pass: row i's value (skipped where
     not valid: NULL, or not contributing) goes into registers[cells[i]]. STRING values come
-    as hashes (`hash_strings`) with argument=None."""
-    words, mode = _words(values, argument)
+    as hashes (`hash_strings`) with argument=None. `order_keys`: the values are the holistic
+    lift's order keys (a DOUBLE's are decoded in the hash loop; other types' keys are their
+    values)."""
+    if order_keys and argument is SqlType.DOUBLE:
+        words, mode = np.ascontiguousarray(values, np.int64), _DOUBLE_KEY
+    else:
+        words, mode = _words(values, argument)
     cells, valid = batch_rows(cells, words, valid, registers.shape[0])
     if registers.ndim != 2 or registers.dtype != np.uint8 or registers.shape[1] != hll_registers(p):
         raise ValueError(
@@ -308,10 +320,11 @@ def build(
     valid: np.ndarray | None,
     argument: SqlType | None,
     p: int,
+    order_keys: bool = False,
 ) -> np.ndarray:
     """One register set per cell 0..n_cells-1 from one batch (see `update`)."""
     registers = new_registers(n_cells, p)
-    update(registers, cells, values, valid, argument, p)
+    update(registers, cells, values, valid, argument, p, order_keys)
     return registers
 
 
@@ -336,98 +349,45 @@ def merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarray
 
 
 @_jit
-def _sigma(x: float) -> float:
-    """Ertl's sigma(x) = x + sum_k>=1 x^(2^k) 2^(k-1), summed until it stops changing."""
-    if x == 1.0:
-        return np.inf
-    y = 1.0
-    z = x
-    while True:
-        x = x * x
-        previous = z
-        z += x * y
-        y += y
-        if z == previous:
-            return z
-
-
-@_jit
-def _tau(x: float) -> float:
-    """Ertl's tau(x) = (1 - x - sum_k>=1 (1 - x^(2^-k))^2 2^-k) / 3."""
-    if x == 0.0 or x == 1.0:
-        return 0.0
-    y = 1.0
-    z = 1.0 - x
-    while True:
-        x = np.sqrt(x)
-        previous = z
-        y *= 0.5
-        z -= (1.0 - x) ** 2 * y
-        if z == previous:
-            return z / 3.0
-
-
-@_jit
-def _improved_estimate(histogram: np.ndarray, m: int, q: int) -> float:
-    """Ertl's improved raw estimator (O. Ertl, "New cardinality estimation algorithms for
-    HyperLogLog sketches", arXiv:1702.01284, 2017, Algorithm 6) from the register histogram
-    C_0..C_{q+1} (q = 64 - p): nearly unbiased across the whole range, with no tables."""
-    z = m * _tau(1.0 - histogram[q + 1] / m)
-    for k in range(q, 0, -1):
-        z = 0.5 * (z + histogram[k])
-    z += m * _sigma(histogram[0] / m)
-    return m * m / (2.0 * np.log(2.0)) / z
-
-
-@_jit
-def _estimate(
-    registers: np.ndarray, p: int, alpha_m2: float, threshold: float, out: np.ndarray
-) -> None:
-    m = 1 << p
-    q = 64 - p
-    histogram = np.zeros(q + 2, np.int64)
+def _histograms(registers: np.ndarray, bins: int) -> np.ndarray:
+    """Per register set the count of registers holding each value 0 .. bins - 1. Four
+    partial histograms, one per register j % 4: most registers hold one of a few values, and
+    consecutive increments of one counter wait for each other (store to load)."""
+    out = np.zeros((registers.shape[0], bins), np.int64)
+    partial = np.zeros((4, bins), np.int64)
+    m = registers.shape[1]  # a multiple of 16
     for c in range(registers.shape[0]):
-        histogram[:] = 0
-        for j in range(m):
-            histogram[registers[c, j]] += 1
-        z_inverse = 0.0
-        for k in range(q + 2):
-            z_inverse += histogram[k] * 2.0 ** -np.float64(k)
-        e = alpha_m2 / z_inverse
-        zeros = histogram[0]
-        h = m * np.log(m / zeros) if zeros > 0 else np.inf
-        if zeros > 0 and (h <= threshold or e <= 2.5 * m):
-            estimate = h  # linear counting, where Spark uses it
-        elif e < 5.0 * m:
-            estimate = _improved_estimate(histogram, m, q)  # where Spark subtracts its bias
-        else:
-            estimate = e
-        out[c] = np.int64(np.floor(estimate + 0.5))  # Java's Math.round
+        partial[:] = 0
+        for j in range(0, m, 4):
+            partial[0, registers[c, j]] += 1
+            partial[1, registers[c, j + 1]] += 1
+            partial[2, registers[c, j + 2]] += 1
+            partial[3, registers[c, j + 3]] += 1
+        for b in range(bins):
+            out[c, b] = partial[0, b] + partial[1, b] + partial[2, b] + partial[3, b]
+    return out
 
 
-def estimate(registers: np.ndarray, p: int) -> np.ndarray:
-    """APPROX_COUNT_DISTINCT of each register set (int64): Spark's estimate, except in the
-    band where Spark subtracts its empirical bias (see aggregates.sketches)."""
+def histograms(registers: np.ndarray, p: int) -> np.ndarray:
+    """The register histograms (int64 [cells, hll_bins(p)]) `hll_estimate` reads."""
     registers = np.atleast_2d(registers)
     m = hll_registers(p)
     if registers.shape[1] != m:
         raise ValueError(f"registers have {registers.shape[1]} columns, p = {p} needs {m}")
-    out = np.empty(registers.shape[0], np.int64)
-    _estimate(registers, p, hll_alpha_m2(p), hll_threshold(p), out)
-    return out
+    return _histograms(np.ascontiguousarray(registers, np.uint8), hll_bins(p))
+
+
+def estimate(registers: np.ndarray, p: int) -> np.ndarray:
+    """APPROX_COUNT_DISTINCT of each register set (int64): Spark's estimate, except in the
+    band where Spark subtracts its empirical bias (see aggregates.sketches). The histograms
+    are counted here, the estimate is `aggregates.sketches.hll_estimate` (the GPU's too)."""
+    return hll_estimate(histograms(registers, p), p)
 
 
 def to_bytes(registers: np.ndarray, p: int) -> bytes:
-    """Snapshot of register sets: one byte p, then the uint8 registers row-major."""
-    return bytes([p]) + np.ascontiguousarray(registers, np.uint8).tobytes()
+    """Snapshot of register sets (`aggregates.sketches.hll_to_bytes`)."""
+    return hll_to_bytes(registers, p)
 
 
 def from_bytes(blob: bytes) -> tuple[np.ndarray, int]:
-    p = blob[0]
-    if not HLL_MIN_PRECISION <= p <= HLL_MAX_PRECISION:
-        raise ValueError(f"HLL snapshot names precision {p}, outside [4, 18]")
-    m = hll_registers(p)
-    body = np.frombuffer(blob, np.uint8, offset=1)
-    if body.shape[0] % m:
-        raise ValueError(f"HLL snapshot of {body.shape[0]} register bytes is not a multiple of {m}")
-    return body.reshape(-1, m).copy(), p
+    return hll_from_bytes(blob)

@@ -305,6 +305,48 @@ def _merge_runs(
 
 
 @_jit
+def _merge_two(
+    v: np.ndarray,
+    g: np.ndarray,
+    d: np.ndarray,
+    a: int,
+    a_end: int,
+    a_weight: int,
+    b: int,
+    b_end: int,
+    b_weight: int,
+    ov: np.ndarray,
+    og: np.ndarray,
+    od: np.ndarray,
+    w: int,
+) -> int:
+    """`_merge_runs` of two runs (Spark's two-sided merge), straight into o* from w: no
+    copies, no tree, no second pass. A sample gains the other run's weight when that run
+    has samples both before it (its first was written) and after it (some remain): the
+    general rule's first[s] < p < last[s]. On a tie the second run's sample goes first."""
+    a_start, b_start = a, b
+    while a < a_end and b < b_end:
+        if _less(v[a], v[b]):
+            ov[w], og[w] = v[a], g[a]
+            od[w] = d[a] + (b_weight if b > b_start else 0)
+            a += 1
+        else:
+            ov[w], og[w] = v[b], g[b]
+            od[w] = d[b] + (a_weight if a > a_start else 0)
+            b += 1
+        w += 1
+    while a < a_end:  # the other run is done: nothing of it follows
+        ov[w], og[w], od[w] = v[a], g[a], d[a]
+        a += 1
+        w += 1
+    while b < b_end:
+        ov[w], og[w], od[w] = v[b], g[b], d[b]
+        b += 1
+        w += 1
+    return w
+
+
+@_jit
 def _merge_groups(
     counts: np.ndarray,
     offsets: np.ndarray,
@@ -348,7 +390,12 @@ def _merge_groups(
                 weights[r] = np.int64(np.floor(2.0 * eps * counts[c]))
                 count += counts[c]
                 r += 1
-        end = _merge_runs(v, g, d, los, his, weights, ov, og, od, lo)
+        if runs == 2:  # a pane's summary with a batch's, a window's prefix with its suffix
+            end = _merge_two(
+                v, g, d, los[0], his[0], weights[0], los[1], his[1], weights[1], ov, og, od, lo
+            )
+        else:
+            end = _merge_runs(v, g, d, los, his, weights, ov, og, od, lo)
         out_counts[q] = count
         # one run: Spark's merge with an empty side copies the other, uncompressed
         kept_lo[q] = _compress(ov, og, od, lo, end, 2.0 * eps * count) if runs > 1 else lo

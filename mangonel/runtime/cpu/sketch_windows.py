@@ -50,6 +50,27 @@ def _eps(parameter: float) -> float:
     return quantile_relative_error(int(parameter))
 
 
+# the sketches these kernels keep (the GPU's `GpuSketches.evaluations`: HLL only)
+evaluations = (HLL, GK)
+
+
+def pane_cells(slots: np.ndarray, presorted: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(a pane's distinct key slots, ascending; each row's cell: its slot's rank among them)
+    by a presence map over the slots (linear, where np.unique would sort the pane's rows;
+    `presorted` changes nothing here)."""
+    slots = np.asarray(slots, np.int64)
+    if not len(slots):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    seen = np.zeros(int(slots.max()) + 1, np.bool_)
+    seen[slots] = True
+    rank = np.cumsum(seen) - 1
+    return np.flatnonzero(seen), rank[slots]
+
+
+def concatenate(pieces: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
+
+
 def build(
     evaluation: str,
     cells: np.ndarray,
@@ -60,10 +81,15 @@ def build(
 ) -> Sketches:
     """One sketch per cell 0..n_cells-1 of the non-NULL values whose order keys are `keys`
     (`aggregates.holistic.order_keys`), row i into cell cells[i]."""
-    values = from_order_keys(keys, argument.is_floating)
     if evaluation == HLL:
         p = _p(parameter)
-        return HllSketches(p, sketch_hll.build(cells, n_cells, values, None, argument, p))
+        if argument is SqlType.DOUBLE:  # hashed from the order keys: no decoding pass
+            registers = sketch_hll.build(cells, n_cells, keys, None, argument, p, True)
+        else:
+            values = from_order_keys(keys, argument.is_floating)
+            registers = sketch_hll.build(cells, n_cells, values, None, argument, p)
+        return HllSketches(p, registers)
+    values = from_order_keys(keys, argument.is_floating)
     return sketch_quantile.build(cells, n_cells, values.astype(np.float64), None, _eps(parameter))
 
 

@@ -92,12 +92,15 @@ class GpuHolistic:
         values: Any,  # noqa: ANN401
         keep: Any,  # noqa: ANN401
         times: Any = None,  # noqa: ANN401
+        by_value: bool = True,
     ) -> tuple[list[int], list[tuple[Any, Any, Any]], bool]:
         """The kept rows' (slot, order key, event time or None) grouped by pane on the
         device: (pane ids, one chunk per pane, True: each chunk sorted by
         (slot, value[, time])). One sort of the batch's kept rows; a pane whose values came in
         one batch is then never sorted again (`sort_pane(..., presorted=True)`). `times`: the
-        rows' event times, kept where a Python function `with_timestamps` reads the field."""
+        rows' event times, kept where a Python function `with_timestamps` reads the field.
+        `by_value` False: sorted by slot only (a field only sketches read: their cells are
+        the runs of equal slots, the values' order does not matter)."""
         xp = self.xp
         rows = xp.flatnonzero(xp.asarray(keep))
         count = int(rows.shape[0])
@@ -108,6 +111,8 @@ class GpuHolistic:
         row_values = xp.asarray(values, dtype=xp.int64)[rows]
         row_times = None if times is None else xp.asarray(times, dtype=xp.int64)[rows]
         sort_keys = (row_values, row_slots, row_panes)  # the last key is the primary one
+        if not by_value:
+            sort_keys = sort_keys[1:]
         if row_times is not None:
             sort_keys = (row_times, *sort_keys)
         order = xp.lexsort(xp.stack(sort_keys))

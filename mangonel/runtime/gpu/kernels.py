@@ -42,6 +42,7 @@ from mangonel.runtime.gpu.compile import CompileContext, shared_context
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.gpu.keys import GpuKeyMap
 from mangonel.runtime.gpu.sessions import GpuSessions
+from mangonel.runtime.gpu.sketches import GpuSketches
 from mangonel.runtime.gpu.staging import StagedBatch, Stager
 from mangonel.runtime.gpu.state import GpuPaneState
 from mangonel.runtime.host.arrays import batch_columns, column
@@ -132,6 +133,7 @@ class GpuKernels:
         self._holistic: dict[str, GpuHolistic] = {}  # by selection kernel form
         self._sessions: GpuSessions | None = None  # session windows' kernels, made on first use
         self._session_states: dict[tuple, GpuPaneState] = {}  # their combine, by fields
+        self._sketches: GpuSketches | None = None
         self._last_finalize: tuple | None = None  # (fields, plans, found): `_finalize_module`
 
     # -- compile --------------------------------------------------------------------------
@@ -523,6 +525,13 @@ class GpuKernels:
         self, fields: tuple[StateField, ...], numbers, count: int, partials: dict
     ) -> dict:
         return self.sessions.combine_sessions(fields, numbers, count, partials)
+
+    @property
+    def sketches(self) -> GpuSketches:
+        """APPROX_COUNT_DISTINCT's HLL registers on the device (`runtime.gpu.sketches`)."""
+        if self._sketches is None:
+            self._sketches = GpuSketches(device.cupy(), self.compiler.module)
+        return self._sketches
 
     def to_host(self, array) -> np.ndarray:
         cp = device.cupy()

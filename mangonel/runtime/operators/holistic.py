@@ -194,10 +194,13 @@ class HolisticTimeWindows:
         self.late_rows = inner.late_rows  # Spark's late rows take the wrapped verdict (late.py)
         self.schema = window_result_schema(node)
         # the values are lifted, keyed, grouped by pane, sorted and selected on the
-        # holistic step's backend (on the GPU they stay on the device); sketches are built
-        # and merged on the host (a plan with sketches places the step on the CPU)
-        self.host = kernels.kernels_of("cpu")
+        # holistic step's backend (on the GPU they stay on the device), and so are the
+        # sketches built, merged and read (the GPU keeps HLL registers; a plan with a GK
+        # summary places the step on the CPU: `compiler.holistic.holistic_cpu_reason`)
         self.lifting = kernels("holistic")
+        # the split form (Spark) lifts stage 1's values and judges stage 2's partial rows
+        # late on the host: both cross the process boundary through it
+        self.host = kernels.kernels_of("cpu")
         assert node.holistic is not None
         self.kernels = self.lifting.holistic_for(node.holistic)
         self._select_kernels: dict[str | None, Any] = {node.holistic.gpu_form: self.kernels}
@@ -218,8 +221,9 @@ class HolisticTimeWindows:
             for p in self.holistic
             if node.aggregates[p].function.definition.holistic.sketch
         }
-        # sketches are built and merged on the host whatever the plan (SKETCHES_ON_CPU)
-        self.sketches = SketchPanes(approximate, self.fields_by_name, self.host)
+        self.sketches = SketchPanes(
+            approximate, self.fields_by_name, self.lifting, node.panes_per_window
+        )
         # the `values` fields whose raw values an exact aggregate reads
         self.raw_fields = {
             node.aggregates[p].value_field for p in self.holistic if p not in approximate
@@ -318,19 +322,19 @@ class HolisticTimeWindows:
         """The kept rows' values of the `values` field `name` (each with its pane, key slot
         and, for a timed field, event time) into the panes' sketches and, where an exact
         aggregate reads the field, raw values, grouped by pane on the holistic backend."""
-        pane_ids, chunks, presorted = self.kernels.split_panes(panes, slots, values, keep, times)
+        pane_ids, chunks, presorted = self.kernels.split_panes(
+            panes,
+            slots,
+            values,
+            keep,
+            times,
+            # raw values are kept sorted by value; sketches need their slots' runs only
+            by_value=name in self.raw_fields,
+        )
         if not chunks:
             return
-        if self.sketches.reads(name):  # host arrays: the step is on the CPU
-            lengths = [len(chunk[0]) for chunk in chunks]
-            ends = np.cumsum(lengths)
-            self.sketches.add(
-                name,
-                np.repeat(np.asarray(pane_ids, np.int64), lengths),
-                np.concatenate([chunk[0] for chunk in chunks]),
-                np.concatenate([chunk[1] for chunk in chunks]),
-                (ends - lengths, ends),
-            )
+        if self.sketches.reads(name):
+            self.sketches.add(name, pane_ids, chunks, presorted)
         if name not in self.raw_fields:
             return
         store = self.panes[name]

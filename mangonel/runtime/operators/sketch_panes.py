@@ -7,13 +7,16 @@ operators: mergeable sketches instead of raw values (docs/sketches.md).
   that hold values, not with keys x panes). A batch's kept rows (contributing, non-NULL,
   not late: the wrapped operator's rule) are built into sketches for all the panes they hit
   in one kernel call, and merged into the panes' sketches (HLL: register max; GK: a merge).
-  A firing window's answer merges the sketches of its panes: all rows of a result batch in
-  one merge call. A pane is freed with the raw
-  values' panes, once every window covering it has fired.
+  A firing window's answer merges the sketches of its panes, or for HLL windows of
+  BLOCKED_FROM panes and more its two blocked prefix/suffix sets (docs/sketches.md): all
+  rows of a result batch in one merge call. A pane is freed with the raw values' panes,
+  once every window covering it has fired; block sets once no unfired window reads them.
 - count windows (`run_answers`): a window is a run of its key's kept tuples (count windows
   hold them for their per-tuple partials anyway); the window's sketch is built from the run.
 
-The sketch kernels are the backend's `kernels.sketches` (`runtime/cpu/sketch_windows.py`).
+The sketch kernels are the holistic step's `kernels.sketches` (`runtime/cpu/sketch_windows.py`;
+on the GPU `runtime/gpu/sketches.py`, HLL registers on the device); the index work (which
+cells a window reads) is on the host over the panes' distinct key slots.
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ from mangonel.compiler.physical import AggregatePlan, StateField
 # that hits very many cells is built in chunks of panes
 MAX_BUILD_BYTES = 1 << 26
 MAX_MEMBERS = 1 << 22  # (rows x panes per window) members per merge call
+# APPROX_COUNT_DISTINCT's windows of this many panes or more are answered from blocked
+# prefix/suffix sets (two merges a (window, key)); smaller ones, and GK summaries, merge
+# their panes' sketches directly. GK's sets would be merges of large summaries (at accuracy
+# 10000 a summary keeps about every value up to 10^4 values), built B times per block: on
+# the benchmark they cost as much as the k-way merge they replace (docs/performance.md).
+BLOCKED_FROM = 3
+BLOCKED_SKETCHES = ("approx_count_distinct",)
 
 
 def _register_bytes(plan: AggregatePlan) -> int:
@@ -46,31 +56,37 @@ class SketchPanes:
         self,
         plans: dict[int, AggregatePlan],
         fields: dict[str, StateField],
-        kernels: Any,  # noqa: ANN401 - the backend's kernels (`sketches`)
+        kernels: Any,  # noqa: ANN401 - the holistic step's kernels (`sketches`)
+        panes_per_window: int = 1,
     ) -> None:
         self.plans = plans
         self.fields = fields
         self.sketches = kernels.sketches
         self.panes: dict[int, dict[int, tuple[np.ndarray, Any]]] = {p: {} for p in plans}
+        # blocks of `panes_per_window` panes (BLOCKED_FROM panes per window and up): per
+        # aggregate and block, its suffix and prefix sets (index i: the merge of the block's
+        # panes i.. / ..i), computed when a window first reads them, dropped when one of
+        # their panes receives rows; a window from pane a of block j is suffix_j[a % B]
+        # merged with prefix_(j+1)[a % B - 1]: two sets, not panes_per_window panes
+        self.block = panes_per_window
+        self.blocked = {
+            position: panes_per_window >= BLOCKED_FROM
+            and plan.function.definition.holistic.evaluation in BLOCKED_SKETCHES
+            for position, plan in plans.items()
+        }
+        self.suffixes: dict[int, dict[int, dict[int, tuple | None]]] = {p: {} for p in plans}
+        self.prefixes: dict[int, dict[int, list[tuple | None]]] = {p: {} for p in plans}
 
     def reads(self, name: str) -> bool:
         """Does an approximate aggregate read the `values` field `name`?"""
         return any(plan.value_field == name for plan in self.plans.values())
 
-    def add(
-        self,
-        name: str,
-        row_panes: np.ndarray,
-        slots: np.ndarray,
-        keys: np.ndarray,
-        bounds: tuple[np.ndarray, np.ndarray],
-    ) -> None:
-        """Fold rows (sorted by pane; `bounds` = (starts, ends) of each pane's rows) of the
-        `values` field `name` into the sketches of every aggregate that reads it: one build
-        over the cells (pane, key present in it) of a chunk of panes, then per pane a merge
-        with the sketches it holds already."""
-        starts, ends = bounds
-        n_slots = int(slots.max()) + 1 if len(slots) else 0
+    def add(self, name: str, pane_ids: list[int], chunks: list[tuple], presorted: bool) -> None:
+        """Fold a batch's kept rows of the `values` field `name`, one chunk (key slots, order
+        keys, ...) per pane (`split_panes`; `presorted`: each chunk sorted by slot) into the
+        sketches of every aggregate that reads it: one build over the cells (pane, key
+        present in it) of a chunk of panes, then per pane a merge with the sketches it holds
+        already. The chunks stay where the kernels keep them (on the GPU, the device)."""
         for position, plan in self.plans.items():
             if plan.value_field != name:
                 continue
@@ -79,37 +95,30 @@ class SketchPanes:
             store = self.panes[position]
             cell_bytes = _register_bytes(plan)
             first = 0
-            while first < len(starts):
+            while first < len(pane_ids):
                 # panes first..last-1: as many as keep the build under MAX_BUILD_BYTES
                 last, cells = first, 0
                 pane_slots: list[np.ndarray] = []
-                inverse: list[np.ndarray] = []
-                while last < len(starts) and (
+                row_cells: list[Any] = []
+                while last < len(pane_ids) and (
                     last == first or cells * cell_bytes < MAX_BUILD_BYTES
                 ):
-                    # the pane's keys and each row's cell: a presence map over the key
-                    # slots (linear, where np.unique would sort the pane's rows)
-                    pane_rows = slots[starts[last] : ends[last]]
-                    seen = np.zeros(n_slots, np.bool_)
-                    seen[pane_rows] = True
-                    present = np.flatnonzero(seen)
-                    rank = np.cumsum(seen) - 1
+                    present, ids = self.sketches.pane_cells(chunks[last][0], presorted)
                     pane_slots.append(present)
-                    inverse.append(rank[pane_rows] + cells)
+                    row_cells.append(ids + cells)
                     cells += len(present)
                     last += 1
-                lo, hi = int(starts[first]), int(ends[last - 1])
                 built = self.sketches.build(
                     evaluation,
-                    np.concatenate(inverse),
+                    self.sketches.concatenate(row_cells),
                     cells,
-                    keys[lo:hi],
+                    self.sketches.concatenate([chunk[1] for chunk in chunks[first:last]]),
                     argument,
                     sketch_parameter(plan),
                 )
                 at = 0
                 for index in range(last - first):
-                    pane = int(row_panes[starts[first + index]])
+                    pane = int(pane_ids[first + index])
                     present = pane_slots[index]
                     part = self.sketches.cell_range(built, at, at + len(present))
                     at += len(present)
@@ -117,7 +126,50 @@ class SketchPanes:
                     store[pane] = (
                         (present, part) if old is None else self._union(old, present, part)
                     )
+                    self._invalidate(position, pane)
                 first = last
+
+    def _invalidate(self, position: int, pane: int) -> None:
+        """Drop the prefix and suffix sets that cover `pane` (it received rows)."""
+        if not self.blocked[position]:
+            return
+        block, index = divmod(pane, self.block)
+        suffix = self.suffixes[position].get(block)
+        if suffix is not None:
+            for i in [i for i in suffix if i <= index]:
+                del suffix[i]
+        prefix = self.prefixes[position].get(block)
+        if prefix is not None:
+            del prefix[index:]
+
+    def _suffix(self, position: int, block: int, index: int) -> tuple | None:
+        """The merge of block `block`'s panes index..B-1 (None where none holds a sketch),
+        built down from the lowest one kept."""
+        kept = self.suffixes[position].setdefault(block, {})
+        if index in kept:
+            return kept[index]
+        store = self.panes[position]
+        low = min(kept, default=self.block)
+        current = kept.get(low)
+        for i in range(low - 1, index - 1, -1):
+            current = self._joined(current, store.get(block * self.block + i))
+            kept[i] = current
+        return current
+
+    def _prefix(self, position: int, block: int, index: int) -> tuple | None:
+        """The merge of block `block`'s panes 0..index, built up from the highest one kept."""
+        kept = self.prefixes[position].setdefault(block, [])
+        store = self.panes[position]
+        while len(kept) <= index:
+            pane = store.get(block * self.block + len(kept))
+            kept.append(self._joined(kept[-1] if kept else None, pane))
+        return kept[index]
+
+    def _joined(self, held: tuple | None, pane: tuple | None) -> tuple | None:
+        """(slots, sketches) of two sets merged (either may be None: none held)."""
+        if held is None or pane is None:
+            return pane if held is None else held
+        return self._union(held, *pane)
 
     def _union(self, old: tuple, slots: np.ndarray, part: Any) -> tuple:  # noqa: ANN401
         """A pane's (key slots, sketches) with more rows' sketches of `slots` merged in."""
@@ -141,43 +193,68 @@ class SketchPanes:
         self, position: int, slots: np.ndarray, first_panes: np.ndarray, panes_per_window: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """(non-NULL count, result) per row: the merge of the sketches of the row's key over
-        the `panes_per_window` panes from `first_panes[row]`."""
-        plan = self.plans[position]
-        store = self.panes[position]
+        the `panes_per_window` panes from `first_panes[row]` (from the block sets where
+        aggregate's windows are blocked: `self.blocked`)."""
+        if panes_per_window != self.block:
+            raise ValueError(f"windows of {panes_per_window} panes, planned {self.block}")
         rows = len(slots)
         counts, results = [], []
-        chunk = max(1, MAX_MEMBERS // panes_per_window)
+        chunk = max(1, MAX_MEMBERS // (2 if self.blocked[position] else panes_per_window))
         for begin in range(0, max(rows, 1), chunk):
             part_slots = slots[begin : begin + chunk]
             part_panes = first_panes[begin : begin + chunk]
-            n, value = self._answer(plan, store, part_slots, part_panes, panes_per_window)
+            n, value = self._answer(position, part_slots, part_panes)
             counts.append(n)
             results.append(value)
         return np.concatenate(counts), np.concatenate(results)
 
-    def _answer(self, plan, store, slots, first_panes, pw):  # noqa: ANN001, ANN202
+    def _pieces(self, position: int, first_panes: np.ndarray) -> tuple[list, np.ndarray]:
+        """(the sets the rows' windows read: (slots, sketches) or None, and per row the
+        indices of its sets in that list, [rows, k], -1 for none)."""
+        pw = self.block
+        if not self.blocked[position]:
+            low = int(first_panes.min())
+            span = int(first_panes.max()) - low + pw
+            store = self.panes[position]
+            pieces = [store.get(low + index) for index in range(span)]
+            return pieces, (first_panes - low)[:, None] + np.arange(pw, dtype=np.int64)
+        starts, inverse = np.unique(first_panes, return_inverse=True)
+        pieces = []
+        for start in starts.tolist():
+            block, index = divmod(start, pw)
+            pieces.append(self._suffix(position, block, index))
+            pieces.append(self._prefix(position, block + 1, index - 1) if index else None)
+        inverse = inverse.reshape(-1).astype(np.int64)
+        return pieces, np.stack([2 * inverse, 2 * inverse + 1], axis=1)
+
+    def _answer(self, position: int, slots: np.ndarray, first_panes: np.ndarray):  # noqa: ANN202
+        plan = self.plans[position]
         evaluation = plan.function.definition.holistic.evaluation
         sets: list[Any] = []
         rows = len(slots)
         if rows:
-            low = int(first_panes.min())
-            span = int(first_panes.max()) - low + pw
-            # cell[i, s]: key slot s's cell in pane low + i of the joined sets, -1 if none
-            # (a dense table over the rows' slots: a gather per (row, pane) after it)
+            pieces, row_pieces = self._pieces(position, first_panes)
+            # cell[i, s]: key slot s's cell in piece i of the joined sets, -1 if none (a
+            # dense table over the rows' slots, and a last row of -1 for no piece: a gather
+            # per (row, piece) after it)
             used, compact = np.unique(slots, return_inverse=True)
-            cell = np.full((span, len(used)), -1, np.int64)
+            cell = np.full((len(pieces) + 1, len(used)), -1, np.int64)
             total = 0
-            for index in range(span):
-                held = store.get(low + index)
+            seen: dict[int, int] = {}  # a set read by several windows is joined once
+            for index, held in enumerate(pieces):
                 if held is None:
                     continue
-                pane_slots, sketches = held
-                at = np.minimum(np.searchsorted(pane_slots, used), len(pane_slots) - 1)
-                cell[index] = np.where(pane_slots[at] == used, total + at, -1)
+                if id(held) in seen:
+                    cell[index] = cell[seen[id(held)]]
+                    continue
+                seen[id(held)] = index
+                piece_slots, sketches = held
+                at = np.minimum(np.searchsorted(piece_slots, used), len(piece_slots) - 1)
+                cell[index] = np.where(piece_slots[at] == used, total + at, -1)
                 total += sketches.cells
                 sets.append(sketches)
-            covered = (first_panes - low)[:, None] + np.arange(pw, dtype=np.int64)
-            chosen = cell[covered, compact.reshape(-1)[:, None]]
+            row_pieces = np.where(row_pieces < 0, len(pieces), row_pieces)
+            chosen = cell[row_pieces, compact.reshape(-1)[:, None]]
             present = chosen >= 0
             members = chosen[present]
             offsets = np.concatenate(([0], np.cumsum(present.sum(axis=1))))
@@ -191,18 +268,30 @@ class SketchPanes:
         return self.sketches.answer(merged, plan.percentages)
 
     def free(self, before: int, panes_per_slide: int) -> None:
-        """Drop the panes no window from `before` on covers."""
+        """Drop the panes no window from `before` on covers, and the block sets no such
+        window reads (a block's suffixes serve windows starting in it, its prefixes those
+        starting in the block before)."""
         for store in self.panes.values():
             for pane in [q for q in store if q // panes_per_slide < before]:
                 del store[pane]
+        first_start = before * panes_per_slide  # of the windows still to fire
+        for suffixes in self.suffixes.values():
+            for block in [b for b in suffixes if (b + 1) * self.block <= first_start]:
+                del suffixes[block]
+        for prefixes in self.prefixes.values():
+            for block in [b for b in prefixes if b * self.block <= first_start]:
+                del prefixes[block]
 
     @property
     def nbytes(self) -> int:
-        return sum(
-            slots.nbytes + sketches.nbytes
-            for store in self.panes.values()
-            for slots, sketches in store.values()
-        )
+        """Bytes of the panes' sketches and of the block sets (a set shared by two entries,
+        where a pane added nothing, counts once)."""
+        held = {id(entry): entry for store in self.panes.values() for entry in store.values()}
+        for sets in self.suffixes.values():
+            held.update((id(e), e) for kept in sets.values() for e in kept.values() if e)
+        for sets in self.prefixes.values():
+            held.update((id(e), e) for kept in sets.values() for e in kept if e)
+        return sum(slots.nbytes + sketches.nbytes for slots, sketches in held.values())
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Snapshot arrays: per aggregate its pane ids, and each pane's sketch bytes."""
@@ -224,6 +313,8 @@ class SketchPanes:
                 slots = arrays[f"sketch.{position}.{pane}.slots"]
                 store[int(pane)] = (slots, self.sketches.from_bytes(evaluation, blob))
             self.panes[position] = store
+            self.suffixes[position] = {}  # derived from the panes: built again when read
+            self.prefixes[position] = {}
 
 
 def run_answers(

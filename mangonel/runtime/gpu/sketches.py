@@ -1,0 +1,252 @@
+"""APPROX_COUNT_DISTINCT's HyperLogLog++ registers on the device: the GPU twin of
+`runtime/cpu/sketch_windows.py` for the HLL sketch, behind the same calls of the driver
+(`runtime/operators/sketch_panes.py`: pane_cells, concatenate, build, cell_range, merge,
+empty, answer, to_bytes, from_bytes).
+
+A set of sketches is `DeviceHll`: p and the uint8 registers [cells, 2^p] in device memory. A
+batch's rows arrive grouped by pane and sorted by key slot (`GpuHolistic.split_panes`), so a
+pane's cells are the runs of equal slots (no host round trip for the rows: only the pane's
+distinct slots come to the host, for the driver's index work). The kernels
+(`kernels_templates/sketch_hll.cu.j2`) hash and update registers, take group maxima and count
+register histograms; the estimate is `aggregates.sketches.hll_estimate` over the histograms,
+the CPU's function, so both backends answer bit for bit alike (the registers are the same:
+same hash, same rule).
+
+GK summaries (APPROX_PERCENTILE) have no device form here: the planner keeps a node with one
+on the CPU (`compiler.holistic.holistic_cpu_reason`), so these kernels never see one.
+
+`xp` is CuPy on the device; the tests pass numpy stand-ins and a host-compiled module
+(tests/cuda_host.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mangonel.aggregates.sketches import (
+    hll_estimate,
+    hll_from_bytes,
+    hll_hash_width,
+    hll_precision,
+    hll_registers,
+    hll_to_bytes,
+)
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import codegen
+from mangonel.compiler.codegen import GeneratedModule
+
+HLL = "approx_count_distinct"
+# the kernels' hash modes (`sketch_hll.cu.j2` MG_HLL_*: as runtime/cpu/sketch_hll.py's)
+_LONG, _INT, _DOUBLE, _FLOAT = 0, 1, 2, 3
+THREADS = 256
+HISTOGRAM_THREADS = 128
+MAX_BLOCKS = 65_535
+HISTOGRAM_BINS = 64  # the kernel's bins per cell (values 0 .. 65 - p fit for every p >= 4)
+
+
+@dataclass(frozen=True)
+class DeviceHll:
+    """HyperLogLog++ register sets of `cells` cells at precision p, on the device."""
+
+    p: int
+    registers: Any  # uint8 [cells, 2^p], device
+
+    @property
+    def cells(self) -> int:
+        return int(self.registers.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.registers.nbytes)
+
+
+def hash_mode(argument: SqlType) -> int:
+    """How the update kernel turns an order key of `argument` into the bytes Spark hashes."""
+    if argument is SqlType.DOUBLE:
+        return _DOUBLE
+    if argument is SqlType.FLOAT:
+        return _FLOAT
+    if argument is SqlType.STRING:
+        raise TypeError("APPROX_COUNT_DISTINCT over STRING has no device hash")
+    return _INT if hll_hash_width(argument) == 4 else _LONG
+
+
+def _grid(n: int, threads: int) -> int:
+    return max(1, min(-(-n // threads), MAX_BLOCKS))
+
+
+class GpuSketches:
+    """The HLL kernels over array module `xp`, compiling with `module_of`."""
+
+    evaluations = (HLL,)
+
+    def __init__(
+        self,
+        xp: Any,  # noqa: ANN401 - cupy (or a host stand-in in tests)
+        module_of: Callable[[GeneratedModule], Any],
+    ) -> None:
+        self.xp = xp
+        self.module_of = module_of
+        self._functions: dict[str, Any] | None = None
+
+    def _function(self, role: str) -> Any:  # noqa: ANN401
+        if self._functions is None:
+            generated = codegen.render_hll_kernels()
+            module = self.module_of(generated)
+            self._functions = {r: module.get_function(n) for r, n in generated.names.items()}
+        return self._functions[role]
+
+    @staticmethod
+    def _check(evaluation: str) -> None:
+        if evaluation != HLL:
+            raise ValueError(
+                f"the GPU keeps no {evaluation} sketch (the planner places it on the CPU)"
+            )
+
+    def _p(self, evaluation: str, parameter: float) -> int:
+        self._check(evaluation)
+        return hll_precision(parameter)
+
+    # -- the driver's index work ----------------------------------------------------------
+
+    def pane_cells(self, slots: Any, presorted: bool) -> tuple[np.ndarray, Any]:  # noqa: ANN401
+        """(the pane's distinct key slots, ascending, on the host; each row's cell: the rank
+        of its slot among them, on the device). A presorted chunk (sorted by slot) needs no
+        sort: its cells are its runs of equal slots."""
+        xp = self.xp
+        slots = xp.asarray(slots).astype(xp.int64)
+        if not slots.shape[0]:
+            return np.empty(0, np.int64), xp.zeros(0, xp.int64)
+        if not presorted:
+            present, cells = xp.unique(slots, return_inverse=True)
+            return _host(present).astype(np.int64), xp.asarray(cells, xp.int64).reshape(-1)
+        starts = xp.concatenate((xp.ones(1, xp.bool_), slots[1:] != slots[:-1]))
+        cells = xp.cumsum(starts.astype(xp.int64)) - 1
+        return _host(slots[starts]).astype(np.int64), cells
+
+    def concatenate(self, pieces: list[Any]) -> Any:  # noqa: ANN401
+        xp = self.xp
+        if not pieces:
+            return xp.zeros(0, xp.int64)
+        return xp.concatenate([xp.asarray(p) for p in pieces])
+
+    # -- sketches -------------------------------------------------------------------------
+
+    def build(
+        self,
+        evaluation: str,
+        cells: Any,  # noqa: ANN401 - device int64, a cell per row
+        n_cells: int,
+        keys: Any,  # noqa: ANN401 - device int64 order keys
+        argument: SqlType,
+        parameter: float,
+    ) -> DeviceHll:
+        """One register set per cell 0..n_cells-1 of the rows' values (order keys)."""
+        xp = self.xp
+        p = self._p(evaluation, parameter)
+        registers = xp.zeros((n_cells, hll_registers(p)), xp.uint8)
+        keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
+        cells = xp.ascontiguousarray(xp.asarray(cells), dtype=xp.int64)
+        rows = int(keys.shape[0])
+        if cells.shape[0] != rows:
+            raise ValueError(f"{rows} values need {rows} cell ids, got {cells.shape[0]}")
+        if rows:
+            self._function("update")(
+                (_grid(rows, THREADS),),
+                (THREADS,),
+                (
+                    keys,
+                    cells,
+                    np.int64(rows),
+                    np.int64(hash_mode(argument)),
+                    np.int64(p),
+                    registers,
+                ),
+            )
+        return DeviceHll(p, registers)
+
+    def cell_range(self, sketches: DeviceHll, start: int, stop: int) -> DeviceHll:
+        return DeviceHll(sketches.p, sketches.registers[start:stop].copy())
+
+    def merge(self, sets: list[DeviceHll], members: np.ndarray, offsets: np.ndarray) -> DeviceHll:
+        """Group g = the register max over cells members[offsets[g]:offsets[g + 1]] of the
+        sets taken as one (the cells of set i follow those of set i - 1)."""
+        xp = self.xp
+        p = sets[0].p
+        m = hll_registers(p)
+        members = np.ascontiguousarray(members, np.int64)
+        offsets = np.ascontiguousarray(offsets, np.int64)
+        total = sum(s.cells for s in sets)
+        if members.shape[0] and (members.min() < 0 or members.max() >= total):
+            raise ValueError(f"group members must be cells in [0, {total})")
+        if offsets.shape[0] == 0 or offsets[0] != 0 or offsets[-1] != members.shape[0]:
+            raise ValueError("group offsets must rise from 0 to the number of members")
+        groups = offsets.shape[0] - 1
+        out = xp.zeros((groups, m), xp.uint8)
+        if groups and members.shape[0]:
+            joined = (
+                sets[0].registers if len(sets) == 1 else xp.concatenate([s.registers for s in sets])
+            )
+            joined = xp.ascontiguousarray(joined)
+            words = m // 4
+            self._function("merge")(
+                (_grid(groups * words, THREADS),),
+                (THREADS,),
+                (
+                    joined,
+                    xp.asarray(members),
+                    xp.asarray(offsets),
+                    np.int64(groups),
+                    np.int64(words),
+                    out,
+                ),
+            )
+        return DeviceHll(p, out)
+
+    def empty(self, evaluation: str, parameter: float) -> DeviceHll:
+        p = self._p(evaluation, parameter)
+        return DeviceHll(p, self.xp.zeros((0, hll_registers(p)), self.xp.uint8))
+
+    def histograms(self, sketches: DeviceHll) -> np.ndarray:
+        """Per cell the count of registers holding each value, on the host (int64
+        [cells, 64])."""
+        xp = self.xp
+        cells = sketches.cells
+        out = xp.zeros((cells, HISTOGRAM_BINS), xp.int32)
+        if cells:
+            self._function("histogram")(
+                (min(cells, MAX_BLOCKS),),
+                (HISTOGRAM_THREADS,),
+                (
+                    xp.ascontiguousarray(sketches.registers),
+                    np.int64(cells),
+                    np.int64(hll_registers(sketches.p)),
+                    out,
+                ),
+            )
+        return _host(out).astype(np.int64)
+
+    def answer(self, sketches: DeviceHll, fraction: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """(count, estimate) per cell on the host: the estimate, int64 (its count is the
+        estimate too, 0 only for an empty cell), as the CPU's `sketch_windows.answer`."""
+        estimate = hll_estimate(self.histograms(sketches), sketches.p)
+        return estimate, estimate
+
+    def to_bytes(self, sketches: DeviceHll) -> bytes:
+        """The CPU's snapshot format (`aggregates.sketches.hll_to_bytes`)."""
+        return hll_to_bytes(_host(sketches.registers), sketches.p)
+
+    def from_bytes(self, evaluation: str, blob: bytes) -> DeviceHll:
+        self._check(evaluation)
+        registers, p = hll_from_bytes(blob)
+        return DeviceHll(p, self.xp.asarray(registers))
+
+
+def _host(array: Any) -> np.ndarray:  # noqa: ANN401
+    """A host copy of a device array (numpy arrays as they are)."""
+    getter = getattr(array, "get", None)
+    return np.asarray(getter() if getter is not None else array)

@@ -1,0 +1,242 @@
+"""APPROX_COUNT_DISTINCT's GPU kernels (runtime/gpu/sketches.py, sketch_hll.cu.j2) without a
+GPU: the module compiles with nvcc; compiled by g++ over the CUDA shim (tests/cuda_host.py)
+the update kernel gives the CPU's registers byte for byte (every argument type, NaN, -0.0,
+infinities, extremes, several precisions), the merge the CPU's maxima, the histograms the
+CPU's estimates, the snapshot the CPU's bytes; and the time-window driver over the GPU code
+path (numpy standing in for CuPy) equals the CPU backend and stays within the oracle's
+bounds. On a GPU host the same comparisons run on the device (tests/test_sketch_sql_gpu.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from cuda_host import HostCupy, host_modules
+from fuzzer import check, engine_run
+from hypothesis import given, settings
+from oracle import first_difference
+from test_holistic_kernels import nvcc_ptx
+from test_sketch_sql import SETTINGS, scenarios
+
+from mangonel.aggregates.holistic import order_keys
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import codegen
+from mangonel.runtime.cpu import sketch_hll, sketch_windows
+from mangonel.runtime.cpu.kernels import CpuKernels
+from mangonel.runtime.gpu.holistic import GpuHolistic
+from mangonel.runtime.gpu.sketches import GpuSketches
+
+HLL = "approx_count_distinct"
+RSD_OF_P = {4: 0.3, 9: 0.05, 12: 0.02, 14: 0.01}  # hll_precision(rsd) == p
+
+
+@pytest.fixture(scope="module")
+def host_module(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH")
+    return host_modules(tmp_path_factory.mktemp("hll_shim"))
+
+
+@pytest.fixture
+def gpu(host_module) -> GpuSketches:
+    return GpuSketches(HostCupy(), host_module)
+
+
+def test_the_hll_kernels_compile_with_nvcc(tmp_path):
+    generated = codegen.render_hll_kernels()
+    ptx = nvcc_ptx(tmp_path, generated.source)
+    for name in generated.names.values():
+        assert name in ptx
+
+
+def _values(rng: np.random.Generator, argument: SqlType, rows: int) -> np.ndarray:
+    """Values of `argument`: random, with the special ones Spark normalises or hashes at the
+    edges (NaN, -0.0, infinities, integer extremes)."""
+    if argument in (SqlType.DOUBLE, SqlType.FLOAT):
+        dtype = np.float64 if argument is SqlType.DOUBLE else np.float32
+        values = rng.normal(0, 1e6, rows).astype(dtype)
+        special = np.array([np.nan, -np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -1.5], dtype)
+        values[: len(special)] = special
+        return values
+    if argument is SqlType.INT:
+        values = rng.integers(-(2**31), 2**31, rows).astype(np.int64)
+        values[:3] = [-(2**31), 2**31 - 1, 0]
+        return values
+    values = rng.integers(-(2**63), 2**63 - 1, rows, dtype=np.int64)
+    values[:3] = [-(2**63), 2**63 - 1, -1]
+    return values
+
+
+@pytest.mark.parametrize(
+    "argument", [SqlType.BIGINT, SqlType.TIMESTAMP, SqlType.INT, SqlType.DOUBLE, SqlType.FLOAT]
+)
+@pytest.mark.parametrize("p", sorted(RSD_OF_P))
+def test_the_update_kernel_gives_the_cpu_registers(gpu, argument, p):
+    rng = np.random.default_rng(p)
+    rows, n_cells = 3000, 7
+    values = _values(rng, argument, rows)
+    values = np.concatenate([values, values[:500]])  # duplicates change nothing
+    cells = rng.integers(0, n_cells, len(values)).astype(np.int64)
+    # the device reads order keys (the VALUES lift); FLOAT values widen to double first
+    keys = order_keys(values.astype(np.float64) if argument is SqlType.FLOAT else values)
+    got = gpu.build(HLL, cells, n_cells, keys, argument, RSD_OF_P[p])
+    want = sketch_windows.build(HLL, cells, n_cells, keys, argument, RSD_OF_P[p])
+    assert got.p == want.p == p
+    assert np.array_equal(np.asarray(got.registers), want.registers)
+    assert want.registers.any()
+    # ... which are the registers of the values themselves (hashed as Spark hashes them)
+    assert np.array_equal(
+        sketch_hll.build(cells, n_cells, values, None, argument, p), got.registers
+    )
+
+
+def test_merge_histograms_and_estimates_equal_the_cpu(gpu):
+    rng = np.random.default_rng(4)
+    p, n_cells = 9, 40
+    sizes = np.concatenate([np.arange(0, 20), rng.integers(1, 40 * 512, n_cells - 20)])
+    cells = np.repeat(np.arange(n_cells), sizes).astype(np.int64)
+    keys = rng.integers(0, 2**62, len(cells)).astype(np.int64)
+    got = gpu.build(HLL, cells, n_cells, keys, SqlType.BIGINT, 0.05)
+    want = sketch_windows.build(HLL, cells, n_cells, keys, SqlType.BIGINT, 0.05)
+    assert np.array_equal(np.asarray(got.registers), want.registers)
+    # groups over two sets (a pane's cells and a batch's): empty groups, repeats, one member
+    second = sketch_windows.build(HLL, cells % 5, 5, keys + 1, SqlType.BIGINT, 0.05)
+    second_gpu = gpu.build(HLL, cells % 5, 5, keys + 1, SqlType.BIGINT, 0.05)
+    lengths = rng.integers(0, 8, 30)
+    lengths[:3] = [0, 1, 0]
+    members = rng.integers(0, n_cells + 5, int(lengths.sum())).astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    merged = gpu.merge([got, second_gpu], members, offsets)
+    merged_cpu = sketch_windows.merge([want, second], members, offsets)
+    assert np.array_equal(np.asarray(merged.registers), merged_cpu.registers)
+    histograms = gpu.histograms(merged)
+    assert np.array_equal(
+        histograms[:, : 64 - p + 2], sketch_hll.histograms(merged_cpu.registers, p)
+    )
+    assert not histograms[:, 64 - p + 2 :].any()
+    for sketches, cpu in ((got, want), (merged, merged_cpu)):
+        count, estimate = gpu.answer(sketches, None)
+        want_count, want_estimate = sketch_windows.answer(cpu, None)
+        assert np.array_equal(count, want_count) and np.array_equal(estimate, want_estimate)
+    empty = gpu.merge([gpu.empty(HLL, 0.05)], np.empty(0, np.int64), np.zeros(3, np.int64))
+    assert gpu.answer(empty, None)[1].tolist() == [0, 0]
+
+
+def test_snapshots_are_the_cpu_format(gpu):
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 1000, 2000).astype(np.int64)
+    cells = (keys % 3).astype(np.int64)
+    got = gpu.build(HLL, cells, 3, keys, SqlType.INT, 0.1)
+    want = sketch_windows.build(HLL, cells, 3, keys, SqlType.INT, 0.1)
+    blob = gpu.to_bytes(got)
+    assert blob == sketch_windows.to_bytes(want)
+    back = gpu.from_bytes(HLL, blob)
+    assert np.array_equal(np.asarray(back.registers), want.registers)
+    part = gpu.cell_range(back, 1, 3)
+    assert np.array_equal(np.asarray(part.registers), want.registers[1:3])
+
+
+def test_pane_cells_equal_the_cpu_cells(gpu):
+    rng = np.random.default_rng(6)
+    slots = rng.integers(0, 50, 400).astype(np.int64)
+    want_present, want_cells = sketch_windows.pane_cells(slots, False)
+    for chunk, presorted in ((slots, False), (np.sort(slots), True)):
+        present, cells = gpu.pane_cells(chunk, presorted)
+        assert np.array_equal(present, want_present)
+        assert np.array_equal(present[np.asarray(cells)], chunk)
+    present, cells = gpu.pane_cells(np.empty(0, np.int64), True)
+    assert len(present) == 0 and len(cells) == 0
+
+
+def test_a_quantile_sketch_is_refused_by_the_gpu_kernels(gpu):
+    with pytest.raises(ValueError, match="places it on the CPU"):
+        gpu.empty("approx_percentile", 10000)
+
+
+class _HostGpuSketches:
+    """The driver's `sketches` with APPROX_COUNT_DISTINCT through the GPU code path (the host
+    module) and APPROX_PERCENTILE through the CPU's (a GPU plan keeps GK nodes on the CPU;
+    the scenarios mix both in one node)."""
+
+    def __init__(self, gpu: GpuSketches) -> None:
+        self.gpu = gpu
+
+    def _of(self, evaluation: str):  # noqa: ANN202
+        return self.gpu if evaluation == HLL else sketch_windows
+
+    def _by_set(self, sketches):  # noqa: ANN001, ANN202
+        return sketch_windows if hasattr(sketches, "counts") else self.gpu
+
+    def pane_cells(self, slots, presorted):  # noqa: ANN001, ANN201
+        return self.gpu.pane_cells(slots, presorted)
+
+    def concatenate(self, pieces):  # noqa: ANN001, ANN201
+        return self.gpu.concatenate(pieces)
+
+    def build(self, evaluation, cells, n_cells, keys, argument, parameter):  # noqa: ANN001, ANN201
+        if evaluation != HLL:
+            cells, keys = np.asarray(cells), np.asarray(keys)
+        return self._of(evaluation).build(evaluation, cells, n_cells, keys, argument, parameter)
+
+    def empty(self, evaluation, parameter):  # noqa: ANN001, ANN201
+        return self._of(evaluation).empty(evaluation, parameter)
+
+    def from_bytes(self, evaluation, blob):  # noqa: ANN001, ANN201
+        return self._of(evaluation).from_bytes(evaluation, blob)
+
+    def cell_range(self, sketches, start, stop):  # noqa: ANN001, ANN201
+        return self._by_set(sketches).cell_range(sketches, start, stop)
+
+    def merge(self, sets, members, offsets):  # noqa: ANN001, ANN201
+        return self._by_set(sets[0]).merge(sets, members, offsets)
+
+    def answer(self, sketches, fraction):  # noqa: ANN001, ANN201
+        return self._by_set(sketches).answer(sketches, fraction)
+
+    def to_bytes(self, sketches):  # noqa: ANN001, ANN201
+        return self._by_set(sketches).to_bytes(sketches)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(scenarios("time"))
+def test_time_windows_over_the_gpu_sketch_path_equal_the_cpu(host_module, scenario):
+    """The driver over the GPU kernels' code (the panes split and sorted as on the device,
+    HLL registers built, merged and counted by the host-compiled kernels) gives the CPU
+    backend's rows exactly, and the oracle's bounds hold."""
+    want, want_metrics = engine_run(scenario, "cpu")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            CpuKernels, "holistic_for", lambda self, plan: GpuHolistic(HostCupy(), host_module)
+        )
+        patch.setattr(
+            CpuKernels, "sketches", _HostGpuSketches(GpuSketches(HostCupy(), host_module))
+        )
+        got, got_metrics = engine_run(scenario, "cpu")
+        failure = check(scenario, "cpu")
+    for got_rows, want_rows in zip(got, want, strict=True):
+        assert first_difference(got_rows, want_rows) is None
+    assert got_metrics == want_metrics
+    assert failure is None, f"{failure}\n{scenario.query}"
+
+
+def test_the_pane_split_for_sketches_sorts_by_slot_only(host_module):
+    """A field only sketches read is split without sorting its values: each pane's chunk is
+    sorted by slot (the cells' runs), holding the same rows as the full sort's."""
+    rng = np.random.default_rng(8)
+    rows = 400
+    panes = rng.integers(-2, 3, rows).astype(np.int64)
+    slots = rng.integers(0, 9, rows).astype(np.int32)
+    values = rng.integers(-50, 50, rows).astype(np.int64)
+    keep = rng.random(rows) < 0.8
+    split = GpuHolistic(HostCupy(), host_module).split_panes
+    got_panes, got, presorted = split(panes, slots, values, keep, by_value=False)
+    want_panes, want, _ = split(panes, slots, values, keep)
+    assert presorted and got_panes == want_panes
+    for (g_slots, g_values, _), (w_slots, w_values, _) in zip(got, want, strict=True):
+        g_slots, g_values = np.asarray(g_slots), np.asarray(g_values)
+        assert np.array_equal(g_slots, np.asarray(w_slots))  # sorted by slot
+        pairs = sorted(zip(g_slots.tolist(), g_values.tolist(), strict=True))
+        w_slots, w_values = np.asarray(w_slots).tolist(), np.asarray(w_values).tolist()
+        assert pairs == list(zip(w_slots, w_values, strict=True))
