@@ -30,7 +30,8 @@ QUERY = (
     "FROM s [RANGE 8 MICROSECONDS SLIDE 2 MICROSECONDS] WHERE x <> 13 GROUP BY k"
 )
 
-# no Python function and no sketch: both keep the holistic step on the CPU in GPU plans
+# the exact functions a GPU plan selects on the device (test_holistic_split_gpu.py adds a
+# sketch and a Python function, each in its own test)
 GPU_QUERY = (
     "SELECT k, window_start, MEDIAN(v) AS m, SUM(v) AS s, COUNT(DISTINCT x) AS d, "
     "PERCENTILE_DISC(0.25) WITHIN GROUP (ORDER BY x) AS pd, PERCENTILE(v, 0.9) AS p9, "

@@ -58,3 +58,16 @@ def test_gpu_split_form_of_a_function_with_timestamps_equals_the_cpu_standalone_
     placed = (ph.Placement("preaggregate", "gpu", "Spark's planner: where the lift runs"),)
     got = split_run(plan, _batches(), stage1_placements=placed)
     assert [str(row) for row in got] == [str(row) for row in expected]
+
+
+def test_gpu_split_form_of_hll_registers_equals_the_cpu_standalone_run():
+    """APPROX_COUNT_DISTINCT's registers are built and merged on the device in stage 2 from
+    the shipped values (equal to the CPU's bit for bit)."""
+    query = GPU_QUERY.replace("COUNT(*) AS n", "APPROX_COUNT_DISTINCT(x) AS a, COUNT(*) AS n")
+    plan = _plan(query, backend="gpu")
+    assert ph.placement(ph.find(plan, ph.WindowAggregateExec), "holistic").backend == "gpu"
+    expected = standalone_run(_plan(query, backend="cpu"), _batches())
+    assert any(row["a"] for row in expected)
+    placed = (ph.Placement("preaggregate", "gpu", "Spark's planner: where the lift runs"),)
+    got = split_run(plan, _batches(), stage1_placements=placed)
+    assert [str(row) for row in got] == [str(row) for row in expected]
