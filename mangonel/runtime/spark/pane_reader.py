@@ -226,7 +226,9 @@ def read_file_part(spec: ReaderSpec, part: FilePart) -> pa.Table:
 def generator_parts(spec: ReaderSpec, begin: int, end: int) -> list[tuple[int, int]]:
     """Tuples [begin, end) as `splits` contiguous ranges whose inner bounds fall on chunk
     boundaries (each range reads whole chunks where it can)."""
-    chunks = -(-(end - begin) // CHUNK_ROWS)
+    if end <= begin:
+        return []
+    chunks = (end - 1) // CHUNK_ROWS - begin // CHUNK_ROWS + 1  # the chunks the range touches
     per_part = max(1, -(-chunks // max(1, spec.splits)))
     bounds = [begin]
     while bounds[-1] < end:
