@@ -98,7 +98,7 @@ def test_reader_path_equals_the_dataframe_path_and_spark_with_late_rows(spark, t
 def run_to_files(spark, folder, checkpoint, output) -> None:  # noqa: ANN001
     query = (
         declare(spark, folder)
-        .sql(TUMBLING)
+        .sql(SLIDING)
         .writeStream.format("parquet")
         .option("checkpointLocation", str(checkpoint))
         .outputMode("append")
@@ -111,8 +111,8 @@ def run_to_files(spark, folder, checkpoint, output) -> None:  # noqa: ANN001
 
 
 def test_reader_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path):
-    """Tumbling windows: the reader path is chosen over Spark's native plan; offsets (last
-    file read) and partitions (row groups) come back from the checkpoint. No late rows: the
+    """Offsets (last file read) and partitions (row groups) come back from the checkpoint.
+    No late rows: the
     stopped run's last micro-batch is a no-data one that moves the watermark, so by Spark's
     rule (late against the previous micro-batch's watermark) a restart may judge rows of its
     first micro-batch stricter than the uninterrupted run does, on either path."""
@@ -145,11 +145,16 @@ def _declared_plan(source: str, query: str = TUMBLING) -> tuple[str, object]:
 
 def test_the_planner_takes_the_reader_for_streams_mangonel_reads():
     for source in ("generator", "parquet", "csv"):
-        planned = plan_spark(*_declared_plan(source), partitions=2)
-        assert (planned.stage1, planned.native) == ("reader", False)  # also when tumbling
-        assert "EventTimeWatermark: column=max(ts) of each partition" in spark_stages_text(planned)
-    registered = plan_spark(*_declared_plan("none"), partitions=2)
-    assert registered.native  # a registered DataFrame keeps the cost-based choice
+        planned = plan_spark(*_declared_plan(source, SLIDING), partitions=2)
+        assert (planned.stage1, planned.native) == ("reader", False)
+        text = spark_stages_text(planned)
+        assert "EventTimeWatermark: column=max(ts) of each partition" in text
+        # tumbling: Spark's own aggregation by cost, unless the reader is asked for
+        assert plan_spark(*_declared_plan(source), partitions=2).native
+        forced = plan_spark(*_declared_plan(source), partitions=2, stage1="reader")
+        assert (forced.stage1, forced.native) == ("reader", False)
+    registered = plan_spark(*_declared_plan("none", SLIDING), partitions=2)
+    assert registered.stage1 == "arrow"  # a registered DataFrame: Spark's source
     with pytest.raises(PlanError, match="stage1='reader' does not apply: the stream is a"):
         plan_spark(*_declared_plan("none"), partitions=2, stage1="reader")
     # late rows need the rows beside the partials: Arrow stage 1 after Spark's source

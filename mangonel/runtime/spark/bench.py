@@ -4,8 +4,9 @@ aggregation as the peer of the CPU benchmark.
 `run_spark_benchmarks`: for each shape, the same generated stream (same seed, one Parquet
 file per micro-batch) runs end to end, in the same Spark session, one after the other:
 1. mangonel on a stream declared with `CREATE STREAM ... WITH (source = 'parquet')`: the
-   planner's choice there is the reader path (reader.py: lift and pane pre-aggregation inside
-   mangonel's own Python Data Source; only partials enter the JVM);
+   planner's choice there is the reader path for w/s > 1 (reader.py: lift and pane
+   pre-aggregation inside mangonel's own Python Data Source; only partials enter the JVM) and
+   Spark's native plan for tumbling windows (native.py);
 2. Spark's native `GROUP BY window(ts, w, s), key` streaming aggregation over Spark's file
    source (the peer; the ratio is 1 over 2);
 3. mangonel on the same files registered as a Spark DataFrame (`register`): the planner's
@@ -77,7 +78,7 @@ class SparkResult:
     ratio: float
     rows_out: int
     spark_rows_out: int
-    plan: str  # the planner's choice for the CREATE STREAM parquet stream: "reader"
+    plan: str  # the planner's choice for the CREATE STREAM parquet stream: "reader" or "native"
     # the same query over the files registered as a DataFrame: the planner's choice there
     # ("two-stage" or "native", native.py) and its rate
     dataframe_plan: str = ""

@@ -116,13 +116,14 @@ def plan_spark(
     reader, why_not = reader_applies(window, late_rows)
     if stage1 == "reader" and not reader:
         raise PlanError(f"stage1='reader' does not apply: {why_not}")
-    if stage1 is None and reader and native is not True:
+    if stage1 is None and reader and not native_module.choose_native(window, native).native:
+        # where the cost rule keeps the two stages (w/s > 1), stage 1 runs in the reader;
+        # where each tuple falls in one window Spark's own aggregation still wins, also
+        # against the reader path (docs/performance.md, "Inside Spark: the reader path")
         stage1 = "reader"
     if stage1 == "reader":
         if native is True:
             raise PlanError("stage1='reader' runs the two stages; native=True runs Spark's own")
-        # only pane partials enter the JVM: the two stages then beat Spark's own aggregation
-        # also where each tuple falls in one window (docs/performance.md, "Inside Spark")
         native = False
     kind = stage1 or ("kernels" if window.backend == "gpu" else "arrow")
     if late_rows:
