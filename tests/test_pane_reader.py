@@ -112,3 +112,9 @@ def test_file_offsets_read_files_in_name_order_one_partition_per_row_group(tmp_p
     read = pa.concat_tables([read_file_part(spec, p) for p in parts])
     assert read.equals(pa.Table.from_batches(batches[:2]).select(read.column_names))
     assert file_parts(spec, "", first) == parts  # the same partitions after a restart
+
+
+def test_an_empty_folder_is_a_stream_that_has_not_started(tmp_path):
+    window = ph.find(query_plan("cpu"), ph.WindowAggregateExec)
+    spec = reader_spec(window, path=str(tmp_path))
+    assert next_files(spec, "") == "" and file_parts(spec, "", "") == []

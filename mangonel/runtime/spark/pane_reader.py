@@ -180,7 +180,11 @@ class FilePart:
 
 def listed_files(spec: ReaderSpec) -> list[str]:
     """The source's data files in name order (`catalog.sources.files.data_files`: the rules
-    of `mangonel run`)."""
+    of `mangonel run`); a folder with none yet is a stream that has not started (as Spark's
+    file source, it waits), a missing path an error."""
+    root = Path(spec.path)
+    if root.is_dir() and not any(root.iterdir()):
+        return []
     return [str(path) for path in data_files(spec.path)]
 
 
