@@ -330,6 +330,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="end to end inside local Spark Structured Streaming vs Spark",
     )
     parser.add_argument(
+        "--spark-state",
+        choices=("hdfs", "rocksdb"),
+        default="hdfs",
+        help="--spark: Spark's state store provider for the run (HDFS-backed or RocksDB)",
+    )
+    parser.add_argument(
         "--tuples", type=positive_int, help="tuples per shape (CPU 20 M, GPU 100 M)"
     )
     parser.add_argument(

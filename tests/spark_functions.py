@@ -12,6 +12,7 @@ import mangonel as mg
 from mangonel.compiler import physical as ph
 from mangonel.runtime.operators.tree import OperatorTree
 from mangonel.runtime.spark import functions
+from mangonel.runtime.spark.pane_reader import EVENT_TIME, ReaderSpec
 
 CREATE = (
     "CREATE STREAM t (ts TIMESTAMP, k BIGINT, v DOUBLE) "
@@ -97,3 +98,15 @@ def run_stages(plan: ph.ProjectExec, batches: list[pa.RecordBatch], executors=No
 def cpu_tree(plan: ph.ProjectExec) -> OperatorTree:
     """A CPU executor's tree of `plan` (as `functions.executor_plan` makes it there)."""
     return OperatorTree(ph.with_backend(plan, "cpu", "a CPU executor"))
+
+
+def reader_spec(window: ph.WindowAggregateExec, **fields) -> ReaderSpec:  # noqa: ANN003
+    """A reader spec of `window` with no carrier rows (stage1.carrier_rows needs pyspark)
+    and the operator's own partial names (Spark's differ only where a name has a dot);
+    a GPU plan's stage 1 placed as the Spark planner places it."""
+    cpu_window = ph.with_backend(window, "cpu", "schema") if window.backend != "cpu" else window
+    partial = functions.stage1_preaggregate(cpu_window, (), micro_batches(count=1)[0]).schema
+    schema = pa.schema(list(partial)).append(pa.field(EVENT_TIME, pa.timestamp("us", "UTC")))
+    carriers = pa.RecordBatch.from_pylist([], schema=pa.schema(list(partial)))
+    placements = stage1_placements(window)
+    return ReaderSpec(window, placements, "parquet", schema, carriers, **fields)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -25,12 +26,14 @@ from spark_functions import (  # noqa: E402
     cpu_tree,
     micro_batches,
     query_plan,
+    reader_spec,
     run_stages,
     stage1_placements,
 )
 
 from mangonel.compiler import physical as ph  # noqa: E402
 from mangonel.runtime.spark import functions  # noqa: E402
+from mangonel.runtime.spark.pane_reader import EVENT_TIME, partition_batches  # noqa: E402
 
 
 def test_a_gpu_executor_runs_the_gpu_plan_once_per_process():
@@ -81,3 +84,22 @@ def test_a_buckets_state_moves_between_gpu_and_cpu_executors():
     got = run_stages(plan, batches, executors=alternate)
     want = run_stages(query_plan("cpu"), batches)
     assert rows_close(got, want)
+
+
+def test_the_reader_partition_on_the_gpu_equals_the_cpu_one():
+    """The reader path (pane_reader.partition_batches: lift and pane pre-aggregation where
+    the rows are read) on a GPU executor: the GPU plan's partials and watermark time equal
+    the CPU plan's."""
+    batch = pa.Table.from_batches([micro_batches(count=1)[0]])
+    outputs = []
+    for backend in ("gpu", "cpu"):
+        window = ph.find(query_plan(backend), ph.WindowAggregateExec)
+        batches = list(partition_batches(reader_spec(window), batch))
+        outputs.append(batches[1])
+    gpu, cpu = outputs
+    assert gpu.column(EVENT_TIME).equals(cpu.column(EVENT_TIME))
+    key = ["k", "__pane"]
+    assert rows_close(
+        sorted(gpu.to_pylist(), key=lambda r: tuple(str(r[c]) for c in key)),
+        sorted(cpu.to_pylist(), key=lambda r: tuple(str(r[c]) for c in key)),
+    )

@@ -2,10 +2,18 @@
 aggregation as the peer of the CPU benchmark.
 
 `run_spark_benchmarks`: for each shape, the same generated stream (same seed, one Parquet
-file per micro-batch) runs end to end through mangonel's two stages and through Spark's native
-`GROUP BY window(ts, w, s), key` streaming aggregation, in the same Spark session, one after
-the other; each time covers planning, every micro-batch and the final no-data batch (start to
-`processAllAvailable`), after one small warm-up run of each engine (Python workers, JIT).
+file per micro-batch) runs end to end, in the same Spark session, one after the other:
+1. mangonel on a stream declared with `CREATE STREAM ... WITH (source = 'parquet')`: the
+   planner's choice there is the reader path for w/s > 1 (reader.py: lift and pane
+   pre-aggregation inside mangonel's own Python Data Source; only partials enter the JVM) and
+   Spark's native plan for tumbling windows (native.py);
+2. Spark's native `GROUP BY window(ts, w, s), key` streaming aggregation over Spark's file
+   source (the peer; the ratio is 1 over 2);
+3. mangonel on the same files registered as a Spark DataFrame (`register`): the planner's
+   choice there (two stages after Spark's file source, or Spark's native plan by cost).
+Each time covers planning, every micro-batch and the final no-data batch (start to
+`processAllAvailable`), after one small warm-up run of each (Python workers, JIT).
+`state_store` picks Spark's state store provider for the run (`STATE_STORES`).
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ from mangonel.compiler.explain import format_duration
 from mangonel.runtime.spark.session import SparkMangonelSession, local_spark
 
 STREAM_DDL = "ts TIMESTAMP, key BIGINT, value DOUBLE"
+STATE_STORES = {
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
 
 
 @dataclass(frozen=True)
@@ -70,10 +82,12 @@ class SparkResult:
     ratio: float
     rows_out: int
     spark_rows_out: int
-    plan: str  # "two-stage" or "native" (the planner's cost-based choice, native.py)
-    # where the planner chose native: mangonel's two-stage plan of the same query (the
-    # measurement behind the choice), else None
-    two_stage_tuples_per_second: float | None = None
+    plan: str  # the planner's choice for the CREATE STREAM parquet stream: "reader" or "native"
+    # the same query over the files registered as a DataFrame: the planner's choice there
+    # ("two-stage" or "native", native.py) and its rate
+    dataframe_plan: str = ""
+    dataframe_tuples_per_second: float | None = None
+    state_store: str = "hdfs"
 
 
 def start_local_spark(cores: int = 2, shuffle_partitions: int = 2) -> SparkSession:
@@ -147,6 +161,13 @@ def _native_query(source: DataFrame, shape: SparkShape) -> DataFrame:
     )
 
 
+def _plan_name(session: SparkMangonelSession) -> str:
+    planned = session.last_plan
+    if planned is None or planned.native:
+        return "native"
+    return "reader" if planned.stage1 == "reader" else "two-stage"
+
+
 def measure_shape(
     spark: SparkSession,
     shape: SparkShape,
@@ -156,23 +177,26 @@ def measure_shape(
     seed: int,
     backend: str = "auto",
     keep: list[Any] | None = None,
+    state_store: str = "hdfs",
 ) -> SparkResult:
-    """One shape through mangonel and Spark's native aggregation. With `keep`, both result
-    tables are appended to it (mangonel's, then Spark's) instead of going to a no-op sink."""
+    """One shape through mangonel's reader path, Spark's native aggregation and mangonel
+    over a registered DataFrame (module docstring). With `keep`, the three result tables are
+    appended to it in that order instead of going to a no-op sink."""
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORES[state_store])
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-") as folder:
         write_input(Path(folder), shape, tuples, rate, batch, seed)
+        declared = SparkMangonelSession(spark, backend=backend)
+        declared.execute(
+            f"CREATE STREAM events ({STREAM_DDL}) WITH (event_time = 'ts', watermark = "
+            f"'0 milliseconds', source = 'parquet', path = '{folder}', files_per_trigger = '1')"
+        )
+        ours_seconds, ours_rows = _seconds_and_rows(declared.sql(_mangonel_query(shape)), keep)
+        plan = _plan_name(declared)
         source = _file_source(spark, Path(folder))
-        session = SparkMangonelSession(spark, backend=backend)
-        session.register("events", source, event_time="ts", watermark=0)
-        ours_seconds, ours_rows = _seconds_and_rows(session.sql(_mangonel_query(shape)), keep)
-        planned_native = session.last_plan is not None and session.last_plan.native
         native_seconds, native_rows = _seconds_and_rows(_native_query(source, shape), keep)
-        two_stage_rate = None
-        if planned_native:
-            forced = SparkMangonelSession(spark, backend=backend, native=False)
-            forced.register("events", source, event_time="ts", watermark=0)
-            two_stage_seconds, _ = _seconds_and_rows(forced.sql(_mangonel_query(shape)))
-            two_stage_rate = tuples / two_stage_seconds
+        registered = SparkMangonelSession(spark, backend=backend)
+        registered.register("events", source, event_time="ts", watermark=0)
+        frame_seconds, _ = _seconds_and_rows(registered.sql(_mangonel_query(shape)), keep)
     ours_rate = tuples / ours_seconds
     native_rate = tuples / native_seconds
     return SparkResult(
@@ -186,8 +210,10 @@ def measure_shape(
         ours_rate / native_rate,
         ours_rows,
         native_rows,
-        "native" if planned_native else "two-stage",
-        two_stage_rate,
+        plan,
+        _plan_name(registered),
+        tuples / frame_seconds,
+        state_store,
     )
 
 
@@ -206,29 +232,38 @@ def run_spark_benchmarks(
     batch = getattr(arguments, "batch_size", None) or 1_000_000
     seed = getattr(arguments, "seed", None) or 1
     backend = getattr(arguments, "backend", None) or "auto"
+    state_store = getattr(arguments, "spark_state", None) or "hdfs"
     spark = spark or start_local_spark()
     holistic = getattr(arguments, "holistic", False)
     chosen = shapes or (HOLISTIC_SHAPES if holistic else DEFAULT_SHAPES)
     print("warming up (Python workers, JIT) ...", flush=True)
-    warm_up = SparkShape(1_000_000, 100_000, keys=10, aggregate=chosen[0].aggregate)
-    measure_shape(spark, warm_up, 20_000, rate, 10_000, seed, backend)
+    measure_shape(
+        spark,
+        SparkShape(1_000_000, 100_000, keys=10, aggregate=chosen[0].aggregate),
+        20_000,
+        rate,
+        10_000,
+        seed,
+        backend,
+        state_store=state_store,
+    )
     print(
+        f"state store: {state_store}\n"
         f"{'shape':32s} {'tuples':>10s} {'mangonel':>14s} {'Spark native':>14s} {'ratio':>8s} "
-        f"{'rows out':>10s}  plan (two-stage rate where native was chosen)"
+        f"{'rows out':>10s}  plan; registered DataFrame: plan, rate"
     )
     results = []
     for shape in chosen:
-        result = measure_shape(spark, shape, tuples, rate, batch, seed, backend)
+        result = measure_shape(
+            spark, shape, tuples, rate, batch, seed, backend, state_store=state_store
+        )
         agree = "" if result.rows_out == result.spark_rows_out else "  (row counts differ!)"
+        frame_rate = (result.dataframe_tuples_per_second or 0) / 1e6
         print(
             f"{result.shape:32s} {tuples:>10,} {result.mangonel_tuples_per_second / 1e6:>10.3f} M/s"
             f" {result.spark_tuples_per_second / 1e6:>10.3f} M/s {result.ratio:>7.1f}x "
-            f"{result.rows_out:>10,}  {result.plan}"
-            + (
-                f" (two-stage {result.two_stage_tuples_per_second / 1e6:.3f} M/s)"
-                if result.two_stage_tuples_per_second
-                else ""
-            )
+            f"{result.rows_out:>10,}  {result.plan}; DataFrame: {result.dataframe_plan}, "
+            f"{frame_rate:.3f} M/s ({frame_rate * 1e6 / result.spark_tuples_per_second:.1f}x)"
             + f"  [{result.mangonel_seconds:.1f} s vs {result.spark_seconds:.1f} s]"
             + agree,
             flush=True,

@@ -71,13 +71,18 @@ def stage1_preaggregate(
     """One partition's (key, pane) partials (`partial_schema`), by this executor's backend.
     `placements` are the Spark planner's stage-1 placements of the plan's backend; a CPU
     executor of a GPU plan runs every step on the CPU, so they do not apply there."""
+    return stage1_leaf(window, placements).preaggregate(table)
+
+
+def stage1_leaf(window: ph.WindowAggregateExec, placements: tuple[ph.Placement, ...]) -> Any:  # noqa: ANN401
+    """Stage 1's window operator of this process (made once: it is stateless between calls)."""
     leaf = _STAGE1.get((window, placements))
     if leaf is None:
         node = executor_plan(window)
         extra = placements if node is window else ()
         leaf = OperatorTree(node, extra_placements=extra, kernels=_KERNELS).leaf()
         _STAGE1[(window, placements)] = leaf
-    return leaf.preaggregate(table)
+    return leaf
 
 
 def bucket_tree(plan: ph.ProjectExec) -> OperatorTree:

@@ -30,7 +30,9 @@ from mangonel.runtime.spark.join_metrics import OBSERVATION
 from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.sql import aggregate_sql, lift_sql
 
-STAGE1_KINDS = ("arrow", "kernels")
+STAGE1_KINDS = ("arrow", "kernels", "reader")
+# sources whose rows mangonel reads itself, in the reader (reader.py, pane_reader.py)
+READER_SOURCES = ("generator", "parquet", "csv")
 LATE_ROWS_REFUSED = "late_rows= does not run in this plan inside Spark"
 COUNT_STAGE1 = (
     "count windows run stage 1 as the window operator's per-tuple partials (stage1='kernels')"
@@ -118,6 +120,18 @@ def plan_spark(
         if late_rows:
             raise PlanError(f"{LATE_ROWS_REFUSED}: count windows keep their late rows counted")
         stage1, native = "kernels", False
+    reader, why_not = reader_applies(window, late_rows)
+    if stage1 == "reader" and not reader:
+        raise PlanError(f"stage1='reader' does not apply: {why_not}")
+    if stage1 is None and reader and not native_module.choose_native(window, native).native:
+        # where the cost rule keeps the two stages (w/s > 1), stage 1 runs in the reader;
+        # where each tuple falls in one window Spark's own aggregation still wins, also
+        # against the reader path (docs/performance.md, "Inside Spark: the reader path")
+        stage1 = "reader"
+    if stage1 == "reader":
+        if native is True:
+            raise PlanError("stage1='reader' runs the two stages; native=True runs Spark's own")
+        native = False
     kind = stage1 or ("kernels" if window.backend == "gpu" else "arrow")
     if late_rows:
         if native:
@@ -131,7 +145,7 @@ def plan_spark(
         else native_module.choose_native(window, native)
     )
     placements: tuple[ph.Placement, ...] = ()
-    if kind == "kernels":
+    if kind in ("kernels", "reader"):
         # the pane pre-aggregation runs where the lift does (the GPU's: a device key map of
         # (slot, pane) pairs and the merge kernel): only the partials leave the device
         lift = ph.placement(window, "lift")
@@ -145,6 +159,23 @@ def plan_spark(
         choice.reason,
         placements,
     )
+
+
+def reader_applies(window: ph.WindowAggregateExec, late_rows: bool) -> tuple[bool, str]:
+    """Whether stage 1 can run inside mangonel's own reader of the stream (reader.py), and
+    why not: the stream must be one mangonel reads (a CREATE STREAM source option), the
+    partials must be pane partials (not count windows' per-tuple ones), and nothing may need
+    the rows themselves after stage 1 (late rows as data) or Spark's own aggregation
+    (session windows)."""
+    source = (window.lift.scan.stream.option("source") or "").lower()
+    if source not in READER_SOURCES:
+        reason = f"source = '{source}'" if source else "a registered DataFrame"
+        return False, f"the stream is {reason}; the reader reads {', '.join(READER_SOURCES)}"
+    if window.window.kind in (WindowKind.COUNT, WindowKind.SESSION):
+        return False, f"{window.window.kind.value} windows have no pane partials"
+    if late_rows:
+        return False, "late_rows= needs the rows beside the partials (Arrow stage 1)"
+    return True, ""
 
 
 def bucket_key_pairs(plan: ph.ProjectExec) -> tuple[tuple[int, ...], str]:
@@ -375,6 +406,8 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         (PlanNode("Stage1 native Project/Filter", project, (watermarked,)),),
         planned.stage1_placements,
     )
+    if planned.stage1 == "reader":
+        stage1 = _reader_stage1(planned, group_by)
     rows = "per-tuple partials" if counted else "(key, pane) partials"
     exchange = PlanNode(
         "Exchange",
@@ -413,6 +446,47 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     if window.holistic is not None and not counted:  # why not Spark's own, whatever the shape
         return f"Spark: two stages (reason: {planned.native_reason})", stage2
     return "Spark:", stage2
+
+
+def _reader_stage1(planned: SparkQueryPlan, group_by: str) -> PlanNode:
+    """Stage 1 inside mangonel's own reader (reader.py): Spark's watermark sits on the
+    partials' watermark time (the maximum event time of the partition's rows that Spark's
+    watermark counts), so no row enters the JVM."""
+    window = planned.window
+    stream = window.lift.scan.stream
+    source = stream.option("source").lower()
+    parts = {
+        "generator": "tuple ranges on chunk boundaries",
+        "parquet": "one per row group",
+        "csv": "one per file",
+    }[source]
+    offsets = "tuples read" if source == "generator" else "last file read, name order"
+    preaggregate = f"{window.backend}-lift-kernels"
+    reader = PlanNode(
+        "Stage1 Python Data Source: mangonel_panes",
+        (
+            Parameter("source", source, source),
+            Parameter("where", "fused into the lift kernel", None),
+            Parameter("preaggregate", preaggregate, preaggregate),
+            Parameter("group_by", group_by, group_by),
+            Parameter("partitions", parts, parts),
+            Parameter("offsets", offsets, offsets),
+            Parameter("rows_to_jvm", "(key, pane) partials", "partials"),
+            *_per_executor(window.backend),
+        ),
+        (_source(stream),),
+        planned.stage1_placements,
+    )
+    delay = window.window.watermark_delay_us
+    column = f"max({stream.event_time}) of each partition"
+    return PlanNode(
+        "EventTimeWatermark",
+        (
+            Parameter("column", column, stream.event_time),
+            Parameter("delay", format_duration(delay), delay),
+        ),
+        (reader,),
+    )
 
 
 def _per_executor(backend: str) -> tuple[Parameter, ...]:

@@ -34,6 +34,7 @@ from mangonel.runtime.cpu.python_window import compile_window_function
 from mangonel.runtime.gpu.probe import gpu_status
 from mangonel.runtime.spark import join as join_module
 from mangonel.runtime.spark import native as native_module
+from mangonel.runtime.spark import reader as reader_module
 from mangonel.runtime.spark import stage1 as stage1_module
 from mangonel.runtime.spark import stage2 as stage2_module
 from mangonel.runtime.spark.java import check_java
@@ -90,7 +91,9 @@ class SparkMangonelSession:
     stateful stage has (default: twice spark.sql.shuffle.partitions); each bucket is one
     state-store entry and one Python call per micro-batch. stage1: how partitions are
     pre-aggregated — "arrow" (Arrow's hash aggregation after a native projection; the CPU
-    default), "kernels" (the backend's fused lift kernels; the GPU default), or None.
+    default), "kernels" (the backend's fused lift kernels; the GPU default), "reader" (the
+    lift kernels inside mangonel's own reader of the stream, reader.py: the default for
+    streams declared with source = 'generator' | 'parquet' | 'csv'), or None.
     native: None lets the planner choose Spark's native window aggregation by cost (where
     each tuple falls in one window, see native.py; EXPLAIN gives the reason); True / False
     force that plan / mangonel's two stages. gpu_join: in GPU plans, run join queries' join
@@ -107,7 +110,7 @@ class SparkMangonelSession:
         gpu_join: bool = True,
     ) -> None:
         if stage1 not in (None, *STAGE1_KINDS):
-            raise PlanError(f"stage1 must be 'arrow' or 'kernels', not {stage1!r}")
+            raise PlanError(f"stage1 must be 'arrow', 'kernels' or 'reader', not {stage1!r}")
         self.spark = spark
         self.session = StatementRunner(
             backend,
@@ -272,9 +275,12 @@ class SparkMangonelSession:
                 hint=f"register({stream.name!r}, spark.readStream..., event_time=...) or declare "
                 "it with WITH (source = 'generator' | 'parquet' | 'csv' | 'kafka', ...)",
             )
+        self._last = planned
+        if planned.stage1 == "reader":  # mangonel reads the stream itself (reader.py)
+            partials = reader_module.reader_stage1(self.spark, planned)
+            return stage2_module.stage2(planned.plan, partials)
         delay = window.window.watermark_delay_us
         watermarked = source.withWatermark(stream.event_time, spark_interval(delay))
-        self._last = planned
         if planned.native:
             return native_module.native_query(planned.plan, watermarked)
         if planned.stage1 == "kernels":

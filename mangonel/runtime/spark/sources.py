@@ -25,48 +25,23 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from mangonel.catalog.catalog import Column, Schema, Stream
-from mangonel.catalog.sources.generator import generate
+from mangonel.catalog.catalog import Schema, Stream
 from mangonel.catalog.sources.options import (
-    GeneratorSource,
     file_source,
     generator_reader_options,
     generator_source,
     source_of,
 )
-from mangonel.catalog.types import SqlType, type_from_name
 from mangonel.compiler.parse import parse_duration
 from mangonel.errors import CatalogError
+from mangonel.runtime.spark.pane_reader import CHUNK_ROWS, generator_of, read_generator_rows
 from mangonel.runtime.spark.schema import schema_ddl
 
 GENERATOR_FORMAT = "mangonel_generator"
-# Chunks are the unit of reproducibility: chunk c is generate(...) with seed (seed, c).
-CHUNK_ROWS = 50_000
-
-
-def _schema_from_options(options: dict[str, str]) -> Schema:
-    # "columns" is JSON [[name, type, nullable], ...]: exact, unlike re-parsing the DDL string.
-    return Schema(
-        tuple(
-            Column(name, type_from_name(type_name) or SqlType.STRING, nullable)
-            for name, type_name, nullable in json.loads(options["columns"])
-        )
-    )
 
 
 def columns_option(schema: Schema) -> str:
     return json.dumps([[c.name, c.type.value, c.nullable] for c in schema.columns])
-
-
-def _generator(options: dict[str, str]) -> GeneratorSource:
-    """The generator the reader options describe (checked once already, at CREATE STREAM)."""
-    return generator_source(
-        options,
-        _schema_from_options(options),
-        options["event_time"],
-        options.get("stream", GENERATOR_FORMAT),
-        durations=parse_duration,
-    )
 
 
 @dataclasses.dataclass
@@ -80,7 +55,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
-        self.config = _generator(options).config
+        self.config = generator_of(options).config
         self.rows_per_batch = self.config.batch_size
 
     def initialOffset(self) -> dict:
@@ -107,25 +82,6 @@ class GeneratorStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the stream is a pure function of its offsets."""
-
-
-def read_generator_rows(options: dict[str, str], start: int, end: int) -> Iterator[pa.RecordBatch]:
-    """Tuples [start, end) of the generated stream (within one chunk)."""
-    generator = _generator(options)
-    config = generator.config
-    chunk = start // CHUNK_ROWS
-    chunk_start = chunk * CHUNK_ROWS
-    chunk_rows = min(CHUNK_ROWS, config.tuples - chunk_start)
-    chunk_config = dataclasses.replace(
-        config,
-        tuples=chunk_rows,
-        batch_size=chunk_rows,
-        seed=config.seed * 1_000_003 + chunk,
-        start_us=config.start_us + chunk_start * 1_000_000 // config.rate,
-    )
-    schema = _schema_from_options(options)
-    batch = next(generate(schema, options["event_time"], chunk_config, generator.key_columns))
-    yield batch.slice(start - chunk_start, end - start)
 
 
 class GeneratorDataSource(DataSource):
