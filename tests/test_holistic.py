@@ -363,12 +363,31 @@ def test_gpu_plans_keep_the_holistic_step_of_count_windows_on_the_cpu_with_a_rea
     assert window.holistic.gpu_form is None
 
 
-def test_holistic_functions_inside_spark_are_refused_at_planning():
+def test_holistic_functions_inside_spark_plan_the_two_stages_even_when_tumbling():
     from mangonel.runtime.spark.planner import plan_spark
 
     query = _session().sql("SELECT k, MEDIAN(v) FROM s [RANGE 1 SECOND] GROUP BY k")
-    with pytest.raises(PlanError, match="holistic functions inside Spark: not yet.*MEDIAN"):
-        plan_spark(query.text, query.plan, partitions=2)
+    planned = plan_spark(query.text, query.plan, partitions=2)
+    assert not planned.native and "holistic functions run in mangonel's stages" in (
+        planned.native_reason
+    )
+    with pytest.raises(PlanError, match="native=True: Spark's streaming aggregation.*MEDIAN"):
+        plan_spark(query.text, query.plan, partitions=2, native=True)
+
+
+def test_holistic_functions_inside_spark_over_count_and_session_windows():
+    """Count windows run them in the two stages (per-tuple partials carry the values);
+    session windows, which run only as Spark's own aggregation inside Spark, refuse them."""
+    from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
+
+    session = _session()
+    counted = session.sql("SELECT k, MEDIAN(v) FROM s [ROWS 3 SLIDE 2] GROUP BY k")
+    planned = plan_spark(counted.text, counted.plan, partitions=2)
+    assert not planned.native and planned.stage1 == "kernels"
+    assert "holistic=tuple-runs" in spark_stages_text(planned)
+    sessions = session.sql("SELECT k, MEDIAN(v) FROM s [SESSION GAP 1 SECOND] GROUP BY k")
+    with pytest.raises(PlanError, match="MEDIAN.*session windows do not run inside Spark"):
+        plan_spark(sessions.text, sessions.plan, partitions=2)
 
 
 def test_holistic_functions_over_joins_are_refused():

@@ -5,7 +5,7 @@ and tumbling) and count windows, in and out of order, with NULLs, NaN/infinities
 snapshot/restore, beside MEDIAN and incremental aggregates, also functions registered
 with_timestamps (the oracle hands them the values' event times); the registration API
 (decorator, type checks, names), numba compile errors at registration and planning, EXPLAIN,
-GPU placement and the Spark refusal."""
+GPU placement and the Spark plan."""
 
 from __future__ import annotations
 
@@ -245,14 +245,15 @@ def test_the_plan_names_the_function_and_a_gpu_plan_unchecked_for_cuda_keeps_it_
     )
 
 
-def test_python_functions_inside_spark_are_refused_at_planning():
-    from mangonel.runtime.spark.planner import plan_spark
+def test_python_functions_inside_spark_plan_the_two_stages():
+    from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
 
     session = _session()
     session.register_window_function("spread", spread)
     query = session.sql("SELECT k, spread(v) FROM s [RANGE 1 SECOND] GROUP BY k")
-    with pytest.raises(PlanError, match="Python window functions inside Spark: not yet.*spread"):
-        plan_spark(query.text, query.plan, partitions=2)
+    planned = plan_spark(query.text, query.plan, partitions=2)
+    assert not planned.native and "spread" in planned.native_reason
+    assert "holistic=sorted-panes on cpu at window close" in spark_stages_text(planned)
 
 
 def test_names_are_case_insensitive_and_replacing_needs_replace():

@@ -303,12 +303,13 @@ def test_gpu_plans_keep_hll_sketches_on_the_gpu():
     assert mixed.holistic.gpu_form == "warp-per-window"
 
 
-def test_sketches_inside_spark_are_refused_at_planning():
-    from mangonel.runtime.spark.planner import plan_spark
+def test_sketches_inside_spark_plan_the_two_stages():
+    from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
 
     query = _session().sql("SELECT k, APPROX_COUNT_DISTINCT(v) FROM s [RANGE 1 SECOND] GROUP BY k")
-    with pytest.raises(PlanError, match="inside Spark: not yet.*APPROX_COUNT_DISTINCT"):
-        plan_spark(query.text, query.plan, partitions=2)
+    planned = plan_spark(query.text, query.plan, partitions=2)
+    assert not planned.native and "APPROX_COUNT_DISTINCT" in planned.native_reason
+    assert "holistic=sketch-panes on cpu at window close" in spark_stages_text(planned)
 
 
 def test_panes_keep_sketches_not_values_and_are_freed():

@@ -59,8 +59,6 @@ COUNT_HOLISTIC_ON_CPU = (
     "count windows keep holistic functions' raw values with the per-tuple partials, "
     "which have no GPU lift yet"
 )
-SPARK_HOLISTIC = "holistic functions inside Spark: not yet"
-SPARK_PYTHON = "Python window functions inside Spark: not yet (the standalone Session runs them)"
 
 
 # APPROX_COUNT_DISTINCT's HLL registers are updated, merged and counted on the GPU
@@ -310,3 +308,13 @@ def holistic_positions(node: WindowAggregateExec) -> tuple[list[int], list[int]]
     incremental = [i for i, a in enumerate(node.aggregates) if not a.holistic]
     holistic = [i for i, a in enumerate(node.aggregates) if a.holistic]
     return incremental, holistic
+
+
+def timed_fields(node: WindowAggregateExec) -> set[str]:
+    """The `values` fields whose values' event times are kept too: those a Python window
+    function registered `with_timestamps` reads."""
+    return {
+        plan.value_field
+        for plan in node.aggregates
+        if plan.python is not None and plan.python.with_timestamps
+    }

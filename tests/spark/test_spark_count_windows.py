@@ -45,22 +45,46 @@ def micro_batches(seed: int) -> list[pa.Table]:
     return tables
 
 
-def standalone(tables: list[pa.Table]) -> tuple[pd.DataFrame, int]:
+HOLISTIC_QUERY = (
+    "SELECT k, window_start, window_end, MEDIAN(v) AS m, COUNT(DISTINCT v) AS d, "
+    "PERCENTILE_DISC(0.25) WITHIN GROUP (ORDER BY v) AS pd, latest(v) AS l, "
+    "APPROX_COUNT_DISTINCT(v) AS a, SUM(v) AS s FROM s [ROWS 3 SLIDE 2] GROUP BY k"
+)
+
+
+def latest_function():
+    """Registered with_timestamps, nested so that Spark's workers get it by value (this test
+    module is not importable there): the value of the latest tuple (the largest on ties)."""
+
+    def latest(values, times):
+        best = 0
+        for i in range(times.shape[0]):
+            if times[i] >= times[best]:
+                best = i
+        return values[best]
+
+    return latest
+
+
+def standalone(tables: list[pa.Table], query: str = QUERY) -> tuple[pd.DataFrame, int]:
     session = mg.Session("cpu")
     session.execute(
         "CREATE STREAM s (ts TIMESTAMP, k BIGINT, v BIGINT) "
         "WITH (event_time = 'ts', watermark = '100 milliseconds')"
     )
+    session.register_window_function(
+        "latest", latest_function(), returns="BIGINT", with_timestamps=True
+    )
     from mangonel.runtime.local.query import LocalQuery
 
-    runner = LocalQuery(session.sql(QUERY).plan)
+    runner = LocalQuery(session.sql(query).plan)
     fired = [batch for table in tables for batch in runner.process(table)]
     rows = pa.Table.from_batches(fired, schema=runner.schema).to_pandas()
     return rows, runner.metrics.late_tuples_dropped
 
 
-def ordered(frame: pd.DataFrame) -> list[tuple]:
-    columns = ["k", "window_start", "window_end", "s", "n", "lo"]
+def ordered(frame: pd.DataFrame, columns: tuple[str, ...] = ("s", "n", "lo")) -> list[tuple]:
+    columns = ["k", "window_start", "window_end", *columns]
     frame = frame[columns].copy()
     for bound in ("window_start", "window_end"):
         frame[bound] = pd.to_datetime(frame[bound], utc=True)
@@ -78,3 +102,25 @@ def test_count_windows_equal_the_standalone_session(spark, tmp_path, seed) -> No
     session.register("s", source, event_time="ts", watermark="100 milliseconds")
     ours = run_to_memory(session.sql(QUERY), tmp_path / "checkpoint")
     assert ordered(ours) == ordered(expected)
+
+
+def test_holistic_functions_over_count_windows_equal_the_standalone_session(
+    spark, tmp_path
+) -> None:
+    """MEDIAN, COUNT(DISTINCT), PERCENTILE_DISC, a sketch and a Python function
+    with_timestamps over count windows: the per-tuple partials carry each `values` field's
+    (order key, validity) and the event times, so stage 2 evaluates them as standalone."""
+    tables = micro_batches(1)
+    expected, late = standalone(tables, HOLISTIC_QUERY)
+    assert late > 0 and len(expected) > 5
+    write_micro_batches(tmp_path / "in", tables)
+    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v BIGINT")
+    session = mg.attach(spark)
+    session.register("s", source, event_time="ts", watermark="100 milliseconds")
+    session.register_window_function(
+        "latest", latest_function(), returns="BIGINT", with_timestamps=True
+    )
+    assert "holistic=tuple-runs" in session.explain(HOLISTIC_QUERY)
+    ours = run_to_memory(session.sql(HOLISTIC_QUERY), tmp_path / "checkpoint")
+    columns = ("m", "d", "pd", "l", "a", "s")
+    assert ordered(ours, columns) == ordered(expected, columns)

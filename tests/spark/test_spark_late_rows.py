@@ -66,7 +66,15 @@ def spark_late_rows(batches: list[list[dict]]) -> list[dict]:
     return late
 
 
-def test_late_rows_are_written_exactly(spark, tmp_path) -> None:
+@pytest.mark.parametrize(
+    "aggregates",
+    [
+        "COUNT(*) AS n",
+        # holistic functions: each partial row carries its values and its tuples side by side
+        "COUNT(*) AS n, MEDIAN(v) AS m, COUNT(DISTINCT v) AS d",
+    ],
+)
+def test_late_rows_are_written_exactly(spark, tmp_path, aggregates) -> None:
     batches = micro_batches(3)
     expected = spark_late_rows(batches)
     assert expected, "the case must hold late rows"
@@ -77,11 +85,12 @@ def test_late_rows_are_written_exactly(spark, tmp_path) -> None:
     session = mg.attach(spark)
     session.register("s", source, event_time="ts", watermark="200 milliseconds")
     query = (
-        "SELECT k, window_start, COUNT(*) AS n FROM s "
+        f"SELECT k, window_start, {aggregates} FROM s "
         "[RANGE 1 SECOND SLIDE 500 MILLISECONDS] GROUP BY k"
     )
     frame = session.sql(query, late_rows=str(tmp_path / "late"))
-    run_to_memory(frame, tmp_path / "checkpoint")
+    results = run_to_memory(frame, tmp_path / "checkpoint")
+    assert len(results) and results["n"].gt(0).all()
     table = pq.read_table(tmp_path / "late")
     assert table.column_names == ["ts", "k", "v", "note", "late_reason", "late_watermark"]
     plain = [

@@ -161,3 +161,21 @@ def test_the_planner_takes_the_reader_for_streams_mangonel_reads():
     late = plan_spark(*_declared_plan("parquet", SLIDING), partitions=2, late_rows=True)
     assert late.stage1 == "arrow"
     assert plan_spark(*_declared_plan("parquet"), partitions=2, native=True).native
+
+
+def test_holistic_functions_through_the_reader_equal_the_dataframe_path(spark, tmp_path):
+    """Stage 1 inside the reader ships the holistic values columns too (partial_ddl)."""
+    query = (
+        "SELECT k, window_start, window_end, MEDIAN(v) AS m, COUNT(DISTINCT v) AS d, "
+        "SUM(v) AS s FROM s [RANGE 500 MILLISECONDS SLIDE 250 MILLISECONDS] GROUP BY k"
+    )
+    write_micro_batches(tmp_path / "in", tables(3, rows=500))
+    session = declare(spark, tmp_path / "in")
+    ours = session.sql(query)
+    assert session.last_plan.stage1 == "reader"
+    ours_rows = run_to_memory(ours, tmp_path / "ck_reader")
+    frame = mg.attach(spark)
+    frame.register(
+        "s", file_stream(spark, tmp_path / "in", DDL), event_time="ts", watermark="200 ms"
+    )
+    assert_same_results(ours_rows, run_to_memory(frame.sql(query), tmp_path / "ck_frame"), ["k"])

@@ -44,11 +44,14 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.holistic import (
     holistic_positions,
     sketch_parameters,
+    timed_fields,
     windows_per_launch,
 )
 from mangonel.compiler.options import HOLISTIC_GPU_FORMS
 from mangonel.compiler.physical import AggregatePlan, StateField
 from mangonel.errors import DataError
+from mangonel.runtime.operators import pane_values
+from mangonel.runtime.operators.base import PANE_META
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
@@ -188,12 +191,16 @@ class HolisticTimeWindows:
         self.inner = inner
         # the wrapped operator judges lateness: its late rows are the query's
         self.late_sinks = inner.late_sinks
+        self.late_rows = inner.late_rows  # Spark's late rows take the wrapped verdict (late.py)
         self.schema = window_result_schema(node)
         # the values are lifted, keyed, grouped by pane, sorted and selected on the
         # holistic step's backend (on the GPU they stay on the device), and so are the
         # sketches built, merged and read (the GPU keeps HLL registers; a plan with a GK
         # summary places the step on the CPU: `compiler.holistic.holistic_cpu_reason`)
         self.lifting = kernels("holistic")
+        # the split form (Spark) lifts stage 1's values and judges stage 2's partial rows
+        # late on the host: both cross the process boundary through it
+        self.host = kernels.kernels_of("cpu")
         assert node.holistic is not None
         self.kernels = self.lifting.holistic_for(node.holistic)
         self._select_kernels: dict[str | None, Any] = {node.holistic.gpu_form: self.kernels}
@@ -222,11 +229,7 @@ class HolisticTimeWindows:
             node.aggregates[p].value_field for p in self.holistic if p not in approximate
         }
         # ... and those whose event times too (a Python function `with_timestamps`)
-        self.timed_fields = {
-            plan.value_field
-            for plan in node.aggregates
-            if plan.python is not None and plan.python.with_timestamps
-        }
+        self.timed_fields = timed_fields(node)
         self.clock = time.perf_counter
         # the firing's knobs: the plan's values, tuned online unless tuning is off or fixed
         self.planned = {"windows_per_launch": self._planned_chunk()}
@@ -288,35 +291,119 @@ class HolisticTimeWindows:
         if not lifted.rows:
             return
         panes = kernels.pane_ids(lifted, self.pane_length)
-        include = lifted.contributes
-        watermark = self.inner.watermark  # from before this batch: the wrapped rule
-        if watermark is not None:
-            slide, size = self.spec.outer_shape
-            late = kernels.late_tuples(panes, include, self.pane_length, slide, size, watermark)
-            include = include & ~late
+        include = self._not_late(kernels, panes, lifted.contributes)
         slots = self.keys.map_columns(lifted.keys, include)
         event_times = lifted.event_time if self.timed_fields else None
         for value_field in self.value_fields:
             values, valid = lifted.partials[value_field.name]
             times = event_times if value_field.name in self.timed_fields else None
-            pane_ids, chunks, presorted = self.kernels.split_panes(
-                panes,
-                slots,
-                values,
-                include & (valid != 0),
-                times,
-                # raw values are kept sorted by value; sketches need their slots' runs only
-                by_value=value_field.name in self.raw_fields,
+            self._store(value_field.name, panes, slots, values, include & (valid != 0), times)
+
+    def _not_late(self, kernels: Any, panes: Any, include: Any) -> Any:  # noqa: ANN401
+        """`include` less the rows of panes that are late against the watermark from before
+        the batch (the wrapped operator's rule: no window over them is still open), on
+        `kernels`' backend."""
+        watermark = self.inner.watermark
+        if watermark is None:
+            return include
+        slide, size = self.spec.outer_shape
+        late = kernels.late_tuples(panes, include, self.pane_length, slide, size, watermark)
+        return include & ~late
+
+    def _store(
+        self,
+        name: str,
+        panes: Any,  # noqa: ANN401 - host or the holistic backend's arrays, one per row
+        slots: Any,  # noqa: ANN401
+        values: Any,  # noqa: ANN401
+        keep: Any,  # noqa: ANN401
+        times: Any,  # noqa: ANN401 - event times where `name` is timed, else None
+    ) -> None:
+        """The kept rows' values of the `values` field `name` (each with its pane, key slot
+        and, for a timed field, event time) into the panes' sketches and, where an exact
+        aggregate reads the field, raw values, grouped by pane on the holistic backend."""
+        pane_ids, chunks, presorted = self.kernels.split_panes(
+            panes,
+            slots,
+            values,
+            keep,
+            times,
+            # raw values are kept sorted by value; sketches need their slots' runs only
+            by_value=name in self.raw_fields,
+        )
+        if not chunks:
+            return
+        if self.sketches.reads(name):
+            self.sketches.add(name, pane_ids, chunks, presorted)
+        if name not in self.raw_fields:
+            return
+        store = self.panes[name]
+        for pane, chunk in zip(pane_ids, chunks, strict=True):
+            store.setdefault(pane, _Pane()).add(chunk, presorted)
+
+    # -- split form (Spark): stage 1 ships each (key, pane)'s values, stage 2 keeps them ----
+
+    def preaggregate(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """Stage 1 (stateless): the wrapped operator's partial rows, one per (key, pane),
+        with one packed column per `values` field (`pane_values`): that (key, pane)'s
+        non-NULL values, and for a timed field (a Python function `with_timestamps` reads
+        it) their event times in the same order (`pane_values.times_column`). Stateless: a
+        key map of its own, no lateness (stage 2 decides). The values are lifted on the host
+        (they leave the process through it); the wrapped operator pre-aggregates where its
+        `preaggregate` step is placed (on a GPU executor, the device)."""
+        partials = self.inner.preaggregate(batch)
+        conformed, _ = self.inner._lift_input(batch)
+        host = self.host
+        lifted = host.lift_tuples(self.values_lift, conformed)
+        panes = np.asarray(host.to_host(host.pane_ids(lifted, self.pane_length)), np.int64)
+        local = host.new_key_map(self.key_types)
+        include = host.to_host(lifted.contributes)
+        value_slots = host.to_host(local.map_columns(lifted.keys, include))
+        row_keys = [partials.column(k.name) for k in self.node.keys]
+        every = np.ones(partials.num_rows, np.bool_)
+        row_slots = host.to_host(local.map_columns(row_keys, every))
+        row_panes = np.asarray(partials.column(PANE_META)).astype(np.int64)
+        event_times = host.to_host(lifted.event_time) if self.timed_fields else None
+        columns, names = list(partials.columns), list(partials.schema.names)
+        for value_field in self.value_fields:
+            values, valid = (host.to_host(a) for a in lifted.partials[value_field.name])
+            rows = np.flatnonzero(include & (valid != 0))
+            counts, order = pane_values.align(row_slots, row_panes, value_slots[rows], panes[rows])
+            chosen = rows[order]
+            columns.append(pane_values.pack(counts, values[chosen]))
+            names.append(value_field.name)
+            if event_times is not None and value_field.name in self.timed_fields:
+                columns.append(pane_values.pack(counts, event_times[chosen]))
+                names.append(pane_values.times_column(value_field.name))
+        return pa.RecordBatch.from_arrays(columns, names=names).replace_schema_metadata(
+            partials.schema.metadata
+        )
+
+    def merge(self, partials: pa.RecordBatch) -> None:
+        """Stage 2: partial rows of `preaggregate` (of any process): the incremental columns
+        into the wrapped operator, the values (and a timed field's event times) of panes
+        that are not late into the panes, on the holistic step's backend."""
+        keys = [partials.column(k.name) for k in self.node.keys]
+        panes = np.asarray(partials.column(PANE_META)).astype(np.int64)
+        # before the wrapped merge, which moves the watermark: the same rule as its own
+        include = self._not_late(self.host, panes, np.ones(partials.num_rows, np.bool_))
+        lifting = self.lifting
+        slots = lifting.to_host(self.keys.map_columns(keys, lifting.from_host(include)))
+        for value_field in self.value_fields:
+            name = value_field.name
+            counts, values = pane_values.unpack(partials.column(name))
+            times = None
+            if name in self.timed_fields:
+                time_counts, times = pane_values.unpack(
+                    partials.column(pane_values.times_column(name))
+                )
+                if not np.array_equal(time_counts, counts):
+                    raise DataError(f"the event times of {name} do not match its values")
+            keep = np.repeat(include, counts)
+            self._store(
+                name, np.repeat(panes, counts), np.repeat(slots, counts), values, keep, times
             )
-            if not chunks:
-                continue
-            if self.sketches.reads(value_field.name):
-                self.sketches.add(value_field.name, pane_ids, chunks, presorted)
-            if value_field.name not in self.raw_fields:
-                continue
-            store = self.panes[value_field.name]
-            for pane, chunk in zip(pane_ids, chunks, strict=True):
-                store.setdefault(pane, _Pane()).add(chunk, presorted)
+        self.inner.merge(partials)
 
     # -- output ---------------------------------------------------------------------------
 
@@ -489,6 +576,10 @@ class HolisticTimeWindows:
     @property
     def next_window(self) -> int | None:
         return self.inner.next_window
+
+    @property
+    def max_event_time(self) -> int | None:
+        return self.inner.max_event_time
 
     def add_rows_out(self, rows: int) -> None:
         self.inner.add_rows_out(rows)

@@ -64,6 +64,10 @@ DEFAULT_SHAPES = (
     SparkShape(1_000_000, 100_000),
     SparkShape(1_000_000, 1_000_000),
 )
+# `--spark --holistic`: MEDIAN inside Spark (two stages: pane values shipped, windows
+# evaluated at close) against Spark's native streaming `median` (a `percentile` buffer per
+# window and key) over the same sliding windows (issue 11)
+HOLISTIC_SHAPES = (SparkShape(1_000_000, 10_000, aggregate="MEDIAN"),)
 
 
 @dataclass
@@ -147,7 +151,7 @@ def _mangonel_query(shape: SparkShape) -> str:
 
 
 def _native_query(source: DataFrame, shape: SparkShape) -> DataFrame:
-    aggregate = {"SUM": F.sum, "AVG": F.avg}[shape.aggregate.upper()]
+    aggregate = {"SUM": F.sum, "AVG": F.avg, "MEDIAN": F.median}[shape.aggregate.upper()]
     window = F.window("ts", f"{shape.range_us} microseconds", f"{shape.slide_us} microseconds")
     return (
         source.withWatermark("ts", "0 milliseconds")
@@ -230,11 +234,12 @@ def run_spark_benchmarks(
     backend = getattr(arguments, "backend", None) or "auto"
     state_store = getattr(arguments, "spark_state", None) or "hdfs"
     spark = spark or start_local_spark()
-    chosen = shapes or DEFAULT_SHAPES
+    holistic = getattr(arguments, "holistic", False)
+    chosen = shapes or (HOLISTIC_SHAPES if holistic else DEFAULT_SHAPES)
     print("warming up (Python workers, JIT) ...", flush=True)
     measure_shape(
         spark,
-        SparkShape(1_000_000, 100_000, keys=10),
+        SparkShape(1_000_000, 100_000, keys=10, aggregate=chosen[0].aggregate),
         20_000,
         rate,
         10_000,
@@ -259,6 +264,7 @@ def run_spark_benchmarks(
             f" {result.spark_tuples_per_second / 1e6:>10.3f} M/s {result.ratio:>7.1f}x "
             f"{result.rows_out:>10,}  {result.plan}; DataFrame: {result.dataframe_plan}, "
             f"{frame_rate:.3f} M/s ({frame_rate * 1e6 / result.spark_tuples_per_second:.1f}x)"
+            + f"  [{result.mangonel_seconds:.1f} s vs {result.spark_seconds:.1f} s]"
             + agree,
             flush=True,
         )

@@ -19,6 +19,9 @@ Decided once per executor process, not per call:
 - stage 1's operator: stateless between calls, so one per (window node, placements).
 Stage 2's operator objects are built per call over the shared kernels (host objects; its
 state comes from the snapshot) because each bucket's state is its own.
+The caches key on the plan; a plan that calls a Python window function would compare unequal
+after every task's unpickling (its function compares by identity), so the Spark callbacks
+hand such a plan in as one object per process (`shipping.shipped`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from mangonel.compiler.explain import (
     format_duration,
     format_expression,
 )
-from mangonel.compiler.holistic import SPARK_HOLISTIC, SPARK_PYTHON
+from mangonel.compiler.holistic import timed_fields
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import PlanError
 from mangonel.runtime.spark import native as native_module
@@ -36,6 +36,12 @@ READER_SOURCES = ("generator", "parquet", "csv")
 LATE_ROWS_REFUSED = "late_rows= does not run in this plan inside Spark"
 COUNT_STAGE1 = (
     "count windows run stage 1 as the window operator's per-tuple partials (stage1='kernels')"
+)
+
+# Why a query with holistic functions runs as the two stages, whatever its shape (EXPLAIN).
+SPARK_HOLISTIC_STAGES = (
+    "holistic functions run in mangonel's stages: stage 1 ships each (key, pane)'s values, "
+    "stage 2 keeps them per pane and evaluates each window at its close"
 )
 
 
@@ -89,13 +95,20 @@ def plan_spark(
             raise PlanError(f"{LATE_ROWS_REFUSED}: join queries keep their late rows counted only")
         return plan_join(text, plan, partitions=partitions, buckets=buckets)
     window = ph.find(plan, ph.WindowAggregateExec)
-    python = [a.call_name for a in window.aggregates if a.python is not None]
-    if python:
-        raise PlanError(f"{SPARK_PYTHON} ({', '.join(python)})")
     holistic = [a.call_name for a in window.aggregates if a.holistic]
     if holistic:
-        # stage 1 would ship each pane's raw values; neither stage does yet
-        raise PlanError(f"{SPARK_HOLISTIC} ({', '.join(holistic)})")
+        if native:
+            raise PlanError(
+                f"native=True: Spark's streaming aggregation cannot run {', '.join(holistic)} "
+                "(it rejects COUNT(DISTINCT) in streaming and has no Python window functions)",
+                hint="leave native unset: the two stages run holistic functions",
+            )
+        if window.window.kind is WindowKind.SESSION:
+            raise PlanError(
+                f"{', '.join(holistic)} over session windows do not run inside Spark yet: "
+                f"{native_module.SESSION_NATIVE}, which cannot run them",
+                hint="the standalone Session runs them over session windows",
+            )
     counted = window.window.kind is WindowKind.COUNT
     if counted:
         # per-tuple partials (their order per key is final only at stage 2) and no native
@@ -126,7 +139,11 @@ def plan_spark(
         if stage1 == "kernels":
             raise PlanError(f"{LATE_ROWS_REFUSED}: only Arrow stage 1 carries the rows")
         kind, native = "arrow", False  # the rows travel beside Arrow stage 1's partials
-    choice = native_module.choose_native(window, native)
+    choice = (
+        native_module.NativeChoice(False, f"{SPARK_HOLISTIC_STAGES} ({', '.join(holistic)})")
+        if holistic and not counted
+        else native_module.choose_native(window, native)
+    )
     placements: tuple[ph.Placement, ...] = ()
     if kind in ("kernels", "reader"):
         # the pane pre-aggregation runs where the lift does (the GPU's: a device key map of
@@ -365,15 +382,24 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         fused = "none (fused into the lift kernel)"
         project = (Parameter("where", fused, None),)
     group_by = f"[{keys}{', ' if keys else ''}pane]"
-    shape = (
+    shape = [
         Parameter("preaggregate", "none (per-tuple partials)", None),
         Parameter("order", "(partition, row)", "(partition, row)"),
-    )
+    ]
     if not counted:
-        shape = (
+        shape = [
             Parameter("preaggregate", preaggregate, preaggregate),
             Parameter("group_by", group_by, group_by),
-        )
+        ]
+        values = [f.name for f in window.fields if f.kind.holistic]
+        if values:
+            # the holistic functions' raw values cross the shuffle, per (key, pane)
+            shipped = f"[{', '.join(values)}] (BINARY: the non-NULL values as int64 order keys)"
+            shape.append(Parameter("pane_values", shipped, values))
+            timed = sorted(timed_fields(window))
+            if timed:  # a Python function with_timestamps: the values' event times too
+                times = f"[{', '.join(timed)}] (BINARY: the values' event times, microseconds)"
+                shape.append(Parameter("pane_times", times, timed))
     stage1 = PlanNode(
         "Stage1 mapInArrow",
         (*shape, *_per_executor(window.backend)),
@@ -394,20 +420,31 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     fires = "window_end<=watermark"
     if counted:
         fires = "last_tuple_ts<watermark, tuples in (ts, batch, partition, row) order"
+    stage2_parameters = [
+        Parameter("key", bucket, bucket),
+        Parameter("buckets", str(planned.buckets), planned.buckets),
+        Parameter("state", "window-operator-snapshot", "window-operator-snapshot"),
+        Parameter("output_mode", "append", "append"),
+        Parameter("timeout", "event-time", "event-time"),
+        Parameter("fires", fires, fires),
+        Parameter("backend", window.backend, window.backend),
+        *_per_executor(window.backend),
+    ]
+    if window.holistic is not None:
+        # time windows: the pane values live in the snapshot (Spark's state store) until no
+        # unfired window covers their pane; count windows: the tuples' values, as standalone.
+        # Each window is evaluated over them when it fires
+        step = ph.placement(window, "holistic")
+        holistic = f"{window.holistic.describe()} on {step.backend} at window close"
+        stage2_parameters.append(Parameter("holistic", holistic, window.holistic.strategy))
     stage2 = PlanNode(
         "Stage2 applyInPandasWithState",
-        (
-            Parameter("key", bucket, bucket),
-            Parameter("buckets", str(planned.buckets), planned.buckets),
-            Parameter("state", "window-operator-snapshot", "window-operator-snapshot"),
-            Parameter("output_mode", "append", "append"),
-            Parameter("timeout", "event-time", "event-time"),
-            Parameter("fires", fires, fires),
-            Parameter("backend", window.backend, window.backend),
-            *_per_executor(window.backend),
-        ),
+        tuple(stage2_parameters),
         (exchange,),
+        tuple(p for p in window.placements if p.step == "holistic"),
     )
+    if window.holistic is not None and not counted:  # why not Spark's own, whatever the shape
+        return f"Spark: two stages (reason: {planned.native_reason})", stage2
     return "Spark:", stage2
 
 

@@ -42,13 +42,13 @@ from mangonel.runtime.spark.pane_reader import (
     read_generator_part,
 )
 from mangonel.runtime.spark.planner import SparkQueryPlan
-from mangonel.runtime.spark.schema import ddl, spark_interval
+from mangonel.runtime.spark.schema import spark_interval
 from mangonel.runtime.spark.sources import generator_options
 from mangonel.runtime.spark.stage1 import (
     BUCKET,
     bucket_column,
     carrier_rows,
-    spark_partial_columns,
+    partial_ddl,
     spark_partial_schema,
 )
 
@@ -150,8 +150,8 @@ def reader_stage1(spark: SparkSession, planned: SparkQueryPlan) -> DataFrame:
     window = planned.window
     spec = reader_spec(planned, spark.sparkContext.defaultParallelism)
     spark.dataSource.register(PaneDataSource)
-    columns = [*spark_partial_columns(window)]
-    schema = ddl(columns) + f", {EVENT_TIME} TIMESTAMP"
+    # the partial columns, a holistic function's BINARY values columns included
+    schema = partial_ddl(window) + f", {EVENT_TIME} TIMESTAMP"
     frame = (
         spark.readStream.format(PANES_FORMAT)
         .option("spec", spec.encode())

@@ -18,15 +18,19 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from mangonel.aggregates.python import WindowFunction
 from mangonel.catalog.catalog import Table
+from mangonel.catalog.types import SqlType
 from mangonel.compiler.explain import explain_text
 from mangonel.compiler.statements import PlannedQuery, StatementRunner
 from mangonel.errors import CatalogError, PlanError
+from mangonel.runtime.cpu.python_window import compile_window_function
 from mangonel.runtime.gpu.probe import gpu_status
 from mangonel.runtime.spark import join as join_module
 from mangonel.runtime.spark import native as native_module
@@ -108,7 +112,12 @@ class SparkMangonelSession:
         if stage1 not in (None, *STAGE1_KINDS):
             raise PlanError(f"stage1 must be 'arrow', 'kernels' or 'reader', not {stage1!r}")
         self.spark = spark
-        self.session = StatementRunner(backend, gpu_join=gpu_join, gpu_probe=gpu_status)
+        self.session = StatementRunner(
+            backend,
+            gpu_join=gpu_join,
+            gpu_probe=gpu_status,
+            compile_window_function=compile_window_function,
+        )
         self.buckets = buckets
         self.stage1 = stage1
         self.native = native
@@ -186,6 +195,37 @@ class SparkMangonelSession:
             if self.catalog.stream(name) is None and self.catalog.table(name) is None:
                 del self._frames[name]  # dropped
         return result
+
+    def register_window_function(
+        self,
+        name: str,
+        function: Callable[..., Any],
+        *,
+        returns: str | SqlType = "DOUBLE",
+        replace: bool = False,
+        with_timestamps: bool = False,
+    ) -> WindowFunction:
+        """A Python window function, as `mangonel.Session.register_window_function`. Inside
+        Spark it runs in stage 2's Python workers: Spark ships it with the query (cloudpickle:
+        a function of an importable module by reference, a nested one by value), and each
+        worker compiles it with numba when a window first needs it. `with_timestamps`: time
+        windows' stage 1 ships the values' event times beside them."""
+        return self.session.register_window_function(
+            name, function, returns=returns, replace=replace, with_timestamps=with_timestamps
+        )
+
+    def window_function(
+        self,
+        name: str | None = None,
+        *,
+        returns: str | SqlType = "DOUBLE",
+        replace: bool = False,
+        with_timestamps: bool = False,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator form of `register_window_function`."""
+        return self.session.window_function(
+            name, returns=returns, replace=replace, with_timestamps=with_timestamps
+        )
 
     # -- queries -------------------------------------------------------------------------
 

@@ -18,7 +18,13 @@ part, BIGINT or DOUBLE storage; `<name>.<part>` otherwise: MOMENTS has `<name>.n
 `<name>.mean`, `<name>.m2`). Cells of a partial whose argument was all NULL hold the field's
 neutral element (`physical.neutral`: 0 for counts, sums and moments; for MIN/MAX the
 largest/smallest value in Spark's order: the int64 range, NaN and -inf). The Arrow
-aggregations of each kind are its `arrow` face (`mangonel.aggregates`).
+aggregations of each kind are its `arrow` face (`mangonel.aggregates`). In time windows a
+holistic function's `values` field (raw values, no partial state) follows the incremental
+fields as one BINARY column: the (key, pane)'s non-NULL values as packed int64 order keys
+(`runtime.operators.pane_values`; empty where all were NULL), collected with Arrow's `list`
+aggregation, and where a Python window function reads it `with_timestamps` a second one with
+their event times; stage 2's holistic operator keeps them per pane. Count windows' partials
+are per tuple: a `values` field there is two BIGINT parts (order key, validity) like any other.
 """
 
 from __future__ import annotations
@@ -32,29 +38,44 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from sqlglot import exp
 
+from mangonel.aggregates.holistic import order_keys
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
+from mangonel.compiler.holistic import incremental_part, timed_fields
 from mangonel.compiler.logical import WindowKind
+from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import EVENT_TIME_META, PANE_META, partial_column_name
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.spark import late
 from mangonel.runtime.spark.functions import stage1_preaggregate
 from mangonel.runtime.spark.schema import ddl, quote
+from mangonel.runtime.spark.shipping import shipped
 from mangonel.runtime.spark.sql import lift_sql
 
 PANE = PANE_META  # the window operator's partial format, shared with stage 2
 BUCKET = "__mangonel_bucket"
 ORDER = "__mangonel_order"  # count windows: a tuple's arrival order within a micro-batch
+EVENT_TIME = "__mangonel_time"  # Arrow stage 1: a tuple's event time (microseconds), if read
 
 
 def argument_column(position: int) -> str:
     return f"__mangonel_arg{position}"
 
 
+def part_neutrals(field: ph.StateField) -> tuple[np.dtype, tuple[float | int, ...]]:
+    """(storage dtype, neutral per part) of a field's partial columns: its kind's pane state
+    (`neutral`), or for a count window's holistic `values` field the per-tuple parts (order
+    key, validity), fixed-width whatever the size of the kind's state."""
+    if field.kind.holistic:
+        dtype = ph.field_dtype(field)
+        return dtype, field.kind.neutral(dtype)
+    return neutral(field)
+
+
 def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
     """The partial columns of a state field, named and typed as the window operator's
     `preaggregate` writes them (storage types: BIGINT for integer accumulators, else DOUBLE)."""
-    dtype, neutrals = neutral(field)
+    dtype, neutrals = part_neutrals(field)
     sql_type = SqlType.BIGINT if dtype == np.dtype(np.int64) else SqlType.DOUBLE
     parts = len(neutrals)
     return [(partial_column_name(field, part), sql_type) for part in range(parts)]
@@ -66,17 +87,53 @@ def position_column(window: ph.WindowAggregateExec) -> str:
     return EVENT_TIME_META if window.window.kind is WindowKind.COUNT else PANE
 
 
+def pane_fields(window: ph.WindowAggregateExec) -> tuple[ph.StateField, ...]:
+    """The fields with partial columns of their kind's parts: a time window's incremental
+    fields (its holistic `values` fields ship as BINARY columns: `values_columns`); every
+    field of a count window, whose per-tuple partials carry a `values` field's (order key,
+    validity) like any part."""
+    if window.window.kind is WindowKind.COUNT:
+        return window.fields
+    return incremental_part(window).fields
+
+
 def partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, SqlType]]:
+    """Keys, the position column (pane or event time) and `pane_fields`' columns (a time
+    window's holistic `values` fields follow them as BINARY columns: `values_columns`)."""
     columns = [(k.name, k.type) for k in window.keys]
     columns.append((position_column(window), SqlType.BIGINT))
-    for field in window.fields:
+    for field in pane_fields(window):
         columns.extend(field_columns(field))
+    return columns
+
+
+def values_columns(window: ph.WindowAggregateExec) -> list[str]:
+    """The BINARY partial columns of a time window's holistic `values` fields: per
+    (key, pane) its non-NULL values as packed int64 order keys, and after a timed field's
+    (`compiler.holistic.timed_fields`) their event times (`runtime.operators.pane_values`).
+    None for count windows (`pane_fields`)."""
+    if window.window.kind is WindowKind.COUNT:
+        return []
+    timed = timed_fields(window)
+    columns = []
+    for field in window.fields:
+        if field.kind.holistic:
+            columns.append(field.name)
+            if field.name in timed:
+                columns.append(pane_values.times_column(field.name))
     return columns
 
 
 def partial_schema(window: ph.WindowAggregateExec) -> pa.Schema:
     """The partials as the window operator names them (`merge` reads these names)."""
-    return pa.schema([pa.field(n, t.info.arrow) for n, t in partial_columns(window)])
+    fields = [pa.field(n, t.info.arrow) for n, t in partial_columns(window)]
+    return pa.schema(fields + [pa.field(n, pa.binary()) for n in values_columns(window)])
+
+
+def partial_ddl(window: ph.WindowAggregateExec) -> str:
+    """Spark's schema of stage 1's output (mapInArrow)."""
+    binary = [f"{quote(spark_name(n))} BINARY" for n in values_columns(window)]
+    return ", ".join([ddl(spark_partial_columns(window)), *binary])
 
 
 def spark_name(name: str) -> str:
@@ -91,7 +148,9 @@ def spark_partial_columns(window: ph.WindowAggregateExec) -> list[tuple[str, Sql
 
 
 def spark_partial_schema(window: ph.WindowAggregateExec) -> pa.Schema:
-    return pa.schema([pa.field(n, t.info.arrow) for n, t in spark_partial_columns(window)])
+    fields = [pa.field(n, t.info.arrow) for n, t in spark_partial_columns(window)]
+    binary = [pa.field(spark_name(n), pa.binary()) for n in values_columns(window)]
+    return pa.schema(fields + binary)
 
 
 def distinct_arguments(window: ph.WindowAggregateExec) -> list[exp.Expression]:
@@ -117,7 +176,8 @@ def bucket_column(window: ph.WindowAggregateExec, buckets: int) -> SparkColumn:
 def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]:
     """(WHERE text, projected columns) of the native part of stage 1. Only what the
     pre-aggregation reads crosses into Python (the JVM -> Arrow copy is stage 1's main cost):
-    keys, pane id, aggregate arguments. Rows without an event time are dropped here."""
+    keys, pane id, aggregate arguments (and the event time where a Python window function
+    reads it `with_timestamps`). Rows without an event time are dropped here."""
     lift = window.lift
     scan = lift.scan
     where = f"{quote(scan.stream.event_time)} IS NOT NULL"
@@ -131,6 +191,8 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
     )
     columns = [F.col(quote(k.name)) for k in window.keys]
     columns.append(pane.alias(PANE))
+    if timed_fields(window):  # a Python function `with_timestamps` reads the event times
+        columns.append(F.expr(f"unix_micros({quote(scan.stream.event_time)})").alias(EVENT_TIME))
     for position, argument in enumerate(distinct_arguments(window)):
         columns.append(F.expr(lift_sql(argument, scan)).alias(argument_column(position)))
     return where, columns
@@ -139,12 +201,15 @@ def lift_select(window: ph.WindowAggregateExec) -> tuple[str, list[SparkColumn]]
 def arrow_preaggregate(
     window: ph.WindowAggregateExec, rows: list[tuple[str, str]] | None = None
 ) -> Callable[[pa.Table], pa.RecordBatch]:
-    """The CPU pane pre-aggregation of one partition's rows (Arrow's hash aggregation).
+    """The CPU pane pre-aggregation of one partition's rows (Arrow's hash aggregation); a
+    holistic `values` field collects each group's order keys (Arrow's `list`), packed, and a
+    timed one its event times too (a second `list` over the same rows, in the same order).
     With `rows` (late rows asked for, `late.row_columns`), each partial row also carries the
     tuples of its (key, pane) cell (`late.ROWS`), gathered by the same grouping."""
     schema = spark_partial_schema(window)
     keys = [k.name for k in window.keys]
     arguments = distinct_arguments(window)
+    timed = timed_fields(window)
 
     def column_of(field: ph.StateField) -> str:
         return argument_column(arguments.index(field.argument))
@@ -159,6 +224,15 @@ def arrow_preaggregate(
                 requested.append(1)
                 continue
             source = column_of(field)
+            if field.kind.holistic:
+                name = f"{field.name}.order_keys"
+                derived[name] = _order_keys(table[source])
+                aggregations.append((name, "list"))
+                requested.append(1)
+                if field.name in timed:  # the same rows' event times, in the same order
+                    aggregations.append((EVENT_TIME, "list"))
+                    requested[-1] = 2
+                continue
             extra, asked = field.kind.arrow.requests(source, table[source], field.type)
             derived.update(extra)
             aggregations.extend(asked)
@@ -172,7 +246,9 @@ def arrow_preaggregate(
         grouped = table.group_by(grouping_columns, use_threads=False).aggregate(aggregations)
         # Output order differs between pyarrow versions (keys first in >= 22): locate the
         # aggregates as the columns that are not grouping keys, in request order.
-        arrays: list[pa.Array] = [grouped[name] for name in grouping_columns]
+        by_name: dict[str, pa.Array | pa.ChunkedArray] = {
+            name: grouped[name] for name in grouping_columns
+        }
         grouping = set(grouping_columns)
         aggregate_positions = [
             i for i, name in enumerate(grouped.column_names) if name not in grouping
@@ -180,12 +256,20 @@ def arrow_preaggregate(
         position = 0
         for field, count in zip(window.fields, requested, strict=True):
             columns = [grouped.column(i) for i in aggregate_positions[position : position + count]]
-            dtype, neutrals = neutral(field)
-            arrays += field.kind.arrow.results(columns, dtype, neutrals)
             position += count
+            if field.kind.holistic:
+                values, times = _packed(columns[0], columns[1] if count == 2 else None)
+                by_name[spark_name(field.name)] = values
+                if times is not None:
+                    by_name[spark_name(pane_values.times_column(field.name))] = times
+                continue
+            dtype, neutrals = neutral(field)
+            results = field.kind.arrow.results(columns, dtype, neutrals)
+            for part, array in enumerate(results):
+                by_name[spark_name(partial_column_name(field, part))] = array
         combined = [
             pa.chunked_array(a).combine_chunks() if isinstance(a, pa.ChunkedArray) else a
-            for a in arrays
+            for a in (by_name[f.name] for f in schema)
         ]
         partials = [a.cast(f.type) for a, f in zip(combined, schema, strict=True)]
         if rows is None:
@@ -197,6 +281,39 @@ def arrow_preaggregate(
         )
 
     return preaggregate
+
+
+def _order_keys(argument: pa.ChunkedArray) -> pa.Array:
+    """A holistic argument as order keys (`aggregates.holistic.order_keys`, as the lift of
+    the `values` state), NULL where the argument is."""
+    array = argument.combine_chunks()
+    valid = np.asarray(array.is_valid())
+    filled = array.fill_null(0).to_numpy(zero_copy_only=False)
+    return pa.array(order_keys(filled), pa.int64(), mask=~valid)
+
+
+def _packed(
+    lists: pa.ChunkedArray | pa.Array, times: pa.ChunkedArray | pa.Array | None = None
+) -> tuple[pa.Array, pa.Array | None]:
+    """Each group's list of order keys, NULLs dropped, as one packed BINARY cell; and with
+    `times` (each group's event times, listed from the same rows in the same order) the
+    kept values' times packed alike (else None)."""
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    offsets = np.asarray(lists.offsets).astype(np.int64)
+    flat = lists.flatten()  # the group lists' elements, in group order
+    valid = np.asarray(flat.is_valid())
+    seen = np.concatenate(([0], np.cumsum(valid)))
+    counts = seen[offsets[1:] - offsets[0]] - seen[offsets[:-1] - offsets[0]]
+    values = flat.fill_null(0).to_numpy(zero_copy_only=False)[valid]
+    if times is None:
+        return pane_values.pack(counts, values), None
+    if isinstance(times, pa.ChunkedArray):
+        times = times.combine_chunks()
+    flat_times = times.flatten().to_numpy(zero_copy_only=False)
+    if len(flat_times) != len(valid):
+        raise AssertionError("Arrow listed a group's values and event times apart")
+    return pane_values.pack(counts, values), pane_values.pack(counts, flat_times[valid])
 
 
 def carrier_rows(
@@ -212,10 +329,12 @@ def carrier_rows(
     schema = spark_partial_schema(window)
     arrays = [pa.nulls(buckets, schema.field(k.name).type) for k in window.keys]
     arrays.append(pa.array(np.arange(buckets, dtype=np.int64)))
-    for field in window.fields:
-        dtype, neutrals = neutral(field)
+    for field in pane_fields(window):
+        dtype, neutrals = part_neutrals(field)
         for value in neutrals:
             arrays.append(pa.array(np.full(buckets, value, dtype)))
+    for _ in values_columns(window):
+        arrays.append(pane_values.pack(np.zeros(buckets, np.int64), np.empty(0, np.int64)))
     arrays = [a.cast(f.type) for a, f in zip(arrays, schema, strict=True)]
     if with_rows:  # late rows asked for: the tuples column, empty
         arrays.append(late.null_rows(buckets))
@@ -250,7 +369,7 @@ def stage1(
             if table.num_rows:
                 yield function(table)
 
-    schema_ddl = ddl(spark_partial_columns(window))
+    schema_ddl = partial_ddl(window)
     if with_rows:
         schema_ddl += ", " + late.ROWS_DDL
     partials = native.mapInArrow(per_partition, schema_ddl)
@@ -272,6 +391,7 @@ def kernel_stage1(
     spark_schema = spark_partial_schema(window)
     carriers = carrier_rows(window, buckets)
     ordered = window.window.kind is WindowKind.COUNT  # per-tuple partials keep their order
+    load_window = shipped(window)  # a window with a Python function: once per worker process
     if ordered:
         carriers = _with_order(carriers, pa.array(np.zeros(buckets, np.int64)))
 
@@ -283,7 +403,7 @@ def kernel_stage1(
         table = pa.Table.from_batches(collected)
         if not table.num_rows:
             return
-        partials = stage1_preaggregate(window, placements, table)
+        partials = stage1_preaggregate(load_window(), placements, table)
         if partials.num_rows:
             out = pa.RecordBatch.from_arrays(
                 [partials.column(f.name).cast(f.type) for f in schema], schema=spark_schema
@@ -292,7 +412,7 @@ def kernel_stage1(
                 out = _with_order(out, arrival_order(partials.num_rows))
             yield out
 
-    schema_ddl = ddl(spark_partial_columns(window))
+    schema_ddl = partial_ddl(window)
     if ordered:
         schema_ddl += f", {ORDER} BIGINT"
     partials = source.select(*columns).mapInArrow(per_partition, schema_ddl)

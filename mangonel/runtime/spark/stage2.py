@@ -50,6 +50,7 @@ from mangonel.compiler.logical import WindowKind
 from mangonel.runtime.spark import late
 from mangonel.runtime.spark.functions import bucket_tree
 from mangonel.runtime.spark.schema import ddl, flat_columns, flatten, nest
+from mangonel.runtime.spark.shipping import shipped
 from mangonel.runtime.spark.stage1 import (
     BUCKET,
     ORDER,
@@ -103,6 +104,7 @@ def _to_arrow(
 def bucket_function(plan: ph.ProjectExec, late_rows: str | None = None):  # noqa: ANN201
     """The applyInPandasWithState callback of one query (a pyspark callback). `late_rows`:
     the directory the late rows go to (late.py); the partials then carry their tuples."""
+    load_plan = shipped(plan)  # a plan with a Python function: once per worker process
     window = ph.find(plan, ph.WindowAggregateExec)
     schema = partial_schema(window)
     spark_schema = spark_partial_schema(window)
@@ -118,7 +120,7 @@ def bucket_function(plan: ph.ProjectExec, late_rows: str | None = None):  # noqa
     def run_bucket(
         bucket: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
-        tree = bucket_tree(plan)  # the window operator, then HAVING and the projection
+        tree = bucket_tree(load_plan())  # the window operator, HAVING, the projection
         results = tree.schema
         calls = 0  # this bucket's calls so far: names its late-row files
         if state.exists:
