@@ -129,9 +129,8 @@ def engine_run(scenario: Scenario, backend: str) -> tuple[list[list[dict]], dict
     return [rows for rows, _ in steps], steps[-1][1]
 
 
-def _engine_steps(scenario: Scenario, backend: str):
+def _engine_query(scenario: Scenario, backend: str):
     import mangonel
-    from mangonel.runtime.local.query import LocalQuery
 
     session = mangonel.Session(backend=backend, windows_per_batch=scenario.windows_per_batch)
     session.execute(scenario.ddl)
@@ -139,7 +138,25 @@ def _engine_steps(scenario: Scenario, backend: str):
         session.register_window_function(
             name, function, returns=returns, with_timestamps=bool(timed and timed[0])
         )
-    query = session.sql(scenario.query)
+    return session.sql(scenario.query)
+
+
+def _engine_streamed(scenario: Scenario, backend: str) -> tuple[list[dict], dict]:
+    """Every result row of `stream` over the whole input held in memory (the runner reads a
+    batch ahead and may fire several batches' windows at once), and the final metrics."""
+    from mangonel.runtime.local.query import LocalQuery
+
+    runner = LocalQuery(_engine_query(scenario, backend).plan)
+    batches = [arrow_batch(batch, scenario.oracle.columns) for batch in scenario.batches]
+    rows = engine_rows(list(runner.stream(batches)))
+    m = runner.metrics
+    return rows, {name: getattr(m, name) for name in METRICS}
+
+
+def _engine_steps(scenario: Scenario, backend: str):
+    from mangonel.runtime.local.query import LocalQuery
+
+    query = _engine_query(scenario, backend)
     runner = LocalQuery(query.plan)
     for position in range(len(scenario.batches) + 1):
         if position in scenario.snapshot_before:
@@ -158,6 +175,8 @@ def check(scenario: Scenario, backend: str) -> Failure | None:
     """Engine against oracle after every batch and at end of input: rows, then metrics."""
     oracle = Oracle(scenario.oracle)
     steps = _engine_steps(scenario, backend)
+    every_row: list[dict] = []  # the oracle's rows of every firing, and their tolerances
+    every_tolerance: list[dict] = []
     for position in range(len(scenario.batches) + 1):
         last = position == len(scenario.batches)
         where = "at end of input" if last else f"after batch {position}"
@@ -170,6 +189,8 @@ def check(scenario: Scenario, backend: str) -> Failure | None:
             return Failure(type(error).__name__, where, "".join(lines[-6:]).strip())
         where = where.removeprefix("planning or ")
         want = oracle.finish() if last else oracle.process(scenario.batches[position])
+        every_row += want
+        every_tolerance += oracle.tolerances
         difference = first_difference(got, want, tolerances=oracle.tolerances)
         if difference:
             detail = f"{difference}\n  engine: {_head(got)}\n  oracle: {_head(want)}"
@@ -179,6 +200,21 @@ def check(scenario: Scenario, backend: str) -> Failure | None:
         if metrics != expected:
             differing = ",".join(m for m in METRICS if metrics[m] != expected[m])
             return Failure("metrics", where, f"engine {metrics} != oracle {expected}", differing)
+    # the same input through `stream` over batches in memory: every row, in order
+    where = "streamed from memory"
+    try:
+        got, metrics = _engine_streamed(scenario, backend)
+    except Exception as error:
+        lines = traceback.format_exception(error)
+        return Failure(type(error).__name__, where, "".join(lines[-6:]).strip())
+    difference = first_difference(got, every_row, tolerances=every_tolerance)
+    if difference:
+        detail = f"{difference}\n  engine: {_head(got)}\n  oracle: {_head(every_row)}"
+        column = re.search(r"column (\S+):", difference)
+        return Failure("mismatch", where, detail, column.group(1) if column else "")
+    if metrics != expected:
+        differing = ",".join(m for m in METRICS if metrics[m] != expected[m])
+        return Failure("metrics", where, f"engine {metrics} != oracle {expected}", differing)
     return None
 
 

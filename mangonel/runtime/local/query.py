@@ -18,7 +18,11 @@ from mangonel.runtime.operators.late_rows import late_schema, late_table
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.tree import OperatorTree
 from mangonel.runtime.operators.tuner import TunerMetrics
-from mangonel.runtime.operators.window import WindowOperator
+from mangonel.runtime.operators.window import (
+    COMBINED_FIRING_BATCHES,
+    TimeWindowOperator,
+    WindowOperator,
+)
 
 RESULT = "result"  # `stream_with_late_rows`: a batch of window results
 LATE = "late"  # and a batch of late rows
@@ -129,8 +133,10 @@ class LocalQuery:
         if self.is_join:
             yield from self._arrivals(batches)
             return
+        in_memory = isinstance(batches, Sequence)
         if lookahead is None:
-            lookahead = isinstance(batches, Sequence)
+            lookahead = in_memory
+        self._combine_firings(lookahead and in_memory)
         if not lookahead:
             for batch in batches:
                 yield self.operator.process(batch)
@@ -146,6 +152,14 @@ class LocalQuery:
         if pending is not None:
             yield self.operator.process(pending)
         yield self.operator.finish()
+
+    def _combine_firings(self, allowed: bool) -> None:
+        """Over batches already in memory, the windows due after consecutive batches may fire
+        together (`TimeWindowOperator._after_batch`: same rows, same order, fewer firings);
+        over a live source each batch's results come before the next batch is waited for."""
+        for operator in self.operator.operators:
+            if isinstance(operator, TimeWindowOperator):
+                operator.batches_per_firing = COMBINED_FIRING_BATCHES if allowed else 1
 
     def _arrivals(self, inputs: Any) -> Iterator[list[pa.RecordBatch]]:  # noqa: ANN401
         """A join query's arrivals: `(name, batch)` pairs in arrival order, or a mapping

@@ -96,10 +96,10 @@ class OperatorBase:
         self.late_rows = LateRows(node.lift.scan.stream.name)
         self.late_sinks = (self.late_rows,)
         self._early: list[pa.RecordBatch] = []  # results fired inside one `process`
-        # the last two batches conformed, (given, conformed): `prefetch` of batch k + 1 and
-        # `process` of batch k each find their batch's one conformed object (the GPU matches
-        # a prefetched batch by identity)
-        self._conformed: list[tuple[pa.RecordBatch, tuple[pa.RecordBatch, int]]] = []
+        # the last two batches conformed, (given, (conformed, out of range), event time
+        # (min, max) or None): `prefetch` of batch k + 1 and `process` of batch k each find
+        # their batch's one conformed object (the GPU matches a prefetched batch by identity)
+        self._conformed: list[tuple[pa.RecordBatch, tuple[pa.RecordBatch, int], Any]] = []
 
     # -- shared ---------------------------------------------------------------------------
 
@@ -125,13 +125,26 @@ class OperatorBase:
     def _input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
         """The batch conformed to the declared stream (DataError if it cannot be), and how
         many of its event times were out of range (made NULL there)."""
-        for given, conformed in self._conformed:
+        for given, conformed, _ in self._conformed:
             if given is batch:
                 return conformed
         typed = self.conform.conform_types(as_record_batch(batch))
-        conformed = self.conform.clip_event_time(typed, self._stage_input(typed))
-        self._conformed = [*self._conformed[-1:], (batch, conformed)]
+        extremes = self._stage_input(typed) or self.conform.event_time_extremes(typed)
+        conformed = self.conform.clip_event_time(typed, extremes)
+        self._conformed = [*self._conformed[-1:], (batch, conformed, extremes)]
         return conformed
+
+    def _earliest_event_time(self, batch: pa.RecordBatch) -> tuple[bool, int | None]:
+        """(conformed, the least event time of `batch` or None when it has none) of a batch
+        `_input` conformed; (False, None) when it has not or cannot (its `process` raises)."""
+        try:
+            self._input(batch)
+        except DataError:
+            return False, None
+        for given, _, extremes in self._conformed:
+            if given is batch:
+                return True, None if extremes is None else extremes[0]
+        return False, None
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         """Lift + merge one batch, then update the watermark and fire (standalone form)."""
@@ -148,7 +161,11 @@ class OperatorBase:
         early, self._early = self._early, []
         if self.max_event_time is None:
             return early
-        return early + self.advance_watermark(self.max_event_time - self.spec.watermark_delay_us)
+        return early + self._after_batch(self.max_event_time - self.spec.watermark_delay_us)
+
+    def _after_batch(self, watermark: int) -> list[pa.RecordBatch]:
+        """The watermark after a processed batch: raised, and what is due fires."""
+        return self.advance_watermark(watermark)
 
     def _arriving(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Tell the late-row sink which rows the judgements of this batch index (the batch
@@ -196,10 +213,13 @@ class OperatorBase:
 
     def advance_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         """W = max(W, watermark); fire every window that ends at or before W."""
+        self._raise_watermark(watermark)
+        return self._fire(final=False)
+
+    def _raise_watermark(self, watermark: int) -> None:
         watermark = max(watermark, INT64_MIN)  # max event time - delay may pass int64's end
         if self.watermark is None or watermark > self.watermark:
             self.watermark = watermark
-        return self._fire(final=False)
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         return self.advance_watermark(watermark)

@@ -196,8 +196,7 @@ class BatchConformer:
             return batch, 0
         low, high = self.event_time_range
         if extremes is None:
-            found = pc.min_max(times.view(pa.int64()))
-            extremes = (found["min"].as_py(), found["max"].as_py())
+            extremes = self.event_time_extremes(batch)
         if extremes[0] >= low and extremes[1] <= high:
             return batch, 0
         plain = times.view(pa.int64())
@@ -205,6 +204,15 @@ class BatchConformer:
         clipped = pc.if_else(outside, pa.scalar(None, times.type), times)
         field = batch.schema.field(position)
         return batch.set_column(position, field, clipped), int(pc.sum(outside).as_py())
+
+    def event_time_extremes(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
+        """The (min, max) of a typed batch's non-NULL event times (microseconds), None when
+        it has none: one pass over the column."""
+        times = batch.column(self.columns[self.event_time_index].name)
+        if not len(times) or times.null_count == len(times):
+            return None
+        found = pc.min_max(times.view(pa.int64()))
+        return found["min"].as_py(), found["max"].as_py()
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         plan = self._plans.get(batch.schema)

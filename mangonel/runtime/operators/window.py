@@ -86,6 +86,11 @@ MIN_SPLIT_GAP = 16  # panes: a segment holds at least 16 columns, smaller gaps s
 FIRST_HEAD_ROWS = 1 << 16  # rows of a run's first batch that make its segment and keys
 
 
+# At most this many consecutive batches share one firing when the runner holds the input in
+# memory (`LocalQuery._combine_firings`): results wait at most this many batches.
+COMBINED_FIRING_BATCHES = 8
+
+
 def _capacity(start: int, need: int) -> int:
     """`start` doubled until it holds `need` (array capacities grow by powers of two)."""
     capacity = start
@@ -128,6 +133,12 @@ class TimeWindowOperator(OperatorBase):
         self.segments: list[_Segment] = []  # ordered by pane, at least a window apart
         self.next_window: int | None = None  # the oldest window that has not fired
         self._deferred: pa.RecordBatch | None = None  # the next batch, staged during this one
+        # the batch `prefetch` named last, until it is processed (`_firing_can_wait` reads it)
+        self._next_batch: pa.RecordBatch | None = None
+        # how many batches' firings may combine into one (`_after_batch`; the runner raises
+        # it for input already in memory) and how many have waited since the last firing
+        self.batches_per_firing = 1
+        self._batches_waiting = 0
         # bytes of one (key, pane) cell over every field's arrays (8-byte parts)
         self.cell_bytes = sum(8 * parts for _, parts in field_arrays(self.fields))
 
@@ -145,6 +156,42 @@ class TimeWindowOperator(OperatorBase):
         pass before it is conformed and staged by `process`, as without a hint."""
         if not self.finished:
             self._deferred = batch
+            self._next_batch = batch
+
+    def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
+        if batch is self._next_batch:
+            self._next_batch = None
+        return super().process(batch, input)
+
+    def _after_batch(self, watermark: int) -> list[pa.RecordBatch]:
+        """The watermark rises after every batch; the windows it makes due fire now, or wait
+        for the next batch's firing when `_firing_can_wait` (one firing then serves several
+        batches: on the GPU each firing costs launches and two device round trips, about
+        0.8 ms, whatever it emits)."""
+        if self._firing_can_wait(watermark):
+            self._raise_watermark(watermark)
+            self._batches_waiting += 1
+            return []
+        self._batches_waiting = 0
+        return self.advance_watermark(watermark)
+
+    def _firing_can_wait(self, watermark: int) -> bool:
+        """Whether the windows due at `watermark` may fire after the next batch instead, with
+        the same results: the next batch is in hand (`prefetch`) and holds no event time
+        before the end of the last of them, so none of its rows lands in a pane they read
+        (a row is merged only into panes of windows still open, docs/semantics.md); at most
+        `batches_per_firing` batches share one firing, so results wait a bounded time."""
+        if self._batches_waiting + 1 >= self.batches_per_firing or self._next_batch is None:
+            return False
+        if self.watermark is not None:
+            watermark = max(watermark, self.watermark)
+        last_due = self._last_window_ending_by(watermark)
+        if self.next_window is not None and last_due < self.next_window:
+            return False  # nothing is due: firing costs nothing
+        conformed, earliest = self._earliest_event_time(self._next_batch)
+        if not conformed:
+            return False
+        return earliest is None or earliest >= self._end_pane_of_window(last_due) * self.pane_length
 
     def _stage_deferred(self) -> None:
         """Conform and stage the batch `prefetch` named (once; errors wait for its
