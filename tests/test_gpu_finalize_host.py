@@ -94,9 +94,12 @@ def _same(got, want) -> bool:
     return True
 
 
+@pytest.mark.parametrize("consecutive", [True, False])
 @pytest.mark.parametrize("empty_share", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("n_keys", [1, 2, 37])
-def test_device_finalize_equals_the_host_finalize(tmp_path, monkeypatch, n_keys, empty_share):
+def test_device_finalize_equals_the_host_finalize(
+    tmp_path, monkeypatch, n_keys, empty_share, consecutive
+):
     if shutil.which("g++") is None:
         pytest.skip("g++ not on PATH")
     monkeypatch.setattr(device, "cupy", lambda: HostCupy())
@@ -112,16 +115,22 @@ def test_device_finalize_equals_the_host_finalize(tmp_path, monkeypatch, n_keys,
     found = (generated, module(generated), codegen.finalize_ctypes(window.fields, plans))
     state = GpuPaneState(window.fields, lambda: None, GpuOptions())
     out = {member: HostCupy().ascontiguousarray(array) for member, array in values.items()}
-    for _ in range(2):  # the second firing reuses the device and pinned buffers
-        window_number, slots, results = state._finalize_cells(found, out, cells, n_keys, plans)
     by_field = {}
     for part in parts:
         by_field.setdefault(part.field, []).append(values[part.member])
+    # consecutive window ids (no upload), then ids with gaps (the kernel reads them)
     window_ids = np.arange(100, 100 + windows, dtype=np.int64)
+    if consecutive is False:
+        window_ids = 100 + np.cumsum(rng.integers(1, 5, windows))
+    for _ in range(2):  # the second firing reuses the device and pinned buffers
+        starts, ends, slots, results = state._finalize_cells(
+            found, out, cells, n_keys, plans, window_ids, (10, 100)
+        )
     want_windows, want_slots, chosen = cells_with_rows(
         {name: tuple(v) for name, v in by_field.items()}, window.fields[0].name, n_keys, window_ids
     )
-    np.testing.assert_array_equal(window_ids[window_number], want_windows)
+    np.testing.assert_array_equal(starts, want_windows * 10)
+    np.testing.assert_array_equal(ends, want_windows * 10 + 100)
     np.testing.assert_array_equal(slots, want_slots)
     want = finalize(plans, chosen)
     assert len(results) == len(want) == len(AGGREGATES)

@@ -17,7 +17,7 @@ from mangonel.runtime.cpu.keys import KeyTable, first_rows
 from mangonel.runtime.host.arrays import batch_columns, to_mask, to_values
 from mangonel.runtime.host.arrays import column as _column
 from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, neutral
-from mangonel.runtime.operators.results import cells_with_rows, finalize
+from mangonel.runtime.operators.results import cells_with_rows, finalize, window_bounds
 
 
 class CpuPaneState:
@@ -148,7 +148,15 @@ class CpuPaneState:
         return results
 
     def fire(
-        self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch, window_ids, plans
+        self,
+        n_keys,
+        runs,
+        panes_per_slide,
+        panes_per_window,
+        windows_per_batch,
+        window_ids,
+        plans,
+        bounds,
     ):
         """The results of the runs' cells that hold rows: the tree, then finalize on the host
         (the state is already there)."""
@@ -156,7 +164,8 @@ class CpuPaneState:
         window_of_cell, slot_of_cell, chosen = cells_with_rows(
             values, self.fields[0].name, n_keys, window_ids
         )
-        return window_of_cell, slot_of_cell, finalize(plans, chosen)
+        starts, ends = window_bounds(window_of_cell, *bounds)
+        return starts, ends, slot_of_cell, finalize(plans, chosen)
 
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         """`[n_keys, panes]` blocks (the snapshot layout every backend writes)."""

@@ -220,7 +220,7 @@ class GpuKeyMap:
                 columns.append(self.dictionaries[index].decode(values.astype(np.int32), is_null))
             else:
                 arrow = sql_type.info.arrow
-                array = array_with_nulls(values.astype(sql_type.info.numpy), is_null)
+                array = array_with_nulls(values.astype(sql_type.info.numpy, copy=False), is_null)
                 columns.append(array.cast(arrow) if array.type != arrow else array)
         return columns
 

@@ -15,7 +15,7 @@ from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.gpu.host_loops import parallel_copy
 from mangonel.runtime.host.arrays import array_with_nulls
 from mangonel.runtime.operators.kernels import neutral
-from mangonel.runtime.operators.results import cells_with_rows, finalize
+from mangonel.runtime.operators.results import cells_with_rows, finalize, window_bounds
 
 MAX_BLOCKS = 65_535  # blocks of a merge launch at most (`device.grid`): MG_MAX_BLOCKS
 BLOCK_SLOTS = 8  # scratch cells per block (`state_finish_block`): MG_SLOTS
@@ -413,11 +413,19 @@ class GpuPaneState:
         self._dirty = (0, self.pane_capacity)
 
     def fire(
-        self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch, window_ids, plans
+        self,
+        n_keys,
+        runs,
+        panes_per_slide,
+        panes_per_window,
+        windows_per_batch,
+        window_ids,
+        plans,
+        bounds,
     ):
-        """The runs' results, finalized on the device (`_finalize_cells`); aggregates with no
-        device finalize (`codegen.finalize_ctypes` is None) are finalized on the host from
-        one copy of the cells' values."""
+        """The runs' results, finalized on the device with their window bounds
+        (`_finalize_cells`); aggregates with no device finalize (`codegen.finalize_ctypes` is
+        None) are finalized on the host from one copy of the cells' values."""
         out, total = self._window_values(n_keys, runs, panes_per_slide, panes_per_window)
         found = self._finalize_module_of(plans) if total and n_keys else None
         if found is None:
@@ -429,31 +437,37 @@ class GpuPaneState:
             window_of_cell, slot_of_cell, chosen = cells_with_rows(
                 values, self.fields[0].name, max(n_keys, 1), window_ids
             )
-            return window_of_cell, slot_of_cell, finalize(plans, chosen)
-        window_number, slot_of_cell, results = self._finalize_cells(
-            found, out, total * n_keys, n_keys, plans
-        )
-        return window_ids[window_number], slot_of_cell, results
+            starts, ends = window_bounds(window_of_cell, *bounds)
+            return starts, ends, slot_of_cell, finalize(plans, chosen)
+        return self._finalize_cells(found, out, total * n_keys, n_keys, plans, window_ids, bounds)
 
-    def _finalize_cells(self, found, out: dict[str, Any], cells: int, n_keys: int, plans):
+    def _finalize_cells(
+        self, found, out: dict[str, Any], cells: int, n_keys: int, plans, window_ids, bounds
+    ):
         """The output path: which of `cells` (window-major, `n_keys` per window) hold rows
         (a running count on the device), then one generated kernel finalizes and packs them
-        (`finalize.cu.j2`), one copy into a reused pinned buffer, one host copy out of it (the
-        results outlive the next firing, which reuses the buffer), and Arrow arrays that are
-        views of that copy: no per-row Python, one device round trip for the row count.
-        (window number in the firing, key slot, one Arrow array per aggregate)."""
+        with their window bounds (`finalize.cu.j2`; window w of the cells is `window_ids[w]`,
+        bounds (slide, size) in microseconds), one copy into a reused pinned buffer, one host
+        copy out of it (the results outlive the next firing, which reuses the buffer), and
+        Arrow arrays that are views of that copy: no per-row Python, one device round trip
+        for the row count. (window start, window end, key slot, one Arrow array per
+        aggregate)."""
         cp = device.cupy()
         generated, module, ctypes = found
         rows_member = out[self.parts[0].member]
         position = cp.cumsum(rows_member > 0, dtype=cp.int64)
         rows = int(position[-1])
         count = len(plans)
-        row_bytes = 8 * (2 + count) + count
+        row_bytes = 8 * (3 + count) + count
         nbytes = rows * row_bytes
         if rows == 0:
             empty = np.empty(0, np.int64)
             data = np.empty(0, np.uint8)
         else:
+            window_ids = np.asarray(window_ids, np.int64)
+            consecutive = bool(window_ids[-1] - window_ids[0] == len(window_ids) - 1)
+            # consecutive windows (a firing's usual range) need no upload of their ids
+            ids = position if consecutive else cp.asarray(window_ids)
             if self._packed is None or self._packed.size < nbytes:
                 self._packed = cp.empty(_grown(nbytes), cp.uint8)
             packed = self._packed
@@ -467,6 +481,11 @@ class GpuPaneState:
                     np.int64(cells),
                     np.int64(n_keys),
                     np.int64(rows),
+                    ids,
+                    np.int32(consecutive),
+                    np.int64(window_ids[0]),
+                    np.int64(bounds[0]),
+                    np.int64(bounds[1]),
                     packed,
                 ),
             )
@@ -476,16 +495,17 @@ class GpuPaneState:
             data = parallel_copy(staging)  # out of the reused buffer, in parallel slices
             pinned.give_back(buffer)
         slot_of_cell = data[: 8 * rows].view(np.int64) if rows else empty
-        window_number = data[8 * rows : 16 * rows].view(np.int64) if rows else empty
-        nulls = data[8 * (2 + count) * rows :].view(np.bool_)
+        starts = data[8 * rows : 16 * rows].view(np.int64) if rows else empty
+        ends = data[16 * rows : 24 * rows].view(np.int64) if rows else empty
+        nulls = data[8 * (3 + count) * rows :].view(np.bool_)
         results = []
         for k, (plan, ctype) in enumerate(zip(plans, ctypes, strict=True)):
             dtype = np.float64 if ctype == "double" else np.int64
-            values = data[8 * (2 + k) * rows : 8 * (3 + k) * rows].view(dtype)
+            values = data[8 * (3 + k) * rows : 8 * (4 + k) * rows].view(dtype)
             array = array_with_nulls(values, nulls[k * rows : (k + 1) * rows])
             arrow = plan.result_type.info.arrow
             results.append(array if array.type == arrow else array.cast(arrow))
-        return window_number, slot_of_cell, results
+        return starts, ends, slot_of_cell, results
 
     def _by_field(self, arrays: dict[str, object]) -> dict[str, tuple]:
         result: dict[str, list] = {}

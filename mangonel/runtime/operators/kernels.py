@@ -180,11 +180,13 @@ class PaneState(Protocol):
         windows_per_batch: int,
         window_ids: np.ndarray,
         plans: tuple[AggregatePlan, ...],
-    ) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
+        bounds: tuple[int, int],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[pa.Array]]:
         """The finalized results of the runs' (window, key) cells that hold rows (the first
-        field's row count > 0), window-major then key order: host (window id of cell, from
-        `window_ids`, one per window of the runs; key slot of cell; one Arrow array per
-        aggregate of `plans`, its result type)."""
+        field's row count > 0), window-major then key order: host (window start and end of
+        cell in microseconds, `results.window_bounds` of its window id (from `window_ids`, one
+        per window of the runs) and `bounds` = (slide, size); key slot of cell; one Arrow
+        array per aggregate of `plans`, its result type)."""
 
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         """Host copy of the cells of keys [0, n_keys) and panes [first_pane, end_pane)."""

@@ -93,6 +93,12 @@ def window_ids_of(runs: list[tuple[int, int]]) -> np.ndarray:
     return np.concatenate([np.arange(f, f + c, dtype=np.int64) for f, c in runs])
 
 
+def window_bounds(window_ids: np.ndarray, slide: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) in microseconds of RANGE size SLIDE slide windows by id: [id*s, id*s + w)."""
+    starts = window_ids * slide
+    return starts, starts + size
+
+
 _TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
 
 

@@ -578,7 +578,7 @@ class TimeWindowOperator(OperatorBase):
             starts, ends = self._window_bounds(window_of_cell)
             return self._emit(keys, finalize(self.window.aggregates, chosen), starts, ends)
         ps = self.panes_per_slide
-        window_of_cell, slot_of_cell, aggregates = segment.state.fire(
+        starts, ends, slot_of_cell, aggregates = segment.state.fire(
             n_keys,
             [(first * ps, count) for first, count in runs],
             ps,
@@ -586,10 +586,9 @@ class TimeWindowOperator(OperatorBase):
             self.window.windows_per_batch,
             window_ids_of(runs),
             self.window.aggregates,
+            (ps * self.pane_length, self.panes_per_window * self.pane_length),
         )
-        keys = self.keys.decode(slot_of_cell)
-        starts, ends = self._window_bounds(window_of_cell)
-        return self._emit(keys, aggregates, starts, ends)
+        return self._emit(self.keys.decode(slot_of_cell), aggregates, starts, ends)
 
     def _window_cells(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
         """The tree over `runs` (first window, count): (window, key slot) of every cell
