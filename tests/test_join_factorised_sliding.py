@@ -254,6 +254,41 @@ def test_a_gpu_plan_runs_the_sides_on_the_gpu_kernels(fake_gpu: list[int]) -> No
     assert got.num_rows > 20 and got.equals(want)
 
 
+def test_the_next_arrival_is_conformed_while_the_current_one_merges(fake_gpu, monkeypatch):
+    """Arrivals in memory: each arrival after the first is conformed (on a GPU: staged) by
+    the side it belongs to while the arrival before it, on either side, is in its fused
+    pass, so `process` finds it ready (`FactorisedJoin.prefetch`)."""
+    query = session(delays=(300_000, 0)).sql(sql(1000, 100))
+    cases = arrivals(5, 1.2)
+    runner = LocalQuery(ph.with_backend(query.plan, "gpu", "test"))
+    join = runner.operator.find(JoinOperator)
+    staged_during = []  # (side staging, side merging) per staging
+    merging = []
+    for index, side in enumerate(join.cells.sides):
+        original = side._process
+
+        def process(batch, index=index, original=original):  # noqa: ANN001, ANN202
+            merging.append(index)
+            try:
+                return original(batch)
+            finally:
+                merging.pop()
+
+        monkeypatch.setattr(side, "_process", process)
+        stage = side._stage_input
+
+        def staging(batch, index=index, stage=stage):  # noqa: ANN001, ANN202
+            staged_during.append((index, merging[-1] if merging else None))
+            return stage(batch)
+
+        monkeypatch.setattr(side, "_stage_input", staging)
+    got = runner.run(cases)
+    assert got.equals(LocalQuery(query.plan).run(cases))
+    during = [pair for pair in staged_during if pair[1] is not None]
+    assert len(during) == len(cases) - 1  # every arrival but the first, once
+    assert {pair for pair in during} >= {(0, 1), (1, 0)}  # across sides too
+
+
 # -- the fuzzer -----------------------------------------------------------------------
 
 
@@ -330,6 +365,15 @@ def test_factorised_join_on_a_device_equals_the_cpu(
         if backend == "gpu":
             sides = factorised_sides(node)
             assert all(ph.placement(side, "merge").backend == "gpu" for side in sides)
+            runner = LocalQuery(query.plan)
+            results.append((runner.run(cases), runner.metrics))
+            # every arrival but the first was staged while the one before it merged
+            distinct = {
+                id(s.kernels): s.kernels for s in runner.operator.find(JoinOperator).cells.sides
+            }
+            hits = sum(kernels.metrics.prefetch_hits for kernels in distinct.values())
+            assert hits >= len(cases) - 1
+            continue
         results.append((query.run(cases), query.metrics))
     (got, got_metrics), (want, want_metrics) = results
     # within a window, groups come in first-seen order of each backend's key map: compare

@@ -188,13 +188,15 @@ class LocalQuery:
                     f"{name!r} is not an input of this query; its inputs: "
                     + ", ".join(sorted(self.inputs))
                 )
-            numbered.append((number, batch))
+            numbered.append((number, as_record_batch(batch)))  # one object: prefetch, process
         for number, batch in numbered:  # the table as it is when the query starts
             if number in self.tables:
-                yield self.operator.process(as_record_batch(batch), number)
-        for number, batch in numbered:
-            if number not in self.tables:
-                yield self.operator.process(as_record_batch(batch), number)
+                yield self.operator.process(batch, number)
+        streamed = [(number, batch) for number, batch in numbered if number not in self.tables]
+        for position, (number, batch) in enumerate(streamed):
+            if position + 1 < len(streamed):  # every arrival is in memory: read one ahead
+                self.operator.prefetch(streamed[position + 1][1], streamed[position + 1][0])
+            yield self.operator.process(batch, number)
         yield self.operator.finish()
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:

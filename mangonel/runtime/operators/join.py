@@ -236,6 +236,14 @@ class JoinOperator:
 
     # -- input ----------------------------------------------------------------------------
 
+    def prefetch(self, batch: pa.RecordBatch, input: int = 0) -> None:
+        """The hint that `batch` is the next arrival, on input `input`: a factorised join
+        stages it while the current arrival's side kernels run (`FactorisedJoin.prefetch`);
+        the other forms keep no staged input."""
+        side = self.sides[input]
+        if self.factorised and not side.is_table:
+            self.cells.prefetch(side.index, batch)
+
     def process(self, batch: pa.RecordBatch, input: int = 0) -> list[pa.RecordBatch]:
         side = self.sides[input]
         batch = as_record_batch(batch)

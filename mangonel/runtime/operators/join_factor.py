@@ -39,6 +39,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.errors import DataError
 from mangonel.runtime.operators import registry
+from mangonel.runtime.operators.base import OperatorBase
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_batch
@@ -73,6 +74,12 @@ class FactorisedSide(TimeWindowOperator):
         super().__init__(node, kernels)
         self._fired: list[Cells] = []  # cells fired, waiting for the join's combine
         self._join_watermark_after: WatermarkAfter | None = None
+        # the join's next arrival (either side), staged while this side's kernels run
+        self.stage_next_arrival: Callable[[], None] | None = None
+
+    def _stage_deferred(self) -> None:
+        if self.stage_next_arrival is not None:
+            self.stage_next_arrival()
 
     def add(
         self,
@@ -171,6 +178,7 @@ class FactorisedJoin:
         self.groups = kernels.new_key_map(tuple(k.type for k in node.keys))
         # GROUP BY every join key column: one group per join key, nothing to combine
         self.groups_are_keys = sorted(self.group_positions) == list(range(len(left)))
+        self._next_arrival: tuple[int, pa.RecordBatch | None] = (0, None)
         self._reset_key_ids()
 
     def _reset_key_ids(self) -> None:
@@ -190,6 +198,20 @@ class FactorisedJoin:
         watermark_after: WatermarkAfter | None = None,
     ) -> None:
         self.sides[index].add(batch, watermark, watermark_after)
+
+    def prefetch(self, index: int, batch: pa.RecordBatch) -> None:
+        """`batch` is the next arrival, for side `index`: it is conformed and staged (on the
+        GPU: its host copy pass and upload) while the current arrival's kernels run, on
+        whichever side that arrival is (`FactorisedSide._stage_deferred`)."""
+        self._next_arrival = (index, batch)
+        for side in self.sides:
+            side.stage_next_arrival = self._stage_next_arrival
+
+    def _stage_next_arrival(self) -> None:
+        index, batch = self._next_arrival
+        self._next_arrival = (index, None)
+        if batch is not None:
+            OperatorBase.prefetch(self.sides[index], batch)
 
     def max_window(self) -> int | None:
         windows = [w for w in (s.max_window() for s in self.sides) if w is not None]

@@ -118,7 +118,8 @@ class OperatorTree:
         """The leaf operator's hint that `batch` comes next (a no-op where it has none)."""
         prefetch = getattr(self.operators[self.leaves[input]], "prefetch", None)
         if prefetch is not None:
-            prefetch(batch)
+            number = self.leaf_inputs[input]
+            prefetch(batch, number) if number else prefetch(batch)
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         return self._every(lambda operator: operator.on_watermark(watermark))
