@@ -251,8 +251,9 @@ def test_fused_moments_equal_the_cpu(fused, monkeypatch, shape, data, block_tabl
 
 def test_a_restored_zero_mean_is_not_read_as_an_unset_shift(fused, monkeypatch):
     """A snapshot's cell with a mean of exactly +0.0 (values -1 and 1) restored into the
-    device state, then merged on top of: the +0.0 mean must not be taken for an unset shift
-    (which would drop the restored rows' deviations)."""
+    device state over cells merged before, then merged on top of: the +0.0 mean must not be
+    taken for an unset shift (which would drop the restored rows' deviations), nor the
+    earlier merges' shifted sums survive the restore."""
     window, generated, module = fused
     monkeypatch.setattr(device, "cupy", lambda: HostCupy())
     options = GpuOptions(threads=THREADS)
@@ -273,6 +274,11 @@ def test_a_restored_zero_mean_is_not_read_as_an_unset_shift(fused, monkeypatch):
     snapshot = cpu.to_arrays(1, 0, PANES)
     moments = next(f.name for f in window.lift.fields if f.kind.name == "moments")
     assert snapshot[f"{moments}.1"][0, 0] == 0.0 and snapshot[f"{moments}.0"][0, 0] == 2
+    # merges the snapshot writes over (left unsettled: their aux words must not survive it)
+    # (two launches: one launch combines a cell's rows before its one update)
+    gpu.merge(*lifted(np.array([7.0, 9.5])))
+    gpu.merge(*lifted(np.array([20.0])))
+    assert np.asarray(gpu.aux).any()
     gpu.load_arrays(snapshot, 0)
     later = lifted(np.array([3.0, 5.0, 4.0]))
     cpu.merge(*later)

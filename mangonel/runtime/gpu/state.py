@@ -546,6 +546,7 @@ class GpuPaneState:
 
     def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
         cp = device.cupy()
+        self.settle()  # no aux word of a cell written over may be left from earlier merges
         first = first_pane - self.origin
         self._all_merged()
         for p in self.parts:
