@@ -318,15 +318,16 @@ def moments_batches(shape: str, data: str, rows: int, batches: int, seed: int) -
 def test_moments_hot_and_1000_keys_equal_cpu(shape, data, block_table):
     """STDDEV/VARIANCE with the other aggregates: the GPU's rows equal the CPU's. At a 1e9
     offset both backends' (n, mean, m2) cells carry the mean's rounding (ulp(1e9) ~ 1e-7 over
-    a spread of 1): the rows agree within 1e-6, and every variance is U(0, 1)'s 1/12 (the
-    naive sums would be off by ~100)."""
+    a spread of 1; the CPU's variances are 1e-8 to 2e-7 from a two-pass evaluation there):
+    the rows agree within 1e-5, and every variance is U(0, 1)'s 1/12 (the naive sums would be
+    off by ~100)."""
     plan = make_plan(
         COLUMNS, keys=("k",), aggregates=MOMENTS_QUERY, size=3000, slide=1000, delay=2500
     )
     options = GpuOptions(block_table=block_table, chunk_rows=300_000)
     batches = moments_batches(shape, data, 1_200_000, 4, seed=len(shape) + len(data))
     got: list = []
-    rows = compare(plan, batches, options, rel=1e-6 if data == "offset" else 1e-9, rows=got)
+    rows = compare(plan, batches, options, rel=1e-5 if data == "offset" else 1e-9, rows=got)
     assert rows > 10
     if data == "offset":
         # columns: k, window start, end, then MOMENTS_QUERY in order
