@@ -92,9 +92,17 @@ def test_every_state_kind_has_every_face(kind):
     assert f"state kind {kind.name!r}" in render_source(kind)
     # CUDA: one lift per part; combine and atomic name every part's member
     members = {name: f"m_{name}" for name in kind.parts}
-    for fragment in (kind.cuda.combine, kind.cuda.atomic):
-        text = fragment.format(**members)
+    aux = {f"aux{w}": f"aux_{w}" for w in range(kind.cuda.aux)}
+    for fragment in (kind.cuda.combine, kind.cuda.atomic, kind.cuda.locked_atomic):
+        if fragment is None:
+            continue
+        text = fragment.format(**members, **aux)
         assert all(member in text for member in members.values()), (kind.name, text)
+    # a kind with aux words merges through them and settles them back to zero
+    for fragment in (kind.cuda.atomic, kind.cuda.settle) if kind.cuda.aux else ():
+        text = fragment.format(**members, **aux)
+        assert all(word in text for word in aux.values()), (kind.name, text)
+    assert (kind.cuda.locked_atomic is None) == (kind.cuda.aux == 0), kind.name
     assert len(kind.cuda.lift) == len(kind.parts)
     for lift in kind.cuda.lift:
         lift.format(ok="ok", a="a", ctype="double", neutral="0.0", **members)

@@ -16,6 +16,10 @@ MOMENTS: (n, mean, m2) of the argument; combine with Chan et al.'s parallel upda
          m2 = m2_a + m2_b + delta^2 * n_a * n_b / n  (numerically stable). A tuple whose
          value is infinite or NaN lifts m2 = NaN, so the variance of data containing one
          is NaN (Spark's CentralMomentAgg gets NaN from inf - inf in its update).
+         On the GPU, a pane cell merges lock-free as shifted power sums and is settled
+         back to (n, mean, m2) before anything reads it (`mg_moments_add` in
+         kernels_templates/prelude.cu.j2 says why that is stable); a settled cell's mean of
+         exactly zero is kept as -0.0 there (the shift's "unset" mark is +0.0).
 BOOL_AND/BOOL_OR: a BOOLEAN argument kept as int64 0/1; lift the argument (the neutral when
          NULL: 1 for AND, 0 for OR); combine & or |.
 """
@@ -303,7 +307,15 @@ MOMENTS = register_state(
                 "__longlong_as_double(0x7ff8000000000000LL) : 0.0",
             ),
             combine="mg_chan(a.{n}, a.{mean}, a.{m2}, b.{n}, b.{mean}, b.{m2});",
+            # lock-free: shifted power sums, the shift in the mean word and the shifted sum in
+            # the aux word (`mg_moments_add`, `mg_moments_settle` in prelude.cu.j2)
             atomic=(
+                "if (s.{n} != 0.0) mg_moments_add(&t.{n}[j], &t.{mean}[j], &t.{m2}[j], "
+                "&{aux0}, s.{n}, s.{mean}, s.{m2});"
+            ),
+            aux=1,
+            settle="mg_moments_settle(&t.{n}[j], &t.{mean}[j], &t.{m2}[j], &{aux0});",
+            locked_atomic=(
                 "if (s.{n} != 0.0) {{ mg_lock(&t.lock[j]); "
                 "mg_chan_cell(&t.{n}[j], &t.{mean}[j], &t.{m2}[j], s.{n}, s.{mean}, s.{m2}); "
                 "mg_unlock(&t.lock[j]); }}"

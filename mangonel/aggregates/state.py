@@ -72,12 +72,23 @@ class CudaFragments:
     lift (one C expression per part): `{ok}` the argument is valid, `{a}` its value,
     `{ctype}` the part's C type, `{neutral}` the part's neutral literal.
     combine (statements): `a.<member> = a (+) b` over structs `a` and `b`.
-    atomic (statements): merge struct `s` into the table `t` at cell `j` (`t.lock[j]` is a
-    cell lock for kinds without a single-word atomic)."""
+    atomic (statements): merge struct `s` into the table `t` at cell `j` without a lock (many
+    threads at once, any order). A kind with no single-word atomic keeps `aux` device-only
+    8-byte words per cell (`{aux0}`, `{aux1}`, ...: C lvalues of cell j's words, zero at rest)
+    and may leave the cell in a merge form that only `settle` reads back.
+    settle (statements): bring cell `j` of `t` back to the kind's parts (the form every other
+    reader, the CPU and the snapshots know) after merges, its aux words to zero; it is also
+    applied to cells loaded from outside the device (a snapshot), so it must map a cell
+    already at rest to a form `atomic` accepts. Empty: the kind's cells are always at rest.
+    locked_atomic (statements): the merge for tables without aux words (the join kernels'
+    cells), which may take the cell lock `t.lock[j]`; None: `atomic` needs no aux words."""
 
     lift: tuple[str, ...]
     combine: str
     atomic: str
+    aux: int = 0
+    settle: str = ""
+    locked_atomic: str | None = None
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ KEY_TEMPLATES = ("prelude.cu.j2", "keys.cu.j2")
 KERNEL_ROLES = (
     "lift",
     "merge",
+    "settle",
     "fused",
     "tree_levels",
     "window_compute",
@@ -103,14 +104,23 @@ class GeneratedModule:
     string_literals: tuple[str, ...]  # literal k is compared through string_literal_ids[k]
     key_words: int  # 64-bit words per key in the hash table (key columns + NULL mask)
     block_cells: int = 0  # buckets of the fused and merge kernels' shared-memory block table
+    aux_words: int = 0  # device-only words per state cell (`aux_words`)
 
 
-def block_table_cells(parts: tuple[StatePart, ...], budget_bytes: int = 24 << 10) -> int:
+def aux_words(fields: tuple[StateField, ...]) -> int:
+    """Device-only 8-byte words per state cell: the sum of the fields' kinds' `cuda.aux`
+    (MOMENTS: its shifted sum), kept interleaved in one array, cell j's at j * total."""
+    return sum(f.kind.cuda.aux for f in fields if f.kind.cuda is not None)
+
+
+def block_table_cells(
+    parts: tuple[StatePart, ...], budget_bytes: int = 24 << 10, aux: int = 0
+) -> int:
     """Buckets of the fused and merge kernels' per-block (key, pane) table: the largest power
-    of two up to 1024 whose cells (cell id, lock, one word per state part) fit `budget_bytes`
-    of shared memory (the kernel's other shared arrays and a second resident block need the
-    rest)."""
-    per_cell = 8 + 4 + 8 * len(parts)
+    of two up to 1024 whose cells (cell id, one word per state part and per aux word) fit
+    `budget_bytes` of shared memory (the kernel's other shared arrays and a second resident
+    block need the rest)."""
+    per_cell = 8 + 8 * len(parts) + 8 * aux
     cells = 1024
     while cells > 32 and cells * per_cell > budget_bytes:
         cells //= 2
@@ -233,6 +243,7 @@ def _field_fragments(
     for part in parts:
         by_field.setdefault(part.field, []).append(part)
     field_code, part_code = [], []
+    total_aux, aux_at = aux_words(fields), 0
     for position, field in enumerate(fields):
         cuda = field.kind.cuda
         field_parts = by_field[field.name]
@@ -242,8 +253,15 @@ def _field_fragments(
         else:
             k = argument_of[position]
             ok, a = f"a{k}_ok", f"a{k}"
+        aux = {f"aux{w}": f"t.aux[j * {total_aux} + {aux_at + w}]" for w in range(cuda.aux)}
+        aux_at += cuda.aux
         field_code.append(
-            {"combine": cuda.combine.format(**members), "atomic": cuda.atomic.format(**members)}
+            {
+                "combine": cuda.combine.format(**members),
+                "atomic": cuda.atomic.format(**members, **aux),
+                "settle": cuda.settle.format(**members, **aux),
+                "locked_atomic": (cuda.locked_atomic or cuda.atomic).format(**members),
+            }
         )
         # a lift-only field may be variable-size (no pane cell, so no `physical.neutral`):
         # its parts still start from the kind's neutral for rows without a value
@@ -341,11 +359,20 @@ def _render_query(
         "size": int(size),
         "words": key_words,
         "key_columns": key_columns,
-        "block_cells": block_table_cells(parts),
+        "aux_words": aux_words(lift.fields),
     }
+    context["block_cells"] = block_table_cells(parts, aux=context["aux_words"])
     source, digest, names = _finish(context, templates, roles)
     return GeneratedModule(
-        source, digest, names, columns, parts, literals, key_words, context["block_cells"]
+        source,
+        digest,
+        names,
+        columns,
+        parts,
+        literals,
+        key_words,
+        context["block_cells"],
+        context["aux_words"],
     )
 
 
@@ -355,11 +382,19 @@ def render_state_kernels(fields: tuple[StateField, ...]) -> GeneratedModule:
     parts, field_code, part_code = _field_fragments(
         tuple(StateField(f.name, f.kind, None, f.type) for f in fields), {}
     )
-    context = {"parts": part_code, "fields": field_code, "block_cells": block_table_cells(parts)}
+    aux = aux_words(fields)
+    context = {
+        "parts": part_code,
+        "fields": field_code,
+        "aux_words": aux,
+        "block_cells": block_table_cells(parts, aux=aux),
+    }
     source, digest, names = _finish(
-        context, STATE_TEMPLATES, ("merge", "tree_levels", "window_compute", "window_prefix")
+        context,
+        STATE_TEMPLATES,
+        ("merge", "settle", "tree_levels", "window_compute", "window_prefix"),
     )
-    return GeneratedModule(source, digest, names, (), parts, (), 0, context["block_cells"])
+    return GeneratedModule(source, digest, names, (), parts, (), 0, context["block_cells"], aux)
 
 
 FINALIZE_TEMPLATES = ("prelude.cu.j2", "finalize.cu.j2")

@@ -360,7 +360,8 @@ def _fused_context(
         "statements": list(context.statements),
         "arguments": arguments,
         "parts": part_code,
-        "fields": field_code,
+        # the join's cells keep no aux words: each kind's merge for such tables
+        "fields": [{**code, "atomic": code["locked_atomic"]} for code in field_code],
         "n_parts": len(parts),
         "differences": credits_by_difference(node),
         "marks": [{"row": "lr"[side], "side": side} for side in kept],
@@ -400,7 +401,9 @@ def render_join_kernels(
                 "ctype": scatter.ctype,
                 "role": scatter.role,
                 "members": members,
-                "atomic": scatter.kind.cuda.atomic.format(**bound),
+                "atomic": (scatter.kind.cuda.locked_atomic or scatter.kind.cuda.atomic).format(
+                    **bound
+                ),
             }
         )
     roles = (*ALGORITHM_ROLES[algorithm], *COMMON_ROLES, *(s.role for s in scatters))

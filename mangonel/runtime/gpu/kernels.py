@@ -452,6 +452,7 @@ class GpuKernels:
         state = self.new_pane_state(fields)
         state.reshape(max(count, 1), 1, 0)
         state.merge(cells, partials)  # one pane column: the flat index is the cell
+        state.settle()  # lock-free merges (MOMENTS) back to the kinds' parts
         combined: dict[str, list] = {}
         for part in state.parts:
             combined.setdefault(part.field, []).append(state.arrays[part.member][:count])

@@ -291,6 +291,7 @@ class GpuSessions:
                 for name, parts in partials.items()
             }
             state.merge(self._int64(numbers), on_device)
+            state.settle()  # lock-free merges (MOMENTS) back to the kinds' parts
         out: dict[str, tuple[Any, ...]] = {}
         for part in state.parts:
             out[part.field] = (*out.get(part.field, ()), state.arrays[part.member])

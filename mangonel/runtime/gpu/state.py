@@ -60,13 +60,17 @@ class GpuPaneState:
         self._tree_offsets: np.ndarray | None = None
         self._tree_top = 0
         self._dirty: tuple[int, int] | None = None
+        # the columns lock-free merges may have left in a merge form since the last `settle`
+        self._unsettled: tuple[int, int] | None = None
         self.parts = codegen.state_parts(fields)
+        self.aux_words = codegen.aux_words(fields)
         self.key_capacity = 0
         self.pane_capacity = 0
         self.origin = 0
         cp = device.cupy()
         self.arrays = {p.member: cp.empty(0, p.numpy) for p in self.parts}
-        self.lock = cp.zeros(0, cp.int32)
+        # `aux_words` device-only words per cell (MOMENTS' shifted sum), zero at rest
+        self.aux = cp.zeros(0, cp.float64)
 
     def _neutral(self, member: str) -> float | int:
         for field in self.fields:
@@ -79,6 +83,7 @@ class GpuPaneState:
 
     def reshape(self, key_capacity: int, pane_capacity: int, origin: int) -> None:
         cp = device.cupy()
+        self.settle()  # the cells kept are copied at rest (the new aux words are zero)
         keep_keys = min(self.key_capacity, key_capacity)
         for part in self.parts:
             old = self.arrays[part.member]
@@ -93,8 +98,9 @@ class GpuPaneState:
                         :keep_keys, first - self.origin : end - self.origin
                     ]
             self.arrays[part.member] = array.reshape(-1)
-        self.lock = cp.zeros(key_capacity * pane_capacity, cp.int32)
+        self.aux = cp.zeros(key_capacity * pane_capacity * self.aux_words, cp.float64)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
+        self._unsettled = None
         self._tree = None  # columns moved: the kept tree is rebuilt (`_kept_tree`)
 
     @property
@@ -110,7 +116,7 @@ class GpuPaneState:
 
     @property
     def nbytes(self) -> int:
-        """Device bytes of the state: the arrays and their locks (at capacity), the kept
+        """Device bytes of the state: the arrays and their aux words (at capacity), the kept
         tree's levels and the merge scratch when they exist."""
         extra = 0 if self._tree is None else sum(int(a.nbytes) for a in self._tree.values())
         if self._block_partials is not None:
@@ -119,11 +125,42 @@ class GpuPaneState:
 
     @property
     def _leaf_bytes(self) -> int:
-        return sum(int(a.nbytes) for a in self.arrays.values()) + int(self.lock.nbytes)
+        return sum(int(a.nbytes) for a in self.arrays.values()) + int(self.aux.nbytes)
 
     def struct_args(self, arrays: dict[str, object] | None = None) -> list:
         arrays = self.arrays if arrays is None else arrays
-        return [arrays[p.member] for p in self.parts] + [self.lock]
+        return [arrays[p.member] for p in self.parts] + [self.aux]
+
+    def settle(self) -> None:
+        """Bring the cells merged since the last call back to the state kinds' parts (the
+        `settle` kernel; MOMENTS: shifted sums -> n, mean, m2). Every reader of the arrays
+        calls it first (the firing, snapshots, reshape, the sessions' and stage 1's
+        combines); merges leave the cells as they are, so a stream of batches pays one settle
+        launch per firing, not per batch. Nothing to do for kinds that merge in place."""
+        unsettled, self._unsettled = self._unsettled, None
+        if unsettled is None or not self.aux_words or not self.key_capacity:
+            return
+        first, end = unsettled
+        if end <= first:
+            return
+        generated, module = self._module_of()
+        threads = self.options.threads
+        module.get_function(generated.names["settle"])(
+            (device.grid(self.key_capacity * (end - first), threads),),
+            (threads,),
+            (
+                *device.struct(self.struct_args()),
+                np.int64(self.key_capacity),
+                np.int64(self.pane_capacity),
+                np.int64(first),
+                np.int64(end),
+            ),
+        )
+
+    def _unsettle(self, first: int, end: int) -> None:
+        if self._unsettled is not None:
+            first, end = min(first, self._unsettled[0]), max(end, self._unsettled[1])
+        self._unsettled = (max(first, 0), min(end, self.pane_capacity))
 
     def merge(self, index, partials: dict[str, tuple]) -> None:
         cp = device.cupy()
@@ -135,6 +172,7 @@ class GpuPaneState:
             cp.ascontiguousarray(partials[p.field][p.part], dtype=p.numpy) for p in self.parts
         ]
         self._all_merged()  # the split path's panes are on the device: rebuild every node
+        self._unsettle(0, self.pane_capacity)
         kernel = module.get_function(generated.names["merge"])
         threads = self.options.threads
         kernel(
@@ -155,6 +193,7 @@ class GpuPaneState:
         return self.arrays[member].reshape(self.key_capacity, self.pane_capacity)
 
     def occupied(self, n_keys: int, first_pane: int, end_pane: int) -> np.ndarray:
+        # the row count (the first part) is exact in every form: no settle
         first = max(first_pane - self.origin, 0)
         end = min(end_pane - self.origin, self.pane_capacity)
         result = np.zeros(max(end_pane - first_pane, 0), np.bool_)
@@ -177,6 +216,7 @@ class GpuPaneState:
         skips, counts and output offsets cross in one copy."""
         cp = device.cupy()
         generated, module = self._module_of()
+        self.settle()
         total = sum(count for _, count in runs)
         if total == 0 or n_keys == 0:
             return self._by_field(
@@ -228,6 +268,7 @@ class GpuPaneState:
         first columns cross to the device in one copy."""
         cp = device.cupy()
         generated, module = self._module_of()
+        self.settle()
         first_columns = (
             np.concatenate(
                 [
@@ -405,6 +446,7 @@ class GpuPaneState:
         """Panes [first_pane, end_pane) changed (a fused merge): the kept tree's nodes over
         them are rebuilt at the next firing."""
         first, end = first_pane - self.origin, end_pane - self.origin
+        self._unsettle(first, end)
         if self._dirty is not None:
             first, end = min(first, self._dirty[0]), max(end, self._dirty[1])
         self._dirty = (max(first, 0), min(end, self.pane_capacity))
@@ -515,6 +557,7 @@ class GpuPaneState:
 
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         cp = device.cupy()
+        self.settle()
         first, end = first_pane - self.origin, end_pane - self.origin
         return {
             f"{p.field}.{p.part}": cp.asnumpy(self._matrix(p.member)[:n_keys, first:end])
@@ -523,6 +566,7 @@ class GpuPaneState:
 
     def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
         cp = device.cupy()
+        self.settle()  # no aux word of a cell written over may be left from earlier merges
         first = first_pane - self.origin
         self._all_merged()
         for p in self.parts:
@@ -530,6 +574,11 @@ class GpuPaneState:
             self._matrix(p.member)[: block.shape[0], first : first + block.shape[1]] = cp.asarray(
                 block
             )
+        if self.parts:
+            # cells from outside the device: made ready for lock-free merges (MOMENTS: a
+            # mean of +0.0 would read as an unset shift)
+            self._unsettle(first, first + arrays[f"{self.parts[0].field}.0"].shape[1])
+            self.settle()
 
 
 __all__ = ["GpuPaneState"]
