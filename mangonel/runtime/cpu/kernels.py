@@ -274,7 +274,11 @@ class CpuKernels:
 
     name = "cpu"
 
-    def lift_tuples(self, lift: LiftExec, batch: pa.RecordBatch) -> LiftedTuples:
+    def lift_tuples(
+        self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False
+    ) -> LiftedTuples:
+        """The per-row lift (`key_words` asks nothing here: the CPU key map encodes the key
+        columns itself, on the host where they are)."""
         length = batch.num_rows
         columns = batch_columns(batch)
         scan = lift.scan

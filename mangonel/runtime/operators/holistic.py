@@ -287,12 +287,14 @@ class HolisticTimeWindows:
     def _keep(self, batch: pa.RecordBatch) -> None:
         """The values of the batch's contributing, not late tuples, into their panes."""
         kernels = self.lifting
-        lifted = kernels.lift_tuples(self.values_lift, batch)
+        # the key words come from the lift (on the GPU: built on the device from the staged
+        # columns, so the key columns are never encoded on the host per batch)
+        lifted = kernels.lift_tuples(self.values_lift, batch, key_words=True)
         if not lifted.rows:
             return
         panes = kernels.pane_ids(lifted, self.pane_length)
         include = self._not_late(kernels, panes, lifted.contributes)
-        slots = self.keys.map_columns(lifted.keys, include)
+        slots = self.keys.map_columns(lifted.keys, include, lifted.key_words)
         event_times = lifted.event_time if self.timed_fields else None
         for value_field in self.value_fields:
             values, valid = lifted.partials[value_field.name]
