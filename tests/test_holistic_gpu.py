@@ -34,6 +34,7 @@ from test_holistic_kernels import (  # noqa: E402
     FORMS,
     _random_runs,
     edge_scenario,
+    window_runs_case,
 )
 
 import mangonel  # noqa: E402
@@ -115,8 +116,20 @@ def test_gpu_pane_sort_equals_the_cpu_sort():
     sorted_values, offsets = gpu.sort_pane(slots, keys, 64)
     want_values, want_offsets = cpu_holistic.sort_pane(slots, keys, 64)
     assert isinstance(sorted_values, cp.ndarray)  # stays on the device
+    assert isinstance(offsets, cp.ndarray)  # so do the offsets: `window_runs` reads them there
     assert np.array_equal(cp.asnumpy(sorted_values), want_values)
-    assert np.array_equal(offsets, want_offsets)
+    assert np.array_equal(cp.asnumpy(offsets), want_offsets)
+
+
+def test_gpu_window_runs_equal_the_cpu_runs():
+    cp = device.cupy()
+    gpu = GpuHolistic(cp, shared_context().module)
+    arguments = window_runs_case(np.random.default_rng(8))
+    got = gpu.window_runs(cp.asarray(arguments[0]), *arguments[1:])
+    want = cpu_holistic.window_runs(*arguments)
+    for g, w in zip(got, want, strict=True):
+        assert isinstance(g, cp.ndarray)  # the runs stay on the device for the selection
+        assert np.array_equal(cp.asnumpy(g), w)
 
 
 @pytest.mark.parametrize(("size", "slide"), EDGE_WINDOWS)

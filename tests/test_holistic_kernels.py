@@ -157,19 +157,60 @@ def test_a_pane_is_sorted_by_key_then_value_with_offsets(host_module):
     assert len(empty_values) == 0 and empty_offsets.tolist() == [0, 0, 0, 0]
 
 
-def test_pane_runs_equal_the_cpu_runs(host_module):
-    rng = np.random.default_rng(3)
+def window_runs_case(rng: np.random.Generator) -> tuple:
+    """`window_runs` arguments of a span of 7 panes (two missing, one sorted before slots 4
+    and 5 were seen) read by 30 rows of 3 panes each: (flat offsets, offset_first,
+    offset_last, base, slots, first_index, panes_per_row)."""
+    n_slots, span, pw, rows = 6, 7, 3, 30
+    flat, first, last, lengths = [], [], [], []
+    for pane in range(span):
+        if pane in (1, 4):  # no values in this pane
+            first.append(0)
+            last.append(-1)
+            lengths.append(0)
+            continue
+        width = 4 if pane == 5 else n_slots  # sorted when slots 0..3 were the only ones
+        counts = rng.integers(0, 4, width)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        first.append(sum(len(f) for f in flat))
+        last.append(width)
+        lengths.append(int(offsets[-1]))
+        flat.append(offsets)
+    base = np.cumsum(lengths) - np.array(lengths)
+    slots = rng.integers(0, n_slots, rows)
+    first_index = rng.integers(0, span - pw + 1, rows)
+    return (
+        np.concatenate(flat).astype(np.int64),
+        np.array(first, np.int64),
+        np.array(last, np.int64),
+        base.astype(np.int64),
+        slots.astype(np.int64),
+        first_index.astype(np.int64),
+        pw,
+    )
+
+
+def test_window_runs_equal_the_cpu_runs(host_module):
     gpu = GpuHolistic(HostCupy(), host_module)
-    span, used, pw, rows = 6, 4, 3, 9
-    base = np.cumsum(rng.integers(0, 20, span)).astype(np.int64)
-    starts = rng.integers(0, 5, (span, used)).astype(np.int64)
-    ends = starts + rng.integers(0, 5, (span, used)).astype(np.int64)
-    columns = rng.integers(0, used, rows).astype(np.int64)
-    first = rng.integers(0, span - pw + 1, rows).astype(np.int64)
-    got = gpu.pane_runs(base, starts, ends, columns, first, pw)
-    want = cpu_holistic.pane_runs(base, starts, ends, columns, first, pw)
+    arguments = window_runs_case(np.random.default_rng(3))
+    got = gpu.window_runs(*arguments)
+    want = cpu_holistic.window_runs(*arguments)
     for g, w in zip(got, want, strict=True):
         assert np.array_equal(np.asarray(g), w)
+    # against the definition, run by run
+    flat, first, last, base, slots, first_index, pw = arguments
+    run_start, run_end = want[0].reshape(-1, pw), want[1].reshape(-1, pw)
+    for r, (slot, start) in enumerate(zip(slots, first_index, strict=True)):
+        for i in range(pw):
+            pane = start + i
+            if last[pane] < 0:
+                assert run_start[r, i] == run_end[r, i] == 0
+                continue
+            offsets = flat[first[pane] : first[pane] + last[pane] + 1]
+            low = offsets[min(slot, last[pane])]
+            high = offsets[min(slot + 1, last[pane])]
+            assert (run_start[r, i], run_end[r, i]) == (base[pane] + low, base[pane] + high)
+    assert all(len(a) == 0 for a in gpu.window_runs(*arguments[:4], slots[:0], first_index[:0], pw))
 
 
 @pytest.fixture(params=FORMS)

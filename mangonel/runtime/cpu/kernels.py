@@ -433,8 +433,12 @@ class CpuKernels:
             function, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating, times
         )
 
-    def pane_runs(self, base, starts, ends, columns, first_index, panes_per_row):
-        return holistic.pane_runs(base, starts, ends, columns, first_index, panes_per_row)
+    def window_runs(
+        self, flat_offsets, offset_first, offset_last, base, slots, first_index, panes_per_row
+    ):
+        return holistic.window_runs(
+            flat_offsets, offset_first, offset_last, base, slots, first_index, panes_per_row
+        )
 
     def sort_pane(self, slots, keys, n_slots, presorted=False):
         # a counting sort by slot is O(n) whether or not the chunk came sorted
