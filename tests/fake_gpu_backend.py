@@ -16,9 +16,9 @@ SESSION_CALLS = []  # the session kernels' calls ("batch", "assign", "combine"),
 
 
 class FakeGpuKernels(CpuKernels):
-    def lift_tuples(self, lift, batch):  # noqa: ANN001, ANN201
+    def lift_tuples(self, lift, batch, key_words=False):  # noqa: ANN001, ANN201
         LIFTS.append(batch.num_rows)
-        return super().lift_tuples(lift, batch)
+        return super().lift_tuples(lift, batch, key_words)
 
     def lift_merge(self, lift, window, batch, keys, target, watermark, while_running=None):  # noqa: ANN001, ANN201
         LIFTS.append(batch.num_rows)

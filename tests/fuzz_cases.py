@@ -12,11 +12,13 @@ batches, 1-pane tumbling windows, many batches.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import dataclass, field, replace
 
 from oracle import OracleQuery, Scope, aggregate_type, type_of
+from oracle_arrays import array_name
 
 STREAM = "s"
 COLUMNS = {
@@ -65,6 +67,18 @@ FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 APPROXIMATE = ("approx_count_distinct", "approx_percentile")
 APPROXIMATE_RSDS = (0.05, 0.1, 0.3)
 APPROXIMATE_ACCURACIES = (10000, 100, 10, 3)
+# share of the percentiles (not MEDIAN) drawn over an ARRAY of p (`PERCENTILE_CONT(ARRAY(0.1,
+# 0.5)) WITHIN GROUP ...`, `APPROX_PERCENTILE(x, ARRAY(..), a)`), of 1 to ARRAY_MOST ps
+# (repeated and descending ones too); the oracle side is tests/oracle_arrays.py
+ARRAY_SHARE = 0.35
+ARRAY_MOST = 4
+
+
+def _fraction_sql(fraction: str) -> str:
+    """A p as SQL: a number, or an ARRAY of them (the oracle's "[0.1,0.5]")."""
+    if not fraction.startswith("["):
+        return fraction
+    return "ARRAY(" + ", ".join(repr(float(p)) for p in json.loads(fraction)) + ")"
 
 
 def holistic_sql(function: str, argument: str) -> str | None:
@@ -75,14 +89,14 @@ def holistic_sql(function: str, argument: str) -> str | None:
     if name == "count_distinct":
         return f"COUNT(DISTINCT {argument})"
     if name == "percentile":
-        return f"PERCENTILE({argument}, {fraction})"
+        return f"PERCENTILE({argument}, {_fraction_sql(fraction)})"
     if name in ("percentile_cont", "percentile_disc"):
-        return f"{name.upper()}({fraction}) WITHIN GROUP (ORDER BY {argument})"
+        return f"{name.upper()}({_fraction_sql(fraction)}) WITHIN GROUP (ORDER BY {argument})"
     if name == "approx_count_distinct":
         return f"APPROX_COUNT_DISTINCT({argument}, {fraction})"
     if name == "approx_percentile":
         p, accuracy = fraction.split(":")
-        return f"APPROX_PERCENTILE({argument}, {p}, {accuracy})"
+        return f"APPROX_PERCENTILE({argument}, {_fraction_sql(p)}, {accuracy})"
     return None
 
 
@@ -360,7 +374,14 @@ def _aggregates(rng: random.Random, count: int) -> list:
         function = rng.choice(functions)
         if holistic and rng.random() < 0.5:
             function = rng.choice([*HOLISTIC_FUNCTIONS, "count_distinct", *APPROXIMATE])
-            if function.startswith("percentile"):
+            percentile = function.startswith("percentile") or function == "approx_percentile"
+            if percentile and rng.random() < ARRAY_SHARE:
+                ps = [rng.choice(FRACTIONS) for _ in range(rng.randint(1, ARRAY_MOST))]
+                accuracy = (
+                    rng.choice(APPROXIMATE_ACCURACIES) if function == "approx_percentile" else None
+                )
+                function = array_name(function, ps, accuracy)
+            elif function.startswith("percentile"):
                 function += f":{rng.choice(FRACTIONS)}"
             elif function == "approx_count_distinct":
                 function += f":{rng.choice(APPROXIMATE_RSDS)}"

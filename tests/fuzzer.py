@@ -22,6 +22,7 @@ import pyarrow as pa
 from fuzz_cases import Case, draw_case, without
 from fuzz_join_cases import JOIN_EVERY, check_join, draw_join_case, shrink_join
 from oracle import Oracle, OracleQuery, first_difference
+from oracle_arrays import ArrayOracle, explode
 
 ARROW_TYPES = {
     "timestamp": pa.timestamp("us", tz="UTC"),
@@ -111,10 +112,20 @@ class Failure:
         return f"{self.kind} {self.where}: {self.detail}"
 
 
+def new_oracle(query: OracleQuery) -> tuple[Oracle | ArrayOracle, set[str]]:
+    """The oracle of a query, and the outputs that are lists (a percentile over an ARRAY of
+    p): the array oracle (tests/oracle_arrays.py) where there are any, whose rows and the
+    engine's are compared `explode`d, element by element."""
+    if not any(":[" in function for function, _ in query.aggregates):
+        return Oracle(query), set()
+    oracle = ArrayOracle(query)
+    return oracle, set(oracle.array_outputs)
+
+
 def oracle_run(scenario: Scenario) -> tuple[list[list[dict]], dict, list[dict]]:
     """The oracle's rows per firing (one per batch, then end of input), final metrics, and
     the tolerance of every row (flat, as the rows of all firings one after another)."""
-    oracle = Oracle(scenario.oracle)
+    oracle, _ = new_oracle(scenario.oracle)
     firings, tolerances = [], []
     for rows in [*scenario.batches, None]:
         firings.append(oracle.finish() if rows is None else oracle.process(rows))
@@ -173,7 +184,7 @@ def _engine_steps(scenario: Scenario, backend: str):
 
 def check(scenario: Scenario, backend: str) -> Failure | None:
     """Engine against oracle after every batch and at end of input: rows, then metrics."""
-    oracle = Oracle(scenario.oracle)
+    oracle, arrays = new_oracle(scenario.oracle)
     steps = _engine_steps(scenario, backend)
     every_row: list[dict] = []  # the oracle's rows of every firing, and their tolerances
     every_tolerance: list[dict] = []
@@ -189,6 +200,8 @@ def check(scenario: Scenario, backend: str) -> Failure | None:
             return Failure(type(error).__name__, where, "".join(lines[-6:]).strip())
         where = where.removeprefix("planning or ")
         want = oracle.finish() if last else oracle.process(scenario.batches[position])
+        if arrays:
+            got, want = explode(got, arrays), explode(want, arrays)
         every_row += want
         every_tolerance += oracle.tolerances
         difference = first_difference(got, want, tolerances=oracle.tolerances)
@@ -207,6 +220,8 @@ def check(scenario: Scenario, backend: str) -> Failure | None:
     except Exception as error:
         lines = traceback.format_exception(error)
         return Failure(type(error).__name__, where, "".join(lines[-6:]).strip())
+    if arrays:
+        got = explode(got, arrays)
     difference = first_difference(got, every_row, tolerances=every_tolerance)
     if difference:
         detail = f"{difference}\n  engine: {_head(got)}\n  oracle: {_head(every_row)}"

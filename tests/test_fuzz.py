@@ -175,3 +175,24 @@ def test_the_fuzzer_finds_and_shrinks_a_planted_bug(monkeypatch, tmp_path) -> No
     assert [row for firing in firings for row in firing] == data["expected_rows"]
     monkeypatch.undo()
     assert check(scenario, "cpu") is None  # and passes once the bug is gone
+
+
+def test_the_fuzzer_draws_percentiles_over_an_array_of_p() -> None:
+    """Every percentile family is drawn over an ARRAY of p too (rendered `ARRAY(..)`, the
+    oracle's "name:[p,..]" checked by tests/oracle_arrays.py), and such cases pass; the
+    first case of each family found in a fixed range of seeds runs here."""
+    families = ("percentile_cont", "percentile:", "percentile_disc", "approx_percentile")
+    found: dict[str, object] = {}
+    for seed in range(4000):
+        case = draw_case(seed, large_share=0.0)
+        arrays = [f for f, _ in case.aggregates if ":[" in f]
+        for family in families:
+            if family not in found and any(f.startswith(family.rstrip(":") + ":[") for f in arrays):
+                found[family] = case
+        if len(found) == len(families):
+            break
+    assert set(found) == set(families), f"no ARRAY of p drawn for {set(families) - set(found)}"
+    for case in found.values():
+        assert "ARRAY(" in case.query()
+        failure = check(Scenario.from_case(case), "cpu")
+        assert failure is None, f"{failure}\n{case.query()}"

@@ -34,6 +34,7 @@ from test_holistic_kernels import (  # noqa: E402
     FORMS,
     _random_runs,
     edge_scenario,
+    window_runs_case,
 )
 
 import mangonel  # noqa: E402
@@ -115,8 +116,20 @@ def test_gpu_pane_sort_equals_the_cpu_sort():
     sorted_values, offsets = gpu.sort_pane(slots, keys, 64)
     want_values, want_offsets = cpu_holistic.sort_pane(slots, keys, 64)
     assert isinstance(sorted_values, cp.ndarray)  # stays on the device
+    assert isinstance(offsets, cp.ndarray)  # so do the offsets: `window_runs` reads them there
     assert np.array_equal(cp.asnumpy(sorted_values), want_values)
-    assert np.array_equal(offsets, want_offsets)
+    assert np.array_equal(cp.asnumpy(offsets), want_offsets)
+
+
+def test_gpu_window_runs_equal_the_cpu_runs():
+    cp = device.cupy()
+    gpu = GpuHolistic(cp, shared_context().module)
+    arguments = window_runs_case(np.random.default_rng(8))
+    got = gpu.window_runs(cp.asarray(arguments[0]), *arguments[1:])
+    want = cpu_holistic.window_runs(*arguments)
+    for g, w in zip(got, want, strict=True):
+        assert isinstance(g, cp.ndarray)  # the runs stay on the device for the selection
+        assert np.array_equal(cp.asnumpy(g), w)
 
 
 @pytest.mark.parametrize(("size", "slide"), EDGE_WINDOWS)
@@ -153,3 +166,50 @@ def test_gpu_holistic_kernels_run_on_the_device():
     assert isinstance(kernels, GpuHolistic) and kernels.form == "warp-per-window"
     assert kernels.launches > 0
     assert len(rows) > 4000  # 5 keys x ~1000 windows
+
+
+def test_gpu_holistic_values_lift_reads_the_prefetched_staging_and_device_key_words():
+    """A holistic query with incremental aggregates beside it stages each batch once (the
+    values lift reads the fused pass's prefetched columns) and keys the values with the
+    words its lift built on the device (STRING and INT keys, NULL keys among them): results
+    equal the CPU backend's."""
+    query = (
+        "SELECT k, j, MEDIAN(v) AS m, PERCENTILE_DISC(0.25) WITHIN GROUP (ORDER BY v) AS d, "
+        "SUM(v) AS s FROM s [RANGE 40 MICROSECONDS SLIDE 4 MICROSECONDS] GROUP BY k, j"
+    )
+    rng = np.random.default_rng(4)
+    batches = []
+    for number in range(4):
+        ts = np.arange(number * 3000, (number + 1) * 3000, dtype=np.int64)
+        k = pa.array([None if t % 11 == 0 else f"key{t % 7}" for t in ts.tolist()])
+        j_values = (ts % 3).astype(np.int32)
+        j = pa.array(j_values, mask=(ts % 13 == 0))
+        v = pa.array(rng.integers(0, 50, len(ts)).astype(float))
+        batches.append(
+            pa.RecordBatch.from_arrays(
+                [pa.array(ts, pa.timestamp("us")), k, j, v], names=["ts", "k", "j", "v"]
+            )
+        )
+    results = {}
+    for backend in ("gpu", "cpu"):
+        session = mangonel.Session(backend=backend)
+        session.execute(
+            "CREATE STREAM s (ts TIMESTAMP, k STRING, j INT, v DOUBLE) WITH (event_time = 'ts')"
+        )
+        runner = LocalQuery(session.sql(query).plan)
+        out = []
+        staged = []
+        for batch in batches:
+            out += runner.process(batch)
+            if backend == "gpu":
+                metrics = runner.window_operator.lifting.metrics
+                staged.append((metrics.staged_rows, metrics.shared_stagings))
+        out += runner.finish()
+        results[backend] = [r for batch in out for r in batch.to_pylist()]
+        if backend == "gpu":
+            # each batch: its rows staged once, and the values lift read that staging
+            rows = [b.num_rows for b in batches]
+            assert [s for s, _ in staged] == list(np.cumsum(rows))
+            assert [shared for _, shared in staged] == [1, 2, 3, 4]
+    assert len(results["gpu"]) > 1000
+    assert first_difference(results["gpu"], results["cpu"]) is None

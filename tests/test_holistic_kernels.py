@@ -157,19 +157,60 @@ def test_a_pane_is_sorted_by_key_then_value_with_offsets(host_module):
     assert len(empty_values) == 0 and empty_offsets.tolist() == [0, 0, 0, 0]
 
 
-def test_pane_runs_equal_the_cpu_runs(host_module):
-    rng = np.random.default_rng(3)
+def window_runs_case(rng: np.random.Generator) -> tuple:
+    """`window_runs` arguments of a span of 7 panes (two missing, one sorted before slots 4
+    and 5 were seen) read by 30 rows of 3 panes each: (flat offsets, offset_first,
+    offset_last, base, slots, first_index, panes_per_row)."""
+    n_slots, span, pw, rows = 6, 7, 3, 30
+    flat, first, last, lengths = [], [], [], []
+    for pane in range(span):
+        if pane in (1, 4):  # no values in this pane
+            first.append(0)
+            last.append(-1)
+            lengths.append(0)
+            continue
+        width = 4 if pane == 5 else n_slots  # sorted when slots 0..3 were the only ones
+        counts = rng.integers(0, 4, width)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        first.append(sum(len(f) for f in flat))
+        last.append(width)
+        lengths.append(int(offsets[-1]))
+        flat.append(offsets)
+    base = np.cumsum(lengths) - np.array(lengths)
+    slots = rng.integers(0, n_slots, rows)
+    first_index = rng.integers(0, span - pw + 1, rows)
+    return (
+        np.concatenate(flat).astype(np.int64),
+        np.array(first, np.int64),
+        np.array(last, np.int64),
+        base.astype(np.int64),
+        slots.astype(np.int64),
+        first_index.astype(np.int64),
+        pw,
+    )
+
+
+def test_window_runs_equal_the_cpu_runs(host_module):
     gpu = GpuHolistic(HostCupy(), host_module)
-    span, used, pw, rows = 6, 4, 3, 9
-    base = np.cumsum(rng.integers(0, 20, span)).astype(np.int64)
-    starts = rng.integers(0, 5, (span, used)).astype(np.int64)
-    ends = starts + rng.integers(0, 5, (span, used)).astype(np.int64)
-    columns = rng.integers(0, used, rows).astype(np.int64)
-    first = rng.integers(0, span - pw + 1, rows).astype(np.int64)
-    got = gpu.pane_runs(base, starts, ends, columns, first, pw)
-    want = cpu_holistic.pane_runs(base, starts, ends, columns, first, pw)
+    arguments = window_runs_case(np.random.default_rng(3))
+    got = gpu.window_runs(*arguments)
+    want = cpu_holistic.window_runs(*arguments)
     for g, w in zip(got, want, strict=True):
         assert np.array_equal(np.asarray(g), w)
+    # against the definition, run by run
+    flat, first, last, base, slots, first_index, pw = arguments
+    run_start, run_end = want[0].reshape(-1, pw), want[1].reshape(-1, pw)
+    for r, (slot, start) in enumerate(zip(slots, first_index, strict=True)):
+        for i in range(pw):
+            pane = start + i
+            if last[pane] < 0:
+                assert run_start[r, i] == run_end[r, i] == 0
+                continue
+            offsets = flat[first[pane] : first[pane] + last[pane] + 1]
+            low = offsets[min(slot, last[pane])]
+            high = offsets[min(slot + 1, last[pane])]
+            assert (run_start[r, i], run_end[r, i]) == (base[pane] + low, base[pane] + high)
+    assert all(len(a) == 0 for a in gpu.window_runs(*arguments[:4], slots[:0], first_index[:0], pw))
 
 
 @pytest.fixture(params=FORMS)
@@ -306,6 +347,7 @@ def test_the_values_lift_gives_the_cpu_order_keys(host_module):
     has_time = np.empty(rows, np.uint8)
     contributes = np.empty(rows, np.uint8)
     parts = [np.empty(rows, np.int64) for _ in generated.parts]
+    words = np.full(2 * rows, -7, np.int64)
     by_name = {"ts": (ts, None), "k": (keys, None), "v": (values, valid)}
     columns = []
     for column in generated.columns:
@@ -316,7 +358,17 @@ def test_the_values_lift_gives_the_cpu_order_keys(host_module):
     function(
         (1,),
         (1,),
-        (*columns, event_time, has_time, contributes, *parts, np.zeros(1, np.int32), rows),
+        (
+            *columns,
+            event_time,
+            has_time,
+            contributes,
+            *parts,
+            words,
+            np.int64(rows),
+            np.zeros(1, np.int32),
+            rows,
+        ),
     )
     value_part, valid_part = parts
     ok = (valid != 0) & (values != 3.0)
@@ -325,6 +377,76 @@ def test_the_values_lift_gives_the_cpu_order_keys(host_module):
     assert np.array_equal(value_part[ok], want[ok])
     assert value_part[1] == value_part[2]  # -0.0 reads as 0.0
     assert value_part[3] == value_part[4] > value_part[5]  # one NaN, above +inf
+
+
+def test_the_values_lift_writes_the_key_words_the_host_key_map_encodes(host_module):
+    """The values lift's key words (`lift_tuples(key_words=True)`: the holistic key map maps
+    them on the device) equal `GpuKeyMap.encode`'s host words, NULL keys and a chunk that
+    starts inside the batch (word w of row i at w * stride + i) included."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    import mangonel
+    from mangonel.catalog.types import SqlType
+    from mangonel.compiler import physical as ph
+    from mangonel.runtime.gpu.keys import GpuKeyMap
+
+    session = mangonel.Session(backend="cpu")
+    session.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k BIGINT, j INT, v DOUBLE) WITH (event_time = 'ts')"
+    )
+    plan = session.sql(
+        "SELECT k, j, MEDIAN(v) AS m FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k, j"
+    ).plan
+    window = ph.find(plan, ph.WindowAggregateExec)
+    lift = dataclasses.replace(
+        window.lift, fields=tuple(f for f in window.fields if f.kind.holistic)
+    )
+    generated = codegen.render_lift_kernels(lift)
+    assert generated.key_words == 3
+    function = host_module(generated).get_function(generated.names["lift"])
+    rng = np.random.default_rng(3)
+    rows = 40
+    k = rng.integers(-(2**40), 2**40, rows)
+    k_valid = rng.random(rows) < 0.7
+    j = rng.integers(-5, 5, rows).astype(np.int32)
+    j_valid = rng.random(rows) < 0.7
+    by_name = {
+        "ts": (np.arange(rows, dtype=np.int64), None),
+        "k": (k, k_valid.astype(np.uint8)),
+        "j": (j, j_valid.astype(np.uint8)),
+        "v": (rng.random(rows), None),
+    }
+    words = np.full(3 * rows, -7, np.int64)
+    for first, end in ((0, 15), (15, rows)):  # two chunks, as `lift_tuples` launches them
+        columns = []
+        for column in generated.columns:
+            values_of, valid_of = by_name[column.name]
+            wide = (np.int64(0), np.int32(1)) if column.offset else ()
+            valid_part = None if valid_of is None else np.ascontiguousarray(valid_of[first:end])
+            columns += [np.ascontiguousarray(values_of[first:end]), *wide, valid_part]
+        n = end - first
+        outputs = [np.empty(n, np.int64), np.empty(n, np.uint8), np.empty(n, np.uint8)]
+        parts = [np.empty(n, np.int64) for _ in generated.parts]
+        function(
+            (1,),
+            (1,),
+            (
+                *columns,
+                *outputs,
+                *parts,
+                words[first:],
+                np.int64(rows),
+                np.zeros(1, np.int32),
+                np.int64(n),
+            ),
+        )
+    host = SimpleNamespace(words=3, types=(SqlType.BIGINT, SqlType.INT), dictionaries=[None, None])
+    arrow = [pa.array(k, mask=~k_valid), pa.array(j, mask=~j_valid)]
+    want = GpuKeyMap.encode(host, arrow)
+    assert np.array_equal(words.reshape(3, rows), want)
 
 
 def test_the_gpu_pane_split_groups_as_the_cpu_split_and_sorts_each_pane(host_module):

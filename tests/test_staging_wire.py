@@ -266,6 +266,8 @@ def test_the_lift_reads_base_plus_offset_and_wide_chunks_alike(host_module):
                 out_has[first:end],
                 out_contributes[first:end],
                 *[partials[p.member][first:end] for p in generated.parts],
+                None,  # no key words
+                np.int64(0),
                 np.array([-1], np.int32),
                 np.int64(n),
             ),

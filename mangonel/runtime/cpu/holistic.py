@@ -142,42 +142,55 @@ def evaluate_runs(
 
 
 @numba.njit(cache=True)
-def _pane_runs(base, starts, ends, columns, first_index, panes_per_row, run_start, run_end):
-    for r in range(columns.shape[0]):
-        column = columns[r]
+def _window_runs(
+    flat_offsets, offset_first, offset_last, base, slots, first_index, panes_per_row, bounds
+):
+    for r in range(slots.shape[0]):
+        slot = slots[r]
         for i in range(panes_per_row):
             pane = first_index[r] + i
-            run_start[r * panes_per_row + i] = base[pane] + starts[pane, column]
-            run_end[r * panes_per_row + i] = base[pane] + ends[pane, column]
+            k = r * panes_per_row + i
+            last = offset_last[pane]
+            if last < 0:  # the span holds no values of this pane: an empty run
+                bounds[0, k] = 0
+                bounds[1, k] = 0
+                continue
+            first = offset_first[pane]
+            bounds[0, k] = base[pane] + flat_offsets[first + min(slot, last)]
+            bounds[1, k] = base[pane] + flat_offsets[first + min(slot + 1, last)]
 
 
-def pane_runs(
+def window_runs(
+    flat_offsets: np.ndarray,
+    offset_first: np.ndarray,
+    offset_last: np.ndarray,
     base: np.ndarray,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    columns: np.ndarray,
+    slots: np.ndarray,
     first_index: np.ndarray,
     panes_per_row: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The runs of rows that each read `panes_per_row` consecutive panes from
-    `first_index[r]`: pane i's values of row r's key are `base[i] + starts[i, c] ..
-    base[i] + ends[i, c]` of the flat array, c = `columns[r]` (the key's column)."""
-    rows = len(columns)
-    run_start = np.empty(rows * panes_per_row, np.int64)
-    run_end = np.empty(rows * panes_per_row, np.int64)
+    """The runs (`run_start, run_end, row_first, row_runs`) of rows that each read
+    `panes_per_row` consecutive panes of a span from `first_index[r]`, in the flat array of
+    the span's sorted panes: span pane p's values start at `base[p]` of it, its per-slot
+    offsets at `offset_first[p]` of `flat_offsets` (`offset_last[p] + 1` entries; -1: no
+    values); row r's run over pane p is its key slot s's `offsets[min(s, last)] ..
+    offsets[min(s + 1, last)]` (a key first seen after the pane's sort has none there).
+    The GPU twin: `runtime.gpu.holistic.GpuHolistic.window_runs`."""
+    rows = len(slots)
+    bounds = np.zeros((2, rows * panes_per_row), np.int64)
     if rows:
-        _pane_runs(
+        _window_runs(
+            np.ascontiguousarray(flat_offsets, np.int64),
+            np.ascontiguousarray(offset_first, np.int64),
+            np.ascontiguousarray(offset_last, np.int64),
             np.ascontiguousarray(base, np.int64),
-            np.ascontiguousarray(starts, np.int64),
-            np.ascontiguousarray(ends, np.int64),
-            np.ascontiguousarray(columns, np.int64),
+            np.ascontiguousarray(slots, np.int64),
             np.ascontiguousarray(first_index, np.int64),
             panes_per_row,
-            run_start,
-            run_end,
+            bounds,
         )
     row_first = np.arange(rows, dtype=np.int64) * panes_per_row
-    return run_start, run_end, row_first, np.full(rows, panes_per_row, np.int64)
+    return bounds[0], bounds[1], row_first, np.full(rows, panes_per_row, np.int64)
 
 
 def holistic_select(

@@ -283,7 +283,11 @@ class CpuKernels:
 
     name = "cpu"
 
-    def lift_tuples(self, lift: LiftExec, batch: pa.RecordBatch) -> LiftedTuples:
+    def lift_tuples(
+        self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False
+    ) -> LiftedTuples:
+        """The per-row lift (`key_words` asks nothing here: the CPU key map encodes the key
+        columns itself, on the host where they are)."""
         length = batch.num_rows
         columns = batch_columns(batch)
         scan = lift.scan
@@ -438,8 +442,12 @@ class CpuKernels:
             function, keys, run_start, run_end, row_first, row_runs, sorted_runs, floating, times
         )
 
-    def pane_runs(self, base, starts, ends, columns, first_index, panes_per_row):
-        return holistic.pane_runs(base, starts, ends, columns, first_index, panes_per_row)
+    def window_runs(
+        self, flat_offsets, offset_first, offset_last, base, slots, first_index, panes_per_row
+    ):
+        return holistic.window_runs(
+            flat_offsets, offset_first, offset_last, base, slots, first_index, panes_per_row
+        )
 
     def sort_pane(self, slots, keys, n_slots, presorted=False):
         # a counting sort by slot is O(n) whether or not the chunk came sorted

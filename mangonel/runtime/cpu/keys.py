@@ -173,7 +173,11 @@ class KeyTable:
                 return out
             self._grow()
 
-    def map_columns(self, columns: list[pa.Array], include: np.ndarray) -> np.ndarray:
+    def map_columns(
+        self, columns: list[pa.Array], include: np.ndarray, words: None = None
+    ) -> np.ndarray:
+        """`map_rows` of the encoded columns (`words`: the CPU lift builds none)."""
+        assert words is None, "the CPU lift builds no key words"
         return self.map_rows(self.encode(columns, len(include)), include)
 
     def lookup_columns(self, columns: list[pa.Array], include: np.ndarray) -> np.ndarray:

@@ -4,10 +4,12 @@ device twins of `runtime.cpu.holistic`, behind the same three calls of the drive
 
 - `sort_pane`: a pane's values sorted by (key slot, value) once, on the device: one sort of
   composite keys (`cupy.lexsort` of (value, slot)), per-slot offsets by a search over the
-  sorted slots. The sorted values stay on the device; every window covering the pane reads
-  them there (shared across overlapping windows), the offsets come to the host (one entry per
-  key slot: the driver cuts runs with them).
-- `pane_runs`: the runs of the rows' windows (one per covered pane), computed on the device.
+  sorted slots. The sorted values and the offsets stay on the device; every window covering
+  the pane reads them there (shared across overlapping windows): no copy to the host, no
+  wait for the device per pane.
+- `window_runs`: the runs of a firing's rows (one per covered pane), built on the device
+  from the panes' device offsets; the host hands only the span's per-pane bases (a scan over
+  the panes' lengths, which the host knows from their shapes) and the rows' slots.
 - `holistic_select`: the rendered selection kernel (`kernels_templates/holistic.cu.j2`,
   `codegen.render_holistic_kernels`): all the rows of a result chunk in one launch (GASSER's
   windows per launch), a thread, a warp or a block per window (the plan's
@@ -68,22 +70,21 @@ class GpuHolistic:
         keys: Any,  # noqa: ANN401
         n_slots: int,
         presorted: bool = False,
-    ) -> tuple[Any, np.ndarray]:
-        """(values sorted by (slot, value) on the device, host offsets of each slot:
-        `offsets[s]:offsets[s + 1]`, n_slots + 1 entries). `presorted`: the values already
-        are (one chunk of `split_panes`): only the offsets are searched."""
+    ) -> tuple[Any, Any]:
+        """(values sorted by (slot, value), offsets of each slot: `offsets[s]:offsets[s + 1]`,
+        n_slots + 1 entries), both on the device. `presorted`: the values already are (one
+        chunk of `split_panes`): only the offsets are searched."""
         xp = self.xp
         if not len(keys):
-            return xp.zeros(0, xp.int64), np.zeros(n_slots + 1, np.int64)
+            return xp.zeros(0, xp.int64), xp.zeros(n_slots + 1, xp.int64)
         device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
         device_keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
         if not presorted:
             order = xp.lexsort(xp.stack((device_keys, device_slots)))  # last key is primary
             device_keys = xp.ascontiguousarray(device_keys[order])
             device_slots = device_slots[order]
-        bounds = xp.searchsorted(device_slots, xp.arange(n_slots + 1, dtype=xp.int64))
-        offsets = np.asarray(_host(bounds), np.int64)
-        return device_keys, offsets
+        offsets = xp.searchsorted(device_slots, xp.arange(n_slots + 1, dtype=xp.int64))
+        return device_keys, offsets.astype(xp.int64, copy=False)
 
     def split_panes(
         self,
@@ -133,13 +134,13 @@ class GpuHolistic:
 
     def sort_pane_timed(
         self, slots: np.ndarray, keys: np.ndarray, times: np.ndarray, n_slots: int
-    ) -> tuple[Any, Any, np.ndarray]:
+    ) -> tuple[Any, Any, Any]:
         """`sort_pane` of values with their event times (sorted by (slot, value, time)):
-        (device values, device times, host offsets)."""
+        (values, times, offsets), on the device."""
         xp = self.xp
         if not len(keys):
             empty = xp.zeros(0, xp.int64)
-            return empty, empty, np.zeros(n_slots + 1, np.int64)
+            return empty, empty, xp.zeros(n_slots + 1, xp.int64)
         device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
         device_keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
         device_times = xp.ascontiguousarray(xp.asarray(times), dtype=xp.int64)
@@ -148,7 +149,7 @@ class GpuHolistic:
         return (
             xp.ascontiguousarray(device_keys[order]),
             xp.ascontiguousarray(device_times[order]),
-            np.asarray(_host(bounds), np.int64),
+            bounds.astype(xp.int64, copy=False),
         )
 
     def to_host(self, array: Any) -> np.ndarray:  # noqa: ANN401
@@ -163,32 +164,51 @@ class GpuHolistic:
         # (`asarray` of a device array still costs tens of microseconds a call)
         return xp.concatenate([xp.asarray(p) if isinstance(p, np.ndarray) else p for p in pieces])
 
-    def pane_runs(
+    def window_runs(
         self,
+        flat_offsets: Any,  # noqa: ANN401 - the span's panes' offsets, one device array
+        offset_first: np.ndarray,
+        offset_last: np.ndarray,
         base: np.ndarray,
-        starts: np.ndarray,
-        ends: np.ndarray,
-        columns: np.ndarray,
+        slots: np.ndarray,
         first_index: np.ndarray,
         panes_per_row: int,
     ) -> tuple[Any, Any, Any, Any]:
-        """`runtime.cpu.holistic.pane_runs` on the device: row r's run i is pane
-        p = first_index[r] + i's values of key column c = columns[r],
-        `base[p] + starts[p, c] .. base[p] + ends[p, c]`."""
+        """`runtime.cpu.holistic.window_runs` on the device: row r's run i reads span pane
+        p = first_index[r] + i, its slot s = slots[r]: `base[p] + offsets_p[min(s, last)] ..
+        base[p] + offsets_p[min(s + 1, last)]` (empty where last = offset_last[p] < 0: no
+        pane). The host's arrays (span- and row-sized) go up; the offsets never come down."""
         xp = self.xp
-        rows = len(columns)
-        base_d = xp.asarray(np.ascontiguousarray(base, np.int64))
-        starts_d = xp.asarray(np.ascontiguousarray(starts, np.int64))
-        ends_d = xp.asarray(np.ascontiguousarray(ends, np.int64))
-        panes = xp.asarray(np.ascontiguousarray(first_index, np.int64))[:, None] + xp.arange(
-            panes_per_row, dtype=xp.int64
-        )
-        column = xp.asarray(np.ascontiguousarray(columns, np.int64))[:, None]
-        run_start = xp.ascontiguousarray((base_d[panes] + starts_d[panes, column]).reshape(-1))
-        run_end = xp.ascontiguousarray((base_d[panes] + ends_d[panes, column]).reshape(-1))
+        rows = len(slots)
+        if not rows:
+            empty = xp.zeros(0, xp.int64)
+            return empty, empty, empty, empty
+
+        def up(array: np.ndarray) -> Any:  # noqa: ANN401
+            return xp.asarray(np.ascontiguousarray(array, np.int64))
+
+        panes = up(first_index)[:, None] + xp.arange(panes_per_row, dtype=xp.int64)
+        slot = up(slots)[:, None]
+        last = up(offset_last)[panes]
+        present = last >= 0
+        flat = xp.asarray(flat_offsets, dtype=xp.int64)
+        if not int(flat.shape[0]):  # no pane of the span holds values
+            run_start = run_end = xp.zeros(rows * panes_per_row, xp.int64)
+        else:
+            first = up(offset_first)[panes]
+            pane_base = up(base)[panes]
+            low = xp.where(present, first + xp.minimum(slot, last), 0)
+            high = xp.where(present, first + xp.minimum(slot + 1, last), 0)
+            run_start = xp.where(present, pane_base + flat[low], 0).reshape(-1)
+            run_end = xp.where(present, pane_base + flat[high], 0).reshape(-1)
         row_first = xp.arange(rows, dtype=xp.int64) * panes_per_row
         row_runs = xp.full(rows, panes_per_row, dtype=xp.int64)
-        return run_start, run_end, row_first, row_runs
+        return (
+            xp.ascontiguousarray(run_start),
+            xp.ascontiguousarray(run_end),
+            row_first,
+            row_runs,
+        )
 
     def holistic_select(
         self,

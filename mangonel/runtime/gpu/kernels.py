@@ -77,6 +77,7 @@ class GpuKernelMetrics:
     passes_with_rest: int = 0  # fused passes that left rows to the split path (new keys...)
     prefetches: int = 0  # batches whose copies `prefetch` started
     prefetch_hits: int = 0  # fused passes that found their batch's copies already queued
+    shared_stagings: int = 0  # other lifts of a batch (the holistic values) that read them too
     staged_rows: int = 0  # rows staged for the lift and fused kernels
     wire_bytes: int = 0  # bytes of their values that crossed PCIe (`compiler.wire`)
     narrow_chunks: int = 0  # (chunk, offset column) pairs that travelled as int32 offsets
@@ -173,20 +174,31 @@ class GpuKernels:
     # -- WindowKernels --------------------------------------------------------------------
 
     def lift_tuples(
-        self, lift: LiftExec, batch: pa.RecordBatch, staged: StagedBatch | None = None
+        self,
+        lift: LiftExec,
+        batch: pa.RecordBatch,
+        key_words: bool = False,
+        staged: StagedBatch | None = None,
     ) -> LiftedTuples:
         """The per-row lift of a batch (one launch per staged chunk); `staged`: its columns
-        already on the device (the fused pass's), else they are staged here."""
+        already on the device (the fused pass's), else they are staged here. `key_words`:
+        the lift also writes the rows' key words (`LiftedTuples.key_words`) where every key
+        type gives the host's word on the device (`GpuKeyMap.device_keys`: not floats)."""
         cp = device.cupy()
         generated, module = self.module_for(lift)
         length = batch.num_rows
         columns = batch_columns(batch)
         if staged is None:
-            staged = self._stage(generated, batch)
+            # the holistic step's values lift reads the batch the incremental part's fused
+            # pass prefetched: the same scan, so the same staged columns (one staging a batch)
+            staged = self._peek_prefetched(lift, batch) or self._stage(generated, batch)
         event_time = cp.empty(length, cp.int64)
         has_event_time = cp.empty(length, cp.uint8)
         contributes = cp.empty(length, cp.uint8)
         partials = {p.member: cp.empty(length, p.numpy) for p in generated.parts}
+        words = None
+        if key_words and all(not k.type.is_floating for k in lift.keys):
+            words = cp.empty(generated.key_words * length, cp.int64)
         literal_ids = self.stager.literal_ids(generated.string_literals)
         stream = cp.cuda.get_current_stream()
         threads = self.options.threads
@@ -206,6 +218,8 @@ class GpuKernels:
                     has_event_time[part],
                     contributes[part],
                     *[partials[p.member][part] for p in generated.parts],
+                    None if words is None else words[chunk.first :],
+                    np.int64(length),  # the words' stride: word w of row i at w * length + i
                     literal_ids,
                     np.int64(rows),
                 ),
@@ -229,6 +243,7 @@ class GpuKernels:
             {name: tuple(v) for name, v in by_field.items()},
             max_event_time,
             length - with_time,
+            words,
         )
 
     def pane_ids(self, lifted: LiftedTuples, pane_length: int):
@@ -295,6 +310,19 @@ class GpuKernels:
                 return staged.extremes[k]
         return None
 
+    def _peek_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> StagedBatch | None:
+        """The columns a prefetch staged for this batch object, left for its `lift_merge`,
+        where `lift` reads the same scan: the staged columns (`generated.columns`) and their
+        wire form depend on the scan's columns only (`compiler.wire.wire_columns`), not on
+        the lift's fields, so another lift of the same scan reads them as they are."""
+        for entry in self._prefetched:
+            if entry.batch is batch and (
+                entry.lift.scan is lift.scan or entry.lift.scan.columns == lift.scan.columns
+            ):
+                self.metrics.shared_stagings += 1
+                return entry.staged
+        return None
+
     def _take_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> StagedBatch | None:
         for index, entry in enumerate(self._prefetched):
             if entry.batch is batch and (entry.lift is lift or entry.lift == lift):
@@ -348,7 +376,7 @@ class GpuKernels:
         if not usable:
             if while_running is not None:
                 while_running()
-            lifted = self.lift_tuples(lift, batch, staged)
+            lifted = self.lift_tuples(lift, batch, staged=staged)
             return FusedMerge.unplaced(lifted)
         cp = device.cupy()
         generated, module = self.module_for(lift, window)
@@ -414,7 +442,7 @@ class GpuKernels:
                 rows, late, nulls, max_event_time, first_pane, last_pane, None, None, late_rows
             )
         self.metrics.passes_with_rest += 1
-        lifted = self.lift_tuples(lift, batch, staged)
+        lifted = self.lift_tuples(lift, batch, staged=staged)
         rest_include = lifted.contributes & (decided == 0)
         return FusedMerge(
             rows,

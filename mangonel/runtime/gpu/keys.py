@@ -94,8 +94,17 @@ class GpuKeyMap:
             words[-1] |= (~valid).astype(np.int64) << index
         return words
 
-    def map_columns(self, columns: list[pa.Array], include=None):
+    def map_columns(self, columns: list[pa.Array], include=None, words=None):
+        """Slots of the rows' keys: their words encoded on the host and copied up, or, given
+        `words` (the device words the lift built, `GpuKernels.lift_tuples(key_words=True)`,
+        word-major), mapped where they are: no host pass over the key columns, no copy."""
         cp = device.cupy()
+        if words is not None:
+            rows = int(words.shape[0]) // self.words
+            if rows == 0:
+                return cp.empty(0, cp.int32)
+            include_device = None if include is None else cp.ascontiguousarray(include, cp.uint8)
+            return self.map_words(words, rows, include_device)
         words = self.encode(columns)
         if not columns and include is not None:  # no GROUP BY: one key, the NULL-mask word
             words = np.zeros((self.words, int(include.shape[0])), np.int64)

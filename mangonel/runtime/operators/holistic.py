@@ -133,7 +133,7 @@ class _Pane:
 
     chunks: list[tuple[Any, Any, Any]] = field(default_factory=list)
     sorted_values: Any = None
-    offsets: np.ndarray | None = None
+    offsets: Any = None  # host (CPU) or device (GPU) offsets
     sorted_times: Any = None
     presorted: bool = True
 
@@ -156,7 +156,7 @@ class _Pane:
         `timed`."""
         slots, values, times = [], [], []
         if self.sorted_values is not None and self.offsets is not None:
-            counts = np.diff(self.offsets)
+            counts = np.diff(kernels.to_host(self.offsets))  # device offsets on the GPU
             slots.append(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
             values.append(self.sorted_values)
             if timed:
@@ -287,12 +287,14 @@ class HolisticTimeWindows:
     def _keep(self, batch: pa.RecordBatch) -> None:
         """The values of the batch's contributing, not late tuples, into their panes."""
         kernels = self.lifting
-        lifted = kernels.lift_tuples(self.values_lift, batch)
+        # the key words come from the lift (on the GPU: built on the device from the staged
+        # columns, so the key columns are never encoded on the host per batch)
+        lifted = kernels.lift_tuples(self.values_lift, batch, key_words=True)
         if not lifted.rows:
             return
         panes = kernels.pane_ids(lifted, self.pane_length)
         include = self._not_late(kernels, panes, lifted.contributes)
-        slots = self.keys.map_columns(lifted.keys, include)
+        slots = self.keys.map_columns(lifted.keys, include, lifted.key_words)
         event_times = lifted.event_time if self.timed_fields else None
         for value_field in self.value_fields:
             values, valid = lifted.partials[value_field.name]
@@ -506,7 +508,9 @@ class HolisticTimeWindows:
     def _runs(self, name: str, slots: np.ndarray, first_panes: np.ndarray):
         """The flat sorted values of the panes the rows' windows cover, per row one run per
         pane (`evaluate`'s runs), and the values' event times where the field is timed
-        (else None)."""
+        (else None). The runs are built on the holistic backend (`window_runs`: on the GPU
+        from the panes' device offsets); here only the span's panes are listed and their
+        bases scanned from their lengths (known from the arrays' shapes, no device read)."""
         rows = len(slots)
         pw = self.panes_per_window
         timed = name in self.timed_fields
@@ -516,31 +520,32 @@ class HolisticTimeWindows:
         low = int(first_panes.min())
         span = int(first_panes.max()) - low + pw
         store = self.panes[name]
-        # offsets of the rows' key slots only (`used`), not of every key
-        used, compact = np.unique(slots, return_inverse=True)
-        base = np.zeros(span, np.int64)
-        starts = np.zeros((span, len(used)), np.int64)
-        ends = np.zeros((span, len(used)), np.int64)
-        pieces = []
-        time_pieces = []
-        total = 0
+        lengths = np.zeros(span, np.int64)  # values of each span pane (0: none)
+        widths = np.zeros(span, np.int64)  # offsets of each span pane (0: no pane)
+        pieces, offset_pieces, time_pieces = [], [], []
         for index in range(span):
             pane = store.get(low + index)
             if pane is None:
                 continue
             self._sort(pane, timed)
             assert pane.sorted_values is not None and pane.offsets is not None
-            last = len(pane.offsets) - 1  # keys first seen after the sort have no values here
-            starts[index] = pane.offsets[np.minimum(used, last)]
-            ends[index] = pane.offsets[np.minimum(used + 1, last)]
-            base[index] = total
-            total += len(pane.sorted_values)
+            lengths[index] = len(pane.sorted_values)
+            widths[index] = len(pane.offsets)
             pieces.append(pane.sorted_values)
+            offset_pieces.append(pane.offsets)
             time_pieces.append(pane.sorted_times)
+        base = np.cumsum(lengths) - lengths
+        offset_first = np.cumsum(widths) - widths
         values = self.kernels.concatenate(pieces)
         times = self.kernels.concatenate(time_pieces) if timed else None
-        runs = self.kernels.pane_runs(
-            base, starts, ends, compact.astype(np.int64), first_panes - low, pw
+        runs = self.kernels.window_runs(
+            self.kernels.concatenate(offset_pieces),
+            offset_first,
+            widths - 1,  # a key slot past a pane's last reads its end (-1: no pane)
+            base,
+            slots,
+            first_panes - low,
+            pw,
         )
         return values, runs, times
 

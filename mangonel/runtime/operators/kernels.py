@@ -54,7 +54,9 @@ class LiftedTuples:
     of arrays: one, or (n, mean, m2) for MOMENTS), neutral where the argument is NULL; the
     first field counts rows (1 where the tuple contributes, else 0). Other fields of rows that
     do not contribute are unspecified: the driver never merges those rows (slot -1).
-    `keys` are the key columns (Arrow) in plan order.
+    `keys` are the key columns (Arrow) in plan order. `key_words`: where the backend's lift
+    built the rows' key words itself (`lift_tuples(..., key_words=True)` on the GPU: on the
+    device, word-major), for its key map's `map_columns(..., words=)`; else None.
     """
 
     rows: int
@@ -65,6 +67,7 @@ class LiftedTuples:
     partials: dict[str, tuple[Array, ...]]
     max_event_time: int | None  # over every row with an event time (WHERE does not matter)
     null_event_time: int
+    key_words: Array | None = None
 
 
 @dataclass
@@ -121,8 +124,12 @@ class KeyMap(Protocol):
     n_slots: int
     nbytes: int  # bytes it holds (tables at capacity, string dictionaries): `state_bytes`
 
-    def map_columns(self, columns: list[pa.Array], include: Array) -> Array:
-        """Slots of the rows' keys (-1 where include is False); new keys get new slots."""
+    def map_columns(
+        self, columns: list[pa.Array], include: Array, words: Array | None = None
+    ) -> Array:
+        """Slots of the rows' keys (-1 where include is False); new keys get new slots.
+        `words`: the rows' key words as the same backend's lift built them
+        (`LiftedTuples.key_words`), read instead of encoding `columns`."""
 
     def decode(self, slots: np.ndarray) -> list[pa.Array]:
         """Key columns (declared Arrow types) of host slot numbers."""
@@ -198,7 +205,11 @@ class PaneState(Protocol):
 class WindowKernels(Protocol):
     name: str
 
-    def lift_tuples(self, lift: LiftExec, batch: pa.RecordBatch) -> LiftedTuples: ...
+    def lift_tuples(
+        self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False
+    ) -> LiftedTuples:
+        """The per-row lift; `key_words`: the caller maps the rows' keys next, so a backend
+        that can builds their key words in the lift (`LiftedTuples.key_words`)."""
 
     def pane_ids(self, lifted: LiftedTuples, pane_length: int) -> Array: ...
 
