@@ -91,7 +91,13 @@ def test_device_rows_apply_to_inner_windowed_joins_without_strings() -> None:
         )
     )
     assert where.kept == (0,) and [x["role"] for x in where.check["lonely"]] == ["rows_lonely_0"]
-    assert "STRING column r.s" in device_rows(_join(f"SELECT l.x, r.s {on}"))
+    # a STRING column is emitted from the host's rows, not mirrored; a predicate reading one
+    # keeps the pairs on the host
+    strings = device_rows(_join(f"SELECT l.x, r.s, window_start {on}"))
+    assert isinstance(strings, DeviceRowsPlan) and strings.emitted == (0, None)
+    assert [c.joined for c in strings.columns] == ["l.x"]
+    assert [c.joined for c in strings.host_columns] == ["r.s"]
+    assert "STRING column r.s" in device_rows(_join(f"SELECT l.x {on} WHERE r.s IS NULL"))
 
 
 def test_explain_says_where_rows_are_built() -> None:
@@ -106,10 +112,11 @@ def test_explain_says_where_rows_are_built() -> None:
     assert "rows=device" in gpu(f"SELECT l.x, r.y, window_start {on}")
     outer = gpu(f"SELECT l.x FROM clicks {WINDOW} AS l LEFT JOIN views {WINDOW} AS r ON l.k = r.k")
     assert "rows=device" in outer
-    strings = gpu(f"SELECT l.x, r.s {on}")
-    assert 'rows=host rows_reason="it outputs the STRING column r.s (no device dictionary)"' in (
-        strings
+    assert "rows=device rows_host_columns=[r.s]" in gpu(f"SELECT l.x, r.s {on}")
+    reason = (
+        'rows=host rows_reason="a predicate reads the STRING column r.s (no device dictionary)"'
     )
+    assert reason in gpu(f"SELECT l.x {on} WHERE r.s IS NULL")
     assert " rows=" not in gpu(f"SELECT l.k, COUNT(*) AS c {on} GROUP BY l.k")
     assert " rows=" not in gpu(f"SELECT l.x, r.y {on}", gpu_join=False)
     assert " rows=" not in session.sql(f"SELECT l.x, r.y {on}").explain()  # a CPU plan
@@ -262,7 +269,7 @@ def _typed_arrivals(seed: int) -> list[tuple[str, pa.RecordBatch]]:
                 "ts": ts,
                 "k": keys.cast(pa.int32()),
                 "y": nullable(rng.normal(size=n), pa.float64()),
-                "s": pa.array(["v"] * n),
+                "s": nullable([f"v{v}" * int(v % 3) for v in rng.integers(0, 50, n)], pa.string()),
             }
             arrivals.append(("views", pa.record_batch(columns)))
     return arrivals
@@ -299,6 +306,86 @@ def test_device_rows_emit_every_fixed_width_type_on_the_host_shim(
         assert tables[0].equals(tables[1]), seed
     made = _device_rows_made(gpu_kernels_in_cpu_plans)
     assert len(made) == 4 and all(m.rows_out for m in made)
+
+
+@pytest.mark.parametrize(
+    ("kind", "select"),
+    [
+        ("JOIN", "l.x, r.s, window_start"),
+        ("JOIN", "r.s"),
+        ("LEFT JOIN", "r.s, l.n, r.s AS again, window_end"),
+        ("RIGHT JOIN", "l.b, r.s, r.y"),
+        ("FULL JOIN", "r.s, l.x"),
+    ],
+)
+def test_device_rows_emit_string_columns_gathered_on_the_host_shim(
+    gpu_kernels_in_cpu_plans, kind: str, select: str
+) -> None:
+    """STRING columns (NULLs, empty strings, the NULL side of outer rows) are taken on the
+    host at the fired pairs' row numbers while the other columns stay on the device: the
+    device rows over the shim equal the CPU operator's, row for row, with a residual and
+    WHERE (outer joins: over rows_lonely_*) and a snapshot/restore half way."""
+    from mangonel.runtime.cpu import operators as cpu_operators
+    from mangonel.runtime.local.query import LocalQuery
+
+    sql = (
+        f"SELECT {select} FROM clicks {WINDOW} AS l {kind} views {WINDOW} AS r "
+        "ON l.k = r.k AND r.y > -1.5 WHERE l.x IS NULL OR l.x < 6"
+    )
+    device_operators = dict(cpu_operators.OPERATORS)
+    for seed in range(3):
+        tables = []
+        for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
+            cpu_operators.OPERATORS = operators
+            plan = _session().sql(sql).plan
+            arrivals = _typed_arrivals(seed)
+            runner = LocalQuery(plan)
+            out = []
+            for position, (name, batch) in enumerate(arrivals):
+                if position == len(arrivals) // 2:
+                    saved = runner.snapshot()
+                    runner = LocalQuery(plan)
+                    runner.restore(saved)
+                out += runner.process(batch, runner.inputs[name])
+            out += runner.finish()
+            tables.append(pa.Table.from_batches(out, schema=runner.schema))
+        cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
+        strings = tables[1].column("s").to_pylist()
+        assert tables[1].num_rows > 20 and None in strings and "" in strings, seed
+        assert any(s and len(s) > 2 for s in strings), seed
+        assert tables[0].equals(tables[1]), seed
+    made = _device_rows_made(gpu_kernels_in_cpu_plans)
+    assert len(made) == 6 and all(m.plan.host_columns for m in made)
+    assert sum(m.rows_out for m in made) > 0
+
+
+def test_stream_table_rows_emit_the_table_strings_on_the_host_shim(
+    gpu_kernels_in_cpu_plans,
+) -> None:
+    """A windowed stream joined with a static table emits the table's STRING column (every
+    window's rows hold the table's) from the host, the rest from the device."""
+    from mangonel.runtime.cpu import operators as cpu_operators
+
+    sql = (
+        f"SELECT c.x, a.campaign, window_start FROM clicks {WINDOW} AS c "
+        "LEFT JOIN ads AS a ON c.k = a.k"
+    )
+    ads = pa.record_batch(
+        {"k": pa.array([0, 1, 2, None], pa.int64()), "campaign": ["zero", None, "two", "none"]}
+    )
+    arrivals = [("ads", ads)] + [a for a in _typed_arrivals(2) if a[0] == "clicks"]
+    device_operators = dict(cpu_operators.OPERATORS)
+    tables = []
+    for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
+        cpu_operators.OPERATORS = operators
+        session = _session()
+        session.execute("CREATE TABLE ads (k BIGINT, campaign STRING)")
+        tables.append(session.sql(sql).run(arrivals))
+    cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
+    assert tables[1].num_rows > 20 and tables[0].equals(tables[1])
+    assert {"zero", "two", None} <= set(tables[1].column("campaign").to_pylist())
+    (made,) = _device_rows_made(gpu_kernels_in_cpu_plans)
+    assert made.rows_out == tables[1].num_rows
 
 
 def test_pinned_pool_reuses_released_blocks(host_device) -> None:
@@ -345,6 +432,26 @@ def test_device_rows_on_a_device_match_the_oracle(monkeypatch) -> None:
         case = _rows_case(seed)
         problem = check_join(case)
         assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["JOIN", "FULL JOIN"])
+def test_device_rows_emit_strings_on_a_device(kind: str) -> None:
+    """On a GPU host: a join emitting a STRING column runs rows=device (the string taken on
+    the host at the fired pairs' rows, the other columns from the device) and equals the
+    CPU's rows, row for row."""
+    pytest.importorskip("cupy")
+    sql = (
+        f"SELECT l.x, r.s, r.y, window_start FROM clicks {WINDOW} AS l {kind} views {WINDOW} "
+        "AS r ON l.k = r.k AND r.y > -1.5 WHERE l.x IS NULL OR l.x < 6"
+    )
+    query = _session("gpu").sql(sql)
+    assert "rows=device rows_host_columns=[r.s]" in explain_text(query.plan)
+    for seed in range(3):
+        got = query.run(_typed_arrivals(seed))
+        want = _session().sql(sql).run(_typed_arrivals(seed))
+        assert want.num_rows > 20 and None in want.column("s").to_pylist()
+        assert got.equals(want), seed
 
 
 def _gpu_plan(case):  # noqa: ANN001, ANN202

@@ -20,10 +20,10 @@ Two forms of an aggregated join (EXPLAIN's `fused=`):
   host, so each call uploads what it reads.
 
 A join without aggregation (EXPLAIN's `rows=` on its WindowJoin): `rows=device`
-(`codegen_join.device_rows` applies: windowed, no STRING column emitted, predicates rendered
-in CUDA; outer joins included) hands the driver `join_rows.DeviceJoinRows`, which keeps both
+(`codegen_join.device_rows` applies: windowed, predicates rendered in CUDA reading no STRING
+column; outer joins included) hands the driver `join_rows.DeviceJoinRows`, which keeps both
 sides' rows and the pending pairs on the device and copies back only the fired windows'
-output columns;
+output columns (STRING ones are taken on the host at the fired pairs' rows);
 `rows=host` keeps the pending pairs on the host as the probe form does.
 
 The host faces of the protocol (key maps, the evaluation of residual/WHERE/aggregate arguments

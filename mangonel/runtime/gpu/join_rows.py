@@ -15,10 +15,13 @@
   pending pairs, after the pairs, as the host form does.
 - A firing expands the pending pairs to (pair, window) entries in window order (expand
   count, exclusive scan, write; then ordered by window, pair), gathers every output column
-  on the device, and copies only those columns back, each straight into a pinned host block
-  (`PinnedPool`) that the result's Arrow arrays are built over without a copy or per-row
-  Python. A block returns to the pool when the last array over it is released, so a
+  but STRING ones on the device, and copies only those columns back, each straight into a
+  pinned host block (`PinnedPool`) that the result's Arrow arrays are built over without a
+  copy or per-row Python. A block returns to the pool when the last array over it is released, so a
   consumer that drops (or copies) its batches lets the next firings reuse the pinned memory.
+  A STRING column is gathered on the host instead (the device keeps no dictionary for
+  joined rows): the entries' row numbers of its side come back (8 bytes a row) and Arrow
+  takes the strings from the driver's stored rows, which the mirrors follow row for row.
 
 The pending pairs' snapshot is the host form's (`pending_left`, `pending_right`,
 `pending_lo`, `pending_hi`; the matched flags go to the driver's rows first): a snapshot
@@ -290,8 +293,12 @@ class DeviceJoinRows:
                 local = ids - self.rows[side].base
                 at.append(local if none is None else cp.where(none, 0, local))
                 missing.append(none)
+            host = self._gather_host_columns(sides, at, missing, len(entries))
             columns = []
-            for position in self.plan.emitted:
+            for output, position in zip(self.plan.outputs, self.plan.emitted, strict=True):
+                if position is None:  # a STRING column, gathered on the host
+                    columns.append(host[output.joined])
+                    continue
                 column = self.plan.columns[position]
                 rows = self.rows[column.side]
                 if not rows.size:  # a side with no stored rows: only outer rows, NULL here
@@ -315,12 +322,41 @@ class DeviceJoinRows:
         self.pairs.keep(self.pairs.view("hi") > hi)
         return out, fired
 
+    def _gather_host_columns(
+        self, sides: list, at: list, missing: list, n: int
+    ) -> dict[str, pa.Array]:
+        """The STRING columns emitted (`plan.host_columns`) of the fired entries, taken from
+        the driver's stored rows (`sides`, which the mirrors follow: a mirror's row i is the
+        side's stored row i) at the entries' row numbers, copied back from the device for the
+        sides that emit one; NULL where the side is missing (an outer row)."""
+        wanted = self.plan.host_columns
+        gathered: dict[str, pa.Array] = {}
+        for side in sorted({c.side for c in wanted}):
+            stored = sides[side].table(sides[side].conformer.schema)
+            if not self.rows[side].size:  # no stored rows: only outer rows, NULL here
+                for column in (c for c in wanted if c.side == side):
+                    gathered[column.joined] = pa.nulls(n, stored.schema.field(column.name).type)
+                continue
+            arrays = [at[side]] if missing[side] is None else [at[side], missing[side]]
+            host = self.kernels.pinned.download(arrays)
+            mask = None if missing[side] is None else host[1].astype(np.bool_, copy=False)
+            indices = pa.array(host[0], pa.int64(), mask=mask)
+            for column in (c for c in wanted if c.side == side):
+                taken = stored.column(column.name).take(indices)
+                gathered[column.joined] = taken.combine_chunks()
+        return gathered
+
     def _to_arrow(self, schema: pa.Schema, n: int, columns: list) -> pa.RecordBatch:
         """The gathered columns ((type, device values, device validity or None) each) copied
-        into one pinned block and wrapped as Arrow arrays over it."""
+        into one pinned block and wrapped as Arrow arrays over it; a column gathered on the
+        host (an Arrow array) is taken as it is."""
         cp = device.cupy()
-        segments = []  # per column: (data, bitmap or None, nulls)
-        for sql_type, values, valid in columns:
+        segments = []  # per column: (data, bitmap or None, nulls), or an Arrow array
+        for column in columns:
+            if isinstance(column, pa.Array):
+                segments.append(column)
+                continue
+            sql_type, values, valid = column
             nulls = 0 if valid is None else n - int(cp.count_nonzero(valid))
             bitmap = cp.packbits(valid, bitorder="little") if nulls else None
             if sql_type is SqlType.BOOLEAN:  # Arrow's booleans are bits
@@ -328,7 +364,7 @@ class DeviceJoinRows:
             segments.append((cp.ascontiguousarray(values), bitmap, nulls))
         total = sum(
             _aligned(int(d.nbytes)) + (0 if b is None else _aligned(int(b.nbytes)))
-            for d, b, _ in segments
+            for d, b, _ in (s for s in segments if not isinstance(s, pa.Array))
         )
         lease = self.pool.lease(total)
         offset = 0
@@ -342,7 +378,11 @@ class DeviceJoinRows:
             return buffer
 
         arrays = []
-        for field, (data, bitmap, nulls) in zip(schema, segments, strict=True):
+        for field, segment in zip(schema, segments, strict=True):
+            if isinstance(segment, pa.Array):
+                arrays.append(segment.cast(field.type))
+                continue
+            data, bitmap, nulls = segment
             buffers = [None if bitmap is None else copy(bitmap), copy(data)]
             arrays.append(pa.Array.from_buffers(field.type, n, buffers, null_count=nulls))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
