@@ -359,6 +359,25 @@ def test_device_rows_emit_string_columns_gathered_on_the_host_shim(
     assert sum(m.rows_out for m in made) > 0
 
 
+def test_a_predicate_reading_a_string_keeps_rows_on_the_host_shim(gpu_kernels_in_cpu_plans) -> None:
+    """WHERE reading a STRING column: the pairs are gathered on the host (the device mirrors
+    no strings; mirroring them as int32 used to fail), the CPU operator's rows."""
+    from mangonel.runtime.cpu import operators as cpu_operators
+
+    sql = (
+        f"SELECT l.x, r.s, window_start FROM clicks {WINDOW} AS l JOIN views {WINDOW} AS r "
+        "ON l.k = r.k WHERE r.s IS NULL OR r.s <> 'v1v1'"
+    )
+    device_operators = dict(cpu_operators.OPERATORS)
+    tables = []
+    for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
+        cpu_operators.OPERATORS = operators
+        tables.append(_session().sql(sql).run(_typed_arrivals(1)))
+    cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
+    assert tables[1].num_rows > 20 and tables[0].equals(tables[1])
+    assert gpu_kernels_in_cpu_plans and not _device_rows_made(gpu_kernels_in_cpu_plans)
+
+
 def test_stream_table_rows_emit_the_table_strings_on_the_host_shim(
     gpu_kernels_in_cpu_plans,
 ) -> None:
