@@ -181,7 +181,9 @@ def sanitized_device(tmp_path_factory):
         pytest.skip("g++ not on PATH")
     module = host_modules(tmp_path_factory.mktemp("join_ubsan"), SANITIZE)
     patch = pytest.MonkeyPatch()
-    patch.setattr(device, "cupy", lambda: HostCupy())
+    # one stand-in: the process's pinned pool reuses a buffer only for the CuPy that made it
+    host = HostCupy()
+    patch.setattr(device, "cupy", lambda: host)
     patch.setattr(gpu_join, "shared_context", lambda size: SimpleNamespace(module=module))
     yield module
     patch.undo()

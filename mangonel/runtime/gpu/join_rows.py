@@ -38,7 +38,7 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.codegen_join import DeviceRowsPlan
-from mangonel.runtime.gpu import device
+from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.gpu.join_fused import DeviceRows, _numpy_dtype
 
 PENDING = ("left", "right", "lo", "hi")
@@ -263,7 +263,7 @@ class DeviceJoinRows:
         for side in sides:
             rows = self.rows[side.index]
             if rows.kept and rows.size:
-                side.matched.view[...] = self.kernels.pinned.download([rows.view("matched")])[0]
+                side.matched.view[...] = pinned.download([rows.view("matched")])[0]
 
     # -- firing ---------------------------------------------------------------------------
 
@@ -338,7 +338,7 @@ class DeviceJoinRows:
                     gathered[column.joined] = pa.nulls(n, stored.schema.field(column.name).type)
                 continue
             arrays = [at[side]] if missing[side] is None else [at[side], missing[side]]
-            host = self.kernels.pinned.download(arrays)
+            host = pinned.download(arrays)
             mask = None if missing[side] is None else host[1].astype(np.bool_, copy=False)
             indices = pa.array(host[0], pa.int64(), mask=mask)
             for column in (c for c in wanted if c.side == side):
@@ -398,7 +398,7 @@ class DeviceJoinRows:
         if not self.pairs.size:
             return {f"pending_{name}": np.zeros(0, np.int64) for name in PENDING}
         views = [self.pairs.view(name) for name in PENDING]
-        host = self.kernels.pinned.download(views)
+        host = pinned.download(views)
         return {f"pending_{name}": values for name, values in zip(PENDING, host, strict=True)}
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
