@@ -29,7 +29,8 @@ from mangonel.compiler.codegen_join import (
 )
 from mangonel.compiler.explain import explain_text
 from mangonel.runtime.cpu import operators as _cpu_operators
-from mangonel.runtime.gpu.join_rows import DeviceJoinRows, PinnedPool
+from mangonel.runtime.gpu import join_rows, pinned
+from mangonel.runtime.gpu.join_rows import DeviceJoinRows, lease
 from mangonel.session import Session
 
 ORIGINAL_CPU_OPERATORS = dict(_cpu_operators.OPERATORS)
@@ -213,7 +214,7 @@ def _case_session(case) -> Session:  # noqa: ANN001
 
 @pytest.mark.parametrize("slide_us", [1_000_000, 250_000])
 def test_device_rows_equal_cpu_on_bench_input_on_the_host_shim(
-    gpu_kernels_in_cpu_plans, slide_us: int
+    gpu_kernels_in_cpu_plans, monkeypatch, slide_us: int
 ) -> None:
     """The bench's materialised shape (1,000 keys, 2,000-row batches, windows firing as the
     watermark moves): the device-rows operator over the shim gives the CPU operator's rows in
@@ -223,6 +224,11 @@ def test_device_rows_equal_cpu_on_bench_input_on_the_host_shim(
 
     shape = JoinShape("rows", slide_us=slide_us, aggregate=False, algorithm="auto")
     arrivals = make_arrivals(shape, 24_000, 4_000, 2_000, seed=3)
+    leased = []  # the pool's buffers the results were built over
+    original = join_rows.lease
+    monkeypatch.setattr(
+        join_rows, "lease", lambda n: (block := original(n), leased.append(block.pinned))[0]
+    )
     device_operators = dict(cpu_operators.OPERATORS)
     tables = []
     for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
@@ -235,10 +241,11 @@ def test_device_rows_equal_cpu_on_bench_input_on_the_host_shim(
     assert tables[0].equals(tables[1])
     starts = tables[0].column("window_start").cast(pa.int64()).to_numpy()
     assert (np.diff(starts) >= 0).all()
-    # the results lie over pinned blocks, which come back to the pool once dropped
-    assert made.pool.allocations >= 1 and not made.pool.free
+    # the results lie over blocks of the process's pinned pool, back in it once dropped
+    blocks = {id(block) for block in leased}
+    assert blocks and not blocks & {id(b) for b in pinned._FREE}
     del batches, tables
-    assert made.pool.free
+    assert blocks & {id(b) for b in pinned._FREE}
 
 
 def _typed_arrivals(seed: int) -> list[tuple[str, pa.RecordBatch]]:
@@ -407,31 +414,38 @@ def test_stream_table_rows_emit_the_table_strings_on_the_host_shim(
     assert made.rows_out == tables[1].num_rows
 
 
-def test_pinned_pool_reuses_released_blocks(host_device) -> None:
-    """A block lent to Arrow buffers returns to the pool when the last buffer over it is
-    released; the next lease of its size takes it instead of a new allocation; the
-    buffers read the block's memory (no copy)."""
-    pool = PinnedPool(keep=2)
-    lease = pool.lease(5000)
-    assert lease.nbytes >= 5000 and pool.allocations == 1
-    lease.host[:8] = np.arange(8, dtype=np.uint8)
-    buffer = lease.buffer(0, 8)
+def test_result_blocks_come_from_the_process_pinned_pool(host_device, monkeypatch) -> None:
+    """A block lent to Arrow buffers is a buffer of the process's pinned pool (gpu.pinned),
+    handed back when the last Arrow buffer over it is released; the next lease of its size
+    takes it instead of a new allocation; the buffers read the block's memory (no copy)."""
+    from cuda_host import HostCupy
+
+    monkeypatch.setattr(pinned, "_FREE", [])  # this test's buffers only
+    allocations = []
+    allocate = HostCupy.cuda.alloc_pinned_memory
+    monkeypatch.setattr(
+        HostCupy.cuda, "alloc_pinned_memory", lambda n: allocations.append(n) or allocate(n)
+    )
+    block = lease(5000)
+    assert block.nbytes >= 5000 and len(allocations) == 1
+    block.host[:8] = np.arange(8, dtype=np.uint8)
+    buffer = block.buffer(0, 8)
     array = pa.Array.from_buffers(pa.uint8(), 8, [None, buffer])
-    del lease, buffer
-    assert not pool.free  # the array still holds the block
+    del block, buffer
+    assert not pinned.free_count()  # the array still holds the block
     assert array.to_pylist() == list(range(8))
     del array
-    assert len(pool.free) == 1
-    again = pool.lease(3000)
-    assert pool.allocations == 1 and not pool.free
-    big = pool.lease(4 << 20)
-    assert pool.allocations == 2 and big.nbytes >= 4 << 20
-    del again, big
-    assert len(pool.free) == 2
-    for _ in range(3):
-        pool.give_back(bytearray(1 << 20), 1 << 20)
-    assert len(pool.free) == 2  # at most `keep` free blocks, the largest kept
-    assert max(size for size, _ in pool.free) >= 4 << 20
+    assert pinned.free_count() == 1
+    again = lease(3000)
+    assert len(allocations) == 1 and not pinned.free_count()
+    # sizes asked for in powers of two: a block serves the firings a little larger too
+    big = lease((4 << 20) + 1)
+    assert len(allocations) == 2 and big.nbytes == 8 << 20
+    del big
+    assert lease(6 << 20).nbytes == 8 << 20 and len(allocations) == 2
+    del again
+    # the download path shares the pool: a free block serves it
+    assert pinned.free_count() == 2
 
 
 # -- on a device -------------------------------------------------------------------------

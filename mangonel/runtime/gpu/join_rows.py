@@ -16,9 +16,10 @@
 - A firing expands the pending pairs to (pair, window) entries in window order (expand
   count, exclusive scan, write; then ordered by window, pair), gathers every output column
   but STRING ones on the device, and copies only those columns back, each straight into a
-  pinned host block (`PinnedPool`) that the result's Arrow arrays are built over without a
-  copy or per-row Python. A block returns to the pool when the last array over it is released, so a
-  consumer that drops (or copies) its batches lets the next firings reuse the pinned memory.
+  pinned host block (`lease`: a buffer of the process's pinned pool, `gpu.pinned`) that the
+  result's Arrow arrays are built over without a copy or per-row Python. A block returns to
+  the pool when the last array over it is released, so a consumer that drops (or copies) its
+  batches lets the next firings, and the next runs, reuse the pinned memory.
   A STRING column is gathered on the host instead (the device keeps no dictionary for
   joined rows): the entries' row numbers of its side come back (8 bytes a row) and Arrow
   takes the strings from the driver's stored rows, which the mirrors follow row for row.
@@ -55,14 +56,13 @@ def _aligned(nbytes: int) -> int:
 
 
 class PinnedLease:
-    """One pinned block lent to Arrow buffers (their `base`): when the last buffer over it
-    is released, the block goes back to its pool."""
+    """A buffer of the process's pinned pool (`gpu.pinned`) lent to Arrow buffers (their
+    `base`): when the last buffer over it is released, it goes back to the pool."""
 
-    def __init__(self, pool: PinnedPool, memory: Any, nbytes: int) -> None:  # noqa: ANN401
-        self.pool = pool
-        self.memory = memory
-        self.nbytes = nbytes
-        self.host = np.frombuffer(memory, np.uint8, nbytes)
+    def __init__(self, buffer: pinned.PinnedBuffer) -> None:
+        self.pinned = buffer
+        self.host = buffer.view
+        self.nbytes = buffer.nbytes
         self.address = self.host.ctypes.data
 
     def buffer(self, offset: int, nbytes: int) -> pa.Buffer:
@@ -70,33 +70,13 @@ class PinnedLease:
         return pa.foreign_buffer(self.address + offset, nbytes, base=self)
 
     def __del__(self) -> None:
-        self.pool.give_back(self.memory, self.nbytes)
+        pinned.give_back(self.pinned)  # its copies were synchronous: nothing in flight
 
 
-class PinnedPool:
-    """Pinned host blocks for result columns, reused once released (see the module
-    docstring); at most `keep` free blocks are held (the others are freed)."""
-
-    def __init__(self, keep: int = 4) -> None:
-        self.keep = keep
-        self.free: list[tuple[int, Any]] = []  # (nbytes, memory), smallest first
-        self.allocations = 0
-
-    def lease(self, nbytes: int) -> PinnedLease:
-        for i, (size, memory) in enumerate(self.free):
-            if size >= nbytes:
-                del self.free[i]
-                return PinnedLease(self, memory, size)
-        # powers of two from 1 MiB: firings of varying size reuse the blocks
-        size = max(_MIN_BLOCK, 1 << max(nbytes - 1, 1).bit_length())
-        self.allocations += 1
-        return PinnedLease(self, device.cupy().cuda.alloc_pinned_memory(size), size)
-
-    def give_back(self, memory: Any, nbytes: int) -> None:  # noqa: ANN401
-        self.free.append((nbytes, memory))
-        self.free.sort(key=lambda entry: entry[0])
-        if len(self.free) > self.keep:
-            del self.free[0]  # the smallest: the large ones serve every firing
+def lease(nbytes: int) -> PinnedLease:
+    """A pinned block of at least `nbytes` from the process's pool, asked for in powers of two
+    from 1 MiB so that firings of varying size reuse the blocks."""
+    return PinnedLease(pinned.borrow(max(_MIN_BLOCK, 1 << max(nbytes - 1, 1).bit_length())))
 
 
 class DevicePairs:
@@ -150,7 +130,6 @@ class DeviceJoinRows:
         self.kernels = kernels
         self.rows = self._mirrors()
         self.pairs = DevicePairs()
-        self.pool = PinnedPool()
         self.pairs_found = 0  # pairs kept (after the residual and WHERE), for tests
         self.rows_out = 0
 
@@ -366,14 +345,14 @@ class DeviceJoinRows:
             _aligned(int(d.nbytes)) + (0 if b is None else _aligned(int(b.nbytes)))
             for d, b, _ in (s for s in segments if not isinstance(s, pa.Array))
         )
-        lease = self.pool.lease(total)
+        block = lease(total)
         offset = 0
 
         def copy(array: Any) -> pa.Buffer:  # noqa: ANN401
             nonlocal offset
             nbytes = int(array.nbytes)
-            array.get(out=lease.host[offset : offset + nbytes].view(array.dtype))
-            buffer = lease.buffer(offset, nbytes)
+            array.get(out=block.host[offset : offset + nbytes].view(array.dtype))
+            buffer = block.buffer(offset, nbytes)
             offset += _aligned(nbytes)
             return buffer
 
@@ -413,4 +392,4 @@ class DeviceJoinRows:
         )
 
 
-__all__ = ["DeviceJoinRows", "DevicePairs", "PinnedLease", "PinnedPool"]
+__all__ = ["DeviceJoinRows", "DevicePairs", "PinnedLease", "lease"]

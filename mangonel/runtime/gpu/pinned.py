@@ -47,8 +47,19 @@ class PinnedBuffer:
             self.event = None
 
 
-_LOCK = threading.Lock()
+# reentrant: a block lent to Arrow results comes back from its lease's __del__, which the
+# garbage collector may run in this thread while the lock is held
+_LOCK = threading.RLock()
 _FREE: list[PinnedBuffer] = []
+
+
+def _remove(buffer: PinnedBuffer) -> None:
+    """Take `buffer` off the free list, found by identity (a dataclass compares its fields:
+    two buffers' arrays); gone already (a reentrant give_back trimmed it): nothing."""
+    for i, free in enumerate(_FREE):
+        if free is buffer:
+            del _FREE[i]
+            return
 
 
 def borrow(nbytes: int) -> PinnedBuffer:
@@ -66,7 +77,7 @@ def borrow(nbytes: int) -> PinnedBuffer:
         elif len(fitting) >= RING:
             chosen = fitting[0]  # handed back first: its copy was queued first
         if chosen is not None:
-            _FREE.remove(chosen)
+            _remove(chosen)
     if chosen is None:
         size = max(nbytes, MIN_BYTES)
         memory = cp.cuda.alloc_pinned_memory(size)
@@ -86,7 +97,7 @@ def give_back(buffer: PinnedBuffer, event: Any = None) -> None:
             by_size = sorted(_FREE, key=lambda b: b.nbytes, reverse=True)
             released = by_size[KEEP:]
             for extra in released:
-                _FREE.remove(extra)
+                _remove(extra)
     for extra in released:  # CuPy may reuse the memory at once: its copies must be done
         extra.wait()
 
