@@ -241,3 +241,35 @@ def test_gpu_join_divides_by_zero_as_null_on_a_device(
     sql, oracle = _query(kind, aggregated)
     got = _engine_rows(sql, backend="gpu", algorithm=algorithm, gpu_join=True)
     _assert_equal(got, _oracle_rows(oracle))
+
+
+@pytest.mark.parametrize("aggregated", [False, True])
+def test_division_kernels_compile_with_nvcc(tmp_path, aggregated: bool) -> None:
+    """The FULL join's modules (rows_check and both rows_lonely kernels; the fused pair and
+    both fused_lonely kernels) with the division and modulo compile for the device."""
+    import subprocess
+
+    from mangonel.compiler import physical as ph
+    from mangonel.compiler.codegen_join import render_node_join_kernels
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    session = Session("cpu")
+    for statement in DDL:
+        session.execute(statement)
+    plan = session.sql(_query("full", aggregated)[0]).plan
+    node = ph.find(plan, ph.JoinAggregateExec if aggregated else ph.WindowJoinExec)
+    generated = render_node_join_kernels(node)
+    roles = {"fused_lonely_0", "fused_lonely_1"} if aggregated else {"rows_check"}
+    assert roles <= set(generated.names)
+    (tmp_path / "join.cu").write_text(generated.source)
+    result = subprocess.run(
+        ["nvcc", "--ptx", "-arch=sm_90", "-O3", "-std=c++17", "-fmad=false", "join.cu"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    ptx = (tmp_path / "join.ptx").read_text()
+    assert all(f".entry {name}(" in ptx for name in generated.names.values())
