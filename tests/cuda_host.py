@@ -150,8 +150,8 @@ class HostModule:
     """A generated module compiled by g++ over the shim in `folder` (`write_shim`), with
     CuPy's RawModule `get_function(name)(grid, block, arguments)` launch."""
 
-    def __init__(self, source: str, folder: Path) -> None:
-        self.library = compile_library(source, folder, folder / "shim.h")
+    def __init__(self, source: str, folder: Path, flags: tuple[str, ...] = ()) -> None:
+        self.library = compile_library(source, folder, folder / "shim.h", flags)
 
     def get_function(self, name: str):  # noqa: ANN201
         function = getattr(self.library, name)
@@ -162,15 +162,15 @@ class HostModule:
         return launch
 
 
-def host_modules(folder: Path):  # noqa: ANN201 - a CompileContext.module stand-in
+def host_modules(folder: Path, flags: tuple[str, ...] = ()):  # noqa: ANN201 - CompileContext.module
     """`CompileContext.module` on the host: the shim written into `folder`, then one
-    `HostModule` (g++) per generated source, compiled once."""
+    `HostModule` (g++, with `flags`: e.g. a sanitizer) per generated source, compiled once."""
     write_shim(folder)
     modules: dict[str, HostModule] = {}
 
     def module(generated, options=()):  # noqa: ANN001, ANN202
         if generated.digest not in modules:
-            modules[generated.digest] = HostModule(generated.source, folder)
+            modules[generated.digest] = HostModule(generated.source, folder, flags)
         return modules[generated.digest]
 
     return module

@@ -89,7 +89,9 @@ def host_device(tmp_path_factory):
     module = host_modules(folder)
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(device, "cupy", lambda: HostCupy())
+    # one stand-in: the process's pinned pool reuses a buffer only for the CuPy that made it
+    host = HostCupy()
+    patch.setattr(device, "cupy", lambda: host)
     patch.setattr(gpu_join, "shared_context", lambda size: SimpleNamespace(module=module))
     yield module
     patch.undo()
@@ -103,7 +105,6 @@ def kernels_of(algorithm: str, scatters: tuple = ()) -> gpu_join.GpuJoinKernels:
     module = gpu_join.shared_context(64).module(kernels.generated)
     kernels._functions = {r: module.get_function(n) for r, n in kernels.generated.names.items()}
     kernels.launches = 0
-    kernels.pinned = gpu_join.PinnedBuffer()
     return kernels
 
 

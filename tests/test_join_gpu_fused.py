@@ -29,7 +29,6 @@ from mangonel.compiler.codegen_join import (
 )
 from mangonel.compiler.explain import explain_text
 from mangonel.runtime.cpu import operators as _cpu_operators
-from mangonel.runtime.gpu.join_fused import PinnedBuffer
 from mangonel.session import Session
 
 # the CPU operators as imported (the fixtures swap in the GPU join kernels over the shim)
@@ -259,27 +258,32 @@ def test_probe_form_on_the_host_shim_still_matches_the_oracle(
     assert sum(k.fused_launches for k in gpu_kernels_in_cpu_plans) == 0
 
 
-def test_downloads_reuse_one_pinned_buffer(gpu_kernels_in_cpu_plans, monkeypatch) -> None:
-    """Results come back through one pinned buffer per join, grown by doubling: far fewer
-    pinned allocations than downloads (the probe form's pairs and the fused form's cells;
-    joins without aggregation keep their rows on the device and lease pooled pinned blocks
-    for their results instead, counted among the allocations)."""
+def test_downloads_reuse_the_process_pinned_pool(gpu_kernels_in_cpu_plans, monkeypatch) -> None:
+    """Results come back through buffers borrowed from the process's pinned pool
+    (runtime/gpu/pinned.py) and handed back: a handful of pinned allocations for every
+    download of every join of the run, not a buffer per join (joins without aggregation
+    keep their rows on the device and lease their result blocks from the same pool)."""
     from cuda_host import HostCupy
 
+    from mangonel.runtime.gpu import pinned
+
+    monkeypatch.setattr(pinned, "_FREE", [])  # this test's buffers only
     allocations, downloads = [], []
     allocate = HostCupy.cuda.alloc_pinned_memory
     monkeypatch.setattr(
         HostCupy.cuda, "alloc_pinned_memory", lambda n: allocations.append(n) or allocate(n)
     )
-    original = PinnedBuffer.download
-    monkeypatch.setattr(
-        PinnedBuffer, "download", lambda self, a: downloads.append(len(a)) or original(self, a)
-    )
+    original = pinned.download
+    monkeypatch.setattr(pinned, "download", lambda a: downloads.append(len(a)) or original(a))
     for seed in range(12):
         for case in (draw_join_case(seed), fused_case(seed)):
             assert check_join(case) is None
-    assert len(downloads) > 40
-    assert len(allocations) <= 3 * len(gpu_kernels_in_cpu_plans)  # a few per join at most
+    rows_joins = sum(k.rows_form is not None for k in gpu_kernels_in_cpu_plans)
+    assert len(downloads) > 40 and len(gpu_kernels_in_cpu_plans) > 12 and rows_joins > 2
+    # for the whole run: a run holds its firings' result blocks until it ends, so as many
+    # blocks as one run's firings that emit rows are lent at once, then reused by the next
+    assert len(allocations) <= pinned.KEEP
+    assert 1 <= pinned.free_count() <= pinned.KEEP
 
 
 # -- on a device -------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from mangonel.compiler.codegen_join import (
 )
 from mangonel.compiler.explain import explain_text
 from mangonel.runtime.cpu import operators as _cpu_operators
-from mangonel.runtime.gpu.join_rows import DeviceJoinRows, PinnedPool
+from mangonel.runtime.gpu import join_rows, pinned
+from mangonel.runtime.gpu.join_rows import DeviceJoinRows, lease
 from mangonel.session import Session
 
 ORIGINAL_CPU_OPERATORS = dict(_cpu_operators.OPERATORS)
@@ -91,7 +92,13 @@ def test_device_rows_apply_to_inner_windowed_joins_without_strings() -> None:
         )
     )
     assert where.kept == (0,) and [x["role"] for x in where.check["lonely"]] == ["rows_lonely_0"]
-    assert "STRING column r.s" in device_rows(_join(f"SELECT l.x, r.s {on}"))
+    # a STRING column is emitted from the host's rows, not mirrored; a predicate reading one
+    # keeps the pairs on the host
+    strings = device_rows(_join(f"SELECT l.x, r.s, window_start {on}"))
+    assert isinstance(strings, DeviceRowsPlan) and strings.emitted == (0, None)
+    assert [c.joined for c in strings.columns] == ["l.x"]
+    assert [c.joined for c in strings.host_columns] == ["r.s"]
+    assert "STRING column r.s" in device_rows(_join(f"SELECT l.x {on} WHERE r.s IS NULL"))
 
 
 def test_explain_says_where_rows_are_built() -> None:
@@ -106,10 +113,11 @@ def test_explain_says_where_rows_are_built() -> None:
     assert "rows=device" in gpu(f"SELECT l.x, r.y, window_start {on}")
     outer = gpu(f"SELECT l.x FROM clicks {WINDOW} AS l LEFT JOIN views {WINDOW} AS r ON l.k = r.k")
     assert "rows=device" in outer
-    strings = gpu(f"SELECT l.x, r.s {on}")
-    assert 'rows=host rows_reason="it outputs the STRING column r.s (no device dictionary)"' in (
-        strings
+    assert "rows=device rows_host_columns=[r.s]" in gpu(f"SELECT l.x, r.s {on}")
+    reason = (
+        'rows=host rows_reason="a predicate reads the STRING column r.s (no device dictionary)"'
     )
+    assert reason in gpu(f"SELECT l.x {on} WHERE r.s IS NULL")
     assert " rows=" not in gpu(f"SELECT l.k, COUNT(*) AS c {on} GROUP BY l.k")
     assert " rows=" not in gpu(f"SELECT l.x, r.y {on}", gpu_join=False)
     assert " rows=" not in session.sql(f"SELECT l.x, r.y {on}").explain()  # a CPU plan
@@ -206,7 +214,7 @@ def _case_session(case) -> Session:  # noqa: ANN001
 
 @pytest.mark.parametrize("slide_us", [1_000_000, 250_000])
 def test_device_rows_equal_cpu_on_bench_input_on_the_host_shim(
-    gpu_kernels_in_cpu_plans, slide_us: int
+    gpu_kernels_in_cpu_plans, monkeypatch, slide_us: int
 ) -> None:
     """The bench's materialised shape (1,000 keys, 2,000-row batches, windows firing as the
     watermark moves): the device-rows operator over the shim gives the CPU operator's rows in
@@ -216,6 +224,12 @@ def test_device_rows_equal_cpu_on_bench_input_on_the_host_shim(
 
     shape = JoinShape("rows", slide_us=slide_us, aggregate=False, algorithm="auto")
     arrivals = make_arrivals(shape, 24_000, 4_000, 2_000, seed=3)
+    monkeypatch.setattr(pinned, "_FREE", [])  # this test's buffers only (none trimmed)
+    leased = []  # the pool's buffers the results were built over
+    original = join_rows.lease
+    monkeypatch.setattr(
+        join_rows, "lease", lambda n: (block := original(n), leased.append(block.pinned))[0]
+    )
     device_operators = dict(cpu_operators.OPERATORS)
     tables = []
     for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
@@ -228,10 +242,11 @@ def test_device_rows_equal_cpu_on_bench_input_on_the_host_shim(
     assert tables[0].equals(tables[1])
     starts = tables[0].column("window_start").cast(pa.int64()).to_numpy()
     assert (np.diff(starts) >= 0).all()
-    # the results lie over pinned blocks, which come back to the pool once dropped
-    assert made.pool.allocations >= 1 and not made.pool.free
+    # the results lie over blocks of the process's pinned pool, back in it once dropped
+    blocks = {id(block) for block in leased}
+    assert blocks and not blocks & {id(b) for b in pinned._FREE}
     del batches, tables
-    assert made.pool.free
+    assert blocks & {id(b) for b in pinned._FREE}
 
 
 def _typed_arrivals(seed: int) -> list[tuple[str, pa.RecordBatch]]:
@@ -262,7 +277,7 @@ def _typed_arrivals(seed: int) -> list[tuple[str, pa.RecordBatch]]:
                 "ts": ts,
                 "k": keys.cast(pa.int32()),
                 "y": nullable(rng.normal(size=n), pa.float64()),
-                "s": pa.array(["v"] * n),
+                "s": nullable([f"v{v}" * int(v % 3) for v in rng.integers(0, 50, n)], pa.string()),
             }
             arrivals.append(("views", pa.record_batch(columns)))
     return arrivals
@@ -301,31 +316,137 @@ def test_device_rows_emit_every_fixed_width_type_on_the_host_shim(
     assert len(made) == 4 and all(m.rows_out for m in made)
 
 
-def test_pinned_pool_reuses_released_blocks(host_device) -> None:
-    """A block lent to Arrow buffers returns to the pool when the last buffer over it is
-    released; the next lease of its size takes it instead of a new allocation; the
-    buffers read the block's memory (no copy)."""
-    pool = PinnedPool(keep=2)
-    lease = pool.lease(5000)
-    assert lease.nbytes >= 5000 and pool.allocations == 1
-    lease.host[:8] = np.arange(8, dtype=np.uint8)
-    buffer = lease.buffer(0, 8)
+@pytest.mark.parametrize(
+    ("kind", "select"),
+    [
+        ("JOIN", "l.x, r.s, window_start"),
+        ("JOIN", "r.s"),
+        ("LEFT JOIN", "r.s, l.n, r.s AS again, window_end"),
+        ("RIGHT JOIN", "l.b, r.s, r.y"),
+        ("FULL JOIN", "r.s, l.x"),
+    ],
+)
+def test_device_rows_emit_string_columns_gathered_on_the_host_shim(
+    gpu_kernels_in_cpu_plans, kind: str, select: str
+) -> None:
+    """STRING columns (NULLs, empty strings, the NULL side of outer rows) are taken on the
+    host at the fired pairs' row numbers while the other columns stay on the device: the
+    device rows over the shim equal the CPU operator's, row for row, with a residual and
+    WHERE (outer joins: over rows_lonely_*) and a snapshot/restore half way."""
+    from mangonel.runtime.cpu import operators as cpu_operators
+    from mangonel.runtime.local.query import LocalQuery
+
+    sql = (
+        f"SELECT {select} FROM clicks {WINDOW} AS l {kind} views {WINDOW} AS r "
+        "ON l.k = r.k AND r.y > -1.5 WHERE l.x IS NULL OR l.x < 6"
+    )
+    device_operators = dict(cpu_operators.OPERATORS)
+    for seed in range(3):
+        tables = []
+        for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
+            cpu_operators.OPERATORS = operators
+            plan = _session().sql(sql).plan
+            arrivals = _typed_arrivals(seed)
+            runner = LocalQuery(plan)
+            out = []
+            for position, (name, batch) in enumerate(arrivals):
+                if position == len(arrivals) // 2:
+                    saved = runner.snapshot()
+                    runner = LocalQuery(plan)
+                    runner.restore(saved)
+                out += runner.process(batch, runner.inputs[name])
+            out += runner.finish()
+            tables.append(pa.Table.from_batches(out, schema=runner.schema))
+        cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
+        strings = tables[1].column("s").to_pylist()
+        assert tables[1].num_rows > 20 and None in strings and "" in strings, seed
+        assert any(s and len(s) > 2 for s in strings), seed
+        assert tables[0].equals(tables[1]), seed
+    made = _device_rows_made(gpu_kernels_in_cpu_plans)
+    assert len(made) == 6 and all(m.plan.host_columns for m in made)
+    assert sum(m.rows_out for m in made) > 0
+
+
+def test_a_predicate_reading_a_string_keeps_rows_on_the_host_shim(gpu_kernels_in_cpu_plans) -> None:
+    """WHERE reading a STRING column: the pairs are gathered on the host (the device mirrors
+    no strings; mirroring them as int32 used to fail), the CPU operator's rows."""
+    from mangonel.runtime.cpu import operators as cpu_operators
+
+    sql = (
+        f"SELECT l.x, r.s, window_start FROM clicks {WINDOW} AS l JOIN views {WINDOW} AS r "
+        "ON l.k = r.k WHERE r.s IS NULL OR r.s <> 'v1v1'"
+    )
+    device_operators = dict(cpu_operators.OPERATORS)
+    tables = []
+    for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
+        cpu_operators.OPERATORS = operators
+        tables.append(_session().sql(sql).run(_typed_arrivals(1)))
+    cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
+    assert tables[1].num_rows > 20 and tables[0].equals(tables[1])
+    assert gpu_kernels_in_cpu_plans and not _device_rows_made(gpu_kernels_in_cpu_plans)
+
+
+def test_stream_table_rows_emit_the_table_strings_on_the_host_shim(
+    gpu_kernels_in_cpu_plans,
+) -> None:
+    """A windowed stream joined with a static table emits the table's STRING column (every
+    window's rows hold the table's) from the host, the rest from the device."""
+    from mangonel.runtime.cpu import operators as cpu_operators
+
+    sql = (
+        f"SELECT c.x, a.campaign, window_start FROM clicks {WINDOW} AS c "
+        "LEFT JOIN ads AS a ON c.k = a.k"
+    )
+    ads = pa.record_batch(
+        {"k": pa.array([0, 1, 2, None], pa.int64()), "campaign": ["zero", None, "two", "none"]}
+    )
+    arrivals = [("ads", ads)] + [a for a in _typed_arrivals(2) if a[0] == "clicks"]
+    device_operators = dict(cpu_operators.OPERATORS)
+    tables = []
+    for operators in (device_operators, ORIGINAL_CPU_OPERATORS):
+        cpu_operators.OPERATORS = operators
+        session = _session()
+        session.execute("CREATE TABLE ads (k BIGINT, campaign STRING)")
+        tables.append(session.sql(sql).run(arrivals))
+    cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
+    assert tables[1].num_rows > 20 and tables[0].equals(tables[1])
+    assert {"zero", "two", None} <= set(tables[1].column("campaign").to_pylist())
+    (made,) = _device_rows_made(gpu_kernels_in_cpu_plans)
+    assert made.rows_out == tables[1].num_rows
+
+
+def test_result_blocks_come_from_the_process_pinned_pool(host_device, monkeypatch) -> None:
+    """A block lent to Arrow buffers is a buffer of the process's pinned pool (gpu.pinned),
+    handed back when the last Arrow buffer over it is released; the next lease of its size
+    takes it instead of a new allocation; the buffers read the block's memory (no copy)."""
+    from cuda_host import HostCupy
+
+    monkeypatch.setattr(pinned, "_FREE", [])  # this test's buffers only
+    allocations = []
+    allocate = HostCupy.cuda.alloc_pinned_memory
+    monkeypatch.setattr(
+        HostCupy.cuda, "alloc_pinned_memory", lambda n: allocations.append(n) or allocate(n)
+    )
+    block = lease(5000)
+    assert block.nbytes >= 5000 and len(allocations) == 1
+    block.host[:8] = np.arange(8, dtype=np.uint8)
+    buffer = block.buffer(0, 8)
     array = pa.Array.from_buffers(pa.uint8(), 8, [None, buffer])
-    del lease, buffer
-    assert not pool.free  # the array still holds the block
+    del block, buffer
+    assert not pinned.free_count()  # the array still holds the block
     assert array.to_pylist() == list(range(8))
     del array
-    assert len(pool.free) == 1
-    again = pool.lease(3000)
-    assert pool.allocations == 1 and not pool.free
-    big = pool.lease(4 << 20)
-    assert pool.allocations == 2 and big.nbytes >= 4 << 20
-    del again, big
-    assert len(pool.free) == 2
-    for _ in range(3):
-        pool.give_back(bytearray(1 << 20), 1 << 20)
-    assert len(pool.free) == 2  # at most `keep` free blocks, the largest kept
-    assert max(size for size, _ in pool.free) >= 4 << 20
+    assert pinned.free_count() == 1
+    again = lease(3000)
+    assert len(allocations) == 1 and not pinned.free_count()
+    # sizes asked for in powers of two: a block serves the firings a little larger too
+    big = lease((4 << 20) + 1)
+    assert len(allocations) == 2 and big.nbytes == 8 << 20
+    del big
+    assert lease(6 << 20).nbytes == 8 << 20 and len(allocations) == 2
+    del again
+    # the download path shares the pool: a free block serves it
+    assert pinned.free_count() == 2
 
 
 # -- on a device -------------------------------------------------------------------------
@@ -345,6 +466,26 @@ def test_device_rows_on_a_device_match_the_oracle(monkeypatch) -> None:
         case = _rows_case(seed)
         problem = check_join(case)
         assert problem is None, f"seed {seed}: {problem}\n{case.describe()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["JOIN", "FULL JOIN"])
+def test_device_rows_emit_strings_on_a_device(kind: str) -> None:
+    """On a GPU host: a join emitting a STRING column runs rows=device (the string taken on
+    the host at the fired pairs' rows, the other columns from the device) and equals the
+    CPU's rows, row for row."""
+    pytest.importorskip("cupy")
+    sql = (
+        f"SELECT l.x, r.s, r.y, window_start FROM clicks {WINDOW} AS l {kind} views {WINDOW} "
+        "AS r ON l.k = r.k AND r.y > -1.5 WHERE l.x IS NULL OR l.x < 6"
+    )
+    query = _session("gpu").sql(sql)
+    assert "rows=device rows_host_columns=[r.s]" in explain_text(query.plan)
+    for seed in range(3):
+        got = query.run(_typed_arrivals(seed))
+        want = _session().sql(sql).run(_typed_arrivals(seed))
+        assert want.num_rows > 20 and None in want.column("s").to_pylist()
+        assert got.equals(want), seed
 
 
 def _gpu_plan(case):  # noqa: ANN001, ANN202

@@ -23,7 +23,9 @@ firing with the other side's columns NULL.
 Device-resident rows (`device_rows`, a join without aggregation, issue 10's materialised
 output): both sides' joined columns are mirrored on the device, the pairs of each batch are
 found there and stay there until their windows fire; a firing expands them to (pair, window)
-entries, gathers the output columns on the device and copies only those back. A residual or
+entries, gathers the output columns on the device and copies only those back (a STRING
+column is not mirrored: it is taken from the host's rows at the fired pairs' row numbers). A
+residual or
 WHERE is the `rows_check` kernel over the pairs (a matched flag after the residual, a keep flag
 after WHERE); outer joins mark their kept rows matched on the device (the `mark` kernel) and
 add the unmatched ones at firing, through `rows_lonely_<side>` when there is a WHERE.
@@ -109,17 +111,25 @@ class FusedColumn:
 @dataclass(frozen=True)
 class DeviceRowsPlan:
     """How a join without aggregation keeps its pairs and builds its output on the device:
-    the joined columns mirrored per side (`columns`: those emitted and those the predicates
-    read, in the joined row's order), the positions in `columns` of the emitted ones (the
-    output's order), and the `rows_check` kernel's context when there is a residual or WHERE
-    (None: every pair with equal keys and overlapping windows is kept)."""
+    the joined columns mirrored per side (`columns`: the non-STRING ones emitted and those
+    the predicates read, in the joined row's order), per emitted column (`outputs`, the
+    output's order) its position in `columns` or None for a STRING column, which is gathered
+    on the host from the driver's stored rows at the fired pairs' row numbers (the device
+    holds no dictionary for joined rows), and the `rows_check` kernel's context when there is
+    a residual or WHERE (None: every pair with equal keys and overlapping windows is kept)."""
 
     columns: tuple[FusedColumn, ...]
-    emitted: tuple[int, ...]
+    emitted: tuple[int | None, ...]
     check: dict | None
     # outer joins: the stream sides whose unmatched rows are emitted (matched flags on the
     # device; `rows_lonely_<side>` applies WHERE to them when there is one)
     kept: tuple[int, ...] = ()
+    outputs: tuple[FusedColumn, ...] = ()
+
+    @property
+    def host_columns(self) -> tuple[FusedColumn, ...]:
+        """The emitted columns gathered on the host (STRING)."""
+        return tuple(c for c, p in zip(self.outputs, self.emitted, strict=True) if p is None)
 
 
 @dataclass(frozen=True)
@@ -248,22 +258,25 @@ def device_rows(join: ph.WindowJoinExec) -> DeviceRowsPlan | str:
     if join.window is None:
         return "no window: each stream row is joined with the table as its batch arrives"
     emitted = ph.join_row_columns(join)[:-2]  # less window_start, window_end
-    for name, sql_type in emitted:
-        if sql_type is SqlType.STRING:
-            return f"it outputs the STRING column {name} (no device dictionary)"
     predicates = [p for p in (join.residual, join.where) if p is not None]
     read = {c.name for p in predicates for c in p.find_all(exp.Column)}
-    wanted = {name for name, _ in emitted} | read
+    types = {c.name: c.type for c in join.columns}
+    for name in sorted(read):
+        if types[name] is SqlType.STRING:
+            return f"a predicate reads the STRING column {name} (no device dictionary)"
+    # STRING columns are emitted from the host's rows, not mirrored
+    wanted = {name for name, t in emitted if t is not SqlType.STRING} | read
     columns = _joined_columns(join, [c.name for c in join.columns if c.name in wanted])
     names = [c.joined for c in columns]
-    positions = tuple(names.index(name) for name, _ in emitted)
+    positions = tuple(names.index(name) if name in names else None for name, _ in emitted)
+    outputs = _joined_columns(join, [name for name, _ in emitted])
     kept = tuple(
         side
         for side, keeps in enumerate((join.kind.keeps_left, join.kind.keeps_right))
         if keeps and isinstance(join.children[side], ph.StreamScanExec)
     )
     if not predicates:
-        return DeviceRowsPlan(columns, positions, None, kept)
+        return DeviceRowsPlan(columns, positions, None, kept, outputs)
     try:
         checks, context = _render_checks(join, columns)
     except (ExpressionError, ValueError) as error:
@@ -288,13 +301,7 @@ def device_rows(join: ph.WindowJoinExec) -> DeviceRowsPlan | str:
         "statements": list(context.statements),
         "compile_note": "compile with " + " ".join(FUSED_COMPILE_OPTIONS),
     }
-    return DeviceRowsPlan(columns, positions, check, kept)
-
-
-def device_rows_reason(join: ph.WindowJoinExec) -> str | None:
-    """None when `device_rows` applies, else why not."""
-    plan = device_rows(join)
-    return plan if isinstance(plan, str) else None
+    return DeviceRowsPlan(columns, positions, check, kept, outputs)
 
 
 def credits_by_difference(node: ph.JoinAggregateExec) -> bool:
@@ -443,7 +450,6 @@ __all__ = [
     "DeviceRowsPlan",
     "credits_by_difference",
     "device_rows",
-    "device_rows_reason",
     "FusedColumn",
     "JoinScatter",
     "device_fusion",

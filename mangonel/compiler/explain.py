@@ -311,16 +311,25 @@ def _wire(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | Pla
 def _rows_form(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | PlanNode):
     """Where a join without aggregation placed on the GPU keeps its pairs and builds its
     output: `rows=device` (`codegen_join.device_rows`: pairs, gather and output columns on
-    the device), else `rows=host` with `rows_reason`; [] for other nodes."""
+    the device; `rows_host_columns`: the STRING columns taken on the host at the fired
+    pairs' rows), else `rows=host` with `rows_reason`; [] for other nodes."""
     if not isinstance(node, ph.WindowJoinExec) or isinstance(parent, ph.JoinAggregateExec):
         return []
     if ph.placement(node, "join").backend != "gpu":
         return []
-    from mangonel.compiler.codegen_join import device_rows_reason  # imports codegen
+    from mangonel.compiler.codegen_join import device_rows  # imports codegen
 
-    reason = device_rows_reason(node)
-    if reason is None:
-        return [Parameter("rows", "device", "device")]
+    plan = device_rows(node)
+    if not isinstance(plan, str):
+        on_host = [c.joined for c in plan.host_columns]
+        if not on_host:
+            return [Parameter("rows", "device", "device")]
+        listed = "[" + ", ".join(on_host) + "]"
+        return [
+            Parameter("rows", "device", "device"),
+            Parameter("rows_host_columns", listed, on_host),
+        ]
+    reason = plan
     return [Parameter("rows", "host", "host"), Parameter("rows_reason", f'"{reason}"', reason)]
 
 

@@ -16,6 +16,12 @@ every `windows_per_batch` windows the kernel builds the tree levels over the
 level's nodes after the previous level's), up to level floor(log2 n) only, then answers each
 window by the greedy aligned decomposition of Fig. 11: O(log n) combines per window, no
 subtraction (exact for MIN/MAX, stable for floats).
+
+Sliding windows of an int64 part combined by addition mod 2^64 (the kinds flagged
+`invertible`: counts, integer sums) skip the tree (`sliding_sums`): a task's first window sums
+its leaves, each next one adds the `panes_per_slide` leaves entering and subtracts those
+leaving, so a window costs 2 x panes_per_slide reads whatever `panes_per_window` (w/s = 100:
+2 reads where the tree combines about 12 nodes), and the result is the same residue mod 2^64.
 """
 
 from __future__ import annotations
@@ -61,6 +67,67 @@ def flat_index(slots, panes, origin, key_capacity):
     for i in range(slots.shape[0]):
         out[i] = (panes[i] - origin) * key_capacity + slots[i] if slots[i] >= 0 else -1
     return out
+
+
+@numba.njit(cache=True)
+def sliding_sums(
+    leaves,
+    leaf_stride,
+    task_base,
+    task_windows,
+    task_out,
+    task_stride,
+    panes_per_slide,
+    panes_per_window,
+    out,
+):
+    """The tree's tasks (see the module docstring) for one int64 part added mod 2^64: window
+    w of a task spans leaves [w * panes_per_slide, w * panes_per_slide + panes_per_window);
+    each window is the one before plus the leaves entering minus the leaves leaving (int64
+    arithmetic wraps in numba, as the combine does). Strided leaves (the pane-major state,
+    one task per key) are walked window by window across the tasks, so that neighbouring
+    keys read and write neighbouring cells; contiguous ones (count windows) task by task."""
+    n_tasks = task_base.shape[0]
+    if leaf_stride == 1:
+        for t in range(n_tasks):
+            n = task_windows[t]
+            if n == 0:
+                continue
+            base = task_base[t]
+            acc = np.int64(0)
+            for i in range(panes_per_window):
+                acc += leaves[base + i]
+            out[task_out[t]] = acc
+            for w in range(1, n):
+                leaving = base + (w - 1) * panes_per_slide
+                entering = leaving + panes_per_window
+                for i in range(panes_per_slide):
+                    acc += leaves[entering + i] - leaves[leaving + i]
+                out[task_out[t] + w * task_stride[t]] = acc
+        return
+    acc = np.zeros(n_tasks, np.int64)
+    most = 0
+    for t in range(n_tasks):
+        most = max(most, task_windows[t])
+    for i in range(panes_per_window):
+        for t in range(n_tasks):
+            if task_windows[t] > 0:
+                acc[t] += leaves[task_base[t] + i * leaf_stride]
+    for t in range(n_tasks):
+        if task_windows[t] > 0:
+            out[task_out[t]] = acc[t]
+    for w in range(1, most):
+        leaving = (w - 1) * panes_per_slide
+        entering = leaving + panes_per_window
+        for i in range(panes_per_slide):
+            add = (entering + i) * leaf_stride
+            drop = (leaving + i) * leaf_stride
+            for t in range(n_tasks):
+                if w < task_windows[t]:
+                    acc[t] += leaves[task_base[t] + add] - leaves[task_base[t] + drop]
+        for t in range(n_tasks):
+            if w < task_windows[t]:
+                out[task_out[t] + w * task_stride[t]] = acc[t]
 
 
 @numba.njit(cache=True)

@@ -203,6 +203,23 @@ def _run_trees(
     for field in fields:
         source = leaves[field.name]
         dtype, neutrals = neutral(field)
+        if panes_per_window > panes_per_slide and _adds_int64(field, dtype, neutrals):
+            # sliding windows of counts and integer sums: differences, not the tree
+            outs = tuple(np.full(size, value, dtype) for value in neutrals)
+            for leaves_part, out in zip(source, outs, strict=True):
+                agg.sliding_sums(
+                    leaves_part,
+                    leaf_stride,
+                    base,
+                    windows,
+                    out_at,
+                    stride,
+                    panes_per_slide,
+                    panes_per_window,
+                    out,
+                )
+            results[field.name] = outs
+            continue
         outs = tuple(np.full(size, value, dtype) for value in neutrals)
         kind_kernels(field.kind).tree_windows(
             *source,
@@ -219,6 +236,13 @@ def _run_trees(
         )
         results[field.name] = outs
     return results
+
+
+def _adds_int64(field: StateField, dtype: np.dtype, neutrals: tuple) -> bool:
+    """Whether every part of the field is an int64 combined by addition mod 2^64 from 0
+    (the invertible kinds with int64 storage, as the join's difference crediting assumes),
+    so a sliding window is the one before plus the panes entering minus those leaving."""
+    return field.kind.invertible and dtype == np.dtype(np.int64) and not any(neutrals)
 
 
 def tree_over_segments(

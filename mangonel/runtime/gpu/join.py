@@ -4,8 +4,8 @@ The kernels come from `compiler.codegen_join` (one module per query: its algorit
 marking, and the scatter kernels of its aggregation), compiled through the shared
 `CompileContext`. Every device step is written in two passes where it produces a variable
 number of results (count per item, exclusive scan with CuPy between the launches, write at
-the scanned offset), and its results come back through one pinned host buffer per join,
-reused (`join_fused.PinnedBuffer`).
+the scanned offset), and its results come back through buffers borrowed from the process's
+pinned pool (`gpu.pinned.download`).
 
 Two forms of an aggregated join (EXPLAIN's `fused=`):
 
@@ -20,10 +20,10 @@ Two forms of an aggregated join (EXPLAIN's `fused=`):
   host, so each call uploads what it reads.
 
 A join without aggregation (EXPLAIN's `rows=` on its WindowJoin): `rows=device`
-(`codegen_join.device_rows` applies: windowed, no STRING column emitted, predicates rendered
-in CUDA; outer joins included) hands the driver `join_rows.DeviceJoinRows`, which keeps both
+(`codegen_join.device_rows` applies: windowed, predicates rendered in CUDA reading no STRING
+column; outer joins included) hands the driver `join_rows.DeviceJoinRows`, which keeps both
 sides' rows and the pending pairs on the device and copies back only the fired windows'
-output columns;
+output columns (STRING ones are taken on the host at the fired pairs' rows);
 `rows=host` keeps the pending pairs on the host as the probe form does.
 
 The host faces of the protocol (key maps, the evaluation of residual/WHERE/aggregate arguments
@@ -50,9 +50,9 @@ from mangonel.compiler.codegen_join import (
     scatter_role,
 )
 from mangonel.compiler.options import GpuOptions
-from mangonel.runtime.gpu import device
+from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.gpu.compile import shared_context
-from mangonel.runtime.gpu.join_fused import DeviceJoinCells, PinnedBuffer
+from mangonel.runtime.gpu.join_fused import DeviceJoinCells
 from mangonel.runtime.gpu.join_rows import DeviceJoinRows
 from mangonel.runtime.operators.join_kernels import JoinKernels
 
@@ -82,7 +82,6 @@ class GpuJoinKernels:
         }
         self.launches = 0
         self.fused_launches = 0  # of the fused probe + aggregate kernel
-        self.pinned = PinnedBuffer()
         self.rows_form: DeviceJoinRows | None = None  # what `device_rows` handed out
 
     # -- plumbing -------------------------------------------------------------------------
@@ -96,10 +95,10 @@ class GpuJoinKernels:
     def _up(array: np.ndarray, dtype: Any = np.int64) -> Any:  # noqa: ANN401
         return device.cupy().asarray(np.ascontiguousarray(array, dtype))
 
-    def _down(self, array: Any) -> np.ndarray:  # noqa: ANN401
-        """A device array on the host through this kernels' one pinned buffer (reused: no
-        pinned allocation per call)."""
-        return self.pinned.download([array])[0]
+    @staticmethod
+    def _down(array: Any) -> np.ndarray:  # noqa: ANN401
+        """A device array on the host through a buffer of the process's pinned pool."""
+        return pinned.download([array])[0]
 
     @staticmethod
     def _offsets(counts: Any) -> tuple[Any, int]:  # noqa: ANN401

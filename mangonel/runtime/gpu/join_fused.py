@@ -17,9 +17,10 @@ snapshot.
 
 The cells are a dense block per state part, [window - base x group slot], on the device, grown
 (front or back, more groups) before a launch needs it. Firing copies the fired windows' rows
-of the block to the host through one reused pinned buffer, drops them from the block, and
-finalizes on the host (as the probe form's `JoinCells.fire`): the results of a window come in
-group-slot order, the order groups were first seen among the group side's rows.
+of the block to the host through a buffer borrowed from the process's pinned pool
+(`gpu.pinned`), drops them from the block, and finalizes on the host (as the probe form's
+`JoinCells.fire`): the results of a window come in group-slot order, the order groups were
+first seen among the group side's rows.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from mangonel.compiler.codegen_join import (
     credits_by_difference,
 )
 from mangonel.errors import DataError
-from mangonel.runtime.gpu import device
+from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.host.arrays import to_values
 from mangonel.runtime.operators.results import finalize, window_result_batch
 
@@ -49,33 +50,6 @@ MAX_BLOCK_CELLS = 1 << 28
 
 def _numpy_dtype(sql_type: SqlType) -> np.dtype:
     return np.dtype(np.uint8) if sql_type is SqlType.BOOLEAN else np.dtype(sql_type.info.numpy)
-
-
-class PinnedBuffer:
-    """One pinned host buffer that every download of its owner goes through, grown by
-    doubling and otherwise reused: no pinned allocation per batch or firing. What comes back
-    is a copy (the buffer is the next download's)."""
-
-    def __init__(self) -> None:
-        self.memory: Any = None
-        self.nbytes = 0
-
-    def download(self, arrays: list[Any]) -> list[np.ndarray]:  # noqa: ANN401
-        cp = device.cupy()
-        contiguous = [cp.ascontiguousarray(a) for a in arrays]
-        nbytes = sum(int(a.nbytes) for a in contiguous)
-        if self.memory is None or nbytes > self.nbytes:
-            self.nbytes = max(nbytes, 2 * self.nbytes, 1 << 16)
-            self.memory = cp.cuda.alloc_pinned_memory(self.nbytes)
-        buffer = np.frombuffer(self.memory, np.uint8, self.nbytes)
-        out, offset = [], 0
-        for array in contiguous:
-            size = int(array.nbytes)
-            host = buffer[offset : offset + size].view(array.dtype).reshape(array.shape)
-            array.get(out=host)
-            out.append(host.copy())
-            offset += size
-        return out
 
 
 class DeviceRows:
@@ -251,7 +225,6 @@ class DeviceJoinCells:
         self.base = 0  # the window of the block's row 0
         self.windows = 0  # rows in use
         self.group_capacity = 0
-        self.pinned = PinnedBuffer()
 
     # -- the block ------------------------------------------------------------------------
 
@@ -292,8 +265,9 @@ class DeviceJoinCells:
         self.lock = cp.zeros(rows * groups, cp.int32)
         self.base, self.windows, self.group_capacity = base, windows, groups
 
-    def _download(self, arrays: list[Any]) -> list[np.ndarray]:  # noqa: ANN401
-        return self.pinned.download(arrays)
+    @staticmethod
+    def _download(arrays: list[Any]) -> list[np.ndarray]:  # noqa: ANN401
+        return pinned.download(arrays)
 
     # -- joining --------------------------------------------------------------------------
 
@@ -505,4 +479,4 @@ class DeviceJoinCells:
             part[: saved.shape[0], : saved.shape[1]] = cp.asarray(saved)
 
 
-__all__ = ["MAX_BLOCK_CELLS", "DeviceJoinCells", "DeviceRows", "PinnedBuffer"]
+__all__ = ["MAX_BLOCK_CELLS", "DeviceJoinCells", "DeviceRows"]

@@ -15,10 +15,14 @@
   pending pairs, after the pairs, as the host form does.
 - A firing expands the pending pairs to (pair, window) entries in window order (expand
   count, exclusive scan, write; then ordered by window, pair), gathers every output column
-  on the device, and copies only those columns back, each straight into a pinned host block
-  (`PinnedPool`) that the result's Arrow arrays are built over without a copy or per-row
-  Python. A block returns to the pool when the last array over it is released, so a
-  consumer that drops (or copies) its batches lets the next firings reuse the pinned memory.
+  but STRING ones on the device, and copies only those columns back, each straight into a
+  pinned host block (`lease`: a buffer of the process's pinned pool, `gpu.pinned`) that the
+  result's Arrow arrays are built over without a copy or per-row Python. A block returns to
+  the pool when the last array over it is released, so a consumer that drops (or copies) its
+  batches lets the next firings, and the next runs, reuse the pinned memory.
+  A STRING column is gathered on the host instead (the device keeps no dictionary for
+  joined rows): the entries' row numbers of its side come back (8 bytes a row) and Arrow
+  takes the strings from the driver's stored rows, which the mirrors follow row for row.
 
 The pending pairs' snapshot is the host form's (`pending_left`, `pending_right`,
 `pending_lo`, `pending_hi`; the matched flags go to the driver's rows first): a snapshot
@@ -35,7 +39,7 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.codegen_join import DeviceRowsPlan
-from mangonel.runtime.gpu import device
+from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.gpu.join_fused import DeviceRows, _numpy_dtype
 
 PENDING = ("left", "right", "lo", "hi")
@@ -52,14 +56,13 @@ def _aligned(nbytes: int) -> int:
 
 
 class PinnedLease:
-    """One pinned block lent to Arrow buffers (their `base`): when the last buffer over it
-    is released, the block goes back to its pool."""
+    """A buffer of the process's pinned pool (`gpu.pinned`) lent to Arrow buffers (their
+    `base`): when the last buffer over it is released, it goes back to the pool."""
 
-    def __init__(self, pool: PinnedPool, memory: Any, nbytes: int) -> None:  # noqa: ANN401
-        self.pool = pool
-        self.memory = memory
-        self.nbytes = nbytes
-        self.host = np.frombuffer(memory, np.uint8, nbytes)
+    def __init__(self, buffer: pinned.PinnedBuffer) -> None:
+        self.pinned = buffer
+        self.host = buffer.view
+        self.nbytes = buffer.nbytes
         self.address = self.host.ctypes.data
 
     def buffer(self, offset: int, nbytes: int) -> pa.Buffer:
@@ -67,33 +70,13 @@ class PinnedLease:
         return pa.foreign_buffer(self.address + offset, nbytes, base=self)
 
     def __del__(self) -> None:
-        self.pool.give_back(self.memory, self.nbytes)
+        pinned.give_back(self.pinned)  # its copies were synchronous: nothing in flight
 
 
-class PinnedPool:
-    """Pinned host blocks for result columns, reused once released (see the module
-    docstring); at most `keep` free blocks are held (the others are freed)."""
-
-    def __init__(self, keep: int = 4) -> None:
-        self.keep = keep
-        self.free: list[tuple[int, Any]] = []  # (nbytes, memory), smallest first
-        self.allocations = 0
-
-    def lease(self, nbytes: int) -> PinnedLease:
-        for i, (size, memory) in enumerate(self.free):
-            if size >= nbytes:
-                del self.free[i]
-                return PinnedLease(self, memory, size)
-        # powers of two from 1 MiB: firings of varying size reuse the blocks
-        size = max(_MIN_BLOCK, 1 << max(nbytes - 1, 1).bit_length())
-        self.allocations += 1
-        return PinnedLease(self, device.cupy().cuda.alloc_pinned_memory(size), size)
-
-    def give_back(self, memory: Any, nbytes: int) -> None:  # noqa: ANN401
-        self.free.append((nbytes, memory))
-        self.free.sort(key=lambda entry: entry[0])
-        if len(self.free) > self.keep:
-            del self.free[0]  # the smallest: the large ones serve every firing
+def lease(nbytes: int) -> PinnedLease:
+    """A pinned block of at least `nbytes` from the process's pool, asked for in powers of two
+    from 1 MiB so that firings of varying size reuse the blocks."""
+    return PinnedLease(pinned.borrow(max(_MIN_BLOCK, 1 << max(nbytes - 1, 1).bit_length())))
 
 
 class DevicePairs:
@@ -147,7 +130,6 @@ class DeviceJoinRows:
         self.kernels = kernels
         self.rows = self._mirrors()
         self.pairs = DevicePairs()
-        self.pool = PinnedPool()
         self.pairs_found = 0  # pairs kept (after the residual and WHERE), for tests
         self.rows_out = 0
 
@@ -260,7 +242,7 @@ class DeviceJoinRows:
         for side in sides:
             rows = self.rows[side.index]
             if rows.kept and rows.size:
-                side.matched.view[...] = self.kernels.pinned.download([rows.view("matched")])[0]
+                side.matched.view[...] = pinned.download([rows.view("matched")])[0]
 
     # -- firing ---------------------------------------------------------------------------
 
@@ -290,8 +272,12 @@ class DeviceJoinRows:
                 local = ids - self.rows[side].base
                 at.append(local if none is None else cp.where(none, 0, local))
                 missing.append(none)
+            host = self._gather_host_columns(sides, at, missing, len(entries))
             columns = []
-            for position in self.plan.emitted:
+            for output, position in zip(self.plan.outputs, self.plan.emitted, strict=True):
+                if position is None:  # a STRING column, gathered on the host
+                    columns.append(host[output.joined])
+                    continue
                 column = self.plan.columns[position]
                 rows = self.rows[column.side]
                 if not rows.size:  # a side with no stored rows: only outer rows, NULL here
@@ -315,12 +301,41 @@ class DeviceJoinRows:
         self.pairs.keep(self.pairs.view("hi") > hi)
         return out, fired
 
+    def _gather_host_columns(
+        self, sides: list, at: list, missing: list, n: int
+    ) -> dict[str, pa.Array]:
+        """The STRING columns emitted (`plan.host_columns`) of the fired entries, taken from
+        the driver's stored rows (`sides`, which the mirrors follow: a mirror's row i is the
+        side's stored row i) at the entries' row numbers, copied back from the device for the
+        sides that emit one; NULL where the side is missing (an outer row)."""
+        wanted = self.plan.host_columns
+        gathered: dict[str, pa.Array] = {}
+        for side in sorted({c.side for c in wanted}):
+            stored = sides[side].table(sides[side].conformer.schema)
+            if not self.rows[side].size:  # no stored rows: only outer rows, NULL here
+                for column in (c for c in wanted if c.side == side):
+                    gathered[column.joined] = pa.nulls(n, stored.schema.field(column.name).type)
+                continue
+            arrays = [at[side]] if missing[side] is None else [at[side], missing[side]]
+            host = pinned.download(arrays)
+            mask = None if missing[side] is None else host[1].astype(np.bool_, copy=False)
+            indices = pa.array(host[0], pa.int64(), mask=mask)
+            for column in (c for c in wanted if c.side == side):
+                taken = stored.column(column.name).take(indices)
+                gathered[column.joined] = taken.combine_chunks()
+        return gathered
+
     def _to_arrow(self, schema: pa.Schema, n: int, columns: list) -> pa.RecordBatch:
         """The gathered columns ((type, device values, device validity or None) each) copied
-        into one pinned block and wrapped as Arrow arrays over it."""
+        into one pinned block and wrapped as Arrow arrays over it; a column gathered on the
+        host (an Arrow array) is taken as it is."""
         cp = device.cupy()
-        segments = []  # per column: (data, bitmap or None, nulls)
-        for sql_type, values, valid in columns:
+        segments = []  # per column: (data, bitmap or None, nulls), or an Arrow array
+        for column in columns:
+            if isinstance(column, pa.Array):
+                segments.append(column)
+                continue
+            sql_type, values, valid = column
             nulls = 0 if valid is None else n - int(cp.count_nonzero(valid))
             bitmap = cp.packbits(valid, bitorder="little") if nulls else None
             if sql_type is SqlType.BOOLEAN:  # Arrow's booleans are bits
@@ -328,21 +343,25 @@ class DeviceJoinRows:
             segments.append((cp.ascontiguousarray(values), bitmap, nulls))
         total = sum(
             _aligned(int(d.nbytes)) + (0 if b is None else _aligned(int(b.nbytes)))
-            for d, b, _ in segments
+            for d, b, _ in (s for s in segments if not isinstance(s, pa.Array))
         )
-        lease = self.pool.lease(total)
+        block = lease(total)
         offset = 0
 
         def copy(array: Any) -> pa.Buffer:  # noqa: ANN401
             nonlocal offset
             nbytes = int(array.nbytes)
-            array.get(out=lease.host[offset : offset + nbytes].view(array.dtype))
-            buffer = lease.buffer(offset, nbytes)
+            array.get(out=block.host[offset : offset + nbytes].view(array.dtype))
+            buffer = block.buffer(offset, nbytes)
             offset += _aligned(nbytes)
             return buffer
 
         arrays = []
-        for field, (data, bitmap, nulls) in zip(schema, segments, strict=True):
+        for field, segment in zip(schema, segments, strict=True):
+            if isinstance(segment, pa.Array):
+                arrays.append(segment.cast(field.type))
+                continue
+            data, bitmap, nulls = segment
             buffers = [None if bitmap is None else copy(bitmap), copy(data)]
             arrays.append(pa.Array.from_buffers(field.type, n, buffers, null_count=nulls))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -358,7 +377,7 @@ class DeviceJoinRows:
         if not self.pairs.size:
             return {f"pending_{name}": np.zeros(0, np.int64) for name in PENDING}
         views = [self.pairs.view(name) for name in PENDING]
-        host = self.kernels.pinned.download(views)
+        host = pinned.download(views)
         return {f"pending_{name}": values for name, values in zip(PENDING, host, strict=True)}
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
@@ -373,4 +392,4 @@ class DeviceJoinRows:
         )
 
 
-__all__ = ["DeviceJoinRows", "DevicePairs", "PinnedLease", "PinnedPool"]
+__all__ = ["DeviceJoinRows", "DevicePairs", "PinnedLease", "lease"]

@@ -47,8 +47,19 @@ class PinnedBuffer:
             self.event = None
 
 
-_LOCK = threading.Lock()
+# reentrant: a block lent to Arrow results comes back from its lease's __del__, which the
+# garbage collector may run in this thread while the lock is held
+_LOCK = threading.RLock()
 _FREE: list[PinnedBuffer] = []
+
+
+def _remove(buffer: PinnedBuffer) -> None:
+    """Take `buffer` off the free list, found by identity (a dataclass compares its fields:
+    two buffers' arrays); gone already (a reentrant give_back trimmed it): nothing."""
+    for i, free in enumerate(_FREE):
+        if free is buffer:
+            del _FREE[i]
+            return
 
 
 def borrow(nbytes: int) -> PinnedBuffer:
@@ -66,7 +77,7 @@ def borrow(nbytes: int) -> PinnedBuffer:
         elif len(fitting) >= RING:
             chosen = fitting[0]  # handed back first: its copy was queued first
         if chosen is not None:
-            _FREE.remove(chosen)
+            _remove(chosen)
     if chosen is None:
         size = max(nbytes, MIN_BYTES)
         memory = cp.cuda.alloc_pinned_memory(size)
@@ -86,9 +97,35 @@ def give_back(buffer: PinnedBuffer, event: Any = None) -> None:
             by_size = sorted(_FREE, key=lambda b: b.nbytes, reverse=True)
             released = by_size[KEEP:]
             for extra in released:
-                _FREE.remove(extra)
+                _remove(extra)
     for extra in released:  # CuPy may reuse the memory at once: its copies must be done
         extra.wait()
+
+
+def download(arrays: list[Any]) -> list[np.ndarray]:  # noqa: ANN401
+    """Device arrays on the host, each a new numpy array: copied into one borrowed buffer
+    (pinned: the copies run at the full device-to-host rate, and no pinned allocation per
+    call), then out of it, and the buffer handed back (the copies are synchronous: nothing
+    is in flight)."""
+    cp = device.cupy()
+    contiguous = [cp.ascontiguousarray(a) for a in arrays]
+    sizes = [int(a.nbytes) for a in contiguous]
+    starts = np.cumsum([0] + [_aligned(size) for size in sizes])
+    buffer = borrow(int(starts[-1]))
+    try:
+        out = []
+        for array, start, size in zip(contiguous, starts[:-1], sizes, strict=True):
+            host = buffer.view[start : start + size].view(array.dtype).reshape(array.shape)
+            array.get(out=host)
+            out.append(host.copy())
+    finally:
+        give_back(buffer)
+    return out
+
+
+def _aligned(nbytes: int) -> int:
+    """Each array's place in a shared buffer starts at a multiple of 64 bytes."""
+    return (nbytes + 63) // 64 * 64
 
 
 def free_count() -> int:
@@ -97,4 +134,4 @@ def free_count() -> int:
         return len(_FREE)
 
 
-__all__ = ["PinnedBuffer", "borrow", "free_count", "give_back"]
+__all__ = ["PinnedBuffer", "borrow", "download", "free_count", "give_back"]

@@ -1,0 +1,56 @@
+"""Sliding windows of counts and integer sums by differences (`cpu.aggregate.sliding_sums`),
+which `cpu.kernels._run_trees` uses instead of the aggregation tree where windows overlap and
+every part is an int64 added mod 2^64: the same cells as the tree, for the pane-major state
+(one task per key, leaves `key_capacity` apart, window-major walk) and for contiguous leaves
+(count windows, task by task), values near the int64 limits wrapping as the tree's do."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mangonel.aggregates import state_kind
+from mangonel.runtime.cpu.aggregate import sliding_sums
+from mangonel.runtime.cpu.generated import kind_kernels
+
+
+def _tasks(rng: np.random.Generator, strided: bool, pps: int, ppw: int):  # noqa: ANN202
+    """Leaves and tasks as `CpuPaneState.windows` (strided: runs of windows over every key)
+    or `tree_over_segments` (contiguous: a segment per task) lay them out."""
+    if strided:
+        keys, key_capacity = 37, 40
+        runs = [(0, 5), (9, 1), (3, 11)]  # (first pane, windows)
+        panes = max(p + ppw + (n - 1) * pps for p, n in runs) + 2
+        leaves = rng.integers(-(2**62), 2**62, panes * key_capacity) * 2  # sums wrap
+        leaves[rng.random(len(leaves)) < 0.3] = 0
+        base, windows, out_at, offset = [], [], [], 0
+        for first, count in runs:
+            base.append(first * key_capacity + np.arange(keys))
+            windows.append(np.full(keys, count))
+            out_at.append(offset * keys + np.arange(keys))
+            offset += count
+        size = offset * keys
+        stride = np.full(len(runs) * keys, keys)
+        return leaves, key_capacity, base, windows, out_at, stride, size
+    counts = rng.integers(0, 9, 12)
+    lengths = np.where(counts > 0, ppw + (counts - 1) * pps, 0)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    leaves = rng.integers(-(2**62), 2**62, int(lengths.sum()) + 1) * 2
+    out_at = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return leaves, 1, [starts], [counts], [out_at], np.ones(12), int(counts.sum())
+
+
+@pytest.mark.parametrize("strided", [True, False])
+@pytest.mark.parametrize(("pps", "ppw"), [(1, 100), (2, 5), (3, 7), (1, 2)])
+def test_sliding_sums_equal_the_tree(strided: bool, pps: int, ppw: int) -> None:
+    rng = np.random.default_rng(pps * 100 + ppw)
+    leaves, leaf_stride, base, windows, out_at, stride, size = _tasks(rng, strided, pps, ppw)
+    arrays = [np.concatenate(a).astype(np.int64) for a in (base, windows, out_at)]
+    stride = stride.astype(np.int64)
+    got = np.full(size, 0, np.int64)
+    sliding_sums(leaves, leaf_stride, *arrays, stride, pps, ppw, got)
+    want = np.full(size, 0, np.int64)
+    tree = kind_kernels(state_kind("count")).tree_windows
+    tree(leaves, np.int64(0), leaf_stride, *arrays, stride, pps, ppw, 4, want)
+    assert size > 20 and np.array_equal(got, want)
+    assert (np.abs(got) > 2**62).any()  # sums that wrapped around
