@@ -77,7 +77,7 @@ def standalone(data: list[pa.Table], query: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("query", [SLIDING, TUMBLING], ids=["sliding", "tumbling"])
 def test_native_stage2_equals_python_stage2_with_late_rows(spark, tmp_path, query):
-    write_micro_batches(tmp_path / "in", tables(4, delay_us=500_000))
+    write_micro_batches(tmp_path / "in", tables(3, delay_us=500_000))
     native = declare(spark, tmp_path / "in", stage2="native")
     ours = native.sql(query)
     assert (native.last_plan.stage1, native.last_plan.stage2) == ("reader", "native")
@@ -95,7 +95,7 @@ def test_native_stage2_equals_python_stage2_with_late_rows(spark, tmp_path, quer
 def test_native_stage2_equals_the_standalone_session_in_order(spark, tmp_path):
     """Disorder within the watermark delay: no late rows, so Spark's watermark rules give
     the standalone windows (those closed by the last watermark)."""
-    data = tables(4, delay_us=100_000)
+    data = tables(3, delay_us=100_000)
     write_micro_batches(tmp_path / "in", data)
     session = declare(spark, tmp_path / "in")
     ours = run_to_memory(session.sql(SLIDING), tmp_path / "ck")
@@ -122,13 +122,13 @@ def run_to_files(spark, folder, checkpoint, output) -> None:  # noqa: ANN001
 
 
 def test_native_stage2_restart_from_checkpoint(spark, tmp_path):
-    data = tables(6, delay_us=100_000)
+    data = tables(4, delay_us=100_000)
     write_micro_batches(tmp_path / "all", data)
     run_to_files(spark, tmp_path / "all", tmp_path / "ck_all", tmp_path / "out_all")
-    write_micro_batches(tmp_path / "part", data[:3])
+    write_micro_batches(tmp_path / "part", data[:2])
     run_to_files(spark, tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part")
     first_run = spark.read.parquet(str(tmp_path / "out_part")).count()
-    write_micro_batches(tmp_path / "part", data[3:])
+    write_micro_batches(tmp_path / "part", data[2:])
     run_to_files(spark, tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part")
     uninterrupted = spark.read.parquet(str(tmp_path / "out_all")).toPandas()
     restarted = spark.read.parquet(str(tmp_path / "out_part")).toPandas()
