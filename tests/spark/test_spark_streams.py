@@ -283,7 +283,7 @@ def test_benchmark_shape_reports_the_chosen_plan_and_the_native_plans_rows(spark
 
     for shape, plans in (
         (SparkShape(100_000, 100_000, keys=5), ("native", "native")),
-        (SparkShape(100_000, 20_000, keys=5), ("reader", "two-stage")),
+        (SparkShape(100_000, 20_000, keys=5), ("reader+python", "two-stage")),
     ):
         kept: list = []
         result = measure_shape(spark, shape, 4000, 20_000, 2000, 3, keep=kept)

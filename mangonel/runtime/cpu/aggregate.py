@@ -137,3 +137,33 @@ def pane_ids(ts, valid, pane_length):
     for i in range(ts.shape[0]):
         out[i] = ts[i] // pane_length if valid[i] else 0
     return out
+
+
+@numba.njit(cache=True)
+def dense_pairs(slots, panes, low, span):
+    """Number the (key slot, pane) pairs of a batch in first-seen order without hashing, for
+    pane ids in [low, low + span): a pair's dense id is slot * span + pane - low, and a table
+    of `(max slot + 1) * span` entries maps it to its number. Returns (number per row, -1
+    where slot < 0; first row of each number; count)."""
+    n_slots = 0
+    for i in range(slots.shape[0]):
+        if slots[i] >= n_slots:
+            n_slots = slots[i] + 1
+    number_of = np.full(n_slots * span, -1, np.int64)
+    out = np.empty(slots.shape[0], np.int64)
+    first = np.empty(slots.shape[0], np.int64)
+    count = 0
+    for i in range(slots.shape[0]):
+        slot = slots[i]
+        if slot < 0:
+            out[i] = -1
+            continue
+        dense = slot * span + panes[i] - low
+        number = number_of[dense]
+        if number < 0:
+            number = count
+            number_of[dense] = number
+            first[count] = i
+            count += 1
+        out[i] = number
+    return out, first[:count].copy(), count

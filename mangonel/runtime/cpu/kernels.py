@@ -358,13 +358,7 @@ class CpuKernels:
         return agg.flat_index(slots, panes, state.origin, state.key_capacity)
 
     def preaggregate(self, slots, panes, partials, fields):
-        pairs = KeyTable((SqlType.BIGINT, SqlType.BIGINT))
-        rows = np.zeros((3, len(slots)), np.int64)
-        rows[0] = slots
-        rows[1] = panes
-        index = pairs.map_rows(rows, slots >= 0)
-        count = pairs.n_slots
-        first = first_rows(index, count)
+        index, first, count = self._number_pairs(slots, panes)
         out: dict[str, tuple[np.ndarray, ...]] = {}
         for field in fields:
             dtype, neutrals = neutral(field)
@@ -372,6 +366,26 @@ class CpuKernels:
             kind_kernels(field.kind).scatter(*target, index, *partials[field.name])
             out[field.name] = target
         return first, panes[first], out
+
+    @staticmethod
+    def _number_pairs(slots, panes):
+        """(number per row, first row per number, count) of the (key slot, pane) pairs in
+        first-seen order. Where slots x panes is dense enough (a batch's panes span a short
+        range: every stage-1 partition of a stream), a direct table numbers them without
+        hashing (`dense_pairs`; 2-3x faster for 1 M rows); else a hash table of pairs."""
+        included = slots >= 0
+        if included.any():
+            low, high = int(panes[included].min()), int(panes[included].max())
+            span = high - low + 1
+            if (int(slots.max()) + 1) * span <= 4 * len(slots) + 4096:
+                return agg.dense_pairs(slots, panes, low, span)
+        pairs = KeyTable((SqlType.BIGINT, SqlType.BIGINT))
+        rows = np.zeros((3, len(slots)), np.int64)
+        rows[0] = slots
+        rows[1] = panes
+        index = pairs.map_rows(rows, included)
+        count = pairs.n_slots
+        return index, first_rows(index, count), count
 
     def segment_windows(
         self, fields, leaves, base, windows, panes_per_slide, panes_per_window, windows_per_batch

@@ -5,8 +5,11 @@ aggregation as the peer of the CPU benchmark.
 file per micro-batch) runs end to end, in the same Spark session, one after the other:
 1. mangonel on a stream declared with `CREATE STREAM ... WITH (source = 'parquet')`: the
    planner's choice there is the reader path for w/s > 1 (reader.py: lift and pane
-   pre-aggregation inside mangonel's own Python Data Source; only partials enter the JVM) and
-   Spark's native plan for tumbling windows (native.py);
+   pre-aggregation inside mangonel's own Python Data Source; only partials enter the JVM),
+   with Spark's own aggregation of the partials as stage 2 where a pane lies in few windows
+   (native_stage2.py) or mangonel's Python stage 2, and Spark's native plan for tumbling
+   windows (native.py); with `compare`, also the plan not chosen (the other stage 2, or the
+   reader with Spark's stage 2 for tumbling windows);
 2. Spark's native `GROUP BY window(ts, w, s), key` streaming aggregation over Spark's file
    source (the peer; the ratio is 1 over 2);
 3. mangonel on the same files registered as a Spark DataFrame (`register`): the planner's
@@ -35,6 +38,7 @@ from mangonel.catalog.catalog import Column, Schema
 from mangonel.catalog.sources.generator import GeneratorConfig, generate
 from mangonel.catalog.types import SqlType
 from mangonel.compiler.explain import format_duration
+from mangonel.errors import PlanError
 from mangonel.runtime.spark.session import SparkMangonelSession, local_spark
 
 STREAM_DDL = "ts TIMESTAMP, key BIGINT, value DOUBLE"
@@ -88,6 +92,11 @@ class SparkResult:
     dataframe_plan: str = ""
     dataframe_tuples_per_second: float | None = None
     state_store: str = "hdfs"
+    # the declared stream with the plan the planner did not choose (`alternative_plan`):
+    # Spark's own stage 2 against mangonel's Python one over the reader's partials, or the
+    # reader with Spark's own stage 2 against Spark's native plan over its file source
+    alternative: str = ""
+    alternative_tuples_per_second: float | None = None
 
 
 def start_local_spark(cores: int = 2, shuffle_partitions: int = 2) -> SparkSession:
@@ -165,7 +174,15 @@ def _plan_name(session: SparkMangonelSession) -> str:
     planned = session.last_plan
     if planned is None or planned.native:
         return "native"
-    return "reader" if planned.stage1 == "reader" else "two-stage"
+    if planned.stage1 == "reader":
+        return f"reader+{planned.stage2}"  # the reader path and its stage 2
+    return "two-stage"
+
+
+def alternative_stage2(plan: str) -> str | None:
+    """The reader path's stage 2 to measure beside the planner's choice `plan`: the other
+    one, or Spark's own for a query the planner ran natively over Spark's file source."""
+    return {"reader+native": "python", "reader+python": "native", "native": "native"}.get(plan)
 
 
 def measure_shape(
@@ -178,10 +195,12 @@ def measure_shape(
     backend: str = "auto",
     keep: list[Any] | None = None,
     state_store: str = "hdfs",
+    compare: bool = False,
 ) -> SparkResult:
     """One shape through mangonel's reader path, Spark's native aggregation and mangonel
     over a registered DataFrame (module docstring). With `keep`, the three result tables are
-    appended to it in that order instead of going to a no-op sink."""
+    appended to it in that order instead of going to a no-op sink. `compare`: also the
+    declared stream with the plan the planner did not choose (`alternative_stage2`)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORES[state_store])
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-") as folder:
         write_input(Path(folder), shape, tuples, rate, batch, seed)
@@ -192,6 +211,20 @@ def measure_shape(
         )
         ours_seconds, ours_rows = _seconds_and_rows(declared.sql(_mangonel_query(shape)), keep)
         plan = _plan_name(declared)
+        alternative, alternative_rate = "", None
+        stage2 = alternative_stage2(plan) if compare else None
+        if stage2 is not None:
+            other = SparkMangonelSession(spark, backend=backend, stage2=stage2)
+            other.execute(
+                f"CREATE STREAM events ({STREAM_DDL}) WITH (event_time = 'ts', watermark = "
+                f"'0 milliseconds', source = 'parquet', path = '{folder}', "
+                "files_per_trigger = '1')"
+            )
+            try:
+                seconds, _ = _seconds_and_rows(other.sql(_mangonel_query(shape)))
+                alternative, alternative_rate = _plan_name(other), tuples / seconds
+            except PlanError:  # Spark's own stage 2 cannot merge this aggregate
+                pass
         source = _file_source(spark, Path(folder))
         native_seconds, native_rows = _seconds_and_rows(_native_query(source, shape), keep)
         registered = SparkMangonelSession(spark, backend=backend)
@@ -214,6 +247,8 @@ def measure_shape(
         _plan_name(registered),
         tuples / frame_seconds,
         state_store,
+        alternative,
+        alternative_rate,
     )
 
 
@@ -255,7 +290,7 @@ def run_spark_benchmarks(
     results = []
     for shape in chosen:
         result = measure_shape(
-            spark, shape, tuples, rate, batch, seed, backend, state_store=state_store
+            spark, shape, tuples, rate, batch, seed, backend, state_store=state_store, compare=True
         )
         agree = "" if result.rows_out == result.spark_rows_out else "  (row counts differ!)"
         frame_rate = (result.dataframe_tuples_per_second or 0) / 1e6
@@ -265,11 +300,22 @@ def run_spark_benchmarks(
             f"{result.rows_out:>10,}  {result.plan}; DataFrame: {result.dataframe_plan}, "
             f"{frame_rate:.3f} M/s ({frame_rate * 1e6 / result.spark_tuples_per_second:.1f}x)"
             + f"  [{result.mangonel_seconds:.1f} s vs {result.spark_seconds:.1f} s]"
+            + _alternative_text(result)
             + agree,
             flush=True,
         )
         results.append(asdict(result))
     return results
+
+
+def _alternative_text(result: SparkResult) -> str:
+    if result.alternative_tuples_per_second is None:
+        return ""
+    rate = result.alternative_tuples_per_second
+    return (
+        f"; not chosen: {result.alternative} {rate / 1e6:.3f} M/s "
+        f"({rate / result.spark_tuples_per_second:.1f}x)"
+    )
 
 
 def native_window_aggregate(

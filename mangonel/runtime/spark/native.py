@@ -135,6 +135,14 @@ def native_query(plan: ph.ProjectExec, watermarked: DataFrame) -> DataFrame:
         for number, aggregate in enumerate(window.aggregates)
     ]
     grouped = rows.groupBy(grouping.alias(WINDOW), *keys).agg(*aggregates)
+    return project_outputs(plan, grouped)
+
+
+def project_outputs(plan: ph.ProjectExec, grouped: DataFrame) -> DataFrame:
+    """HAVING and the SELECT list over a window aggregation's columns (the `WINDOW` struct,
+    the keys, `aggregate_column(i)` holding each aggregate's result), each output cast to
+    the type mangonel's schema declares."""
+    window = ph.find(plan, ph.WindowAggregateExec)
     flat = grouped.select(
         "*",
         F.col(f"{WINDOW}.start").alias(WINDOW_START),

@@ -26,11 +26,20 @@ from mangonel.compiler.holistic import timed_fields
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import PlanError
 from mangonel.runtime.spark import native as native_module
+from mangonel.runtime.spark import native_stage2 as native_stage2_module
 from mangonel.runtime.spark.join_metrics import OBSERVATION
 from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.sql import aggregate_sql, lift_sql
 
 STAGE1_KINDS = ("arrow", "kernels", "reader")
+STAGE2_KINDS = ("native", "python")
+# Largest windows per pane (w / gcd(w, s)) for which the reader path's stage 2 runs as
+# Spark's own aggregation over the partials. Measured on 2 cores, 4 M tuples, 1000 keys
+# (docs/performance.md, "Inside Spark: Spark's own stage 2"): mangonel's Python stage 2 is
+# 1.1-1.2x faster at 10 windows per pane and 2.3x at 100; at 1 they tie. So by default the
+# reader path keeps the Python stage 2 (a pane in one window means w/s <= 1, which runs as
+# Spark's native plan over its own source); stage2="native" forces Spark's.
+NATIVE_STAGE2_MAX_WINDOWS_PER_PANE = 1
 # sources whose rows mangonel reads itself, in the reader (reader.py, pane_reader.py)
 READER_SOURCES = ("generator", "parquet", "csv")
 LATE_ROWS_REFUSED = "late_rows= does not run in this plan inside Spark"
@@ -62,6 +71,11 @@ class SparkQueryPlan:
     # of both sides' rows, and why these (EXPLAIN prints it)
     join_keys: tuple[int, ...] = ()
     join_reason: str = ""
+    # the reader path's stage 2: "python" (mangonel's window operator per key bucket,
+    # applyInPandasWithState) or "native" (Spark's own aggregation over the pane partials,
+    # native_stage2.py), and why (EXPLAIN's title)
+    stage2: str = "python"
+    stage2_reason: str = ""
 
     @property
     def window(self) -> ph.WindowAggregateExec:
@@ -87,9 +101,13 @@ def plan_spark(
     stage1: str | None = None,
     native: bool | None = None,
     late_rows: bool = False,
+    stage2: str | None = None,
 ) -> SparkQueryPlan:
     """The Spark planner pass over a physical plan (see the module docstring). `late_rows`:
-    the query hands out its late rows (late.py): two stages with Arrow stage 1."""
+    the query hands out its late rows (late.py): two stages with Arrow stage 1. `stage2`
+    forces the reader path's stage 2 ("native" or "python"; `choose_stage2`)."""
+    if stage2 not in (None, *STAGE2_KINDS):
+        raise PlanError(f"stage2 must be 'native' or 'python', not {stage2!r}")
     if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
         if late_rows:
             raise PlanError(f"{LATE_ROWS_REFUSED}: join queries keep their late rows counted only")
@@ -123,10 +141,15 @@ def plan_spark(
     reader, why_not = reader_applies(window, late_rows)
     if stage1 == "reader" and not reader:
         raise PlanError(f"stage1='reader' does not apply: {why_not}")
-    if stage1 is None and reader and not native_module.choose_native(window, native).native:
+    if (
+        stage1 is None
+        and reader
+        and (stage2 is not None or not native_module.choose_native(window, native).native)
+    ):
         # where the cost rule keeps the two stages (w/s > 1), stage 1 runs in the reader;
         # where each tuple falls in one window Spark's own aggregation still wins, also
-        # against the reader path (docs/performance.md, "Inside Spark: the reader path")
+        # against the reader path (docs/performance.md, "Inside Spark: the reader path");
+        # a forced stage2 names the reader path's stage 2, so it takes the reader
         stage1 = "reader"
     if stage1 == "reader":
         if native is True:
@@ -150,6 +173,14 @@ def plan_spark(
         # (slot, pane) pairs and the merge kernel): only the partials leave the device
         lift = ph.placement(window, "lift")
         placements = (lift, ph.Placement("preaggregate", lift.backend, lift.reason))
+    second, second_reason = "python", ""
+    if kind == "reader":
+        second, second_reason = choose_stage2(window, stage2)
+    elif stage2 == "native":
+        raise PlanError(
+            "stage2='native' runs over the reader's pane partials: the stream must be one "
+            f"mangonel reads ({', '.join(READER_SOURCES)}) in the two-stage plan"
+        )
     return SparkQueryPlan(
         text,
         plan,
@@ -158,6 +189,35 @@ def plan_spark(
         choice.native,
         choice.reason,
         placements,
+        stage2=second,
+        stage2_reason=second_reason,
+    )
+
+
+def choose_stage2(window: ph.WindowAggregateExec, forced: str | None) -> tuple[str, str]:
+    """The reader path's stage 2 and why: Spark's own aggregation over the pane partials
+    where every aggregate merges with a Spark function (native_stage2.py) and each pane
+    lies in at most NATIVE_STAGE2_MAX_WINDOWS_PER_PANE windows (Spark copies a partial into
+    each of them); else mangonel's Python stage 2, whose cost per micro-batch is fixed."""
+    why_not = native_stage2_module.unmergeable(window)
+    if forced == "native":
+        if why_not is not None:
+            raise PlanError(f"stage2='native' cannot run this query: {why_not}")
+        return "native", "stage2='native' requested"
+    if forced == "python":
+        return "python", "stage2='python' requested"
+    if why_not is not None:
+        return "python", why_not
+    per_pane = window.window.size // window.pane_length
+    shape = f"{per_pane} windows per pane"
+    if per_pane > NATIVE_STAGE2_MAX_WINDOWS_PER_PANE:
+        return "python", (
+            f"{shape} > {NATIVE_STAGE2_MAX_WINDOWS_PER_PANE}: Spark would copy each partial into "
+            f"{per_pane} windows; mangonel's stage 2 merges each pane once"
+        )
+    return "native", (
+        f"{shape} <= {NATIVE_STAGE2_MAX_WINDOWS_PER_PANE} and every aggregate merges with a "
+        "Spark function: no Python stateful operator"
     )
 
 
@@ -408,6 +468,8 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     )
     if planned.stage1 == "reader":
         stage1 = _reader_stage1(planned, group_by)
+        if planned.stage2 == "native":
+            return _native_stage2(planned, stage1)
     rows = "per-tuple partials" if counted else "(key, pane) partials"
     exchange = PlanNode(
         "Exchange",
@@ -445,7 +507,51 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     )
     if window.holistic is not None and not counted:  # why not Spark's own, whatever the shape
         return f"Spark: two stages (reason: {planned.native_reason})", stage2
+    if planned.stage1 == "reader":
+        return f"Spark: stage 2 in Python (reason: {planned.stage2_reason})", stage2
     return "Spark:", stage2
+
+
+def _native_stage2(planned: SparkQueryPlan, reader: PlanNode) -> tuple[str, PlanNode]:
+    """The reader's partials merged by Spark's own window aggregation (native_stage2.py):
+    the pane start is the windowed time, the watermark stays on the partials' watermark
+    time, carrier rows are filtered above it."""
+    window = planned.window
+    keys = ", ".join(quote(k.name) for k in window.keys)
+    grouping = (
+        f"window(pane_start, {format_duration(window.window.size)}, "
+        f"{format_duration(window.window.slide)})"
+    )
+    group_by = f"{grouping}{', ' if keys else ''}{keys}"
+    calls = native_stage2_module.merge_calls(window)
+    pane = f"timestamp_micros(__pane * {window.pane_length})"
+    carriers = "row count > 0 (carrier rows carry only the watermark time)"
+    aggregate = PlanNode(
+        "Stage2 native StreamingAggregate",
+        (
+            Parameter("group_by", f"[{group_by}]", group_by),
+            Parameter("pane_start", pane, pane),
+            Parameter("aggregates", f"[{', '.join(calls)}]", calls),
+            Parameter("output_mode", "append", "append"),
+            Parameter("fires", "window_end<=watermark", "window_end<=watermark"),
+            Parameter("late", "window_end<=previous watermark, per window", "per-window"),
+        ),
+        (
+            PlanNode(
+                "Exchange",
+                (
+                    Parameter("partitioning", f"hashpartitioning(window, {keys or '()'})", None),
+                    Parameter("rows", "(key, pane) partials", "partials"),
+                ),
+                (PlanNode("Filter", (Parameter("where", carriers, carriers),), (reader,)),),
+            ),
+        ),
+    )
+    return (
+        f"Spark: stage 2 as Spark's native aggregation of pane partials (reason: "
+        f"{planned.stage2_reason})",
+        aggregate,
+    )
 
 
 def _reader_stage1(planned: SparkQueryPlan, group_by: str) -> PlanNode:

@@ -130,7 +130,9 @@ def reader_spec(planned: SparkQueryPlan, splits: int) -> ReaderSpec:
         planned.stage1_placements,
         source,
         schema,
-        carrier_rows(window, planned.buckets),
+        # stage 2 in Python: one carrier row per bucket wakes every bucket (stage1.py);
+        # Spark's native stage 2: one carrier row carries the partition's watermark time
+        carrier_rows(window, 1 if planned.stage2 == "native" else planned.buckets),
         splits=splits,
     )
     if source == "generator":
@@ -143,21 +145,28 @@ def reader_spec(planned: SparkQueryPlan, splits: int) -> ReaderSpec:
     return spec
 
 
-def reader_stage1(spark: SparkSession, planned: SparkQueryPlan) -> DataFrame:
-    """Stage 1 of the reader path: the partials of the query's stream, keyed by bucket, with
-    Spark's watermark on the partition's watermark time (then dropped: stage 2 has its own
-    never-late column, stage2.py)."""
+def reader_partials(spark: SparkSession, planned: SparkQueryPlan) -> DataFrame:
+    """The reader's rows: the partials of the query's stream with the partition's
+    watermark time (EVENT_TIME), no watermark yet."""
     window = planned.window
     spec = reader_spec(planned, spark.sparkContext.defaultParallelism)
     spark.dataSource.register(PaneDataSource)
     # the partial columns, a holistic function's BINARY values columns included
     schema = partial_ddl(window) + f", {EVENT_TIME} TIMESTAMP"
-    frame = (
+    return (
         spark.readStream.format(PANES_FORMAT)
         .option("spec", spec.encode())
         .option("schema", schema)
         .load()
     )
+
+
+def reader_stage1(spark: SparkSession, planned: SparkQueryPlan) -> DataFrame:
+    """Stage 1 of the reader path for mangonel's Python stage 2: the partials keyed by
+    bucket, with Spark's watermark on the partition's watermark time (then dropped: stage 2
+    has its own never-late column, stage2.py)."""
+    window = planned.window
+    frame = reader_partials(spark, planned)
     delay = spark_interval(window.window.watermark_delay_us)
     partials = frame.withWatermark(EVENT_TIME, delay).drop(EVENT_TIME)
     return partials.withColumn(BUCKET, bucket_column(window, planned.buckets))

@@ -34,6 +34,7 @@ from mangonel.runtime.cpu.python_window import compile_window_function
 from mangonel.runtime.gpu.probe import gpu_status
 from mangonel.runtime.spark import join as join_module
 from mangonel.runtime.spark import native as native_module
+from mangonel.runtime.spark import native_stage2 as native_stage2_module
 from mangonel.runtime.spark import reader as reader_module
 from mangonel.runtime.spark import stage1 as stage1_module
 from mangonel.runtime.spark import stage2 as stage2_module
@@ -97,7 +98,9 @@ class SparkMangonelSession:
     native: None lets the planner choose Spark's native window aggregation by cost (where
     each tuple falls in one window, see native.py; EXPLAIN gives the reason); True / False
     force that plan / mangonel's two stages. gpu_join: in GPU plans, run join queries' join
-    on the GPU (as mangonel.Session; False keeps it on the CPU).
+    on the GPU (as mangonel.Session; False keeps it on the CPU). stage2: the reader path's
+    stage 2, "native" (Spark's own aggregation over the pane partials, native_stage2.py) or
+    "python" (mangonel's operator per key bucket); None lets the planner choose by cost.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class SparkMangonelSession:
         stage1: str | None = None,
         native: bool | None = None,
         gpu_join: bool = True,
+        stage2: str | None = None,
     ) -> None:
         if stage1 not in (None, *STAGE1_KINDS):
             raise PlanError(f"stage1 must be 'arrow', 'kernels' or 'reader', not {stage1!r}")
@@ -121,6 +125,7 @@ class SparkMangonelSession:
         self.buckets = buckets
         self.stage1 = stage1
         self.native = native
+        self.stage2 = stage2
         self._frames: dict[str, DataFrame] = {}
         self._last: SparkQueryPlan | None = None
 
@@ -258,6 +263,7 @@ class SparkMangonelSession:
             stage1=self.stage1,
             native=self.native,
             late_rows=late_rows,
+            stage2=self.stage2,
         )
 
     def _build(self, query: Any, late_rows: str | None = None) -> DataFrame:
@@ -276,6 +282,10 @@ class SparkMangonelSession:
                 "it with WITH (source = 'generator' | 'parquet' | 'csv' | 'kafka', ...)",
             )
         self._last = planned
+        if planned.stage1 == "reader" and planned.stage2 == "native":
+            # Spark's own aggregation merges the reader's partials (native_stage2.py)
+            frame = reader_module.reader_partials(self.spark, planned)
+            return native_stage2_module.native_stage2(planned.plan, frame)
         if planned.stage1 == "reader":  # mangonel reads the stream itself (reader.py)
             partials = reader_module.reader_stage1(self.spark, planned)
             return stage2_module.stage2(planned.plan, partials)
