@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from fuzzer import Scenario, check
-from holistic_stream import cpu_session, run_rows
+from holistic_stream import batch_of, cpu_session, run_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import register_python_function
@@ -408,16 +408,6 @@ def test_a_snapshot_restores_into_a_new_session_that_registers_the_function():
         "SELECT k, trimmed_mean(v) AS t FROM s "
         "[RANGE 4 MICROSECONDS SLIDE 2 MICROSECONDS] GROUP BY k"
     )
-    schema = pa.schema(
-        [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64()), ("n", pa.int32())]
-        + [("v", pa.float64())]
-    )
-
-    def batch(rows):
-        return pa.RecordBatch.from_pylist(
-            [{"n": 0, "x": None, "k": 0, **row} for row in rows], schema=schema
-        )
-
     first = [{"ts": t, "v": float(t)} for t in range(3)]
     second = [{"ts": t, "v": float(10 * t)} for t in range(3, 7)]
 
@@ -429,15 +419,15 @@ def test_a_snapshot_restores_into_a_new_session_that_registers_the_function():
     whole = runner()
     expected = [
         r
-        for out in whole.process(batch(first)) + whole.process(batch(second))
+        for out in whole.process(batch_of(first)) + whole.process(batch_of(second))
         for r in out.to_pylist()
     ]
     expected += [r for out in whole.finish() for r in out.to_pylist()]
     before = runner()
-    got = [r for out in before.process(batch(first)) for r in out.to_pylist()]
+    got = [r for out in before.process(batch_of(first)) for r in out.to_pylist()]
     after = runner()  # another session, the function registered again
     after.restore(before.snapshot())
-    got += [r for out in after.process(batch(second)) + after.finish() for r in out.to_pylist()]
+    got += [r for out in after.process(batch_of(second)) + after.finish() for r in out.to_pylist()]
     assert got == expected and any(r["t"] is not None for r in got)
 
 
