@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 import sqlglot
 from sqlglot import exp
+from test_expressions import ENV as EXPRESSION_ENV
 
 from mangonel.catalog.types import TYPE_INFO, SqlType
 from mangonel.compiler import nodes
@@ -32,19 +33,9 @@ from mangonel.runtime.cpu.expressions import evaluate
 T = SqlType
 HOSTILE_NUMBER = 'a"; system("rm -rf /"); //'
 HOSTILE_STRING = "x*/int y;/*\nz\\"
+# test_expressions.py's columns, plus two whose names would break generated source
 ENV = TypeEnv(
-    columns={
-        "i": T.INT,
-        "l": T.BIGINT,
-        "d": T.DOUBLE,
-        "f": T.FLOAT,
-        "s": T.STRING,
-        "s2": T.STRING,
-        "ts": T.TIMESTAMP,
-        "b": T.BOOLEAN,
-        HOSTILE_NUMBER: T.BIGINT,
-        HOSTILE_STRING: T.STRING,
-    },
+    columns={**EXPRESSION_ENV.columns, HOSTILE_NUMBER: T.BIGINT, HOSTILE_STRING: T.STRING},
     aggregates=(T.DOUBLE, T.BIGINT),
 )
 

@@ -13,11 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from fuzzer import Scenario, check
+from holistic_stream import COLUMNS, DDL, batch_of, cpu_session, run_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import OracleQuery
 
-import mangonel
 from mangonel import aggregates
 from mangonel.aggregates.holistic import VALUES, from_order_keys, order_keys
 from mangonel.compiler import physical as ph
@@ -27,11 +27,6 @@ from mangonel.errors import PlanError
 from mangonel.runtime.cpu import holistic as cpu_holistic
 from mangonel.runtime.local.query import LocalQuery
 
-COLUMNS = {"ts": "timestamp", "k": "bigint", "x": "bigint", "n": "int", "v": "double"}
-DDL = (
-    "CREATE STREAM s (ts TIMESTAMP, k BIGINT, x BIGINT, n INT, v DOUBLE) "
-    "WITH (event_time = 'ts', watermark = '{delay} microseconds')"
-)
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 # (oracle name, SQL with {a} for the argument)
 FUNCTIONS = [
@@ -177,23 +172,6 @@ def test_holistic_count_windows_match_the_oracle(scenario):
     assert failure is None, f"{failure}\n{scenario.query}"
 
 
-def _run(query: str, rows: list[dict], delay: int = 0) -> list[dict]:
-    scenario_rows = []
-    session = mangonel.Session(backend="cpu")
-    session.execute(DDL.format(delay=delay))
-    runner = LocalQuery(session.sql(query).plan)
-    schema = pa.schema(
-        [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64()), ("n", pa.int32())]
-        + [("v", pa.float64())]
-    )
-    batch = pa.RecordBatch.from_pylist(
-        [{"n": 0, "x": None, "v": None, "k": 0, **row} for row in rows], schema=schema
-    )
-    for out in runner.process(batch) + runner.finish():
-        scenario_rows += out.to_pylist()
-    return scenario_rows
-
-
 def test_known_values_of_every_function_in_one_tumbling_window():
     # 1, 2, 2, 3, 10 and a NULL: n = 5
     rows = [{"ts": t, "v": value} for t, value in enumerate([1.0, 2.0, None, 2.0, 3.0, 10.0])]
@@ -204,7 +182,7 @@ def test_known_values_of_every_function_in_one_tumbling_window():
         "PERCENTILE_DISC(0) WITHIN GROUP (ORDER BY v) AS d0, COUNT(DISTINCT v) AS nd "
         "FROM s [RANGE 100 MICROSECONDS]"
     )
-    (row,) = _run(query, rows)
+    (row,) = run_rows(cpu_session(), query, rows)
     # p90: position 0.9 * 4 = 3.6 between 3 and 10: 0.4 * 3 + 0.6 * 10
     assert row == {
         "m": 2.0,
@@ -223,7 +201,7 @@ def test_all_null_window_gives_null_and_zero_distinct():
         "SELECT MEDIAN(v) AS m, PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY x) AS d, "
         "COUNT(DISTINCT v) AS nd, COUNT(*) AS c FROM s [RANGE 100 MICROSECONDS]"
     )
-    assert _run(query, rows) == [{"m": None, "d": None, "nd": 0, "c": 2}]
+    assert run_rows(cpu_session(), query, rows) == [{"m": None, "d": None, "nd": 0, "c": 2}]
 
 
 def test_nan_is_the_largest_value_and_minus_zero_is_zero():
@@ -233,22 +211,21 @@ def test_nan_is_the_largest_value_and_minus_zero_is_zero():
         "PERCENTILE_DISC(0.2) WITHIN GROUP (ORDER BY v) AS low, COUNT(DISTINCT v) AS nd "
         "FROM s [RANGE 100 MICROSECONDS]"
     )
-    (row,) = _run(query, rows)
+    (row,) = run_rows(cpu_session(), query, rows)
     assert math.isnan(row["top"]) and row["low"] == 0.0 and row["nd"] == 3
     assert math.copysign(1.0, row["low"]) == 1.0  # -0.0 reads as 0.0
 
 
 def test_integer_percentiles_return_double_and_disc_the_argument_type():
     rows = [{"ts": t, "n": value} for t, value in enumerate([1, 2, 3, 4])]
-    session = mangonel.Session(backend="cpu")
-    session.execute(DDL.format(delay=0))
+    session = cpu_session()
     query = session.sql(
         "SELECT MEDIAN(n) AS m, PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY n) AS d "
         "FROM s [RANGE 100 MICROSECONDS]"
     )
     assert query.schema.field("m").type == pa.float64()
     assert query.schema.field("d").type == pa.int32()
-    assert _run(query.text, rows) == [{"m": 2.5, "d": 2}]
+    assert run_rows(session, query.text, rows) == [{"m": 2.5, "d": 2}]
 
 
 def test_order_keys_sort_as_spark_and_round_trip():
@@ -299,15 +276,9 @@ def test_every_holistic_function_is_defined_once_with_a_variable_state():
     assert not VALUES.algebraic
 
 
-def _session() -> mangonel.Session:
-    session = mangonel.Session(backend="cpu")
-    session.execute(DDL.format(delay=0))
-    return session
-
-
 def test_holistic_and_incremental_fields_share_one_window_node():
     plan = (
-        _session()
+        cpu_session()
         .sql(
             "SELECT k, MEDIAN(v), PERCENTILE(v, 0.9), SUM(v) FROM s "
             "[RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
@@ -321,7 +292,7 @@ def test_holistic_and_incremental_fields_share_one_window_node():
 
 
 def test_gpu_plans_place_the_holistic_step_of_time_windows_on_the_gpu_with_its_form():
-    session = _session()
+    session = cpu_session()
     sliding = session.sql(
         "SELECT k, MEDIAN(v), SUM(v) FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
     ).plan
@@ -356,7 +327,7 @@ def test_gpu_plans_place_the_holistic_step_of_time_windows_on_the_gpu_with_its_f
 
 
 def test_gpu_plans_keep_the_holistic_step_of_count_windows_on_the_cpu_with_a_reason():
-    plan = _session().sql("SELECT k, MEDIAN(v) FROM s [ROWS 10] GROUP BY k").plan
+    plan = cpu_session().sql("SELECT k, MEDIAN(v) FROM s [ROWS 10] GROUP BY k").plan
     window = ph.find(ph.with_backend(plan, "gpu", "test"), ph.WindowAggregateExec)
     step = ph.placement(window, "holistic")
     assert (step.backend, step.reason) == ("cpu", COUNT_HOLISTIC_ON_CPU)
@@ -366,7 +337,7 @@ def test_gpu_plans_keep_the_holistic_step_of_count_windows_on_the_cpu_with_a_rea
 def test_holistic_functions_inside_spark_plan_the_two_stages_even_when_tumbling():
     from mangonel.runtime.spark.planner import plan_spark
 
-    query = _session().sql("SELECT k, MEDIAN(v) FROM s [RANGE 1 SECOND] GROUP BY k")
+    query = cpu_session().sql("SELECT k, MEDIAN(v) FROM s [RANGE 1 SECOND] GROUP BY k")
     planned = plan_spark(query.text, query.plan, partitions=2)
     assert not planned.native and "holistic functions run in mangonel's stages" in (
         planned.native_reason
@@ -380,7 +351,7 @@ def test_holistic_functions_inside_spark_over_count_and_session_windows():
     session windows, which run only as Spark's own aggregation inside Spark, refuse them."""
     from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
 
-    session = _session()
+    session = cpu_session()
     counted = session.sql("SELECT k, MEDIAN(v) FROM s [ROWS 3 SLIDE 2] GROUP BY k")
     planned = plan_spark(counted.text, counted.plan, partitions=2)
     assert not planned.native and planned.stage1 == "kernels"
@@ -391,7 +362,7 @@ def test_holistic_functions_inside_spark_over_count_and_session_windows():
 
 
 def test_holistic_functions_over_joins_are_refused():
-    session = _session()
+    session = cpu_session()
     session.execute("CREATE STREAM t (ts TIMESTAMP, k BIGINT, w DOUBLE) WITH (event_time = 'ts')")
     with pytest.raises(PlanError, match="holistic functions over joins: not yet"):
         session.sql(
@@ -401,20 +372,13 @@ def test_holistic_functions_over_joins_are_refused():
 
 
 def test_state_is_freed_once_windows_fire_and_counted():
-    session = _session()
+    session = cpu_session()
     runner = LocalQuery(
         session.sql(
             "SELECT k, MEDIAN(v) FROM s [RANGE 10 MICROSECONDS SLIDE 5 MICROSECONDS] GROUP BY k"
         ).plan
     )
-    schema = pa.schema(
-        [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64())]
-        + [("n", pa.int32()), ("v", pa.float64())]
-    )
-    batch = pa.RecordBatch.from_pylist(
-        [{"ts": t, "k": t % 3, "x": 0, "n": 0, "v": float(t)} for t in range(1000)], schema=schema
-    )
-    runner.process(batch)
+    runner.process(batch_of([{"ts": t, "k": t % 3, "x": 0, "v": float(t)} for t in range(1000)]))
     held = runner.metrics.state_bytes
     assert held > 0
     operator = runner.window_operator
@@ -425,7 +389,7 @@ def test_state_is_freed_once_windows_fire_and_counted():
 def test_a_snapshot_of_another_query_is_refused():
     from mangonel.errors import DataError
 
-    session = _session()
+    session = cpu_session()
     plain = LocalQuery(
         session.sql("SELECT k, SUM(v) FROM s [RANGE 10 MICROSECONDS] GROUP BY k").plan
     )

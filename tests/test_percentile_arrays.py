@@ -12,11 +12,12 @@ import math
 import pyarrow as pa
 import pytest
 from fuzzer import METRICS, ORACLE_METRICS, Scenario, engine_run
+from holistic_stream import COLUMNS, DDL, batch_of, cpu_session
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import OracleQuery, first_difference
 from oracle_arrays import ArrayOracle, array_name, explode
-from test_holistic import COLUMNS, DDL, SETTINGS, SPECIAL
+from test_holistic import SETTINGS, SPECIAL
 from test_holistic_kernels import gpu_path_on_the_host, host_module  # noqa: F401 - fixtures
 
 import mangonel
@@ -159,21 +160,8 @@ def test_array_percentiles_over_the_gpu_kernels_match_the_oracle(gpu_path_on_the
     assert failure is None, f"{failure}\n{scenario.query}"
 
 
-def _session() -> mangonel.Session:
-    session = mangonel.Session(backend="cpu")
-    session.execute(DDL.format(delay=0))
-    return session
-
-
 def _rows(query: str, rows: list[dict]) -> pa.Table:
-    schema = pa.schema(
-        [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64()), ("n", pa.int32())]
-        + [("v", pa.float64())]
-    )
-    batch = pa.RecordBatch.from_pylist(
-        [{"n": 0, "x": None, "v": None, "k": 0, **row} for row in rows], schema=schema
-    )
-    return _session().sql(query).run([batch])
+    return cpu_session().sql(query).run([batch_of(rows)])
 
 
 def test_known_values_in_the_order_given_and_null_over_no_value():
@@ -216,7 +204,7 @@ def test_an_array_over_an_int_argument_keeps_its_type_for_disc_and_approx():
 
 def test_explain_names_the_array_and_its_type():
     text = (
-        _session()
+        cpu_session()
         .sql(
             "SELECT k, PERCENTILE(v, ARRAY(0.25, 0.75)) AS p, "
             "APPROX_PERCENTILE(x, ARRAY(0.5, 0.9), 100) AS a FROM s [RANGE 10 MICROSECONDS] "
@@ -267,7 +255,7 @@ def test_explain_names_the_array_and_its_type():
 )
 def test_bad_array_queries_are_refused_clearly(query, message):
     with pytest.raises(MangonelError) as raised:
-        _session().sql(query)
+        cpu_session().sql(query)
     assert message in str(raised.value)
 
 

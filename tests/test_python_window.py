@@ -15,10 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from fuzzer import Scenario, check
+from holistic_stream import batch_of, cpu_session, run_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import register_python_function
-from test_holistic import DDL, SETTINGS, SPECIAL, _sql, grouped_scenario
+from test_holistic import SETTINGS, SPECIAL, _sql, grouped_scenario
 
 import mangonel
 from mangonel.aggregates.holistic import order_keys
@@ -160,26 +161,8 @@ def test_python_functions_over_count_windows_match_the_oracle(scenario):
 # -- known values, the API ---------------------------------------------------------------
 
 
-def _session() -> mangonel.Session:
-    session = mangonel.Session(backend="cpu")
-    session.execute(DDL.format(delay=0))
-    return session
-
-
-def _rows(session: mangonel.Session, query: str, rows: list[dict]) -> list[dict]:
-    runner = LocalQuery(session.sql(query).plan)
-    schema = pa.schema(
-        [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64()), ("n", pa.int32())]
-        + [("v", pa.float64())]
-    )
-    batch = pa.RecordBatch.from_pylist(
-        [{"n": 0, "x": None, "v": None, "k": 0, **row} for row in rows], schema=schema
-    )
-    return [r for out in runner.process(batch) + runner.finish() for r in out.to_pylist()]
-
-
 def test_trimmed_mean_of_known_values_with_nulls_and_an_all_null_window():
-    session = _session()
+    session = cpu_session()
 
     @session.window_function(returns="DOUBLE")
     def trimmed(values):  # drops one value at each end of 10 or more
@@ -190,7 +173,7 @@ def test_trimmed_mean_of_known_values_with_nulls_and_an_all_null_window():
     values = [5.0, None, 1.0, 100.0, 2.0, 3.0, 4.0, -50.0, 6.0, 7.0, 8.0, None]
     rows = [{"ts": t, "v": v} for t, v in enumerate(values)]
     rows += [{"ts": 100 + t, "v": None} for t in range(3)]  # a window of NULLs only
-    got = _rows(
+    got = run_rows(
         session,
         "SELECT window_start AS ws, TRIMMED(v) AS t, MEDIAN(v) AS m, COUNT(*) AS c "
         "FROM s [RANGE 100 MICROSECONDS]",
@@ -202,13 +185,13 @@ def test_trimmed_mean_of_known_values_with_nulls_and_an_all_null_window():
 
 
 def test_integer_arguments_arrive_as_int64_and_bigint_results():
-    session = _session()
+    session = cpu_session()
 
     def lowest_plus_count(values):
         return values[0] + values.shape[0]
 
     session.register_window_function("lpc", lowest_plus_count, returns="BIGINT")
-    got = _rows(
+    got = run_rows(
         session,
         "SELECT lpc(n) AS a, lpc(x) AS b FROM s [RANGE 100 MICROSECONDS]",
         [{"ts": t, "n": n, "x": 2**40 + n} for t, n in enumerate([4, -2, 9])],
@@ -220,7 +203,7 @@ def test_integer_arguments_arrive_as_int64_and_bigint_results():
 
 def test_the_plan_names_the_function_and_a_gpu_plan_unchecked_for_cuda_keeps_it_on_the_cpu():
     # (plans the session checks for CUDA: tests/test_python_window_cuda.py)
-    session = _session()
+    session = cpu_session()
     session.register_window_function("trimmed_mean", trimmed_mean, returns="DOUBLE")
     query = session.sql(
         "SELECT k, trimmed_mean(v), MEDIAN(v), SUM(v) FROM s "
@@ -248,7 +231,7 @@ def test_the_plan_names_the_function_and_a_gpu_plan_unchecked_for_cuda_keeps_it_
 def test_python_functions_inside_spark_plan_the_two_stages():
     from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
 
-    session = _session()
+    session = cpu_session()
     session.register_window_function("spread", spread)
     query = session.sql("SELECT k, spread(v) FROM s [RANGE 1 SECOND] GROUP BY k")
     planned = plan_spark(query.text, query.plan, partitions=2)
@@ -257,9 +240,9 @@ def test_python_functions_inside_spark_plan_the_two_stages():
 
 
 def test_names_are_case_insensitive_and_replacing_needs_replace():
-    session = _session()
+    session = cpu_session()
     session.register_window_function("Spread", spread)
-    assert _rows(
+    assert run_rows(
         session,
         "SELECT SPREAD(v) AS s FROM s [RANGE 10 MICROSECONDS]",
         [
@@ -270,7 +253,7 @@ def test_names_are_case_insensitive_and_replacing_needs_replace():
     with pytest.raises(CatalogError, match="already registered"):
         session.register_window_function("spread", trimmed_mean)
     session.register_window_function("spread", trimmed_mean, replace=True)
-    got = _rows(
+    got = run_rows(
         session,
         "SELECT spread(v) AS s FROM s [RANGE 10 MICROSECONDS]",
         [
@@ -295,7 +278,7 @@ def test_names_are_case_insensitive_and_replacing_needs_replace():
 )
 def test_bad_registrations_are_refused(name, returns, message):
     with pytest.raises(CatalogError, match=message):
-        _session().register_window_function(name, spread, returns=returns)
+        cpu_session().register_window_function(name, spread, returns=returns)
 
 
 def test_a_function_numba_cannot_compile_is_refused_at_registration_with_the_reason():
@@ -303,19 +286,19 @@ def test_a_function_numba_cannot_compile_is_refused_at_registration_with_the_rea
         return {"n": values.shape[0]}["n"] + object().__hash__()
 
     with pytest.raises(PlanError, match="'uses_a_dict' does not compile with numba"):
-        _session().register_window_function("uses_a_dict", uses_a_dict)
+        cpu_session().register_window_function("uses_a_dict", uses_a_dict)
 
 
 def test_a_float_result_for_an_integer_return_type_is_refused():
     with pytest.raises(PlanError, match="returns float64.*returns=BIGINT"):
-        _session().register_window_function("tm", trimmed_mean, returns="BIGINT")
+        cpu_session().register_window_function("tm", trimmed_mean, returns="BIGINT")
 
 
 def test_a_result_that_fits_only_for_integer_arguments_is_refused_at_planning():
     def lowest(values):
         return values[0]  # int64 for an integer argument, float64 for a floating one
 
-    session = _session()
+    session = cpu_session()
     session.register_window_function("lowest", lowest, returns="BIGINT")
     assert (
         session.sql("SELECT lowest(x) AS lo FROM s [RANGE 1 SECOND]").schema.field("lo").type
@@ -337,7 +320,7 @@ def test_a_result_that_fits_only_for_integer_arguments_is_refused_at_planning():
     ],
 )
 def test_bad_calls_are_refused(query, message):
-    session = _session()
+    session = cpu_session()
     session.register_window_function("spread", spread)
     with pytest.raises(SqlError, match=message):
         session.sql(query)
@@ -345,7 +328,7 @@ def test_bad_calls_are_refused(query, message):
 
 def test_an_unregistered_name_is_still_an_unknown_function():
     with pytest.raises(SqlError, match="unknown function SPREAD"):
-        _session().sql("SELECT spread(v) FROM s [RANGE 1 SECOND]")
+        cpu_session().sql("SELECT spread(v) FROM s [RANGE 1 SECOND]")
 
 
 def test_the_kernel_merges_sorted_runs_sorts_unsorted_ones_and_decodes_order_keys():
@@ -390,10 +373,10 @@ def _first(values):
 
 
 def test_nan_and_infinities_reach_the_function_in_spark_order():
-    session = _session()
+    session = cpu_session()
     session.register_window_function("spread", spread)
     session.register_window_function("lowest", _first)
-    got = _rows(
+    got = run_rows(
         session,
         "SELECT spread(v) AS s, lowest(v) AS lo FROM s [RANGE 10 MICROSECONDS]",
         [{"ts": t, "v": v} for t, v in enumerate([math.nan, 1.0, -math.inf, -0.0])],
@@ -402,10 +385,10 @@ def test_nan_and_infinities_reach_the_function_in_spark_order():
 
 
 def test_having_expressions_and_joins():
-    session = _session()
+    session = cpu_session()
     session.register_window_function("spread", spread)
     rows = [{"ts": t, "k": t % 2, "v": float(t * t)} for t in range(6)]
-    got = _rows(
+    got = run_rows(
         session,
         "SELECT k, spread(v) * 2 AS twice FROM s [RANGE 10 MICROSECONDS] GROUP BY k "
         "HAVING spread(v) > 20",
@@ -425,36 +408,26 @@ def test_a_snapshot_restores_into_a_new_session_that_registers_the_function():
         "SELECT k, trimmed_mean(v) AS t FROM s "
         "[RANGE 4 MICROSECONDS SLIDE 2 MICROSECONDS] GROUP BY k"
     )
-    schema = pa.schema(
-        [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64()), ("n", pa.int32())]
-        + [("v", pa.float64())]
-    )
-
-    def batch(rows):
-        return pa.RecordBatch.from_pylist(
-            [{"n": 0, "x": None, "k": 0, **row} for row in rows], schema=schema
-        )
-
     first = [{"ts": t, "v": float(t)} for t in range(3)]
     second = [{"ts": t, "v": float(10 * t)} for t in range(3, 7)]
 
     def runner():
-        session = _session()
+        session = cpu_session()
         session.register_window_function("trimmed_mean", trimmed_mean)
         return LocalQuery(session.sql(query_text).plan)
 
     whole = runner()
     expected = [
         r
-        for out in whole.process(batch(first)) + whole.process(batch(second))
+        for out in whole.process(batch_of(first)) + whole.process(batch_of(second))
         for r in out.to_pylist()
     ]
     expected += [r for out in whole.finish() for r in out.to_pylist()]
     before = runner()
-    got = [r for out in before.process(batch(first)) for r in out.to_pylist()]
+    got = [r for out in before.process(batch_of(first)) for r in out.to_pylist()]
     after = runner()  # another session, the function registered again
     after.restore(before.snapshot())
-    got += [r for out in after.process(batch(second)) + after.finish() for r in out.to_pylist()]
+    got += [r for out in after.process(batch_of(second)) + after.finish() for r in out.to_pylist()]
     assert got == expected and any(r["t"] is not None for r in got)
 
 
@@ -470,7 +443,7 @@ def _value_time_pairs(values, times):
 
 
 def test_a_function_with_timestamps_gets_each_values_event_time_in_value_order():
-    session = _session()
+    session = cpu_session()
     session.register_window_function(
         "pairs", _value_time_pairs, returns="DOUBLE", with_timestamps=True
     )
@@ -483,11 +456,11 @@ def test_a_function_with_timestamps_gets_each_values_event_time_in_value_order()
             total = total * 1000.0 + value * 100.0 + time
         return total
 
-    tumbling = _rows(session, "SELECT pairs(v) AS p FROM s [RANGE 10 MICROSECONDS]", rows)
+    tumbling = run_rows(session, "SELECT pairs(v) AS p FROM s [RANGE 10 MICROSECONDS]", rows)
     # sorted by value, equal values by time: (1,1) (1,4) (2,3) (3,0) (3,2)
     assert tumbling == [{"p": encode([(1, 1), (1, 4), (2, 3), (3, 0), (3, 2)])}]
     # sliding: panes of 2 us merged, ties across panes stay in time order
-    sliding = _rows(
+    sliding = run_rows(
         session,
         "SELECT window_start AS ws, pairs(v) AS p FROM s "
         "[RANGE 4 MICROSECONDS SLIDE 2 MICROSECONDS]",
@@ -499,7 +472,7 @@ def test_a_function_with_timestamps_gets_each_values_event_time_in_value_order()
         encode([(1, 4), (2, 3), (3, 2)]),  # [2, 6)
         encode([(1, 4)]),  # [4, 8): the NULL's time is not there
     ]
-    counted = _rows(session, "SELECT pairs(v) AS p FROM s [ROWS 3 SLIDE 2]", rows)
+    counted = run_rows(session, "SELECT pairs(v) AS p FROM s [ROWS 3 SLIDE 2]", rows)
     assert [r["p"] for r in counted] == [
         encode([(1, 1), (3, 0), (3, 2)]),  # tuples 0..2
         encode([(1, 4), (2, 3), (3, 2)]),  # tuples 2..4
@@ -507,7 +480,7 @@ def test_a_function_with_timestamps_gets_each_values_event_time_in_value_order()
 
 
 def test_with_timestamps_registrations_are_checked():
-    session = _session()
+    session = cpu_session()
     with pytest.raises(CatalogError, match="with_timestamps must be True or False"):
         session.register_window_function("f", spread, with_timestamps="yes")
     # a function of one array registered with timestamps: numba says it takes one argument

@@ -13,20 +13,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from fuzzer import Scenario, check
+from holistic_stream import SCHEMA, batch_of, cpu_session, run_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_holistic import DDL, grouped_scenario
+from test_holistic import grouped_scenario
 
-import mangonel
 from mangonel.compiler import physical as ph
 from mangonel.compiler.holistic import SKETCHES_ON_CPU
 from mangonel.errors import DataError, PlanError, SqlError
 from mangonel.runtime.local.query import LocalQuery
 
-SCHEMA = pa.schema(
-    [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64()), ("n", pa.int32())]
-    + [("v", pa.float64())]
-)
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 SPECIAL = [math.nan, -0.0, 0.0, math.inf, -math.inf]
 RSDS = [0.05, 0.1, 0.02, 0.3]
@@ -135,24 +131,6 @@ def test_sketch_results_are_the_same_in_small_chunks(monkeypatch, scenario):
     assert failure is None, f"{failure}\n{scenario.query}"
 
 
-def _session(delay: int = 0) -> mangonel.Session:
-    session = mangonel.Session(backend="cpu")
-    session.execute(DDL.format(delay=delay))
-    return session
-
-
-def _batch(rows: list[dict]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist(
-        [{"n": 0, "x": None, "v": None, "k": 0, **row} for row in rows], schema=SCHEMA
-    )
-
-
-def _run(query: str, rows: list[dict]) -> list[dict]:
-    runner = LocalQuery(_session().sql(query).plan)
-    out = runner.process(_batch(rows)) + runner.finish()
-    return [row for batch in out for row in batch.to_pylist()]
-
-
 def test_known_values_and_all_null_windows():
     rows = [{"ts": t, "x": value} for t, value in enumerate([1, 2, None, 2, 3, 10])]
     rows += [{"ts": 100 + t, "x": None} for t in range(3)]  # a window of only NULLs
@@ -161,14 +139,14 @@ def test_known_values_and_all_null_windows():
         "PERCENTILE_APPROX(x, 1) AS hi, APPROX_PERCENTILE(v, 0.5) AS nv, COUNT(*) AS c "
         "FROM s [RANGE 100 MICROSECONDS]"
     )
-    assert _run(query, rows) == [
+    assert run_rows(cpu_session(), query, rows) == [
         {"d": 4, "m": 2, "hi": 10, "nv": None, "c": 6},
         {"d": 0, "m": None, "hi": None, "nv": None, "c": 3},
     ]
 
 
 def test_result_types_follow_spark():
-    session = _session()
+    session = cpu_session()
     query = session.sql(
         "SELECT APPROX_COUNT_DISTINCT(n) AS d, APPROX_PERCENTILE(n, 0.5) AS pn, "
         "APPROX_PERCENTILE(x, 0.5) AS px, APPROX_PERCENTILE(v, 0.5) AS pv "
@@ -202,7 +180,7 @@ def test_hll_estimates_of_large_sliding_windows_are_within_three_rsd(rsd):
         f"SELECT k, window_start, APPROX_COUNT_DISTINCT(x, {rsd}) AS d FROM s "
         "[RANGE 4000 MICROSECONDS SLIDE 1000 MICROSECONDS] GROUP BY k"
     )
-    runner = LocalQuery(_session().sql(query).plan)
+    runner = LocalQuery(cpu_session().sql(query).plan)
     got = pa.Table.from_batches(runner.process(batch) + runner.finish()).to_pylist()
     ts = batch.column(0).cast(pa.int64()).to_numpy()
     keys, x = batch.column(1).to_numpy(), batch.column(2).to_numpy()
@@ -233,7 +211,7 @@ def test_gk_ranks_of_large_sliding_windows_are_within_the_bound(accuracy):
         f"SELECT k, window_start, {calls} FROM s "
         "[RANGE 3000 MICROSECONDS SLIDE 500 MICROSECONDS] GROUP BY k"
     )
-    runner = LocalQuery(_session().sql(query).plan)
+    runner = LocalQuery(cpu_session().sql(query).plan)
     # several batches: panes grow by unions of their summaries
     got = []
     for part in range(4):
@@ -257,7 +235,7 @@ def test_gk_ranks_of_large_sliding_windows_are_within_the_bound(accuracy):
 
 def test_explain_names_the_sketches_and_their_parameters():
     text = (
-        _session()
+        cpu_session()
         .sql(
             "SELECT k, APPROX_COUNT_DISTINCT(x, 0.01), PERCENTILE_APPROX(v, 0.9, 500), "
             "MEDIAN(v), SUM(v) FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
@@ -268,12 +246,12 @@ def test_explain_names_the_sketches_and_their_parameters():
     assert "APPROX_PERCENTILE(v, 0.9, 500)<-" in text
     assert "holistic=sorted-panes+sketch-panes" in text
     assert "sketches=[HLL(p=14), GK(accuracy=500)]" in text
-    count = _session().sql("SELECT APPROX_COUNT_DISTINCT(x) FROM s [ROWS 10]").explain()
+    count = cpu_session().sql("SELECT APPROX_COUNT_DISTINCT(x) FROM s [ROWS 10]").explain()
     assert "holistic=tuple-runs" in count and "sketches=[HLL(p=9)]" in count
 
 
 def _gpu_window(select: str) -> ph.WindowAggregateExec:
-    plan = _session().sql(
+    plan = cpu_session().sql(
         f"SELECT k, {select} FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] GROUP BY k"
     )
     return ph.find(ph.with_backend(plan.plan, "gpu", "test"), ph.WindowAggregateExec)
@@ -306,7 +284,9 @@ def test_gpu_plans_keep_hll_sketches_on_the_gpu():
 def test_sketches_inside_spark_plan_the_two_stages():
     from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
 
-    query = _session().sql("SELECT k, APPROX_COUNT_DISTINCT(v) FROM s [RANGE 1 SECOND] GROUP BY k")
+    query = cpu_session().sql(
+        "SELECT k, APPROX_COUNT_DISTINCT(v) FROM s [RANGE 1 SECOND] GROUP BY k"
+    )
     planned = plan_spark(query.text, query.plan, partitions=2)
     assert not planned.native and "APPROX_COUNT_DISTINCT" in planned.native_reason
     assert "holistic=sketch-panes on cpu at window close" in spark_stages_text(planned)
@@ -314,7 +294,7 @@ def test_sketches_inside_spark_plan_the_two_stages():
 
 def test_panes_keep_sketches_not_values_and_are_freed():
     runner = LocalQuery(
-        _session()
+        cpu_session()
         .sql(
             "SELECT k, APPROX_COUNT_DISTINCT(x), APPROX_PERCENTILE(x, 0.5) FROM s "
             "[RANGE 10 MICROSECONDS SLIDE 5 MICROSECONDS] GROUP BY k"
@@ -322,7 +302,7 @@ def test_panes_keep_sketches_not_values_and_are_freed():
         .plan
     )
     rows = [{"ts": t, "k": t % 3, "x": t} for t in range(1000)]
-    runner.process(_batch(rows))
+    runner.process(batch_of(rows))
     operator = runner.window_operator
     assert all(not store for store in operator.panes.values())  # no raw values kept
     held = sum(len(store) for store in operator.sketches.panes.values())
@@ -331,7 +311,7 @@ def test_panes_keep_sketches_not_values_and_are_freed():
 
 
 def test_a_snapshot_with_other_sketches_is_refused():
-    session = _session()
+    session = cpu_session()
     first = LocalQuery(
         session.sql(
             "SELECT k, APPROX_COUNT_DISTINCT(x) FROM s [RANGE 10 MICROSECONDS] GROUP BY k"
@@ -363,7 +343,7 @@ def test_a_snapshot_with_other_sketches_is_refused():
 )
 def test_bad_parameters_are_refused_with_a_clear_error(call, message):
     with pytest.raises((SqlError, PlanError), match=message):
-        _session().sql(f"SELECT {call} FROM s [RANGE 1 SECOND]")
+        cpu_session().sql(f"SELECT {call} FROM s [RANGE 1 SECOND]")
 
 
 @settings(max_examples=40, **SETTINGS)

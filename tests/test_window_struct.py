@@ -8,14 +8,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from fuzzer import Scenario
+from holistic_stream import COLUMNS, DDL, batch_of, cpu_session
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import OracleQuery
 from oracle_arrays import WINDOW_STRUCT
-from test_holistic import COLUMNS, DDL, SETTINGS
+from test_holistic import SETTINGS
 from test_percentile_arrays import check_arrays
 
-import mangonel
 from mangonel.catalog.types import WINDOW_STRUCT as STRUCT_TYPE
 from mangonel.errors import MangonelError
 
@@ -78,26 +78,13 @@ def test_the_session_window_struct_matches_the_oracle(scenario):
     assert failure is None, f"{failure}\n{scenario.query}"
 
 
-def _session() -> mangonel.Session:
-    session = mangonel.Session(backend="cpu")
-    session.execute(DDL.format(delay=0))
-    return session
-
-
 def test_the_struct_is_named_typed_and_explained():
-    query = _session().sql(
+    query = cpu_session().sql(
         "SELECT window, k, COUNT(*) AS n FROM s GROUP BY window(ts, '10 microseconds'), k"
     )
     assert query.schema.field("window").type == STRUCT_TYPE.info.arrow
     assert "window:STRUCT<start: TIMESTAMP, end: TIMESTAMP>=window" in query.explain()
-    batch = pa.RecordBatch.from_pylist(
-        [{"ts": 3, "k": 1, "x": None, "n": 0, "v": None}],
-        schema=pa.schema(
-            [("ts", pa.timestamp("us")), ("k", pa.int64()), ("x", pa.int64())]
-            + [("n", pa.int32()), ("v", pa.float64())]
-        ),
-    )
-    table = query.run([batch])
+    table = query.run([batch_of([{"ts": 3, "k": 1}])])
     column = table.column("window").combine_chunks()
     assert column.field("start").cast(pa.int64()).to_pylist() == [0]
     assert column.field("end").cast(pa.int64()).to_pylist() == [10]
@@ -123,5 +110,5 @@ def test_the_struct_is_named_typed_and_explained():
 )
 def test_the_struct_is_refused_where_it_is_not_an_output(query, message):
     with pytest.raises(MangonelError) as raised:
-        _session().sql(query)
+        cpu_session().sql(query)
     assert message in str(raised.value)

@@ -6,14 +6,25 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+from mangonel.catalog.catalog import Column, Schema
+from mangonel.catalog.sources.generator import GeneratorConfig, generate
+from mangonel.catalog.types import SqlType
+
+# The stream most Spark tests read: a string key and a double value.
+SCHEMA = Schema(
+    (Column("ts", SqlType.TIMESTAMP), Column("k", SqlType.STRING), Column("v", SqlType.DOUBLE))
+)
+DDL = "ts TIMESTAMP, k STRING, v DOUBLE"
 
 NATIVE_AGGREGATES = {
     "COUNT(*)": lambda column: F.count(F.lit(1)),
@@ -46,6 +57,30 @@ def write_micro_batches(folder: Path, batches: Sequence[pa.Table | pa.RecordBatc
         os.utime(path, (stamp, stamp))
 
 
+def generated_tables(
+    schema: Schema,
+    *,
+    files: int,
+    rows: int,
+    keys: int,
+    delay_us: int,
+    seed: int,
+    null_fraction: float,
+) -> list[pa.Table]:
+    """`files` micro-batches of `rows` rows each from the generator source at 8,000 rows per
+    second (2,000 rows: 250 ms of event time), out of order by up to `delay_us`."""
+    config = GeneratorConfig(
+        tuples=files * rows,
+        rate=8000,
+        keys=keys,
+        delay_us=delay_us,
+        batch_size=rows,
+        seed=seed,
+        null_fraction=null_fraction,
+    )
+    return [pa.Table.from_batches([batch]) for batch in generate(schema, "ts", config)]
+
+
 def file_stream(spark: SparkSession, folder: Path, schema_ddl: str) -> DataFrame:
     return spark.readStream.schema(schema_ddl).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
@@ -67,6 +102,55 @@ def run_to_memory(df: DataFrame, checkpoint: Path) -> pd.DataFrame:
     result = df.sparkSession.table(name).toPandas()
     df.sparkSession.catalog.dropTempView(name)
     return result
+
+
+def run_to_parquet(df: DataFrame, checkpoint: Path, output: Path) -> None:
+    """Every micro-batch the source has, appended as Parquet files under `output`."""
+    query = (
+        df.writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .outputMode("append")
+        .start(str(output))
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
+def outputs_with_and_without_a_restart(
+    spark: SparkSession,
+    root: Path,
+    streams: Mapping[str, Sequence[pa.Table]],
+    cut: int,
+    query: Callable[[Mapping[str, Path], bool], DataFrame],
+) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """One query over the same micro-batches twice: uninterrupted, and stopped after the
+    first `cut` micro-batches of every stream then restarted from its checkpoint for the
+    rest. `query(folders, restarted)` builds the query over the stream folders (name ->
+    folder). Returns (uninterrupted output, restarted output, rows the first run wrote)."""
+    whole = {name: root / f"all_{name}" for name in streams}
+    part = {name: root / f"part_{name}" for name in streams}
+    for name, tables in streams.items():
+        write_micro_batches(whole[name], tables)
+    run_to_parquet(query(whole, False), root / "ck_all", root / "out_all")
+    for name, tables in streams.items():
+        write_micro_batches(part[name], tables[:cut])
+    run_to_parquet(query(part, True), root / "ck_part", root / "out_part")
+    first_run = spark.read.parquet(str(root / "out_part")).count()
+    for name, tables in streams.items():
+        write_micro_batches(part[name], tables[cut:])
+    run_to_parquet(query(part, True), root / "ck_part", root / "out_part")
+    uninterrupted = spark.read.parquet(str(root / "out_all")).toPandas()
+    return uninterrupted, spark.read.parquet(str(root / "out_part")).toPandas(), first_run
+
+
+def assert_restart_lost_and_duplicated_nothing(
+    uninterrupted: pd.DataFrame, restarted: pd.DataFrame, first_run: int, keys: Sequence[str]
+) -> None:
+    assert 0 < first_run < len(restarted), "the first run must have emitted part of the result"
+    assert not restarted.duplicated([*keys, "window_start"]).any()  # no window emitted twice
+    assert_same_results(restarted, uninterrupted, keys)  # and none lost
 
 
 def native_window_query(
@@ -95,6 +179,17 @@ def native_window_query(
         F.col("window.end").alias("window_end"),
         *[alias for _, _, alias in aggregates],
     )
+
+
+def assert_equals_native(
+    ours: DataFrame, root: Path, source: DataFrame, *, keys: Sequence[str], **window: Any
+) -> pd.DataFrame:
+    """Our query's rows equal Spark's own windowed aggregation of `source` on the same
+    micro-batches (`window`: native_window_query's other arguments); returns our rows."""
+    native = native_window_query(source, keys=keys, **window)
+    rows = run_to_memory(ours, root / "ours")
+    assert_same_results(rows, run_to_memory(native, root / "native"), keys)
+    return rows
 
 
 def mangonel_select(aggregates: Sequence[tuple[str, str | None, str]]) -> str:

@@ -9,10 +9,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from spark_harness import (
+    assert_equals_native,
     assert_same_results,
     file_stream,
+    generated_tables,
     mangonel_select,
-    native_window_query,
     run_to_memory,
     write_micro_batches,
 )
@@ -56,24 +57,21 @@ def micro_batches(
             Column("v", value_type),
         )
     )
-    config = GeneratorConfig(
-        tuples=files * rows,
-        rate=8000,
+    tables = generated_tables(
+        schema,
+        files=files,
+        rows=rows,
         keys=keys,
         delay_us=delay_us,
-        batch_size=rows,
         seed=seed,
         null_fraction=0.1,
     )
-    tables = []
     rng = np.random.default_rng(seed)
-    for batch in generate(schema, "ts", config):
-        table = pa.Table.from_batches([batch])
+    for number, table in enumerate(tables):
         if null_keys:
             mask = pa.array(rng.random(table.num_rows) < 0.05)
             keys_with_nulls = pc.if_else(mask, pa.scalar(None, table["k"].type), table["k"])
-            table = table.set_column(1, "k", keys_with_nulls)
-        tables.append(table)
+            tables[number] = table.set_column(1, "k", keys_with_nulls)
     return schema, tables
 
 
@@ -127,7 +125,9 @@ def test_equals_spark_native_window_aggregation(spark, tmp_path, case):
         f"SELECT k, window_start, window_end, {mangonel_select(ALL_AGGREGATES)} "
         f"FROM s [RANGE {size} SLIDE {slide}] GROUP BY k"
     )
-    native = native_window_query(
+    assert_equals_native(
+        ours,
+        tmp_path,
         source,
         event_time="ts",
         delay=watermark,
@@ -135,9 +135,6 @@ def test_equals_spark_native_window_aggregation(spark, tmp_path, case):
         slide=native_shape[1],
         keys=["k"],
         aggregates=ALL_AGGREGATES,
-    )
-    assert_same_results(
-        run_to_memory(ours, tmp_path / "ours"), run_to_memory(native, tmp_path / "native"), ["k"]
     )
 
 
@@ -211,7 +208,9 @@ def test_kernel_stage1_equals_spark(spark, tmp_path):
         "FROM s [RANGE 1 SECOND SLIDE 100 MILLISECONDS] WHERE v > 5 GROUP BY k"
     )
     assert "preaggregate=cpu-lift-kernels" in session.explain()
-    native = native_window_query(
+    assert_equals_native(
+        ours,
+        tmp_path,
         source,
         event_time="ts",
         delay="200 milliseconds",
@@ -220,9 +219,6 @@ def test_kernel_stage1_equals_spark(spark, tmp_path):
         keys=["k"],
         aggregates=aggregates,
         where="v > 5",
-    )
-    assert_same_results(
-        run_to_memory(ours, tmp_path / "ours"), run_to_memory(native, tmp_path / "native"), ["k"]
     )
 
 

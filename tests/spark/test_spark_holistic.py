@@ -14,6 +14,7 @@ from spark_harness import (
     assert_same_results,
     canonical,
     file_stream,
+    outputs_with_and_without_a_restart,
     run_to_memory,
     write_micro_batches,
 )
@@ -141,39 +142,21 @@ RESTART_QUERY = (
 )
 
 
-def _run_to_files(spark, folder, checkpoint, output, stage1: str) -> None:
-    session = mg.attach(spark, stage1=stage1)
-    session.register(
-        "s", file_stream(spark, folder, DDL), event_time="ts", watermark=f"{DELAY_MS} milliseconds"
-    )
-    query = (
-        session.sql(RESTART_QUERY)
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(checkpoint))
-        .outputMode("append")
-        .start(str(output))
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-
-
 def test_restart_from_checkpoint_gives_the_uninterrupted_output(spark, tmp_path):
     """The restarted query runs stage 1 with the operator's own `preaggregate` (the GPU
     plans' kind, here on the CPU kernels), the uninterrupted one with Arrow's: the two
     stage-1 paths ship the same values."""
+
+    def query(folders, restarted):
+        session = mg.attach(spark, stage1="kernels" if restarted else "arrow")
+        frame = file_stream(spark, folders["s"], DDL)
+        session.register("s", frame, event_time="ts", watermark=f"{DELAY_MS} milliseconds")
+        return session.sql(RESTART_QUERY)
+
     data = micro_batches(files=4, rows=200)
-    write_micro_batches(tmp_path / "all", data)
-    _run_to_files(spark, tmp_path / "all", tmp_path / "ck_all", tmp_path / "out_all", "arrow")
-    write_micro_batches(tmp_path / "part", data[:2])
-    part = (tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part", "kernels")
-    _run_to_files(spark, *part)
-    first_run = spark.read.parquet(str(tmp_path / "out_part")).count()
-    write_micro_batches(tmp_path / "part", data[2:])
-    _run_to_files(spark, *part)
-    uninterrupted = spark.read.parquet(str(tmp_path / "out_all")).toPandas()
-    restarted = spark.read.parquet(str(tmp_path / "out_part")).toPandas()
+    uninterrupted, restarted, first_run = outputs_with_and_without_a_restart(
+        spark, tmp_path, {"s": data}, 2, query
+    )
     assert 0 < first_run < len(restarted)  # windows came from both runs
     left = canonical(restarted.assign(window_end=restarted["window_start"]), ["k"])
     right = canonical(uninterrupted.assign(window_end=uninterrupted["window_start"]), ["k"])

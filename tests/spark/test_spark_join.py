@@ -10,7 +10,14 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
-from spark_harness import assert_same_results, file_stream, run_to_memory, write_micro_batches
+from spark_harness import (
+    assert_restart_lost_and_duplicated_nothing,
+    assert_same_results,
+    file_stream,
+    outputs_with_and_without_a_restart,
+    run_to_memory,
+    write_micro_batches,
+)
 
 import mangonel as mg
 
@@ -50,7 +57,7 @@ def sides(files: int) -> tuple[list[pa.Table], list[pa.Table]]:
     return side_tables(files, 0, "v", pa.int64()), side_tables(files, 11, "w", pa.int32())
 
 
-def write_streams(tmp_path, files: int = 4) -> None:
+def write_streams(tmp_path, files: int = 3) -> None:
     left, right = sides(files)
     write_micro_batches(tmp_path / "a", left)
     write_micro_batches(tmp_path / "b", right)
@@ -224,42 +231,21 @@ JOIN_QUERY = (
 )
 
 
-def run_join_to_files(spark, tmp_path, folder: str, checkpoint, output) -> None:
-    session = mg.attach(spark)
-    for name, ddl in (("a", LEFT_DDL), ("b", RIGHT_DDL)):
-        frame = file_stream(spark, tmp_path / f"{folder}_{name}", ddl)
-        session.register(name, frame, event_time="ts", watermark=DELAY)
-    query = (
-        session.sql(JOIN_QUERY)
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(checkpoint))
-        .outputMode("append")
-        .start(str(output))
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-
-
 def test_join_restart_from_checkpoint_gives_the_same_output(spark, tmp_path):
-    left, right = sides(6)
-    write_micro_batches(tmp_path / "all_a", left)
-    write_micro_batches(tmp_path / "all_b", right)
-    run_join_to_files(spark, tmp_path, "all", tmp_path / "ck_all", tmp_path / "out_all")
-    write_micro_batches(tmp_path / "part_a", left[:3])
-    write_micro_batches(tmp_path / "part_b", right[:3])
-    run_join_to_files(spark, tmp_path, "part", tmp_path / "ck_part", tmp_path / "out_part")
-    first_run = spark.read.parquet(str(tmp_path / "out_part")).count()
-    write_micro_batches(tmp_path / "part_a", left[3:])
-    write_micro_batches(tmp_path / "part_b", right[3:])
-    run_join_to_files(spark, tmp_path, "part", tmp_path / "ck_part", tmp_path / "out_part")
+    def joined(folders, restarted):
+        session = mg.attach(spark)
+        for name, ddl in (("a", LEFT_DDL), ("b", RIGHT_DDL)):
+            session.register(
+                name, file_stream(spark, folders[name], ddl), event_time="ts", watermark=DELAY
+            )
+        return session.sql(JOIN_QUERY)
 
-    uninterrupted = spark.read.parquet(str(tmp_path / "out_all")).toPandas()
-    restarted = spark.read.parquet(str(tmp_path / "out_part")).toPandas()
-    assert 0 < first_run < len(restarted), "the first run must have emitted part of the result"
-    assert not restarted.duplicated(["k", "window_start"]).any()
-    assert_same_results(restarted, uninterrupted, ["k"])
+    # four micro-batches a side (8 s of event time); the restarted run stops after two
+    left, right = sides(4)
+    outputs = outputs_with_and_without_a_restart(
+        spark, tmp_path, {"a": left, "b": right}, 2, joined
+    )
+    assert_restart_lost_and_duplicated_nothing(*outputs, ["k"])
 
 
 def test_explain_shows_the_spark_side_of_a_join(spark, tmp_path):

@@ -8,27 +8,25 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from spark_harness import (
+    DDL,
+    SCHEMA,
+    assert_equals_native,
+    assert_restart_lost_and_duplicated_nothing,
     assert_same_results,
     file_stream,
+    generated_tables,
     mangonel_select,
-    native_window_query,
+    outputs_with_and_without_a_restart,
     run_to_memory,
     write_micro_batches,
 )
 
 import mangonel as mg
-from mangonel.catalog.catalog import Column, Schema
-from mangonel.catalog.sources.generator import GeneratorConfig, generate
-from mangonel.catalog.types import SqlType
 from mangonel.errors import PlanError
 from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
 
 pytestmark = pytest.mark.spark
 
-SCHEMA = Schema(
-    (Column("ts", SqlType.TIMESTAMP), Column("k", SqlType.STRING), Column("v", SqlType.DOUBLE))
-)
-DDL = "ts TIMESTAMP, k STRING, v DOUBLE"
 AGGREGATES = [("COUNT(*)", None, "n"), ("SUM", "v", "s"), ("MAX", "v", "hi")]
 SLIDING = (
     f"SELECT k, window_start, window_end, {mangonel_select(AGGREGATES)} "
@@ -43,16 +41,9 @@ TUMBLING = (
 def tables(files: int, rows: int = 2000, delay_us: int = 600_000) -> list[pa.Table]:
     """250 ms of event time per file, disorder up to `delay_us` (beyond the 200 ms watermark
     delay: some rows of every file are late), NULL keys and values."""
-    config = GeneratorConfig(
-        tuples=files * rows,
-        rate=8000,
-        keys=4,
-        delay_us=delay_us,
-        batch_size=rows,
-        seed=11,
-        null_fraction=0.05,
+    return generated_tables(
+        SCHEMA, files=files, rows=rows, keys=4, delay_us=delay_us, seed=11, null_fraction=0.05
     )
-    return [pa.Table.from_batches([b]) for b in generate(SCHEMA, "ts", config)]
 
 
 def declare(spark, folder) -> mg.SparkMangonelSession:  # noqa: ANN001
@@ -67,20 +58,14 @@ def declare(spark, folder) -> mg.SparkMangonelSession:  # noqa: ANN001
 def test_reader_path_equals_the_dataframe_path_and_spark_with_late_rows(spark, tmp_path):
     """WHERE v > 5 does not read the event time: Spark pushes it below its watermark on the
     DataFrame path, so the reader's watermark counts only those rows too."""
-    write_micro_batches(tmp_path / "in", tables(5))
+    write_micro_batches(tmp_path / "in", tables(3))
     session = declare(spark, tmp_path / "in")
     ours = session.sql(SLIDING)
     assert session.last_plan.stage1 == "reader" and not session.last_plan.native
     assert "Stage1 Python Data Source: mangonel_panes: source=parquet" in session.explain()
-    ours_rows = run_to_memory(ours, tmp_path / "ck_reader")
-
-    frame = mg.attach(spark)
-    frame.register(
-        "s", file_stream(spark, tmp_path / "in", DDL), event_time="ts", watermark="200 ms"
-    )
-    dataframe = frame.sql(SLIDING)
-    assert frame.last_plan.stage1 == "arrow"
-    native = native_window_query(
+    ours_rows = assert_equals_native(
+        ours,
+        tmp_path,
         file_stream(spark, tmp_path / "in", DDL),
         event_time="ts",
         delay="200 milliseconds",
@@ -90,24 +75,14 @@ def test_reader_path_equals_the_dataframe_path_and_spark_with_late_rows(spark, t
         aggregates=AGGREGATES,
         where="v > 5",
     )
-    native_rows = run_to_memory(native, tmp_path / "ck_native")
-    assert_same_results(ours_rows, native_rows, ["k"])
-    assert_same_results(ours_rows, run_to_memory(dataframe, tmp_path / "ck_frame"), ["k"])
 
-
-def run_to_files(spark, folder, checkpoint, output) -> None:  # noqa: ANN001
-    query = (
-        declare(spark, folder)
-        .sql(SLIDING)
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(checkpoint))
-        .outputMode("append")
-        .start(str(output))
+    frame = mg.attach(spark)
+    frame.register(
+        "s", file_stream(spark, tmp_path / "in", DDL), event_time="ts", watermark="200 ms"
     )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    dataframe = frame.sql(SLIDING)
+    assert frame.last_plan.stage1 == "arrow"
+    assert_same_results(ours_rows, run_to_memory(dataframe, tmp_path / "ck_frame"), ["k"])
 
 
 def test_reader_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path):
@@ -116,20 +91,15 @@ def test_reader_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_
     stopped run's last micro-batch is a no-data one that moves the watermark, so by Spark's
     rule (late against the previous micro-batch's watermark) a restart may judge rows of its
     first micro-batch stricter than the uninterrupted run does, on either path."""
-    data = tables(6, delay_us=100_000)
-    write_micro_batches(tmp_path / "all", data)
-    run_to_files(spark, tmp_path / "all", tmp_path / "ck_all", tmp_path / "out_all")
-    write_micro_batches(tmp_path / "part", data[:3])
-    run_to_files(spark, tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part")
-    first_run = spark.read.parquet(str(tmp_path / "out_part")).count()
-    write_micro_batches(tmp_path / "part", data[3:])
-    run_to_files(spark, tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part")
-
-    uninterrupted = spark.read.parquet(str(tmp_path / "out_all")).toPandas()
-    restarted = spark.read.parquet(str(tmp_path / "out_part")).toPandas()
-    assert 0 < first_run < len(restarted), "the first run must have emitted part of the result"
-    assert not restarted.duplicated(["k", "window_start"]).any()
-    assert_same_results(restarted, uninterrupted, ["k"])
+    data = tables(4, delay_us=100_000)
+    outputs = outputs_with_and_without_a_restart(
+        spark,
+        tmp_path,
+        {"s": data},
+        2,
+        lambda folders, _: declare(spark, folders["s"]).sql(SLIDING),
+    )
+    assert_restart_lost_and_duplicated_nothing(*outputs, ["k"])
 
 
 def _declared_plan(source: str, query: str = TUMBLING) -> tuple[str, object]:

@@ -6,27 +6,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from spark_harness import (
+    DDL,
+    SCHEMA,
+    assert_equals_native,
+    assert_restart_lost_and_duplicated_nothing,
     assert_same_results,
     canonical,
     file_stream,
+    generated_tables,
     mangonel_select,
-    native_window_query,
-    run_to_memory,
+    outputs_with_and_without_a_restart,
     write_micro_batches,
 )
 
 import mangonel as mg
-from mangonel.catalog.catalog import Column, Schema
-from mangonel.catalog.sources.generator import GeneratorConfig, generate
-from mangonel.catalog.types import SqlType
 from mangonel.errors import CatalogError
 
 pytestmark = pytest.mark.spark
 
-SCHEMA = Schema(
-    (Column("ts", SqlType.TIMESTAMP), Column("k", SqlType.STRING), Column("v", SqlType.DOUBLE))
-)
-DDL = "ts TIMESTAMP, k STRING, v DOUBLE"
 AGGREGATES = [("COUNT(*)", None, "n"), ("SUM", "v", "s"), ("STDDEV_SAMP", "v", "sd")]
 QUERY = (
     f"SELECT k, window_start, window_end, {mangonel_select(AGGREGATES)} "
@@ -35,54 +32,21 @@ QUERY = (
 
 
 def tables(files: int, rows: int = 2000, delay_us: int = 100_000) -> list[pa.Table]:
-    config = GeneratorConfig(
-        tuples=files * rows,
-        rate=8000,
-        keys=3,
-        delay_us=delay_us,
-        batch_size=rows,
-        seed=7,
-        null_fraction=0.05,
+    return generated_tables(
+        SCHEMA, files=files, rows=rows, keys=3, delay_us=delay_us, seed=7, null_fraction=0.05
     )
-    return [pa.Table.from_batches([b]) for b in generate(SCHEMA, "ts", config)]
-
-
-def run_to_files(spark, folder, checkpoint, output) -> None:
-    session = mg.attach(spark)
-    session.register(
-        "s", file_stream(spark, folder, DDL), event_time="ts", watermark="200 milliseconds"
-    )
-    query = (
-        session.sql(QUERY)
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(checkpoint))
-        .outputMode("append")
-        .start(str(output))
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
 
 
 def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path):
-    data = tables(6)
-    # uninterrupted
-    write_micro_batches(tmp_path / "all", data)
-    run_to_files(spark, tmp_path / "all", tmp_path / "ck_all", tmp_path / "out_all")
-    # stopped after three micro-batches, restarted from the checkpoint for the rest
-    write_micro_batches(tmp_path / "part", data[:3])
-    run_to_files(spark, tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part")
-    first_run = spark.read.parquet(str(tmp_path / "out_part")).count()
-    write_micro_batches(tmp_path / "part", data[3:])
-    run_to_files(spark, tmp_path / "part", tmp_path / "ck_part", tmp_path / "out_part")
+    def registered(folders, restarted):
+        session = mg.attach(spark)
+        frame = file_stream(spark, folders["s"], DDL)
+        session.register("s", frame, event_time="ts", watermark="200 milliseconds")
+        return session.sql(QUERY)
 
-    uninterrupted = spark.read.parquet(str(tmp_path / "out_all")).toPandas()
-    restarted = spark.read.parquet(str(tmp_path / "out_part")).toPandas()
-    assert 0 < first_run < len(restarted), "the first run must have emitted part of the result"
-    # no window lost, none emitted twice
-    assert not restarted.duplicated(["k", "window_start"]).any()
-    assert_same_results(restarted, uninterrupted, ["k"])
+    # four micro-batches (1 s of event time); the restarted run stops after two
+    outputs = outputs_with_and_without_a_restart(spark, tmp_path, {"s": tables(4)}, 2, registered)
+    assert_restart_lost_and_duplicated_nothing(*outputs, ["k"])
 
 
 def test_malformed_csv_null_timestamps_and_empty_micro_batches(spark, tmp_path):
@@ -108,7 +72,9 @@ def test_malformed_csv_null_timestamps_and_empty_micro_batches(spark, tmp_path):
         f"source = 'csv', path = '{folder}', files_per_trigger = '1')"
     )
     ours = session.sql(QUERY)
-    native = native_window_query(
+    assert_equals_native(
+        ours,
+        tmp_path,
         session._frames["s"],
         event_time="ts",
         delay="200 milliseconds",
@@ -116,9 +82,6 @@ def test_malformed_csv_null_timestamps_and_empty_micro_batches(spark, tmp_path):
         slide="250 milliseconds",
         keys=["k"],
         aggregates=AGGREGATES,
-    )
-    assert_same_results(
-        run_to_memory(ours, tmp_path / "ours"), run_to_memory(native, tmp_path / "native"), ["k"]
     )
 
 
@@ -135,7 +98,9 @@ def test_generator_source_from_ddl(spark, tmp_path):
         "FROM trades [RANGE 500 MILLISECONDS SLIDE 100 MILLISECONDS] WHERE volume > 0 "
         "GROUP BY symbol"
     )
-    native = native_window_query(
+    result = assert_equals_native(
+        ours,
+        tmp_path,
         session._frames["trades"],
         event_time="ts",
         delay="100 milliseconds",
@@ -145,8 +110,6 @@ def test_generator_source_from_ddl(spark, tmp_path):
         aggregates=[("COUNT(*)", None, "n"), ("AVG", "price", "avg_price")],
         where="volume > 0",
     )
-    result = run_to_memory(ours, tmp_path / "ours")
-    assert_same_results(result, run_to_memory(native, tmp_path / "native"), ["symbol"])
     assert set(result["symbol"]) == {"k0", "k1", "k2", "k3"}
     # every tuple of every fired window was generated: counts add up per window
     assert canonical(result, ["symbol"])["n"].min() > 0

@@ -4,12 +4,13 @@ there too (Spark's `window()` form against Spark's native aggregation), and CUMU
 
 from __future__ import annotations
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from spark_harness import (
+    assert_equals_native,
     assert_same_results,
     file_stream,
-    native_window_query,
     run_to_memory,
     write_micro_batches,
 )
@@ -35,7 +36,9 @@ def test_spark_window_form_equals_spark_native(spark, tmp_path):
         "SUM(v) AS sum_v, MAX(v) AS max_v FROM s "
         "GROUP BY window(ts, '1 second', '100 milliseconds'), k"
     )
-    native = native_window_query(
+    assert_equals_native(
+        ours,
+        tmp_path,
         source,
         event_time="ts",
         delay="200 milliseconds",
@@ -43,9 +46,6 @@ def test_spark_window_form_equals_spark_native(spark, tmp_path):
         slide="100 milliseconds",
         keys=["k"],
         aggregates=AGGREGATES,
-    )
-    assert_same_results(
-        run_to_memory(ours, tmp_path / "ours"), run_to_memory(native, tmp_path / "native"), ["k"]
     )
 
 
@@ -107,25 +107,24 @@ def test_the_window_struct_column_inside_spark_equals_its_fields(spark, tmp_path
     _, tables = micro_batches(SqlType.BIGINT, SqlType.DOUBLE, delay_us=300_000, files=3)
     write_micro_batches(tmp_path / "in", tables)
     source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v DOUBLE")
-    fields = (
-        "SELECT k, window.start AS window_start, window.end AS window_end, SUM(v) AS sum_v "
-        "FROM s GROUP BY window(ts, '1 second', '500 milliseconds'), k"
-    )
-    struct = (
-        "SELECT window, k, SUM(v) AS sum_v "
-        "FROM s GROUP BY window(ts, '1 second', '500 milliseconds'), k"
+    # one query holds the struct and the fields it must equal, row by row
+    query = (
+        "SELECT window, window.start AS window_start, window.end AS window_end, k, "
+        "SUM(v) AS sum_v FROM s GROUP BY window(ts, '1 second', '500 milliseconds'), k"
     )
     expected_type = StructType(
         [StructField("start", TimestampType(), False), StructField("end", TimestampType(), False)]
     )
+    results = {}
     for native in (False, True):
         session = mg.attach(spark, native=native)
         session.register("s", source, event_time="ts", watermark="200 milliseconds")
-        ours = session.sql(struct)
+        ours = session.sql(query)
         assert ours.schema["window"].dataType.simpleString() == expected_type.simpleString()
         got = run_to_memory(ours, tmp_path / f"struct_{native}")
         windows = got.pop("window")
-        got.insert(1, "window_start", [w["start"] for w in windows])
-        got.insert(2, "window_end", [w["end"] for w in windows])
-        want = run_to_memory(session.sql(fields), tmp_path / f"fields_{native}")
-        assert_same_results(got, want, ["k"])
+        for field in ("start", "end"):  # as instants, as assert_same_results compares them
+            inside = pd.to_datetime([w[field] for w in windows], utc=True)
+            assert list(inside) == list(pd.to_datetime(got[f"window_{field}"], utc=True))
+        results[native] = got
+    assert_same_results(results[False], results[True], ["k"])  # both plans, the same rows
