@@ -221,6 +221,12 @@ def test_prefix_windows_equals_cpu(host_device, seed: int) -> None:
 def gpu_kernels_in_cpu_plans(host_device, monkeypatch):
     """The CPU plan's join operators run over GpuJoinKernels (on the host shim); yields the
     kernels made."""
+    return join_operators_over_gpu_kernels(monkeypatch)
+
+
+def join_operators_over_gpu_kernels(monkeypatch) -> list:  # noqa: ANN001
+    """Make the CPU plan's join operators run over GpuJoinKernels (on whatever device
+    stand-in the caller installed); returns the list of the kernels made, as they are."""
     made: list[gpu_join.GpuJoinKernels] = []
 
     def factory(node, input_schema, step_kernels):  # noqa: ANN001, ANN202

@@ -22,13 +22,10 @@ import pytest
 from cuda_host import HostCupy, host_modules
 from oracle import rows_of
 from oracle_join import JoinInput, JoinOracle, JoinOracleQuery, canonical
+from test_join_gpu import join_operators_over_gpu_kernels
 
-from mangonel.runtime.cpu import operators as cpu_operators
-from mangonel.runtime.cpu.join import CpuJoinKernels
 from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu import join as gpu_join
-from mangonel.runtime.operators.join import JoinOperator
-from mangonel.runtime.operators.registry import Registration
 from mangonel.session import Session
 
 S = 1_000_000
@@ -192,18 +189,7 @@ def sanitized_device(tmp_path_factory):
 @pytest.fixture
 def sanitized_kernels(sanitized_device, monkeypatch):
     """The CPU plan's join operators over GpuJoinKernels on the sanitized host modules."""
-    made: list[gpu_join.GpuJoinKernels] = []
-
-    def factory(node, input_schema, step_kernels):  # noqa: ANN001, ANN202
-        made.append(gpu_join.GpuJoinKernels(node, CpuJoinKernels()))
-        return JoinOperator(node, made[-1])
-
-    operators = dict(cpu_operators.OPERATORS)
-    for node_type in list(operators):
-        if node_type.__name__ in ("WindowJoinExec", "JoinAggregateExec"):
-            operators[node_type] = Registration(factory, reads_stream=True)
-    monkeypatch.setattr(cpu_operators, "OPERATORS", operators)
-    return made
+    return join_operators_over_gpu_kernels(monkeypatch)
 
 
 @pytest.mark.parametrize("algorithm", ["hash", "sort-merge"])
