@@ -22,6 +22,7 @@ import pyarrow as pa
 from fuzz_cases import Case, draw_case, without
 from fuzz_join_cases import JOIN_EVERY, check_join, draw_join_case, shrink_join
 from oracle import Oracle, OracleQuery, first_difference
+from oracle_aggregates import Approximate
 from oracle_arrays import ArrayOracle, explode
 
 ARROW_TYPES = {
@@ -391,12 +392,47 @@ def regression_json(case: Case, name: str, note: str) -> dict:
     firings, metrics, _ = oracle_run(scenario)
     data = {"name": name}
     data.update(case.to_json())
-    data["expected_rows"] = [row for firing in firings for row in firing]
+    data["expected_rows"] = [_json_row(row) for firing in firings for row in firing]
     data["expected_firings"] = [len(firing) for firing in firings]
     data["expected_late"] = metrics["late_tuples_dropped"]
     data["expected_metrics"] = metrics
     data["note"] = note
     return data
+
+
+def _json_row(row: dict) -> dict:
+    """An oracle row as JSON: an approximate answer (also inside an array) as
+    {"approximate": exact, "values": [..], "low": .., "high": ..} (`read_json_row` reads it
+    back)."""
+    return {name: _to_json(value) for name, value in row.items()}
+
+
+def _to_json(value):  # noqa: ANN001, ANN202
+    if isinstance(value, Approximate):
+        return {
+            "approximate": value.exact,
+            "values": list(value.values),
+            "low": value.low,
+            "high": value.high,
+        }
+    if isinstance(value, list | tuple):
+        return [_to_json(v) for v in value]
+    return value
+
+
+def read_json_row(row: dict) -> dict:
+    """A stored expected row with its approximate answers as the oracle's `Approximate`."""
+    return {name: _from_json(value) for name, value in row.items()}
+
+
+def _from_json(value):  # noqa: ANN001, ANN202
+    if isinstance(value, dict) and "approximate" in value:
+        return Approximate(
+            value["approximate"], tuple(value["values"]), value["low"], value["high"]
+        )
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
 
 
 def format_json(data: dict) -> str:

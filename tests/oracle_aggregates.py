@@ -155,7 +155,7 @@ class Approximate:
     """An approximate aggregate's answer as the oracle checks it: `exact` is the true answer
     (shown in failures); the engine's answer must be one of `values` (APPROX_PERCENTILE: the
     values whose rank lies within the GK bound of the requested rank) or lie in [low, high]
-    (APPROX_COUNT_DISTINCT: within 3 rsd of the true count, plus 2 for tiny counts)."""
+    (APPROX_COUNT_DISTINCT: within `_hll_slack` of the true count)."""
 
     exact: Any
     values: tuple = ()
@@ -180,8 +180,24 @@ def _same_value(x: Any, v: Any) -> bool:
     return x == v and type(x) is type(v)
 
 
+def _hll_slack(rsd: float, n: int) -> float:
+    """How far an HLL++ estimate of n distinct values may lie from n: 3 rsd n, plus 2 (see
+    `_approximate`). With few registers (m = 2^p < 64, p = ceil(2 log2(1.106 / rsd)), Spark's
+    rule: rsd above ~0.13) the error is heavy-tailed: near n = m, linear counting's m ln(m / V)
+    with V empty registers reaches m ln m at V = 1 (44 for m = 16 at n = 16), and above it
+    the raw estimate's error reaches 6 standard errors (1.04 / sqrt(m)). Measured: 4,000 sets
+    of 129 distinct values at rsd 0.3 (m = 16): relative error std 0.254 (theory 0.26),
+    0.45 % of sets beyond 3 rsd, the largest +146 %; fuzz run seed 20261143 (case seed
+    231417600177767) met +96 % at n = 129 and 44 at n = 16."""
+    registers = 2 ** math.ceil(2.0 * math.log2(1.106 / rsd))
+    if registers >= 64:
+        return 3.0 * rsd * n + 2.0
+    return max(6.0 * 1.04 / math.sqrt(registers) * n, registers * math.log(registers)) + 2.0
+
+
 def _approximate(function: str, present: list, integral: bool) -> Any:
-    """APPROX_COUNT_DISTINCT: HLL++ within 3 rsd of the true count n, plus 2: for counts far
+    """APPROX_COUNT_DISTINCT: HLL++ within 3 rsd of the true count n, plus 2 (`_hll_slack`:
+    wider with few registers): for counts far
     below the 2^p registers the error is the number of hash collisions (register index) less
     their expectation, which 3 rsd n covers except for its discreteness (5 values into 128
     registers collide twice in 0.3 % of windows: fuzzing meets it); APPROX_PERCENTILE: a
@@ -195,8 +211,9 @@ def _approximate(function: str, present: list, integral: bool) -> Any:
         n = _holistic("count_distinct", present)
         if n == 0:
             return 0
-        slack = 3.0 * float(parts[1]) * n + 2.0
-        return Approximate(n, low=n - slack, high=n + slack)
+        return Approximate(
+            n, low=n - _hll_slack(float(parts[1]), n), high=n + _hll_slack(float(parts[1]), n)
+        )
     if not present:
         return None
     fraction, eps = float(parts[1]), 1.0 / float(parts[2])

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fuzzer import Scenario, check, engine_run, oracle_run
+from fuzzer import Scenario, check, engine_run, oracle_run, read_json_row
 from gpu_device import gpu_available
 from oracle import first_difference
 
@@ -38,7 +38,8 @@ def test_regression_case(path: Path, backend: str) -> None:
     firings, metrics = engine_run(scenario, backend)
     rows = [row for firing in firings for row in firing]
     _, _, tolerances = oracle_run(scenario)
-    difference = first_difference(rows, data["expected_rows"], tolerances=tolerances)
+    expected = [read_json_row(row) for row in data["expected_rows"]]
+    difference = first_difference(rows, expected, tolerances=tolerances)
     assert difference is None, f"{path.name}: engine against the stored rows: {difference}"
     if "expected_firings" in data:
         assert [len(f) for f in firings] == data["expected_firings"]

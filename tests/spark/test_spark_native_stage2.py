@@ -8,7 +8,12 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow as pa
 import pytest
-from spark_harness import assert_same_results, run_to_memory, write_micro_batches
+from spark_harness import (
+    assert_same_results,
+    run_to_memory,
+    run_to_parquet,
+    write_micro_batches,
+)
 
 import mangonel as mg
 from mangonel.catalog.catalog import Column, Schema
@@ -107,18 +112,7 @@ def test_native_stage2_equals_the_standalone_session_in_order(spark, tmp_path):
 
 
 def run_to_files(spark, folder, checkpoint, output) -> None:  # noqa: ANN001
-    query = (
-        declare(spark, folder, stage2="native")
-        .sql(TUMBLING)
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(checkpoint))
-        .outputMode("append")
-        .start(str(output))
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    run_to_parquet(declare(spark, folder, stage2="native").sql(TUMBLING), checkpoint, output)
 
 
 def test_native_stage2_restart_from_checkpoint(spark, tmp_path):
