@@ -178,7 +178,10 @@ class FactorisedJoin:
         self.groups = kernels.new_key_map(tuple(k.type for k in node.keys))
         # GROUP BY every join key column: one group per join key, nothing to combine
         self.groups_are_keys = sorted(self.group_positions) == list(range(len(left)))
+        # the next arrival (`prefetch`), staged while either side's kernels run
         self._next_arrival: tuple[int, pa.RecordBatch | None] = (0, None)
+        for side in self.sides:
+            side.stage_next_arrival = self._stage_next_arrival
         self._reset_key_ids()
 
     def _reset_key_ids(self) -> None:
@@ -204,8 +207,6 @@ class FactorisedJoin:
         GPU: its host copy pass and upload) while the current arrival's kernels run, on
         whichever side that arrival is (`FactorisedSide._stage_deferred`)."""
         self._next_arrival = (index, batch)
-        for side in self.sides:
-            side.stage_next_arrival = self._stage_next_arrival
 
     def _stage_next_arrival(self) -> None:
         index, batch = self._next_arrival
