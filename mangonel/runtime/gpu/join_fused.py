@@ -265,10 +265,6 @@ class DeviceJoinCells:
         self.lock = cp.zeros(rows * groups, cp.int32)
         self.base, self.windows, self.group_capacity = base, windows, groups
 
-    @staticmethod
-    def _download(arrays: list[Any]) -> list[np.ndarray]:  # noqa: ANN401
-        return pinned.download(arrays)
-
     # -- joining --------------------------------------------------------------------------
 
     def _sync(self, sides: list) -> None:
@@ -384,7 +380,7 @@ class DeviceJoinCells:
         for side in sides:
             rows = self.rows[side.index]
             if rows.kept and rows.size:
-                side.matched.view[...] = self._download([rows.view("matched")])[0]
+                side.matched.view[...] = pinned.download([rows.view("matched")])[0]
 
     # -- firing ---------------------------------------------------------------------------
 
@@ -398,7 +394,7 @@ class DeviceJoinCells:
             return None, 0
         n = min(upto - self.base + 1, self.windows)
         n_groups = max(self.groups.n_slots, 1)
-        host = self._download([part[:n, :n_groups] for part in self.block])
+        host = pinned.download([part[:n, :n_groups] for part in self.block])
         first_window = self.base
         self._drop(n)
         if self.differences:  # each window's cells: the running sums after its row
@@ -453,7 +449,7 @@ class DeviceJoinCells:
         arrays["fused_running"] = self.running.copy()
         n_groups = max(self.groups.n_slots, 1)
         if self.windows:
-            host = self._download([part[: self.windows, :n_groups] for part in self.block])
+            host = pinned.download([part[: self.windows, :n_groups] for part in self.block])
             for i, part in enumerate(host):
                 arrays[f"fused_part_{i}"] = part
         return arrays
