@@ -81,53 +81,36 @@ def test_a_large_first_batch_gives_the_results_of_the_unsplit_run(monkeypatch, b
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("key_type", ["BIGINT", "STRING"])
-def test_the_next_batch_is_staged_while_the_current_one_merges_and_used(monkeypatch, key_type):
-    """`prefetch` stages the next batch on the kernels' staging thread (numeric columns), or,
-    where the kernels stage in the driver's thread (a STRING column: its dictionary is that
-    thread's), defers it into the current batch's fused pass (`while_running`): every batch
-    is then taken from its prefetch, and the results equal the CPU's."""
-    from mangonel.runtime.gpu.kernels import GpuKernels
-
+def test_the_next_batch_is_staged_while_the_current_one_merges_and_used(monkeypatch):
+    """`prefetch` defers the next batch's staging into the current batch's fused pass
+    (`while_running`): every batch after the first is then taken from its prefetch."""
     batches = [_first_batch(50_000, seed) for seed in range(5)]
-    if key_type == "STRING":
-        batches = [b.set_column(1, "k", b.column("k").cast(pa.string())) for b in batches]
-    create = (
-        f"CREATE STREAM s (ts TIMESTAMP, k {key_type}, v DOUBLE) WITH (event_time = 'ts', "
+    session = Session("gpu")
+    session.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k BIGINT, v DOUBLE) WITH (event_time = 'ts', "
         "watermark = '1 second')"
     )
-    session = Session("gpu")
-    session.execute(create)
     query = session.sql(
         "SELECT k, window_start, SUM(v) AS total FROM s [RANGE 1 SECOND] GROUP BY k"
     )
     staged_beside: list[int] = []  # batches staged by the hook, inside another's fused pass
-    in_background: list[int] = []  # batches handed to the staging thread
     original = window.TimeWindowOperator._stage_deferred
-    original_background = GpuKernels.stage_in_background
 
     def counted(self):  # noqa: ANN001, ANN202
         if self._deferred is not None:
             staged_beside.append(self._deferred.num_rows)
         return original(self)
 
-    def counted_background(self, lift, window_node, batch):  # noqa: ANN001, ANN202
-        waiter = original_background(self, lift, window_node, batch)
-        if waiter is not None:
-            in_background.append(batch.num_rows)
-        return waiter
-
     monkeypatch.setattr(window.TimeWindowOperator, "_stage_deferred", counted)
-    monkeypatch.setattr(GpuKernels, "stage_in_background", counted_background)
     got = query.run(batches)
     metrics = query._runner.window_operator.kernels.metrics
-    if key_type == "STRING":
-        assert len(staged_beside) == len(batches) - 1 and not in_background  # all but the first
-    else:
-        assert len(in_background) == len(batches) and not staged_beside
+    assert len(staged_beside) == len(batches) - 1  # all but the first
     assert metrics.prefetch_hits == metrics.prefetches == len(batches)
     want = Session("cpu")
-    want.execute(create)
+    want.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k BIGINT, v DOUBLE) WITH (event_time = 'ts', "
+        "watermark = '1 second')"
+    )
     expected = want.sql(query.text).run(batches)
     assert got.num_rows == expected.num_rows > 0
     assert got.column("k").equals(expected.column("k"))

@@ -404,10 +404,6 @@ class CpuKernels:
         extremes: the conformer measures them)."""
         return None
 
-    def stage_in_background(self, lift, window, batch) -> None:
-        """Nothing to stage, so no thread to stage on (the caller's `prefetch` serves)."""
-        return None
-
     def lift_merge(
         self, lift, window, batch, keys, target, watermark, while_running=None
     ) -> FusedMerge:

@@ -4,15 +4,9 @@ pinned buffer and its key gather). numpy ufuncs on a Python thread pool reached 
 their rate on the H100 host (16 cores, measured 2026-11-26: 0.37 against 1.63 G rows/s for
 staging three 8-byte columns): the pool's hand-off (~240 us a chunk) and the GIL between
 calls. This is the one module outside runtime/cpu that imports numba (tests/test_layers.py).
-
-Staging runs on a background thread (`gpu.kernels`) while the driver's thread may copy results
-out: numba's thread pool takes one parallel region at a time (its workqueue layer aborts the
-process on concurrent use), so every call here holds `POOL_LOCK`.
 """
 
 from __future__ import annotations
-
-import threading
 
 import numba
 import numpy as np
@@ -20,7 +14,6 @@ import numpy as np
 CACHE_BLOCK_ROWS = 1 << 14  # rows a slice narrows per step (128 KB of an int64 column)
 MIN_TASK_ROWS = 1 << 15  # rows per slice at least: below it, a thread costs more than it copies
 MAX_THREADS = 16
-POOL_LOCK = threading.Lock()  # one parallel region at a time in numba's pool (see above)
 
 
 def tasks_for(rows: int, threads: int) -> int:
@@ -29,7 +22,7 @@ def tasks_for(rows: int, threads: int) -> int:
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _narrow_into(source, target, base, tasks):  # noqa: ANN001, ANN202
+def narrow_into(source, target, base, tasks):  # noqa: ANN001, ANN202
     """target[i] = the low 32 bits of source[i] - base (int32, wrapping), and the min and max
     of `source`, in `tasks` slices run by numba's thread pool (the GIL released throughout).
     Each slice goes block by block, so min and max read a block while it is still in the
@@ -56,7 +49,7 @@ def _narrow_into(source, target, base, tasks):  # noqa: ANN001, ANN202
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _copy_into(source, target, tasks):  # noqa: ANN001, ANN202
+def copy_into(source, target, tasks):  # noqa: ANN001, ANN202
     """target[:] = source in `tasks` slices run by numba's thread pool."""
     rows = source.shape[0]
     for task in numba.prange(tasks):
@@ -66,7 +59,7 @@ def _copy_into(source, target, tasks):  # noqa: ANN001, ANN202
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _gather_into(source, rows, target, tasks):  # noqa: ANN001, ANN202
+def gather_into(source, rows, target, tasks):  # noqa: ANN001, ANN202
     """target[i] = source[rows[i]] in `tasks` slices (a strided `source` is read as it is)."""
     count = rows.shape[0]
     for task in numba.prange(tasks):
@@ -74,24 +67,6 @@ def _gather_into(source, rows, target, tasks):  # noqa: ANN001, ANN202
         end = count * (task + 1) // tasks
         for i in range(first, end):
             target[i] = source[rows[i]]
-
-
-def narrow_into(source: np.ndarray, target: np.ndarray, base: int, tasks: int) -> tuple:
-    """`_narrow_into` under the pool lock."""
-    with POOL_LOCK:
-        return _narrow_into(source, target, base, tasks)
-
-
-def copy_into(source: np.ndarray, target: np.ndarray, tasks: int) -> None:
-    """`_copy_into` under the pool lock."""
-    with POOL_LOCK:
-        _copy_into(source, target, tasks)
-
-
-def gather_into(source: np.ndarray, rows: np.ndarray, target: np.ndarray, tasks: int) -> None:
-    """`_gather_into` under the pool lock."""
-    with POOL_LOCK:
-        _gather_into(source, rows, target, tasks)
 
 
 def parallel_copy(source: np.ndarray, threads: int = MAX_THREADS) -> np.ndarray:
@@ -112,7 +87,6 @@ def parallel_gather(source: np.ndarray, rows: np.ndarray, threads: int = MAX_THR
 
 __all__ = [
     "CACHE_BLOCK_ROWS",
-    "POOL_LOCK",
     "copy_into",
     "gather_into",
     "narrow_into",

@@ -24,9 +24,7 @@ them and EXPLAIN says so.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,26 +86,11 @@ class GpuKernelMetrics:
 
 @dataclass
 class _Prefetched:
-    """A batch's fused-kernel columns, queued for copy (device arrays, one event per chunk),
-    or the staging thread's future of them (`stage_in_background`)."""
+    """A batch's fused-kernel columns, queued for copy (device arrays, one event per chunk)."""
 
     batch: pa.RecordBatch
     lift: LiftExec
-    staged: StagedBatch | Future
-
-
-_WORKERS: dict[int, ThreadPoolExecutor] = {}
-
-
-def staging_worker() -> ThreadPoolExecutor:
-    """The process's one staging thread (made on first use; by process id, as a forked child
-    has none of its parent's threads). One thread: numba's pool runs one copy pass at a time
-    anyway (`host_loops.POOL_LOCK`), and batches are staged in the order they were handed."""
-    key = os.getpid()
-    worker = _WORKERS.get(key)
-    if worker is None:
-        worker = _WORKERS[key] = ThreadPoolExecutor(1, thread_name_prefix="mangonel-staging")
-    return worker
+    staged: StagedBatch
 
 
 class GpuKernels:
@@ -282,30 +265,22 @@ class GpuKernels:
     def _stage(self, generated, batch: pa.RecordBatch) -> StagedBatch:
         """The batch's columns to the device, chunk after chunk (copy stream), in the wire
         format (`compiler.wire`: offset columns narrowed per chunk where they fit)."""
-        staged = self._stage_columns(generated, batch)
-        self._count_staged(staged, batch.num_rows)
-        return staged
-
-    def _stage_columns(self, generated, batch: pa.RecordBatch) -> StagedBatch:
-        """The staging itself (the caller's thread or the staging thread: no metrics here)."""
         columns = batch_columns(batch)
-        return self.stager.stage_batch(
+        staged = self.stager.stage_batch(
             [column(columns, c.name) for c in generated.columns],
             generated.columns,
             self.options.chunk_rows,
             tuple(c.offset for c in generated.columns),
         )
-
-    def _count_staged(self, staged: StagedBatch, rows: int) -> None:
-        """A staged batch in the kernels' metrics (in the driver's thread only)."""
         metrics = self.metrics
-        metrics.staged_rows += rows
+        metrics.staged_rows += batch.num_rows
         metrics.wire_bytes += staged.wire_bytes()
         for chunk in staged.chunks:
             for wire, offset in zip(chunk.wires, staged.offsets, strict=True):
                 if offset and chunk.end > chunk.first:
                     metrics.narrow_chunks += wire.narrow
                     metrics.wide_chunks += not wire.narrow
+        return staged
 
     def prefetch(
         self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch
@@ -329,48 +304,6 @@ class GpuKernels:
         staged = self._stage(generated, batch)
         self.metrics.prefetches += 1
         self._prefetched = [*self._prefetched[-1:], _Prefetched(batch, lift, staged)]
-        return self._event_time_extremes(lift, generated, staged)
-
-    def stage_in_background(
-        self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch
-    ) -> Callable[[], tuple[int, int] | None] | None:
-        """`prefetch` on the process's staging thread: the host copy pass of the batch runs
-        while this thread processes and fires the batch before it (the pass is the larger
-        half of a batch's host time: 0.6 of 1.3 ms per 1 M rows on the H200 host, 2026-11-26).
-        Returns the function that waits for the staging and gives what `prefetch` returns;
-        None where the batch is staged in the caller's thread instead (`prefetch`): count
-        windows and empty batches (nothing to stage) and STRING columns (their dictionary is
-        the driver's thread's)."""
-        if window.window.kind is ph.WindowKind.COUNT or batch.num_rows == 0:
-            return None
-        generated, _ = self.module_for(lift, window)
-        if any(c.type is SqlType.STRING for c in generated.columns):
-            return None
-        compute = device.cupy().cuda.get_current_stream()
-        future = staging_worker().submit(self._stage_on, compute, generated, batch)
-        self.metrics.prefetches += 1
-        entry = _Prefetched(batch, lift, future)
-        self._prefetched = [*self._prefetched[-1:], entry]
-        return lambda: self._event_time_extremes(lift, generated, self._resolved(entry))
-
-    def _stage_on(self, stream, generated, batch: pa.RecordBatch) -> StagedBatch:
-        """The staging thread's work: the batch staged with `stream` (the driver's compute
-        stream) current, so its device arrays are ordered as `Stager.stage_batch` requires."""
-        with stream:
-            return self._stage_columns(generated, batch)
-
-    def _resolved(self, entry: _Prefetched) -> StagedBatch:
-        """The entry's staged batch, waiting for the staging thread where it runs there (its
-        error, if any, raised here) and counting it once in the metrics."""
-        if isinstance(entry.staged, Future):
-            staged = entry.staged.result()
-            entry.staged = staged
-            self._count_staged(staged, entry.batch.num_rows)
-        return entry.staged
-
-    @staticmethod
-    def _event_time_extremes(lift: LiftExec, generated, staged: StagedBatch):
-        """The event time's (min, max) the copy pass measured, or None."""
         event_time = lift.scan.stream.event_time.lower()
         for k, input_column in enumerate(generated.columns):
             if input_column.name.lower() == event_time:
@@ -387,7 +320,7 @@ class GpuKernels:
                 entry.lift.scan is lift.scan or entry.lift.scan.columns == lift.scan.columns
             ):
                 self.metrics.shared_stagings += 1
-                return self._resolved(entry)
+                return entry.staged
         return None
 
     def _take_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> StagedBatch | None:
@@ -396,7 +329,7 @@ class GpuKernels:
                 # entries before it were never processed (stale): drop them with it
                 del self._prefetched[: index + 1]
                 self.metrics.prefetch_hits += 1
-                return self._resolved(entry)
+                return entry.staged
         return None
 
     def _use_block_table(self, block_cells: int) -> bool:

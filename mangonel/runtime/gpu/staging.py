@@ -20,7 +20,6 @@ hold NULLs.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,9 +133,6 @@ class Stager:
         # arrays copied straight from pinned memory: kept alive until their copy is done
         self._direct: list[tuple[Any, list[np.ndarray]]] = []
         self._literal_cache: dict[tuple, Any] = {}
-        # a batch may be staged on the staging thread (`GpuKernels.stage_in_background`)
-        # while the driver's thread stages another (the split path): one at a time
-        self._lock = threading.Lock()
 
     def host_columns(
         self, arrays: list[pa.Array], columns, offsets: tuple[bool, ...] | None = None
@@ -195,10 +191,6 @@ class Stager:
         stream (the block's last reader included), then copies; the compute stream waits for
         the copies. No block is ever written by one stream while another may still read it.
         """
-        with self._lock:
-            return self._stage_batch(arrays, columns, chunk_rows, offsets)
-
-    def _stage_batch(self, arrays, columns, chunk_rows, offsets) -> StagedBatch:
         cp = cupy()
         offsets = offsets or (False,) * len(columns)
         compute = cp.cuda.get_current_stream()

@@ -100,9 +100,6 @@ class OperatorBase:
         # (min, max) or None): `prefetch` of batch k + 1 and `process` of batch k each find
         # their batch's one conformed object (the GPU matches a prefetched batch by identity)
         self._conformed: list[tuple[pa.RecordBatch, tuple[pa.RecordBatch, int], Any]] = []
-        # batches whose staging runs on the backend's thread: (given, typed, the function that
-        # waits for the staging and gives its event-time extremes); `_input` completes them
-        self._staging: list[tuple[pa.RecordBatch, pa.RecordBatch, Any]] = []
 
     # -- shared ---------------------------------------------------------------------------
 
@@ -131,14 +128,8 @@ class OperatorBase:
         for given, conformed, _ in self._conformed:
             if given is batch:
                 return conformed
-        staging = next((entry for entry in self._staging if entry[0] is batch), None)
-        if staging is not None:
-            self._staging = [entry for entry in self._staging if entry is not staging]
-            typed, extremes = staging[1], staging[2]()
-        else:
-            typed = self.conform.conform_types(as_record_batch(batch))
-            extremes = self._stage_input(typed)
-        extremes = extremes or self.conform.event_time_extremes(typed)
+        typed = self.conform.conform_types(as_record_batch(batch))
+        extremes = self._stage_input(typed) or self.conform.event_time_extremes(typed)
         conformed = self.conform.clip_event_time(typed, extremes)
         self._conformed = [*self._conformed[-1:], (batch, conformed, extremes)]
         return conformed

@@ -284,14 +284,6 @@ class WindowKernels(Protocol):
         times are not range-checked yet: a batch the conformer then changes is a new object,
         which `lift_merge` stages again."""
 
-    def stage_in_background(
-        self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch
-    ) -> Callable[[], tuple[int, int] | None] | None:
-        """`prefetch` on a thread of the backend's own, so that the batch's host work runs
-        while the caller processes the batch before it: returns the function that waits for
-        it and gives what `prefetch` returns; None when the backend does not (then the caller
-        uses `prefetch`, in its own thread)."""
-
     def batch_sessions(
         self, slots: Array, starts: Array, gap: int, n_slots: int
     ) -> tuple[Array, Array, Array, Array]:

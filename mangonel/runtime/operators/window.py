@@ -64,8 +64,8 @@ import pyarrow as pa
 from mangonel.compiler import physical as ph
 from mangonel.compiler.holistic import incremental_part
 from mangonel.compiler.logical import WindowKind
-from mangonel.errors import DataError, PlanError
-from mangonel.runtime.operators.base import PANE_META, OperatorBase, as_record_batch, field_arrays
+from mangonel.errors import PlanError
+from mangonel.runtime.operators.base import PANE_META, OperatorBase, field_arrays
 from mangonel.runtime.operators.count_window import CountWindowOperator
 from mangonel.runtime.operators.holistic import HolisticTimeWindows
 from mangonel.runtime.operators.kernels import PaneTarget
@@ -150,32 +150,13 @@ class TimeWindowOperator(OperatorBase):
         return self.kernels.prefetch(self.lift_node, self.window, batch)
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
-        """The hint that `batch` comes next: its staging starts now on the backend's staging
-        thread where the kernels have one (`_stage_in_background`), so its host copy pass
-        runs beside this thread's processing and firing of the batch before; else the hint
-        is kept and acted on while the current batch's fused pass runs (`_stage_deferred`),
-        overlapping the device's work on it. A batch processed with no pass before it is
-        conformed and staged by `process`, as without a hint."""
+        """The hint that `batch` comes next is kept, and acted on while the current batch's
+        fused pass runs (`_stage_deferred`): the next batch's host copy pass then overlaps
+        the device's work on this one instead of preceding it. A batch processed with no
+        pass before it is conformed and staged by `process`, as without a hint."""
         if not self.finished:
+            self._deferred = batch
             self._next_batch = batch
-            if not self._stage_in_background(batch):
-                self._deferred = batch
-
-    def _stage_in_background(self, batch: pa.RecordBatch) -> bool:
-        """Conform the batch's types and hand it to the kernels' staging thread; `_input`
-        of the batch waits for that staging. False when the kernels stage in this thread,
-        or the batch does not conform (its `process` raises, after the batches before it)."""
-        if any(entry[0] is batch for entry in self._staging):
-            return True
-        try:
-            typed = self.conform.conform_types(as_record_batch(batch))
-        except DataError:
-            return False
-        waiter = self.kernels.stage_in_background(self.lift_node, self.window, typed)
-        if waiter is None:
-            return False
-        self._staging = [*self._staging[-1:], (batch, typed, waiter)]
-        return True
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         if batch is self._next_batch:
