@@ -365,6 +365,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=3,
+        help="GPU public path: timed runs per shape; the row gives their median and range (a "
+        "single run of 40-100 M tuples lasts ~0.1 s and moves by up to 2x between runs)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="GPU public path: after each shape's timed run, one more run under cProfile "

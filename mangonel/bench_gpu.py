@@ -14,13 +14,16 @@ run on this machine: the pinned host-to-device copy at the wire's bytes per tupl
 the copy threads the engine uses (`gpu_bench.measure_staging_rate`). With `--harness`, the
 SUM shapes at 100 M tuples per second of event time also run on the pinned-source harness
 (`runtime.local.gpu_bench`: data generated into pinned memory, the engine handed views of
-it), printed as a second, labelled column.
+it), printed as a second, labelled column. Each shape is timed `--repeat` times (default 3)
+after a one-batch warm-up; the row gives the median and, under "runs", the slowest and fastest
+(a shape's first run in a process is often the slowest: the device memory pool still grows).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -115,6 +118,8 @@ class GpuResult:
     staging_share: float  # tuples/s over the measured pageable -> pinned staging rate
     wire_bytes_per_tuple: float | None  # what the run's staging moved per tuple (metrics)
     harness_tuples_per_second: float | None = None  # pinned-source harness, same shape
+    slowest_tuples_per_second: float | None = None  # the range of the timed runs
+    fastest_tuples_per_second: float | None = None
 
 
 def dataset(shape: PublicShape, tuples: int, seed: int) -> pa.RecordBatch:
@@ -225,7 +230,7 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
     harness_label = "  pinned-source harness" if source is not None else ""
     print(
         f"{'shape':<46} {'tuples/s':>10} {'rows/s':>10} {'of H2D':>7} {'of staging':>10} "
-        f"{'wire':>6}{harness_label}",
+        f"{'wire':>6} {'runs':>10}{harness_label}",
         flush=True,
     )
     results = []
@@ -239,7 +244,9 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
             whole = dataset(shape, tuples, arguments.seed)
         rows = shape.batch_rows
         batches = [whole.slice(first, rows) for first in range(0, tuples, rows)]
-        seconds, rows_out, wire = run_public_shape(shape, batches)
+        runs = [run_public_shape(shape, batches) for _ in range(getattr(arguments, "repeat", 1))]
+        seconds = statistics.median(run[0] for run in runs)
+        rows_out, wire = runs[0][1], runs[0][2]
         rate = tuples / seconds
         result = GpuResult(
             shape.name,
@@ -252,6 +259,8 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
             rate / staging_rate,
             wire,
             _harness_rate(shape, tuples, source),
+            tuples / max(run[0] for run in runs),
+            tuples / min(run[0] for run in runs),
         )
         results.append(result)
         harness = (
@@ -265,7 +274,9 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
         print(
             f"{result.shape:<46} {rate / 1e6:8.1f} M {result.rows_per_second / 1e6:8.2f} M "
             f"{result.h2d_share:7.1%} {result.staging_share:10.1%} "
-            f"{'' if wire is None else f'{wire:4.1f} B':>6}{harness}",
+            f"{'' if wire is None else f'{wire:4.1f} B':>6} "
+            f"{result.slowest_tuples_per_second / 1e6:6.0f}-"
+            f"{result.fastest_tuples_per_second / 1e6:.0f} M{harness}",
             flush=True,
         )
         if profile:

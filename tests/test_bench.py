@@ -161,10 +161,14 @@ def test_gpu_public_bench_prints_both_bounds_and_one_row_per_shape(monkeypatch, 
         session = Session(backend="cpu")
         schema = bench_gpu.BENCH_SCHEMA.to_arrow()
         session.create_stream("events", schema, event_time="ts", watermark=0)
-        return 0.5, session.sql(shape.query()).run(batches).num_rows, None
+        seconds = timings[len(rows_seen) % len(timings)]
+        rows_seen.append(shape)
+        return seconds, session.sql(shape.query()).run(batches).num_rows, None
 
+    timings = [1.0, 0.5, 0.4]  # three timed runs a shape: the row gives their median
+    rows_seen = []
     monkeypatch.setattr(bench_gpu, "run_public_shape", on_cpu)
-    arguments = argparse.Namespace(tuples=100_000, quick=True, harness=False, seed=1)
+    arguments = argparse.Namespace(tuples=100_000, quick=True, harness=False, seed=1, repeat=3)
     results = bench_gpu.run_gpu_public(arguments)
     printed = capsys.readouterr().out
     assert "3.00 G tuples/s at 16 B/tuple on the wire" in printed
@@ -173,9 +177,12 @@ def test_gpu_public_bench_prints_both_bounds_and_one_row_per_shape(monkeypatch, 
     assert len(made) == 1  # one dataset for both shapes (same keys, order and rate)
     for result in results:
         assert result.tuples_per_second == 200_000 and result.rows_out > 0
+        assert result.slowest_tuples_per_second == 100_000
+        assert result.fastest_tuples_per_second == 250_000
         assert result.h2d_share == pytest.approx(200_000 / 3e9)
         assert result.staging_share == pytest.approx(200_000 / 2e9)
         assert result.shape in printed
+    assert len(rows_seen) == 3 * len(shapes)
 
 
 def test_gpu_bench_profile_names_the_engine_functions() -> None:
