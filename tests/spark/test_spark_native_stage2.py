@@ -132,9 +132,10 @@ def test_native_stage2_restart_from_checkpoint(spark, tmp_path):
 
 
 def _plan(query: str, **options):  # noqa: ANN003, ANN202
+    """A CSV stream: the reader path is its default (a Parquet stream's is Spark's reader)."""
     session = mg.Session(backend="cpu")
     session.execute(
-        f"CREATE STREAM s ({DDL}) WITH (event_time = 'ts', source = 'parquet', path = '/tmp/x')"
+        f"CREATE STREAM s ({DDL}) WITH (event_time = 'ts', source = 'csv', path = '/tmp/x')"
     )
     return plan_spark(query, session.sql(query).plan, partitions=2, **options)
 

@@ -47,7 +47,9 @@ def tables(files: int, rows: int = 2000, delay_us: int = 600_000) -> list[pa.Tab
 
 
 def declare(spark, folder) -> mg.SparkMangonelSession:  # noqa: ANN001
-    session = mg.attach(spark)
+    """The Parquet stream on the reader path (the planner's default for Parquet is Spark's
+    own reader, then Arrow stage 1: `test_the_planner_takes_the_reader_...` below)."""
+    session = mg.attach(spark, stage1="reader")
     session.execute(
         f"CREATE STREAM s ({DDL}) WITH (event_time = 'ts', watermark = '200 milliseconds', "
         f"source = 'parquet', path = '{folder}', files_per_trigger = '1')"
@@ -114,11 +116,21 @@ def _declared_plan(source: str, query: str = TUMBLING) -> tuple[str, object]:
 
 
 def test_the_planner_takes_the_reader_for_streams_mangonel_reads():
+    """Unasked, the reader runs for the generator and CSV; a Parquet stream reads through
+    Spark's vectorized reader, then Arrow stage 1, and EXPLAIN says why; `stage1="reader"`
+    forces the reader for all three."""
     for source in ("generator", "parquet", "csv"):
         planned = plan_spark(*_declared_plan(source, SLIDING), partitions=2)
+        if source == "parquet":
+            assert (planned.stage1, planned.native) == ("arrow", False)
+            assert "reader=none: a Parquet stream is read by Spark's vectorized reader" in (
+                spark_stages_text(planned)
+            )
+            planned = plan_spark(*_declared_plan(source, SLIDING), partitions=2, stage1="reader")
         assert (planned.stage1, planned.native) == ("reader", False)
         text = spark_stages_text(planned)
         assert "EventTimeWatermark: column=max(ts) of each partition" in text
+        assert "reader=none" not in text
         # tumbling: Spark's own aggregation by cost, unless the reader is asked for
         assert plan_spark(*_declared_plan(source), partitions=2).native
         forced = plan_spark(*_declared_plan(source), partitions=2, stage1="reader")

@@ -239,14 +239,14 @@ def test_register_refuses_a_dataframe_that_already_has_a_watermark(spark, tmp_pa
 
 def test_benchmark_shape_reports_the_chosen_plan_and_the_native_plans_rows(spark):
     """`mangonel bench --spark` on a tiny input: tumbling windows run natively over both
-    the declared Parquet stream and the registered DataFrame; sliding ones run the reader
-    path over the declared stream and two stages over the DataFrame; all give Spark's native
-    streaming aggregation's rows."""
+    the declared Parquet stream and the registered DataFrame; sliding ones run two stages
+    after Spark's Parquet reader over both; all give Spark's native streaming aggregation's
+    rows."""
     from mangonel.runtime.spark.bench import SparkShape, measure_shape
 
     for shape, plans in (
         (SparkShape(100_000, 100_000, keys=5), ("native", "native")),
-        (SparkShape(100_000, 20_000, keys=5), ("reader+python", "two-stage")),
+        (SparkShape(100_000, 20_000, keys=5), ("two-stage", "two-stage")),
     ):
         kept: list = []
         result = measure_shape(spark, shape, 4000, 20_000, 2000, 3, keep=kept)

@@ -4,12 +4,12 @@ aggregation as the peer of the CPU benchmark.
 `run_spark_benchmarks`: for each shape, the same generated stream (same seed, one Parquet
 file per micro-batch) runs end to end, in the same Spark session, one after the other:
 1. mangonel on a stream declared with `CREATE STREAM ... WITH (source = 'parquet')`: the
-   planner's choice there is the reader path for w/s > 1 (reader.py: lift and pane
-   pre-aggregation inside mangonel's own Python Data Source; only partials enter the JVM),
-   with Spark's own aggregation of the partials as stage 2 where a pane lies in few windows
-   (native_stage2.py) or mangonel's Python stage 2, and Spark's native plan for tumbling
-   windows (native.py); with `compare`, also the plan not chosen (the other stage 2, or the
-   reader with Spark's stage 2 for tumbling windows);
+   planner's choice there is two stages after Spark's Parquet reader for w/s > 1 (Arrow
+   stage 1 in `mapInArrow`, mangonel's Python stage 2) and Spark's native plan for tumbling
+   windows (native.py); with `compare`, also a plan not chosen: the reader path (reader.py:
+   lift and pane pre-aggregation inside mangonel's own Python Data Source, only partials
+   enter the JVM) for the two stages, Spark's own stage 2 over the reader's partials
+   (native_stage2.py) for tumbling windows, or the other stage 2 of a forced reader path;
 2. Spark's native `GROUP BY window(ts, w, s), key` streaming aggregation over Spark's file
    source (the peer; the ratio is 1 over 2);
 3. mangonel on the same files registered as a Spark DataFrame (`register`): the planner's
@@ -179,10 +179,16 @@ def _plan_name(session: SparkMangonelSession) -> str:
     return "two-stage"
 
 
-def alternative_stage2(plan: str) -> str | None:
-    """The reader path's stage 2 to measure beside the planner's choice `plan`: the other
-    one, or Spark's own for a query the planner ran natively over Spark's file source."""
-    return {"reader+native": "python", "reader+python": "native", "native": "native"}.get(plan)
+def alternative_plan(plan: str) -> dict[str, str] | None:
+    """The session options of the plan to measure beside the planner's choice `plan`: the
+    reader path for two stages after Spark's source, the other stage 2 of a reader path, or
+    Spark's own stage 2 over the reader's partials for a query the planner ran natively."""
+    return {
+        "two-stage": {"stage1": "reader"},
+        "reader+native": {"stage2": "python"},
+        "reader+python": {"stage2": "native"},
+        "native": {"stage2": "native"},
+    }.get(plan)
 
 
 def measure_shape(
@@ -200,7 +206,7 @@ def measure_shape(
     """One shape through mangonel's reader path, Spark's native aggregation and mangonel
     over a registered DataFrame (module docstring). With `keep`, the three result tables are
     appended to it in that order instead of going to a no-op sink. `compare`: also the
-    declared stream with the plan the planner did not choose (`alternative_stage2`)."""
+    declared stream with a plan the planner did not choose (`alternative_plan`)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORES[state_store])
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-") as folder:
         write_input(Path(folder), shape, tuples, rate, batch, seed)
@@ -212,9 +218,9 @@ def measure_shape(
         ours_seconds, ours_rows = _seconds_and_rows(declared.sql(_mangonel_query(shape)), keep)
         plan = _plan_name(declared)
         alternative, alternative_rate = "", None
-        stage2 = alternative_stage2(plan) if compare else None
-        if stage2 is not None:
-            other = SparkMangonelSession(spark, backend=backend, stage2=stage2)
+        options = alternative_plan(plan) if compare else None
+        if options is not None:
+            other = SparkMangonelSession(spark, backend=backend, **options)
             other.execute(
                 f"CREATE STREAM events ({STREAM_DDL}) WITH (event_time = 'ts', watermark = "
                 f"'0 milliseconds', source = 'parquet', path = '{folder}', "

@@ -42,6 +42,16 @@ STAGE2_KINDS = ("native", "python")
 NATIVE_STAGE2_MAX_WINDOWS_PER_PANE = 1
 # sources whose rows mangonel reads itself, in the reader (reader.py, pane_reader.py)
 READER_SOURCES = ("generator", "parquet", "csv")
+# where the planner takes the reader unasked: the generator (its rows are made in Python
+# anyway) and CSV (parsed by mangonel's rules, as standalone). A Parquet stream reads through
+# Spark's vectorized reader, then Arrow stage 1: faster than the reader on this project's
+# measurements (docs/performance.md, "Inside Spark: Spark's own stage 2"); stage1="reader"
+# forces the reader there
+READER_DEFAULT_SOURCES = ("generator", "csv")
+PARQUET_THROUGH_SPARK = (
+    "a Parquet stream is read by Spark's vectorized reader, then stage 1 runs on its Arrow "
+    "batches: faster than mangonel's reader where measured (stage1='reader' forces the reader)"
+)
 LATE_ROWS_REFUSED = "late_rows= does not run in this plan inside Spark"
 COUNT_STAGE1 = (
     "count windows run stage 1 as the window operator's per-tuple partials (stage1='kernels')"
@@ -76,6 +86,7 @@ class SparkQueryPlan:
     # native_stage2.py), and why (EXPLAIN's title)
     stage2: str = "python"
     stage2_reason: str = ""
+    stage1_reason: str = ""  # why stage 1 is not the reader of a stream mangonel reads
 
     @property
     def window(self) -> ph.WindowAggregateExec:
@@ -141,16 +152,18 @@ def plan_spark(
     reader, why_not = reader_applies(window, late_rows)
     if stage1 == "reader" and not reader:
         raise PlanError(f"stage1='reader' does not apply: {why_not}")
-    if (
-        stage1 is None
-        and reader
-        and (stage2 is not None or not native_module.choose_native(window, native).native)
-    ):
-        # where the cost rule keeps the two stages (w/s > 1), stage 1 runs in the reader;
-        # where each tuple falls in one window Spark's own aggregation still wins, also
-        # against the reader path (docs/performance.md, "Inside Spark: the reader path");
-        # a forced stage2 names the reader path's stage 2, so it takes the reader
-        stage1 = "reader"
+    two_stages = not native_module.choose_native(window, native).native
+    stage1_reason = ""
+    if stage1 is None and reader and (stage2 is not None or two_stages):
+        # where the cost rule keeps the two stages (w/s > 1), stage 1 runs in the reader of
+        # the streams it is the default for; where each tuple falls in one window Spark's own
+        # aggregation still wins, also against the reader path (docs/performance.md, "Inside
+        # Spark: the reader path"); a forced stage2 names the reader path's stage 2, so it
+        # takes the reader
+        if stage2 is not None or stream_source(window) in READER_DEFAULT_SOURCES:
+            stage1 = "reader"
+        else:
+            stage1_reason = PARQUET_THROUGH_SPARK
     if stage1 == "reader":
         if native is True:
             raise PlanError("stage1='reader' runs the two stages; native=True runs Spark's own")
@@ -191,7 +204,13 @@ def plan_spark(
         placements,
         stage2=second,
         stage2_reason=second_reason,
+        stage1_reason=stage1_reason,
     )
+
+
+def stream_source(window: ph.WindowAggregateExec) -> str:
+    """The `source` option of the stream the window reads ("" for a registered DataFrame)."""
+    return (window.lift.scan.stream.option("source") or "").lower()
 
 
 def choose_stage2(window: ph.WindowAggregateExec, forced: str | None) -> tuple[str, str]:
@@ -227,7 +246,7 @@ def reader_applies(window: ph.WindowAggregateExec, late_rows: bool) -> tuple[boo
     partials must be pane partials (not count windows' per-tuple ones), and nothing may need
     the rows themselves after stage 1 (late rows as data) or Spark's own aggregation
     (session windows)."""
-    source = (window.lift.scan.stream.option("source") or "").lower()
+    source = stream_source(window)
     if source not in READER_SOURCES:
         reason = f"source = '{source}'" if source else "a registered DataFrame"
         return False, f"the stream is {reason}; the reader reads {', '.join(READER_SOURCES)}"
@@ -460,6 +479,8 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
             if timed:  # a Python function with_timestamps: the values' event times too
                 times = f"[{', '.join(timed)}] (BINARY: the values' event times, microseconds)"
                 shape.append(Parameter("pane_times", times, timed))
+    if planned.stage1_reason:
+        shape.append(Parameter("reader", f"none: {planned.stage1_reason}", None))
     stage1 = PlanNode(
         "Stage1 mapInArrow",
         (*shape, *_per_executor(window.backend)),
