@@ -239,6 +239,9 @@ class HolisticTimeWindows:
         self.tuner = new_tuner(knobs) if knobs else None
         if self.tuner is not None:
             self.clock = self.tuner.clock
+        # input batches since the last firing that evaluated windows: the batches it served
+        # (several where the wrapped operator combines firings, `batches_per_firing`)
+        self._batches_unfired = 0
 
     def _planned_chunk(self) -> int:
         assert self.node.holistic is not None
@@ -272,6 +275,19 @@ class HolisticTimeWindows:
             found = self._select_kernels[form] = self.lifting.holistic_for(plan)
         return found
 
+    @property
+    def batches_per_firing(self) -> int:
+        """How many batches' firings the wrapped operator may combine into one (the runner
+        raises it over input held in memory: `TimeWindowOperator._firing_can_wait`). The
+        holistic columns come from panes no row of the batches in between can reach (the
+        same rule), so a combined firing gives the per-batch rows; each firing costs fixed
+        launches and device round trips here too."""
+        return self.inner.batches_per_firing
+
+    @batches_per_firing.setter
+    def batches_per_firing(self, batches: int) -> None:
+        self.inner.batches_per_firing = batches
+
     # -- input ----------------------------------------------------------------------------
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
@@ -279,6 +295,7 @@ class HolisticTimeWindows:
         if self.tuner is not None:
             self.tuner.observe_input(conformed.num_rows)
         self._keep(conformed)
+        self._batches_unfired += 1
         return self._complete(self.inner.process(batch, input))
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
@@ -430,9 +447,14 @@ class HolisticTimeWindows:
             completed, work = self._with_holistic(batch, chunk, select)
             out.append(completed)
             units += work
-        if self.tuner is not None and units:
-            # the selection ends with its results' copy to the host: the time is the work's
-            self.tuner.observe(units, self.clock() - started)
+        if units:
+            if self.tuner is not None:
+                # the selection ends with its results' copy to the host: the time is the
+                # work's; a combined firing served several batches (the tuner's work per
+                # batch stays comparable)
+                batches = max(1, self._batches_unfired)
+                self.tuner.observe(units, self.clock() - started, batches)
+            self._batches_unfired = 0
         next_window = self.inner.next_window
         if next_window is not None:
             for store in self.panes.values():
