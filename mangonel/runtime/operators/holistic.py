@@ -294,15 +294,24 @@ class HolisticTimeWindows:
         conformed, _ = self.inner._input(batch)  # the wrapped operator reuses this object
         if self.tuner is not None:
             self.tuner.observe_input(conformed.num_rows)
-        self._keep(conformed)
+        # the batch's panes lie in those of its event times' extremes (known on the host: no
+        # device read to find them)
+        extremes = self.inner._event_time_extremes(batch)
+        pane_range = (
+            None
+            if extremes is None
+            else (extremes[0] // self.pane_length, extremes[1] // self.pane_length)
+        )
+        self._keep(conformed, pane_range)
         self._batches_unfired += 1
         return self._complete(self.inner.process(batch, input))
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
         self.inner.prefetch(batch)
 
-    def _keep(self, batch: pa.RecordBatch) -> None:
-        """The values of the batch's contributing, not late tuples, into their panes."""
+    def _keep(self, batch: pa.RecordBatch, pane_range: tuple[int, int] | None = None) -> None:
+        """The values of the batch's contributing, not late tuples, into their panes;
+        `pane_range`: (first, last) pane every such tuple lies in, where known."""
         kernels = self.lifting
         # the key words come from the lift (on the GPU: built on the device from the staged
         # columns, so the key columns are never encoded on the host per batch)
@@ -316,7 +325,8 @@ class HolisticTimeWindows:
         for value_field in self.value_fields:
             values, valid = lifted.partials[value_field.name]
             times = event_times if value_field.name in self.timed_fields else None
-            self._store(value_field.name, panes, slots, values, include & (valid != 0), times)
+            keep = include & (valid != 0)
+            self._store(value_field.name, panes, slots, values, keep, times, pane_range)
 
     def _not_late(self, kernels: Any, panes: Any, include: Any) -> Any:  # noqa: ANN401
         """`include` less the rows of panes that are late against the watermark from before
@@ -337,10 +347,13 @@ class HolisticTimeWindows:
         values: Any,  # noqa: ANN401
         keep: Any,  # noqa: ANN401
         times: Any,  # noqa: ANN401 - event times where `name` is timed, else None
+        pane_range: tuple[int, int] | None,
     ) -> None:
         """The kept rows' values of the `values` field `name` (each with its pane, key slot
         and, for a timed field, event time) into the panes' sketches and, where an exact
-        aggregate reads the field, raw values, grouped by pane on the holistic backend."""
+        aggregate reads the field, raw values, grouped by pane on the holistic backend.
+        `pane_range`: (first, last) pane of every kept row where the host knows it (the GPU
+        then finds the panes' bounds in one device read)."""
         pane_ids, chunks, presorted = self.kernels.split_panes(
             panes,
             slots,
@@ -349,6 +362,7 @@ class HolisticTimeWindows:
             times,
             # raw values are kept sorted by value; sketches need their slots' runs only
             by_value=name in self.raw_fields,
+            pane_range=pane_range,
         )
         if not chunks:
             return
@@ -419,8 +433,15 @@ class HolisticTimeWindows:
                 if not np.array_equal(time_counts, counts):
                     raise DataError(f"the event times of {name} do not match its values")
             keep = np.repeat(include, counts)
+            pane_range = (int(panes.min()), int(panes.max())) if len(panes) else None
             self._store(
-                name, np.repeat(panes, counts), np.repeat(slots, counts), values, keep, times
+                name,
+                np.repeat(panes, counts),
+                np.repeat(slots, counts),
+                values,
+                keep,
+                times,
+                pane_range,
             )
         self.inner.merge(partials)
 
