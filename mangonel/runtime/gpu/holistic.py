@@ -240,26 +240,32 @@ class GpuHolistic:
         """`runtime.cpu.holistic.window_runs` on the device: row r's run i reads span pane
         p = first_index[r] + i, its slot s = slots[r]: `base[p] + offsets_p[min(s, last)] ..
         base[p] + offsets_p[min(s + 1, last)]` (empty where last = offset_last[p] < 0: no
-        pane). The host's arrays (span- and row-sized) go up; the offsets never come down."""
+        pane). The host's arrays (span- and row-sized) go up in one host-to-device copy, not
+        five (each a transfer call of tens of microseconds); the offsets never come down."""
         xp = self.xp
         rows = len(slots)
         if not rows:
             empty = xp.zeros(0, xp.int64)
             return empty, empty, empty, empty
-
-        def up(array: np.ndarray) -> Any:  # noqa: ANN401
-            return xp.asarray(np.ascontiguousarray(array, np.int64))
-
-        panes = up(first_index)[:, None] + xp.arange(panes_per_row, dtype=xp.int64)
-        slot = up(slots)[:, None]
-        last = up(offset_last)[panes]
+        span = len(base)
+        host = np.concatenate(
+            [np.asarray(a, np.int64) for a in (offset_first, offset_last, base, slots)]
+            + [np.asarray(first_index, np.int64)]
+        )
+        device = xp.asarray(host)
+        span_first, span_last, span_base = (device[i * span : (i + 1) * span] for i in range(3))
+        row_slots = device[3 * span : 3 * span + rows]
+        row_first_index = device[3 * span + rows :]
+        panes = row_first_index[:, None] + xp.arange(panes_per_row, dtype=xp.int64)
+        slot = row_slots[:, None]
+        last = span_last[panes]
         present = last >= 0
         flat = xp.asarray(flat_offsets, dtype=xp.int64)
         if not int(flat.shape[0]):  # no pane of the span holds values
             run_start = run_end = xp.zeros(rows * panes_per_row, xp.int64)
         else:
-            first = up(offset_first)[panes]
-            pane_base = up(base)[panes]
+            first = span_first[panes]
+            pane_base = span_base[panes]
             low = xp.where(present, first + xp.minimum(slot, last), 0)
             high = xp.where(present, first + xp.minimum(slot + 1, last), 0)
             run_start = xp.where(present, pane_base + flat[low], 0).reshape(-1)
