@@ -12,7 +12,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from cuda_host import HostCupy, host_modules
+from cuda_host import HostArray, HostCupy, host_modules
 from fuzzer import Scenario, check
 from hypothesis import given, settings
 from oracle import OracleQuery
@@ -196,10 +196,26 @@ def window_runs_case(rng: np.random.Generator) -> tuple:
     )
 
 
+class _CountedUploads(HostCupy):
+    """HostCupy counting `asarray` of host (numpy, not device) arrays: host-to-device
+    copies on CuPy."""
+
+    def __init__(self) -> None:
+        self.uploads = 0
+
+    def asarray(self, array, *args, **kwargs):  # noqa: ANN001, ANN201
+        if isinstance(array, np.ndarray) and not isinstance(array, HostArray):
+            self.uploads += 1
+        return np.asarray(array, *args, **kwargs).view(HostArray)
+
+
 def test_window_runs_equal_the_cpu_runs(host_module):
-    gpu = GpuHolistic(HostCupy(), host_module)
+    xp = _CountedUploads()
+    gpu = GpuHolistic(xp, host_module)
     arguments = window_runs_case(np.random.default_rng(3))
-    got = gpu.window_runs(*arguments)
+    flat = np.asarray(arguments[0]).view(HostArray)  # the panes' offsets live on the device
+    got = gpu.window_runs(flat, *arguments[1:])
+    assert xp.uploads == 1  # the span's and the rows' host arrays go up in one copy
     want = cpu_holistic.window_runs(*arguments)
     for g, w in zip(got, want, strict=True):
         assert np.array_equal(np.asarray(g), w)
