@@ -45,17 +45,26 @@ def _batches(count: int, rows: int, seed: int, reach_back_us: int) -> list[pa.Re
     return batches
 
 
-def _runner(backend: str) -> LocalQuery:
+INCREMENTAL = (
+    "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS total, MIN(v) AS low, "
+    "STDDEV(v) AS sd FROM s [RANGE 200 MILLISECONDS SLIDE 50 MILLISECONDS] GROUP BY k"
+)
+# holistic aggregates beside incremental ones (`HolisticTimeWindows` around the wrapped
+# operator): the panes' values must give the per-batch answers when firings wait
+HOLISTIC = (
+    "SELECT k, window_start, window_end, COUNT(*) AS n, MEDIAN(v) AS med, "
+    "PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY v) AS p90, COUNT(DISTINCT v) AS d, "
+    "SUM(v) AS total FROM s [RANGE 200 MILLISECONDS SLIDE 50 MILLISECONDS] GROUP BY k"
+)
+
+
+def _runner(backend: str, sql: str = INCREMENTAL) -> LocalQuery:
     session = Session(backend)
     session.execute(
         "CREATE STREAM s (ts TIMESTAMP, k BIGINT, v DOUBLE) WITH (event_time = 'ts', "
         "watermark = '0 seconds')"
     )
-    query = session.sql(
-        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS total, MIN(v) AS low, "
-        "STDDEV(v) AS sd FROM s [RANGE 200 MILLISECONDS SLIDE 50 MILLISECONDS] GROUP BY k"
-    )
-    return LocalQuery(query.plan)
+    return LocalQuery(session.sql(sql).plan)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -90,3 +99,29 @@ def test_a_live_source_fires_after_every_batch():
     runner = _runner("cpu")
     steps = list(runner._steps(iter(batches), True))
     assert sum(1 for step in steps[:-1] if step) >= len(batches) - 4
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reach_back_us", [0, 250_000])
+def test_holistic_queries_combine_firings_with_the_per_batch_rows(backend, reach_back_us):
+    batches = _batches(24, 500, seed=reach_back_us + 1, reach_back_us=reach_back_us)
+    one_by_one = _runner(backend, HOLISTIC)
+    per_batch = [one_by_one.operator.process(b) for b in batches] + [one_by_one.operator.finish()]
+    combined = _runner(backend, HOLISTIC)
+    steps = list(combined._steps(batches, None))
+    got = pa.Table.from_batches([r for step in steps for r in step], one_by_one.schema)
+    want = pa.Table.from_batches([r for step in per_batch for r in step], one_by_one.schema)
+    assert got.num_rows == want.num_rows > 0
+    for name in ("k", "window_start", "window_end", "n", "med", "p90", "d"):
+        assert got[name].equals(want[name]), name
+    np.testing.assert_allclose(got["total"].to_numpy(), want["total"].to_numpy(), rtol=1e-12)
+    assert replace(combined.metrics, state_bytes=0, tuning=None) == replace(
+        one_by_one.metrics, state_bytes=0, tuning=None
+    )
+    emitting = sum(1 for step in steps[:-1] if step)
+    if reach_back_us == 0:
+        assert emitting <= -(-len(batches) // window.COMBINED_FIRING_BATCHES)
+    else:  # rows reach back into due windows: those firings cannot wait
+        assert emitting > -(-len(batches) // window.COMBINED_FIRING_BATCHES)
+    # the tuner saw one step per firing that evaluated windows
+    assert combined.metrics.tuning.steps <= emitting + 1

@@ -121,6 +121,32 @@ def test_gpu_pane_sort_equals_the_cpu_sort():
     assert np.array_equal(cp.asnumpy(offsets), want_offsets)
 
 
+def test_gpu_pane_split_over_a_known_range_equals_the_general_split():
+    """`split_panes` with the batch's pane range (one device read of the panes' bounds)
+    groups and sorts as the general path does, on the device; a range missing a kept row's
+    pane falls back to it."""
+    cp = device.cupy()
+    gpu = GpuHolistic(cp, shared_context().module)
+    rng = np.random.default_rng(6)
+    rows = 50_000
+    panes = cp.asarray(rng.integers(100, 140, rows).astype(np.int64))
+    slots = cp.asarray(rng.integers(-1, 300, rows).astype(np.int32))
+    values = cp.asarray(rng.integers(-1000, 1000, rows).astype(np.int64))
+    times = cp.asarray(rng.integers(0, 10**6, rows).astype(np.int64))
+    keep = cp.asarray(rng.random(rows) < 0.8) & (slots >= 0)
+    for by_value, row_times in ((True, None), (False, None), (True, times)):
+        arguments = (panes, slots, values, keep, row_times, by_value)
+        want = gpu.split_panes(*arguments)
+        for pane_range in ((100, 139), (101, 139)):  # the second misses pane 100
+            got = gpu.split_panes(*arguments, pane_range=pane_range)
+            assert got[0] == want[0] and got[2]
+            for got_chunk, want_chunk in zip(got[1], want[1], strict=True):
+                for g, w in zip(got_chunk, want_chunk, strict=True):
+                    assert (g is None and w is None) or (
+                        isinstance(g, cp.ndarray) and np.array_equal(cp.asnumpy(g), cp.asnumpy(w))
+                    )
+
+
 def test_gpu_window_runs_equal_the_cpu_runs():
     cp = device.cupy()
     gpu = GpuHolistic(cp, shared_context().module)

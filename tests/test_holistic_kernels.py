@@ -12,7 +12,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from cuda_host import HostCupy, host_modules
+from cuda_host import HostArray, HostCupy, host_modules
 from fuzzer import Scenario, check
 from hypothesis import given, settings
 from oracle import OracleQuery
@@ -21,6 +21,7 @@ from test_holistic import COLUMNS, DDL, SETTINGS, SPECIAL, scenarios
 from mangonel.compiler import codegen
 from mangonel.runtime.cpu import holistic as cpu_holistic
 from mangonel.runtime.cpu.kernels import CpuKernels
+from mangonel.runtime.gpu import holistic as gpu_holistic
 from mangonel.runtime.gpu.holistic import GpuHolistic
 
 FORMS = tuple(codegen.HOLISTIC_FORM_LANES)
@@ -116,10 +117,13 @@ def test_the_selection_kernel_equals_the_cpu_kernel(host_module, evaluation, for
 
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("evaluation", ["percentile_cont", "percentile_disc"])
-def test_an_array_of_p_selects_each_p_as_a_single_p_does(host_module, evaluation, form):
+def test_an_array_of_p_selects_each_p_as_a_single_p_does(
+    host_module, monkeypatch, evaluation, form
+):
     """A percentile over an ARRAY of p: one launch (GPU) or pass (CPU) gives per row and p
     what the single-p selection gives, in the order of the ps (repeats and descending
-    ones included)."""
+    ones included); the GPU's results come back in one device read."""
+    reads = _count_reads(monkeypatch)
     rng = np.random.default_rng(12)
     gpu = GpuHolistic(HostCupy(), host_module, form)
     fractions = (0.75, 0.0, 0.5, 1.0, 0.5, float(rng.random()))
@@ -129,8 +133,10 @@ def test_an_array_of_p_selects_each_p_as_a_single_p_does(host_module, evaluation
             rng, int(rng.integers(0, 30)), [1, 3, 1000][case % 3], case % 4 == 0, most_runs
         )
         launches = gpu.launches
+        reads.clear()
         got = gpu.holistic_select(values, *runs, evaluation, fractions, True)
         assert gpu.launches - launches <= 1
+        assert len(reads) == 1  # n, lower and higher cross in one copy
         cpu = cpu_holistic.holistic_select(values, *runs, evaluation, fractions, True)
         assert got[1].shape == (len(runs[2]), len(fractions))
         for column, fraction in enumerate(fractions):
@@ -190,10 +196,26 @@ def window_runs_case(rng: np.random.Generator) -> tuple:
     )
 
 
+class _CountedUploads(HostCupy):
+    """HostCupy counting `asarray` of host (numpy, not device) arrays: host-to-device
+    copies on CuPy."""
+
+    def __init__(self) -> None:
+        self.uploads = 0
+
+    def asarray(self, array, *args, **kwargs):  # noqa: ANN001, ANN201
+        if isinstance(array, np.ndarray) and not isinstance(array, HostArray):
+            self.uploads += 1
+        return np.asarray(array, *args, **kwargs).view(HostArray)
+
+
 def test_window_runs_equal_the_cpu_runs(host_module):
-    gpu = GpuHolistic(HostCupy(), host_module)
+    xp = _CountedUploads()
+    gpu = GpuHolistic(xp, host_module)
     arguments = window_runs_case(np.random.default_rng(3))
-    got = gpu.window_runs(*arguments)
+    flat = np.asarray(arguments[0]).view(HostArray)  # the panes' offsets live on the device
+    got = gpu.window_runs(flat, *arguments[1:])
+    assert xp.uploads == 1  # the span's and the rows' host arrays go up in one copy
     want = cpu_holistic.window_runs(*arguments)
     for g, w in zip(got, want, strict=True):
         assert np.array_equal(np.asarray(g), w)
@@ -484,3 +506,62 @@ def test_the_gpu_pane_split_groups_as_the_cpu_split_and_sorts_each_pane(host_mod
         order = np.lexsort((w_times, w_values, w_slots))
         assert np.array_equal(np.asarray(g_times), w_times[order])
         assert np.array_equal(np.asarray(g_values), w_values[order])
+
+
+def _count_reads(monkeypatch) -> list:
+    """A list that grows by one for each device-to-host read of the GPU holistic kernels
+    (`gpu.holistic._host`: on the device, each is a wait for it)."""
+    reads: list = []
+    original = gpu_holistic._host
+    monkeypatch.setattr(gpu_holistic, "_host", lambda a: reads.append(1) or original(a))
+    return reads
+
+
+def _chunks_equal(got, want) -> bool:
+    return len(got) == len(want) and all(
+        all(
+            (g is None and w is None) or np.array_equal(np.asarray(g), np.asarray(w))
+            for g, w in zip(got_chunk, want_chunk, strict=True)
+        )
+        for got_chunk, want_chunk in zip(got, want, strict=True)
+    )
+
+
+@pytest.mark.parametrize("by_value", [True, False])
+@pytest.mark.parametrize("timed", [False, True])
+def test_the_pane_split_over_a_known_range_reads_the_device_once(
+    host_module, monkeypatch, by_value, timed
+):
+    """With the batch's pane range known on the host, the split gives the general path's
+    panes and chunks from one device read (the general path reads the kept rows' cuts and
+    their pane ids: two, besides the count its compaction syncs on); a range that misses a
+    kept row's pane is caught by the same read and the general path answers."""
+    reads = _count_reads(monkeypatch)
+    rng = np.random.default_rng(17)
+    rows = 700
+    panes = rng.integers(-4, 9, rows).astype(np.int64)
+    panes[rng.random(rows) < 0.1] = 100  # rows outside the range, none of them kept
+    slots = rng.integers(0, 9, rows).astype(np.int32)
+    values = rng.integers(-20, 20, rows).astype(np.int64)
+    times = rng.integers(0, 50, rows).astype(np.int64) if timed else None
+    keep = (rng.random(rows) < 0.7) & (panes < 100)
+    keep[panes == 2] = False  # a pane of the range with no kept row
+    gpu = GpuHolistic(HostCupy(), host_module)
+    arguments = (panes, slots, values, keep, times, by_value)
+    want = gpu.split_panes(*arguments)
+    reads.clear()
+    got = gpu.split_panes(*arguments, pane_range=(-4, 8))
+    assert len(reads) == 1
+    assert got[0] == want[0] == sorted(set(panes[keep].tolist())) and 2 not in got[0]
+    assert got[2] and _chunks_equal(got[1], want[1])
+    # a wrong range (a kept row's pane past it, or before it): the general path's answer
+    for wrong in ((-4, 7), (-3, 8)):
+        found = gpu.split_panes(*arguments, pane_range=wrong)
+        assert found[0] == want[0] and _chunks_equal(found[1], want[1])
+    nothing = np.zeros(rows, bool)
+    assert gpu.split_panes(panes, slots, values, nothing, pane_range=(-4, 8)) == ([], [], True)
+    assert gpu.split_panes(panes[:0], slots[:0], values[:0], keep[:0], pane_range=(0, 0)) == (
+        [],
+        [],
+        True,
+    )

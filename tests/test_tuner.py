@@ -1,7 +1,7 @@
 """The online auto-tuner (mangonel/runtime/operators/tuner.py) on synthetic cost curves with an
 injected clock: it converges to within 10 % of the best configuration in a bounded number of
 steps, never leaves the knobs' values, stays settled while nothing changes, and re-tunes when
-the input rate, the work per step or the cost drifts. Then the holistic firing it tunes
+the input rate, the work per batch or the cost drifts. Then the holistic firing it tunes
 (runtime/operators/holistic.py): options, EXPLAIN and EXPLAIN ANALYZE, and results equal to
 the untuned run and the oracle while the configuration changes mid-stream (the GPU selection
 form too, over the GPU kernels' code on the host)."""
@@ -27,6 +27,7 @@ from mangonel.errors import PlanError
 from mangonel.runtime.cpu.kernels import CpuKernels
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.operators import holistic as holistic_operator
+from mangonel.runtime.operators import window
 from mangonel.runtime.operators.tuner import Knob, Tuner
 
 CHUNKS = (64, 256, 1024, 4096, 16384)
@@ -262,13 +263,33 @@ def test_retunes_after_the_input_rate_changes_and_finds_the_new_best():
     assert fast(metrics.config) <= 1.10 * best_cost(fast)
 
 
-def test_retunes_after_the_work_per_step_changes():
+def test_retunes_after_the_work_per_batch_changes():
     cost = bowl(1024, "warp-per-window")
     tuner, clock = settled(cost)
     drive(tuner, clock, cost, 30, 0.05, units=1e6)
     drive(tuner, clock, cost, 30, 0.05, units=1e4, rate=1e5)  # same rate, 100x smaller steps
     assert tuner.retunes == 1
-    assert tuner.retune_reason.startswith("work per step changed")
+    assert tuner.retune_reason.startswith("work per batch changed")
+
+
+def test_firings_combined_over_batches_are_no_change_of_the_work():
+    """Over input in memory a firing may serve several batches (`batches_per_firing`): the
+    work it reports grows with them, the work per batch does not; no re-tune."""
+    cost = bowl(1024, "warp-per-window")
+    tuner, clock = settled(cost)
+    drive(tuner, clock, cost, 30, 0.05)
+    for _ in range(30):  # the same stream, each firing now after 8 batches of 1e6 units
+        for _ in range(8):
+            clock.advance(1e6 / 1e7)
+            tuner.observe_input(10**6)
+        seconds = cost(tuner.config) * 8e6
+        clock.advance(seconds)
+        tuner.observe(8e6, seconds, batches=8)
+    assert tuner.retunes == 0 and tuner.state == "settled"
+    tuner.observe(8e6, cost(tuner.config) * 8e6)  # counted as one batch: 8x the work
+    for _ in range(5):
+        tuner.observe(8e6, cost(tuner.config) * 8e6)
+    assert tuner.retunes == 1 and tuner.retune_reason.startswith("work per batch changed")
 
 
 def test_retunes_after_the_cost_drifts():
@@ -337,14 +358,22 @@ def _sorted(table: pa.Table) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: (r["k"], str(r.get("ws")), str(r["m"])))
 
 
+# rows per batch of the runs that watch the configuration change mid-stream: a run over
+# batches in memory combines up to `COMBINED_FIRING_BATCHES` batches' firings into one, so
+# small batches give the tuner enough firings (150 batches, about 20 firings)
+HOPPING_BATCH = 40
+
+
 def test_results_equal_the_untuned_run_while_the_configuration_changes(hopping_tuner):
     tuned = session().sql(QUERY.replace("k, MEDIAN", "k, window_start AS ws, MEDIAN"))
-    got = tuned.run(batches())
+    got = tuned.run(batches(per_batch=HOPPING_BATCH))
     metrics = tuned.metrics.tuning
     assert metrics.switches > 10  # the chunk length changed mid-stream many times
+    # the firings were combined over batches in memory (one step per firing)
+    assert metrics.steps <= 6000 // HOPPING_BATCH // window.COMBINED_FIRING_BATCHES + 4
     assert len({c["windows_per_launch"] for c, _, _ in metrics.tried}) >= 3
     untuned = session(tuning="off").sql(QUERY.replace("k, MEDIAN", "k, window_start AS ws, MEDIAN"))
-    want = untuned.run(batches())
+    want = untuned.run(batches(per_batch=HOPPING_BATCH))
     assert untuned.metrics.tuning.state == "off"
     assert got.num_rows > 5000
     assert _nan_equal(_sorted(got), _sorted(want))
@@ -466,9 +495,9 @@ def test_results_equal_while_the_gpu_form_changes_mid_stream(hopping_tuner, gpu_
         "[RANGE 40 MICROSECONDS SLIDE 4 MICROSECONDS] GROUP BY k"
     )
     tuned = session().sql(query)
-    got = tuned.run(batches())
+    got = tuned.run(batches(per_batch=HOPPING_BATCH))
     metrics = tuned.metrics.tuning
     assert {c["gpu_form"] for c, _, _ in metrics.tried} == set(FORMS)
     assert all(gpu_forms_on_the_host[form].launches > 0 for form in FORMS)
-    want = session(tuning="off").sql(query).run(batches())
+    want = session(tuning="off").sql(query).run(batches(per_batch=HOPPING_BATCH))
     assert _nan_equal(_sorted(got), _sorted(want))

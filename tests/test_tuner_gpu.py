@@ -21,6 +21,7 @@ if not gpu_available():
 
 from test_tuner import (  # noqa: E402, F401 - hopping_tuner is a fixture
     FORMS,
+    HOPPING_BATCH,
     _nan_equal,
     _sorted,
     batches,
@@ -45,7 +46,7 @@ def _session(backend: str, **options) -> mangonel.Session:
 
 def test_gpu_results_equal_the_cpu_while_forms_and_launches_change(hopping_tuner):  # noqa: F811
     tuned = _session("gpu").sql(QUERY)
-    got = tuned.run(batches())
+    got = tuned.run(batches(per_batch=HOPPING_BATCH))
     metrics = tuned.metrics.tuning
     assert {c["gpu_form"] for c, _, _ in metrics.tried} == set(FORMS)
     assert len({c["windows_per_launch"] for c, _, _ in metrics.tried}) >= 2
@@ -57,14 +58,15 @@ def test_gpu_results_equal_the_cpu_while_forms_and_launches_change(hopping_tuner
         if isinstance(kernels, GpuHolistic)
     }
     assert set(launched) == set(FORMS) and all(n > 0 for n in launched.values())
-    want = _session("cpu", tuning="off").sql(QUERY).run(batches())
+    want = _session("cpu", tuning="off").sql(QUERY).run(batches(per_batch=HOPPING_BATCH))
     assert got.num_rows > 5000
     assert _nan_equal(_sorted(got), _sorted(want))
 
 
 def test_gpu_default_tuner_reports_configurations_of_its_space():
     query = _session("gpu").sql(QUERY)
-    query.run(batches(rows=40_000, per_batch=1000))
+    # 320 batches in memory: firings combined up to 8 batches each, about 40 firings
+    query.run(batches(rows=40_000, per_batch=125))
     metrics = query.metrics.tuning
     assert metrics.state in ("exploring", "settled") and metrics.steps > 10
     assert metrics.tried, "the default tuner measured nothing in 40 firings"

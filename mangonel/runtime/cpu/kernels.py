@@ -491,8 +491,9 @@ class CpuKernels:
         # a counting sort by slot is O(n) whether or not the chunk came sorted
         return holistic.sort_pane(slots, keys, n_slots)
 
-    def split_panes(self, panes, slots, values, keep, times=None, by_value=True):
-        # the CPU's chunks are never sorted (`by_value` changes nothing)
+    def split_panes(self, panes, slots, values, keep, times=None, by_value=True, pane_range=None):
+        # the CPU's chunks are never sorted (`by_value` changes nothing) and it reads no
+        # device (`pane_range`, the GPU's hint, saves nothing here)
         return holistic.split_panes(panes, slots, values, keep, times)
 
     def sort_pane_timed(self, slots, keys, times, n_slots):

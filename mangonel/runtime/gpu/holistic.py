@@ -36,6 +36,10 @@ from mangonel.runtime.gpu import python_window
 
 THREADS_PER_BLOCK = 128
 MAX_BLOCKS = 1 << 16  # grid-stride beyond: a launch covers any number of windows
+# `split_panes` with the batch's pane range known on the host searches every pane of the range
+# for its bounds (one device read of range + 2 words); a wider range (outliers, clipped event
+# times) takes the general path, which reads the cuts it finds
+MAX_RANGE_PANES = 1 << 14
 
 
 class GpuHolistic:
@@ -94,6 +98,7 @@ class GpuHolistic:
         keep: Any,  # noqa: ANN401
         times: Any = None,  # noqa: ANN401
         by_value: bool = True,
+        pane_range: tuple[int, int] | None = None,
     ) -> tuple[list[int], list[tuple[Any, Any, Any]], bool]:
         """The kept rows' (slot, order key, event time or None) grouped by pane on the
         device: (pane ids, one chunk per pane, True: each chunk sorted by
@@ -101,7 +106,13 @@ class GpuHolistic:
         one batch is then never sorted again (`sort_pane(..., presorted=True)`). `times`: the
         rows' event times, kept where a Python function `with_timestamps` reads the field.
         `by_value` False: sorted by slot only (a field only sketches read: their cells are
-        the runs of equal slots, the values' order does not matter)."""
+        the runs of equal slots, the values' order does not matter). `pane_range`: (first,
+        last) pane of every kept row where the host knows it: the bounds of every pane come
+        in one device read (else: the kept rows' count, then their cuts and pane ids)."""
+        if pane_range is not None and 0 <= pane_range[1] - pane_range[0] < MAX_RANGE_PANES:
+            found = self._split_in_range(panes, slots, values, keep, times, by_value, pane_range)
+            if found is not None:
+                return found
         xp = self.xp
         rows = xp.flatnonzero(xp.asarray(keep))
         count = int(rows.shape[0])
@@ -130,6 +141,58 @@ class GpuHolistic:
             (row_slots[a:b], row_values[a:b], None if row_times is None else row_times[a:b])
             for a, b in zip(starts, ends, strict=True)
         ]
+        return pane_ids, chunks, True
+
+    def _split_in_range(
+        self,
+        panes: Any,  # noqa: ANN401
+        slots: Any,  # noqa: ANN401
+        values: Any,  # noqa: ANN401
+        keep: Any,  # noqa: ANN401
+        times: Any,  # noqa: ANN401
+        by_value: bool,
+        pane_range: tuple[int, int],
+    ) -> tuple[list[int], list[tuple[Any, Any, Any]], bool] | None:
+        """`split_panes` over panes known to lie in `pane_range`: every row is sorted, those
+        not kept after the kept ones (their pane made one past the range: no compaction,
+        whose row count would cost a device read), and the bounds of each pane of the range
+        plus the kept rows' count come in one read. None where that count shows a kept row
+        outside the range (the hint was wrong: the caller takes the general path)."""
+        xp = self.xp
+        low, high = pane_range
+        count = int(panes.shape[0])  # the array's shape: known on the host
+        if not count:
+            return [], [], True
+        kept = xp.asarray(keep).astype(xp.bool_, copy=False)
+        row_panes = xp.where(kept, xp.asarray(panes, dtype=xp.int64), high + 1)
+        row_slots = xp.asarray(slots).astype(xp.int64)
+        row_values = xp.asarray(values, dtype=xp.int64)
+        row_times = None if times is None else xp.asarray(times, dtype=xp.int64)
+        sort_keys = (row_values, row_slots, row_panes)  # the last key is the primary one
+        if not by_value:
+            sort_keys = sort_keys[1:]
+        if row_times is not None:
+            sort_keys = (row_times, *sort_keys)
+        order = xp.lexsort(xp.stack(sort_keys))
+        row_panes = row_panes[order]
+        bounds = xp.searchsorted(row_panes, xp.arange(low, high + 2, dtype=xp.int64))
+        read = _host(xp.concatenate((bounds, kept.sum(dtype=xp.int64).reshape(1))))
+        bounds, kept_count = read[:-1], int(read[-1])
+        if int(bounds[-1] - bounds[0]) != kept_count:
+            return None
+        if not kept_count:
+            return [], [], True
+        row_slots = row_slots[order]
+        row_values = row_values[order]
+        if row_times is not None:
+            row_times = row_times[order]
+        pane_ids, chunks = [], []
+        for index in np.flatnonzero(np.diff(bounds)).tolist():
+            a, b = int(bounds[index]), int(bounds[index + 1])
+            pane_ids.append(low + index)
+            chunks.append(
+                (row_slots[a:b], row_values[a:b], None if row_times is None else row_times[a:b])
+            )
         return pane_ids, chunks, True
 
     def sort_pane_timed(
@@ -177,26 +240,32 @@ class GpuHolistic:
         """`runtime.cpu.holistic.window_runs` on the device: row r's run i reads span pane
         p = first_index[r] + i, its slot s = slots[r]: `base[p] + offsets_p[min(s, last)] ..
         base[p] + offsets_p[min(s + 1, last)]` (empty where last = offset_last[p] < 0: no
-        pane). The host's arrays (span- and row-sized) go up; the offsets never come down."""
+        pane). The host's arrays (span- and row-sized) go up in one host-to-device copy, not
+        five (each a transfer call of tens of microseconds); the offsets never come down."""
         xp = self.xp
         rows = len(slots)
         if not rows:
             empty = xp.zeros(0, xp.int64)
             return empty, empty, empty, empty
-
-        def up(array: np.ndarray) -> Any:  # noqa: ANN401
-            return xp.asarray(np.ascontiguousarray(array, np.int64))
-
-        panes = up(first_index)[:, None] + xp.arange(panes_per_row, dtype=xp.int64)
-        slot = up(slots)[:, None]
-        last = up(offset_last)[panes]
+        span = len(base)
+        host = np.concatenate(
+            [np.asarray(a, np.int64) for a in (offset_first, offset_last, base, slots)]
+            + [np.asarray(first_index, np.int64)]
+        )
+        device = xp.asarray(host)
+        span_first, span_last, span_base = (device[i * span : (i + 1) * span] for i in range(3))
+        row_slots = device[3 * span : 3 * span + rows]
+        row_first_index = device[3 * span + rows :]
+        panes = row_first_index[:, None] + xp.arange(panes_per_row, dtype=xp.int64)
+        slot = row_slots[:, None]
+        last = span_last[panes]
         present = last >= 0
         flat = xp.asarray(flat_offsets, dtype=xp.int64)
         if not int(flat.shape[0]):  # no pane of the span holds values
             run_start = run_end = xp.zeros(rows * panes_per_row, xp.int64)
         else:
-            first = up(offset_first)[panes]
-            pane_base = up(base)[panes]
+            first = span_first[panes]
+            pane_base = span_base[panes]
             low = xp.where(present, first + xp.minimum(slot, last), 0)
             high = xp.where(present, first + xp.minimum(slot + 1, last), 0)
             run_start = xp.where(present, pane_base + flat[low], 0).reshape(-1)
@@ -235,9 +304,13 @@ class GpuHolistic:
         ]
         fractions = np.atleast_1d(np.asarray(fraction, np.float64))
         rows = int(arrays[3].shape[0])
-        n = xp.zeros(rows, dtype=xp.int64)
-        lower = xp.zeros((rows, len(fractions)), dtype=xp.int64)
-        higher = xp.zeros((rows, len(fractions)), dtype=xp.int64)
+        width = len(fractions)
+        # n, lower and higher in one device buffer: the results cross in one copy (one wait
+        # for the device per launch, not three)
+        results = xp.zeros(rows * (1 + 2 * width), dtype=xp.int64)
+        n = results[:rows]
+        lower = results[rows : rows * (1 + width)].reshape(rows, width)
+        higher = results[rows * (1 + width) :].reshape(rows, width)
         if rows:
             lanes = codegen.HOLISTIC_FORM_LANES[self.form]
             blocks = min(MAX_BLOCKS, -(-rows * lanes // THREADS_PER_BLOCK))
@@ -256,9 +329,13 @@ class GpuHolistic:
                 ),
             )
             self.launches += 1
+        host = _host(results)
+        n_host = host[:rows]
+        lower_host = host[rows : rows * (1 + width)].reshape(rows, width)
+        higher_host = host[rows * (1 + width) :].reshape(rows, width)
         if isinstance(fraction, tuple):
-            return _host(n), _host(lower), _host(higher)
-        return _host(n), _host(lower)[:, 0].copy(), _host(higher)[:, 0].copy()
+            return n_host, lower_host, higher_host
+        return n_host, lower_host[:, 0].copy(), higher_host[:, 0].copy()
 
     def python_window(
         self,

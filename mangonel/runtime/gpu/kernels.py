@@ -225,10 +225,16 @@ class GpuKernels:
                 ),
             )
         has_time = has_event_time.astype(cp.bool_)
-        with_time = int(has_time.sum())
-        max_event_time = (
-            int(cp.where(has_time, event_time, np.iinfo(np.int64).min).max()) if with_time else None
-        )
+        # the count of rows with an event time and the latest one in one read (one wait for
+        # the device per lift, not two)
+        latest = cp.where(has_time, event_time, np.iinfo(np.int64).min).max() if length else None
+        with_time, max_event_time = 0, None
+        if latest is not None:
+            with_time, max_event_time = (
+                int(x) for x in cp.stack((has_time.sum(dtype=cp.int64), latest)).get()
+            )
+        if not with_time:
+            max_event_time = None
         by_field: dict[str, list] = {}
         for part in generated.parts:
             by_field.setdefault(part.field, []).append(partials[part.member])

@@ -158,7 +158,7 @@ class LocalQuery:
         together (`TimeWindowOperator._after_batch`: same rows, same order, fewer firings);
         over a live source each batch's results come before the next batch is waited for."""
         for operator in self.operator.operators:
-            if isinstance(operator, TimeWindowOperator):
+            if isinstance(operator, TimeWindowOperator | HolisticTimeWindows):
                 operator.batches_per_firing = COMBINED_FIRING_BATCHES if allowed else 1
 
     def _arrivals(self, inputs: Any) -> Iterator[list[pa.RecordBatch]]:  # noqa: ANN401

@@ -146,6 +146,15 @@ class OperatorBase:
                 return True, None if extremes is None else extremes[0]
         return False, None
 
+    def _event_time_extremes(self, batch: pa.RecordBatch | pa.Table) -> tuple[int, int] | None:
+        """(min, max) of the non-NULL event times of a batch `_input` conformed, measured
+        before out-of-range ones were made NULL (so they bound every kept row's); None where
+        it has none or was not conformed here (a hint only: callers then do without)."""
+        for given, _, extremes in self._conformed:
+            if given is batch:
+                return extremes
+        return None
+
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         """Lift + merge one batch, then update the watermark and fire (standalone form)."""
         conformed, out_of_range = self._input(batch)

@@ -239,6 +239,9 @@ class HolisticTimeWindows:
         self.tuner = new_tuner(knobs) if knobs else None
         if self.tuner is not None:
             self.clock = self.tuner.clock
+        # input batches since the last firing that evaluated windows: the batches it served
+        # (several where the wrapped operator combines firings, `batches_per_firing`)
+        self._batches_unfired = 0
 
     def _planned_chunk(self) -> int:
         assert self.node.holistic is not None
@@ -272,20 +275,43 @@ class HolisticTimeWindows:
             found = self._select_kernels[form] = self.lifting.holistic_for(plan)
         return found
 
+    @property
+    def batches_per_firing(self) -> int:
+        """How many batches' firings the wrapped operator may combine into one (the runner
+        raises it over input held in memory: `TimeWindowOperator._firing_can_wait`). The
+        holistic columns come from panes no row of the batches in between can reach (the
+        same rule), so a combined firing gives the per-batch rows; each firing costs fixed
+        launches and device round trips here too."""
+        return self.inner.batches_per_firing
+
+    @batches_per_firing.setter
+    def batches_per_firing(self, batches: int) -> None:
+        self.inner.batches_per_firing = batches
+
     # -- input ----------------------------------------------------------------------------
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         conformed, _ = self.inner._input(batch)  # the wrapped operator reuses this object
         if self.tuner is not None:
             self.tuner.observe_input(conformed.num_rows)
-        self._keep(conformed)
+        # the batch's panes lie in those of its event times' extremes (known on the host: no
+        # device read to find them)
+        extremes = self.inner._event_time_extremes(batch)
+        pane_range = (
+            None
+            if extremes is None
+            else (extremes[0] // self.pane_length, extremes[1] // self.pane_length)
+        )
+        self._keep(conformed, pane_range)
+        self._batches_unfired += 1
         return self._complete(self.inner.process(batch, input))
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
         self.inner.prefetch(batch)
 
-    def _keep(self, batch: pa.RecordBatch) -> None:
-        """The values of the batch's contributing, not late tuples, into their panes."""
+    def _keep(self, batch: pa.RecordBatch, pane_range: tuple[int, int] | None = None) -> None:
+        """The values of the batch's contributing, not late tuples, into their panes;
+        `pane_range`: (first, last) pane every such tuple lies in, where known."""
         kernels = self.lifting
         # the key words come from the lift (on the GPU: built on the device from the staged
         # columns, so the key columns are never encoded on the host per batch)
@@ -299,7 +325,8 @@ class HolisticTimeWindows:
         for value_field in self.value_fields:
             values, valid = lifted.partials[value_field.name]
             times = event_times if value_field.name in self.timed_fields else None
-            self._store(value_field.name, panes, slots, values, include & (valid != 0), times)
+            keep = include & (valid != 0)
+            self._store(value_field.name, panes, slots, values, keep, times, pane_range)
 
     def _not_late(self, kernels: Any, panes: Any, include: Any) -> Any:  # noqa: ANN401
         """`include` less the rows of panes that are late against the watermark from before
@@ -320,10 +347,13 @@ class HolisticTimeWindows:
         values: Any,  # noqa: ANN401
         keep: Any,  # noqa: ANN401
         times: Any,  # noqa: ANN401 - event times where `name` is timed, else None
+        pane_range: tuple[int, int] | None,
     ) -> None:
         """The kept rows' values of the `values` field `name` (each with its pane, key slot
         and, for a timed field, event time) into the panes' sketches and, where an exact
-        aggregate reads the field, raw values, grouped by pane on the holistic backend."""
+        aggregate reads the field, raw values, grouped by pane on the holistic backend.
+        `pane_range`: (first, last) pane of every kept row where the host knows it (the GPU
+        then finds the panes' bounds in one device read)."""
         pane_ids, chunks, presorted = self.kernels.split_panes(
             panes,
             slots,
@@ -332,6 +362,7 @@ class HolisticTimeWindows:
             times,
             # raw values are kept sorted by value; sketches need their slots' runs only
             by_value=name in self.raw_fields,
+            pane_range=pane_range,
         )
         if not chunks:
             return
@@ -402,8 +433,15 @@ class HolisticTimeWindows:
                 if not np.array_equal(time_counts, counts):
                     raise DataError(f"the event times of {name} do not match its values")
             keep = np.repeat(include, counts)
+            pane_range = (int(panes.min()), int(panes.max())) if len(panes) else None
             self._store(
-                name, np.repeat(panes, counts), np.repeat(slots, counts), values, keep, times
+                name,
+                np.repeat(panes, counts),
+                np.repeat(slots, counts),
+                values,
+                keep,
+                times,
+                pane_range,
             )
         self.inner.merge(partials)
 
@@ -430,9 +468,14 @@ class HolisticTimeWindows:
             completed, work = self._with_holistic(batch, chunk, select)
             out.append(completed)
             units += work
-        if self.tuner is not None and units:
-            # the selection ends with its results' copy to the host: the time is the work's
-            self.tuner.observe(units, self.clock() - started)
+        if units:
+            if self.tuner is not None:
+                # the selection ends with its results' copy to the host: the time is the
+                # work's; a combined firing served several batches (the tuner's work per
+                # batch stays comparable)
+                batches = max(1, self._batches_unfired)
+                self.tuner.observe(units, self.clock() - started, batches)
+            self._batches_unfired = 0
         next_window = self.inner.next_window
         if next_window is not None:
             for store in self.panes.values():

@@ -3,9 +3,11 @@ measured cost per unit of work while the query runs, never stopping the stream.
 
 The operator times its tuned step (`time.perf_counter` around it; on the GPU the step ends
 with the device-to-host copy of its results, a sync) and reports `observe(units, seconds)`
-once per step, `units` being the work done (values read by the firing's windows). Between
-two steps it reads `config` and runs the next step with it: a configuration applies to whole
-steps, and the tuned knobs change how results are computed, never what they are.
+once per step, `units` being the work done (values read by the firing's windows), and how
+many input batches the step served (a firing combined over batches held in memory serves
+several, `window.COMBINED_FIRING_BATCHES`). Between two steps it reads `config` and runs the
+next step with it: a configuration applies to whole steps, and the tuned knobs change how
+results are computed, never what they are.
 
 The search (GASSER, ../shared/papers/gasser-autotuned-gpu-sliding-window.txt, calibrates
 offline-style for tens of seconds over a low-discrepancy sample and an interpolated model;
@@ -23,7 +25,7 @@ here the space is small and ordered, so a measured hill-climb suffices):
   first-improvement hill-climbing: a move along a slope costs one comparison);
   when every neighbour lost to the centre, the tuner settles on it;
 - settled, it keeps watching: over the first `window` steps it takes a baseline (median cost
-  per unit, units per step, input rate), then compares the median of the last `window` steps
+  per unit, units per input batch, input rate), then compares the median of the last `window` steps
   against it. A change by more than `drift` x (either way) of any of the three restarts the
   search from the settled configuration (a re-tune); a timer never does.
 
@@ -157,7 +159,7 @@ class Tuner:
         self.retune_reason: str | None = None
         self.steps = 0
         self.switches = 0
-        # settled: the baseline (cost per unit, units per step, input rate) and recent values
+        # settled: the baseline (cost per unit, units per batch, input rate) and recent values
         self._baseline: dict[str, float] | None = None
         self._recent: dict[str, deque[float]] = {
             name: deque(maxlen=window) for name in ("cost", "units", "rate")
@@ -182,8 +184,10 @@ class Tuner:
         self._recent["rate"].append(tuples / (now - last))
         self._check_drift()
 
-    def observe(self, units: float, seconds: float) -> None:
-        """One step ran with `config`: `units` of work (> 0) in `seconds`."""
+    def observe(self, units: float, seconds: float, batches: int = 1) -> None:
+        """One step ran with `config`: `units` of work (> 0) in `seconds`, serving `batches`
+        input batches (the work signal is per batch: whether a firing waited for the next
+        batches is no change of the stream)."""
         if units <= 0:
             return
         self.steps += 1
@@ -191,7 +195,7 @@ class Tuner:
             self.search_started = self.clock()
         if self.state == "settled":
             self._recent["cost"].append(seconds / units)
-            self._recent["units"].append(units)
+            self._recent["units"].append(units / max(1, batches))
             self._check_drift()
             return
         runs = self._runs.get(self.current, 0)
@@ -348,7 +352,7 @@ class Tuner:
         self._next_comparison()
 
 
-_SIGNALS = {"cost": "cost per unit", "units": "work per step", "rate": "input rate"}
+_SIGNALS = {"cost": "cost per unit", "units": "work per batch", "rate": "input rate"}
 
 
 __all__ = ["Knob", "Tuner", "TunerMetrics"]
