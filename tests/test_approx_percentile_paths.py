@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from fuzzer import check
 from holistic_stream import DDL, SCHEMA, batch_of
+from test_holistic import grouped_scenario
 
 import mangonel
 from mangonel.compiler import physical as ph
@@ -249,3 +251,33 @@ def test_large_windows_of_the_exact_path_equal_a_numpy_selection():
         n = len(values)
         want = [values[max(int(np.ceil(p * n)) - 1, 0)] for p in (0.01, 0.5, 0.99)]
         assert row["a"] == want
+
+
+# -- the exact path over the GPU kernels' code (g++ over the CUDA shim, no GPU) ----------------
+
+# the fixtures: CPU plans whose holistic step runs the GPU kernels' code over the shim
+from test_holistic_kernels import gpu_path_on_the_host, host_module  # noqa: E402, F401
+
+EXACT_CALLS = [
+    ("approx_percentile:0.5:10000", "APPROX_PERCENTILE(x, 0.5)", ["col", "x"]),
+    ("approx_percentile:0.0:10000", "PERCENTILE_APPROX(v, 0)", ["col", "v"]),
+    ("approx_percentile:1.0:1000", "APPROX_PERCENTILE(n, 1, 1000)", ["col", "n"]),
+    ("approx_percentile:0.9:5000", "APPROX_PERCENTILE(v, 0.9, 5000)", ["col", "v"]),
+    ("percentile_disc:0.9", "PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY v)", ["col", "v"]),
+]
+
+
+def test_the_exact_path_over_the_gpu_kernels_matches_the_oracle(gpu_path_on_the_host):  # noqa: F811
+    """The holistic step of a GPU plan selects exact APPROX_PERCENTILEs with the device's
+    sort, runs and PERCENTILE_DISC selection kernel: here that code over the host shim, in
+    each selection form, sliding over 10 panes with disorder, NULLs and a snapshot."""
+    rows = _rows(seed=9, count=400)
+    batches = [rows[:120], rows[120:260], rows[260:]]
+    scenario = grouped_scenario("time", 40, 4, 20, EXACT_CALLS, batches, (2,))
+    session = _session()
+    node = ph.find(session.sql(scenario.query).plan, ph.WindowAggregateExec)
+    assert all(a.exact for a in node.aggregates[:4]) and node.holistic.sketches == ()
+    failure = check(scenario, "cpu")
+    assert failure is None, str(failure)
+    got = _run(session, scenario.query, rows)
+    assert all(row["a3"] == row["a4"] for row in got)  # the same selection, the same value
