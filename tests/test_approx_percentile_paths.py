@@ -190,8 +190,9 @@ def test_a_snapshot_of_one_path_is_refused_by_the_other():
     exact = LocalQuery(_session("exact").sql(query).plan)
     exact.process(batch_of(rows))
     sketch = LocalQuery(_session("sketch").sql(query).plan)
-    with pytest.raises(DataError, match="snapshot does not match this query"):
+    with pytest.raises(DataError, match="snapshot does not match this query") as raised:
         sketch.restore(exact.snapshot())
+    assert "plan the query with the approx_percentile= option" in str(raised.value)
     sketch.process(batch_of(rows))
     with pytest.raises(DataError, match="snapshot does not match this query"):
         LocalQuery(_session("exact").sql(query).plan).restore(sketch.snapshot())

@@ -660,9 +660,19 @@ class HolisticTimeWindows:
                 f"{header.get('timed', [])}, the query reads those of {sorted(self.timed_fields)}"
             )
         if header.get("sketches", []) != self._sketch_names():
+            held = header.get("sketches", [])
+            # APPROX_PERCENTILE's path is the planner's choice (`percentile_paths`): a
+            # snapshot of the other path restores under the session option that planned it
+            paths = any("GK(" in name for name in [*held, *self._sketch_names()])
             raise DataError(
                 "snapshot does not match this query: it holds the sketches "
-                f"{header.get('sketches', [])}, the query keeps {self._sketch_names()}"
+                f"{held}, the query keeps {self._sketch_names()}"
+                + (
+                    "; plan the query with the approx_percentile= option its snapshot was "
+                    "taken under ('sketch' keeps GK summaries, 'exact' raw values)"
+                    if paths
+                    else ""
+                )
             )
         self.inner.restore(arrays.pop("inner").tobytes())
         self.keys = self.lifting.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")
