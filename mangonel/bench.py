@@ -393,8 +393,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sketches",
         action="store_true",
-        help="the sketch shapes (issue 11): APPROX_COUNT_DISTINCT, APPROX_PERCENTILE beside SUM, "
-        "w = 1 s, s = 10 ms, 1000 keys",
+        help="the sketch shapes (issue 11): APPROX_COUNT_DISTINCT, APPROX_PERCENTILE (its exact "
+        "and its sketch path) beside SUM, w = 1 s, s = 10 ms, 1000 keys",
     )
     parser.add_argument(
         "--join",
