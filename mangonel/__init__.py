@@ -33,7 +33,8 @@ def __getattr__(name: str):  # noqa: ANN202
 def attach(spark, **options):  # noqa: ANN001, ANN003, ANN201  (pyspark stays in runtime/spark)
     """Embed mangonel in a SparkSession: returns a session whose sql() gives streaming
     DataFrames. Options go to SparkMangonelSession (backend="auto"|"cpu"|"gpu", buckets,
-    stage1, native, gpu_join, stage2). Imports pyspark lazily so the core never needs it."""
+    stage1, native, gpu_join, stage2, approx_percentile). Imports pyspark lazily so the core
+    never needs it."""
     from mangonel.runtime.spark.session import SparkMangonelSession
 
     return SparkMangonelSession(spark, **options)

@@ -42,15 +42,18 @@ class Shape:
     # over `value` (APPROX_PERCENTILE(value, 0.5))
     aggregate: str
     delay_us: int  # disorder: uniform in [0, delay)
+    # the session's approx_percentile option ("exact", "sketch"; None: the planner's rule)
+    approx_percentile: str | None = None
 
     @property
     def name(self) -> str:
         from mangonel.compiler.explain import format_duration
 
         order = "in-order" if self.delay_us == 0 else f"delay<{format_duration(self.delay_us)}"
+        path = "" if self.approx_percentile is None else f" [{self.approx_percentile}]"
         return (
             f"w={format_duration(self.range_us)} s={format_duration(self.slide_us)} "
-            f"keys={self.keys} {self.aggregate} {order}"
+            f"keys={self.keys} {self.aggregate}{path} {order}"
         )
 
     def query(self) -> str:
@@ -111,9 +114,15 @@ def window_function_shapes() -> list[Shape]:
 
 def sketch_shapes() -> list[Shape]:
     """Issue 11's sketch target: w = 1 s, s = 10 ms, 1000 keys, in order,
-    APPROX_COUNT_DISTINCT and APPROX_PERCENTILE (their defaults) beside SUM."""
-    calls = ("APPROX_COUNT_DISTINCT", "APPROX_PERCENTILE(value, 0.5)", "SUM")
-    return [Shape(1_000_000, 10_000, 1000, call, 0) for call in calls]
+    APPROX_COUNT_DISTINCT and APPROX_PERCENTILE (their defaults; APPROX_PERCENTILE on both
+    of its paths, exact selection and the GK sketch) beside SUM."""
+    calls = (
+        ("APPROX_COUNT_DISTINCT", None),
+        ("APPROX_PERCENTILE(value, 0.5)", "exact"),
+        ("APPROX_PERCENTILE(value, 0.5)", "sketch"),
+        ("SUM", None),
+    )
+    return [Shape(1_000_000, 10_000, 1000, call, 0, path) for call, path in calls]
 
 
 @dataclass
@@ -157,7 +166,7 @@ def run_engine(shape: Shape, batches: list, backend: str) -> tuple[float, int]:
     """Seconds to push every batch through the query (end of input included), rows out."""
     from mangonel.session import Session
 
-    session = Session(backend=backend)
+    session = Session(backend=backend, approx_percentile=shape.approx_percentile)
     session.create_stream(
         "events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=shape.delay_us
     )
@@ -391,8 +400,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sketches",
         action="store_true",
-        help="the sketch shapes (issue 11): APPROX_COUNT_DISTINCT, APPROX_PERCENTILE beside SUM, "
-        "w = 1 s, s = 10 ms, 1000 keys",
+        help="the sketch shapes (issue 11): APPROX_COUNT_DISTINCT, APPROX_PERCENTILE (its exact "
+        "and its sketch path) beside SUM, w = 1 s, s = 10 ms, 1000 keys",
     )
     parser.add_argument(
         "--join",

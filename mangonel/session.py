@@ -106,6 +106,10 @@ class Session(StatementRunner):
     GPU selection form; `runtime/operators/tuner.py`): "online" (the default), "off" (the
     plan's values), or `TuningOptions(windows_per_launch=..., gpu_form=...)` to fix knobs.
     EXPLAIN shows it; `query.explain(analyze=True)` and `query.metrics.tuning` its choices.
+    approx_percentile: how APPROX_PERCENTILE is answered: "auto" (the default: exact
+    selection over raw values where they are kept anyway or the accuracy is 1000 or more,
+    the GK sketch per pane below; docs/semantics.md), "exact" or "sketch" (forced). EXPLAIN
+    prints each call's path and why (`approx_percentile=[...]`).
     """
 
     def __init__(
@@ -117,10 +121,12 @@ class Session(StatementRunner):
         gpu_join: bool = True,
         join_factorised: bool = True,
         tuning: str | TuningOptions | None = None,
+        approx_percentile: str | None = None,
     ) -> None:
         super().__init__(
             backend,
             tuning=tuning,
+            approx_percentile=approx_percentile,
             windows_per_batch=windows_per_batch,
             join_algorithm=join_algorithm,
             gpu_join=gpu_join,

@@ -75,6 +75,8 @@ class Scenario:
     # Python window functions the engine's session registers: (name, function, returns),
     # or (name, function, returns, with_timestamps)
     window_functions: tuple[tuple, ...] = ()
+    # the session's approx_percentile option ("exact", "sketch"; None: the planner's rule)
+    approx_percentile: str | None = None
 
     @classmethod
     def from_case(cls, case: Case) -> Scenario:
@@ -96,6 +98,7 @@ class Scenario:
             data["batches"],
             tuple(data.get("snapshot_before", ())),
             data.get("windows_per_batch"),
+            approx_percentile=data.get("approx_percentile"),
         )
 
 
@@ -144,7 +147,11 @@ def engine_run(scenario: Scenario, backend: str) -> tuple[list[list[dict]], dict
 def _engine_query(scenario: Scenario, backend: str):
     import mangonel
 
-    session = mangonel.Session(backend=backend, windows_per_batch=scenario.windows_per_batch)
+    session = mangonel.Session(
+        backend=backend,
+        windows_per_batch=scenario.windows_per_batch,
+        approx_percentile=scenario.approx_percentile,
+    )
     session.execute(scenario.ddl)
     for name, function, returns, *timed in scenario.window_functions:
         session.register_window_function(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mangonel.bench import Shape, default_shapes
+from mangonel.bench import Shape, default_shapes, sketch_shapes
 from mangonel.cli import main
 
 
@@ -195,3 +195,24 @@ def test_gpu_bench_profile_names_the_engine_functions() -> None:
     batches = [whole.slice(first, 10_000) for first in range(0, 30_000, 10_000)]
     text = bench_gpu.profile_public_shape(shape, batches, top=5, backend="cpu")
     assert "tottime" in text and "function calls" in text
+
+
+def test_sketch_shapes_run_approx_percentile_on_both_paths(tmp_path: Path) -> None:
+    assert [(s.aggregate, s.approx_percentile) for s in sketch_shapes()] == [
+        ("APPROX_COUNT_DISTINCT", None),
+        ("APPROX_PERCENTILE(value, 0.5)", "exact"),
+        ("APPROX_PERCENTILE(value, 0.5)", "sketch"),
+        ("SUM", None),
+    ]
+    config = tmp_path / "shapes.json"
+    call = {"range_us": 100_000, "slide_us": 10_000, "keys": 3, "delay_us": 0}
+    call["aggregate"] = "APPROX_PERCENTILE(value, 0.5)"
+    config.write_text(json.dumps([{**call, "approx_percentile": p} for p in ("exact", "sketch")]))
+    out_json = tmp_path / "out.json"
+    arguments = ["bench", str(config), "--tuples", "20000", "--rate", "100000", "--no-peer"]
+    assert main([*arguments, "--batch-size", "10000", "--json", str(out_json)]) == 0
+    rows = json.loads(out_json.read_text())
+    # each row names its path (the session option its run was planned with)
+    assert "APPROX_PERCENTILE(value, 0.5) [exact]" in rows[0]["shape"]
+    assert "APPROX_PERCENTILE(value, 0.5) [sketch]" in rows[1]["shape"]
+    assert rows[0]["rows_out"] == rows[1]["rows_out"] > 0

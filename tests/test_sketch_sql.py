@@ -28,6 +28,7 @@ SPECIAL = [math.nan, -0.0, 0.0, math.inf, -math.inf]
 RSDS = [0.05, 0.1, 0.02, 0.3]
 ACCURACIES = [10000, 100, 10, 4, 2]  # small ones compress summaries of a few values
 FRACTIONS = [0.0, 1.0, 0.5, 0.25, 0.9, 0.333]
+PATHS = ["sketch", None, "exact"]  # the session's approx_percentile option
 
 
 def _function(draw, hll_only: bool = False) -> tuple[str, str]:
@@ -102,7 +103,10 @@ def scenarios(draw, kind: str, hll_only: bool = False) -> Scenario:
             ("approx_count_distinct:0.05", f"APPROX_COUNT_DISTINCT({argument[1]})", argument)
         )
     snapshot = tuple(sorted(set(draw(st.lists(st.integers(0, len(batches)), max_size=2)))))
-    return grouped_scenario(kind, size, slide, delay, calls, batches, snapshot)
+    scenario = grouped_scenario(kind, size, slide, delay, calls, batches, snapshot)
+    # APPROX_PERCENTILE's path: the planner's rule, or either path forced
+    scenario.approx_percentile = draw(st.sampled_from(PATHS))
+    return scenario
 
 
 @settings(max_examples=120, **SETTINGS)
@@ -245,7 +249,17 @@ def test_explain_names_the_sketches_and_their_parameters():
     assert "APPROX_COUNT_DISTINCT(x, 0.01)<-" in text
     assert "APPROX_PERCENTILE(v, 0.9, 500)<-" in text
     assert "holistic=sorted-panes+sketch-panes" in text
-    assert "sketches=[HLL(p=14), GK(accuracy=500)]" in text
+    # MEDIAN(v) keeps v's raw values: the percentile selects over them, no GK summary
+    assert "sketches=[HLL(p=14)]" in text
+    assert (
+        'approx_percentile=[APPROX_PERCENTILE(v, 0.9, 500): exact because "the raw values '
+        'of its argument are kept anyway for MEDIAN"]'
+    ) in text
+    alone = cpu_session().sql(
+        "SELECT k, PERCENTILE_APPROX(v, 0.9, 500) FROM s [RANGE 1 SECOND SLIDE 10 MILLISECONDS] "
+        "GROUP BY k"
+    )
+    assert "sketches=[GK(accuracy=500)]" in alone.explain()
     count = cpu_session().sql("SELECT APPROX_COUNT_DISTINCT(x) FROM s [ROWS 10]").explain()
     assert "holistic=tuple-runs" in count and "sketches=[HLL(p=9)]" in count
 
@@ -259,7 +273,7 @@ def _gpu_window(select: str) -> ph.WindowAggregateExec:
 
 def test_gpu_plans_place_a_quantile_sketch_step_on_the_cpu_with_a_reason():
     for select in (
-        "APPROX_PERCENTILE(v, 0.5), SUM(v)",
+        "APPROX_PERCENTILE(v, 0.5, 100), SUM(v)",
         "APPROX_COUNT_DISTINCT(x), PERCENTILE_APPROX(v, 0.9, 100)",  # HLL goes with it
     ):
         window = _gpu_window(select)
@@ -296,7 +310,7 @@ def test_panes_keep_sketches_not_values_and_are_freed():
     runner = LocalQuery(
         cpu_session()
         .sql(
-            "SELECT k, APPROX_COUNT_DISTINCT(x), APPROX_PERCENTILE(x, 0.5) FROM s "
+            "SELECT k, APPROX_COUNT_DISTINCT(x), APPROX_PERCENTILE(x, 0.5, 100) FROM s "
             "[RANGE 10 MICROSECONDS SLIDE 5 MICROSECONDS] GROUP BY k"
         )
         .plan

@@ -45,10 +45,15 @@ class Holistic:
     (`aggregates.sketches`): "approx_count_distinct" (HLL++ registers per pane),
     "approx_percentile" (a GK summary per pane). fraction: p when the function fixes it
     (MEDIAN: 0.5); None when the call gives it (PERCENTILE_CONT(p), PERCENTILE(x, p),
-    APPROX_PERCENTILE(x, p)) or it has none (the distinct counts, Python functions)."""
+    APPROX_PERCENTILE(x, p)) or it has none (the distinct counts, Python functions).
+    exact: for a sketch, the exact evaluation over the raw values whose answer meets the
+    sketch's error bound with no error (APPROX_PERCENTILE: "percentile_disc", which is also
+    Spark's answer wherever its summary keeps every value); the planner may answer the call
+    with it instead (`compiler.holistic.percentile_paths`). None: the sketch only."""
 
     evaluation: str
     fraction: float | None = None
+    exact: str | None = None
 
     @property
     def takes_fraction(self) -> bool:

@@ -381,6 +381,7 @@ register_aggregate(
         spark_name="percentile_approx",
         # sqlglot's default dialect reads both names as anonymous calls
         parse_names=("APPROX_PERCENTILE", "PERCENTILE_APPROX"),
-        holistic=Holistic("approx_percentile"),
+        # rank error 0 meets any accuracy: the planner may select exactly over raw values
+        holistic=Holistic("approx_percentile", exact="percentile_disc"),
     )
 )

@@ -653,9 +653,9 @@ def _explain_holistic_codegen(window: WindowAggregateExec) -> str:
         return ""
     evaluations = []
     for aggregate in window.aggregates:
-        holistic = aggregate.function.definition.holistic
-        if holistic is not None and holistic.evaluation not in evaluations:
-            evaluations.append(holistic.evaluation)
+        evaluation = aggregate.evaluation  # an exact APPROX_PERCENTILE's: percentile_disc
+        if evaluation is not None and evaluation not in evaluations:
+            evaluations.append(evaluation)
     out = []
     for evaluation in evaluations:
         if evaluation == "python":  # compiled by numba's CUDA target, not rendered here

@@ -88,6 +88,19 @@ def _aggregate(aggregate: ph.AggregatePlan) -> str:
     return f"{call}<-{reads}:{aggregate.result_type}"
 
 
+def _percentile_paths(node: ph.WindowAggregateExec) -> list[str]:
+    """Per APPROX_PERCENTILE call, its path and why (`holistic.percentile_paths`):
+    `APPROX_PERCENTILE(price, 0.5, 10000): exact because "accuracy 10000 >= 1000: ..."`."""
+    assert node.holistic is not None
+    out = []
+    for position, reason in node.holistic.percentile_reasons:
+        aggregate = node.aggregates[position]
+        call = _aggregate(aggregate).split("<-")[0]
+        path = "exact" if aggregate.exact else "sketch"
+        out.append(f'{call}: {path} because "{reason}"')
+    return out
+
+
 @dataclass(frozen=True)
 class Parameter:
     """One operator parameter: `text` is how EXPLAIN prints it, `value` what JSON holds
@@ -178,6 +191,12 @@ def operator_parameters(node: ph.PhysicalNode | PlanNode) -> tuple[str, list[Par
             *(
                 [_list("sketches", list(node.holistic.sketches))]
                 if node.holistic is not None and node.holistic.sketches
+                else []
+            ),
+            # APPROX_PERCENTILE: exact selection or the sketch, and why
+            *(
+                [_list("approx_percentile", _percentile_paths(node))]
+                if node.holistic is not None and node.holistic.percentile_reasons
                 else []
             ),
             Parameter("backend", node.backend, node.backend),

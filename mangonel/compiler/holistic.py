@@ -36,6 +36,13 @@ Strategies (EXPLAIN: `holistic=<strategy>`):
 
 `sketch_parameters` names each sketch's parameters for EXPLAIN (`HLL(p=9)`,
 `GK(accuracy=10000)`).
+
+APPROX_PERCENTILE has two paths (`percentile_paths`, the one place they are chosen, per call;
+EXPLAIN `approx_percentile=[...]` with the reason): its GK sketch, or exact, PERCENTILE_DISC's
+selection over the raw values (`AggregatePlan.exact`; rank error 0, so within any accuracy's
+bound) on the raw-value strategy of the window kind, on the GPU where the node's other calls
+allow. The session's `approx_percentile` option forces one; "auto" is the rule at
+EXACT_FROM_ACCURACY.
 """
 
 from __future__ import annotations
@@ -89,10 +96,8 @@ def holistic_cpu_reason(
             python.append(f"the function {aggregate.python.name} {problem}")
     if python:
         return "; ".join(python)
-    if any(
-        a.holistic and a.function.definition.holistic.evaluation == "approx_percentile"
-        for a in aggregates
-    ):
+    # an APPROX_PERCENTILE answered exactly selects like PERCENTILE_DISC, on either backend
+    if any(a.evaluation == "approx_percentile" for a in aggregates):
         return SKETCHES_ON_CPU
     return None
 
@@ -154,6 +159,9 @@ class HolisticPlan:
     # the Python window functions it calls: on the GPU each is a numba CUDA device function
     # called by a thread per window over the window's merged runs (`PYTHON_GPU_FORM`)
     python: tuple[str, ...] = ()
+    # per APPROX_PERCENTILE call (its position among the node's aggregates): why it is
+    # answered exactly or by its sketch (`percentile_paths`; EXPLAIN's approx_percentile=)
+    percentile_reasons: tuple[tuple[int, str], ...] = ()
 
     def describe(self) -> str:
         """EXPLAIN's text: the strategy, on the GPU its kernel form and batch (and how it
@@ -190,10 +198,12 @@ def holistic_plan(
     backend: str = "cpu",
     panes_per_window: int = 1,
     tuning: TuningOptions | None = None,
+    percentile_reasons: tuple[tuple[int, str], ...] = (),
 ) -> HolisticPlan | None:
     """The strategy for a window's holistic aggregates; None when it has none. On the GPU
     (time windows) also the selection kernel's form and windows per launch; `tuning` the
-    auto-tuner's mode and the knobs the user fixed."""
+    auto-tuner's mode and the knobs the user fixed; `percentile_reasons` why each
+    APPROX_PERCENTILE call takes its path (`percentile_paths`, which chose it)."""
     if not any(a.holistic for a in aggregates):
         return None
     if window.kind is WindowKind.CUMULATE:
@@ -206,7 +216,7 @@ def holistic_plan(
         )
     names = tuple(f.name for f in fields if f.kind.holistic)
     holistic = [a for a in aggregates if a.holistic]
-    approximate = [a for a in holistic if a.function.definition.holistic.sketch]
+    approximate = [a for a in holistic if a.sketch]
     if window.kind is WindowKind.COUNT:
         strategy = "tuple-runs"
     elif window.kind is WindowKind.SESSION:
@@ -228,8 +238,103 @@ def holistic_plan(
         tuning=tuning.mode,
         fixed=tuple(fixed),
         python=python,
+        percentile_reasons=percentile_reasons,
     )
     return for_backend(plan, backend, panes_per_window, holistic_cpu_reason(aggregates, fields))
+
+
+# APPROX_PERCENTILE's two paths (`percentile_paths`), chosen per call by the session's
+# `approx_percentile` option: "auto" (the rule below), "exact" or "sketch" (forced).
+APPROX_PERCENTILE_PATHS = ("auto", "exact", "sketch")
+# "auto" answers exactly from this accuracy up. A pane's GK summary keeps every value (24
+# bytes a sample against 8 for a raw value) until its key holds about 1.5 x accuracy values
+# in the pane (Spark's COMPRESS merges nothing below 2 eps n = 3), and a window's answer then
+# merges its panes' summaries: ~all of its values, the slow way. The exact path sorts each
+# pane once and selects (PERCENTILE_DISC: rank error 0). Measured (docs/performance.md,
+# "APPROX_PERCENTILE by exact selection"): from this accuracy exact was 3.4-27x faster in
+# every shape; at 100 the sketch won (1.7x faster, 1/14 of the state) where a key held 100x
+# the accuracy in a pane. Below it the sketch keeps its memory bound (raw values grow with
+# the rate, which the planner does not know).
+EXACT_FROM_ACCURACY = 1000
+
+
+def check_percentile_path(option: str | None) -> str:
+    """The `approx_percentile` option ("auto" for None), checked."""
+    option = "auto" if option is None else option
+    if option not in APPROX_PERCENTILE_PATHS:
+        raise PlanError(
+            f"unknown approx_percentile path {option!r}",
+            hint="choose "
+            + ", ".join(repr(p) for p in APPROX_PERCENTILE_PATHS)
+            + " ('auto': exact selection from accuracy "
+            + f"{EXACT_FROM_ACCURACY}, the GK sketch below it)",
+        )
+    return option
+
+
+def percentile_paths(
+    window: WindowSpec, aggregates: Sequence[AggregatePlan], option: str | None = None
+) -> tuple[tuple[AggregatePlan, ...], tuple[tuple[int, str], ...]]:
+    """Each APPROX_PERCENTILE call answered exactly (`AggregatePlan.exact`: PERCENTILE_DISC
+    over the raw values, rank error 0) or by its GK sketch, and why, by position: the
+    `approx_percentile` option's path when forced, else exact where the raw values are kept
+    anyway (count and session windows keep every tuple's value; an exact aggregate over the
+    same argument keeps its panes' values) or the accuracy is EXACT_FROM_ACCURACY or more,
+    the sketch otherwise. The one place the choice is made; EXPLAIN prints the reasons."""
+    option = check_percentile_path(option)
+    choosable = [
+        i
+        for i, a in enumerate(aggregates)
+        if a.holistic and a.function.definition.holistic.exact is not None
+    ]
+    if not choosable:
+        return tuple(aggregates), ()
+    reasons: dict[int, tuple[bool, str]] = {}
+    for position in choosable:
+        accuracy = int(sketch_parameter(aggregates[position]))
+        if option != "auto":
+            reasons[position] = (option == "exact", f"the approx_percentile='{option}' option")
+        elif window.kind in (WindowKind.COUNT, WindowKind.SESSION):
+            kind = "count" if window.kind is WindowKind.COUNT else "session"
+            reasons[position] = (
+                True,
+                f"{kind} windows keep every tuple's value anyway: selecting over the "
+                "window's run reads them, a sketch would be built from them",
+            )
+        elif accuracy >= EXACT_FROM_ACCURACY:
+            reasons[position] = (
+                True,
+                f"accuracy {accuracy} >= {EXACT_FROM_ACCURACY}: a pane's summary keeps all of "
+                f"a key's values up to ~{accuracy * 3 // 2}, so raw values cost no more "
+                "and select faster than summaries merge",
+            )
+        else:
+            reasons[position] = (
+                False,
+                f"accuracy {accuracy} < {EXACT_FROM_ACCURACY}: the summary bounds a pane's "
+                "memory where raw values grow with the rate",
+            )
+    if option == "auto":
+        # the raw values of an argument some call keeps anyway serve its sketched calls too
+        keeping: dict[str | None, str] = {}  # argument field -> a call keeping its values
+        for position, a in enumerate(aggregates):
+            if position in reasons:
+                keeps = reasons[position][0]
+            else:  # MEDIAN, PERCENTILE_*, COUNT(DISTINCT), Python functions: raw values
+                keeps = a.holistic and not a.function.definition.holistic.sketch
+            if keeps:
+                keeping.setdefault(a.value_field, a.call_name)
+        for position in choosable:
+            field = aggregates[position].value_field
+            if not reasons[position][0] and field in keeping:
+                reasons[position] = (
+                    True,
+                    f"the raw values of its argument are kept anyway for {keeping[field]}",
+                )
+    chosen = [
+        replace(a, exact=reasons[i][0]) if i in reasons else a for i, a in enumerate(aggregates)
+    ]
+    return tuple(chosen), tuple((i, reasons[i][1]) for i in choosable)
 
 
 def for_backend(

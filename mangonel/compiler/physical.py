@@ -28,6 +28,7 @@ from mangonel.compiler.holistic import (
     for_backend,
     holistic_cpu_reason,
     holistic_plan,
+    percentile_paths,
 )
 from mangonel.compiler.logical import (
     WindowKind,
@@ -217,12 +218,14 @@ def plan(
     gpu_join: bool = True,
     join_factorised: bool = True,
     tuning: TuningOptions | None = None,
+    approx_percentile: str | None = None,
 ) -> ProjectExec:
     """Turn the logical plan of a window query into its physical plan. `join_algorithm`
     ("hash", "sort-merge"; None or "auto": the planner's choice) and `gpu_join` (place the
     join on the GPU in GPU plans) and `join_factorised` (factorised aggregation where it
     applies, `factorised.factorised_reason`) apply to join queries; `tuning` to holistic
-    aggregates (the online auto-tuner's mode and fixed knobs)."""
+    aggregates (the online auto-tuner's mode and fixed knobs); `approx_percentile` ("auto",
+    "exact", "sketch") to APPROX_PERCENTILE's path (`holistic.percentile_paths`)."""
     if _is_join(root):
         return plan_join(
             root,
@@ -235,11 +238,20 @@ def plan(
         )
     outputs, having, aggregate, where, scan = _unwrap(root)
     fields, aggregate_plans = decompose(aggregate.aggregates, argument_types)
+    aggregate_plans, percentile_reasons = percentile_paths(
+        aggregate.window, aggregate_plans, approx_percentile
+    )
     pane_length, panes_per_window, panes_per_slide = window_parameters(aggregate.window)
     scan_exec = StreamScanExec(scan.stream, scan.columns)
     lift = LiftExec((scan_exec,), where, aggregate.keys, fields)
     holistic = holistic_plan(
-        aggregate.window, fields, aggregate_plans, backend, panes_per_window, tuning
+        aggregate.window,
+        fields,
+        aggregate_plans,
+        backend,
+        panes_per_window,
+        tuning,
+        percentile_reasons,
     )
     window_exec = WindowAggregateExec(
         children=(lift,),

@@ -61,6 +61,27 @@ class AggregatePlan:
     # the ps of a percentile over an array of p (result ARRAY<...>, one element per p, all
     # selected from the window's one sort or sketch); None for a single p
     fractions: tuple[float, ...] | None = None
+    # an approximate call the planner answers by its exact evaluation over raw values
+    # (`Holistic.exact`; `compiler.holistic.percentile_paths`), not by its sketch
+    exact: bool = False
+
+    @property
+    def evaluation(self) -> str | None:
+        """How the holistic step evaluates the call (`Holistic.evaluation`, or its exact
+        evaluation where the planner chose that); None for incremental aggregates."""
+        holistic = self.function.definition.holistic
+        if holistic is None:
+            return None
+        if self.exact:
+            assert holistic.exact is not None
+            return holistic.exact
+        return holistic.evaluation
+
+    @property
+    def sketch(self) -> bool:
+        """Whether the call keeps a mergeable sketch per pane (not answered exactly)."""
+        holistic = self.function.definition.holistic
+        return holistic is not None and holistic.sketch and not self.exact
 
     @property
     def percentages(self) -> float | tuple[float, ...] | None:

@@ -31,6 +31,7 @@ from mangonel.compiler import ddl, physical, window_functions
 from mangonel.compiler.backend import BACKENDS, choose_backend, needs_probe
 from mangonel.compiler.bind import bind
 from mangonel.compiler.explain import explain_json, explain_text
+from mangonel.compiler.holistic import check_percentile_path
 from mangonel.compiler.limits import MAX_DURATION_DAYS, MAX_DURATION_US
 from mangonel.compiler.nodes import Explain
 from mangonel.compiler.options import TuningOptions
@@ -46,6 +47,7 @@ class QueryOptions:
     gpu_join: bool = True  # GPU plans of join queries: the join on the GPU (else the CPU)
     join_factorised: bool = True  # aggregated joins: factorised where the shape allows
     tuning: TuningOptions = TuningOptions()  # the holistic firing's online auto-tuner
+    approx_percentile: str = "auto"  # APPROX_PERCENTILE: "auto", "exact" or "sketch"
 
 
 class PlannedQuery:
@@ -98,6 +100,7 @@ class StatementRunner:
         gpu_join: bool = True,
         join_factorised: bool = True,
         tuning: str | TuningOptions | None = None,
+        approx_percentile: str | None = None,
         gpu_probe: Callable[[], tuple[bool, str]] | None = None,
         compile_window_function: window_functions.Compile | None = None,
         cuda_window_function: window_functions.CudaCheck | None = None,
@@ -118,6 +121,7 @@ class StatementRunner:
             gpu_join=gpu_join,
             join_factorised=join_factorised,
             tuning=_tuning(tuning),
+            approx_percentile=check_percentile_path(approx_percentile),
         )
         self.catalog = Catalog()
         self.gpu_probe = gpu_probe
@@ -316,6 +320,7 @@ class StatementRunner:
             gpu_join=self.options.gpu_join,
             join_factorised=self.options.join_factorised,
             tuning=self.options.tuning,
+            approx_percentile=self.options.approx_percentile,
         )
         return self._query(text, plan, bound.logical)
 

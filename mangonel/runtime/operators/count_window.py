@@ -185,7 +185,7 @@ class CountWindowOperator(TupleWindowOperator):
                     self.final["ts"][valid],  # their event times (functions with_timestamps)
                 )
             values, runs, times = runs_of[name]
-            if plan.function.definition.holistic.sketch:
+            if plan.sketch:
                 results[position] = run_answers(
                     self.holistic_kernels, plan, fields[name], values, runs[0], runs[1]
                 )

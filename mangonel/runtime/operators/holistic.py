@@ -91,8 +91,8 @@ def evaluate(
     the values' event times (a Python function `with_timestamps` reads them). A percentile
     over an ARRAY of p (`plan.fractions`) gives value[rows, len(ps)], every p from one
     selection call over the same runs."""
-    holistic = plan.function.definition.holistic
-    assert holistic is not None
+    evaluation = plan.evaluation  # an APPROX_PERCENTILE answered exactly: percentile_disc
+    assert evaluation is not None
     if plan.python is not None:  # the user's function over the sorted, decoded values
         floating = value_field.type.is_floating
         return kernels.python_window(plan.python, values, *runs, sorted_runs, floating, times)
@@ -100,14 +100,12 @@ def evaluate(
     # [rows, len(ps)]); a single p: [rows]
     fraction = plan.percentages
     fraction = 0.0 if fraction is None else fraction
-    n, lower, higher = kernels.holistic_select(
-        values, *runs, holistic.evaluation, fraction, sorted_runs
-    )
-    if holistic.evaluation == "count_distinct":
+    n, lower, higher = kernels.holistic_select(values, *runs, evaluation, fraction, sorted_runs)
+    if evaluation == "count_distinct":
         return n, lower
     floating = value_field.type.is_floating
     low = from_order_keys(lower, floating)
-    if holistic.evaluation == "percentile_disc":
+    if evaluation == "percentile_disc":
         return n, low
     # Spark's interpolation: position p * (n - 1) between its floor and ceiling
     high = from_order_keys(higher, floating).astype(np.float64)
@@ -219,7 +217,7 @@ class HolisticTimeWindows:
         approximate = {
             p: node.aggregates[p]
             for p in self.holistic
-            if node.aggregates[p].function.definition.holistic.sketch
+            if node.aggregates[p].sketch  # an APPROX_PERCENTILE may be answered exactly
         }
         self.sketches = SketchPanes(
             approximate, self.fields_by_name, self.lifting, node.panes_per_window
@@ -705,9 +703,19 @@ class HolisticTimeWindows:
                 f"{header.get('timed', [])}, the query reads those of {sorted(self.timed_fields)}"
             )
         if header.get("sketches", []) != self._sketch_names():
+            held = header.get("sketches", [])
+            # APPROX_PERCENTILE's path is the planner's choice (`percentile_paths`): a
+            # snapshot of the other path restores under the session option that planned it
+            paths = any("GK(" in name for name in [*held, *self._sketch_names()])
             raise DataError(
                 "snapshot does not match this query: it holds the sketches "
-                f"{header.get('sketches', [])}, the query keeps {self._sketch_names()}"
+                f"{held}, the query keeps {self._sketch_names()}"
+                + (
+                    "; plan the query with the approx_percentile= option its snapshot was "
+                    "taken under ('sketch' keeps GK summaries, 'exact' raw values)"
+                    if paths
+                    else ""
+                )
             )
         self.inner.restore(arrays.pop("inner").tobytes())
         self.keys = self.lifting.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")

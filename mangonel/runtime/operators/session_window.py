@@ -245,7 +245,7 @@ class SessionWindowOperator(TupleWindowOperator):
                     ),
                 )
             values, runs = runs_of[name]
-            if plan.function.definition.holistic.sketch:
+            if plan.sketch:
                 results[position] = run_answers(
                     self.holistic_kernels, plan, fields[name], values, runs[0], runs[1]
                 )

@@ -101,6 +101,8 @@ class SparkMangonelSession:
     on the GPU (as mangonel.Session; False keeps it on the CPU). stage2: the reader path's
     stage 2, "native" (Spark's own aggregation over the pane partials, native_stage2.py) or
     "python" (mangonel's operator per key bucket); None lets the planner choose by cost.
+    approx_percentile: APPROX_PERCENTILE's path, "auto" (None), "exact" or "sketch" (as
+    mangonel.Session); stage 2 keeps raw values or sketches as the plan says.
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class SparkMangonelSession:
         native: bool | None = None,
         gpu_join: bool = True,
         stage2: str | None = None,
+        approx_percentile: str | None = None,
     ) -> None:
         if stage1 not in (None, *STAGE1_KINDS):
             raise PlanError(f"stage1 must be 'arrow', 'kernels' or 'reader', not {stage1!r}")
@@ -119,6 +122,7 @@ class SparkMangonelSession:
         self.session = StatementRunner(
             backend,
             gpu_join=gpu_join,
+            approx_percentile=approx_percentile,
             gpu_probe=gpu_status,
             compile_window_function=compile_window_function,
         )
