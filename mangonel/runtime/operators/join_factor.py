@@ -342,7 +342,7 @@ class FactorisedJoin:
             known = self.ids_of_slot[index] = np.concatenate([known, ids])
         return known
 
-    def _assign_groups(self, grids: tuple) -> None:  # noqa: ANN001
+    def _assign_groups(self, grids: tuple) -> None:
         """Group slots for the key ids this firing matches that have none yet, in first-seen
         order (window, then left key slot): their GROUP BY columns, cast to the columns'
         types, mapped once per key id. The match is walked for them only when a left key
