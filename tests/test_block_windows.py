@@ -120,6 +120,35 @@ def test_block_runs_combine_every_key_of_each_run(kind, pps: int, ppw: int):
             assert _same(got, expected), (kind.name, accumulator)
 
 
+def test_block_runs_of_long_windows_take_narrower_tiles():
+    """2,000 panes a window, 2,000 windows a batch: a tile's prefixes and suffixes would pass
+    their bound at 128 keys, so tiles narrow (32 keys here); every key is still computed."""
+    rng = np.random.default_rng(2)
+    n_keys, key_capacity, ppw, pps = 150, 152, 2000, 3
+    runs = [(5, 2), (1, 3)]
+    leaves = rng.integers(-(10**9), 10**9, (ppw + 3 * pps + 6) * key_capacity)
+    out = np.empty(5 * n_keys, np.int64)
+    kind_kernels(state_kind("max")).block_runs(
+        leaves,
+        np.int64(np.iinfo(np.int64).min),
+        key_capacity,
+        n_keys,
+        np.array([c for c, _ in runs], np.int64),
+        np.array([n for _, n in runs], np.int64),
+        pps,
+        ppw,
+        2000,
+        out,
+    )
+    matrix = leaves.reshape(-1, key_capacity)
+    want = [
+        matrix[column + w * pps : column + w * pps + ppw, :n_keys].max(axis=0)
+        for column, count in runs
+        for w in range(count)
+    ]
+    assert np.array_equal(out, np.concatenate(want))
+
+
 def _state(fields: tuple[StateField, ...], rng) -> CpuPaneState:  # noqa: ANN001
     state = CpuPaneState(fields)
     state.reshape(16, 64, 100)

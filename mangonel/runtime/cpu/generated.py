@@ -163,9 +163,10 @@ def block_runs(
     # block_windows over the pane-major state (row = pane, key_capacity cells apart): run r
     # is run_count[r] windows of every key from pane column run_column[r], written
     # window-major (n_keys cells a window) after the runs before it; keys in tiles, a row of
-    # a tile at a time, so every pass is over contiguous cells
-    tile = min(n_keys, 128)
+    # a tile at a time, so every pass is over contiguous cells; a tile's prefixes and
+    # suffixes stay within 2 MB each (long windows of many panes: narrower tiles)
     max_leaves = panes_per_window + (windows_per_batch - 1) * panes_per_slide
+    tile = max(1, min(n_keys, 128, (1 << 18) // max_leaves))
 {allocate_tiles}
     offset = 0
     for r in range(run_column.shape[0]):
