@@ -1,8 +1,8 @@
 """The factorised join's match over both sides' fired grids (`CpuJoinKernels.match_cells`,
-`unseen_groups`): every (window, key id) with rows on both sides, read from dense (window, key
-slot) grids in place (runs of windows of different widths, windows out of order, NULL keys,
-empty cells), in window order and the given left slot order; and the matched key ids without
-a group, first met first. Checked against a plain Python walk."""
+`unseen_groups`): every (window, key id) with rows on both sides, read in place from (window,
+key slot) grids, dense or sparse (runs of windows of different widths, windows out of order,
+NULL keys, empty cells), in (window, group) order; and the matched key ids without a group,
+first met first. Checked against a plain Python walk."""
 
 from __future__ import annotations
 
@@ -11,20 +11,42 @@ import numpy as np
 from mangonel.runtime.cpu.join import CpuJoinKernels
 
 
-def _grid(rng: np.random.Generator, windows: list[int], widths: list[int]):  # noqa: ANN202
-    starts = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
-    rows = rng.integers(0, 3, int(sum(widths))) * (rng.random(int(sum(widths))) < 0.7)
-    return np.array(windows, np.int64), starts, np.array(widths, np.int64), rows.astype(np.int64)
+def _grid(rng: np.random.Generator, windows: list[int], widths: list[int], sparse: set[int]):  # noqa: ANN202
+    """Window entries of `widths` key slots, some cells without rows; the entries in
+    `sparse` keep only their cells with rows, with their slots."""
+    starts, cell_widths, slot_starts, slots, rows = [], [], [], [], []
+    cells = taken = 0
+    for entry, width in enumerate(widths):
+        counts = rng.integers(0, 3, width) * (rng.random(width) < 0.7)
+        if entry in sparse:
+            kept = np.flatnonzero(counts > 0)
+            slot_starts.append(taken)
+            slots.append(kept)
+            taken += len(kept)
+            counts = counts[kept]
+        else:
+            slot_starts.append(-1)
+        starts.append(cells)
+        cell_widths.append(len(counts))
+        rows.append(counts)
+        cells += len(counts)
+    arrays = (windows, starts, cell_widths, slot_starts)
+    return (
+        *(np.array(a, np.int64) for a in arrays),
+        np.concatenate(slots).astype(np.int64) if slots else np.zeros(0, np.int64),
+        np.concatenate(rows).astype(np.int64),
+    )
 
 
 def _cells(grid, ids):  # noqa: ANN001, ANN202
-    """{(window, id): cell} of a grid's cells with rows and a key."""
-    windows, starts, widths, rows = grid
+    """{(window, id): (cell, slot)} of a grid's cells with rows and a key."""
+    windows, starts, widths, slot_starts, slots, rows = grid
     out = {}
-    for window, start, width in zip(windows, starts, widths, strict=True):
-        for slot in range(width):
-            if rows[start + slot] > 0 and ids[slot] >= 0:
-                out[(int(window), int(ids[slot]))] = (int(start + slot), slot)
+    for window, start, width, at in zip(windows, starts, widths, slot_starts, strict=True):
+        for s in range(width):
+            slot = s if at < 0 else slots[at + s]
+            if rows[start + s] > 0 and ids[slot] >= 0:
+                out[(int(window), int(ids[slot]))] = (int(start + s), int(slot))
     return out
 
 
@@ -34,8 +56,9 @@ def test_match_cells_pairs_every_window_and_key_both_sides_hold():
     left_ids = rng.permutation(n_ids)[:30].astype(np.int64)
     left_ids[[3, 17]] = -1  # NULL keys
     right_ids = rng.permutation(n_ids)[:35].astype(np.int64)
-    left = _grid(rng, [5, 2, 3, 9, 7], [30, 30, 12, 30, 25])  # out of order, narrower runs
-    right = _grid(rng, [2, 3, 4, 5, 7, 9], [35, 20, 35, 35, 35, 10])
+    # out of order, narrower runs, dense and sparse entries on both sides
+    left = _grid(rng, [5, 2, 3, 9, 7, 8], [30, 30, 12, 30, 25, 30], {1, 4})
+    right = _grid(rng, [2, 3, 4, 5, 7, 9, 8], [35, 20, 35, 35, 35, 10, 35], {0, 3, 6})
     group_of_id = rng.permutation(n_ids).astype(np.int64)
     order = np.argsort(np.where(left_ids >= 0, group_of_id[left_ids], -1), kind="stable")
     kernels = CpuJoinKernels()
@@ -52,7 +75,7 @@ def test_match_cells_pairs_every_window_and_key_both_sides_hold():
     assert list(zip(windows, groups, li, ri, strict=True)) == want  # (window, group) order
 
     # the matched ids without a group: first met, window then left slot
-    group_of_id[group_of_id % 3 == 0] = -1
+    group_of_id[group_of_id % 2 == 0] = -1
     unseen = kernels.unseen_groups(left, left_ids, right, right_ids, n_ids, group_of_id)
     met = []
     for (window, key), _ in sorted(on_left.items(), key=lambda c: (c[0][0], c[1][1])):

@@ -50,21 +50,77 @@ WatermarkAfter = Callable[[int | None], int | None]
 Values = dict[str, tuple[np.ndarray, ...]]
 
 
+# a fired chunk with rows in fewer than 1 in SPARSE_CHUNK of its (window, key slot) cells
+# keeps only those (with their slots): a firing's memory follows its cells with rows, as the
+# window operator's own results do, not its keys times its windows
+SPARSE_CHUNK = 2
+
+
+@dataclass(frozen=True)
+class FiredChunk:
+    """Cells of one tree call, window-major: window `windows[i]` holds the next `widths[i]`
+    cells of every value array; dense (`slots` None): one per key slot 0..widths[i]-1 (a
+    slot without rows there has a row count of 0), as the tree wrote them; sparse: the
+    cells with rows only, `slots` their key slots (ascending within a window)."""
+
+    windows: np.ndarray
+    widths: np.ndarray
+    slots: np.ndarray | None
+    values: Values
+
+
 @dataclass(frozen=True)
 class FiredGrid:
-    """A side's fired cells as dense (window, key slot) grids: window `windows[i]` holds
-    cells `starts[i]` to `starts[i] + widths[i]` of every value array, one per key slot
-    0..widths[i]-1 (a slot without rows there has a row count of 0). Dense, not selected:
-    what the window operator's tree writes, read in place by the join's match."""
+    """A side's fired chunks as one grid: window entry i holds cells `starts[i]` to
+    `starts[i] + widths[i]` of every value array; their key slots are their positions from
+    `starts[i]` where `slot_starts[i]` is -1 (dense), else `slots[slot_starts[i]:]`."""
 
     windows: np.ndarray
     starts: np.ndarray
     widths: np.ndarray
+    slot_starts: np.ndarray
+    slots: np.ndarray
     values: Values
 
-    def parts(self, rows: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(windows, starts, widths, row counts): what `JoinKernels.match_cells` reads."""
-        return self.windows, self.starts, self.widths, self.values[rows][0]
+    def parts(self, rows: str) -> tuple[np.ndarray, ...]:
+        """(windows, starts, widths, slot starts, slots, row counts): what
+        `JoinKernels.match_cells` reads."""
+        windows, starts, widths = self.windows, self.starts, self.widths
+        return windows, starts, widths, self.slot_starts, self.slots, self.values[rows][0]
+
+    @staticmethod
+    def of(chunks: list[FiredChunk], fields: tuple[ph.StateField, ...]) -> FiredGrid:
+        widths = np.concatenate([c.widths for c in chunks])
+        starts = np.zeros(len(widths), np.int64)
+        starts[1:] = np.cumsum(widths)[:-1]
+        slot_starts, slots, taken = [], [], 0
+        for chunk in chunks:
+            if chunk.slots is None:
+                slot_starts.append(np.full(len(chunk.widths), -1, np.int64))
+                continue
+            at = np.zeros(len(chunk.widths), np.int64)
+            at[1:] = np.cumsum(chunk.widths)[:-1]
+            slot_starts.append(at + taken)
+            slots.append(chunk.slots)
+            taken += len(chunk.slots)
+        if len(chunks) == 1:  # one tree call: its arrays as they are
+            values = chunks[0].values
+        else:
+            values = {
+                f.name: tuple(
+                    np.concatenate([c.values[f.name][i] for c in chunks])
+                    for i in range(len(f.kind.parts))
+                )
+                for f in fields
+            }
+        return FiredGrid(
+            np.concatenate([c.windows for c in chunks]),
+            starts,
+            widths,
+            np.concatenate(slot_starts),
+            np.concatenate(slots) if slots else np.zeros(0, np.int64),
+            values,
+        )
 
 
 def standalone_step_kernels() -> StepKernels:
@@ -86,8 +142,7 @@ class FactorisedSide(TimeWindowOperator):
 
     def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
         super().__init__(node, kernels)
-        # (window ids, key slots, values) of the runs fired, waiting for the join's combine
-        self._fired: list[tuple[np.ndarray, int, Values]] = []
+        self._fired: list[FiredChunk] = []  # waiting for the join's combine
         self._join_watermark_after: WatermarkAfter | None = None
         # the join's next arrival (either side), staged while this side's kernels run
         self.stage_next_arrival: Callable[[], None] | None = None
@@ -127,36 +182,22 @@ class FactorisedSide(TimeWindowOperator):
         return self._join_watermark_after(max_event_time)
 
     def fire_cells(self, upto: int) -> FiredGrid | None:
-        """The raw partials of every (window, key slot) of the windows up to `upto` that
-        the window operator computes (those with rows in a pane they cover), as grids; None
-        if there are none."""
+        """The raw partials of the (window, key slot) cells of the windows up to `upto` that
+        the window operator computes (those with rows in a pane they cover), as one grid;
+        None if there are none."""
         end = upto * self.spec.slide + self.spec.size  # the window's end: W at least this
         if self.watermark is None or end > self.watermark:
             self.watermark = end
         self._fire(final=False)
         fired, self._fired = self._fired, []  # a chunked merge's early cells come first
-        if not fired:
-            return None
-        widths = [np.full(len(windows), n_keys, np.int64) for windows, n_keys, _ in fired]
-        starts = np.zeros(sum(len(w) for w in widths), np.int64)
-        starts[1:] = np.cumsum(np.concatenate(widths))[:-1]
-        if len(fired) == 1:  # one run of windows: its arrays as the tree wrote them
-            windows, _, values = fired[0]
-            return FiredGrid(windows, starts, widths[0], values)
-        values = {
-            f.name: tuple(
-                np.concatenate([cells[2][f.name][i] for cells in fired])
-                for i in range(len(f.kind.parts))
-            )
-            for f in self.fields
-        }
-        windows = np.concatenate([cells[0] for cells in fired])
-        return FiredGrid(windows, starts, np.concatenate(widths), values)
+        return FiredGrid.of(fired, self.fields) if fired else None
 
     def _compute(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
         """The window operator's values of `runs` (every key slot, window-major), kept raw
-        (not finalized, empty cells included) for the join: `_window_cells` without its
-        selection of the cells with rows, which the join's match does as it reads them."""
+        (not finalized) for the join: dense, empty cells included (the join's match skips
+        them as it reads), unless most cells are empty (`SPARSE_CHUNK`)."""
+        if not n_keys:
+            return []
         if self.cumulate:
             values = self._cumulate_values(segment, runs, n_keys)
         else:
@@ -170,8 +211,18 @@ class FactorisedSide(TimeWindowOperator):
             )
             host = self.kernels.to_host
             values = {name: tuple(host(part) for part in parts) for name, parts in computed.items()}
-        if n_keys:
-            self._fired.append((window_ids_of(runs), n_keys, values))
+        windows = window_ids_of(runs)
+        has_rows = values[self.fields[0].name][0] > 0
+        filled = int(np.count_nonzero(has_rows))
+        if filled * SPARSE_CHUNK >= len(has_rows):
+            widths = np.full(len(windows), n_keys, np.int64)
+            self._fired.append(FiredChunk(windows, widths, None, values))
+        elif filled:
+            selected = np.flatnonzero(has_rows)
+            number, slots = np.divmod(selected, n_keys)
+            widths = np.bincount(number, minlength=len(windows))
+            kept = {name: tuple(part[selected] for part in parts) for name, parts in values.items()}
+            self._fired.append(FiredChunk(windows[widths > 0], widths[widths > 0], slots, kept))
         return []
 
     def max_window(self) -> int | None:

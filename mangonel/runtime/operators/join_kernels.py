@@ -91,27 +91,29 @@ class JoinKernels(Protocol):
 
     def match_cells(
         self,
-        left: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        left: tuple[np.ndarray, ...],
         left_ids: np.ndarray,
-        right: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        right: tuple[np.ndarray, ...],
         right_ids: np.ndarray,
         n_ids: int,
         group_of_id: np.ndarray,
         left_order: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The factorised join's match. A side is a grid (`join_factor.FiredGrid.parts`):
-        (windows, starts, widths, row counts), window i's cells `starts[i]` on, one per key
-        slot below `widths[i]`; `*_ids`: the join key id of each key slot (in [0, n_ids); -1
-        matches nothing); a side holds a (window, id) once at most. Returns (left cell, right
-        cell, window, group_of_id[id]) of every (window, key id) with rows on both sides: in
-        window order, each window's left slots in `left_order`."""
+        (windows, starts, widths, slot starts, slots, row counts): window entry i holds
+        cells `starts[i]` on, `widths[i]` of them, their key slots their positions (slot
+        start -1: dense) or `slots[slot_starts[i]:]` (sparse); `*_ids`: the join key id of
+        each key slot (in [0, n_ids); -1 matches nothing); a side holds a (window, id) once
+        at most. Returns (left cell, right cell, window, group_of_id[id]) of every (window,
+        key id) with rows on both sides: in window order, then group order where each left
+        key slot's group is ordered as in `left_order` (the slots sorted by group)."""
         ...
 
     def unseen_groups(
         self,
-        left: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        left: tuple[np.ndarray, ...],
         left_ids: np.ndarray,
-        right: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        right: tuple[np.ndarray, ...],
         right_ids: np.ndarray,
         n_ids: int,
         group_of_id: np.ndarray,
