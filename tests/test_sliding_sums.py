@@ -1,8 +1,9 @@
-"""Sliding windows of counts and integer sums by differences (`cpu.aggregate.sliding_sums`),
-which `cpu.kernels._run_trees` uses instead of the aggregation tree where windows overlap and
-every part is an int64 added mod 2^64: the same cells as the tree, for the pane-major state
-(one task per key, leaves `key_capacity` apart, window-major walk) and for contiguous leaves
-(count windows, task by task), values near the int64 limits wrapping as the tree's do."""
+"""Sliding windows of counts and integer sums by differences, used instead of the aggregation
+tree where windows overlap and every part is an int64 added mod 2^64: `sliding_sums` (tasks,
+`cpu.kernels._run_trees`: contiguous leaves of count windows, or strided ones) and
+`sliding_sums_runs` (`CpuPaneState.windows`: runs of windows of every key of the pane-major
+state, a row of keys at a time) give the same cells as the tree, values near the int64 limits
+wrapping as the tree's do."""
 
 from __future__ import annotations
 
@@ -10,16 +11,18 @@ import numpy as np
 import pytest
 
 from mangonel.aggregates import state_kind
-from mangonel.runtime.cpu.aggregate import sliding_sums
+from mangonel.runtime.cpu.aggregate import sliding_sums, sliding_sums_runs
 from mangonel.runtime.cpu.generated import kind_kernels
+
+KEYS = 37
+RUNS = [(0, 5), (9, 1), (3, 11)]  # strided: (first pane, windows) of every key
 
 
 def _tasks(rng: np.random.Generator, strided: bool, pps: int, ppw: int):  # noqa: ANN202
     """Leaves and tasks as `CpuPaneState.windows` (strided: runs of windows over every key)
     or `tree_over_segments` (contiguous: a segment per task) lay them out."""
     if strided:
-        keys, key_capacity = 37, 40
-        runs = [(0, 5), (9, 1), (3, 11)]  # (first pane, windows)
+        keys, key_capacity, runs = KEYS, 40, RUNS
         panes = max(p + ppw + (n - 1) * pps for p, n in runs) + 2
         leaves = rng.integers(-(2**62), 2**62, panes * key_capacity) * 2  # sums wrap
         leaves[rng.random(len(leaves)) < 0.3] = 0
@@ -54,3 +57,8 @@ def test_sliding_sums_equal_the_tree(strided: bool, pps: int, ppw: int) -> None:
     tree(leaves, np.int64(0), leaf_stride, *arrays, stride, pps, ppw, 4, want)
     assert size > 20 and np.array_equal(got, want)
     assert (np.abs(got) > 2**62).any()  # sums that wrapped around
+    if strided:  # the same runs over every key, as the pane-major state takes them
+        columns, counts = (np.array(r, np.int64) for r in zip(*RUNS, strict=True))
+        by_runs = np.empty(size, np.int64)
+        sliding_sums_runs(leaves, leaf_stride, KEYS, columns, counts, pps, ppw, by_runs)
+        assert np.array_equal(by_runs, want)

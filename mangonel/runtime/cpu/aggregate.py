@@ -17,11 +17,21 @@ level's nodes after the previous level's), up to level floor(log2 n) only, then 
 window by the greedy aligned decomposition of Fig. 11: O(log n) combines per window, no
 subtraction (exact for MIN/MAX, stable for floats).
 
-Sliding windows of an int64 part combined by addition mod 2^64 (the kinds flagged
-`invertible`: counts, integer sums) skip the tree (`sliding_sums`): a task's first window sums
-its leaves, each next one adds the `panes_per_slide` leaves entering and subtracts those
-leaving, so a window costs 2 x panes_per_slide reads whatever `panes_per_window` (w/s = 100:
-2 reads where the tree combines about 12 nodes), and the result is the same residue mod 2^64.
+Sliding windows (panes_per_window > panes_per_slide) skip the tree:
+- an int64 part combined by addition mod 2^64 (the kinds flagged `invertible`: counts,
+  integer sums; `sliding_sums`, `sliding_sums_runs`): a task's first window sums its leaves,
+  each next one adds the `panes_per_slide` leaves entering and subtracts those leaving, so a
+  window costs 2 x panes_per_slide reads whatever `panes_per_window` (w/s = 100: 2 reads where
+  the tree combines about 12 nodes), and the result is the same residue mod 2^64;
+- every other kind (floating sums, MIN/MAX, moments, ...; `block_windows`, `block_runs` of
+  `generated.py`), without subtracting: the leaves in blocks of `panes_per_window`, each
+  block's prefixes (from its first leaf) and suffixes (to its last), a window the suffix of
+  the block it starts in combined with the prefix of the next one up to its last leaf (van
+  Herk / Gil-Werman): 3 combines a window at w/s = 100. Combines stay left to right, so
+  MIN/MAX and integer results are those of the tree; a floating sum is associated
+  otherwise (within rounding, as docs/semantics.md allows).
+The pane-major state's windows are runs of windows over every key (`*_runs`): walked a row
+of keys at a time, so each pass reads and writes contiguous cells.
 """
 
 from __future__ import annotations
@@ -70,6 +80,16 @@ def flat_index(slots, panes, origin, key_capacity):
 
 
 @numba.njit(cache=True)
+def shift_down(array, start, kept, value):
+    """array[:kept] = array[start:start + kept] (start >= 0: ascending copies never overwrite
+    a cell before it is read, and no temporary is allocated), then the rest = value."""
+    for i in range(kept):
+        array[i] = array[start + i]
+    for i in range(kept, array.shape[0]):
+        array[i] = value
+
+
+@numba.njit(cache=True)
 def sliding_sums(
     leaves,
     leaf_stride,
@@ -84,50 +104,61 @@ def sliding_sums(
     """The tree's tasks (see the module docstring) for one int64 part added mod 2^64: window
     w of a task spans leaves [w * panes_per_slide, w * panes_per_slide + panes_per_window);
     each window is the one before plus the leaves entering minus the leaves leaving (int64
-    arithmetic wraps in numba, as the combine does). Strided leaves (the pane-major state,
-    one task per key) are walked window by window across the tasks, so that neighbouring
-    keys read and write neighbouring cells; contiguous ones (count windows) task by task."""
-    n_tasks = task_base.shape[0]
-    if leaf_stride == 1:
-        for t in range(n_tasks):
-            n = task_windows[t]
-            if n == 0:
-                continue
-            base = task_base[t]
-            acc = np.int64(0)
-            for i in range(panes_per_window):
-                acc += leaves[base + i]
-            out[task_out[t]] = acc
-            for w in range(1, n):
-                leaving = base + (w - 1) * panes_per_slide
-                entering = leaving + panes_per_window
-                for i in range(panes_per_slide):
-                    acc += leaves[entering + i] - leaves[leaving + i]
-                out[task_out[t] + w * task_stride[t]] = acc
-        return
-    acc = np.zeros(n_tasks, np.int64)
-    most = 0
-    for t in range(n_tasks):
-        most = max(most, task_windows[t])
-    for i in range(panes_per_window):
-        for t in range(n_tasks):
-            if task_windows[t] > 0:
-                acc[t] += leaves[task_base[t] + i * leaf_stride]
-    for t in range(n_tasks):
-        if task_windows[t] > 0:
-            out[task_out[t]] = acc[t]
-    for w in range(1, most):
-        leaving = (w - 1) * panes_per_slide
-        entering = leaving + panes_per_window
-        for i in range(panes_per_slide):
-            add = (entering + i) * leaf_stride
-            drop = (leaving + i) * leaf_stride
-            for t in range(n_tasks):
-                if w < task_windows[t]:
-                    acc[t] += leaves[task_base[t] + add] - leaves[task_base[t] + drop]
-        for t in range(n_tasks):
-            if w < task_windows[t]:
-                out[task_out[t] + w * task_stride[t]] = acc[t]
+    arithmetic wraps in numba, as the combine does). Task by task: contiguous leaves (count
+    windows); the pane-major state's runs take `sliding_sums_runs`."""
+    for t in range(task_base.shape[0]):
+        n = task_windows[t]
+        if n == 0:
+            continue
+        base = task_base[t]
+        acc = np.int64(0)
+        for i in range(panes_per_window):
+            acc += leaves[base + i * leaf_stride]
+        out[task_out[t]] = acc
+        for w in range(1, n):
+            leaving = base + (w - 1) * panes_per_slide * leaf_stride
+            entering = leaving + panes_per_window * leaf_stride
+            for i in range(panes_per_slide):
+                acc += leaves[entering + i * leaf_stride] - leaves[leaving + i * leaf_stride]
+            out[task_out[t] + w * task_stride[t]] = acc
+
+
+@numba.njit(cache=True)
+def sliding_sums_runs(
+    leaves, key_capacity, n_keys, run_column, run_count, panes_per_slide, panes_per_window, out
+):
+    """`sliding_sums` over the pane-major state (row = pane, `key_capacity` cells apart): run
+    r is `run_count[r]` windows of every key from pane column `run_column[r]`, written
+    window-major (n_keys cells a window) after the runs before it. Each window is the one
+    before plus the rows entering minus those leaving, a row of keys at a time (contiguous:
+    the loops over keys vectorise)."""
+    acc = np.zeros(n_keys, np.int64)
+    offset = 0
+    for r in range(run_column.shape[0]):
+        count = run_count[r]
+        if count == 0:
+            continue
+        column = run_column[r]
+        acc[:] = 0
+        for i in range(panes_per_window):
+            row = (column + i) * key_capacity
+            for k in range(n_keys):
+                acc[k] += leaves[row + k]
+        at = offset * n_keys
+        for k in range(n_keys):
+            out[at + k] = acc[k]
+        for w in range(1, count):
+            leaving = column + (w - 1) * panes_per_slide
+            entering = leaving + panes_per_window
+            for i in range(panes_per_slide):
+                add = (entering + i) * key_capacity
+                drop = (leaving + i) * key_capacity
+                for k in range(n_keys):
+                    acc[k] += leaves[add + k] - leaves[drop + k]
+            at = (offset + w) * n_keys
+            for k in range(n_keys):
+                out[at + k] = acc[k]
+        offset += count
 
 
 @numba.njit(cache=True)

@@ -2,11 +2,12 @@
 
 A state kind (`mangonel.aggregates`) gives a plain-Python `scalar_combine` over 2P scalars
 (P = its number of parts) returning a P-tuple. `kind_kernels(kind)` writes one small module
-with `scatter`, `tree_windows` and `prefix_windows` (CUMULATE) for that P, calling the
-combine (numba inlines it), and imports it: one tree for every kind instead of a copy per
-kind (see `aggregate.py` for the algorithm). Each generated module is a real file under the
-cache directory (`$MANGONEL_CACHE/numba` or `~/.cache/mangonel/numba`) so that numba's on-disk
-cache (`cache=True`) keeps the compiled code across processes, as for the hand-written kernels.
+with `scatter`, `tree_windows`, `block_windows` (sliding windows) and `prefix_windows`
+(CUMULATE) for that P, calling the combine (numba inlines it), and imports it: one tree for
+every kind instead of a copy per kind (see `aggregate.py` for the algorithm). Each generated
+module is a real file under the cache directory (`$MANGONEL_CACHE/numba` or
+`~/.cache/mangonel/numba`) so that numba's on-disk cache (`cache=True`) keeps the compiled
+code across processes, as for the hand-written kernels.
 Its name carries a hash of the template and of the combine's code, so a changed combine never
 meets a stale cache; without a writable cache directory the module is compiled in memory.
 """
@@ -97,6 +98,116 @@ def tree_windows(
 
 
 @numba.njit(cache=True)
+def block_windows(
+    {leaves},
+    {identities},
+    leaf_stride,
+    task_base,
+    task_windows,
+    task_out,
+    task_stride,
+    panes_per_slide,
+    panes_per_window,
+    windows_per_batch,
+    {outs},
+):
+    # sliding windows without the tree and without subtracting: the leaves in blocks of
+    # panes_per_window; a window starting inside block b is the suffix of b from its first
+    # leaf combined with the prefix of block b + 1 up to its last leaf (a block-aligned one
+    # is the suffix alone), left to right
+    max_leaves = panes_per_window + (windows_per_batch - 1) * panes_per_slide
+{allocate_blocks}
+    for t in range(task_base.shape[0]):
+        done = 0
+        while done < task_windows[t]:
+            count = min(windows_per_batch, task_windows[t] - done)
+            m = panes_per_window + (count - 1) * panes_per_slide
+            first_leaf = task_base[t] + done * panes_per_slide * leaf_stride
+            for i in range(m):  # prefixes, forward; the leaves read once, kept
+                leaf = first_leaf + i * leaf_stride
+                if i % panes_per_window == 0:
+                    {accumulators}, = {identity_tuple},
+{keep_leaf}
+                {accumulators}, = _combine({accumulators}, {kept_i})
+{store_prefix}
+            for i in range(m - 1, -1, -1):  # suffixes, backward
+                if i == m - 1 or i % panes_per_window == panes_per_window - 1:
+                    {accumulators}, = {identity_tuple},
+                {accumulators}, = _combine({kept_i}, {accumulators})
+{store_suffix}
+            for w in range(count):
+                position = w * panes_per_slide
+                j = task_out[t] + (done + w) * task_stride[t]
+                if position % panes_per_window == 0:
+{store_block}
+                else:
+                    last = position + panes_per_window - 1
+                    {accumulators}, = _combine({suffix_position}, {prefix_last})
+{store_window}
+            done += count
+
+
+@numba.njit(cache=True)
+def block_runs(
+    {leaves},
+    {identities},
+    key_capacity,
+    n_keys,
+    run_column,
+    run_count,
+    panes_per_slide,
+    panes_per_window,
+    windows_per_batch,
+    {outs},
+):
+    # block_windows over the pane-major state (row = pane, key_capacity cells apart): run r
+    # is run_count[r] windows of every key from pane column run_column[r], written
+    # window-major (n_keys cells a window) after the runs before it; keys in tiles, a row of
+    # a tile at a time, so every pass is over contiguous cells; a tile's prefixes and
+    # suffixes stay within 2 MB each (long windows of many panes: narrower tiles)
+    max_leaves = panes_per_window + (windows_per_batch - 1) * panes_per_slide
+    tile = max(1, min(n_keys, 128, (1 << 18) // max_leaves))
+{allocate_tiles}
+    offset = 0
+    for r in range(run_column.shape[0]):
+        for key0 in range(0, n_keys, tile):
+            width = min(tile, n_keys - key0)
+            done = 0
+            while done < run_count[r]:
+                count = min(windows_per_batch, run_count[r] - done)
+                m = panes_per_window + (count - 1) * panes_per_slide
+                first_row = run_column[r] + done * panes_per_slide
+                for i in range(m):  # prefixes, forward
+                    row = (first_row + i) * key_capacity + key0
+                    if i % panes_per_window == 0:
+                        for k in range(width):
+                            {prefix_ik}, = _combine({identity_tuple}, {leaf_row_k})
+                    else:
+                        for k in range(width):
+                            {prefix_ik}, = _combine({prefix_i1k}, {leaf_row_k})
+                for i in range(m - 1, -1, -1):  # suffixes, backward
+                    row = (first_row + i) * key_capacity + key0
+                    if i == m - 1 or i % panes_per_window == panes_per_window - 1:
+                        for k in range(width):
+                            {suffix_ik}, = _combine({leaf_row_k}, {identity_tuple})
+                    else:
+                        for k in range(width):
+                            {suffix_ik}, = _combine({leaf_row_k}, {suffix_i1k})
+                for w in range(count):
+                    position = w * panes_per_slide
+                    at = (offset + done + w) * n_keys + key0
+                    if position % panes_per_window == 0:
+                        for k in range(width):
+{store_tile_block}
+                    else:
+                        last = position + panes_per_window - 1
+                        for k in range(width):
+                            {out_at_k}, = _combine({suffix_pk}, {prefix_lk})
+                done += count
+        offset += run_count[r]
+
+
+@numba.njit(cache=True)
 def prefix_windows(
     {leaves},
     {identities},
@@ -155,6 +266,35 @@ def render_source(kind: StateKind) -> str:
         tree_node=_names("tree", parts, "[node]"),
         store="\n".join(f"{indent}out{p}[j] = acc{p}" for p in range(parts)),
         leaf_cells=_names("leaves", parts, "[leaf]"),
+        allocate_blocks="\n".join(
+            f"    {name}{p} = np.empty(max_leaves, leaves{p}.dtype)"
+            for p in range(parts)
+            for name in ("kept", "prefix", "suffix")
+        ),
+        keep_leaf="\n".join(f"{indent}kept{p}[i] = leaves{p}[leaf]" for p in range(parts)),
+        kept_i=_names("kept", parts, "[i]"),
+        store_prefix="\n".join(f"{indent}prefix{p}[i] = acc{p}" for p in range(parts)),
+        store_suffix="\n".join(f"{indent}suffix{p}[i] = acc{p}" for p in range(parts)),
+        store_block="\n".join(f"{indent}    out{p}[j] = suffix{p}[position]" for p in range(parts)),
+        suffix_position=_names("suffix", parts, "[position]"),
+        prefix_last=_names("prefix", parts, "[last]"),
+        store_window="\n".join(f"{indent}    out{p}[j] = acc{p}" for p in range(parts)),
+        allocate_tiles="\n".join(
+            f"    {name}{p} = np.empty((max_leaves, tile), leaves{p}.dtype)"
+            for p in range(parts)
+            for name in ("prefix", "suffix")
+        ),
+        prefix_ik=_names("prefix", parts, "[i, k]"),
+        prefix_i1k=_names("prefix", parts, "[i - 1, k]"),
+        suffix_ik=_names("suffix", parts, "[i, k]"),
+        suffix_i1k=_names("suffix", parts, "[i + 1, k]"),
+        leaf_row_k=_names("leaves", parts, "[row + k]"),
+        store_tile_block="\n".join(
+            f"{indent}            out{p}[at + k] = suffix{p}[position, k]" for p in range(parts)
+        ),
+        out_at_k=_names("out", parts, "[at + k]"),
+        suffix_pk=_names("suffix", parts, "[position, k]"),
+        prefix_lk=_names("prefix", parts, "[last, k]"),
     )
 
 
@@ -200,11 +340,18 @@ class KindKernels:
     scatter(target_0..P-1, index, values_0..P-1): target[index[i]] (+)= values[i], index >= 0.
     tree_windows(leaves_0.., identity_0.., leaf_stride, task_base, task_windows, task_out,
     task_stride, panes_per_slide, panes_per_window, windows_per_batch, out_0..).
+    block_windows(same arguments as tree_windows): sliding windows (panes_per_window >
+    panes_per_slide) by block suffixes and prefixes, 3 combines a window at w/s = 100.
+    block_runs(leaves_0.., identity_0.., key_capacity, n_keys, run_column, run_count,
+    panes_per_slide, panes_per_window, windows_per_batch, out_0..): block_windows over runs
+    of windows of every key of the pane-major state, window-major out.
     prefix_windows(leaves_0.., identity_0.., leaf_stride, task_base, task_skip, task_windows,
     task_out, task_stride, panes_per_period, out_0..): CUMULATE windows as a prefix combine."""
 
     scatter: Any
     tree_windows: Any
+    block_windows: Any
+    block_runs: Any
     prefix_windows: Any
 
 
@@ -215,4 +362,10 @@ def kind_kernels(kind: StateKind) -> KindKernels:
     source = render_source(kind)
     digest = hashlib.sha256((source + _code_digest(kind.scalar_combine)).encode()).hexdigest()
     module = _load(f"{kind.name}_{digest[:16]}", source)
-    return KindKernels(module.scatter, module.tree_windows, module.prefix_windows)
+    return KindKernels(
+        module.scatter,
+        module.tree_windows,
+        module.block_windows,
+        module.block_runs,
+        module.prefix_windows,
+    )

@@ -195,6 +195,120 @@ def _prefix_windows(cell_k, cell_g, deltas, running, lo, hi):
     return out_k, out_g, out_v
 
 
+@numba.njit(cache=True)
+def _match_grids(
+    left_windows,
+    left_starts,
+    left_widths,
+    left_slot_starts,
+    left_slots,
+    left_rows,
+    left_ids,
+    right_windows,
+    right_starts,
+    right_widths,
+    right_slot_starts,
+    right_slots,
+    right_rows,
+    right_ids,
+    n_ids,
+    group_of_id,
+    left_order,
+    collect,
+):
+    """The factorised join's match over both sides' fired grids (window entries ascending;
+    `join_factor.FiredGrid`), window by window: the right cells with rows into a table by
+    key id (stamped with the window's number, so the table is never cleared), then the
+    left cells with rows probe it: a dense entry's slots in `left_order` (so its matches come
+    in that order), a sparse one's cells in order, its matches then ordered by group. Writes
+    (left cell, right cell, window, group of the key id) per match; with `collect`,
+    instead, the key ids matched whose group is unknown (< 0), each once, in the order met
+    (`left_order` ascending: window, then left key slot)."""
+    n_left, n_right = left_windows.shape[0], right_windows.shape[0]
+    stamp = np.zeros(n_ids, np.int64)
+    cell_of_id = np.empty(n_ids, np.int64)
+    seen = np.zeros(n_ids, np.bool_)
+    bound = n_ids if collect else left_widths.sum()  # a left cell matches once at most
+    out_left = np.empty(bound, np.int64)
+    out_right = np.empty(0 if collect else bound, np.int64)
+    out_window = np.empty(0 if collect else bound, np.int64)
+    out_group = np.empty(0 if collect else bound, np.int64)
+    count = 0
+    run = 0
+    i = j = 0
+    while i < n_left and j < n_right:
+        window = left_windows[i]
+        if right_windows[j] < window:
+            j += 1
+            continue
+        if right_windows[j] > window:
+            i += 1
+            continue
+        run += 1
+        while j < n_right and right_windows[j] == window:
+            start, at = right_starts[j], right_slot_starts[j]
+            for s in range(right_widths[j]):
+                key = right_ids[s if at < 0 else right_slots[at + s]]
+                if key >= 0 and right_rows[start + s] > 0:
+                    stamp[key] = run
+                    cell_of_id[key] = start + s
+            j += 1
+        while i < n_left and left_windows[i] == window:
+            start, width, at = left_starts[i], left_widths[i], left_slot_starts[i]
+            first = count
+            for q in range(left_order.shape[0] if at < 0 else width):
+                if at < 0:  # dense: the slot's cell
+                    slot = left_order[q]
+                    if slot >= width:
+                        continue
+                    cell = start + slot
+                else:
+                    slot = left_slots[at + q]
+                    cell = start + q
+                key = left_ids[slot]
+                if key < 0 or left_rows[cell] <= 0 or stamp[key] != run:
+                    continue
+                if collect:
+                    if group_of_id[key] < 0 and not seen[key]:
+                        seen[key] = True
+                        out_left[count] = key
+                        count += 1
+                    continue
+                out_left[count] = cell
+                out_right[count] = cell_of_id[key]
+                out_window[count] = window
+                out_group[count] = group_of_id[key]
+                count += 1
+            if at >= 0 and not collect and count - first > 1:  # sparse: order by group
+                order = first + np.argsort(out_group[first:count], kind="mergesort")
+                out_left[first:count] = out_left[order]
+                out_right[first:count] = out_right[order]
+                out_group[first:count] = out_group[order]
+            i += 1
+    if collect:
+        return out_left[:count], out_right, out_window, out_group
+    return out_left[:count], out_right[:count], out_window[:count], out_group[:count]
+
+
+def _window_ascending(grid: tuple) -> tuple:  # noqa: ANN001
+    """A grid's (windows, starts, widths, slot starts, slots, rows) with its window entries
+    in ascending order (the cells stay where they are: only the per-window arrays move)."""
+    windows, starts, widths, slot_starts, slots, rows = grid
+    if len(windows) < 2 or not (windows[1:] < windows[:-1]).any():
+        return grid
+    order = np.argsort(windows, kind="stable")
+    return windows[order], starts[order], widths[order], slot_starts[order], slots, rows
+
+
+@numba.njit(cache=True)
+def _gather_product(values, cells, factor, factor_cells):
+    """values[cells] * factor[factor_cells] in one pass, in values' type (int64 wraps)."""
+    out = np.empty(cells.shape[0], values.dtype)
+    for k in range(cells.shape[0]):
+        out[k] = values[cells[k]] * factor[factor_cells[k]]
+    return out
+
+
 def _sorted_rows(slots: np.ndarray) -> np.ndarray:
     rows = np.flatnonzero(slots >= 0)
     return rows[np.argsort(slots[rows], kind="stable")]
@@ -251,6 +365,33 @@ class CpuJoinKernels:
             lo,
             hi,
         )
+
+    def match_cells(self, left, left_ids, right, right_ids, n_ids, group_of_id, left_order):
+        return _match_grids(
+            *_window_ascending(left),
+            left_ids,
+            *_window_ascending(right),
+            right_ids,
+            max(n_ids, 1),
+            group_of_id,
+            left_order,
+            False,
+        )
+
+    def unseen_groups(self, left, left_ids, right, right_ids, n_ids, group_of_id):
+        return _match_grids(
+            *_window_ascending(left),
+            left_ids,
+            *_window_ascending(right),
+            right_ids,
+            max(n_ids, 1),
+            group_of_id,
+            np.arange(len(left_ids), dtype=np.int64),
+            True,
+        )[0]
+
+    def gather_product(self, values, cells, factor, factor_cells):
+        return _gather_product(values, cells, factor, factor_cells)
 
     def new_key_map(self, types):
         return KeyTable(types)

@@ -40,6 +40,10 @@ class CpuPaneState:
         # panes both layouts hold
         first = max(origin, self.origin)
         end = min(origin + pane_capacity, self.origin + self.pane_capacity)
+        if (key_capacity, pane_capacity) == (self.key_capacity, self.pane_capacity):
+            if origin >= self.origin:  # the same shape, moved on: in place
+                self._move_origin(origin, first, end)
+                return
         for field in self.fields:
             dtype, neutrals = neutral(field)
             new = []
@@ -53,6 +57,20 @@ class CpuPaneState:
                 new.append(array.reshape(-1))
             self.arrays[field.name] = tuple(new)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
+
+    def _move_origin(self, origin: int, first: int, end: int) -> None:
+        """Move the origin forward in the arrays already there (a sliding segment's state
+        moves on every few batches: fresh arrays would cost their page faults each time,
+        twice the live span): the panes kept shift down, the panes past them become
+        neutral."""
+        cells = self.key_capacity
+        kept = max(end - first, 0) * cells
+        start = (first - self.origin) * cells
+        for field in self.fields:
+            _, neutrals = neutral(field)
+            for array, value in zip(self.arrays[field.name], neutrals, strict=True):
+                agg.shift_down(array, start, kept, array.dtype.type(value))
+        self.origin = origin
 
     @property
     def nbytes(self) -> int:
@@ -77,6 +95,10 @@ class CpuPaneState:
         return result
 
     def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
+        if panes_per_window > panes_per_slide:
+            return self._sliding_windows(
+                n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch
+            )
         total = sum(count for _, count in runs)
         task_base, task_windows, task_out = [], [], []
         offset = 0
@@ -108,6 +130,35 @@ class CpuPaneState:
             panes_per_window,
             windows_per_batch,
         )
+
+    def _sliding_windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
+        """Overlapping windows, run by run over every key (`aggregate.py`: the `*_runs`
+        kernels): differences for int64 sums, block prefixes and suffixes for the rest. Every
+        output cell is written, so the outputs start uninitialised."""
+        columns = np.array([first - self.origin for first, _ in runs], np.int64)
+        counts = np.array([count for _, count in runs], np.int64)
+        reach = columns + panes_per_window + (counts - 1) * panes_per_slide
+        if len(runs) and (columns.min() < 0 or reach.max() > self.pane_capacity):
+            raise AssertionError("window run outside the pane state (driver bug)")
+        size = int(counts.sum()) * n_keys
+        shape = (self.key_capacity, n_keys, columns, counts, panes_per_slide, panes_per_window)
+        results: dict[str, tuple[np.ndarray, ...]] = {}
+        for field in self.fields:
+            dtype, neutrals = neutral(field)
+            outs = tuple(np.empty(size, dtype) for _ in neutrals)
+            if _adds_int64(field, dtype, neutrals):
+                for leaves, out in zip(self.arrays[field.name], outs, strict=True):
+                    agg.sliding_sums_runs(leaves, *shape, out)
+            else:
+                kind_kernels(field.kind).block_runs(
+                    *self.arrays[field.name],
+                    *(dtype.type(value) for value in neutrals),
+                    *shape,
+                    windows_per_batch,
+                    *outs,
+                )
+            results[field.name] = outs
+        return results
 
     def cumulative_windows(self, n_keys, runs, panes_per_period):
         """CUMULATE windows as a prefix combine: one task per (run, key) walks its panes from
@@ -221,7 +272,11 @@ def _run_trees(
             results[field.name] = outs
             continue
         outs = tuple(np.full(size, value, dtype) for value in neutrals)
-        kind_kernels(field.kind).tree_windows(
+        kernels = kind_kernels(field.kind)
+        # overlapping windows: block suffixes and prefixes (3 combines a window at w/s = 100
+        # where the tree takes about 12); tumbling ones keep the tree's association
+        sliding = panes_per_window > panes_per_slide
+        (kernels.block_windows if sliding else kernels.tree_windows)(
             *source,
             *(dtype.type(value) for value in neutrals),
             leaf_stride,

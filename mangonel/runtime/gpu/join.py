@@ -27,8 +27,9 @@ output columns (STRING ones are taken on the host at the fired pairs' rows);
 `rows=host` keeps the pending pairs on the host as the probe form does.
 
 The host faces of the protocol (key maps, the evaluation of residual/WHERE/aggregate arguments
-over joined Arrow columns, their partials) are `host`'s: another backend's JoinKernels the GPU
-operator factory passes in (the CPU's; this package may not import it). The probe form's
+over joined Arrow columns, their partials, the factorised join's cell match) are `host`'s:
+another backend's JoinKernels the GPU operator factory passes in (the CPU's; this package may
+not import it). The probe form's
 kernels passed `pytest -m gpu` on an H100 (docs/performance.md).
 """
 
@@ -327,6 +328,17 @@ class GpuJoinKernels:
         return self.rows_form
 
     # -- host faces -----------------------------------------------------------------------
+
+    def match_cells(self, left, left_ids, right, right_ids, n_ids, group_of_id, left_order):
+        return self.host.match_cells(
+            left, left_ids, right, right_ids, n_ids, group_of_id, left_order
+        )
+
+    def unseen_groups(self, left, left_ids, right, right_ids, n_ids, group_of_id):
+        return self.host.unseen_groups(left, left_ids, right, right_ids, n_ids, group_of_id)
+
+    def gather_product(self, values, cells, factor, factor_cells):
+        return self.host.gather_product(values, cells, factor, factor_cells)
 
     def new_key_map(self, types):
         return self.host.new_key_map(types)

@@ -30,6 +30,7 @@ Results are in window order, then group in first-fired order.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -42,15 +43,84 @@ from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.base import OperatorBase
 from mangonel.runtime.operators.join_kernels import JoinKernels
 from mangonel.runtime.operators.registry import StepKernels
-from mangonel.runtime.operators.results import finalize, window_result_batch
+from mangonel.runtime.operators.results import finalize, window_ids_of, window_result_batch
 from mangonel.runtime.operators.window import TimeWindowOperator, _Segment
 
-# a firing's (window, key id) cells are matched through a dense table up to this many cells
-# (or 4x the cells), else through a sort
-DENSE_MATCH_CELLS = 1 << 22
-
 WatermarkAfter = Callable[[int | None], int | None]
-Cells = tuple[np.ndarray, np.ndarray, dict[str, tuple[np.ndarray, ...]]]
+Values = dict[str, tuple[np.ndarray, ...]]
+
+
+# a fired chunk with rows in fewer than 1 in SPARSE_CHUNK of its (window, key slot) cells
+# keeps only those (with their slots): a firing's memory follows its cells with rows, as the
+# window operator's own results do, not its keys times its windows
+SPARSE_CHUNK = 2
+
+
+@dataclass(frozen=True)
+class FiredChunk:
+    """Cells of one tree call, window-major: window `windows[i]` holds the next `widths[i]`
+    cells of every value array; dense (`slots` None): one per key slot 0..widths[i]-1 (a
+    slot without rows there has a row count of 0), as the tree wrote them; sparse: the
+    cells with rows only, `slots` their key slots (ascending within a window)."""
+
+    windows: np.ndarray
+    widths: np.ndarray
+    slots: np.ndarray | None
+    values: Values
+
+
+@dataclass(frozen=True)
+class FiredGrid:
+    """A side's fired chunks as one grid: window entry i holds cells `starts[i]` to
+    `starts[i] + widths[i]` of every value array; their key slots are their positions from
+    `starts[i]` where `slot_starts[i]` is -1 (dense), else `slots[slot_starts[i]:]`."""
+
+    windows: np.ndarray
+    starts: np.ndarray
+    widths: np.ndarray
+    slot_starts: np.ndarray
+    slots: np.ndarray
+    values: Values
+
+    def parts(self, rows: str) -> tuple[np.ndarray, ...]:
+        """(windows, starts, widths, slot starts, slots, row counts): what
+        `JoinKernels.match_cells` reads."""
+        windows, starts, widths = self.windows, self.starts, self.widths
+        return windows, starts, widths, self.slot_starts, self.slots, self.values[rows][0]
+
+    @staticmethod
+    def of(chunks: list[FiredChunk], fields: tuple[ph.StateField, ...]) -> FiredGrid:
+        widths = np.concatenate([c.widths for c in chunks])
+        starts = np.zeros(len(widths), np.int64)
+        starts[1:] = np.cumsum(widths)[:-1]
+        slot_starts, slots, taken = [], [], 0
+        for chunk in chunks:
+            if chunk.slots is None:
+                slot_starts.append(np.full(len(chunk.widths), -1, np.int64))
+                continue
+            at = np.zeros(len(chunk.widths), np.int64)
+            at[1:] = np.cumsum(chunk.widths)[:-1]
+            slot_starts.append(at + taken)
+            slots.append(chunk.slots)
+            taken += len(chunk.slots)
+        if len(chunks) == 1:  # one tree call: its arrays as they are
+            values = chunks[0].values
+        else:
+            values = {
+                f.name: tuple(
+                    np.concatenate([c.values[f.name][i] for c in chunks])
+                    for i in range(len(f.kind.parts))
+                )
+                for f in fields
+            }
+        return FiredGrid(
+            np.concatenate([c.windows for c in chunks]),
+            starts,
+            widths,
+            np.concatenate(slot_starts),
+            np.concatenate(slots) if slots else np.zeros(0, np.int64),
+            values,
+        )
 
 
 def standalone_step_kernels() -> StepKernels:
@@ -72,7 +142,7 @@ class FactorisedSide(TimeWindowOperator):
 
     def __init__(self, node: ph.WindowAggregateExec, kernels: StepKernels) -> None:
         super().__init__(node, kernels)
-        self._fired: list[Cells] = []  # cells fired, waiting for the join's combine
+        self._fired: list[FiredChunk] = []  # waiting for the join's combine
         self._join_watermark_after: WatermarkAfter | None = None
         # the join's next arrival (either side), staged while this side's kernels run
         self.stage_next_arrival: Callable[[], None] | None = None
@@ -111,32 +181,48 @@ class FactorisedSide(TimeWindowOperator):
             return None
         return self._join_watermark_after(max_event_time)
 
-    def fire_cells(self, upto: int) -> Cells | None:
-        """The raw partials of every (window, key slot) with rows in windows up to `upto`,
-        window-major (then key slot); None if there are none."""
+    def fire_cells(self, upto: int) -> FiredGrid | None:
+        """The raw partials of the (window, key slot) cells of the windows up to `upto` that
+        the window operator computes (those with rows in a pane they cover), as one grid;
+        None if there are none."""
         end = upto * self.spec.slide + self.spec.size  # the window's end: W at least this
         if self.watermark is None or end > self.watermark:
             self.watermark = end
         self._fire(final=False)
         fired, self._fired = self._fired, []  # a chunked merge's early cells come first
-        if not fired:
-            return None
-        windows = np.concatenate([f[0] for f in fired])
-        slots = np.concatenate([f[1] for f in fired])
-        values = {
-            f.name: tuple(
-                np.concatenate([cells[2][f.name][i] for cells in fired])
-                for i in range(len(f.kind.parts))
-            )
-            for f in self.fields
-        }
-        return windows, slots, values
+        return FiredGrid.of(fired, self.fields) if fired else None
 
     def _compute(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
-        """The window operator's cells of `runs`, kept raw (not finalized) for the join."""
-        windows, slots, values = self._window_cells(segment, runs, n_keys)
-        if len(windows):
-            self._fired.append((windows, slots, values))
+        """The window operator's values of `runs` (every key slot, window-major), kept raw
+        (not finalized) for the join: dense, empty cells included (the join's match skips
+        them as it reads), unless most cells are empty (`SPARSE_CHUNK`)."""
+        if not n_keys:
+            return []
+        if self.cumulate:
+            values = self._cumulate_values(segment, runs, n_keys)
+        else:
+            ps = self.panes_per_slide
+            computed = segment.state.windows(
+                n_keys,
+                [(first * ps, count) for first, count in runs],
+                ps,
+                self.panes_per_window,
+                self.window.windows_per_batch,
+            )
+            host = self.kernels.to_host
+            values = {name: tuple(host(part) for part in parts) for name, parts in computed.items()}
+        windows = window_ids_of(runs)
+        has_rows = values[self.fields[0].name][0] > 0
+        filled = int(np.count_nonzero(has_rows))
+        if filled * SPARSE_CHUNK >= len(has_rows):
+            widths = np.full(len(windows), n_keys, np.int64)
+            self._fired.append(FiredChunk(windows, widths, None, values))
+        elif filled:
+            selected = np.flatnonzero(has_rows)
+            number, slots = np.divmod(selected, n_keys)
+            widths = np.bincount(number, minlength=len(windows))
+            kept = {name: tuple(part[selected] for part in parts) for name, parts in values.items()}
+            self._fired.append(FiredChunk(windows[widths > 0], widths[widths > 0], slots, kept))
         return []
 
     def max_window(self) -> int | None:
@@ -190,6 +276,7 @@ class FactorisedJoin:
         self.key_ids = self.kernels.new_key_map(self.key_types)
         self.ids_of_slot = [np.zeros(0, np.int64), np.zeros(0, np.int64)]
         self.group_of_id = np.zeros(0, np.int64)
+        self._group_columns: list[pa.Array] = []  # every group's key columns, by slot
 
     # -- input ----------------------------------------------------------------------------
 
@@ -226,48 +313,69 @@ class FactorisedJoin:
         left, right = (side.fire_cells(upto) for side in self.sides)
         if left is None or right is None:
             return None, 0
-        left_ids, right_ids = self._key_ids(0, left[1]), self._key_ids(1, right[1])
-        li, ri = self._match(left[0], left_ids, right[0], right_ids)
+        rows = self.node.fields[0].name
+        grids = (left.parts(rows), self._slot_ids(0), right.parts(rows), self._slot_ids(1))
+        self._assign_groups(grids)
+        # the left slots in group order: each window's matches come out ordered by group
+        left_groups = np.where(grids[1] >= 0, self.group_of_id[grids[1]], -1)
+        order = np.argsort(left_groups, kind="stable")
+        li, ri, windows, groups = self.kernels.match_cells(
+            *grids, self.key_ids.n_slots, self.group_of_id, order
+        )
         if not len(li):
             return None, 0
-        rows = self.node.fields[0].name
-        n_l, n_r = left[2][rows][0][li], right[2][rows][0][ri]
-        values: dict[str, tuple[np.ndarray, ...]] = {}
-        for f in self.node.fields:
-            side = self.side_of[f.name]
-            if side is None:  # COUNT(*): every pair of the key in the window
-                values[f.name] = (n_l * n_r,)
-                continue
-            cells, at_side, other = (left, li, n_r) if side == 0 else (right, ri, n_l)
-            parts = []
-            for part in cells[2][f.name]:
-                part = part[at_side]
-                if f.kind.name in ("count", "sum"):
-                    # int64 products wrap mod 2^64, as adding n copies does
-                    part = part * other.astype(part.dtype)
-                parts.append(part)
-            values[f.name] = tuple(parts)
-        windows = left[0][li]
-        groups = self._groups(left_ids[li])
-        if self.groups_are_keys:  # (window, group) is unique: order it, nothing to combine
-            # cells come window-major: one sort of (window, group) codes, when out of order
-            codes = (windows - windows[0]) * self.groups.n_slots + groups
-            if (np.diff(codes) < 0).any():
-                order = _order_of_unique(codes)
-                windows, groups = windows[order], groups[order]
-                values = {name: tuple(p[order] for p in parts) for name, parts in values.items()}
-        else:
+        values = self._products(left.values, li, right.values, ri)
+        if not self.groups_are_keys:  # keys of one group combined
             windows, groups, values = self._by_group(windows, groups, values)
         aggregates = finalize(self.node.aggregates, values)
-        keys = self.groups.decode(groups)
         window = self.node.window
         start = windows * window.slide
+        keys = self._group_keys(groups)
         batch = window_result_batch(schema, keys, aggregates, start, start + window.size)
         return batch, len(windows)
 
-    def _key_ids(self, index: int, slots: np.ndarray) -> np.ndarray:
-        """The join key ids (shared by both sides: equal keys, equal ids; -1: a NULL key,
-        matching nothing) of a side's key slots. A side's slots are mapped once, as they
+    def _products(self, left: Values, li: np.ndarray, right: Values, ri: np.ndarray) -> Values:
+        """The join's field values at matched cells (left cell li, right cell ri): COUNT(*)
+        = n_l * n_r; a side's counts and sums times the other side's rows (int64 products
+        wrap mod 2^64, as adding n copies does; a double sum times n as a double); the rest
+        (MIN, MAX) as the side holds them."""
+        rows = self.node.fields[0].name
+        product = self.kernels.gather_product
+        values: Values = {}
+        for f in self.node.fields:
+            side = self.side_of[f.name]
+            if side is None:  # COUNT(*): every pair of the key in the window
+                values[f.name] = (product(left[rows][0], li, right[rows][0], ri),)
+                continue
+            cells, at, other, other_at = (
+                (left, li, right, ri) if side == 0 else (right, ri, left, li)
+            )
+            if f.kind.name in ("count", "sum"):
+                values[f.name] = tuple(
+                    product(part, at, other[rows][0], other_at) for part in cells[f.name]
+                )
+            else:
+                values[f.name] = tuple(part[at] for part in cells[f.name])
+        return values
+
+    def _group_keys(self, groups: np.ndarray) -> list[pa.Array]:
+        """The GROUP BY columns of group slots: each group decoded once (kept, extended as
+        groups appear), then taken per result row (a firing repeats each group per window)."""
+        known = len(self._group_columns[0]) if self._group_columns else 0
+        if known < self.groups.n_slots:
+            new = self.groups.decode(np.arange(known, self.groups.n_slots, dtype=np.int64))
+            if self._group_columns:
+                new = [
+                    pa.concat_arrays([old, n])
+                    for old, n in zip(self._group_columns, new, strict=True)
+                ]
+            self._group_columns = new
+        at = pa.array(groups, pa.int64())
+        return [column.take(at) for column in self._group_columns]
+
+    def _slot_ids(self, index: int) -> np.ndarray:
+        """The join key id of every key slot of a side (shared by both sides: equal keys,
+        equal ids; -1: a NULL key, matching nothing). A side's slots are mapped once, as they
         appear; the key columns are compared as the join compares them (integers as int64)."""
         known = self.ids_of_slot[index]
         side_keys = self.sides[index].keys
@@ -283,54 +391,34 @@ class FactorisedJoin:
                 columns.append(column)
             ids = self.key_ids.map_columns(columns, ok)
             known = self.ids_of_slot[index] = np.concatenate([known, ids])
-        return known[slots]
+        return known
 
-    def _match(self, left_windows, left_ids, right_windows, right_ids):  # noqa: ANN001, ANN202
-        """(left cell, right cell) of every (window, key id) both sides hold, in left cell
-        order (window-major). A side's (window, key) is one cell at most."""
-        first = int(min(left_windows.min(), right_windows.min()))
-        span = int(max(left_windows.max(), right_windows.max())) - first + 1
+    def _assign_groups(self, grids: tuple) -> None:
+        """Group slots for the key ids this firing matches that have none yet, in first-seen
+        order (window, then left key slot): their GROUP BY columns, cast to the columns'
+        types, mapped once per key id. The match is walked for them only when a left key
+        without a group is also a right key."""
         n_ids = self.key_ids.n_slots
-        left_codes = (left_windows - first) * n_ids + left_ids
-        right_codes = (right_windows - first) * n_ids + right_ids
-        left_ok, right_ok = left_ids >= 0, right_ids >= 0
-        found = np.full(len(left_codes), -1, np.int64)  # per left cell: its right cell
-        if span * n_ids <= max(DENSE_MATCH_CELLS, 4 * (len(left_ids) + len(right_ids))):
-            cell_of_code = np.full(span * n_ids, -1, np.int64)
-            cell_of_code[right_codes[right_ok]] = np.flatnonzero(right_ok)
-            found[left_ok] = cell_of_code[left_codes[left_ok]]
-        else:  # a sparse firing (far apart windows): sort instead of a dense table
-            order = np.flatnonzero(right_ok)
-            order = order[np.argsort(right_codes[order])]
-            if len(order):
-                sorted_codes = right_codes[order]
-                at = np.minimum(np.searchsorted(sorted_codes, left_codes), len(order) - 1)
-                hit = left_ok & (sorted_codes[at] == left_codes)
-                found[hit] = order[at[hit]]
-        li = np.flatnonzero(found >= 0)
-        return li, found[li]
-
-    def _groups(self, ids: np.ndarray) -> np.ndarray:
-        """The group slots (first-seen order) of join key ids: their GROUP BY columns, cast
-        to the columns' types, mapped once per key id."""
-        if len(self.group_of_id) < self.key_ids.n_slots:
-            grown = np.full(self.key_ids.n_slots, -1, np.int64)
+        if len(self.group_of_id) < n_ids:
+            grown = np.full(n_ids, -1, np.int64)
             grown[: len(self.group_of_id)] = self.group_of_id
             self.group_of_id = grown
-        groups = self.group_of_id[ids]
-        missing = groups < 0
-        if missing.any():
-            new_ids, first = np.unique(ids[missing], return_index=True)
-            new_ids = new_ids[np.argsort(first)]  # first-seen order in this firing
-            columns = [
-                self.key_ids.decode(new_ids)[p].cast(k.type.info.arrow)
-                for p, k in zip(self.group_positions, self.node.keys, strict=True)
-            ]
-            self.group_of_id[new_ids] = self.groups.map_columns(
-                columns, np.ones(len(new_ids), np.bool_)
-            )
-            groups = self.group_of_id[ids]
-        return groups
+        left_ids, right_ids = grids[1], grids[3]
+        on_right = np.zeros(n_ids, np.bool_)
+        on_right[right_ids[right_ids >= 0]] = True
+        left_ids = left_ids[left_ids >= 0]
+        if not (on_right[left_ids] & (self.group_of_id[left_ids] < 0)).any():
+            return
+        new_ids = self.kernels.unseen_groups(*grids, n_ids, self.group_of_id)
+        if not len(new_ids):
+            return
+        columns = [
+            self.key_ids.decode(new_ids)[p].cast(k.type.info.arrow)
+            for p, k in zip(self.group_positions, self.node.keys, strict=True)
+        ]
+        self.group_of_id[new_ids] = self.groups.map_columns(
+            columns, np.ones(len(new_ids), np.bool_)
+        )
 
     def _by_group(self, windows, groups, values):  # noqa: ANN001, ANN202
         """(window, group) results in window order, then group: the keys of one group (a
@@ -375,15 +463,3 @@ class FactorisedJoin:
         for index, side in enumerate(self.sides):
             side.restore(arrays[f"factorised_side{index}"].tobytes())
         self._reset_key_ids()
-
-
-def _order_of_unique(codes: np.ndarray) -> np.ndarray:
-    """The permutation sorting distinct non-negative codes: a scatter into a table of
-    every code up to the largest when that is at most a few times their number (the cells
-    of a firing are dense in (window, group)), else a sort."""
-    size = int(codes.max()) + 1
-    if size > max(DENSE_MATCH_CELLS, 4 * len(codes)):
-        return np.argsort(codes)
-    at = np.full(size, -1, np.int64)
-    at[codes] = np.arange(len(codes), dtype=np.int64)
-    return at[at >= 0]

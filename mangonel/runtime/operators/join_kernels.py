@@ -18,6 +18,10 @@ the slots and a "sort-merge" join a merge of both sides sorted by slot.
 - `mark_matched(...)`: a row's per-window matched flags (outer joins) from its pairs.
 - `scatter(kind)`: the kind's combine of many values into cells (aggregated joins), and
   `prefix_windows`: the firing of difference-credited cells (`join_cells.py`).
+- `match_cells(...)`, `unseen_groups(...)`: the factorised join's firing (`join_factor.py`):
+  the (left cell, right cell) pairs of equal (window, key id) read from both sides' dense
+  fired grids, in (window, group) order; the matched key ids that have no group yet;
+  `gather_product(...)`: the products of its fields at the matched cells.
 - Optional, `device_cells(node)`: cells of an aggregated join that the backend joins and
   aggregates itself (`join(sides, index, count, algorithm, n_slots)` per batch, then the
   `JoinCells` interface: fire, max_window, nbytes, to_arrays, restore), or None; the GPU's
@@ -83,6 +87,47 @@ class JoinKernels(Protocol):
         part, part 0 the row count) -> (k, group, values per part) of every group with a
         positive running count in each window lo..hi; `running` (parts x groups) is left at
         window hi."""
+        ...
+
+    def match_cells(
+        self,
+        left: tuple[np.ndarray, ...],
+        left_ids: np.ndarray,
+        right: tuple[np.ndarray, ...],
+        right_ids: np.ndarray,
+        n_ids: int,
+        group_of_id: np.ndarray,
+        left_order: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The factorised join's match. A side is a grid (`join_factor.FiredGrid.parts`):
+        (windows, starts, widths, slot starts, slots, row counts): window entry i holds
+        cells `starts[i]` on, `widths[i]` of them, their key slots their positions (slot
+        start -1: dense) or `slots[slot_starts[i]:]` (sparse); `*_ids`: the join key id of
+        each key slot (in [0, n_ids); -1 matches nothing); a side holds a (window, id) once
+        at most. Returns (left cell, right cell, window, group_of_id[id]) of every (window,
+        key id) with rows on both sides: in window order, then group order where each left
+        key slot's group is ordered as in `left_order` (the slots sorted by group)."""
+        ...
+
+    def unseen_groups(
+        self,
+        left: tuple[np.ndarray, ...],
+        left_ids: np.ndarray,
+        right: tuple[np.ndarray, ...],
+        right_ids: np.ndarray,
+        n_ids: int,
+        group_of_id: np.ndarray,
+    ) -> np.ndarray:
+        """The key ids `match_cells` would match whose group is unknown (group_of_id < 0),
+        each once, in first-met order (window, then left key slot)."""
+        ...
+
+    def gather_product(
+        self, values: np.ndarray, cells: np.ndarray, factor: np.ndarray, factor_cells: np.ndarray
+    ) -> np.ndarray:
+        """values[cells] * factor[factor_cells] in values' type (int64 products wrap mod
+        2^64): the factorised join's COUNT(*) and a side's counts and sums at matched
+        cells."""
         ...
 
     def new_key_map(self, types: tuple) -> Any:  # noqa: ANN401

@@ -1,0 +1,203 @@
+"""Sliding windows without the tree on the CPU (`cpu.aggregate`, `cpu.generated`): every kind's
+`block_windows` (tasks of any leaf stride: count windows) and `block_runs` (runs of windows of
+every key of the pane-major state, keys in tiles) give each window the combine of its leaves,
+as the numpy combine of the kind gives it left to right (floats within rounding: blocks
+associate otherwise); `CpuPaneState.windows` takes them (and `sliding_sums_runs` for int64
+sums) for overlapping windows; moving a pane state's origin in place keeps what a fresh
+reshape keeps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_aggregates import FIXED, _accumulators, _lift, _same, _values
+
+from mangonel.aggregates import state_kind
+from mangonel.catalog.types import SqlType
+from mangonel.compiler.physical import StateField
+from mangonel.runtime.cpu.generated import kind_kernels
+from mangonel.runtime.cpu.kernels import CpuPaneState
+
+SHAPES = [(1, 100), (2, 5), (3, 7), (1, 2), (2, 6)]  # (panes per slide, panes per window)
+
+
+def _leaves(kind, accumulator, dtype, size: int, rng):  # noqa: ANN001, ANN202
+    """Lifted single values as leaves: NULL arguments read 0 there, as `to_values` gives."""
+    valid = rng.random(size) < 0.8
+    values = _values(dtype, accumulator, size, rng)
+    values[~valid] = 0
+    return _lift(kind, accumulator, values, valid)
+
+
+def _reference(kind, dtype, neutrals, parts, leaves_of_window):  # noqa: ANN001, ANN202
+    """Left-to-right numpy combine of each window's leaves (a list of leaf index arrays)."""
+    out = tuple(np.full(len(leaves_of_window), v, dtype) for v in neutrals)
+    for w, leaves in enumerate(leaves_of_window):
+        acc = tuple(np.full(1, v, dtype) for v in neutrals)
+        for leaf in leaves:
+            acc = kind.combine(*acc, *(p[leaf : leaf + 1] for p in parts))
+        for o, a in zip(out, acc, strict=True):
+            o[w] = a[0]
+    return out
+
+
+@pytest.mark.parametrize("kind", FIXED, ids=lambda k: k.name)
+@pytest.mark.parametrize(("pps", "ppw"), SHAPES)
+@pytest.mark.parametrize("stride", [1, 5])
+def test_block_windows_combine_each_window_of_a_task(kind, pps: int, ppw: int, stride: int):
+    rng = np.random.default_rng(pps * 31 + ppw + stride)
+    kernels = kind_kernels(kind)
+    for accumulator in _accumulators(kind):
+        dtype = kind.storage(accumulator)
+        neutrals = kind.neutral(dtype)
+        counts = np.array([0, 1, 4, 9, 3], np.int64)  # windows per task
+        spans = np.where(counts > 0, ppw + (counts - 1) * pps, 0) * stride
+        base = np.concatenate([[0], np.cumsum(spans)[:-1]]).astype(np.int64) + 1
+        size = int(spans.sum()) + 2
+        parts = _leaves(kind, accumulator, dtype, size, rng)
+        out_at = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        outs = tuple(np.full(int(counts.sum()), v, dtype) for v in neutrals)
+        kernels.block_windows(
+            *parts,
+            *(dtype.type(v) for v in neutrals),
+            stride,
+            base,
+            counts,
+            out_at,
+            np.ones(len(counts), np.int64),
+            pps,
+            ppw,
+            4,  # windows per batch: tasks of 9 windows take three batches
+            *outs,
+        )
+        windows = [
+            base[t] + (w * pps + np.arange(ppw)) * stride
+            for t in range(len(counts))
+            for w in range(counts[t])
+        ]
+        want = _reference(kind, dtype, neutrals, parts, windows)
+        for got, expected in zip(outs, want, strict=True):
+            assert _same(got, expected), (kind.name, accumulator)
+
+
+@pytest.mark.parametrize("kind", FIXED, ids=lambda k: k.name)
+@pytest.mark.parametrize(("pps", "ppw"), [(1, 20), (2, 5), (3, 7)])
+def test_block_runs_combine_every_key_of_each_run(kind, pps: int, ppw: int):
+    """Runs over a pane-major matrix of 150 keys (two tiles of keys, the last partial), out
+    window-major after the runs before."""
+    rng = np.random.default_rng(pps * 7 + ppw)
+    kernels = kind_kernels(kind)
+    n_keys, key_capacity = 150, 160
+    runs = [(2, 5), (0, 1), (4, 3)]  # (first pane column, windows)
+    panes = max(c + ppw + (n - 1) * pps for c, n in runs) + 1
+    for accumulator in _accumulators(kind):
+        dtype = kind.storage(accumulator)
+        neutrals = kind.neutral(dtype)
+        size = panes * key_capacity
+        parts = _leaves(kind, accumulator, dtype, size, rng)
+        total = sum(n for _, n in runs) * n_keys
+        outs = tuple(np.empty(total, dtype) for _ in neutrals)
+        kernels.block_runs(
+            *parts,
+            *(dtype.type(v) for v in neutrals),
+            key_capacity,
+            n_keys,
+            np.array([c for c, _ in runs], np.int64),
+            np.array([n for _, n in runs], np.int64),
+            pps,
+            ppw,
+            2,  # windows per batch
+            *outs,
+        )
+        windows = [
+            (column + w * pps + np.arange(ppw)) * key_capacity + key
+            for column, count in runs
+            for w in range(count)
+            for key in range(n_keys)
+        ]
+        want = _reference(kind, dtype, neutrals, parts, windows)
+        for got, expected in zip(outs, want, strict=True):
+            assert _same(got, expected), (kind.name, accumulator)
+
+
+def test_block_runs_of_long_windows_take_narrower_tiles():
+    """2,000 panes a window, 2,000 windows a batch: a tile's prefixes and suffixes would pass
+    their bound at 128 keys, so tiles narrow (32 keys here); every key is still computed."""
+    rng = np.random.default_rng(2)
+    n_keys, key_capacity, ppw, pps = 150, 152, 2000, 3
+    runs = [(5, 2), (1, 3)]
+    leaves = rng.integers(-(10**9), 10**9, (ppw + 3 * pps + 6) * key_capacity)
+    out = np.empty(5 * n_keys, np.int64)
+    kind_kernels(state_kind("max")).block_runs(
+        leaves,
+        np.int64(np.iinfo(np.int64).min),
+        key_capacity,
+        n_keys,
+        np.array([c for c, _ in runs], np.int64),
+        np.array([n for _, n in runs], np.int64),
+        pps,
+        ppw,
+        2000,
+        out,
+    )
+    matrix = leaves.reshape(-1, key_capacity)
+    want = [
+        matrix[column + w * pps : column + w * pps + ppw, :n_keys].max(axis=0)
+        for column, count in runs
+        for w in range(count)
+    ]
+    assert np.array_equal(out, np.concatenate(want))
+
+
+def _state(fields: tuple[StateField, ...], rng) -> CpuPaneState:  # noqa: ANN001
+    state = CpuPaneState(fields)
+    state.reshape(16, 64, 100)
+    for field in fields:
+        for array in state.arrays[field.name]:
+            array[: 40 * 16] = rng.integers(0, 1000, 40 * 16)
+    return state
+
+
+def test_pane_state_windows_of_sliding_runs_equal_the_tree():
+    """`CpuPaneState.windows` of overlapping windows (differences for the counts, blocks for
+    MIN) equals the per-task tree over the same state, every key of every run."""
+    rng = np.random.default_rng(3)
+    fields = (
+        StateField("rows", state_kind("count"), None, SqlType.BIGINT),
+        StateField("low", state_kind("min"), None, SqlType.BIGINT),
+    )
+    state = _state(fields, rng)
+    runs, n_keys, pps, ppw = [(100, 7), (110, 3)], 13, 2, 6
+    got = state.windows(n_keys, runs, pps, ppw, 4)
+    tumbling = CpuPaneState(fields)  # the tree: the task path, one window per task
+    tumbling.arrays, tumbling.key_capacity, tumbling.pane_capacity, tumbling.origin = (
+        state.arrays,
+        state.key_capacity,
+        state.pane_capacity,
+        state.origin,
+    )
+    for field in fields:
+        want = []
+        for first, count in runs:
+            for w in range(count):
+                cells = tumbling.windows(n_keys, [(first + w * pps, 1)], ppw, ppw, 4)
+                want.append(cells[field.name][0])
+        assert np.array_equal(got[field.name][0], np.concatenate(want)), field.name
+
+
+def test_moving_the_origin_in_place_keeps_the_panes_a_fresh_state_keeps():
+    rng = np.random.default_rng(8)
+    fields = (StateField("rows", state_kind("count"), None, SqlType.BIGINT),)
+    for origin in (100, 107, 130, 163, 200):  # same place, moved, moved past every pane
+        state = _state(fields, rng)
+        before = state.arrays["rows"][0].copy()
+        array = state.arrays["rows"][0]
+        fresh = CpuPaneState(fields)
+        fresh.reshape(16, 64, 100)
+        fresh.arrays["rows"][0][:] = before
+        fresh.reshape(32, 64, origin)  # another key capacity: new arrays
+        state.reshape(16, 64, origin)
+        assert state.arrays["rows"][0] is array  # in place
+        got = state.arrays["rows"][0].reshape(64, 16)
+        want = fresh.arrays["rows"][0].reshape(64, 32)[:, :16]
+        assert np.array_equal(got, want), origin
