@@ -164,22 +164,17 @@ class GpuHolistic:
         if not count:
             return [], [], True
         kept = xp.asarray(keep).astype(xp.bool_, copy=False)
-        # (pane, slot) as one key: the pane's offset in the range (at most MAX_RANGE_PANES + 1)
-        # above the slot's 32 bits. CuPy's lexsort runs one stable sort and one gather per
-        # key, so one key fewer is a sort fewer; a kept row's slot is in [0, 2^31), and the
-        # rows not kept (the offset past the range) sort last whatever their slot word
-        pane_slot = xp.where(kept, xp.asarray(panes, dtype=xp.int64) - low, high + 1 - low)
-        pane_slot = (pane_slot << 32) | (xp.asarray(slots).astype(xp.int64) & 0xFFFFFFFF)
+        row_panes = xp.where(kept, xp.asarray(panes, dtype=xp.int64), high + 1)
+        row_slots = xp.asarray(slots).astype(xp.int64)
         row_values = xp.asarray(values, dtype=xp.int64)
         row_times = None if times is None else xp.asarray(times, dtype=xp.int64)
-        sort_keys = (row_values, pane_slot)  # the last key is the primary one
+        sort_keys = (row_values, row_slots, row_panes)  # the last key is the primary one
         if not by_value:
             sort_keys = sort_keys[1:]
         if row_times is not None:
             sort_keys = (row_times, *sort_keys)
         order = xp.lexsort(xp.stack(sort_keys))
-        pane_slot = pane_slot[order]
-        row_panes = (pane_slot >> 32) + low
+        row_panes = row_panes[order]
         bounds = xp.searchsorted(row_panes, xp.arange(low, high + 2, dtype=xp.int64))
         read = _host(xp.concatenate((bounds, kept.sum(dtype=xp.int64).reshape(1))))
         bounds, kept_count = read[:-1], int(read[-1])
@@ -187,7 +182,7 @@ class GpuHolistic:
             return None
         if not kept_count:
             return [], [], True
-        row_slots = pane_slot & 0xFFFFFFFF
+        row_slots = row_slots[order]
         row_values = row_values[order]
         if row_times is not None:
             row_times = row_times[order]
