@@ -122,12 +122,7 @@ class GpuHolistic:
         row_slots = xp.asarray(slots)[rows].astype(xp.int64)
         row_values = xp.asarray(values, dtype=xp.int64)[rows]
         row_times = None if times is None else xp.asarray(times, dtype=xp.int64)[rows]
-        sort_keys = (row_values, row_slots, row_panes)  # the last key is the primary one
-        if not by_value:
-            sort_keys = sort_keys[1:]
-        if row_times is not None:
-            sort_keys = (row_times, *sort_keys)
-        order = xp.lexsort(xp.stack(sort_keys))
+        order = _split_order(xp, row_panes, row_slots, row_values, row_times, by_value)
         row_panes = row_panes[order]
         row_slots = row_slots[order]
         row_values = row_values[order]
@@ -168,12 +163,7 @@ class GpuHolistic:
         row_slots = xp.asarray(slots).astype(xp.int64)
         row_values = xp.asarray(values, dtype=xp.int64)
         row_times = None if times is None else xp.asarray(times, dtype=xp.int64)
-        sort_keys = (row_values, row_slots, row_panes)  # the last key is the primary one
-        if not by_value:
-            sort_keys = sort_keys[1:]
-        if row_times is not None:
-            sort_keys = (row_times, *sort_keys)
-        order = xp.lexsort(xp.stack(sort_keys))
+        order = _split_order(xp, row_panes, row_slots, row_values, row_times, by_value)
         row_panes = row_panes[order]
         bounds = xp.searchsorted(row_panes, xp.arange(low, high + 2, dtype=xp.int64))
         read = _host(xp.concatenate((bounds, kept.sum(dtype=xp.int64).reshape(1))))
@@ -357,6 +347,16 @@ class GpuHolistic:
         return python_window.evaluate_python(
             self.xp, function, keys, run_start, run_end, row_first, row_runs, floating, times
         )
+
+
+def _split_order(xp, panes, slots, values, times, by_value: bool):  # noqa: ANN001, ANN202
+    """The order that sorts a batch's rows by (pane, slot[, value][, event time]): one
+    lexsort, whose last key is the primary one (`by_value` False: the values' order within a
+    (pane, slot) does not matter, so they are no key)."""
+    sort_keys = (values, slots, panes) if by_value else (slots, panes)
+    if times is not None:
+        sort_keys = (times, *sort_keys)
+    return xp.lexsort(xp.stack(sort_keys))
 
 
 def _host(array: Any) -> np.ndarray:  # noqa: ANN401

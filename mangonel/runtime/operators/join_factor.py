@@ -198,19 +198,7 @@ class FactorisedSide(TimeWindowOperator):
         them as it reads), unless most cells are empty (`SPARSE_CHUNK`)."""
         if not n_keys:
             return []
-        if self.cumulate:
-            values = self._cumulate_values(segment, runs, n_keys)
-        else:
-            ps = self.panes_per_slide
-            computed = segment.state.windows(
-                n_keys,
-                [(first * ps, count) for first, count in runs],
-                ps,
-                self.panes_per_window,
-                self.window.windows_per_batch,
-            )
-            host = self.kernels.to_host
-            values = {name: tuple(host(part) for part in parts) for name, parts in computed.items()}
+        values = self._window_values(segment, runs, n_keys)
         windows = window_ids_of(runs)
         has_rows = values[self.fields[0].name][0] > 0
         filled = int(np.count_nonzero(has_rows))

@@ -594,21 +594,27 @@ class TimeWindowOperator(OperatorBase):
         """The tree over `runs` (first window, count): (window, key slot) of every cell
         with rows, window-major, and the fields' partials there (host arrays, raw: the
         factorised join combines them before finalizing)."""
-        if self.cumulate:
-            on_host = self._cumulate_values(segment, runs, n_keys)
-        else:
-            ps = self.panes_per_slide
-            values = segment.state.windows(
-                n_keys,
-                [(first * ps, count) for first, count in runs],
-                ps,
-                self.panes_per_window,
-                self.window.windows_per_batch,
-            )
-            host = self.kernels.to_host
-            # every array crosses once (the row counts are also a field's values)
-            on_host = {name: tuple(host(part) for part in parts) for name, parts in values.items()}
+        on_host = self._window_values(segment, runs, n_keys)
         return cells_with_rows(on_host, self.fields[0].name, n_keys, window_ids_of(runs))
+
+    def _window_values(
+        self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int
+    ) -> dict[str, tuple]:
+        """Every field's parts over `runs` (first window, count) for every key slot,
+        window-major, empty cells included, as host arrays (raw, not finalized)."""
+        if self.cumulate:
+            return self._cumulate_values(segment, runs, n_keys)
+        ps = self.panes_per_slide
+        values = segment.state.windows(
+            n_keys,
+            [(first * ps, count) for first, count in runs],
+            ps,
+            self.panes_per_window,
+            self.window.windows_per_batch,
+        )
+        host = self.kernels.to_host
+        # every array crosses once (the row counts are also a field's values)
+        return {name: tuple(host(part) for part in parts) for name, parts in values.items()}
 
     def _cumulate_values(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
         """The values of CUMULATE windows `runs` (first window, count), window-major on the
