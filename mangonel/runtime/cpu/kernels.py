@@ -254,9 +254,9 @@ def _run_trees(
     for field in fields:
         source = leaves[field.name]
         dtype, neutrals = neutral(field)
+        outs = tuple(np.full(size, value, dtype) for value in neutrals)
         if panes_per_window > panes_per_slide and _adds_int64(field, dtype, neutrals):
             # sliding windows of counts and integer sums: differences, not the tree
-            outs = tuple(np.full(size, value, dtype) for value in neutrals)
             for leaves_part, out in zip(source, outs, strict=True):
                 agg.sliding_sums(
                     leaves_part,
@@ -271,7 +271,6 @@ def _run_trees(
                 )
             results[field.name] = outs
             continue
-        outs = tuple(np.full(size, value, dtype) for value in neutrals)
         kernels = kind_kernels(field.kind)
         # overlapping windows: block suffixes and prefixes (3 combines a window at w/s = 100
         # where the tree takes about 12); tumbling ones keep the tree's association
