@@ -132,6 +132,33 @@ class GpuJoinKernels:
             return rows
         return rows[cp.lexsort(cp.stack([rows, slots[rows]]))]
 
+    @staticmethod
+    def _window_sorted_rows(slots: Any, first: Any, last: Any) -> tuple[Any, Any, int]:  # noqa: ANN401
+        """The build side of a match: its rows with a key ordered by (slot, first window),
+        their first windows in that order, and the widest `last - first` of its rows (-1
+        where ranges are too wide to bound a search: a static table's rows span every
+        window). The probe kernels narrow a slot's run to the rows whose first window can
+        overlap their own range by binary search (`mg_candidates`)."""
+        cp = device.cupy()
+        rows = cp.flatnonzero(slots >= 0)
+        if not len(rows):
+            return rows, cp.zeros(0, cp.int64), -1
+        keyed, firsts = slots[rows], first[rows]
+        # one copy back for the four extremes
+        low, high, top, span = (
+            int(x)
+            for x in cp.stack([firsts.min(), firsts.max(), keyed.max(), (last - first).max()]).get()
+        )
+        width = high - low + 1
+        if low > -(2**61) and high < 2**61 and (top + 1) * width < 2**62:
+            # one radix sort of unique-enough int64 keys, where lexsort sorts once per key
+            order = cp.argsort(keyed * width + (firsts - low))
+        else:
+            order = cp.lexsort(cp.stack([firsts, keyed]))
+        rows = rows[order]
+        bounded = low > -(2**61) and 0 <= span < 2**40
+        return rows, cp.ascontiguousarray(first[rows]), span if bounded else -1
+
     # -- matching -------------------------------------------------------------------------
 
     def match(self, algorithm, slots_a, first_a, last_a, slots_b, first_b, last_b):
@@ -167,17 +194,19 @@ class GpuJoinKernels:
         self._launch("bucket_count", len(bs), bs, np.int64(len(bs)), bucket)
         offsets = cp.zeros(n_slots + 1, cp.int64)
         offsets[1:] = cp.cumsum(bucket)
-        order = self._sorted_rows(bs)
+        order, sorted_first, span = self._window_sorted_rows(bs, bf, bl)
         head = (ps, pf, pl, np.int64(len(ps)), bf, bl, offsets, order, np.int64(n_slots))
+        head += (sorted_first, np.int64(span))
         return self._two_pass("probe", len(ps), head)
 
     def _merge_device(self, sa, fa, la, sb, fb, lb):  # noqa: ANN001, ANN202
         """(a row, b row) pairs on the device: both sides sorted by slot, merged."""
         cp = device.cupy()
-        order_a, order_b = self._sorted_rows(sa), self._sorted_rows(sb)
+        order_a = self._sorted_rows(sa)
+        order_b, sorted_first, span = self._window_sorted_rows(sb, fb, lb)
         sorted_b = cp.ascontiguousarray(sb[order_b])
         head = (order_a, np.int64(len(order_a)), sa, fa, la)
-        head += (order_b, sorted_b, np.int64(len(order_b)), fb, lb)
+        head += (order_b, sorted_b, np.int64(len(order_b)), fb, lb, sorted_first, np.int64(span))
         return self._two_pass("merge", len(order_a), head)
 
     # -- crediting ------------------------------------------------------------------------

@@ -10,7 +10,9 @@ the slots and a "sort-merge" join a merge of both sides sorted by slot.
 
 - `match(algorithm, ...)`: the pairs (i, j) with equal slots whose window ranges overlap, in
   two passes (count per probe row, exclusive scan, write): never one pair at a time into a
-  growing list. Hash builds on the smaller side and probes with the other.
+  growing list. Hash builds on the smaller side and probes with the other. The pairs come in
+  any order (row order inside a window is unspecified): the GPU sorts its build side by
+  (slot, first window) and searches a probe row's candidates there.
 - `expand(first, last, lo, hi, ordered)`: one entry per (row, window k) for k in
   [max(first, lo), min(last, hi)], grouped by k (in any order with `ordered=False`, for
   crediting cells): the crediting of a pair (or an unmatched row) to each window it shares,
