@@ -1,0 +1,72 @@
+"""The CPU key table (runtime/cpu/keys.py): keys -> dense slots in first-seen order, with and
+without the direct array of one-column keys, against a plain dict; across batches that widen
+or leave the direct range, NULL keys, excluded rows, growth, and a snapshot in between."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mangonel.catalog.types import SqlType
+from mangonel.runtime.cpu import keys as cpu_keys
+
+
+def _reference(batches: list[tuple[list, np.ndarray]]) -> list[list[int]]:
+    slots: dict = {}
+    out = []
+    for values, include in batches:
+        batch = []
+        for value, keep in zip(values, include, strict=True):
+            if not keep:
+                batch.append(-1)
+                continue
+            batch.append(slots.setdefault(value, len(slots)))
+        out.append(batch)
+    return out
+
+
+def _batches(rng: np.random.Generator, kind: str) -> list[tuple[list, np.ndarray]]:
+    batches = []
+    for b in range(6):
+        n = int(rng.integers(0, 3000))
+        if kind == "small":
+            values = rng.integers(-20, 20 + 100 * b, n).tolist()
+        elif kind == "wide":  # leaves the direct span after the second batch
+            values = rng.integers(0, 50 if b < 2 else 10**12, n).tolist()
+        else:  # mixed: a small range, then a far-away cluster
+            values = (rng.integers(0, 30, n) + (0 if b % 2 else 5 * 10**6)).tolist()
+        values = [None if rng.random() < 0.05 else v for v in values]
+        batches.append((values, rng.random(n) > 0.1))
+    return batches
+
+
+@pytest.mark.parametrize("kind", ["small", "wide", "mixed"])
+@pytest.mark.parametrize("direct_span", [cpu_keys.DIRECT_SPAN, 0])
+def test_slots_are_first_seen_order_with_and_without_the_direct_array(
+    monkeypatch, kind: str, direct_span: int
+) -> None:
+    monkeypatch.setattr(cpu_keys, "DIRECT_SPAN", direct_span)
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        batches = _batches(rng, kind)
+        want = _reference(batches)
+        table = cpu_keys.KeyTable((SqlType.BIGINT,))
+        for i, ((values, include), expected) in enumerate(zip(batches, want, strict=True)):
+            if i == 3:  # a snapshot in between: the direct array is rebuilt, slots stay
+                table = cpu_keys.KeyTable.from_arrays(table.types, table.to_arrays("k_"), "k_")
+            got = table.map_columns([pa.array(values, pa.int64())], include)
+            assert got.tolist() == expected, (kind, seed, i)
+        if direct_span and kind == "small":
+            assert len(table.direct) > 0  # the path under test ran
+        decoded = table.decode(np.arange(table.n_slots))[0].to_pylist()
+        met = [v for vs, inc in batches for v, k in zip(vs, inc, strict=True) if k]
+        first_seen = list(dict.fromkeys(met))
+        assert decoded == first_seen
+
+
+def test_two_column_keys_take_the_hash_path() -> None:
+    table = cpu_keys.KeyTable((SqlType.INT, SqlType.INT))
+    a, b = pa.array([1, 1, 2, None, 1]), pa.array([1, 2, 1, 1, 1])
+    assert table.map_columns([a, b], np.ones(5, np.bool_)).tolist() == [0, 1, 2, 3, 0]
+    assert len(table.direct) == 0
