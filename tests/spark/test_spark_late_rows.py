@@ -1,11 +1,13 @@
-"""Late rows as data inside Spark (`ms.sql(query, late_rows=directory)`, runtime/spark/late.py):
-the rows written to the directory are exactly those Spark's rule finds late on the same
-micro-batches (a row of micro-batch N whose windows all ended at or before W_{N-1}, the
-watermark Spark uses for late events), with every column of the stream, the reason and the
-watermark; and the plans that cannot hand them out refuse the argument."""
+"""Late rows as data inside Spark (`ms.sql(query, late_rows=directory)`, runtime/spark/late.py
+and join.py): the rows written to the directory are exactly those Spark's rule finds late on
+the same micro-batches (a row of micro-batch N whose windows all ended at or before W_{N-1},
+the watermark Spark uses for late events), with every column of the stream, the reason and
+the watermark (and, for a join, the stream); and the plans that cannot hand them out refuse
+the argument."""
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 
 import pyarrow as pa
@@ -117,3 +119,84 @@ def test_plans_that_cannot_hand_out_late_rows_refuse(spark, tmp_path) -> None:
     chosen.register("s", source, event_time="ts")
     chosen.sql(query, late_rows=str(tmp_path / "late"))
     assert not chosen.last_plan.native
+
+
+JOIN_EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+JOIN_SCHEMA = pa.schema(
+    [
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("k", pa.int64()),
+        ("v", pa.float64()),
+        ("note", pa.string()),
+    ]
+)
+JOIN_SOURCE = "FROM a [RANGE 1 SECOND] AS l JOIN b [RANGE 1 SECOND] AS r ON l.k = r.k"
+JOIN_QUERIES = {
+    # a residual keeps it the pair path; without one the aggregated join is factorised (each
+    # side's window aggregation judges lateness); without GROUP BY the rows are materialised
+    "pairs": f"SELECT l.k AS k, window_start, COUNT(*) AS n {JOIN_SOURCE} AND l.v <= r.v "
+    "GROUP BY l.k",
+    "factorised": f"SELECT l.k AS k, window_start, COUNT(*) AS n {JOIN_SOURCE} GROUP BY l.k",
+    "rows": f"SELECT l.k AS k, l.v AS lv, r.v AS rv, window_start {JOIN_SOURCE}",
+}
+
+
+def join_rows(prefix: str, *points: tuple[float | None, int]) -> pa.Table:
+    """(seconds after the epoch or None, key) -> one micro-batch's file; notes name the rows."""
+    times = [None if s is None else JOIN_EPOCH + dt.timedelta(seconds=s) for s, _ in points]
+    notes = [f"{prefix}{i}" for i in range(len(points))]
+    keys = [k for _, k in points]
+    return pa.table([times, keys, [1.0] * len(points), notes], schema=JOIN_SCHEMA)
+
+
+@pytest.mark.parametrize("shape", sorted(JOIN_QUERIES))
+def test_join_late_rows_are_written_exactly(spark, tmp_path, shape: str) -> None:
+    """Micro-batches 0 and 1 move the watermark (delay 200 ms, the minimum over the streams)
+    to W_1 = 10.1 s, then W_2 = 10.9 s; micro-batch 2 brings rows at 1-1.5 s, whose window
+    [1 s, 2 s) ended before W_1: late by Spark's rule, in both streams, one of them in a key
+    no earlier row had. A NULL event time is dropped, not late."""
+    left = [
+        join_rows("a0-", (10.0, 1), (10.2, 1), (10.4, 2)),
+        join_rows("a1-", (11.0, 1), (11.2, 2), (None, 1)),
+        join_rows("a2-", (1.0, 7), (1.5, 1), (12.5, 1)),
+    ]
+    right = [
+        join_rows("b0-", (10.1, 1), (10.3, 2)),
+        join_rows("b1-", (11.1, 1)),
+        join_rows("b2-", (1.2, 7), (12.6, 1)),
+    ]
+    write_micro_batches(tmp_path / "a", left)
+    write_micro_batches(tmp_path / "b", right)
+    session = mg.attach(spark)
+    ddl = "ts TIMESTAMP, k BIGINT, v DOUBLE, note STRING"
+    for name in ("a", "b"):
+        session.register(
+            name,
+            file_stream(spark, tmp_path / name, ddl),
+            event_time="ts",
+            watermark="200 milliseconds",
+        )
+    frame = session.sql(JOIN_QUERIES[shape], late_rows=str(tmp_path / "late"))
+    results = run_to_memory(frame, tmp_path / "checkpoint")
+    assert len(results)
+    table = pq.read_table(tmp_path / "late")
+    assert table.column_names == [
+        "ts",
+        "k",
+        "v",
+        "note",
+        "late_reason",
+        "late_watermark",
+        "late_stream",
+    ]
+    got = sorted((r["note"], r["k"], r["late_stream"], r["late_reason"]) for r in table.to_pylist())
+    assert got == [
+        ("a2-0", 7, "a", "window closed"),
+        ("a2-1", 1, "a", "window closed"),
+        ("b2-0", 7, "b", "window closed"),
+    ]
+    # judged against the watermark the bucket last saw (W_1 or, in a bucket that never ran,
+    # W_2: docs/spark.md), never against a later one
+    watermarks = {w.replace(tzinfo=None) for w in table.column("late_watermark").to_pylist()}
+    allowed = {JOIN_EPOCH.replace(tzinfo=None) + dt.timedelta(seconds=s) for s in (10.1, 10.9)}
+    assert watermarks <= allowed

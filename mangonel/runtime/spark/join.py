@@ -19,6 +19,14 @@ bucket saw last (W_{N-1}: a bucket runs in every micro-batch whose watermark mov
 event-time timeout), then every window with end <= W_N fires. The event times travel as
 microseconds (BIGINT), so no input column carries Spark's watermark metadata: the callback's
 watermarked column is stage2's far-future constant and no input row is dropped by Spark.
+
+Late rows as data (`ms.sql(query, late_rows=directory)`): the rows already reach the join
+operator, so each stream side then carries every column of its stream (not only those the
+query reads), the operator's late-row sinks keep the rows it judges late (its own verdict,
+the one it counts), and each call writes them as one Parquet file (late.py: named by bucket
+and call, the call count kept in the bucket's state, so a retried task rewrites the same
+file), in the standalone join's columns: the stream's columns, `late_reason`,
+`late_watermark` and `late_stream`.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.errors import CatalogError
 from mangonel.runtime.operators.join import JoinOperator
+from mangonel.runtime.operators.late_rows import late_schema, late_table
+from mangonel.runtime.spark import late
 from mangonel.runtime.spark.functions import bucket_tree
 from mangonel.runtime.spark.join_metrics import (
     metric_columns,
@@ -51,6 +61,7 @@ from mangonel.runtime.spark.planner import SparkQueryPlan, join_bucket_sql
 from mangonel.runtime.spark.schema import ddl, quote, spark_interval
 from mangonel.runtime.spark.stage1 import BUCKET
 from mangonel.runtime.spark.stage2 import (
+    LATE_STATE_DDL,
     NEVER_LATE,
     NEVER_LATE_VALUE,
     STATE_DDL,
@@ -71,17 +82,21 @@ def _event_time(scan: ph.StreamScanExec | ph.TableScanExec) -> str | None:
 
 
 def _carried(
-    scan: ph.StreamScanExec | ph.TableScanExec, side: int
+    scan: ph.StreamScanExec | ph.TableScanExec, side: int, every: bool = False
 ) -> list[tuple[str, Column, str]]:
     """How a side's columns cross into Python: (name, column, how). Rows reach the callback
     as pandas, where an integer column with a NULL becomes float64 and a BIGINT loses its low
     bits above 2^53; so integers travel as a never-NULL BIGINT plus a NULL flag ("int"), the
     event time as BIGINT microseconds and a NULL flag ("time": it must not carry Spark's
     watermark metadata, see the module docstring; rows with a NULL time reach the operator,
-    which drops and counts them as standalone), the rest as they are ("plain")."""
+    which drops and counts them as standalone), the rest as they are ("plain"). `every`:
+    every column of a stream, not only those the query reads (its late rows keep them)."""
     event_time = _event_time(scan)
     out = []
-    for column in scan.columns:
+    columns = scan.columns
+    if every and isinstance(scan, ph.StreamScanExec):
+        columns = scan.stream.schema.columns
+    for column in columns:
         if column.name == event_time:
             how = "time"
         elif column.type in (SqlType.INT, SqlType.BIGINT):
@@ -93,12 +108,12 @@ def _carried(
 
 
 def _transport_columns(
-    scan: ph.StreamScanExec | ph.TableScanExec, side: int, own: bool
+    scan: ph.StreamScanExec | ph.TableScanExec, side: int, own: bool, every: bool
 ) -> list[SparkColumn]:
     """A side's transport columns: its values (`own`), or fillers for the other side's rows
     (the union needs no missing column, so no integer column is NULL-padded)."""
     columns = []
-    for name, column, how in _carried(scan, side):
+    for name, column, how in _carried(scan, side, every):
         source = F.col(quote(column.name))
         if how in ("time", "int"):
             micros = F.expr(f"unix_micros({quote(column.name)})") if how == "time" else source
@@ -112,16 +127,20 @@ def _transport_columns(
 
 
 def _side_rows(
-    join: ph.WindowJoinExec, side: int, frame: DataFrame, planned: SparkQueryPlan
+    join: ph.WindowJoinExec,
+    side: int,
+    frame: DataFrame,
+    planned: SparkQueryPlan,
+    every: bool = False,
 ) -> DataFrame:
     """A side's rows, fillers for the other stream's columns, its tag and bucket (Spark SQL,
-    run by Spark)."""
+    run by Spark); `every`: the streams carry all their columns (late rows)."""
     scan = join.children[side]
     event_time = _event_time(scan)
     columns = []
     for index, other in enumerate(join.children):
         if index == side or (event_time is not None and isinstance(other, ph.StreamScanExec)):
-            columns += _transport_columns(other, index, own=index == side)
+            columns += _transport_columns(other, index, own=index == side, every=every)
     columns.append(F.lit(side).alias(SIDE))
     bucket = join_bucket_sql(join, side, planned.join_keys, planned.buckets)
     columns.append(F.expr(bucket).cast("int").alias(BUCKET))
@@ -129,11 +148,12 @@ def _side_rows(
 
 
 def _side_batch(
-    table: pa.Table, scan: ph.StreamScanExec | ph.TableScanExec, side: int
+    table: pa.Table, scan: ph.StreamScanExec | ph.TableScanExec, side: int, every: bool = False
 ) -> pa.RecordBatch:
-    """A side's rows as its scan names and types them (what the join operator reads)."""
-    arrays = []
-    for name, column, how in _carried(scan, side):
+    """A side's rows as its scan (`every`: its stream) names and types them (what the join
+    operator reads; it takes the columns it needs by name)."""
+    arrays, fields = [], []
+    for name, column, how in _carried(scan, side, every):
         array = table[name].combine_chunks()
         if how in ("time", "int"):
             flags = table[name + NULL_FLAG].combine_chunks()
@@ -141,13 +161,13 @@ def _side_batch(
             nulls = flags.to_numpy(zero_copy_only=False)
             array = pa.array(values, pa.int64(), mask=nulls).cast(column.type.info.arrow)
         arrays.append(array)
-    schema = pa.schema([pa.field(c.name, c.type.info.arrow) for c in scan.columns])
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        fields.append(pa.field(column.name, column.type.info.arrow))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _from_pandas(rows: pd.DataFrame, scan: ph.StreamScanExec, side: int) -> pa.Table:
+def _from_pandas(rows: pd.DataFrame, scan: ph.StreamScanExec, side: int, every: bool) -> pa.Table:
     columns: dict[str, pa.Array] = {}
-    for name, column, how in _carried(scan, side):
+    for name, column, how in _carried(scan, side, every):
         if how == "plain":
             columns[name] = pa.Array.from_pandas(rows[name], type=column.type.info.arrow)
             continue
@@ -157,9 +177,10 @@ def _from_pandas(rows: pd.DataFrame, scan: ph.StreamScanExec, side: int) -> pa.T
 
 
 def _frames_by_side(
-    frames: Iterator[pd.DataFrame], join: ph.WindowJoinExec
+    frames: Iterator[pd.DataFrame], join: ph.WindowJoinExec, every: bool
 ) -> list[tuple[int, pa.RecordBatch]]:
-    """One call's rows, split by side (stream sides only)."""
+    """One call's rows, split by side (stream sides only); `every`: they carry all their
+    stream's columns."""
     parts = [frame for frame in frames if len(frame)]
     if not parts:
         return []
@@ -170,7 +191,8 @@ def _frames_by_side(
             continue
         rows = frame[frame[SIDE] == side]
         if len(rows):
-            out.append((side, _side_batch(_from_pandas(rows, scan, side), scan, side)))
+            table = _from_pandas(rows, scan, side, every)
+            out.append((side, _side_batch(table, scan, side, every)))
     return out
 
 
@@ -179,11 +201,15 @@ def _null_row(schema: pa.Schema) -> pa.Table:
     return pa.table([pa.nulls(1, f.type) for f in schema], schema=schema)
 
 
-def bucket_function(plan: ph.ProjectExec, table_rows: tuple[int, pa.Table] | None):  # noqa: ANN201
+def bucket_function(  # noqa: ANN201
+    plan: ph.ProjectExec, table_rows: tuple[int, pa.Table] | None, late_rows: str | None = None
+):
     """The applyInPandasWithState callback of one join query; `table_rows`: (side, rows with
-    their bucket) of a static table."""
+    their bucket) of a static table; `late_rows`: the directory the late rows go to."""
     join = ph.find(plan, ph.WindowJoinExec)
     metrics = [name for name, _ in metric_columns(join)]
+    every = late_rows is not None
+    no_late_rows = late_schema(pa.schema([]), stream=True)  # (never written: only found rows)
 
     def run_bucket(
         bucket: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
@@ -194,8 +220,12 @@ def bucket_function(plan: ph.ProjectExec, table_rows: tuple[int, pa.Table] | Non
         results = tree.schema
         out: list[pa.RecordBatch] = []
         watermark_ms = state.getCurrentWatermarkMs()
+        calls = 0  # this bucket's calls so far: names its late-row files
+        if every:
+            tree.keep_late_rows()
         if state.exists:
             tree.restore(bytes(state.get[0]))
+            calls = int(state.get[1]) if every else 0
             before = metric_values(join, operator.metrics())
         else:
             before = metric_values(join, None)
@@ -207,10 +237,16 @@ def bucket_function(plan: ph.ProjectExec, table_rows: tuple[int, pa.Table] | Non
                 mine = rows.filter(pc.equal(rows[BUCKET], pa.scalar(int(bucket[0]), pa.int32())))
                 tree.process(_side_batch(mine, join.children[side], side), side)
         if not state.hasTimedOut:
-            for side, batch in _frames_by_side(frames, join):
+            for side, batch in _frames_by_side(frames, join, every):
                 out += tree.process(batch, side)
         out += tree.on_watermark(watermark_ms * 1000)
-        state.update((tree.snapshot(),))
+        if every:
+            found = tree.take_late_rows()
+            if found:
+                late.write(late_rows, late_table(found, no_late_rows), int(bucket[0]), calls)
+            state.update((tree.snapshot(), calls + 1))
+        else:
+            state.update((tree.snapshot(),))
         # woken in the next micro-batch whose watermark is higher (see stage2.py)
         state.setTimeoutTimestamp(max(watermark_ms, 1))
         for batch in out:
@@ -233,9 +269,12 @@ def bucket_function(plan: ph.ProjectExec, table_rows: tuple[int, pa.Table] | Non
     return run_bucket
 
 
-def join_query(planned: SparkQueryPlan, frames: dict[str, DataFrame]) -> DataFrame:
+def join_query(
+    planned: SparkQueryPlan, frames: dict[str, DataFrame], late_rows: str | None = None
+) -> DataFrame:
     """The join query as a streaming DataFrame in append mode; `frames`: each input's
-    DataFrame by lower-case name (streams without a watermark yet)."""
+    DataFrame by lower-case name (streams without a watermark yet); `late_rows`: the
+    directory the rows the join finds late are written to (see the module docstring)."""
     join = planned.join
     assert join is not None
     streams: list[DataFrame] = []
@@ -255,7 +294,7 @@ def join_query(planned: SparkQueryPlan, frames: dict[str, DataFrame]) -> DataFra
             continue
         delay = spark_interval(join.watermark_delays[side] or 0)
         watermarked = frame.withWatermark(scan.stream.event_time, delay)
-        streams.append(_side_rows(join, side, watermarked, planned))
+        streams.append(_side_rows(join, side, watermarked, planned, late_rows is not None))
     rows = streams[0]
     if len(streams) == 2:
         rows = rows.unionByName(streams[1])
@@ -264,9 +303,9 @@ def join_query(planned: SparkQueryPlan, frames: dict[str, DataFrame]) -> DataFra
     outputs = [o.name for o in planned.plan.outputs]
     columns = [(o.name, o.type) for o in planned.plan.outputs] + metric_columns(join)
     joined = keyed.groupBy(BUCKET).applyInPandasWithState(
-        bucket_function(planned.plan, table_rows),
+        bucket_function(planned.plan, table_rows, late_rows),
         outputStructType=ddl(columns),
-        stateStructType=STATE_DDL,
+        stateStructType=STATE_DDL if late_rows is None else LATE_STATE_DDL,
         outputMode="append",
         timeoutConf=GroupStateTimeout.EventTimeTimeout,
     )

@@ -18,8 +18,9 @@ in the directory once. Read them with `spark.read.parquet(directory)` (or any Pa
 Cost: every row of the stream crosses into Python with every column (not only those the
 query reads) and through the shuffle beside its partial, about what a plan without pane
 pre-aggregation would move. Only Arrow stage 1 (the CPU default) carries the rows; the
-native plan (Spark's own aggregation drops late rows unseen) and join queries refuse
-`late_rows` (planner.py).
+native plan (Spark's own aggregation drops late rows unseen) and count windows refuse
+`late_rows` (planner.py). Join queries hand out theirs from the join's stage (join.py), with
+this module's file naming.
 """
 
 from __future__ import annotations

@@ -120,8 +120,7 @@ def plan_spark(
     if stage2 not in (None, *STAGE2_KINDS):
         raise PlanError(f"stage2 must be 'native' or 'python', not {stage2!r}")
     if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
-        if late_rows:
-            raise PlanError(f"{LATE_ROWS_REFUSED}: join queries keep their late rows counted only")
+        # late rows: the rows already reach the join's stateful stage (spark/join.py)
         return plan_join(text, plan, partitions=partitions, buckets=buckets)
     window = ph.find(plan, ph.WindowAggregateExec)
     holistic = [a.call_name for a in window.aggregates if a.holistic]

@@ -273,7 +273,7 @@ class SparkMangonelSession:
     def _build(self, query: Any, late_rows: str | None = None) -> DataFrame:
         planned = self._spark_plan(query, late_rows is not None)
         if planned.join is not None:
-            frame = join_module.join_query(planned, self._frames)
+            frame = join_module.join_query(planned, self._frames, late_rows)
             self._last = planned
             return frame
         window = planned.window
