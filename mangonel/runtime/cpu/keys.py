@@ -24,6 +24,7 @@ from mangonel.runtime.host.keys import (
 )
 
 _EMPTY = -1
+_NO_DIRECT = np.zeros(0, np.int64)
 
 
 @numba.njit(cache=True, inline="always")
@@ -54,54 +55,23 @@ def _hash_slot(slot_rows: np.ndarray, slot: int) -> np.uint64:
 
 
 @numba.njit(cache=True)
-def _map_rows(rows, include, start, table, slot_rows, n_slots, out):
+def _map_rows(rows, include, start, table, slot_rows, n_slots, out, direct, base):
     """Map keys rows[:, start:] to slots, inserting new keys; stop early when slot_rows is full.
 
     Returns (next key to map, number of slots). `include[i] == False` keys get slot -1.
+    `direct` (one-column keys; empty otherwise): the slot of each non-NULL key code
+    `base + i` met so far (-1: not yet): a hit costs one load from a small array; a miss takes
+    the hash path and records the slot for the next rows.
     """
     mask = table.shape[0] - 1
     width = rows.shape[0]
-    for i in range(start, rows.shape[1]):
-        if not include[i]:
-            out[i] = -1
-            continue
-        pos = np.int64(_hash_key(rows, i) & np.uint64(mask))
-        while True:
-            slot = table[pos]
-            if slot == _EMPTY:
-                if n_slots == slot_rows.shape[0]:
-                    return i, n_slots
-                table[pos] = n_slots
-                for c in range(width):
-                    slot_rows[n_slots, c] = rows[c, i]
-                out[i] = n_slots
-                n_slots += 1
-                break
-            same = True
-            for c in range(width):
-                if slot_rows[slot, c] != rows[c, i]:
-                    same = False
-                    break
-            if same:
-                out[i] = slot
-                break
-            pos = (pos + 1) & mask
-    return rows.shape[1], n_slots
-
-
-@numba.njit(cache=True)
-def _map_rows_direct(rows, include, start, table, slot_rows, n_slots, out, direct, base):
-    """`_map_rows` for one-column keys, with `direct[code - base]` the slot of a non-NULL key
-    code in the array's range (-1: not met yet through it): a hit costs one load from a small
-    array; a miss takes the hash path and records the slot for the next rows."""
-    mask = table.shape[0] - 1
     span = direct.shape[0]
     for i in range(start, rows.shape[1]):
         if not include[i]:
             out[i] = -1
             continue
         at = rows[0, i] - base
-        cached = rows[1, i] == 0 and 0 <= at < span
+        cached = span > 0 and rows[1, i] == 0 and 0 <= at < span
         if cached and direct[at] >= 0:
             out[i] = direct[at]
             continue
@@ -112,12 +82,17 @@ def _map_rows_direct(rows, include, start, table, slot_rows, n_slots, out, direc
                 if n_slots == slot_rows.shape[0]:
                     return i, n_slots
                 table[pos] = n_slots
-                slot_rows[n_slots, 0] = rows[0, i]
-                slot_rows[n_slots, 1] = rows[1, i]
+                for c in range(width):
+                    slot_rows[n_slots, c] = rows[c, i]
                 slot = n_slots
                 n_slots += 1
                 break
-            if slot_rows[slot, 0] == rows[0, i] and slot_rows[slot, 1] == rows[1, i]:
+            same = True
+            for c in range(width):
+                if slot_rows[slot, c] != rows[c, i]:
+                    same = False
+                    break
+            if same:
                 break
             pos = (pos + 1) & mask
         out[i] = slot
@@ -258,22 +233,17 @@ class KeyTable:
             direct = len(self.direct) > 0
         start = 0
         while True:
-            if direct:
-                start, self.n_slots = _map_rows_direct(
-                    rows,
-                    include,
-                    start,
-                    self.table,
-                    self.slot_rows,
-                    self.n_slots,
-                    out,
-                    self.direct,
-                    self.direct_base,
-                )
-            else:
-                start, self.n_slots = _map_rows(
-                    rows, include, start, self.table, self.slot_rows, self.n_slots, out
-                )
+            start, self.n_slots = _map_rows(
+                rows,
+                include,
+                start,
+                self.table,
+                self.slot_rows,
+                self.n_slots,
+                out,
+                self.direct if direct else _NO_DIRECT,
+                self.direct_base,
+            )
             if start >= rows.shape[1]:
                 return out
             self._grow()
