@@ -162,6 +162,7 @@ class _HostGpuSketches:
 
     def __init__(self, gpu: GpuSketches) -> None:
         self.gpu = gpu
+        self.batch_cells = gpu.batch_cells  # None, as on the device: rows split by pane
 
     def _of(self, evaluation: str):  # noqa: ANN202
         return self.gpu if evaluation == HLL else sketch_windows

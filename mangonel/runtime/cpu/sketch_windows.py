@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from mangonel.aggregates.holistic import from_order_keys
 from mangonel.aggregates.sketches import hll_precision, quantile_relative_error
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.cpu import sketch_hll, sketch_quantile
+from mangonel.runtime.cpu.holistic import kept_pane_range
 from mangonel.runtime.cpu.sketch_quantile import QuantileSketches
 
 HLL = "approx_count_distinct"
@@ -67,6 +69,52 @@ def pane_cells(slots: np.ndarray, presorted: bool) -> tuple[np.ndarray, np.ndarr
     return np.flatnonzero(seen), rank[slots]
 
 
+@numba.njit(cache=True)
+def _presence(panes, slots, keep, low, width, seen):
+    for i in range(panes.shape[0]):
+        if keep[i]:
+            seen[(panes[i] - low) * width + slots[i]] = True
+
+
+@numba.njit(cache=True)
+def _row_cells(panes, slots, keep, low, width, cell_of, out):
+    for i in range(panes.shape[0]):
+        out[i] = cell_of[(panes[i] - low) * width + slots[i]] if keep[i] else 0
+
+
+def batch_cells(
+    panes: np.ndarray, slots: np.ndarray, keep: np.ndarray, n_slots: int, max_cells: int
+) -> tuple[list[int], list[np.ndarray], np.ndarray, int] | None:
+    """The cells of a batch's kept rows without grouping the rows by pane first: (the panes
+    they hit, ascending; per pane its distinct key slots, ascending; per row its cell (0
+    where not kept); the number of cells), cells numbered in (pane, slot) order, so a
+    pane's cells are consecutive (`SketchPanes.add_rows`). A presence table over (pane,
+    slot) numbers them: None where that table would be much larger than the batch (panes
+    spread over a long range) or the cells pass `max_cells`; the caller then groups the
+    rows by pane (`split_panes`) and numbers each pane's cells (`pane_cells`)."""
+    panes = np.ascontiguousarray(panes, np.int64)
+    slots = np.ascontiguousarray(slots, np.int64)
+    keep = np.ascontiguousarray(keep, np.bool_)
+    low, high, count = kept_pane_range(panes, keep)
+    if not count:
+        return [], [], np.zeros(len(panes), np.int64), 0
+    span = high - low + 1
+    if span * n_slots > 4 * len(panes) + 4096:
+        return None
+    seen = np.zeros(span * n_slots, np.bool_)
+    _presence(panes, slots, keep, low, n_slots, seen)
+    table = seen.reshape(span, n_slots)
+    per_pane = table.sum(axis=1)
+    n_cells = int(per_pane.sum())
+    if n_cells > max_cells:
+        return None
+    cell_of = np.cumsum(seen) - 1
+    cells = np.empty(len(panes), np.int64)
+    _row_cells(panes, slots, keep, low, n_slots, cell_of, cells)
+    hit = np.flatnonzero(per_pane)
+    return (hit + low).tolist(), [np.flatnonzero(table[q]) for q in hit], cells, n_cells
+
+
 def concatenate(pieces: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
 
@@ -78,19 +126,21 @@ def build(
     keys: np.ndarray,
     argument: SqlType,
     parameter: float,
+    valid: np.ndarray | None = None,
 ) -> Sketches:
     """One sketch per cell 0..n_cells-1 of the non-NULL values whose order keys are `keys`
-    (`aggregates.holistic.order_keys`), row i into cell cells[i]."""
+    (`aggregates.holistic.order_keys`), row i into cell cells[i]; `valid`: the rows that
+    count (None: every row; `batch_cells` numbers a whole batch's rows, kept or not)."""
     if evaluation == HLL:
         p = _p(parameter)
         if argument is SqlType.DOUBLE:  # hashed from the order keys: no decoding pass
-            registers = sketch_hll.build(cells, n_cells, keys, None, argument, p, True)
+            registers = sketch_hll.build(cells, n_cells, keys, valid, argument, p, True)
         else:
             values = from_order_keys(keys, argument.is_floating)
-            registers = sketch_hll.build(cells, n_cells, values, None, argument, p)
+            registers = sketch_hll.build(cells, n_cells, values, valid, argument, p)
         return HllSketches(p, registers)
     values = from_order_keys(keys, argument.is_floating)
-    return sketch_quantile.build(cells, n_cells, values.astype(np.float64), None, _eps(parameter))
+    return sketch_quantile.build(cells, n_cells, values.astype(np.float64), valid, _eps(parameter))
 
 
 def cell_range(sketches: Sketches, start: int, stop: int) -> Sketches:

@@ -83,6 +83,10 @@ class GpuSketches:
     """The HLL kernels over array module `xp`, compiling with `module_of`."""
 
     evaluations = (HLL,)
+    # no whole-batch cell numbering here (the CPU's `sketch_windows.batch_cells`): the
+    # driver groups the rows by pane on the device (`split_panes`) and numbers each pane's
+    # cells (`pane_cells`)
+    batch_cells = None
 
     def __init__(
         self,
