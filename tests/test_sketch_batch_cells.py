@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from oracle import first_difference
 from test_sketch_sql import SETTINGS, scenarios
 
-from mangonel.runtime.cpu import holistic, sketch_windows
+from mangonel.runtime.cpu import holistic, sketch_hll, sketch_windows
 
 
 def _batch(seed: int, rows: int, pane_low: int, pane_high: int, keys: int):  # noqa: ANN202
@@ -104,3 +104,24 @@ def test_sketch_rows_are_the_same_with_and_without_batch_cells(monkeypatch, scen
     for got_rows, want_rows in zip(got, want, strict=True):
         assert first_difference(got_rows, want_rows) is None
     assert got_metrics == want_metrics
+
+
+@pytest.mark.parametrize("p", [4, 9, 12])
+def test_merged_estimates_equal_the_estimates_of_the_merged_sets(p):
+    """A window's answer straight from its sets' maxima equals the estimate of the merged
+    register sets (groups of none, one and several members, across several arrays)."""
+    rng = np.random.default_rng(p)
+    m = 1 << p
+    sets = [
+        np.minimum(rng.geometric(0.4, (cells, m)), 64 - p + 1).astype(np.uint8)
+        for cells in (3, 1, 5)
+    ]
+    sets[1][:] = 0  # an empty register set: estimate 0
+    sizes = rng.integers(0, 4, 40)
+    members = rng.integers(0, 9, int(sizes.sum())).astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    got = sketch_hll.merged_estimates(sets, members, offsets, p)
+    merged = sketch_hll.merge_groups(np.concatenate(sets), members, offsets)
+    assert np.array_equal(got, sketch_hll.estimate(merged, p))
+    with pytest.raises(ValueError, match="cell"):
+        sketch_hll.merged_estimates(sets, np.array([9]), np.array([0, 1]), p)

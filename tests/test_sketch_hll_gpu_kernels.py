@@ -196,6 +196,9 @@ class _HostGpuSketches:
     def answer(self, sketches, fraction):  # noqa: ANN001, ANN201
         return self._by_set(sketches).answer(sketches, fraction)
 
+    def merge_answer(self, sets, members, offsets, fraction):  # noqa: ANN001, ANN201
+        return self._by_set(sets[0]).merge_answer(sets, members, offsets, fraction)
+
     def to_bytes(self, sketches):  # noqa: ANN001, ANN201
         return self._by_set(sketches).to_bytes(sketches)
 

@@ -170,6 +170,22 @@ def merge(sets: list[Sketches], members: np.ndarray, offsets: np.ndarray) -> Ske
     return sketch_quantile.merge_groups(joined, members, offsets)
 
 
+def merge_answer(
+    sets: list[Sketches],
+    members: np.ndarray,
+    offsets: np.ndarray,
+    fraction: float | tuple[float, ...] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`answer(merge(sets, members, offsets), fraction)`: HLL estimates straight from the
+    groups' maxima (`sketch_hll.merged_estimates`: no concatenated sets, no merged
+    registers); GK summaries merged, then queried."""
+    if isinstance(sets[0], HllSketches):
+        p = sets[0].p
+        estimate = sketch_hll.merged_estimates([s.registers for s in sets], members, offsets, p)
+        return estimate, estimate
+    return answer(merge(sets, members, offsets), fraction)
+
+
 def empty(evaluation: str, parameter: float) -> Sketches:
     """A set of no cells."""
     if evaluation == HLL:

@@ -211,6 +211,17 @@ class GpuSketches:
             )
         return DeviceHll(p, out)
 
+    def merge_answer(
+        self,
+        sets: list[DeviceHll],
+        members: np.ndarray,
+        offsets: np.ndarray,
+        fraction: float | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`answer` of the `merge` (a window's answer from its sets; the CPU counts the
+        maxima without keeping them, `sketch_windows.merge_answer`)."""
+        return self.answer(self.merge(sets, members, offsets), fraction)
+
     def empty(self, evaluation: str, parameter: float) -> DeviceHll:
         p = self._p(evaluation, parameter)
         return DeviceHll(p, self.xp.zeros((0, hll_registers(p)), self.xp.uint8))

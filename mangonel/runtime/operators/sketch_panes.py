@@ -307,8 +307,7 @@ class SketchPanes:
             sets = [self.sketches.empty(evaluation, sketch_parameter(plan))]
             members = np.empty(0, np.int64)
             offsets = np.zeros(len(slots) + 1, np.int64)
-        merged = self.sketches.merge(sets, members, offsets)
-        return self.sketches.answer(merged, plan.percentages)
+        return self.sketches.merge_answer(sets, members, offsets, plan.percentages)
 
     def free(self, before: int, panes_per_slide: int) -> None:
         """Drop the panes no window from `before` on covers, and the block sets no such
