@@ -125,3 +125,16 @@ def test_merged_estimates_equal_the_estimates_of_the_merged_sets(p):
     assert np.array_equal(got, sketch_hll.estimate(merged, p))
     with pytest.raises(ValueError, match="cell"):
         sketch_hll.merged_estimates(sets, np.array([9]), np.array([0, 1]), p)
+
+
+def test_merge_pair_equals_the_merge_of_the_concatenated_sets():
+    rng = np.random.default_rng(7)
+    first, second = (rng.integers(0, 20, (cells, 16)).astype(np.uint8) for cells in (3, 4))
+    sizes = rng.integers(0, 4, 30)
+    members = rng.integers(0, 7, int(sizes.sum())).astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    got = sketch_hll.merge_pair(first, second, members, offsets)
+    want = sketch_hll.merge_groups(np.concatenate((first, second)), members, offsets)
+    assert np.array_equal(got, want)
+    with pytest.raises(ValueError, match="cell"):
+        sketch_hll.merge_pair(first, second, np.array([7]), np.array([0, 1]))

@@ -342,6 +342,40 @@ def _merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarra
     return out
 
 
+@_jit
+def _merge_pair_groups(first, second, members, offsets):  # noqa: ANN001, ANN202
+    """`_merge_groups` over two arrays taken as one (member ids past `first`'s register sets
+    are `second`'s), read in place."""
+    groups = offsets.shape[0] - 1
+    m = first.shape[1]
+    split = first.shape[0]
+    out = np.zeros((groups, m), np.uint8)
+    for g in range(groups):
+        for k in range(offsets[g], offsets[g + 1]):
+            member = members[k]
+            row = first[member] if member < split else second[member - split]
+            for j in range(m):
+                if row[j] > out[g, j]:
+                    out[g, j] = row[j]
+    return out
+
+
+def merge_pair(
+    first: np.ndarray, second: np.ndarray, members: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
+    """`merge_groups` of `first` and `second` concatenated, without the concatenation (a
+    pane's sets with a batch's, a block set with its next pane: each merge would copy both)."""
+    if first.ndim != 2 or second.ndim != 2 or first.shape[1] != second.shape[1]:
+        raise ValueError(f"register sets of one width needed, got {first.shape}, {second.shape}")
+    members, offsets = groups(members, offsets, first.shape[0] + second.shape[0])
+    return _merge_pair_groups(
+        np.ascontiguousarray(first, np.uint8),
+        np.ascontiguousarray(second, np.uint8),
+        members,
+        offsets,
+    )
+
+
 def merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Group g = the element-wise max of registers[members[offsets[g]:offsets[g + 1]]] (a
     window from its panes' cells); an empty group is an empty set."""

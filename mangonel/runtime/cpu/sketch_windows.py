@@ -163,9 +163,13 @@ def merge(sets: list[Sketches], members: np.ndarray, offsets: np.ndarray) -> Ske
     """Group g = the merge of cells members[offsets[g]:offsets[g + 1]] of the sets taken as
     one (the cells of set i follow those of set i - 1)."""
     if isinstance(sets[0], HllSketches):
+        p = sets[0].p
+        if len(sets) == 2:  # a pane's sets with a batch's, a block set with a pane's
+            first, second = sets[0].registers, sets[1].registers
+            return HllSketches(p, sketch_hll.merge_pair(first, second, members, offsets))
         registers = np.concatenate([s.registers for s in sets]) if len(sets) > 1 else None
         registers = sets[0].registers if registers is None else registers
-        return HllSketches(sets[0].p, sketch_hll.merge_groups(registers, members, offsets))
+        return HllSketches(p, sketch_hll.merge_groups(registers, members, offsets))
     joined = sketch_quantile.concat(*sets) if len(sets) > 1 else sets[0]
     return sketch_quantile.merge_groups(joined, members, offsets)
 
