@@ -138,3 +138,14 @@ def test_merge_pair_equals_the_merge_of_the_concatenated_sets():
     assert np.array_equal(got, want)
     with pytest.raises(ValueError, match="cell"):
         sketch_hll.merge_pair(first, second, np.array([7]), np.array([0, 1]))
+
+
+def test_batch_cells_take_a_pane_range_and_check_it():
+    panes, slots, _, keep = _batch(6, 2000, 3, 9, 11)
+    want = sketch_windows.batch_cells(panes, slots, keep, 11, 10**9)
+    assert want is not None
+    for hint in ((3, 9), (0, 12), (5, 9), (4, 20), (-(10**9), 10**9)):  # right, wide, wrong
+        got = sketch_windows.batch_cells(panes, slots, keep, 11, 10**9, hint)
+        assert got is not None and got[0] == want[0] and got[3] == want[3]
+        assert all(np.array_equal(g, w) for g, w in zip(got[1], want[1], strict=True))
+        assert np.array_equal(got[2], want[2])

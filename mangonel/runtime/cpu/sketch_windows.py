@@ -70,10 +70,16 @@ def pane_cells(slots: np.ndarray, presorted: bool) -> tuple[np.ndarray, np.ndarr
 
 
 @numba.njit(cache=True)
-def _presence(panes, slots, keep, low, width, seen):
+def _presence(panes, slots, keep, low, span, width, seen):
+    """Mark each kept row's (pane - low, slot) in `seen`; False (and stop) at a kept row
+    whose pane lies outside low .. low + span - 1 or whose slot passes `width`."""
     for i in range(panes.shape[0]):
         if keep[i]:
-            seen[(panes[i] - low) * width + slots[i]] = True
+            q = panes[i] - low
+            if q < 0 or q >= span or slots[i] < 0 or slots[i] >= width:
+                return False
+            seen[q * width + slots[i]] = True
+    return True
 
 
 @numba.njit(cache=True)
@@ -83,7 +89,12 @@ def _row_cells(panes, slots, keep, low, width, cell_of, out):
 
 
 def batch_cells(
-    panes: np.ndarray, slots: np.ndarray, keep: np.ndarray, n_slots: int, max_cells: int
+    panes: np.ndarray,
+    slots: np.ndarray,
+    keep: np.ndarray,
+    n_slots: int,
+    max_cells: int,
+    pane_range: tuple[int, int] | None = None,
 ) -> tuple[list[int], list[np.ndarray], np.ndarray, int] | None:
     """The cells of a batch's kept rows without grouping the rows by pane first: (the panes
     they hit, ascending; per pane its distinct key slots, ascending; per row its cell (0
@@ -91,21 +102,34 @@ def batch_cells(
     pane's cells are consecutive (`SketchPanes.add_rows`). A presence table over (pane,
     slot) numbers them: None where that table would be much larger than the batch (panes
     spread over a long range) or the cells pass `max_cells`; the caller then groups the
-    rows by pane (`split_panes`) and numbers each pane's cells (`pane_cells`)."""
+    rows by pane (`split_panes`) and numbers each pane's cells (`pane_cells`).
+    `pane_range`: (first, last) pane of the kept rows where the caller knows them (the
+    batch's event-time extremes), which saves a pass; checked while the table is filled."""
     panes = np.ascontiguousarray(panes, np.int64)
     slots = np.ascontiguousarray(slots, np.int64)
     keep = np.ascontiguousarray(keep, np.bool_)
-    low, high, count = kept_pane_range(panes, keep)
-    if not count:
-        return [], [], np.zeros(len(panes), np.int64), 0
-    span = high - low + 1
-    if span * n_slots > 4 * len(panes) + 4096:
-        return None
-    seen = np.zeros(span * n_slots, np.bool_)
-    _presence(panes, slots, keep, low, n_slots, seen)
+    limit = 4 * len(panes) + 4096
+    seen = None
+    if pane_range is not None and (pane_range[1] - pane_range[0] + 1) * n_slots <= limit:
+        low, span = pane_range[0], pane_range[1] - pane_range[0] + 1
+        seen = np.zeros(span * n_slots, np.bool_)
+        if not _presence(panes, slots, keep, low, span, n_slots, seen):
+            seen = None  # a kept row outside the range given: measured below
+    if seen is None:
+        low, high, count = kept_pane_range(panes, keep)
+        if not count:
+            return [], [], np.zeros(len(panes), np.int64), 0
+        span = high - low + 1
+        if span * n_slots > limit:
+            return None
+        seen = np.zeros(span * n_slots, np.bool_)
+        if not _presence(panes, slots, keep, low, span, n_slots, seen):
+            raise ValueError(f"key slots must lie in [0, {n_slots})")
     table = seen.reshape(span, n_slots)
     per_pane = table.sum(axis=1)
     n_cells = int(per_pane.sum())
+    if not n_cells:
+        return [], [], np.zeros(len(panes), np.int64), 0
     if n_cells > max_cells:
         return None
     cell_of = np.cumsum(seen) - 1

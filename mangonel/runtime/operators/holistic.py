@@ -412,7 +412,7 @@ class HolisticTimeWindows:
         `pane_range`: (first, last) pane of every kept row where the host knows it (the GPU
         then finds the panes' bounds in one device read)."""
         if name not in self.raw_fields and self.sketches.add_rows(
-            name, panes, slots, values, keep, self.keys.n_slots
+            name, panes, slots, values, keep, self.keys.n_slots, pane_range
         ):
             return  # sketches only, built from the batch's rows without a pane split
         pane_ids, chunks, presorted = self.kernels.split_panes(

@@ -126,18 +126,21 @@ class SketchPanes:
         values: Any,  # noqa: ANN401 - order keys
         keep: Any,  # noqa: ANN401
         n_slots: int,
+        pane_range: tuple[int, int] | None = None,
     ) -> bool:
         """`add` of a batch's rows straight from the per-row arrays, where the kernels number
         the cells of a whole batch (`sketches.batch_cells`: the CPU's; on the GPU None): no
         grouping of the rows by pane, no per-pane cell numbering, one build per aggregate
         over the batch's rows (the unkept ones skipped by the build). False where the
-        kernels cannot here (the caller then groups the rows by pane and calls `add`)."""
+        kernels cannot here (the caller then groups the rows by pane and calls `add`).
+        `pane_range`: (first, last) pane of the kept rows where the caller knows it."""
         batch_cells = self.sketches.batch_cells
         plans = [(p, plan) for p, plan in self.plans.items() if plan.value_field == name]
         if batch_cells is None or not plans:
             return False
         largest = max(_register_bytes(plan) for _, plan in plans)
-        found = batch_cells(panes, slots, keep, n_slots, max(1, MAX_BUILD_BYTES // largest))
+        most = max(1, MAX_BUILD_BYTES // largest)
+        found = batch_cells(panes, slots, keep, n_slots, most, pane_range)
         if found is None:
             return False
         pane_ids, pane_slots, cells, n_cells = found
