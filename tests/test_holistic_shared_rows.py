@@ -117,3 +117,18 @@ def test_string_keys_head_split_late_rows_and_snapshots_across_the_two_paths():
         back.restore(snapshot)
         tail = [back.process(b) for b in batches[1:]] + [back.finish()]
     assert _rows([head, *tail]) == _rows(want)
+
+
+def test_a_holistic_key_map_in_another_order_is_remapped():
+    """The driver's slots follow the wrapped operator's through a map of its own: keys it
+    met in another order (a snapshot of its own pass) still find their values."""
+    batches = _batches(4)
+    plain = _runner()
+    want = [plain.process(b) for b in batches] + [plain.finish()]
+    runner = _runner()
+    operator = runner.window_operator
+    keys = sorted({k for b in batches for k in b.column("k").to_pylist()}, reverse=True)
+    operator.keys.map_columns([pa.array(keys)], np.ones(len(keys), np.bool_))
+    got = [runner.process(b) for b in batches] + [runner.finish()]
+    assert not operator._same_slots
+    assert _rows(got) == _rows(want)

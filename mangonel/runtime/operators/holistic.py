@@ -238,12 +238,12 @@ class HolisticTimeWindows:
         if self.tuner is not None:
             self.clock = self.tuner.clock
         # the wrapped operator's row decisions serve the values where its kernels and the
-        # holistic step's are the CPU's (host arrays; `_keep_decided`); per wrapped key slot
-        # this driver's slot (`_slots_of_inner`)
+        # holistic step's are the CPU's (host arrays; `_keep_decided`, `_slots_of_inner`)
         self.shares_rows = (
             inner.shares_rows and self.lifting.name == "cpu" and self.kernels is self.lifting
         )
         self._slot_of_inner = np.empty(0, np.int64)
+        self._same_slots = True  # `_slot_of_inner` is the identity
         # input batches since the last firing that evaluated windows: the batches it served
         # (several where the wrapped operator combines firings, `batches_per_firing`)
         self._batches_unfired = 0
@@ -311,14 +311,12 @@ class HolisticTimeWindows:
         if not self.shares_rows:
             self._keep(conformed, pane_range)
             return self._complete(self.inner.process(batch, input))
-        # the wrapped operator's own decisions (panes, lateness, key slots) serve the
-        # values too: the batch is keyed once. Its firings are completed after the values
-        # are kept (`_complete` reads them), and the lateness it judged is the watermark's
-        # from before the batch, as `_keep`'s
-        self.inner.shared_rows = []
+        # the wrapped operator's decisions (panes, lateness against the watermark from before
+        # the batch, key slots) serve the values: the batch is keyed once; its firings are
+        # completed once the values are kept
+        self.inner.shared_rows = decided = []
         try:
             fired = self.inner.process(batch, input)
-            decided = self.inner.shared_rows
         finally:
             self.inner.shared_rows = None
         self._keep_decided(conformed, decided, pane_range)
@@ -357,9 +355,8 @@ class HolisticTimeWindows:
         lifted = self.lifting.lift_tuples(self.values_lift, batch)
         if not lifted.rows:
             return
-        decided_rows = sum(len(panes) for panes, _, _ in decided)
-        if decided_rows != lifted.rows:
-            raise AssertionError(f"{decided_rows} rows decided for a batch of {lifted.rows}")
+        if sum(len(panes) for panes, _, _ in decided) != lifted.rows:
+            raise AssertionError("the wrapped operator decided other rows than the batch's")
         panes, include, inner_slots = (
             np.concatenate(parts) if len(parts) > 1 else parts[0]
             for parts in zip(*decided, strict=True)
@@ -382,6 +379,9 @@ class HolisticTimeWindows:
             new = np.arange(known, inner_keys.n_slots, dtype=np.int64)
             mapped = self.keys.map_columns(inner_keys.decode(new), np.ones(len(new), np.bool_))
             self._slot_of_inner = np.concatenate((self._slot_of_inner, mapped))
+            self._same_slots = bool((self._slot_of_inner == np.arange(inner_keys.n_slots)).all())
+        if self._same_slots:  # the usual case: both maps met the keys in one order
+            return inner_slots
         lookup = np.append(self._slot_of_inner, -1)  # index -1: not merged
         return lookup[inner_slots]
 
@@ -783,6 +783,7 @@ class HolisticTimeWindows:
         self.inner.restore(arrays.pop("inner").tobytes())
         self.keys = self.lifting.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")
         self._slot_of_inner = np.empty(0, np.int64)  # mapped again from the restored maps
+        self._same_slots = True
         self.sketches.restore(arrays)
         for value_field in self.value_fields:
             name = value_field.name
