@@ -334,11 +334,11 @@ def _merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarra
     m = registers.shape[1]
     out = np.zeros((groups, m), np.uint8)
     for g in range(groups):
+        target = out[g]
         for k in range(offsets[g], offsets[g + 1]):
             row = registers[members[k]]
-            for j in range(m):
-                if row[j] > out[g, j]:
-                    out[g, j] = row[j]
+            for j in range(m):  # max(), not a branch: the loop vectorises
+                target[j] = max(target[j], row[j])
     return out
 
 
@@ -351,12 +351,12 @@ def _merge_pair_groups(first, second, members, offsets):  # noqa: ANN001, ANN202
     split = first.shape[0]
     out = np.zeros((groups, m), np.uint8)
     for g in range(groups):
+        target = out[g]
         for k in range(offsets[g], offsets[g + 1]):
             member = members[k]
             row = first[member] if member < split else second[member - split]
-            for j in range(m):
-                if row[j] > out[g, j]:
-                    out[g, j] = row[j]
+            for j in range(m):  # max(), not a branch: the loop vectorises
+                target[j] = max(target[j], row[j])
     return out
 
 
@@ -420,9 +420,8 @@ def _merged_histograms(sets, set_of, local, offsets, bins):  # noqa: ANN001, ANN
             scratch[:] = 0
             for k in range(first, end):
                 member = sets[set_of[k]][local[k]]
-                for j in range(m):
-                    if member[j] > scratch[j]:
-                        scratch[j] = member[j]
+                for j in range(m):  # max(), not a branch: the loop vectorises
+                    scratch[j] = max(scratch[j], member[j])
             row = scratch
         partial[:] = 0
         for j in range(0, m, 4):
