@@ -209,6 +209,8 @@ class PaneState(Protocol):
 
 class WindowKernels(Protocol):
     name: str
+    # optional `shares_fused_rows = True`: `lift_merge` fills `FusedMerge.shared` (host
+    # arrays; the CPU's); absent, a holistic driver lifts and keys the batch itself
 
     def lift_tuples(
         self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False
