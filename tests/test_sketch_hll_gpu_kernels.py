@@ -162,6 +162,7 @@ class _HostGpuSketches:
 
     def __init__(self, gpu: GpuSketches) -> None:
         self.gpu = gpu
+        self.batch_cells = gpu.batch_cells  # None, as on the device: rows split by pane
 
     def _of(self, evaluation: str):  # noqa: ANN202
         return self.gpu if evaluation == HLL else sketch_windows
@@ -194,6 +195,9 @@ class _HostGpuSketches:
 
     def answer(self, sketches, fraction):  # noqa: ANN001, ANN201
         return self._by_set(sketches).answer(sketches, fraction)
+
+    def merge_answer(self, sets, members, offsets, fraction):  # noqa: ANN001, ANN201
+        return self._by_set(sets[0]).merge_answer(sets, members, offsets, fraction)
 
     def to_bytes(self, sketches):  # noqa: ANN001, ANN201
         return self._by_set(sketches).to_bytes(sketches)

@@ -360,6 +360,8 @@ class CpuKernels:
     """numpy + numba kernels (the reference backend and the fallback)."""
 
     name = "cpu"
+    # `lift_merge` hands its per-row decisions back (`FusedMerge.shared`): host arrays
+    shares_fused_rows = True
 
     def lift_tuples(
         self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False
@@ -484,9 +486,9 @@ class CpuKernels:
         inside = include & (panes >= target.first_pane) & (panes < target.end_pane)
         slots = keys.lookup_columns(lifted.keys, inside)
         placed = (slots >= 0) & (slots < target.known_keys)
+        slots = np.where(placed, slots, -1)
         first_pane = last_pane = None
         if placed.any():
-            slots = np.where(placed, slots, -1)
             target.state.merge(self.flat_index(slots, panes, target.state), lifted.partials)
             merged = panes[placed]
             first_pane, last_pane = int(merged.min()), int(merged.max())
@@ -502,6 +504,7 @@ class CpuKernels:
             rest,
             rest_include if rest is not None else None,
             late if late_count else None,
+            (panes, include, slots),
         )
 
     def holistic_for(self, plan: HolisticPlan) -> CpuKernels:

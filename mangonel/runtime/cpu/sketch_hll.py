@@ -334,12 +334,46 @@ def _merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarra
     m = registers.shape[1]
     out = np.zeros((groups, m), np.uint8)
     for g in range(groups):
+        target = out[g]
         for k in range(offsets[g], offsets[g + 1]):
             row = registers[members[k]]
-            for j in range(m):
-                if row[j] > out[g, j]:
-                    out[g, j] = row[j]
+            for j in range(m):  # max(), not a branch: the loop vectorises
+                target[j] = max(target[j], row[j])
     return out
+
+
+@_jit
+def _merge_pair_groups(first, second, members, offsets):  # noqa: ANN001, ANN202
+    """`_merge_groups` over two arrays taken as one (member ids past `first`'s register sets
+    are `second`'s), read in place."""
+    groups = offsets.shape[0] - 1
+    m = first.shape[1]
+    split = first.shape[0]
+    out = np.zeros((groups, m), np.uint8)
+    for g in range(groups):
+        target = out[g]
+        for k in range(offsets[g], offsets[g + 1]):
+            member = members[k]
+            row = first[member] if member < split else second[member - split]
+            for j in range(m):  # max(), not a branch: the loop vectorises
+                target[j] = max(target[j], row[j])
+    return out
+
+
+def merge_pair(
+    first: np.ndarray, second: np.ndarray, members: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
+    """`merge_groups` of `first` and `second` concatenated, without the concatenation (a
+    pane's sets with a batch's, a block set with its next pane: each merge would copy both)."""
+    if first.ndim != 2 or second.ndim != 2 or first.shape[1] != second.shape[1]:
+        raise ValueError(f"register sets of one width needed, got {first.shape}, {second.shape}")
+    members, offsets = groups(members, offsets, first.shape[0] + second.shape[0])
+    return _merge_pair_groups(
+        np.ascontiguousarray(first, np.uint8),
+        np.ascontiguousarray(second, np.uint8),
+        members,
+        offsets,
+    )
 
 
 def merge_groups(registers: np.ndarray, members: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -366,6 +400,56 @@ def _histograms(registers: np.ndarray, bins: int) -> np.ndarray:
         for b in range(bins):
             out[c, b] = partial[0, b] + partial[1, b] + partial[2, b] + partial[3, b]
     return out
+
+
+@_jit
+def _merged_histograms(sets, set_of, local, offsets, bins):  # noqa: ANN001, ANN202
+    """`_histograms` of `_merge_groups`' groups without materialising them: per group the
+    max of its members (member k: register set `local[k]` of array `sets[set_of[k]]`) in
+    one scratch row, counted at once; a group of one member is counted in place."""
+    groups = offsets.shape[0] - 1
+    m = sets[0].shape[1]
+    out = np.zeros((groups, bins), np.int64)
+    partial = np.zeros((4, bins), np.int64)
+    scratch = np.zeros(m, np.uint8)
+    for g in range(groups):
+        first, end = offsets[g], offsets[g + 1]
+        if end - first == 1:
+            row = sets[set_of[first]][local[first]]
+        else:
+            scratch[:] = 0
+            for k in range(first, end):
+                member = sets[set_of[k]][local[k]]
+                for j in range(m):  # max(), not a branch: the loop vectorises
+                    scratch[j] = max(scratch[j], member[j])
+            row = scratch
+        partial[:] = 0
+        for j in range(0, m, 4):
+            partial[0, row[j]] += 1
+            partial[1, row[j + 1]] += 1
+            partial[2, row[j + 2]] += 1
+            partial[3, row[j + 3]] += 1
+        for b in range(bins):
+            out[g, b] = partial[0, b] + partial[1, b] + partial[2, b] + partial[3, b]
+    return out
+
+
+def merged_estimates(
+    sets: list[np.ndarray], members: np.ndarray, offsets: np.ndarray, p: int
+) -> np.ndarray:
+    """`estimate(merge_groups(concatenated sets, members, offsets), p)` without the
+    concatenation or the merged registers: member ids number the sets' register sets one
+    set after the other, as for `merge_groups`. The same histograms, so the same estimates."""
+    m = hll_registers(p)
+    sizes = np.array([s.shape[0] for s in sets], np.int64)
+    if any(s.ndim != 2 or s.shape[1] != m or s.dtype != np.uint8 for s in sets):
+        raise ValueError(f"register sets must be uint8 [cells, 2^{p}]")
+    members, offsets = groups(members, offsets, int(sizes.sum()))
+    starts = np.cumsum(sizes) - sizes
+    set_of = np.searchsorted(starts, members, side="right") - 1
+    local = members - starts[set_of]
+    arrays = numba.typed.List([np.ascontiguousarray(s) for s in sets])
+    return hll_estimate(_merged_histograms(arrays, set_of, local, offsets, hll_bins(p)), p)
 
 
 def histograms(registers: np.ndarray, p: int) -> np.ndarray:

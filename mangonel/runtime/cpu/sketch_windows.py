@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from mangonel.aggregates.holistic import from_order_keys
 from mangonel.aggregates.sketches import hll_precision, quantile_relative_error
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.cpu import sketch_hll, sketch_quantile
+from mangonel.runtime.cpu.holistic import kept_pane_range
 from mangonel.runtime.cpu.sketch_quantile import QuantileSketches
 
 HLL = "approx_count_distinct"
@@ -67,6 +69,76 @@ def pane_cells(slots: np.ndarray, presorted: bool) -> tuple[np.ndarray, np.ndarr
     return np.flatnonzero(seen), rank[slots]
 
 
+@numba.njit(cache=True)
+def _presence(panes, slots, keep, low, span, width, seen):
+    """Mark each kept row's (pane - low, slot) in `seen`; False (and stop) at a kept row
+    whose pane lies outside low .. low + span - 1 or whose slot passes `width`."""
+    for i in range(panes.shape[0]):
+        if keep[i]:
+            q = panes[i] - low
+            if q < 0 or q >= span or slots[i] < 0 or slots[i] >= width:
+                return False
+            seen[q * width + slots[i]] = True
+    return True
+
+
+@numba.njit(cache=True)
+def _row_cells(panes, slots, keep, low, width, cell_of, out):
+    for i in range(panes.shape[0]):
+        out[i] = cell_of[(panes[i] - low) * width + slots[i]] if keep[i] else 0
+
+
+def batch_cells(
+    panes: np.ndarray,
+    slots: np.ndarray,
+    keep: np.ndarray,
+    n_slots: int,
+    max_cells: int,
+    pane_range: tuple[int, int] | None = None,
+) -> tuple[list[int], list[np.ndarray], np.ndarray, int] | None:
+    """The cells of a batch's kept rows without grouping the rows by pane first: (the panes
+    they hit, ascending; per pane its distinct key slots, ascending; per row its cell (0
+    where not kept); the number of cells), cells numbered in (pane, slot) order, so a
+    pane's cells are consecutive (`SketchPanes.add_rows`). A presence table over (pane,
+    slot) numbers them: None where that table would be much larger than the batch (panes
+    spread over a long range) or the cells pass `max_cells`; the caller then groups the
+    rows by pane (`split_panes`) and numbers each pane's cells (`pane_cells`).
+    `pane_range`: (first, last) pane of the kept rows where the caller knows them (the
+    batch's event-time extremes), which saves a pass; checked while the table is filled."""
+    panes = np.ascontiguousarray(panes, np.int64)
+    slots = np.ascontiguousarray(slots, np.int64)
+    keep = np.ascontiguousarray(keep, np.bool_)
+    limit = 4 * len(panes) + 4096
+    seen = None
+    if pane_range is not None and (pane_range[1] - pane_range[0] + 1) * n_slots <= limit:
+        low, span = pane_range[0], pane_range[1] - pane_range[0] + 1
+        seen = np.zeros(span * n_slots, np.bool_)
+        if not _presence(panes, slots, keep, low, span, n_slots, seen):
+            seen = None  # a kept row outside the range given: measured below
+    if seen is None:
+        low, high, count = kept_pane_range(panes, keep)
+        if not count:
+            return [], [], np.zeros(len(panes), np.int64), 0
+        span = high - low + 1
+        if span * n_slots > limit:
+            return None
+        seen = np.zeros(span * n_slots, np.bool_)
+        if not _presence(panes, slots, keep, low, span, n_slots, seen):
+            raise ValueError(f"key slots must lie in [0, {n_slots})")
+    table = seen.reshape(span, n_slots)
+    per_pane = table.sum(axis=1)
+    n_cells = int(per_pane.sum())
+    if not n_cells:
+        return [], [], np.zeros(len(panes), np.int64), 0
+    if n_cells > max_cells:
+        return None
+    cell_of = np.cumsum(seen) - 1
+    cells = np.empty(len(panes), np.int64)
+    _row_cells(panes, slots, keep, low, n_slots, cell_of, cells)
+    hit = np.flatnonzero(per_pane)
+    return (hit + low).tolist(), [np.flatnonzero(table[q]) for q in hit], cells, n_cells
+
+
 def concatenate(pieces: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
 
@@ -78,19 +150,21 @@ def build(
     keys: np.ndarray,
     argument: SqlType,
     parameter: float,
+    valid: np.ndarray | None = None,
 ) -> Sketches:
     """One sketch per cell 0..n_cells-1 of the non-NULL values whose order keys are `keys`
-    (`aggregates.holistic.order_keys`), row i into cell cells[i]."""
+    (`aggregates.holistic.order_keys`), row i into cell cells[i]; `valid`: the rows that
+    count (None: every row; `batch_cells` numbers a whole batch's rows, kept or not)."""
     if evaluation == HLL:
         p = _p(parameter)
         if argument is SqlType.DOUBLE:  # hashed from the order keys: no decoding pass
-            registers = sketch_hll.build(cells, n_cells, keys, None, argument, p, True)
+            registers = sketch_hll.build(cells, n_cells, keys, valid, argument, p, True)
         else:
             values = from_order_keys(keys, argument.is_floating)
-            registers = sketch_hll.build(cells, n_cells, values, None, argument, p)
+            registers = sketch_hll.build(cells, n_cells, values, valid, argument, p)
         return HllSketches(p, registers)
     values = from_order_keys(keys, argument.is_floating)
-    return sketch_quantile.build(cells, n_cells, values.astype(np.float64), None, _eps(parameter))
+    return sketch_quantile.build(cells, n_cells, values.astype(np.float64), valid, _eps(parameter))
 
 
 def cell_range(sketches: Sketches, start: int, stop: int) -> Sketches:
@@ -113,11 +187,31 @@ def merge(sets: list[Sketches], members: np.ndarray, offsets: np.ndarray) -> Ske
     """Group g = the merge of cells members[offsets[g]:offsets[g + 1]] of the sets taken as
     one (the cells of set i follow those of set i - 1)."""
     if isinstance(sets[0], HllSketches):
+        p = sets[0].p
+        if len(sets) == 2:  # a pane's sets with a batch's, a block set with a pane's
+            first, second = sets[0].registers, sets[1].registers
+            return HllSketches(p, sketch_hll.merge_pair(first, second, members, offsets))
         registers = np.concatenate([s.registers for s in sets]) if len(sets) > 1 else None
         registers = sets[0].registers if registers is None else registers
-        return HllSketches(sets[0].p, sketch_hll.merge_groups(registers, members, offsets))
+        return HllSketches(p, sketch_hll.merge_groups(registers, members, offsets))
     joined = sketch_quantile.concat(*sets) if len(sets) > 1 else sets[0]
     return sketch_quantile.merge_groups(joined, members, offsets)
+
+
+def merge_answer(
+    sets: list[Sketches],
+    members: np.ndarray,
+    offsets: np.ndarray,
+    fraction: float | tuple[float, ...] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`answer(merge(sets, members, offsets), fraction)`: HLL estimates straight from the
+    groups' maxima (`sketch_hll.merged_estimates`: no concatenated sets, no merged
+    registers); GK summaries merged, then queried."""
+    if isinstance(sets[0], HllSketches):
+        p = sets[0].p
+        estimate = sketch_hll.merged_estimates([s.registers for s in sets], members, offsets, p)
+        return estimate, estimate
+    return answer(merge(sets, members, offsets), fraction)
 
 
 def empty(evaluation: str, parameter: float) -> Sketches:

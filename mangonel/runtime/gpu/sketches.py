@@ -83,6 +83,10 @@ class GpuSketches:
     """The HLL kernels over array module `xp`, compiling with `module_of`."""
 
     evaluations = (HLL,)
+    # no whole-batch cell numbering here (the CPU's `sketch_windows.batch_cells`): the
+    # driver groups the rows by pane on the device (`split_panes`) and numbers each pane's
+    # cells (`pane_cells`)
+    batch_cells = None
 
     def __init__(
         self,
@@ -206,6 +210,17 @@ class GpuSketches:
                 ),
             )
         return DeviceHll(p, out)
+
+    def merge_answer(
+        self,
+        sets: list[DeviceHll],
+        members: np.ndarray,
+        offsets: np.ndarray,
+        fraction: float | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`answer` of the `merge` (a window's answer from its sets; the CPU counts the
+        maxima without keeping them, `sketch_windows.merge_answer`)."""
+        return self.answer(self.merge(sets, members, offsets), fraction)
 
     def empty(self, evaluation: str, parameter: float) -> DeviceHll:
         p = self._p(evaluation, parameter)

@@ -237,6 +237,13 @@ class HolisticTimeWindows:
         self.tuner = new_tuner(knobs) if knobs else None
         if self.tuner is not None:
             self.clock = self.tuner.clock
+        # the wrapped operator's row decisions serve the values where its kernels and the
+        # holistic step's are the CPU's (host arrays; `_keep_decided`, `_slots_of_inner`)
+        self.shares_rows = (
+            inner.shares_rows and self.lifting.name == "cpu" and self.kernels is self.lifting
+        )
+        self._slot_of_inner = np.empty(0, np.int64)
+        self._same_slots = True  # `_slot_of_inner` is the identity
         # input batches since the last firing that evaluated windows: the batches it served
         # (several where the wrapped operator combines firings, `batches_per_firing`)
         self._batches_unfired = 0
@@ -300,9 +307,20 @@ class HolisticTimeWindows:
             if extremes is None
             else (extremes[0] // self.pane_length, extremes[1] // self.pane_length)
         )
-        self._keep(conformed, pane_range)
         self._batches_unfired += 1
-        return self._complete(self.inner.process(batch, input))
+        if not self.shares_rows:
+            self._keep(conformed, pane_range)
+            return self._complete(self.inner.process(batch, input))
+        # the wrapped operator's decisions (panes, lateness against the watermark from before
+        # the batch, key slots) serve the values: the batch is keyed once; its firings are
+        # completed once the values are kept
+        self.inner.shared_rows = decided = []
+        try:
+            fired = self.inner.process(batch, input)
+        finally:
+            self.inner.shared_rows = None
+        self._keep_decided(conformed, decided, pane_range)
+        return self._complete(fired)
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
         self.inner.prefetch(batch)
@@ -325,6 +343,47 @@ class HolisticTimeWindows:
             times = event_times if value_field.name in self.timed_fields else None
             keep = include & (valid != 0)
             self._store(value_field.name, panes, slots, values, keep, times, pane_range)
+
+    def _keep_decided(
+        self,
+        batch: pa.RecordBatch,
+        decided: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+        pane_range: tuple[int, int] | None,
+    ) -> None:
+        """`_keep` from the wrapped operator's per-row decisions (`shared_rows`: one entry per
+        piece of the batch it processed, in row order): only the values are lifted here."""
+        lifted = self.lifting.lift_tuples(self.values_lift, batch)
+        if not lifted.rows:
+            return
+        if sum(len(panes) for panes, _, _ in decided) != lifted.rows:
+            raise AssertionError("the wrapped operator decided other rows than the batch's")
+        panes, include, inner_slots = (
+            np.concatenate(parts) if len(parts) > 1 else parts[0]
+            for parts in zip(*decided, strict=True)
+        )
+        slots = self._slots_of_inner(inner_slots)
+        event_times = lifted.event_time if self.timed_fields else None
+        for value_field in self.value_fields:
+            values, valid = lifted.partials[value_field.name]
+            times = event_times if value_field.name in self.timed_fields else None
+            keep = include & (valid != 0)
+            self._store(value_field.name, panes, slots, values, keep, times, pane_range)
+
+    def _slots_of_inner(self, inner_slots: np.ndarray) -> np.ndarray:
+        """This driver's key slots of the wrapped operator's (-1 stays -1). Keys the wrapped
+        map holds beyond those seen so far are mapped here in its slot order (its first-seen
+        order, the order `_keep` maps them in), so the numbering is `_keep`'s."""
+        inner_keys = self.inner.keys
+        known = len(self._slot_of_inner)
+        if inner_keys.n_slots > known:
+            new = np.arange(known, inner_keys.n_slots, dtype=np.int64)
+            mapped = self.keys.map_columns(inner_keys.decode(new), np.ones(len(new), np.bool_))
+            self._slot_of_inner = np.concatenate((self._slot_of_inner, mapped))
+            self._same_slots = bool((self._slot_of_inner == np.arange(inner_keys.n_slots)).all())
+        if self._same_slots:  # the usual case: both maps met the keys in one order
+            return inner_slots
+        lookup = np.append(self._slot_of_inner, -1)  # index -1: not merged
+        return lookup[inner_slots]
 
     def _not_late(self, kernels: Any, panes: Any, include: Any) -> Any:  # noqa: ANN401
         """`include` less the rows of panes that are late against the watermark from before
@@ -352,6 +411,10 @@ class HolisticTimeWindows:
         aggregate reads the field, raw values, grouped by pane on the holistic backend.
         `pane_range`: (first, last) pane of every kept row where the host knows it (the GPU
         then finds the panes' bounds in one device read)."""
+        if name not in self.raw_fields and self.sketches.add_rows(
+            name, panes, slots, values, keep, self.keys.n_slots, pane_range
+        ):
+            return  # sketches only, built from the batch's rows without a pane split
         pane_ids, chunks, presorted = self.kernels.split_panes(
             panes,
             slots,
@@ -719,6 +782,8 @@ class HolisticTimeWindows:
             )
         self.inner.restore(arrays.pop("inner").tobytes())
         self.keys = self.lifting.key_map_from_arrays(self.key_types, arrays, "holistic_keys.")
+        self._slot_of_inner = np.empty(0, np.int64)  # mapped again from the restored maps
+        self._same_slots = True
         self.sketches.restore(arrays)
         for value_field in self.value_fields:
             name = value_field.name

@@ -93,6 +93,10 @@ class FusedMerge:
     are not late, so nothing is counted twice). `rest` is None when every row was decided.
     `late_rows`: the per-row verdict behind `late` (bool per row of the batch, host or
     device), None when nothing was late; the driver hands it to its late-row sink.
+    `shared`: where the kernels say `shares_fused_rows` (the CPU) and placed rows, the pass's
+    decisions per row of the batch, (pane id, contributing and not late, key slot of the
+    rows it merged, -1 elsewhere), on the host: a holistic driver reads them instead of
+    lifting and keying the batch again (`TimeWindowOperator.shared_rows`).
     """
 
     rows: int
@@ -104,6 +108,7 @@ class FusedMerge:
     rest: LiftedTuples | None
     rest_include: Array | None
     late_rows: Array | None = None
+    shared: tuple[Array, Array, Array] | None = None
 
     @classmethod
     def unplaced(cls, lifted: LiftedTuples) -> FusedMerge:
@@ -204,6 +209,8 @@ class PaneState(Protocol):
 
 class WindowKernels(Protocol):
     name: str
+    # optional `shares_fused_rows = True`: `lift_merge` fills `FusedMerge.shared` (host
+    # arrays; the CPU's); absent, a holistic driver lifts and keys the batch itself
 
     def lift_tuples(
         self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False

@@ -92,7 +92,6 @@ class SketchPanes:
                 continue
             evaluation = plan.function.definition.holistic.evaluation
             argument = self.fields[name].type
-            store = self.panes[position]
             cell_bytes = _register_bytes(plan)
             first = 0
             while first < len(pane_ids):
@@ -116,18 +115,65 @@ class SketchPanes:
                     argument,
                     sketch_parameter(plan),
                 )
-                at = 0
-                for index in range(last - first):
-                    pane = int(pane_ids[first + index])
-                    present = pane_slots[index]
-                    part = self.sketches.cell_range(built, at, at + len(present))
-                    at += len(present)
-                    old = store.get(pane)
-                    store[pane] = (
-                        (present, part) if old is None else self._union(old, present, part)
-                    )
-                    self._invalidate(position, pane)
+                self._fold(position, pane_ids[first:last], pane_slots, built)
                 first = last
+
+    def add_rows(
+        self,
+        name: str,
+        panes: Any,  # noqa: ANN401 - the kernels' arrays, one per row of the batch
+        slots: Any,  # noqa: ANN401
+        values: Any,  # noqa: ANN401 - order keys
+        keep: Any,  # noqa: ANN401
+        n_slots: int,
+        pane_range: tuple[int, int] | None = None,
+    ) -> bool:
+        """`add` of a batch's rows straight from the per-row arrays, where the kernels number
+        the cells of a whole batch (`sketches.batch_cells`: the CPU's; on the GPU None): no
+        grouping of the rows by pane, no per-pane cell numbering, one build per aggregate
+        over the batch's rows (the unkept ones skipped by the build). False where the
+        kernels cannot here (the caller then groups the rows by pane and calls `add`).
+        `pane_range`: (first, last) pane of the kept rows where the caller knows it."""
+        batch_cells = self.sketches.batch_cells
+        plans = [(p, plan) for p, plan in self.plans.items() if plan.value_field == name]
+        if batch_cells is None or not plans:
+            return False
+        largest = max(_register_bytes(plan) for _, plan in plans)
+        most = max(1, MAX_BUILD_BYTES // largest)
+        found = batch_cells(panes, slots, keep, n_slots, most, pane_range)
+        if found is None:
+            return False
+        pane_ids, pane_slots, cells, n_cells = found
+        if not n_cells:
+            return True
+        argument = self.fields[name].type
+        for position, plan in plans:
+            evaluation = plan.function.definition.holistic.evaluation
+            parameter = sketch_parameter(plan)
+            built = self.sketches.build(
+                evaluation, cells, n_cells, values, argument, parameter, valid=keep
+            )
+            self._fold(position, pane_ids, pane_slots, built)
+        return True
+
+    def _fold(
+        self,
+        position: int,
+        pane_ids: list[int],
+        pane_slots: list[np.ndarray],
+        built: Any,  # noqa: ANN401 - the kernels' sketch set
+    ) -> None:
+        """Merge a build's cells (pane i's: the next len(pane_slots[i]), key slots
+        pane_slots[i]) into the panes' sketches of aggregate `position`."""
+        store = self.panes[position]
+        at = 0
+        for pane, present in zip(pane_ids, pane_slots, strict=True):
+            pane = int(pane)
+            part = self.sketches.cell_range(built, at, at + len(present))
+            at += len(present)
+            old = store.get(pane)
+            store[pane] = (present, part) if old is None else self._union(old, present, part)
+            self._invalidate(position, pane)
 
     def _invalidate(self, position: int, pane: int) -> None:
         """Drop the prefix and suffix sets that cover `pane` (it received rows)."""
@@ -174,6 +220,13 @@ class SketchPanes:
     def _union(self, old: tuple, slots: np.ndarray, part: Any) -> tuple:  # noqa: ANN401
         """A pane's (key slots, sketches) with more rows' sketches of `slots` merged in."""
         old_slots, old_sketches = old
+        if np.array_equal(old_slots, slots):  # the same keys (dense panes): pairs in order
+            n = len(slots)
+            members = np.empty(2 * n, np.int64)
+            members[0::2] = np.arange(n)
+            members[1::2] = old_sketches.cells + np.arange(n)
+            offsets = np.arange(0, 2 * n + 1, 2, dtype=np.int64)
+            return old_slots, self.sketches.merge([old_sketches, part], members, offsets)
         union = np.union1d(old_slots, slots)
         in_old = np.isin(union, old_slots)
         in_new = np.isin(union, slots)
@@ -264,8 +317,7 @@ class SketchPanes:
             sets = [self.sketches.empty(evaluation, sketch_parameter(plan))]
             members = np.empty(0, np.int64)
             offsets = np.zeros(len(slots) + 1, np.int64)
-        merged = self.sketches.merge(sets, members, offsets)
-        return self.sketches.answer(merged, plan.percentages)
+        return self.sketches.merge_answer(sets, members, offsets, plan.percentages)
 
     def free(self, before: int, panes_per_slide: int) -> None:
         """Drop the panes no window from `before` on covers, and the block sets no such

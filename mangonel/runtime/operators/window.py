@@ -68,7 +68,7 @@ from mangonel.errors import PlanError
 from mangonel.runtime.operators.base import PANE_META, OperatorBase, field_arrays
 from mangonel.runtime.operators.count_window import CountWindowOperator
 from mangonel.runtime.operators.holistic import HolisticTimeWindows
-from mangonel.runtime.operators.kernels import PaneTarget
+from mangonel.runtime.operators.kernels import FusedMerge, PaneTarget
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import cells_with_rows, finalize, window_ids_of
@@ -141,6 +141,17 @@ class TimeWindowOperator(OperatorBase):
         self._batches_waiting = 0
         # bytes of one (key, pane) cell over every field's arrays (8-byte parts)
         self.cell_bytes = sum(8 * parts for _, parts in field_arrays(self.fields))
+        # a list while a holistic driver around this operator reads the rows of the batch
+        # being processed (`HolisticTimeWindows.shares_rows`): per `_process_rows` call,
+        # (pane id, included: contributing and not late, key slot or -1) per row, as this
+        # operator decided them
+        self.shared_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def shares_rows(self) -> bool:
+        """Whether `shared_rows` can be kept: where the kernels hand the fused pass's row
+        decisions back to the host (`FusedMerge.shared`: the CPU's)."""
+        return bool(getattr(self.kernels, "shares_fused_rows", False))
 
     # -- pane level -----------------------------------------------------------------------
 
@@ -239,15 +250,19 @@ class TimeWindowOperator(OperatorBase):
             segment.first = min(segment.first, fused.first_pane)
             segment.last = max(segment.last, fused.last_pane)
             self._reserve(segment)  # its windows must stay readable: last + pw columns
+        merged = None
         if fused.rest is not None:
             panes = self.kernels.pane_ids(fused.rest, self.pane_length)
-            self._merge(
+            include, slots = self._merge(
                 fused.rest.keys,
                 panes,
                 fused.rest_include,
                 fused.rest.partials,
                 self._watermark_after(fused.max_event_time) if fire_early else None,
             )
+            merged = (panes, include, slots)
+        if self.shared_rows is not None:
+            self.shared_rows.append(_rows_decided(fused, merged))
         self._observe(fused.max_event_time)
 
     def _fused_target(self) -> tuple[PaneTarget | None, _Segment | None]:
@@ -292,9 +307,10 @@ class TimeWindowOperator(OperatorBase):
         include = self.kernels.from_host(np.ones(partials.num_rows, np.bool_))
         self._merge(keys, panes, include, values)
 
-    def _merge(self, keys, panes, include, partials, fire_until: int | None = None) -> None:
+    def _merge(self, keys, panes, include, partials, fire_until: int | None = None):  # noqa: ANN001, ANN201
         """Lateness (against the watermark from before the batch), key slots (first-seen
-        order over the whole batch), then the partials into their segments.
+        order over the whole batch), then the partials into their segments. Returns the
+        rows merged (`include` less the late ones) and their key slots (-1: not merged).
 
         With `fire_until` (the watermark after this batch, known in `process`), a batch whose
         dense block (keys x panes it spans) would be far larger than the batch (one batch of
@@ -318,13 +334,13 @@ class TimeWindowOperator(OperatorBase):
         slots = self.keys.map_columns(keys, include)
         included = kernels.to_host(include)
         if not included.any():
-            return
+            return include, slots
         live_rows = np.flatnonzero(included)
         host_panes = kernels.to_host(panes)[live_rows]
         chunk = self._chunk_panes(host_panes, fire_until)
         if chunk is None:
             self._merge_rows(slots, panes, host_panes, partials)
-            return
+            return include, slots
         order = np.argsort(host_panes, kind="stable")
         sorted_panes = host_panes[order]
         start = 0
@@ -343,6 +359,7 @@ class TimeWindowOperator(OperatorBase):
                 boundary = int(sorted_panes[end]) * self.pane_length
                 self._early += self.advance_watermark(min(fire_until, boundary))
             start = end
+        return include, slots
 
     def _chunk_panes(self, host_panes: np.ndarray, fire_until: int | None) -> int | None:
         """Panes per chunk of a batch's merge, or None to merge it at once: the common case,
@@ -685,3 +702,19 @@ def make_window_operator(
             node, TimeWindowOperator(incremental_part(node), kernels), kernels
         )
     return TimeWindowOperator(node, kernels)
+
+
+def _rows_decided(
+    fused: FusedMerge, merged: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pane id, merged, key slot or -1) per row of one `_process_rows` call: the fused
+    pass's decisions (`fused.shared`) with those of the split path (`merged`: its panes,
+    rows and slots) over the rows the fused pass left to it."""
+    if fused.shared is None:  # nothing placed: the split path decided every row
+        assert merged is not None
+        return merged
+    panes, include, slots = fused.shared
+    if merged is None:
+        return panes, include, slots
+    _, rest_include, rest_slots = merged
+    return panes, include, np.where(rest_include, rest_slots, slots)

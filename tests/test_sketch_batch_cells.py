@@ -1,0 +1,151 @@
+"""The CPU's per-batch sketch path: `sketch_windows.batch_cells` numbers a batch's (pane, key)
+cells without grouping its rows by pane, and `holistic.split_panes` groups rows by pane with
+a counting sort. Both must give what the grouping they replace gives (the pane split then a
+cell numbering per pane; a stable sort by pane), and a query must give the same rows whichever
+path its sketches take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fuzzer import engine_run
+from hypothesis import given, settings
+from oracle import first_difference
+from test_sketch_sql import SETTINGS, scenarios
+
+from mangonel.runtime.cpu import holistic, sketch_hll, sketch_windows
+
+
+def _batch(seed: int, rows: int, pane_low: int, pane_high: int, keys: int):  # noqa: ANN202
+    rng = np.random.default_rng(seed)
+    panes = rng.integers(pane_low, pane_high + 1, rows).astype(np.int64)
+    slots = rng.integers(0, keys, rows).astype(np.int64)
+    values = rng.integers(-1000, 1000, rows).astype(np.int64)
+    keep = rng.random(rows) < 0.7
+    return panes, slots, values, keep
+
+
+def _split_by_sort(panes, slots, values, keep, times=None):  # noqa: ANN001, ANN202
+    """The reference grouping: a stable sort of the kept rows by pane."""
+    rows = np.flatnonzero(keep)
+    rows = rows[np.argsort(panes[rows], kind="stable")]
+    ids = sorted(set(panes[rows].tolist()))
+    chunks = []
+    for pane in ids:
+        chosen = rows[panes[rows] == pane]
+        chunks.append((slots[chosen], values[chosen], None if times is None else times[chosen]))
+    return ids, chunks
+
+
+@pytest.mark.parametrize(
+    ("pane_low", "pane_high"),
+    [(-3, 5), (7, 7), (0, 10**9)],  # a few panes, one pane, spread far (the argsort path)
+)
+def test_split_panes_groups_rows_by_pane_in_row_order(pane_low, pane_high):
+    panes, slots, values, keep = _batch(1, 2000, pane_low, pane_high, 13)
+    times = np.arange(len(panes), dtype=np.int64) * 7
+    for with_times in (None, times):
+        got_ids, got, presorted = holistic.split_panes(panes, slots, values, keep, with_times)
+        want_ids, want = _split_by_sort(panes, slots, values, keep, with_times)
+        assert got_ids == want_ids and not presorted
+        for got_chunk, want_chunk in zip(got, want, strict=True):
+            for g, w in zip(got_chunk, want_chunk, strict=True):
+                assert (g is None and w is None) or np.array_equal(g, w)
+    nothing = np.zeros(len(panes), np.bool_)
+    assert holistic.split_panes(panes, slots, values, nothing) == ([], [], False)
+
+
+def test_split_panes_keeps_other_slot_and_value_types():
+    panes, slots, values, keep = _batch(2, 500, 0, 4, 5)
+    got_ids, got, _ = holistic.split_panes(panes, slots.astype(np.int32), values, keep)
+    want_ids, want = _split_by_sort(panes, slots, values, keep)
+    assert got_ids == want_ids
+    for (g_slots, g_values, _), (w_slots, w_values, _) in zip(got, want, strict=True):
+        assert np.array_equal(g_slots, w_slots) and np.array_equal(g_values, w_values)
+
+
+@pytest.mark.parametrize(("pane_low", "pane_high", "keys"), [(-4, 6, 9), (3, 3, 1), (0, 40, 50)])
+def test_batch_cells_number_the_cells_the_pane_split_would(pane_low, pane_high, keys):
+    panes, slots, values, keep = _batch(3, 3000, pane_low, pane_high, keys)
+    found = sketch_windows.batch_cells(panes, slots, keep, keys, 10**9)
+    assert found is not None
+    pane_ids, pane_slots, cells, n_cells = found
+    want_ids, chunks = _split_by_sort(panes, slots, values, keep)
+    assert pane_ids == want_ids
+    start = 0
+    for pane, present, (chunk_slots, _, _) in zip(pane_ids, pane_slots, chunks, strict=True):
+        want_present, want_ranks = sketch_windows.pane_cells(chunk_slots, False)
+        assert np.array_equal(present, want_present)
+        rows = np.flatnonzero(keep & (panes == pane))
+        assert np.array_equal(cells[rows], start + want_ranks)  # rows in row order
+        start += len(present)
+    assert n_cells == start
+    assert not cells[~keep].any()  # unkept rows point at cell 0 (the build skips them)
+
+
+def test_batch_cells_decline_spread_panes_and_too_many_cells():
+    panes, slots, _, keep = _batch(4, 1000, 0, 10**6, 20)
+    assert sketch_windows.batch_cells(panes, slots, keep, 20, 10**9) is None
+    panes, slots, _, keep = _batch(5, 1000, 0, 3, 20)
+    assert sketch_windows.batch_cells(panes, slots, keep, 20, 10) is None
+    empty = sketch_windows.batch_cells(panes, slots, np.zeros(1000, np.bool_), 20, 10)
+    assert empty is not None and empty[0] == [] and empty[3] == 0
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(scenarios("time"))
+def test_sketch_rows_are_the_same_with_and_without_batch_cells(monkeypatch, scenario):
+    """The same rows, byte for byte, whether the sketches are built from the batch's cells
+    or from the rows split by pane (the GPU's way, and the CPU's where panes spread)."""
+    want, want_metrics = engine_run(scenario, "cpu")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sketch_windows, "batch_cells", None)
+        got, got_metrics = engine_run(scenario, "cpu")
+    for got_rows, want_rows in zip(got, want, strict=True):
+        assert first_difference(got_rows, want_rows) is None
+    assert got_metrics == want_metrics
+
+
+@pytest.mark.parametrize("p", [4, 9, 12])
+def test_merged_estimates_equal_the_estimates_of_the_merged_sets(p):
+    """A window's answer straight from its sets' maxima equals the estimate of the merged
+    register sets (groups of none, one and several members, across several arrays)."""
+    rng = np.random.default_rng(p)
+    m = 1 << p
+    sets = [
+        np.minimum(rng.geometric(0.4, (cells, m)), 64 - p + 1).astype(np.uint8)
+        for cells in (3, 1, 5)
+    ]
+    sets[1][:] = 0  # an empty register set: estimate 0
+    sizes = rng.integers(0, 4, 40)
+    members = rng.integers(0, 9, int(sizes.sum())).astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    got = sketch_hll.merged_estimates(sets, members, offsets, p)
+    merged = sketch_hll.merge_groups(np.concatenate(sets), members, offsets)
+    assert np.array_equal(got, sketch_hll.estimate(merged, p))
+    with pytest.raises(ValueError, match="cell"):
+        sketch_hll.merged_estimates(sets, np.array([9]), np.array([0, 1]), p)
+
+
+def test_merge_pair_equals_the_merge_of_the_concatenated_sets():
+    rng = np.random.default_rng(7)
+    first, second = (rng.integers(0, 20, (cells, 16)).astype(np.uint8) for cells in (3, 4))
+    sizes = rng.integers(0, 4, 30)
+    members = rng.integers(0, 7, int(sizes.sum())).astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    got = sketch_hll.merge_pair(first, second, members, offsets)
+    want = sketch_hll.merge_groups(np.concatenate((first, second)), members, offsets)
+    assert np.array_equal(got, want)
+    with pytest.raises(ValueError, match="cell"):
+        sketch_hll.merge_pair(first, second, np.array([7]), np.array([0, 1]))
+
+
+def test_batch_cells_take_a_pane_range_and_check_it():
+    panes, slots, _, keep = _batch(6, 2000, 3, 9, 11)
+    want = sketch_windows.batch_cells(panes, slots, keep, 11, 10**9)
+    assert want is not None
+    for hint in ((3, 9), (0, 12), (5, 9), (4, 20), (-(10**9), 10**9)):  # right, wide, wrong
+        got = sketch_windows.batch_cells(panes, slots, keep, 11, 10**9, hint)
+        assert got is not None and got[0] == want[0] and got[3] == want[3]
+        assert all(np.array_equal(g, w) for g, w in zip(got[1], want[1], strict=True))
+        assert np.array_equal(got[2], want[2])
