@@ -63,6 +63,7 @@ from mangonel.compiler.plan_nodes import (
     placement,
     plan_backend,
     result_columns,
+    rows_at_arrival_reason,
     walk,
     window_result_columns,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "children",
     "find",
     "join_row_columns",
+    "rows_at_arrival_reason",
     "placement",
     "plan_backend",
     "result_columns",

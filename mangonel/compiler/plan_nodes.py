@@ -405,5 +405,22 @@ def join_row_columns(node: WindowJoinExec) -> tuple[tuple[str, SqlType], ...]:
     return tuple(columns)
 
 
+def rows_at_arrival_reason(node: WindowJoinExec) -> str | None:
+    """Why a join without aggregation on the CPU finds its pairs as rows arrive and keeps
+    them until their windows fire (`rows=arrival`), instead of joining each window's rows
+    of both sides when it fires (`rows=firing`: no pair stored, each pair written once per
+    window straight into the output); None: it joins at the firing."""
+    if node.window is None:
+        return "no window: each stream row is joined when its batch arrives"
+    if node.static_side is not None:
+        return "a static table side: its rows belong to every window, joined once per stream row"
+    if node.kind is not JoinKind.INNER:
+        return (
+            f"a {node.kind.value.upper()} join flags each kept row matched per window where its"
+            " pairs are found, as rows arrive"
+        )
+    return None
+
+
 # ---------------------------------------------------------------------------------------
 # Planning: logical -> physical

@@ -137,6 +137,79 @@ def _expand(first, last, lo, hi):
 
 
 @numba.njit(cache=True)
+def _pair_windows(a_rows, a_offsets, a_slots, b_rows, b_offsets, b_slots):
+    """The joined pairs of each window, from both sides' (row, window) entries grouped by
+    window (`*_rows`: row numbers, window w's at `*_offsets[w]:*_offsets[w + 1]`, rows in
+    order within it). Per window, the right entries are chained by key slot (a slot's chain
+    head and length stamped with the window, so nothing is cleared between windows), and
+    each left entry notes its slot's chain; then one pass writes every left entry's chain.
+    Returns (left rows, right rows, pairs per window): window by window, left-row-major."""
+    n_windows = len(a_offsets) - 1
+    n_slots = 1
+    for q in range(len(b_rows)):
+        n_slots = max(n_slots, b_slots[b_rows[q]] + 1)
+    stamp = np.full(n_slots, -1, np.int64)
+    head = np.empty(n_slots, np.int64)
+    length = np.empty(n_slots, np.int64)
+    chained = np.empty(len(b_rows), np.int64)  # the next right entry of the same slot
+    a_head = np.empty(len(a_rows), np.int64)
+    a_length = np.zeros(len(a_rows), np.int64)
+    per_window = np.zeros(n_windows, np.int64)
+    for w in range(n_windows):
+        if a_offsets[w] == a_offsets[w + 1] or b_offsets[w] == b_offsets[w + 1]:
+            continue
+        for q in range(b_offsets[w + 1] - 1, b_offsets[w] - 1, -1):  # chains in row order
+            s = b_slots[b_rows[q]]
+            if s < 0:
+                continue
+            if stamp[s] != w:
+                stamp[s] = w
+                head[s] = -1
+                length[s] = 0
+            chained[q] = head[s]
+            head[s] = q
+            length[s] += 1
+        total = 0
+        for q in range(a_offsets[w], a_offsets[w + 1]):
+            s = a_slots[a_rows[q]]
+            if 0 <= s < n_slots and stamp[s] == w:
+                a_head[q] = head[s]
+                a_length[q] = length[s]
+                total += length[s]
+        per_window[w] = total
+    out_a = np.empty(per_window.sum(), np.int64)
+    out_b = np.empty(len(out_a), np.int64)
+    at = 0
+    for q in range(len(a_rows)):
+        row = a_rows[q]
+        b = a_head[q]
+        for _ in range(a_length[q]):
+            out_a[at] = row
+            out_b[at] = b_rows[b]
+            at += 1
+            b = chained[b]
+    return out_a, out_b, per_window
+
+
+@numba.njit(cache=True)
+def _bounds(windows, rows, size, slide):
+    """Both bound columns of window runs in one pass (each run's values repeated)."""
+    n = 0
+    for r in range(len(rows)):
+        n += rows[r]
+    start = np.empty(n, np.int64)
+    end = np.empty(n, np.int64)
+    at = 0
+    for r in range(len(rows)):
+        low = windows[r] * slide
+        for _ in range(rows[r]):
+            start[at] = low
+            end[at] = low + size
+            at += 1
+    return start, end
+
+
+@numba.njit(cache=True)
 def _mark(matched, rows, first, last, origin):
     for p in range(len(rows)):
         r = rows[p]
@@ -348,6 +421,36 @@ class CpuJoinKernels:
             return entries, windows  # entry by entry
         order = np.argsort(windows, kind="stable")  # window order, entries in order within
         return entries[order], windows[order]
+
+    def join_windows(self, left, right, lo, hi):
+        """Joined at a firing: the (row, window) entries of each side in lo..hi (`_expand`),
+        grouped by window (a counting sort over the windows' span when it is dense, else
+        over their distinct ids), then `_pair_windows`."""
+        entries = [_expand(first, last, lo, hi) for _slots, first, last in (left, right)]
+        if not len(entries[0][0]) or not len(entries[1][0]):
+            empty = np.empty(0, np.int64)
+            return empty, empty, empty, empty
+        windows = np.concatenate([entries[0][1], entries[1][1]])
+        low, high = int(windows.min()), int(windows.max())
+        if high - low < 4 * len(windows) + 1024:
+            ids = np.arange(low, high + 1, dtype=np.int64)
+            positions = [k - low for _rows, k in entries]
+        else:  # windows far apart: number the distinct ones
+            ids = np.unique(windows)
+            positions = [np.searchsorted(ids, k) for _rows, k in entries]
+        grouped = []
+        for (rows, _k), position in zip(entries, positions, strict=True):
+            offsets, order = _buckets(position, len(ids))
+            grouped.append((rows[order], offsets))
+        (a_rows, a_offsets), (b_rows, b_offsets) = grouped
+        out_a, out_b, per_window = _pair_windows(
+            a_rows, a_offsets, left[0], b_rows, b_offsets, right[0]
+        )
+        some = per_window > 0
+        return out_a, out_b, ids[some], per_window[some]
+
+    def window_bounds(self, windows, rows, size, slide):
+        return _bounds(windows, rows, size, slide)
 
     def mark_matched(self, matched, rows, first, last, origin) -> None:
         if len(rows):
