@@ -608,7 +608,7 @@ class JoinOperator:
 
     def _residual_keeps(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         """The mask of the pairs (local row ids) whose residual predicate is TRUE."""
-        joined = gather(self.sides, left, right, self.residual_columns)
+        joined = gather(self.sides, left, right, self.residual_columns, outer=False)
         return to_mask(
             self.kernels.evaluate(self.join.residual, self.column_types, joined, len(left))
         )
@@ -618,7 +618,7 @@ class JoinOperator:
         their window runs (`join_output.window_runs`; None: no window), WHERE applied."""
         if not len(left):
             return []
-        joined = gather(self.sides, left, right, self.row_gather)
+        joined = gather(self.sides, left, right, self.row_gather, outer=not self.at_firing)
         arrays = [joined[name] for name in self.emitted]
         if runs is not None:
             self.windows_fired += len(runs[0])

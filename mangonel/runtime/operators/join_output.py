@@ -22,9 +22,10 @@ def gather(
     left: np.ndarray,
     right: np.ndarray,
     names: frozenset[str] | None = None,
+    outer: bool = True,
 ) -> dict[str, pa.Array]:
     """The joined rows' columns (`alias.column`; `names`: only those) at local row ids,
-    NULL where an id is negative."""
+    NULL where an id is negative (`outer=False`: the caller knows none is: inner pairs)."""
     columns: dict[str, pa.Array] = {}
     for side, ids in zip(sides, (left, right), strict=True):
         schema = side.conformer.schema  # type: ignore[attr-defined]
@@ -32,7 +33,8 @@ def gather(
         if not wanted:
             continue
         table = side.table(schema)
-        missing = len(ids) > 0 and int(ids.min()) < 0  # outer rows: checked once per side
+        # outer rows: checked once per side, not per column
+        missing = outer and len(ids) > 0 and int(ids.min()) < 0
         for name in wanted:
             columns[f"{side.alias}.{name}"] = take_rows(table.column(name), ids, missing)
     return columns
