@@ -16,6 +16,7 @@ from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.kernels import tuple_partials
 from mangonel.runtime.cpu.keys import KeyTable
+from mangonel.runtime.host.arrays import pool_array
 
 
 @numba.njit(cache=True)
@@ -485,8 +486,8 @@ class CpuJoinKernels:
         return out_a, out_b, ids[some], per_window[some]
 
     def window_bounds(self, windows, rows, size, slide):
-        start = np.empty(int(rows.sum()), np.int64)
-        end = np.empty(len(start), np.int64)
+        start = pool_array(int(rows.sum()), np.int64)  # output columns: Arrow's pool
+        end = pool_array(len(start), np.int64)
         _bounds(windows, rows, size, slide, start, end)
         return start, end
 
