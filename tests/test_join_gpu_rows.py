@@ -61,6 +61,15 @@ def _rows_case(seed: int):  # noqa: ANN202
     return case if seed % 2 else replace(case, kind="inner")
 
 
+def _same_rows(got: pa.Table, want: pa.Table) -> bool:
+    """Equal as multisets of rows. docs/semantics.md leaves the order of rows within a
+    window open, and the forms differ there: the CPU's inner joins are joined at the firing
+    (rows=firing: window by window, left-row-major), the device form and the host pair form
+    keep the pairs' order. Window order is checked apart (the oracle cases, the bench one)."""
+    order = [(name, "ascending") for name in want.column_names]
+    return got.schema == want.schema and got.sort_by(order).equals(want.sort_by(order))
+
+
 def _device_rows_made(made: list) -> list[DeviceJoinRows]:
     return [k.rows_form for k in made if getattr(k, "rows_form", None) is not None]
 
@@ -119,8 +128,9 @@ def test_explain_says_where_rows_are_built() -> None:
     )
     assert reason in gpu(f"SELECT l.x {on} WHERE r.s IS NULL")
     assert " rows=" not in gpu(f"SELECT l.k, COUNT(*) AS c {on} GROUP BY l.k")
-    assert " rows=" not in gpu(f"SELECT l.x, r.y {on}", gpu_join=False)
-    assert " rows=" not in session.sql(f"SELECT l.x, r.y {on}").explain()  # a CPU plan
+    # joins placed on the CPU say where the CPU joins (docs/explain.md: rows=firing|arrival)
+    assert " rows=firing" in gpu(f"SELECT l.x, r.y {on}", gpu_join=False)
+    assert " rows=firing" in session.sql(f"SELECT l.x, r.y {on}").explain()  # a CPU plan
 
 
 def test_rows_check_compiles_with_nvcc(tmp_path) -> None:
@@ -202,7 +212,8 @@ def test_snapshots_move_between_the_host_and_device_forms(host_device) -> None:
                 out += operators[1].process(batch, inputs[name])
             out += operators[1].finish()
             results.append(pa.Table.from_batches(out, schema=operators[1].schema))
-        assert results[0].equals(results[2]) and results[1].equals(results[2]), f"seed {seed}"
+        assert _same_rows(results[0], results[2]), f"seed {seed}"
+        assert _same_rows(results[1], results[2]), f"seed {seed}"
 
 
 def _case_session(case) -> Session:  # noqa: ANN001
@@ -239,7 +250,7 @@ def test_device_rows_equal_cpu_on_bench_input_on_the_host_shim(
     cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
     (made,) = _device_rows_made(gpu_kernels_in_cpu_plans)
     assert tables[1].num_rows > 5000 and made.rows_out == tables[1].num_rows
-    assert tables[0].equals(tables[1])
+    assert _same_rows(tables[0], tables[1])
     starts = tables[0].column("window_start").cast(pa.int64()).to_numpy()
     assert (np.diff(starts) >= 0).all()
     # the results lie over blocks of the process's pinned pool, back in it once dropped
@@ -296,7 +307,7 @@ def test_device_rows_emit_every_fixed_width_type_on_the_host_shim(
 ) -> None:
     """TIMESTAMP, BOOLEAN (bit-packed), INT and DOUBLE columns with NULLs, only window
     bounds, or no bound at all: the device rows over the shim equal the CPU operator's,
-    row for row, with WHERE reading a column that is not emitted."""
+    as multisets (`_same_rows`), with WHERE reading a column that is not emitted."""
     from mangonel.runtime.cpu import operators as cpu_operators
 
     sql = (
@@ -311,7 +322,7 @@ def test_device_rows_emit_every_fixed_width_type_on_the_host_shim(
             tables.append(_session().sql(sql).run(_typed_arrivals(seed)))
         cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
         assert tables[1].num_rows > 20, seed
-        assert tables[0].equals(tables[1]), seed
+        assert _same_rows(tables[0], tables[1]), seed
     made = _device_rows_made(gpu_kernels_in_cpu_plans)
     assert len(made) == 4 and all(m.rows_out for m in made)
 
@@ -331,7 +342,7 @@ def test_device_rows_emit_string_columns_gathered_on_the_host_shim(
 ) -> None:
     """STRING columns (NULLs, empty strings, the NULL side of outer rows) are taken on the
     host at the fired pairs' row numbers while the other columns stay on the device: the
-    device rows over the shim equal the CPU operator's, row for row, with a residual and
+    device rows over the shim equal the CPU operator's (as multisets), with a residual and
     WHERE (outer joins: over rows_lonely_*) and a snapshot/restore half way."""
     from mangonel.runtime.cpu import operators as cpu_operators
     from mangonel.runtime.local.query import LocalQuery
@@ -361,7 +372,7 @@ def test_device_rows_emit_string_columns_gathered_on_the_host_shim(
         strings = tables[1].column("s").to_pylist()
         assert tables[1].num_rows > 20 and None in strings and "" in strings, seed
         assert any(s and len(s) > 2 for s in strings), seed
-        assert tables[0].equals(tables[1]), seed
+        assert _same_rows(tables[0], tables[1]), seed
     made = _device_rows_made(gpu_kernels_in_cpu_plans)
     assert len(made) == 6 and all(m.plan.host_columns for m in made)
     assert sum(m.rows_out for m in made) > 0
@@ -382,7 +393,7 @@ def test_a_predicate_reading_a_string_keeps_rows_on_the_host_shim(gpu_kernels_in
         cpu_operators.OPERATORS = operators
         tables.append(_session().sql(sql).run(_typed_arrivals(1)))
     cpu_operators.OPERATORS = device_operators  # monkeypatch restores the original
-    assert tables[1].num_rows > 20 and tables[0].equals(tables[1])
+    assert tables[1].num_rows > 20 and _same_rows(tables[0], tables[1])
     assert gpu_kernels_in_cpu_plans and not _device_rows_made(gpu_kernels_in_cpu_plans)
 
 
@@ -473,7 +484,7 @@ def test_device_rows_on_a_device_match_the_oracle(monkeypatch) -> None:
 def test_device_rows_emit_strings_on_a_device(kind: str) -> None:
     """On a GPU host: a join emitting a STRING column runs rows=device (the string taken on
     the host at the fired pairs' rows, the other columns from the device) and equals the
-    CPU's rows, row for row."""
+    CPU's rows (as multisets, `_same_rows`)."""
     pytest.importorskip("cupy")
     sql = (
         f"SELECT l.x, r.s, r.y, window_start FROM clicks {WINDOW} AS l {kind} views {WINDOW} "
@@ -485,7 +496,7 @@ def test_device_rows_emit_strings_on_a_device(kind: str) -> None:
         got = query.run(_typed_arrivals(seed))
         want = _session().sql(sql).run(_typed_arrivals(seed))
         assert want.num_rows > 20 and None in want.column("s").to_pylist()
-        assert got.equals(want), seed
+        assert _same_rows(got, want), seed
 
 
 def _gpu_plan(case):  # noqa: ANN001, ANN202

@@ -12,9 +12,15 @@ and implements docs/semantics.md, "Joins":
   once, whatever the slide. A pair shares the windows `[max(first), min(last)]`: the windows
   covering both rows' panes that both contribute to. It is credited to each of them
   (`kernels.expand`) instead of being joined again per window: pane-pair crediting.
-- Rows: the pairs wait, with their window range, until their windows fire; each firing emits
-  the joined rows of its windows in window order (`kernels.expand` over the pending pairs:
-  count, scan, write), gathered from the stored rows.
+- Rows at firing (`rows=firing`, an inner windowed join on a backend with
+  `kernels.join_windows`, the CPU; `ph.rows_at_arrival_reason` says when not): nothing is
+  joined on arrival; each firing joins the stored rows of its windows, window by window
+  (a row in each window [first, last] it contributed to), the residual checked on those
+  pairs, and writes the output columns from them (join_output.py). No pair is kept.
+- Rows at arrival (`rows=arrival`: outer joins, a static table): the pairs wait, with their
+  window range, until their windows fire; each firing emits the joined rows of its windows
+  in window order (`kernels.expand` over the pending pairs: count, scan, write), gathered
+  from the stored rows.
 - Device-resident rows (a backend's kernels offering `device_rows(node)`, the GPU's where
   `codegen_join.device_rows` applies): the backend joins each batch, keeps the pending pairs
   and gathers the fired rows' columns itself (`_join_device_rows`, `fire`); the driver still
@@ -64,23 +70,16 @@ from mangonel.runtime.operators.join_output import (
     window_bounds,
     window_runs,
 )
-from mangonel.runtime.operators.join_sides import (
-    Grow,
-    JoinSide,
-    TableConformer,
-    from_ipc,
-    to_ipc,
-)
+from mangonel.runtime.operators.join_sides import Grow, JoinSide, TableConformer
+from mangonel.runtime.operators.join_snapshot import restore_join, snapshot_join
 from mangonel.runtime.operators.join_stats import choose_algorithm
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED, LateRows
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
-from mangonel.runtime.operators.snapshot import pack, unpack
 
 # The window range of a static table's rows: every window.
 ALL_FIRST = -(2**62)
 ALL_LAST = 2**62
-JOIN_OPERATOR = "join"
 
 
 @dataclass(frozen=True)
@@ -634,26 +633,6 @@ class JoinOperator:
         self.windows_fired += results
         return [] if batch is None else [batch]
 
-    def _restore_pairs(self, arrays: dict[str, np.ndarray], saved_at_firing: bool) -> None:
-        """The pending pairs of a join without aggregation: none at firing (its windows'
-        rows are stored); else those saved, or, from a snapshot of the rows=firing form
-        (which keeps none), the pairs of every stored row, found again."""
-        if self.at_firing:
-            return
-        if self.device_rows is not None:
-            self.device_rows.restore(arrays)
-        else:
-            for n, g in self.pending.items():
-                g.size = 0
-                g.extend(arrays[f"pending_{n}"])
-        left = self.sides[0]
-        if saved_at_firing and left.rows and self.sides[1].rows:
-            if self.device_rows is not None:
-                self._join_device_rows(left, left.slots.view)
-            else:
-                view = (left.slots.view, left.first.view, left.last.view)
-                self._join_new(left, left.base, *view)
-
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         if not self.external:
             return []  # each stream's watermark comes from its own batches
@@ -707,77 +686,10 @@ class JoinOperator:
         )
 
     def snapshot(self) -> bytes:
-        if self.device_fused:  # outer joins: matched flags set where the pairs were found
-            self.cells.flags_to_host(self.sides)
-        elif self.device_rows is not None:
-            self.device_rows.flags_to_host(self.sides)
-        header: dict = {"format": "mangonel.window-state", "version": 1}
-        header.update(
-            operator=JOIN_OPERATOR,
-            fired=self.fired,
-            windows_fired=self.windows_fired,
-            rows_out=self.rows_out,
-            external_watermark=self.external_watermark,
-            batches_by_algorithm=self.batches_by_algorithm,
-            # rows=firing keeps no pairs: a form that keeps them finds them on restore
-            rows_at_firing=self.at_firing,
-            sides=[
-                {
-                    k: getattr(s, k)
-                    for k in ("base", "watermark", "max_ts", "seen", "tuples_in", "late")
-                }
-                | {"null_time": s.null_time, "batch_rows": s.batch_rows}
-                for s in self.sides
-            ],
-        )
-        arrays: dict[str, np.ndarray] = {}
-        for s in self.sides:
-            p = f"side{s.index}_"
-            for name in ("slots", "first", "last", "origin", "matched"):
-                grow = getattr(s, name)
-                if grow is not None:
-                    arrays[p + name] = grow.view.copy()
-            arrays[p + "payload"] = to_ipc(s.batches, s.conformer.schema)  # type: ignore[attr-defined]
-        arrays.update(self.keys.to_arrays("keys_"))
-        if self.device_rows is not None:
-            arrays.update(self.device_rows.to_arrays())
-        elif self.aggregate is None:
-            arrays.update({f"pending_{n}": g.view.copy() for n, g in self.pending.items()})
-        else:
-            arrays.update(self.cells.to_arrays())
-        return pack(header, arrays)
+        return snapshot_join(self)
 
     def restore(self, data: bytes) -> None:
-        header, arrays = unpack(data)
-        if header.get("operator") != JOIN_OPERATOR:
-            raise DataError("snapshot does not match this query: it is not a join's state")
-        self.fired = header["fired"]
-        self.windows_fired = header["windows_fired"]
-        self.rows_out = header["rows_out"]
-        self.external_watermark = header.get("external_watermark")
-        self.batches_by_algorithm = dict(header.get("batches_by_algorithm", {}))
-        for s, saved in zip(self.sides, header["sides"], strict=True):
-            p = f"side{s.index}_"
-            for key, value in saved.items():
-                if key != "batch_rows":
-                    setattr(s, key, value)
-            s.batches = from_ipc(arrays[p + "payload"])
-            s.batch_rows = list(saved["batch_rows"])
-            s._table = None
-            for name in ("slots", "first", "last", "origin", "matched"):
-                grow = getattr(s, name)
-                if grow is not None:
-                    grow.size = 0
-                    grow.extend(arrays[p + name])
-            s.resample()
-        self.keys = self.kernels.key_map_from_arrays(self.keys.types, arrays, "keys_")
-        if self.aggregate is None:
-            self._restore_pairs(arrays, header.get("rows_at_firing", False))
-            return
-        self.cells.restore(arrays)
-        if self.factorised:
-            for side in self.sides:
-                self._count_factorised(side)
+        restore_join(self, data)
 
 
 def _columns_of(*expressions: exp.Expression | None) -> frozenset[str]:
