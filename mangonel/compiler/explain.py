@@ -327,6 +327,13 @@ def _wire(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | Pla
     return Parameter("wire", f'"{text}"', text)
 
 
+ROWS_AT_FIRING = (
+    "an inner join with a window: each firing joins the stored rows of its windows, window"
+    " by window, by key slot (the algorithm and windowing above are those of pairs found"
+    " as rows arrive)"
+)
+
+
 def _rows_form(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | PlanNode):
     """Where a join without aggregation keeps its pairs and builds its output. On the CPU:
     `rows=firing` or `rows=arrival` with `rows_reason` (`ph.rows_at_arrival_reason`). On the
@@ -340,7 +347,10 @@ def _rows_form(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode 
         # or `rows=arrival` (pairs found as rows arrive, kept until their windows fire)
         arrival = ph.rows_at_arrival_reason(node)
         if arrival is None:
-            return [Parameter("rows", "firing", "firing")]
+            return [
+                Parameter("rows", "firing", "firing"),
+                Parameter("rows_reason", f'"{ROWS_AT_FIRING}"', ROWS_AT_FIRING),
+            ]
         return [
             Parameter("rows", "arrival", "arrival"),
             Parameter("rows_reason", f'"{arrival}"', arrival),
