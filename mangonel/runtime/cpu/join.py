@@ -242,6 +242,31 @@ def _bounds(windows, rows, size, slide, start, end):
 
 
 @numba.njit(cache=True)
+def _expand_counts(first, last, lo, hi, low, n_windows):
+    """Entries per window low.. of `_expand_ordered` (window k at k - low)."""
+    counts = np.zeros(n_windows + 1, np.int64)
+    for e in range(len(first)):
+        for k in range(max(first[e], lo), min(last[e], hi) + 1):
+            counts[k - low + 1] += 1
+    for w in range(n_windows):
+        counts[w + 1] += counts[w]
+    return counts
+
+
+@numba.njit(cache=True)
+def _expand_ordered(first, last, lo, hi, low, counts, entries, windows):
+    """`_expand` grouped by window, entries in order within a window: a counting sort over
+    the windows' span (`counts`: `_expand_counts`), not a sort of every (entry, window)."""
+    fill = counts[:-1].copy()
+    for e in range(len(first)):
+        for k in range(max(first[e], lo), min(last[e], hi) + 1):
+            at = fill[k - low]
+            entries[at] = e
+            windows[at] = k
+            fill[k - low] = at + 1
+
+
+@numba.njit(cache=True)
 def _mark(matched, rows, first, last, origin):
     for p in range(len(rows)):
         r = rows[p]
@@ -451,10 +476,23 @@ class CpuJoinKernels:
         if hi < lo or not len(first):
             empty = np.empty(0, np.int64)
             return empty, empty
+        if ordered:
+            # window order, entries in order within: counted by window where the windows'
+            # span is no wider than the entries (a firing's usual case), else sorted
+            low, high = max(lo, int(first.min())), min(hi, int(last.max()))
+            if high < low:
+                empty = np.empty(0, np.int64)
+                return empty, empty
+            if high - low < 4 * len(first) + 1024:
+                counts = _expand_counts(first, last, lo, hi, low, high - low + 1)
+                entries = np.empty(counts[-1], np.int64)
+                windows = np.empty(counts[-1], np.int64)
+                _expand_ordered(first, last, lo, hi, low, counts, entries, windows)
+                return entries, windows
         entries, windows = _expand(first, last, lo, hi)
         if not ordered:
             return entries, windows  # entry by entry
-        order = np.argsort(windows, kind="stable")  # window order, entries in order within
+        order = np.argsort(windows, kind="stable")
         return entries[order], windows[order]
 
     def join_windows(self, left, right, lo, hi):
