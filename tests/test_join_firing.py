@@ -101,7 +101,7 @@ def check(
 def test_explain_says_where_pairs_are_found() -> None:
     on = "FROM clicks [RANGE 1 SECOND] AS l {} JOIN views [RANGE 1 SECOND] AS r ON l.k = r.k"
     inner = session().sql(f"SELECT l.x, r.y {on.format('')}").explain()
-    assert 'rows=firing rows_reason="an inner join with a window: each firing joins' in inner
+    assert 'rows=firing rows_reason="an inner join, at most 4 windows a row: each firing' in inner
     left = session().sql(f"SELECT l.x, r.y {on.format('LEFT')}").explain()
     assert 'rows=arrival rows_reason="a LEFT join flags each kept row matched' in left
     table = session().sql(

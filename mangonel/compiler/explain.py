@@ -328,9 +328,9 @@ def _wire(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | Pla
 
 
 ROWS_AT_FIRING = (
-    "an inner join with a window: each firing joins the stored rows of its windows, window"
-    " by window, by key slot (the algorithm and windowing above are those of pairs found"
-    " as rows arrive)"
+    f"an inner join, at most {ph.FIRING_WINDOWS_PER_ROW} windows a row: each firing joins the"
+    " stored rows of its windows, window by window, by key slot (the algorithm and"
+    " windowing above are those of pairs found as rows arrive)"
 )
 
 
