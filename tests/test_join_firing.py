@@ -253,3 +253,31 @@ def test_a_lost_pair_is_caught(monkeypatch: pytest.MonkeyPatch, seed: int) -> No
     arrivals = [clicks((100 + seed, 1, 1), (200, 1, 2)), views((300, 1, 1.0))]
     with pytest.raises(AssertionError):
         check(arrivals)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        pa.chunked_array([pa.array([1, None, 3], pa.int32()), pa.array([4, 5], pa.int32())]),
+        pa.array([10, 20, None, 40], pa.timestamp("us", tz="UTC")).slice(1),
+        pa.array([1.5, None, -0.0], pa.float32()),
+        pa.array([True, None, False]),
+        pa.array(["a", None, ""]),
+        pa.array([], pa.int64()),
+    ],
+)
+def test_take_rows_equals_arrows_take(array: pa.Array) -> None:
+    """The output columns' gather (NumPy into Arrow-pool buffers for fixed widths, Arrow's
+    take for the rest) equals Arrow's take, negative row numbers giving NULL."""
+    import numpy as np
+
+    from mangonel.runtime.host.arrays import take_rows
+
+    n = len(array)
+    rows = np.array([i % n for i in range(7)] if n else [], np.int64)
+    for ids in (rows, np.where(np.arange(len(rows)) % 3 == 1, -1, rows), np.full(3, -1)):
+        combined = array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+        want = combined.take(pa.array(ids, mask=ids < 0, type=pa.int64()))
+        got = take_rows(array, ids)
+        assert got.type == want.type and got.to_pylist() == want.to_pylist()
+        assert got.null_count == want.null_count

@@ -590,7 +590,8 @@ class JoinOperator:
             residual = None
             if self.join.residual is not None:
                 residual = self._residual_keeps
-            self.batches_by_algorithm["hash"] = self.batches_by_algorithm.get("hash", 0) + 1
+            if all(side.rows for side in self.sides):  # firings joined (by key slot)
+                self.batches_by_algorithm["hash"] = self.batches_by_algorithm.get("hash", 0) + 1
             left, right, runs = joined_at_firing(self.kernels, self.sides, lo, hi, residual)
             return self._row_batch(left, right, runs)
         pending = {name: grow.view for name, grow in self.pending.items()}
