@@ -67,6 +67,7 @@ def check(
     residual: tuple[str, list] | None = None,
     where: tuple[str, list] | None = None,
     restores: tuple[int | None, ...] = (None,),
+    form: str = "firing",
 ) -> list[dict]:
     """The query's rows (restored from a snapshot after each arrival count in `restores`)
     equal the oracle's, window by window in order, and the plan joins at the firing."""
@@ -77,7 +78,7 @@ def check(
         where="" if where is None else f" WHERE {where[0]}",
     )
     query = session().sql(sql)
-    assert "rows=firing" in query.explain()
+    assert f"rows={form}" in query.explain()
     oracle_query = JoinOracleQuery(
         LEFT,
         RIGHT,
@@ -167,6 +168,19 @@ def test_many_windows_per_batch_and_per_firing() -> None:
     assert len({row["start"] for row in tumbling}) == 41  # 40 s of rows, then 60 s
     sliding = check(arrivals, slide=S // 4, restores=(None, 1, 3))
     assert len(sliding) > 4 * len(tumbling) // 2
+
+
+def test_rows_in_over_four_windows_are_paired_on_arrival() -> None:
+    """1 s / 100 ms (10 windows a row): rows=arrival, its window-ordered expansion counted
+    by window; the oracle's rows, with snapshots."""
+    rows = [(i * S // 10, i % 3, i) for i in range(40)]
+    arrivals = [
+        clicks(*rows[:20]),
+        views(*[(t + 7, k, float(x)) for t, k, x in rows]),
+        clicks(*rows[20:]),
+    ]
+    out = check(arrivals, slide=S // 10, restores=(None, 1, 2), form="arrival")
+    assert len({row["start"] for row in out}) > 30
 
 
 def test_windows_far_apart() -> None:
