@@ -295,3 +295,25 @@ def test_take_rows_equals_arrows_take(array: pa.Array) -> None:
         got = take_rows(array, ids)
         assert got.type == want.type and got.to_pylist() == want.to_pylist()
         assert got.null_count == want.null_count
+
+
+def test_pair_buffers_are_reused_and_given_back_after_a_burst() -> None:
+    """join_windows' pair buffers: reused while firings fit, grown for a larger one, given
+    back once a firing needs under a quarter of them (a burst at end of input is not kept)."""
+    import numpy as np
+
+    kernels = CpuJoinKernels()
+
+    def fire(rows_a: int, rows_b: int) -> int:
+        left = (np.zeros(rows_a, np.int64), np.zeros(rows_a, np.int64), np.zeros(rows_a, np.int64))
+        right = (np.zeros(rows_b, np.int64), np.zeros(rows_b, np.int64), np.zeros(rows_b, np.int64))
+        a, b, windows, per_window = kernels.join_windows(left, right, 0, 0)
+        assert len(a) == rows_a * rows_b and list(per_window) == [rows_a * rows_b]
+        assert (b[:rows_b] == np.arange(rows_b)).all() and (a[:rows_b] == 0).all()
+        return len(kernels._pair_scratch[0])
+
+    small = fire(10, 10)
+    assert fire(5, 10) == small  # reused
+    burst = fire(2000, 1000)
+    assert burst >= 2_000_000
+    assert fire(10, 10) < burst // 4  # given back

@@ -158,8 +158,11 @@ def _pair_windows(a_rows, a_offsets, a_slots, b_rows, b_offsets, b_slots, scratc
     if scratch is None:
         out_a, out_b = np.empty(total, np.int64), np.empty(total, np.int64)
     else:
-        if not scratch or len(scratch[0]) < total:
-            capacity = max(total, 2 * len(scratch[0]) if scratch else 0)
+        held = len(scratch[0]) if scratch else 0
+        # grown by doubling; given back after a burst (a firing of many windows at once,
+        # end of input) once a firing needs under a quarter of it
+        if not scratch or held < total or (held > 4 * total and held > 1 << 20):
+            capacity = max(total, 2 * held if held < total else total)
             scratch[:] = [np.empty(capacity, np.int64), np.empty(capacity, np.int64)]
         out_a, out_b = scratch[0][:total], scratch[1][:total]
     _pair_write(a_rows, a_start, a_length, placed, out_a, out_b)

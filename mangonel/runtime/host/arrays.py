@@ -107,7 +107,7 @@ def take_rows(
     has_missing = may_be_missing and len(rows) > 0 and int(rows.min()) < 0
     missing = rows < 0 if has_missing else None
     width = _fixed_width(array.type)
-    if width is None or not len(array):
+    if width is None or not len(array) or array.buffers()[1] is None:
         index = pa.array(rows, mask=missing) if has_missing else pa.array(rows)
         return array.take(index)
     index = np.where(missing, 0, rows) if has_missing else rows
