@@ -327,15 +327,34 @@ def _wire(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | Pla
     return Parameter("wire", f'"{text}"', text)
 
 
+ROWS_AT_FIRING = (
+    f"an inner join, at most {ph.FIRING_WINDOWS_PER_ROW} windows a row: each firing joins the"
+    " stored rows of its windows, window by window, by key slot (the algorithm and"
+    " windowing above are those of pairs found as rows arrive)"
+)
+
+
 def _rows_form(parent: ph.PhysicalNode | PlanNode | None, node: ph.PhysicalNode | PlanNode):
-    """Where a join without aggregation placed on the GPU keeps its pairs and builds its
-    output: `rows=device` (`codegen_join.device_rows`: pairs, gather and output columns on
+    """Where a join without aggregation keeps its pairs and builds its output. On the CPU:
+    `rows=firing` or `rows=arrival` with `rows_reason` (`ph.rows_at_arrival_reason`). On the
+    GPU: `rows=device` (`codegen_join.device_rows`: pairs, gather and output columns on
     the device; `rows_host_columns`: the STRING columns taken on the host at the fired
     pairs' rows), else `rows=host` with `rows_reason`; [] for other nodes."""
     if not isinstance(node, ph.WindowJoinExec) or isinstance(parent, ph.JoinAggregateExec):
         return []
     if ph.placement(node, "join").backend != "gpu":
-        return []
+        # the CPU: `rows=firing` (each firing joins its windows' stored rows, no pair kept)
+        # or `rows=arrival` (pairs found as rows arrive, kept until their windows fire)
+        arrival = ph.rows_at_arrival_reason(node)
+        if arrival is None:
+            return [
+                Parameter("rows", "firing", "firing"),
+                Parameter("rows_reason", f'"{ROWS_AT_FIRING}"', ROWS_AT_FIRING),
+            ]
+        return [
+            Parameter("rows", "arrival", "arrival"),
+            Parameter("rows_reason", f'"{arrival}"', arrival),
+        ]
     from mangonel.compiler.codegen_join import device_rows  # imports codegen
 
     plan = device_rows(node)

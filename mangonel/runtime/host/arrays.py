@@ -71,3 +71,64 @@ def array_with_nulls(values: np.ndarray, is_null: np.ndarray | None = None) -> p
 
 
 __all__ = ["array_with_nulls", "batch_columns", "column", "to_mask", "to_values"]
+
+
+def pool_array(length: int, dtype: np.dtype | type) -> np.ndarray:
+    """An uninitialised, writable NumPy array over a buffer of Arrow's memory pool, for
+    output columns that Arrow arrays then wrap. The pool keeps freed pages for the next
+    firing's output, where NumPy's large allocations come back from the OS page by page
+    each time: 2.5-3x less time to fill a firing's columns on the project's VM."""
+    dtype = np.dtype(dtype)
+    buffer = pa.allocate_buffer(max(length * dtype.itemsize, 1))
+    return np.frombuffer(buffer, dtype, count=length)
+
+
+def _fixed_width(type_: pa.DataType) -> int | None:
+    """The byte width of a fixed-width value type whose values can be moved as raw bytes
+    (integers, floats, temporal types), None for the others (booleans are bits; strings,
+    decimals and nested types go through Arrow's take)."""
+    if (
+        pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_temporal(type_)
+    ) and type_.bit_width in (8, 16, 32, 64):
+        return type_.bit_width // 8
+    return None
+
+
+def take_rows(
+    array: pa.Array | pa.ChunkedArray, rows: np.ndarray, may_be_missing: bool = True
+) -> pa.Array:
+    """array[rows] as one Arrow array, NULL where a row number is negative
+    (`may_be_missing=False`: the caller knows none is, and the check is skipped). Fixed-width
+    values are gathered by NumPy into a buffer the result wraps (no copy after the gather;
+    Arrow's take on a chunked array resolves every index's chunk); other types by Arrow."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.chunk(0) if array.num_chunks == 1 else array.combine_chunks()
+    rows = np.asarray(rows, np.int64)
+    has_missing = may_be_missing and len(rows) > 0 and int(rows.min()) < 0
+    missing = rows < 0 if has_missing else None
+    width = _fixed_width(array.type)
+    if width is None or not len(array) or array.buffers()[1] is None:
+        index = pa.array(rows, mask=missing) if has_missing else pa.array(rows)
+        return array.take(index)
+    index = np.where(missing, 0, rows) if has_missing else rows
+    values = np.frombuffer(
+        array.buffers()[1], np.dtype(f"u{width}"), count=array.offset + len(array)
+    )[array.offset :]
+    # mode "clip": with `out`, the default "raise" gathers into a temporary and copies;
+    # the row numbers are stored rows by construction (negative ones were replaced above)
+    taken = values.take(index, out=pool_array(len(index), values.dtype), mode="clip")
+    validity = None
+    nulls = 0
+    if array.null_count or has_missing:
+        valid = (
+            np.asarray(array.is_valid()).take(index)
+            if array.null_count
+            else np.ones(len(rows), np.bool_)
+        )
+        if has_missing:
+            valid &= ~missing
+        nulls = len(rows) - int(np.count_nonzero(valid))
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(
+        array.type, len(rows), [validity, pa.py_buffer(taken)], null_count=nulls
+    )

@@ -12,9 +12,15 @@ and implements docs/semantics.md, "Joins":
   once, whatever the slide. A pair shares the windows `[max(first), min(last)]`: the windows
   covering both rows' panes that both contribute to. It is credited to each of them
   (`kernels.expand`) instead of being joined again per window: pane-pair crediting.
-- Rows: the pairs wait, with their window range, until their windows fire; each firing emits
-  the joined rows of its windows in window order (`kernels.expand` over the pending pairs:
-  count, scan, write), gathered from the stored rows.
+- Rows at firing (`rows=firing`, an inner windowed join on a backend with
+  `kernels.join_windows`, the CPU; `ph.rows_at_arrival_reason` says when not): nothing is
+  joined on arrival; each firing joins the stored rows of its windows, window by window
+  (a row in each window [first, last] it contributed to), the residual checked on those
+  pairs, and writes the output columns from them (join_output.py). No pair is kept.
+- Rows at arrival (`rows=arrival`: outer joins, a static table): the pairs wait, with their
+  window range, until their windows fire; each firing emits the joined rows of its windows
+  in window order (`kernels.expand` over the pending pairs: count, scan, write), gathered
+  from the stored rows.
 - Device-resident rows (a backend's kernels offering `device_rows(node)`, the GPU's where
   `codegen_join.device_rows` applies): the backend joins each batch, keeps the pending pairs
   and gathers the fired rows' columns itself (`_join_device_rows`, `fire`); the driver still
@@ -58,23 +64,22 @@ from mangonel.runtime.operators.conform import BatchConformer, event_time_range
 from mangonel.runtime.operators.join_cells import JoinCells, groups_follow_join_keys
 from mangonel.runtime.operators.join_factor import FactorisedJoin, standalone_step_kernels
 from mangonel.runtime.operators.join_kernels import JoinKernels
-from mangonel.runtime.operators.join_sides import (
-    Grow,
-    JoinSide,
-    TableConformer,
-    from_ipc,
-    to_ipc,
+from mangonel.runtime.operators.join_output import (
+    gather,
+    joined_at_firing,
+    window_bounds,
+    window_runs,
 )
+from mangonel.runtime.operators.join_sides import Grow, JoinSide, TableConformer
+from mangonel.runtime.operators.join_snapshot import restore_join, snapshot_join
 from mangonel.runtime.operators.join_stats import choose_algorithm
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED, LateRows
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
-from mangonel.runtime.operators.snapshot import pack, unpack
 
 # The window range of a static table's rows: every window.
 ALL_FIRST = -(2**62)
 ALL_LAST = 2**62
-JOIN_OPERATOR = "join"
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ class JoinOperator:
         self.factorised = False
         self.device_fused = False
         self.device_rows = None
+        self.at_firing = False
         if self.aggregate is not None:
             self.credit_columns = _columns_of(
                 join.where,
@@ -179,6 +185,13 @@ class JoinOperator:
             # device-resident rows (a backend's `device_rows`): pairs and output on the device
             device_rows = getattr(kernels, "device_rows", None)
             self.device_rows = None if device_rows is None else device_rows(join)
+            # rows=firing (EXPLAIN; `ph.rows_at_arrival_reason`): no pair is found or kept
+            # as rows arrive; each firing joins its windows' stored rows (join_output.py)
+            self.at_firing = (
+                self.device_rows is None
+                and hasattr(kernels, "join_windows")
+                and ph.rows_at_arrival_reason(join) is None
+            )
 
     def _side(self, join: ph.WindowJoinExec, index: int, keeps: bool) -> JoinSide:
         scan = join.children[index]
@@ -301,7 +314,7 @@ class JoinOperator:
                     self._join_fused(side, slots)
                 elif self.device_rows is not None:
                     self._join_device_rows(side, slots)
-                else:
+                elif not self.at_firing:  # at firing: the rows wait, stored, unjoined
                     self._join_new(side, start, slots, first, last)
             side.seen = True
             out = self._advance(side)
@@ -483,24 +496,9 @@ class JoinOperator:
     def _gather(
         self, left: np.ndarray, right: np.ndarray, names: frozenset[str] | None = None
     ) -> dict[str, pa.Array]:
-        """The joined rows' columns (`alias.column`; `names`: only those), NULL where an id
-        is -1."""
-        columns: dict[str, pa.Array] = {}
-        for side, ids in zip(self.sides, (left, right), strict=True):
-            schema = side.conformer.schema  # type: ignore[attr-defined]
-            wanted = [n for n in schema.names if names is None or f"{side.alias}.{n}" in names]
-            if not wanted:
-                continue
-            table = side.table(schema).select(wanted)
-            local = ids - side.base
-            index = pa.array(local, mask=ids < 0) if (ids < 0).any() else pa.array(local)
-            taken = table.take(index)
-            for name in wanted:
-                column = taken.column(name)
-                columns[f"{side.alias}.{name}"] = (
-                    column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-                )
-        return columns
+        """The joined rows' columns (`alias.column`; `names`: only those) at global row
+        ids, NULL where an id is -1."""
+        return gather(self.sides, left - self.sides[0].base, right - self.sides[1].base, names)
 
     def _static_rows(self, side: JoinSide, rows: pa.RecordBatch, slots) -> list[pa.RecordBatch]:
         """A stream joined with a table, no window: join the batch and emit it now."""
@@ -532,7 +530,7 @@ class JoinOperator:
             mine_ids = np.concatenate([mine_ids, lonely])
             theirs_ids = np.concatenate([theirs_ids, np.full(len(lonely), -1, np.int64)])
         left, right = (mine_ids, theirs_ids) if side.index == 0 else (theirs_ids, mine_ids)
-        out = self._row_batch(left, right, None)
+        out = self._row_batch(left - self.sides[0].base, right - self.sides[1].base, None)
         side.free_fired(ALL_LAST)  # nothing of a stream row is kept after its batch
         return out
 
@@ -588,9 +586,19 @@ class JoinOperator:
             out, windows = self.device_rows.fire(self.sides, lo, hi, self.schema)
             self.windows_fired += windows
             return out
+        if self.at_firing:
+            residual = None
+            if self.join.residual is not None:
+                residual = self._residual_keeps
+            if all(side.rows for side in self.sides):  # firings joined (by key slot)
+                self.batches_by_algorithm["hash"] = self.batches_by_algorithm.get("hash", 0) + 1
+            left, right, runs = joined_at_firing(self.kernels, self.sides, lo, hi, residual)
+            return self._row_batch(left, right, runs)
         pending = {name: grow.view for name, grow in self.pending.items()}
         entries, windows = self.kernels.expand(pending["lo"], pending["hi"], lo, hi)
-        out = self._row_batch(pending["left"][entries], pending["right"][entries], windows)
+        left = pending["left"][entries] - self.sides[0].base
+        right = pending["right"][entries] - self.sides[1].base
+        out = self._row_batch(left, right, window_runs(windows))
         alive = pending["hi"] > hi
         for _name, grow in self.pending.items():
             values = grow.view[alive].copy()
@@ -598,15 +606,23 @@ class JoinOperator:
             grow.extend(values)
         return out
 
-    def _row_batch(self, left, right, windows) -> list[pa.RecordBatch]:
+    def _residual_keeps(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """The mask of the pairs (local row ids) whose residual predicate is TRUE."""
+        joined = gather(self.sides, left, right, self.residual_columns, outer=False)
+        return to_mask(
+            self.kernels.evaluate(self.join.residual, self.column_types, joined, len(left))
+        )
+
+    def _row_batch(self, left, right, runs) -> list[pa.RecordBatch]:  # noqa: ANN001
+        """The output batch of joined rows at local row ids (negative: the NULL side) with
+        their window runs (`join_output.window_runs`; None: no window), WHERE applied."""
         if not len(left):
             return []
-        joined = self._gather(left, right, self.row_gather)
+        joined = gather(self.sides, left, right, self.row_gather, outer=not self.at_firing)
         arrays = [joined[name] for name in self.emitted]
-        if windows is not None:
-            self.windows_fired += _distinct_count(windows)
-            start = windows * self.window.slide
-            arrays += [_timestamps(start), _timestamps(start + self.window.size)]
+        if runs is not None:
+            self.windows_fired += len(runs[0])
+            arrays += window_bounds(self.kernels, runs, self.window.size, self.window.slide)
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         keep = self._where(joined, len(left))
         if keep is not None:
@@ -671,90 +687,10 @@ class JoinOperator:
         )
 
     def snapshot(self) -> bytes:
-        if self.device_fused:  # outer joins: matched flags set where the pairs were found
-            self.cells.flags_to_host(self.sides)
-        elif self.device_rows is not None:
-            self.device_rows.flags_to_host(self.sides)
-        header: dict = {"format": "mangonel.window-state", "version": 1}
-        header.update(
-            operator=JOIN_OPERATOR,
-            fired=self.fired,
-            windows_fired=self.windows_fired,
-            rows_out=self.rows_out,
-            external_watermark=self.external_watermark,
-            batches_by_algorithm=self.batches_by_algorithm,
-            sides=[
-                {
-                    k: getattr(s, k)
-                    for k in ("base", "watermark", "max_ts", "seen", "tuples_in", "late")
-                }
-                | {"null_time": s.null_time, "batch_rows": s.batch_rows}
-                for s in self.sides
-            ],
-        )
-        arrays: dict[str, np.ndarray] = {}
-        for s in self.sides:
-            p = f"side{s.index}_"
-            for name in ("slots", "first", "last", "origin", "matched"):
-                grow = getattr(s, name)
-                if grow is not None:
-                    arrays[p + name] = grow.view.copy()
-            arrays[p + "payload"] = to_ipc(s.batches, s.conformer.schema)  # type: ignore[attr-defined]
-        arrays.update(self.keys.to_arrays("keys_"))
-        if self.device_rows is not None:
-            arrays.update(self.device_rows.to_arrays())
-        elif self.aggregate is None:
-            arrays.update({f"pending_{n}": g.view.copy() for n, g in self.pending.items()})
-        else:
-            arrays.update(self.cells.to_arrays())
-        return pack(header, arrays)
+        return snapshot_join(self)
 
     def restore(self, data: bytes) -> None:
-        header, arrays = unpack(data)
-        if header.get("operator") != JOIN_OPERATOR:
-            raise DataError("snapshot does not match this query: it is not a join's state")
-        self.fired = header["fired"]
-        self.windows_fired = header["windows_fired"]
-        self.rows_out = header["rows_out"]
-        self.external_watermark = header.get("external_watermark")
-        self.batches_by_algorithm = dict(header.get("batches_by_algorithm", {}))
-        for s, saved in zip(self.sides, header["sides"], strict=True):
-            p = f"side{s.index}_"
-            for key, value in saved.items():
-                if key != "batch_rows":
-                    setattr(s, key, value)
-            s.batches = from_ipc(arrays[p + "payload"])
-            s.batch_rows = list(saved["batch_rows"])
-            s._table = None
-            for name in ("slots", "first", "last", "origin", "matched"):
-                grow = getattr(s, name)
-                if grow is not None:
-                    grow.size = 0
-                    grow.extend(arrays[p + name])
-            s.resample()
-        self.keys = self.kernels.key_map_from_arrays(self.keys.types, arrays, "keys_")
-        if self.device_rows is not None:
-            self.device_rows.restore(arrays)
-            return
-        if self.aggregate is None:
-            for n, g in self.pending.items():
-                g.size = 0
-                g.extend(arrays[f"pending_{n}"])
-            return
-        self.cells.restore(arrays)
-        if self.factorised:
-            for side in self.sides:
-                self._count_factorised(side)
-
-
-def _distinct_count(windows: np.ndarray) -> int:
-    """How many distinct window ids: by occupancy over their range when it is no wider than
-    the ids (a firing's usual case; np.unique sorts or hashes every joined row, seconds at
-    200 M rows), else np.unique (ids far apart, e.g. event times near the int64 ends)."""
-    low, high = int(windows.min()), int(windows.max())
-    if high - low < 4 * len(windows) + 1024:
-        return int(np.count_nonzero(np.bincount(windows - low)))
-    return len(np.unique(windows))
+        restore_join(self, data)
 
 
 def _columns_of(*expressions: exp.Expression | None) -> frozenset[str]:
@@ -772,10 +708,6 @@ def window_result_schema_of(node: ph.JoinAggregateExec) -> pa.Schema:
 
     keys = [(k.name, k.type) for k in node.keys]
     return project.window_result_schema(keys, [a.result_type for a in node.aggregates])
-
-
-def _timestamps(micros: np.ndarray) -> pa.Array:
-    return pa.array(np.ascontiguousarray(micros, np.int64), pa.timestamp("us", tz="UTC"))
 
 
 def make_join_operator(kernels_factory):  # noqa: ANN001, ANN201 - a backend's JoinKernels class

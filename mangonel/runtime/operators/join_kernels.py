@@ -24,6 +24,12 @@ the slots and a "sort-merge" join a merge of both sides sorted by slot.
   the (left cell, right cell) pairs of equal (window, key id) read from both sides' dense
   fired grids, in (window, group) order; the matched key ids that have no group yet;
   `gather_product(...)`: the products of its fields at the matched cells.
+- Optional, `join_windows((slots, first, last) left, (...) right, lo, hi)`: an inner join
+  without aggregation joined at the firing (`rows=firing`, the CPU's): the pairs of each
+  window lo..hi among the stored rows (each row in its windows [first, last]), as (left
+  rows, right rows, windows, pairs per window), window by window; a backend without it
+  keeps the pairs found at arrival. `window_bounds(windows, rows, size, slide)`: both
+  bound columns of runs of rows in one pass (else two NumPy repeats).
 - Optional, `device_cells(node)`: cells of an aggregated join that the backend joins and
   aggregates itself (`join(sides, index, count, algorithm, n_slots)` per batch, then the
   `JoinCells` interface: fire, max_window, nbytes, to_arrays, restore), or None; the GPU's
