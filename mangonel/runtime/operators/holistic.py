@@ -337,6 +337,17 @@ class HolisticTimeWindows:
         panes = kernels.pane_ids(lifted, self.pane_length)
         include = self._not_late(kernels, panes, lifted.contributes)
         slots = self.keys.map_columns(lifted.keys, include, lifted.key_words)
+        self._store_lifted(lifted, panes, slots, include, pane_range)
+
+    def _store_lifted(
+        self,
+        lifted,  # noqa: ANN001 - the kernels' LiftedTuples of the values lift
+        panes: np.ndarray,
+        slots: np.ndarray,
+        include: np.ndarray,
+        pane_range: tuple[int, int] | None,
+    ) -> None:
+        """Each value field's non-NULL values of the included rows into their panes."""
         event_times = lifted.event_time if self.timed_fields else None
         for value_field in self.value_fields:
             values, valid = lifted.partials[value_field.name]
@@ -362,12 +373,7 @@ class HolisticTimeWindows:
             for parts in zip(*decided, strict=True)
         )
         slots = self._slots_of_inner(inner_slots)
-        event_times = lifted.event_time if self.timed_fields else None
-        for value_field in self.value_fields:
-            values, valid = lifted.partials[value_field.name]
-            times = event_times if value_field.name in self.timed_fields else None
-            keep = include & (valid != 0)
-            self._store(value_field.name, panes, slots, values, keep, times, pane_range)
+        self._store_lifted(lifted, panes, slots, include, pane_range)
 
     def _slots_of_inner(self, inner_slots: np.ndarray) -> np.ndarray:
         """This driver's key slots of the wrapped operator's (-1 stays -1). Keys the wrapped
