@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from fuzz_cases import Case, draw_case, without
 from fuzz_join_cases import JOIN_EVERY, check_join, draw_join_case, shrink_join
 from oracle import Oracle, OracleQuery, first_difference
@@ -142,6 +143,20 @@ def engine_run(scenario: Scenario, backend: str) -> tuple[list[list[dict]], dict
     """The engine's rows per firing and final metrics (exceptions propagate)."""
     steps = list(_engine_steps(scenario, backend))
     return [rows for rows, _ in steps], steps[-1][1]
+
+
+def same_with_and_without(scenario: Scenario, target: object, name: str, value: object) -> None:
+    """The CPU engine gives the same rows and metrics with `target.name` set to `value` (a
+    fast path switched off) as without: for tests of a path that must change no result."""
+    from oracle import first_difference
+
+    want, want_metrics = engine_run(scenario, "cpu")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(target, name, value)
+        got, got_metrics = engine_run(scenario, "cpu")
+    for got_rows, want_rows in zip(got, want, strict=True):
+        assert first_difference(got_rows, want_rows) is None
+    assert got_metrics == want_metrics
 
 
 def _engine_query(scenario: Scenario, backend: str):

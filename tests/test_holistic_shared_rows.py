@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from fuzzer import engine_run
+from fuzzer import same_with_and_without
 from hypothesis import given, settings
-from oracle import first_difference
 from test_holistic import SETTINGS
 from test_holistic import scenarios as holistic_scenarios
 from test_sketch_sql import scenarios as sketch_scenarios
@@ -27,26 +26,16 @@ QUERY = (
 )
 
 
-def _same_runs(scenario) -> None:  # noqa: ANN001
-    want, want_metrics = engine_run(scenario, "cpu")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(CpuKernels, "shares_fused_rows", False)
-        got, got_metrics = engine_run(scenario, "cpu")
-    for got_rows, want_rows in zip(got, want, strict=True):
-        assert first_difference(got_rows, want_rows) is None
-    assert got_metrics == want_metrics
-
-
 @settings(max_examples=30, **SETTINGS)
 @given(holistic_scenarios("time"))
 def test_holistic_rows_are_the_same_with_and_without_the_shared_rows(scenario):
-    _same_runs(scenario)
+    same_with_and_without(scenario, CpuKernels, "shares_fused_rows", False)
 
 
 @settings(max_examples=20, **SETTINGS)
 @given(sketch_scenarios("time"))
 def test_sketch_rows_are_the_same_with_and_without_the_shared_rows(scenario):
-    _same_runs(scenario)
+    same_with_and_without(scenario, CpuKernels, "shares_fused_rows", False)
 
 
 def _runner() -> LocalQuery:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fuzzer import engine_run
+from fuzzer import same_with_and_without
 from hypothesis import given, settings
-from oracle import first_difference
 from test_sketch_sql import SETTINGS, scenarios
 
 from mangonel.runtime.cpu import holistic, sketch_hll, sketch_windows
@@ -94,16 +93,10 @@ def test_batch_cells_decline_spread_panes_and_too_many_cells():
 
 @settings(max_examples=25, **SETTINGS)
 @given(scenarios("time"))
-def test_sketch_rows_are_the_same_with_and_without_batch_cells(monkeypatch, scenario):
+def test_sketch_rows_are_the_same_with_and_without_batch_cells(scenario):
     """The same rows, byte for byte, whether the sketches are built from the batch's cells
     or from the rows split by pane (the GPU's way, and the CPU's where panes spread)."""
-    want, want_metrics = engine_run(scenario, "cpu")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sketch_windows, "batch_cells", None)
-        got, got_metrics = engine_run(scenario, "cpu")
-    for got_rows, want_rows in zip(got, want, strict=True):
-        assert first_difference(got_rows, want_rows) is None
-    assert got_metrics == want_metrics
+    same_with_and_without(scenario, sketch_windows, "batch_cells", None)
 
 
 @pytest.mark.parametrize("p", [4, 9, 12])
