@@ -11,6 +11,7 @@ import random
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from spark_harness import file_stream, run_to_memory, write_micro_batches
 
@@ -126,3 +127,39 @@ def test_holistic_functions_over_count_windows_equal_the_standalone_session(
     ours = run_to_memory(session.sql(HOLISTIC_QUERY), tmp_path / "checkpoint")
     columns = ("m", "d", "pd", "l", "a", "s", "n", "lo")
     assert ordered(ours, columns) == ordered(expected, columns)
+
+
+def test_late_rows_of_count_windows_are_the_standalone_ones(spark, tmp_path) -> None:
+    """`late_rows=` over count windows: each per-tuple partial carries its row, and stage 2's
+    verdict (ts < W before the micro-batch) writes exactly the rows the standalone session
+    returns as late, with every column and the reason `behind watermark`."""
+    from mangonel.runtime.local.query import LocalQuery
+
+    tables = micro_batches(2)
+    session = mg.Session("cpu")
+    session.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k BIGINT, v BIGINT) "
+        "WITH (event_time = 'ts', watermark = '100 milliseconds')"
+    )
+    runner = LocalQuery(session.sql(QUERY).plan, keep_late_rows=True)
+    for table in tables:
+        runner.process(table)
+    want = runner.late_rows()
+    assert want.num_rows > 0
+    write_micro_batches(tmp_path / "in", tables)
+    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v BIGINT")
+    attached = mg.attach(spark)
+    attached.register("s", source, event_time="ts", watermark="100 milliseconds")
+    ours = run_to_memory(attached.sql(QUERY, late_rows=str(tmp_path / "late")), tmp_path / "ck")
+    expected, _ = standalone(tables)
+    assert ordered(ours) == ordered(expected)  # the results are unchanged by it
+    got = pq.read_table(tmp_path / "late")
+    assert got.column_names == ["ts", "k", "v", "late_reason", "late_watermark"]
+    assert set(got.column("late_reason").to_pylist()) == {"behind watermark"}
+
+    def rows(table: pa.Table) -> list[tuple]:
+        columns = ["ts", "k", "v", "late_watermark"]
+        plain = [table.column(c).cast(pa.int64()) for c in columns]
+        return sorted(zip(*(c.to_pylist() for c in plain), strict=True))
+
+    assert rows(got) == rows(want)

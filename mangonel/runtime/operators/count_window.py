@@ -61,6 +61,13 @@ class CountWindowOperator(TupleWindowOperator):
 
     def preaggregate(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Stage 1: the contributing tuples' partials (no pre-aggregation: order not final)."""
+        return self.preaggregate_rows(batch)[0]
+
+    def preaggregate_rows(
+        self, batch: pa.RecordBatch | pa.Table
+    ) -> tuple[pa.RecordBatch, np.ndarray]:
+        """`preaggregate`, and the batch's row of each partial (a partial is one tuple: late
+        rows inside Spark carry the row beside it)."""
         conformed, out_of_range = self._lift_input(batch)
         lifted = self.kernels.lift_tuples(self.lift_node, conformed)
         lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
@@ -70,9 +77,10 @@ class CountWindowOperator(TupleWindowOperator):
             for name, parts in lifted.partials.items()
         }
         event_time = self.kernels.to_host(lifted.event_time)[rows]
-        return self._partial_batch(
+        batch = self._partial_batch(
             lifted, rows, EVENT_TIME_META, event_time, partials, out_of_range
         )
+        return batch, rows
 
     def merge(self, partials: pa.RecordBatch) -> None:
         keys, event_time, values = self._read_partials(partials, EVENT_TIME_META)

@@ -17,10 +17,10 @@ in the directory once. Read them with `spark.read.parquet(directory)` (or any Pa
 
 Cost: every row of the stream crosses into Python with every column (not only those the
 query reads) and through the shuffle beside its partial, about what a plan without pane
-pre-aggregation would move. Only Arrow stage 1 (the CPU default) carries the rows; the
-native plan (Spark's own aggregation drops late rows unseen) and count windows refuse
-`late_rows` (planner.py). Join queries hand out theirs from the join's stage (join.py), with
-this module's file naming.
+pre-aggregation would move. Arrow stage 1 (the CPU default) carries the rows, and so does
+the count windows' per-tuple stage 1 (one row per partial, stage1.kernel_stage1); the native
+plan (Spark's own aggregation drops late rows unseen) refuses `late_rows` (planner.py). Join
+queries hand out theirs from the join's stage (join.py), with this module's file naming.
 """
 
 from __future__ import annotations

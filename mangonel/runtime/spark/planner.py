@@ -115,7 +115,8 @@ def plan_spark(
     stage2: str | None = None,
 ) -> SparkQueryPlan:
     """The Spark planner pass over a physical plan (see the module docstring). `late_rows`:
-    the query hands out its late rows (late.py): two stages with Arrow stage 1. `stage2`
+    the query hands out its late rows (late.py): two stages with Arrow stage 1 (count
+    windows: their per-tuple stage 1; joins: the join's stage). `stage2`
     forces the reader path's stage 2 ("native" or "python"; `choose_stage2`)."""
     if stage2 not in (None, *STAGE2_KINDS):
         raise PlanError(f"stage2 must be 'native' or 'python', not {stage2!r}")
@@ -145,8 +146,6 @@ def plan_spark(
             raise PlanError("count windows (ROWS n SLIDE m) have no native Spark plan")
         if stage1 == "arrow":
             raise PlanError(f"{COUNT_STAGE1}; stage1='arrow' pre-aggregates panes")
-        if late_rows:
-            raise PlanError(f"{LATE_ROWS_REFUSED}: count windows keep their late rows counted")
         stage1, native = "kernels", False
     reader, why_not = reader_applies(window, late_rows)
     if stage1 == "reader" and not reader:
@@ -168,12 +167,13 @@ def plan_spark(
             raise PlanError("stage1='reader' runs the two stages; native=True runs Spark's own")
         native = False
     kind = stage1 or ("kernels" if window.backend == "gpu" else "arrow")
-    if late_rows:
+    if late_rows and not counted:
         if native:
             raise PlanError(f"{LATE_ROWS_REFUSED}: Spark's native aggregation drops them unseen")
         if stage1 == "kernels":
             raise PlanError(f"{LATE_ROWS_REFUSED}: only Arrow stage 1 carries the rows")
         kind, native = "arrow", False  # the rows travel beside Arrow stage 1's partials
+    # count windows: their stage 1 is per tuple, and each partial carries its row
     choice = (
         native_module.NativeChoice(False, f"{SPARK_HOLISTIC_STAGES} ({', '.join(holistic)})")
         if holistic and not counted

@@ -299,7 +299,11 @@ class SparkMangonelSession:
             return native_module.native_query(planned.plan, watermarked)
         if planned.stage1 == "kernels":
             partials = stage1_module.kernel_stage1(
-                window, watermarked, planned.buckets, planned.stage1_placements
+                window,
+                watermarked,
+                planned.buckets,
+                planned.stage1_placements,
+                with_rows=late_rows is not None,
             )
         else:
             partials = stage1_module.stage1(

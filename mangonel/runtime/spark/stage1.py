@@ -47,7 +47,7 @@ from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import EVENT_TIME_META, PANE_META, partial_column_name
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.spark import late
-from mangonel.runtime.spark.functions import stage1_preaggregate
+from mangonel.runtime.spark.functions import stage1_leaf, stage1_preaggregate
 from mangonel.runtime.spark.schema import ddl, quote
 from mangonel.runtime.spark.shipping import shipped
 from mangonel.runtime.spark.sql import lift_sql
@@ -381,19 +381,27 @@ def kernel_stage1(
     source: DataFrame,
     buckets: int,
     placements: tuple[ph.Placement, ...],
+    with_rows: bool = False,
 ) -> DataFrame:
     """Stage 1 with the backend's own lift kernels (the GPU backend's path): the scan columns
     go to `mapInArrow`, where the window operator's stateless `preaggregate` filters, projects and
     pre-aggregates each partition's rows in one fused pass, its steps placed as the Spark
-    planner's `placements` say."""
-    columns = [F.col(quote(c.name)) for c in window.lift.scan.columns]
+    planner's `placements` say. `with_rows` (count windows, whose partials are tuples): each
+    partial carries its tuple's row, every column of the stream, for the late rows (late.py)."""
+    scan_names = [c.name for c in window.lift.scan.columns]
+    columns = [F.col(quote(name)) for name in scan_names]
+    rows = late.row_columns(window) if with_rows else None
+    if with_rows:
+        columns += late.row_select(window)
     schema = partial_schema(window)
     spark_schema = spark_partial_schema(window)
-    carriers = carrier_rows(window, buckets)
+    carriers = carrier_rows(window, buckets, with_rows)
     ordered = window.window.kind is WindowKind.COUNT  # per-tuple partials keep their order
     load_window = shipped(window)  # a window with a Python function: once per worker process
     if ordered:
         carriers = _with_order(carriers, pa.array(np.zeros(buckets, np.int64)))
+    if with_rows:
+        spark_schema = spark_schema.append(pa.field(late.ROWS, pa.binary()))
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         collected = list(batches)
@@ -403,16 +411,26 @@ def kernel_stage1(
         table = pa.Table.from_batches(collected)
         if not table.num_rows:
             return
-        partials = stage1_preaggregate(load_window(), placements, table)
-        if partials.num_rows:
-            out = pa.RecordBatch.from_arrays(
-                [partials.column(f.name).cast(f.type) for f in schema], schema=spark_schema
+        if rows is None:
+            partials = stage1_preaggregate(load_window(), placements, table)
+        else:  # each partial is one tuple: its row goes beside it
+            leaf = stage1_leaf(load_window(), placements)
+            partials, at = leaf.preaggregate_rows(table.select(scan_names))
+            lists = pa.ListArray.from_arrays(
+                pa.array(np.arange(len(at) + 1, dtype=np.int32)), pa.array(at, pa.int64())
             )
+        if partials.num_rows:
+            arrays = [partials.column(f.name).cast(f.type) for f in schema]
+            if rows is not None:
+                arrays.append(late.rows_of_groups(table, lists, rows))
+            out = pa.RecordBatch.from_arrays(arrays, schema=spark_schema)
             if ordered:
                 out = _with_order(out, arrival_order(partials.num_rows))
             yield out
 
     schema_ddl = partial_ddl(window)
+    if with_rows:
+        schema_ddl += ", " + late.ROWS_DDL
     if ordered:
         schema_ddl += f", {ORDER} BIGINT"
     partials = source.select(*columns).mapInArrow(per_partition, schema_ddl)
