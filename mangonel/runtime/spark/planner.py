@@ -168,7 +168,8 @@ def plan_spark(
         native = False
     kind = stage1 or ("kernels" if window.backend == "gpu" else "arrow")
     if late_rows and not counted:
-        if native:
+        if native or window.window.kind is WindowKind.SESSION:
+            # (sessions run only natively: say so, not that native=False cannot run them)
             raise PlanError(f"{LATE_ROWS_REFUSED}: Spark's native aggregation drops them unseen")
         if stage1 == "kernels":
             raise PlanError(f"{LATE_ROWS_REFUSED}: only Arrow stage 1 carries the rows")
