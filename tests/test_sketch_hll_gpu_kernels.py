@@ -138,6 +138,31 @@ def test_snapshots_are_the_cpu_format(gpu):
     assert np.array_equal(np.asarray(part.registers), want.registers[1:3])
 
 
+def test_aligned_merges_equal_the_member_merge(gpu):
+    """`merge_aligned` (a pane's sets with a batch's of the same keys) is `merge` with cell i
+    of each set paired, on both backends; sets of different sizes are refused."""
+    rng = np.random.default_rng(8)
+    keys = rng.integers(0, 10_000, 3000).astype(np.int64)
+    cells = rng.integers(0, 6, 3000).astype(np.int64)
+    halves = [
+        sketch_windows.build(HLL, cells[part], 6, keys[part], SqlType.BIGINT, 0.05)
+        for part in (slice(0, 1500), slice(1500, 3000))
+    ]
+    want = sketch_windows.merge(halves, *sketch_windows.aligned_members(6)).registers
+    assert np.array_equal(sketch_windows.merge_aligned(*halves).registers, want)
+    on_gpu = [gpu.from_bytes(HLL, sketch_windows.to_bytes(h)) for h in halves]
+    assert np.array_equal(np.asarray(gpu.merge_aligned(*on_gpu).registers), want)
+    assert not np.array_equal(want, halves[0].registers)  # the second half added registers
+    with pytest.raises(ValueError, match="as many cells"):
+        gpu.merge_aligned(on_gpu[0], gpu.cell_range(on_gpu[1], 0, 5))
+    gk = [
+        sketch_windows.build("approx_percentile", cells, 6, keys, SqlType.BIGINT, 100)
+        for _ in range(2)
+    ]
+    merged = sketch_windows.merge_aligned(*gk)
+    assert merged.counts.tolist() == (2 * gk[0].counts).tolist()
+
+
 def test_pane_cells_equal_the_cpu_cells(gpu):
     rng = np.random.default_rng(6)
     slots = rng.integers(0, 50, 400).astype(np.int64)
@@ -192,6 +217,9 @@ class _HostGpuSketches:
 
     def merge(self, sets, members, offsets):  # noqa: ANN001, ANN201
         return self._by_set(sets[0]).merge(sets, members, offsets)
+
+    def merge_aligned(self, first, second):  # noqa: ANN001, ANN201
+        return self._by_set(first).merge_aligned(first, second)
 
     def answer(self, sketches, fraction):  # noqa: ANN001, ANN201
         return self._by_set(sketches).answer(sketches, fraction)

@@ -198,6 +198,25 @@ def merge(sets: list[Sketches], members: np.ndarray, offsets: np.ndarray) -> Ske
     return sketch_quantile.merge_groups(joined, members, offsets)
 
 
+def merge_aligned(first: Sketches, second: Sketches) -> Sketches:
+    """Cell i = the merge of cell i of `first` and of `second` (two sets of the same keys, in
+    the same order: a dense pane's sketches and a batch's): HLL registers by one maximum, no
+    member lists."""
+    if first.cells != second.cells:
+        raise ValueError(f"aligned sets need as many cells: {first.cells}, {second.cells}")
+    if isinstance(first, HllSketches):
+        return HllSketches(first.p, np.maximum(first.registers, second.registers))
+    return merge([first, second], *aligned_members(first.cells))
+
+
+def aligned_members(cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """`merge`'s (members, offsets) pairing cell i of two joined sets of `cells` cells."""
+    members = np.empty(2 * cells, np.int64)
+    members[0::2] = np.arange(cells)
+    members[1::2] = cells + np.arange(cells)
+    return members, np.arange(0, 2 * cells + 1, 2, dtype=np.int64)
+
+
 def merge_answer(
     sets: list[Sketches],
     members: np.ndarray,

@@ -220,13 +220,8 @@ class SketchPanes:
     def _union(self, old: tuple, slots: np.ndarray, part: Any) -> tuple:  # noqa: ANN401
         """A pane's (key slots, sketches) with more rows' sketches of `slots` merged in."""
         old_slots, old_sketches = old
-        if np.array_equal(old_slots, slots):  # the same keys (dense panes): pairs in order
-            n = len(slots)
-            members = np.empty(2 * n, np.int64)
-            members[0::2] = np.arange(n)
-            members[1::2] = old_sketches.cells + np.arange(n)
-            offsets = np.arange(0, 2 * n + 1, 2, dtype=np.int64)
-            return old_slots, self.sketches.merge([old_sketches, part], members, offsets)
+        if np.array_equal(old_slots, slots):  # the same keys (dense panes): cell by cell
+            return old_slots, self.sketches.merge_aligned(old_sketches, part)
         union = np.union1d(old_slots, slots)
         in_old = np.isin(union, old_slots)
         in_new = np.isin(union, slots)
