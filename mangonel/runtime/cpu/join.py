@@ -442,6 +442,38 @@ def _gather_product(values, cells, factor, factor_cells):
     return out
 
 
+@numba.njit(cache=True)
+def _window_ranges(ts, has_ts, size, slide, closed, keep, first, last, origin):
+    """One pass over a batch's event times: keep[i] (a time, and a window left open), the
+    kept rows' window ranges written in row order, the count kept, the late count and the
+    largest time (with whether any row had one)."""
+    kept = 0
+    late = 0
+    top = 0
+    any_time = False
+    for i in range(ts.shape[0]):
+        if not has_ts[i]:
+            keep[i] = False
+            continue
+        t = ts[i]
+        if not any_time or t > top:
+            top = t
+            any_time = True
+        low = (t - size) // slide + 1  # floor division, as Python's: negative times too
+        high = t // slide
+        start = max(low, closed + 1)
+        if start <= high:
+            keep[i] = True
+            first[kept] = start
+            last[kept] = high
+            origin[kept] = low
+            kept += 1
+        else:
+            keep[i] = False
+            late += 1
+    return kept, late, top, any_time
+
+
 def _sorted_rows(slots: np.ndarray) -> np.ndarray:
     rows = np.flatnonzero(slots >= 0)
     return rows[np.argsort(slots[rows], kind="stable")]
@@ -575,6 +607,23 @@ class CpuJoinKernels:
 
     def gather_product(self, values, cells, factor, factor_cells):
         return _gather_product(values, cells, factor, factor_cells)
+
+    def window_ranges(self, ts, has_ts, size, slide, closed):
+        n = len(ts)
+        keep = np.empty(n, np.bool_)
+        first, last, origin = (np.empty(n, np.int64) for _ in range(3))
+        kept, late, top, any_time = _window_ranges(
+            np.ascontiguousarray(ts, np.int64),
+            np.ascontiguousarray(has_ts, np.bool_),
+            size,
+            slide,
+            closed,
+            keep,
+            first,
+            last,
+            origin,
+        )
+        return keep, first[:kept], last[:kept], origin[:kept], late, top if any_time else None
 
     def new_key_map(self, types):
         return KeyTable(types)

@@ -279,26 +279,22 @@ class JoinOperator:
             first = last = origin = np.zeros(n, np.int64)
             keep = has_ts
         else:
-            size, slide = window.size, window.slide
-            origin = (ts - size) // slide + 1
-            last = ts // slide
-            first = origin.copy()
             watermark = self.watermark()
-            closed = self._last_closed(watermark)
-            np.maximum(first, closed + 1, out=first)
-            keep = has_ts & (first <= last)
-            late = has_ts & ~keep
-            side.late += int(late.sum())
+            # one pass: the kept rows' window ranges, compacted; the late count; max time
+            keep, first, last, origin, late, top = self.kernels.window_ranges(
+                ts, has_ts, window.size, window.slide, self._last_closed(watermark)
+            )
+            side.late += late
             sink = self.late_rows[side.index]
             if sink.keep:  # the batch as given: conformance keeps its rows and their order
                 sink.arriving(batch)
-                sink.judged(late, WINDOW_CLOSED, watermark)
+                sink.judged(has_ts & ~keep, WINDOW_CLOSED, watermark)
                 sink.done()
-            if has_ts.any():
-                top = int(ts[has_ts].max())
+            if top is not None:
                 side.max_ts = top if side.max_ts is None else max(side.max_ts, top)
-        rows = conformed.filter(pa.array(keep)) if not keep.all() else conformed
-        first, last, origin = first[keep], last[keep], origin[keep]
+        if window is None:
+            first, last, origin = first[keep], last[keep], origin[keep]
+        rows = conformed.filter(pa.array(keep)) if len(first) < n else conformed
         slots = self._slots(side, rows)
         out: list[pa.RecordBatch] = []
         if window is None:
@@ -602,7 +598,7 @@ class JoinOperator:
         alive = pending["hi"] > hi
         for _name, grow in self.pending.items():
             values = grow.view[alive].copy()
-            grow.size = 0
+            grow.clear()
             grow.extend(values)
         return out
 

@@ -1,0 +1,78 @@
+"""A join's rows on arrival: `JoinKernels.window_ranges` (one pass for the window ranges, the
+late count and the largest time) against the formulas of docs/semantics.md written out in
+NumPy, and `Grow` (the stored rows' arrays, freed from the front in place) against a list."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mangonel.runtime.cpu.join import CpuJoinKernels
+from mangonel.runtime.operators.join_sides import Grow
+
+
+def _by_formula(ts, has_ts, size, slide, closed):  # noqa: ANN001, ANN202
+    origin = (ts - size) // slide + 1  # the first window covering t: k*s + w > t
+    last = ts // slide  # the last: k*s <= t
+    first = np.maximum(origin, closed + 1)
+    keep = has_ts & (first <= last)
+    top = int(ts[has_ts].max()) if has_ts.any() else None
+    return keep, first[keep], last[keep], origin[keep], int((has_ts & ~keep).sum()), top
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    times=st.lists(st.integers(-(10**6), 10**6), max_size=60),
+    nulls=st.lists(st.booleans(), max_size=60),
+    size=st.integers(1, 5000),
+    slides=st.integers(1, 20),
+    closed=st.one_of(st.just(-(2**62)), st.integers(-1000, 1000)),
+)
+def test_window_ranges_are_the_formulas(times, nulls, size, slides, closed):
+    ts = np.asarray(times, np.int64)
+    has_ts = np.ones(len(ts), np.bool_)
+    has_ts[: len(nulls)] = ~np.asarray(nulls[: len(ts)], np.bool_)
+    slide = max(1, size // slides)  # sliding, tumbling, and slides not dividing the size
+    got = CpuJoinKernels().window_ranges(ts, has_ts, size, slide, closed)
+    want = _by_formula(ts, has_ts, size, slide, closed)
+    for g, w in zip(got[:4], want[:4], strict=True):
+        assert np.array_equal(g, w)
+    assert got[4:] == want[4:]
+
+
+def test_window_ranges_of_a_batch_without_times():
+    ts = np.zeros(3, np.int64)
+    keep, first, last, origin, late, top = CpuJoinKernels().window_ranges(
+        ts, np.zeros(3, np.bool_), 10, 5, -(2**62)
+    )
+    assert not keep.any() and len(first) == len(last) == len(origin) == 0
+    assert late == 0 and top is None
+
+
+@pytest.mark.parametrize("width", [0, 3])
+def test_grow_is_a_queue_of_rows(width):
+    rng = np.random.default_rng(width)
+    grow = Grow(np.int64 if not width else np.uint8, width)
+    model: list = []
+    counter = 0
+    peak = 0
+    for _ in range(400):
+        if rng.random() < 0.55:
+            count = int(rng.integers(0, 300))
+            values = np.arange(counter, counter + count) % 251
+            counter += count
+            rows = values if not width else np.repeat(values[:, None], width, axis=1)
+            grow.extend(rows.astype(grow.data.dtype))
+            model.extend(rows.tolist())
+        else:
+            count = int(rng.integers(0, len(model) + 2))
+            grow.drop_front(count)
+            del model[:count]
+        peak = max(peak, len(model))
+        assert grow.size == len(model)
+        assert grow.view.tolist() == model
+        assert len(grow.data) <= max(64, 2 * peak)  # bounded by the most rows ever live
+    grow.clear()
+    assert grow.size == 0 and grow.view.shape[0] == 0
