@@ -16,31 +16,44 @@ from mangonel.runtime.operators.join_stats import key_sample
 
 
 class Grow:
-    """An int64 (or uint8 2-D) array appended to in place, with doubling capacity."""
+    """An int64 (or uint8 2-D) array appended to at the back and freed from the front, in
+    place: the live rows are data[start:end]. Freeing moves nothing; an append that finds no
+    room moves the live rows to the front, or into a new array of twice what they need, so
+    each row is moved O(1) times on average (freeing used to move every live row)."""
 
     def __init__(self, dtype: type = np.int64, width: int = 0) -> None:
         shape = (64, width) if width else (64,)
         self.data = np.zeros(shape, dtype)
-        self.size = 0
+        self.start = 0
+        self.end = 0
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
 
     @property
     def view(self) -> np.ndarray:
-        return self.data[: self.size]
+        return self.data[self.start : self.end]
 
     def extend(self, values: np.ndarray) -> None:
-        need = self.size + len(values)
-        if need > len(self.data):
-            capacity = max(need, 2 * len(self.data))
-            grown = np.zeros((capacity, *self.data.shape[1:]), self.data.dtype)
-            grown[: self.size] = self.data[: self.size]
-            self.data = grown
-        self.data[self.size : need] = values
-        self.size = need
+        count = len(values)
+        if self.end + count > len(self.data):
+            live = self.size
+            if 2 * (live + count) > len(self.data):
+                capacity = max(2 * (live + count), len(self.data))
+                moved = np.empty((capacity, *self.data.shape[1:]), self.data.dtype)
+            else:  # room at the front: at least half the array was freed since it last moved
+                moved = self.data
+            moved[:live] = self.data[self.start : self.end]
+            self.data, self.start, self.end = moved, 0, live
+        self.data[self.end : self.end + count] = values
+        self.end += count
 
     def drop_front(self, count: int) -> None:
-        if count:
-            self.data[: self.size - count] = self.data[count : self.size]
-            self.size -= count
+        self.start += min(count, self.size)
+
+    def clear(self) -> None:
+        self.start = self.end = 0
 
 
 @dataclass

@@ -82,7 +82,7 @@ def restore_join(op: JoinOperator, data: bytes) -> None:
         for name in ("slots", "first", "last", "origin", "matched"):
             grow = getattr(s, name)
             if grow is not None:
-                grow.size = 0
+                grow.clear()
                 grow.extend(arrays[p + name])
         s.resample()
     op.keys = op.kernels.key_map_from_arrays(op.keys.types, arrays, "keys_")
@@ -105,7 +105,7 @@ def _restore_pairs(op: JoinOperator, arrays: dict[str, np.ndarray], saved_at_fir
         op.device_rows.restore(arrays)
     else:
         for n, g in op.pending.items():
-            g.size = 0
+            g.clear()
             g.extend(arrays[f"pending_{n}"])
     left = op.sides[0]
     if saved_at_firing and left.rows and op.sides[1].rows:
