@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mangonel.runtime.cpu.join import CpuJoinKernels
+from mangonel.runtime.cpu.join import PARALLEL_TASK_ROWS, CpuJoinKernels
 from mangonel.runtime.operators.join_sides import Grow
 
 
@@ -40,6 +40,20 @@ def test_window_ranges_are_the_formulas(times, nulls, size, slides, closed):
     for g, w in zip(got[:4], want[:4], strict=True):
         assert np.array_equal(g, w)
     assert got[4:] == want[4:]
+
+
+@pytest.mark.parametrize("size, slide", [(700_000, 300_000), (1_000_000, 10_000)])
+def test_window_ranges_of_a_batch_in_several_slices(size, slide):
+    """A batch large enough for several of the pass's slices (PARALLEL_TASK_ROWS each):
+    compaction across slices, late rows, NULL times and the maximum of the slices' maxima."""
+    rng = np.random.default_rng(size)
+    ts = rng.integers(-(10**7), 10**7, 5 * PARALLEL_TASK_ROWS).astype(np.int64)
+    has_ts = rng.random(len(ts)) > 0.1
+    got = CpuJoinKernels().window_ranges(ts, has_ts, size, slide, 5)
+    want = _by_formula(ts, has_ts, size, slide, 5)
+    for g, w in zip(got[:4], want[:4], strict=True):
+        assert np.array_equal(g, w)
+    assert got[4:] == want[4:] and want[4] > 0
 
 
 def test_window_ranges_of_a_batch_without_times():

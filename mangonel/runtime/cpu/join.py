@@ -18,6 +18,10 @@ from mangonel.runtime.cpu.kernels import tuple_partials
 from mangonel.runtime.cpu.keys import KeyTable
 from mangonel.runtime.host.arrays import pool_array
 
+# rows a slice of a batch's arrival pass takes at least (`window_ranges`): below it a thread
+# of numba's pool costs more than it computes
+PARALLEL_TASK_ROWS = 1 << 16
+
 
 @numba.njit(cache=True)
 def _buckets(slots: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
@@ -442,36 +446,58 @@ def _gather_product(values, cells, factor, factor_cells):
     return out
 
 
-@numba.njit(cache=True)
-def _window_ranges(ts, has_ts, size, slide, closed, keep, first, last, origin):
-    """One pass over a batch's event times: keep[i] (a time, and a window left open), the
-    kept rows' window ranges written in row order, the count kept, the late count and the
-    largest time (with whether any row had one)."""
-    kept = 0
-    late = 0
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _window_ranges(ts, has_ts, size, slide, closed, keep, first, last, origin, tasks):
+    """A batch's event times in `tasks` slices at once: keep[i] (a time, and a window left
+    open), each row's window range at i (the caller compacts where a row is not kept), and
+    per slice the count kept, the late count and the largest time (whether any)."""
+    rows = ts.shape[0]
+    kept = np.zeros(tasks, np.int64)
+    late = np.zeros(tasks, np.int64)
+    tops = np.zeros(tasks, np.int64)
+    timed = np.zeros(tasks, np.bool_)
+    # w a multiple of s (tumbling, and most sliding windows): floor((t - w) / s) is
+    # floor(t / s) - w / s exactly, one division a row instead of two
+    whole = size % slide == 0
+    per_window = size // slide
+    for task in numba.prange(tasks):
+        begin = rows * task // tasks
+        end = rows * (task + 1) // tasks
+        count = 0
+        behind = 0
+        top = 0
+        any_time = False
+        for i in range(begin, end):
+            if not has_ts[i]:
+                keep[i] = False
+                continue
+            t = ts[i]
+            if not any_time or t > top:
+                top = t
+                any_time = True
+            high = t // slide  # floor division, as Python's: negative times too
+            low = high - per_window + 1 if whole else (t - size) // slide + 1
+            start = max(low, closed + 1)
+            first[i] = start
+            last[i] = high
+            origin[i] = low
+            if start <= high:
+                keep[i] = True
+                count += 1
+            else:
+                keep[i] = False
+                behind += 1
+        kept[task] = count
+        late[task] = behind
+        tops[task] = top
+        timed[task] = any_time
     top = 0
     any_time = False
-    for i in range(ts.shape[0]):
-        if not has_ts[i]:
-            keep[i] = False
-            continue
-        t = ts[i]
-        if not any_time or t > top:
-            top = t
+    for task in range(tasks):
+        if timed[task] and (not any_time or tops[task] > top):
+            top = tops[task]
             any_time = True
-        low = (t - size) // slide + 1  # floor division, as Python's: negative times too
-        high = t // slide
-        start = max(low, closed + 1)
-        if start <= high:
-            keep[i] = True
-            first[kept] = start
-            last[kept] = high
-            origin[kept] = low
-            kept += 1
-        else:
-            keep[i] = False
-            late += 1
-    return kept, late, top, any_time
+    return kept.sum(), late.sum(), top, any_time
 
 
 def _sorted_rows(slots: np.ndarray) -> np.ndarray:
@@ -612,6 +638,7 @@ class CpuJoinKernels:
         n = len(ts)
         keep = np.empty(n, np.bool_)
         first, last, origin = (np.empty(n, np.int64) for _ in range(3))
+        tasks = max(1, min(numba.get_num_threads(), n // PARALLEL_TASK_ROWS))
         kept, late, top, any_time = _window_ranges(
             np.ascontiguousarray(ts, np.int64),
             np.ascontiguousarray(has_ts, np.bool_),
@@ -622,8 +649,11 @@ class CpuJoinKernels:
             first,
             last,
             origin,
+            tasks,
         )
-        return keep, first[:kept], last[:kept], origin[:kept], late, top if any_time else None
+        if kept < n:  # late or timeless rows (rare): the kept rows' ranges, in row order
+            first, last, origin = first[keep], last[keep], origin[keep]
+        return keep, first, last, origin, int(late), int(top) if any_time else None
 
     def new_key_map(self, types):
         return KeyTable(types)
