@@ -95,7 +95,10 @@ def test_the_update_kernel_gives_the_cpu_registers(gpu, argument, p):
 def test_merge_histograms_and_estimates_equal_the_cpu(gpu):
     rng = np.random.default_rng(4)
     p, n_cells = 9, 40
-    sizes = np.concatenate([np.arange(0, 20), rng.integers(1, 40 * 512, n_cells - 20)])
+    # small (linear counting), in Ertl's band (raw estimate 2.5m..5m: the device answer
+    # reads those cells' histograms) and large
+    band = [1500, 2000, 2400]
+    sizes = np.concatenate([np.arange(0, 20), band, rng.integers(1, 40 * 512, n_cells - 23)])
     cells = np.repeat(np.arange(n_cells), sizes).astype(np.int64)
     keys = rng.integers(0, 2**62, len(cells)).astype(np.int64)
     got = gpu.build(HLL, cells, n_cells, keys, SqlType.BIGINT, 0.05)
@@ -120,6 +123,8 @@ def test_merge_histograms_and_estimates_equal_the_cpu(gpu):
         count, estimate = gpu.answer(sketches, None)
         want_count, want_estimate = sketch_windows.answer(cpu, None)
         assert np.array_equal(count, want_count) and np.array_equal(estimate, want_estimate)
+    in_band = sketch_windows.answer(want, None)[1][20:23]
+    assert ((in_band > 2.5 * 512) & (in_band < 5 * 512)).all()
     empty = gpu.merge([gpu.empty(HLL, 0.05)], np.empty(0, np.int64), np.zeros(3, np.int64))
     assert gpu.answer(empty, None)[1].tolist() == [0, 0]
 

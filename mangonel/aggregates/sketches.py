@@ -33,6 +33,7 @@ Values are doubles (the argument cast, Spark's PercentileDigest); NaN sorts abov
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from sqlglot import exp
@@ -149,23 +150,36 @@ def hll_estimate(histograms: np.ndarray, p: int) -> np.ndarray:
         )
     # bins x cells: each bin's counts contiguous
     counts = np.ascontiguousarray(histograms[:, :bins].T, dtype=np.float64)
-    m = float(hll_registers(p))
-    q = 64 - p
     z_inverse = np.zeros(counts.shape[1])
     held = np.flatnonzero(counts.any(axis=1))
     for k in range(int(held[-1]) + 1 if len(held) else 0):
         # k ascending: one summation order everywhere (the bins above the highest
         # register held add zeros, which change no sum)
         z_inverse += counts[k] * 2.0**-k
+    return hll_estimate_of_sums(z_inverse, counts[0], p, lambda band: counts[:, band])
+
+
+def hll_estimate_of_sums(
+    z_inverse: np.ndarray,
+    zeros: np.ndarray,
+    p: int,
+    band_counts: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """`hll_estimate` from each cell's sum_k C_k 2^-k (summed with k ascending from 0.0, every
+    term exact: `hll_estimate`'s order, which a device kernel reproduces bit for bit) and its
+    count of zero registers C_0; `band_counts(mask)`: the histograms (float64, bins x cells)
+    of the cells in Ertl's band only, the one case that reads more than the two sums."""
+    zeros = np.asarray(zeros, np.float64)
+    m = float(hll_registers(p))
+    q = 64 - p
     with np.errstate(divide="ignore"):
         e = hll_alpha_m2(p) / z_inverse
-        zeros = counts[0]
         linear = np.where(zeros > 0, m * np.log(m / np.maximum(zeros, 1.0)), np.inf)
     use_linear = (zeros > 0) & ((linear <= hll_threshold(p)) | (e <= 2.5 * m))
     band = ~use_linear & (e < 5.0 * m)
     estimate = np.where(use_linear, linear, e)
     if band.any():
-        estimate[band] = _improved_estimate(counts[:, band], m, q)
+        estimate[band] = _improved_estimate(band_counts(band), m, q)
     return np.floor(estimate + 0.5).astype(np.int64)  # Java's Math.round
 
 

@@ -8,9 +8,10 @@ batch's rows arrive grouped by pane and sorted by key slot (`GpuHolistic.split_p
 pane's cells are the runs of equal slots (no host round trip for the rows: only the pane's
 distinct slots come to the host, for the driver's index work). The kernels
 (`kernels_templates/sketch_hll.cu.j2`) hash and update registers, take group maxima and count
-register histograms; the estimate is `aggregates.sketches.hll_estimate` over the histograms,
-the CPU's function, so both backends answer bit for bit alike (the registers are the same:
-same hash, same rule).
+register histograms and their raw sums; the estimate is finished on the host by
+`aggregates.sketches.hll_estimate_of_sums`, the CPU's function, so both backends answer bit
+for bit alike (the registers are the same: same hash, same rule; the sums are added in the
+same order).
 
 GK summaries (APPROX_PERCENTILE) have no device form here: the planner keeps a node with one
 on the CPU (`compiler.holistic.holistic_cpu_reason`), so these kernels never see one.
@@ -28,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from mangonel.aggregates.sketches import (
-    hll_estimate,
+    hll_bins,
+    hll_estimate_of_sums,
     hll_from_bytes,
     hll_hash_width,
     hll_precision,
@@ -234,12 +236,13 @@ class GpuSketches:
         p = self._p(evaluation, parameter)
         return DeviceHll(p, self.xp.zeros((0, hll_registers(p)), self.xp.uint8))
 
-    def histograms(self, sketches: DeviceHll) -> np.ndarray:
-        """Per cell the count of registers holding each value, on the host (int64
-        [cells, 64])."""
+    def _histograms(self, sketches: DeviceHll) -> tuple[Any, Any]:  # noqa: ANN401
+        """Per cell on the device: the count of registers holding each value (int32
+        [cells, 64]) and the raw estimate's sum over them (float64 [cells])."""
         xp = self.xp
         cells = sketches.cells
         out = xp.zeros((cells, HISTOGRAM_BINS), xp.int32)
+        z_inverse = xp.zeros(cells, xp.float64)
         if cells:
             self._function("histogram")(
                 (min(cells, MAX_BLOCKS),),
@@ -249,14 +252,32 @@ class GpuSketches:
                     np.int64(cells),
                     np.int64(hll_registers(sketches.p)),
                     out,
+                    z_inverse,
                 ),
             )
-        return _host(out).astype(np.int64)
+        return out, z_inverse
+
+    def histograms(self, sketches: DeviceHll) -> np.ndarray:
+        """Per cell the count of registers holding each value, on the host (int64
+        [cells, 64])."""
+        return _host(self._histograms(sketches)[0]).astype(np.int64)
 
     def answer(self, sketches: DeviceHll, fraction: float | None) -> tuple[np.ndarray, np.ndarray]:
         """(count, estimate) per cell on the host: the estimate, int64 (its count is the
-        estimate too, 0 only for an empty cell), as the CPU's `sketch_windows.answer`."""
-        estimate = hll_estimate(self.histograms(sketches), sketches.p)
+        estimate too, 0 only for an empty cell), as the CPU's `sketch_windows.answer`. Two
+        numbers a cell come back (the sum and the zero registers, 12 bytes, not a 256-byte
+        histogram); a histogram only for a cell in Ertl's band."""
+        xp = self.xp
+        histograms, z_inverse = self._histograms(sketches)
+        bins = hll_bins(sketches.p)
+        sums = _host(z_inverse)
+        zeros = _host(histograms[:, 0])
+
+        def band_counts(band: np.ndarray) -> np.ndarray:
+            rows = _host(histograms[xp.asarray(np.flatnonzero(band))])
+            return np.ascontiguousarray(rows[:, :bins].T, dtype=np.float64)
+
+        estimate = hll_estimate_of_sums(sums, zeros, sketches.p, band_counts)
         return estimate, estimate
 
     def to_bytes(self, sketches: DeviceHll) -> bytes:
