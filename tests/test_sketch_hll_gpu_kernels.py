@@ -180,6 +180,22 @@ def test_pane_cells_equal_the_cpu_cells(gpu):
     assert len(present) == 0 and len(cells) == 0
 
 
+def test_panes_cells_read_at_once_equal_each_panes_cells(gpu):
+    """`panes_cells` (every pane of a batch, one read back) is `pane_cells` per pane: chunks
+    whose neighbours end and start on the same slot, empty chunks, a one-row chunk."""
+    rng = np.random.default_rng(9)
+    pieces = [np.sort(rng.integers(0, 30, n)).astype(np.int64) for n in (50, 0, 1, 40, 0, 70)]
+    pieces[3][:5] = pieces[2][-1]  # a chunk starting on the slot the one before ended on
+    pieces[3].sort()
+    got = gpu.panes_cells(pieces, True)
+    assert len(got) == len(pieces)
+    for (present, cells), piece in zip(got, pieces, strict=True):
+        want_present, want_cells = gpu.pane_cells(piece, True)
+        assert np.array_equal(present, want_present)
+        assert np.array_equal(np.asarray(cells), np.asarray(want_cells))
+    assert sketch_windows.panes_cells(pieces, False)[0][0].tolist() == got[0][0].tolist()
+
+
 def test_a_quantile_sketch_is_refused_by_the_gpu_kernels(gpu):
     with pytest.raises(ValueError, match="places it on the CPU"):
         gpu.empty("approx_percentile", 10000)
@@ -202,6 +218,9 @@ class _HostGpuSketches:
 
     def pane_cells(self, slots, presorted):  # noqa: ANN001, ANN201
         return self.gpu.pane_cells(slots, presorted)
+
+    def panes_cells(self, pieces, presorted):  # noqa: ANN001, ANN201
+        return self.gpu.panes_cells(pieces, presorted)
 
     def concatenate(self, pieces):  # noqa: ANN001, ANN201
         return self.gpu.concatenate(pieces)

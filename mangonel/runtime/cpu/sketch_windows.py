@@ -139,6 +139,11 @@ def batch_cells(
     return (hit + low).tolist(), [np.flatnonzero(table[q]) for q in hit], cells, n_cells
 
 
+def panes_cells(pieces: list[np.ndarray], presorted: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`pane_cells` of each pane's chunk (the GPU's reads them back at once)."""
+    return [pane_cells(piece, presorted) for piece in pieces]
+
+
 def concatenate(pieces: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
 

@@ -134,6 +134,45 @@ class GpuSketches:
         cells = xp.cumsum(starts.astype(xp.int64)) - 1
         return _host(slots[starts]).astype(np.int64), cells
 
+    def panes_cells(
+        self,
+        pieces: list[Any],  # noqa: ANN401 - device chunks of key slots
+        presorted: bool,
+    ) -> list[tuple[np.ndarray, Any]]:
+        """`pane_cells` of several panes' chunks with one read back for all of them: the
+        chunks side by side, a cell starting at each chunk's start and each change of slot,
+        the cells numbered across them, then each chunk's distinct slots and cells cut out
+        (a read a pane cost a device sync each)."""
+        xp = self.xp
+        if not presorted or len(pieces) < 2:
+            return [self.pane_cells(piece, presorted) for piece in pieces]
+        lengths = np.asarray([int(piece.shape[0]) for piece in pieces], np.int64)
+        ends = np.cumsum(lengths)
+        total = int(ends[-1])
+        if not total:
+            return [self.pane_cells(piece, presorted) for piece in pieces]
+        slots = xp.concatenate([xp.asarray(piece).astype(xp.int64) for piece in pieces])
+        begins = ends - lengths
+        held = np.flatnonzero(lengths)  # chunks with rows (an empty one has no cell)
+        starts = xp.ones(total, xp.bool_)
+        starts[1:] = slots[1:] != slots[:-1]
+        starts[xp.asarray(begins[held])] = True  # each chunk starts a cell of its own
+        cells = xp.cumsum(starts.astype(xp.int64)) - 1
+        # one read: every chunk's distinct slots, then each chunk's first and last cell
+        bounds = np.concatenate((begins[held], ends[held] - 1))
+        read = _host(xp.concatenate((slots[starts], cells[xp.asarray(bounds)])))
+        count = len(read) - len(bounds)
+        present = read[:count]
+        firsts, lasts = read[count : count + len(held)], read[count + len(held) :]
+        out: list[tuple[np.ndarray, Any]] = [
+            (np.empty(0, np.int64), xp.zeros(0, xp.int64)) for _ in pieces
+        ]
+        for at, index in enumerate(held.tolist()):
+            first, last = int(firsts[at]), int(lasts[at]) + 1
+            rows = slice(int(begins[index]), int(ends[index]))
+            out[index] = (present[first:last].copy(), cells[rows] - first)
+        return out
+
     def concatenate(self, pieces: list[Any]) -> Any:  # noqa: ANN401
         xp = self.xp
         if not pieces:

@@ -87,12 +87,15 @@ class SketchPanes:
         sketches of every aggregate that reads it: one build over the cells (pane, key
         present in it) of a chunk of panes, then per pane a merge with the sketches it holds
         already. The chunks stay where the kernels keep them (on the GPU, the device)."""
+        cells_of = None
         for position, plan in self.plans.items():
             if plan.value_field != name:
                 continue
             evaluation = plan.function.definition.holistic.evaluation
             argument = self.fields[name].type
             cell_bytes = _register_bytes(plan)
+            if cells_of is None:  # each pane's (distinct slots, row cells), numbered once
+                cells_of = self.sketches.panes_cells([chunk[0] for chunk in chunks], presorted)
             first = 0
             while first < len(pane_ids):
                 # panes first..last-1: as many as keep the build under MAX_BUILD_BYTES
@@ -102,7 +105,7 @@ class SketchPanes:
                 while last < len(pane_ids) and (
                     last == first or cells * cell_bytes < MAX_BUILD_BYTES
                 ):
-                    present, ids = self.sketches.pane_cells(chunks[last][0], presorted)
+                    present, ids = cells_of[last]
                     pane_slots.append(present)
                     row_cells.append(ids + cells)
                     cells += len(present)
