@@ -348,6 +348,10 @@ def _match_grids(
     group_of_id,
     left_order,
     collect,
+    out_left,
+    out_right,
+    out_window,
+    out_group,
 ):
     """The factorised join's match over both sides' fired grids (window entries ascending;
     `join_factor.FiredGrid`), window by window: the right cells with rows into a table by
@@ -356,16 +360,13 @@ def _match_grids(
     in that order), a sparse one's cells in order, its matches then ordered by group. Writes
     (left cell, right cell, window, group of the key id) per match; with `collect`,
     instead, the key ids matched whose group is unknown (< 0), each once, in the order met
-    (`left_order` ascending: window, then left key slot)."""
+    (`left_order` ascending: window, then left key slot). The outputs are given (a left
+    cell matches once at most; collecting, a key id is met once); the prefixes written
+    are returned."""
     n_left, n_right = left_windows.shape[0], right_windows.shape[0]
     stamp = np.zeros(n_ids, np.int64)
     cell_of_id = np.empty(n_ids, np.int64)
     seen = np.zeros(n_ids, np.bool_)
-    bound = n_ids if collect else left_widths.sum()  # a left cell matches once at most
-    out_left = np.empty(bound, np.int64)
-    out_right = np.empty(0 if collect else bound, np.int64)
-    out_window = np.empty(0 if collect else bound, np.int64)
-    out_group = np.empty(0 if collect else bound, np.int64)
     count = 0
     run = 0
     i = j = 0
@@ -434,12 +435,11 @@ def _window_ascending(grid: tuple) -> tuple:  # noqa: ANN001
 
 
 @numba.njit(cache=True)
-def _gather_product(values, cells, factor, factor_cells):
-    """values[cells] * factor[factor_cells] in one pass, in values' type (int64 wraps)."""
-    out = np.empty(cells.shape[0], values.dtype)
+def _gather_product(values, cells, factor, factor_cells, out):
+    """out = values[cells] * factor[factor_cells] in one pass, in values' type (int64
+    wraps)."""
     for k in range(cells.shape[0]):
         out[k] = values[cells[k]] * factor[factor_cells[k]]
-    return out
 
 
 def _sorted_rows(slots: np.ndarray) -> np.ndarray:
@@ -550,6 +550,9 @@ class CpuJoinKernels:
         )
 
     def match_cells(self, left, left_ids, right, right_ids, n_ids, group_of_id, left_order):
+        # a left cell matches once at most; the outputs in Arrow's pool (see gather_product)
+        bound = int(left[2].sum())
+        outputs = [pool_array(bound, np.int64) for _ in range(4)]
         return _match_grids(
             *_window_ascending(left),
             left_ids,
@@ -559,9 +562,11 @@ class CpuJoinKernels:
             group_of_id,
             left_order,
             False,
+            *outputs,
         )
 
     def unseen_groups(self, left, left_ids, right, right_ids, n_ids, group_of_id):
+        empty = np.empty(0, np.int64)
         return _match_grids(
             *_window_ascending(left),
             left_ids,
@@ -571,10 +576,18 @@ class CpuJoinKernels:
             group_of_id,
             np.arange(len(left_ids), dtype=np.int64),
             True,
+            np.empty(max(n_ids, 1), np.int64),
+            empty,
+            empty,
+            empty,
         )[0]
 
     def gather_product(self, values, cells, factor, factor_cells):
-        return _gather_product(values, cells, factor, factor_cells)
+        # a result column: in Arrow's pool, whose freed pages the next firing reuses (fresh
+        # NumPy arrays of a firing's size come back from the OS page by page)
+        out = pool_array(len(cells), values.dtype)
+        _gather_product(values, cells, factor, factor_cells, out)
+        return out
 
     def new_key_map(self, types):
         return KeyTable(types)
