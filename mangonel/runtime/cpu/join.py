@@ -444,6 +444,20 @@ def _match_grids(
     stamp = np.zeros(n_ids, np.int64)
     cell_of_id = np.empty(n_ids, np.int64)
     seen = np.zeros(n_ids, np.bool_)
+    # a window held densely by one entry on each side (a sliding firing's common case): the
+    # left slots in `left_order` meet the same right slots in every such window, so the
+    # pairs of slots are found once (no stamping per window)
+    right_slot_of_id = np.full(n_ids, -1, np.int64)
+    for slot in range(right_ids.shape[0]):
+        if right_ids[slot] >= 0:
+            right_slot_of_id[right_ids[slot]] = slot
+    pair_right = np.full(left_order.shape[0], -1, np.int64)
+    pair_group = np.empty(left_order.shape[0], np.int64)
+    for q in range(left_order.shape[0]):
+        key = left_ids[left_order[q]]
+        if key >= 0:
+            pair_right[q] = right_slot_of_id[key]
+            pair_group[q] = group_of_id[key]
     count = 0
     run = 0
     i = j = 0
@@ -454,6 +468,29 @@ def _match_grids(
             continue
         if right_windows[j] > window:
             i += 1
+            continue
+        if (
+            not collect
+            and left_slot_starts[i] < 0
+            and right_slot_starts[j] < 0
+            and (i + 1 == n_left or left_windows[i + 1] != window)
+            and (j + 1 == n_right or right_windows[j + 1] != window)
+        ):
+            left_start, left_width = left_starts[i], left_widths[i]
+            right_start, right_width = right_starts[j], right_widths[j]
+            for q in range(left_order.shape[0]):
+                slot, other = left_order[q], pair_right[q]
+                if slot >= left_width or other < 0 or other >= right_width:
+                    continue
+                cell, other_cell = left_start + slot, right_start + other
+                if left_rows[cell] > 0 and right_rows[other_cell] > 0:
+                    out_left[count] = cell
+                    out_right[count] = other_cell
+                    out_window[count] = window
+                    out_group[count] = pair_group[q]
+                    count += 1
+            i += 1
+            j += 1
             continue
         run += 1
         while j < n_right and right_windows[j] == window:
