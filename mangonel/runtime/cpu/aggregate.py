@@ -130,8 +130,9 @@ def sliding_sums_runs(
     """`sliding_sums` over the pane-major state (row = pane, `key_capacity` cells apart): run
     r is `run_count[r]` windows of every key from pane column `run_column[r]`, written
     window-major (n_keys cells a window) after the runs before it. Each window is the one
-    before plus the rows entering minus those leaving, a row of keys at a time (contiguous:
-    the loops over keys vectorise)."""
+    before plus the rows entering minus those leaving, a row of keys at a time. The rows are
+    taken as slices: LLVM vectorises a loop over slices, not one over `leaves[row + k]` and
+    `out[at + k]` of one array each (twice the speed measured, 1,000 keys, w/s = 100)."""
     acc = np.zeros(n_keys, np.int64)
     offset = 0
     for r in range(run_column.shape[0]):
@@ -141,23 +142,25 @@ def sliding_sums_runs(
         column = run_column[r]
         acc[:] = 0
         for i in range(panes_per_window):
-            row = (column + i) * key_capacity
+            row = leaves[(column + i) * key_capacity : (column + i) * key_capacity + n_keys]
             for k in range(n_keys):
-                acc[k] += leaves[row + k]
-        at = offset * n_keys
+                acc[k] += row[k]
+        first = out[offset * n_keys : (offset + 1) * n_keys]
         for k in range(n_keys):
-            out[at + k] = acc[k]
+            first[k] = acc[k]
         for w in range(1, count):
             leaving = column + (w - 1) * panes_per_slide
             entering = leaving + panes_per_window
             for i in range(panes_per_slide):
                 add = (entering + i) * key_capacity
                 drop = (leaving + i) * key_capacity
+                adding = leaves[add : add + n_keys]
+                dropping = leaves[drop : drop + n_keys]
                 for k in range(n_keys):
-                    acc[k] += leaves[add + k] - leaves[drop + k]
-            at = (offset + w) * n_keys
+                    acc[k] += adding[k] - dropping[k]
+            window = out[(offset + w) * n_keys : (offset + w + 1) * n_keys]
             for k in range(n_keys):
-                out[at + k] = acc[k]
+                window[k] = acc[k]
         offset += count
 
 

@@ -42,22 +42,90 @@ def _buckets(slots: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
     return offsets, order
 
 
+# a row's window range bounds a search only where the ranges are not those of a static
+# table's rows (every window: -2^62 .. 2^62) and the widest is far from overflowing
+_SEARCHABLE = 2**61
+_WIDEST_SEARCHED = 2**40
+
+
+@numba.njit(cache=True)
+def _window_sorted_buckets(slots, first, last, n_slots):
+    """`_buckets` with each slot's rows ordered by first window, those first windows in that
+    order, and the widest `last - first` of the rows (-1 where the ranges are too wide to
+    bound a search). Stored rows arrive in event time order mostly, so a slot's run is
+    sorted only where it is not already."""
+    offsets, order = _buckets(slots, n_slots)
+    for s in range(n_slots):
+        lo, hi = offsets[s], offsets[s + 1]
+        for q in range(lo + 1, hi):
+            if first[order[q]] < first[order[q - 1]]:
+                run = order[lo:hi].copy()
+                by_first = np.argsort(first[run], kind="mergesort")
+                for x in range(hi - lo):
+                    order[lo + x] = run[by_first[x]]
+                break
+    sorted_first = np.empty(len(order), np.int64)
+    span = 0
+    for q in range(len(order)):
+        b = order[q]
+        sorted_first[q] = first[b]
+        if first[b] < -_SEARCHABLE or last[b] > _SEARCHABLE:
+            span = -1
+        elif span >= 0:
+            span = max(span, last[b] - first[b])
+    if span > _WIDEST_SEARCHED:
+        span = -1
+    return offsets, order, sorted_first, span
+
+
+@numba.njit(cache=True)
+def _bound(sorted_values, lo, hi, value, upper):
+    """The first place in sorted_values[lo:hi] whose value is >= value (upper: > value)."""
+    while lo < hi:
+        mid = lo + (hi - lo) // 2
+        if sorted_values[mid] < value or (upper and sorted_values[mid] == value):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def _candidates(sorted_first, span, lo, hi, first, last):
+    """The part of a slot's run [lo, hi) (rows by first window) that a row with window range
+    [first, last] can overlap: first windows in [first - span, last], span the widest range
+    of the run's rows (span < 0: the whole run). Without it a probe row walked every row of
+    its key in every window (a 1 M-row batch against 1 M stored rows of 1,000 keys: 10^9
+    checks for 2 10^7 pairs), as the GPU's `mg_candidates` (join.cu.j2) narrows it too."""
+    if span < 0 or first < -_SEARCHABLE:
+        return lo, hi
+    start = _bound(sorted_first, lo, hi, first - span, False)
+    return start, _bound(sorted_first, start, hi, last, True)
+
+
 @numba.njit(cache=True)
 def _hash_probe(build_slots, build_first, build_last, probe_slots, probe_first, probe_last):
-    """Pairs (build row, probe row): build buckets once, probe twice (count, then write)."""
+    """Pairs (build row, probe row): build buckets once (each slot's rows by first window),
+    probe twice (count, then write), each probe row over its slot's rows whose window range
+    can overlap its own (`_candidates`)."""
     n_slots = 0
     for i in range(len(build_slots)):
         n_slots = max(n_slots, build_slots[i] + 1)
     for i in range(len(probe_slots)):
         n_slots = max(n_slots, probe_slots[i] + 1)
-    offsets, order = _buckets(build_slots, n_slots)
+    offsets, order, sorted_first, span = _window_sorted_buckets(
+        build_slots, build_first, build_last, n_slots
+    )
     counts = np.zeros(len(probe_slots) + 1, np.int64)
     for p in range(len(probe_slots)):
         s = probe_slots[p]
         if s < 0:
             continue
+        lo, hi = _candidates(
+            sorted_first, span, offsets[s], offsets[s + 1], probe_first[p], probe_last[p]
+        )
         c = 0
-        for q in range(offsets[s], offsets[s + 1]):
+        for q in range(lo, hi):
             b = order[q]
             if max(build_first[b], probe_first[p]) <= min(build_last[b], probe_last[p]):
                 c += 1
@@ -70,8 +138,11 @@ def _hash_probe(build_slots, build_first, build_last, probe_slots, probe_first, 
         s = probe_slots[p]
         if s < 0:
             continue
+        lo, hi = _candidates(
+            sorted_first, span, offsets[s], offsets[s + 1], probe_first[p], probe_last[p]
+        )
         w = counts[p]
-        for q in range(offsets[s], offsets[s + 1]):
+        for q in range(lo, hi):
             b = order[q]
             if max(build_first[b], probe_first[p]) <= min(build_last[b], probe_last[p]):
                 out_build[w] = b
@@ -81,9 +152,14 @@ def _hash_probe(build_slots, build_first, build_last, probe_slots, probe_first, 
 
 
 @numba.njit(cache=True)
-def _merge(order_a, slots_a, first_a, last_a, order_b, slots_b, first_b, last_b):
+def _merge(
+    order_a, slots_a, first_a, last_a, order_b, slots_b, first_b, last_b, sorted_first_b, span_b
+):
     """Pairs of two sides sorted by slot (order_*: row numbers in slot order, NULL keys left
-    out): runs of one slot meet once; two passes over the runs (count, write)."""
+    out; b's by (slot, first window), `sorted_first_b` their first windows, `span_b` their
+    widest range, as `_window_sorted_buckets` gives them): runs of one slot meet once, each a
+    row over the b rows of its run whose range can overlap its own (`_candidates`); two
+    passes over the runs (count, write)."""
     total = 0
     for write in range(2):
         if write == 1:
@@ -111,7 +187,8 @@ def _merge(order_a, slots_a, first_a, last_a, order_b, slots_b, first_b, last_b)
                     j_end += 1
                 for x in range(i, i_end):
                     a = order_a[x]
-                    for y in range(j, j_end):
+                    lo, hi = _candidates(sorted_first_b, span_b, j, j_end, first_a[a], last_a[a])
+                    for y in range(lo, hi):
                         b = order_b[y]
                         if max(first_a[a], first_b[b]) <= min(last_a[a], last_b[b]):
                             if write == 1:
@@ -352,6 +429,10 @@ def _match_grids(
     group_of_id,
     left_order,
     collect,
+    out_left,
+    out_right,
+    out_window,
+    out_group,
 ):
     """The factorised join's match over both sides' fired grids (window entries ascending;
     `join_factor.FiredGrid`), window by window: the right cells with rows into a table by
@@ -360,16 +441,27 @@ def _match_grids(
     in that order), a sparse one's cells in order, its matches then ordered by group. Writes
     (left cell, right cell, window, group of the key id) per match; with `collect`,
     instead, the key ids matched whose group is unknown (< 0), each once, in the order met
-    (`left_order` ascending: window, then left key slot)."""
+    (`left_order` ascending: window, then left key slot). The outputs are given (a left
+    cell matches once at most; collecting, a key id is met once); the prefixes written
+    are returned."""
     n_left, n_right = left_windows.shape[0], right_windows.shape[0]
     stamp = np.zeros(n_ids, np.int64)
     cell_of_id = np.empty(n_ids, np.int64)
     seen = np.zeros(n_ids, np.bool_)
-    bound = n_ids if collect else left_widths.sum()  # a left cell matches once at most
-    out_left = np.empty(bound, np.int64)
-    out_right = np.empty(0 if collect else bound, np.int64)
-    out_window = np.empty(0 if collect else bound, np.int64)
-    out_group = np.empty(0 if collect else bound, np.int64)
+    # a window held densely by one entry on each side (a sliding firing's common case): the
+    # left slots in `left_order` meet the same right slots in every such window, so the
+    # pairs of slots are found once (no stamping per window)
+    right_slot_of_id = np.full(n_ids, -1, np.int64)
+    for slot in range(right_ids.shape[0]):
+        if right_ids[slot] >= 0:
+            right_slot_of_id[right_ids[slot]] = slot
+    pair_right = np.full(left_order.shape[0], -1, np.int64)
+    pair_group = np.empty(left_order.shape[0], np.int64)
+    for q in range(left_order.shape[0]):
+        key = left_ids[left_order[q]]
+        if key >= 0:
+            pair_right[q] = right_slot_of_id[key]
+            pair_group[q] = group_of_id[key]
     count = 0
     run = 0
     i = j = 0
@@ -380,6 +472,29 @@ def _match_grids(
             continue
         if right_windows[j] > window:
             i += 1
+            continue
+        if (
+            not collect
+            and left_slot_starts[i] < 0
+            and right_slot_starts[j] < 0
+            and (i + 1 == n_left or left_windows[i + 1] != window)
+            and (j + 1 == n_right or right_windows[j + 1] != window)
+        ):
+            left_start, left_width = left_starts[i], left_widths[i]
+            right_start, right_width = right_starts[j], right_widths[j]
+            for q in range(left_order.shape[0]):
+                slot, other = left_order[q], pair_right[q]
+                if slot >= left_width or other < 0 or other >= right_width:
+                    continue
+                cell, other_cell = left_start + slot, right_start + other
+                if left_rows[cell] > 0 and right_rows[other_cell] > 0:
+                    out_left[count] = cell
+                    out_right[count] = other_cell
+                    out_window[count] = window
+                    out_group[count] = pair_group[q]
+                    count += 1
+            i += 1
+            j += 1
             continue
         run += 1
         while j < n_right and right_windows[j] == window:
@@ -438,12 +553,11 @@ def _window_ascending(grid: tuple) -> tuple:  # noqa: ANN001
 
 
 @numba.njit(cache=True)
-def _gather_product(values, cells, factor, factor_cells):
-    """values[cells] * factor[factor_cells] in one pass, in values' type (int64 wraps)."""
-    out = np.empty(cells.shape[0], values.dtype)
+def _gather_product(values, cells, factor, factor_cells, out):
+    """out = values[cells] * factor[factor_cells] in one pass, in values' type (int64
+    wraps)."""
     for k in range(cells.shape[0]):
         out[k] = values[cells[k]] * factor[factor_cells[k]]
-    return out
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -518,15 +632,21 @@ class CpuJoinKernels:
             empty = np.empty(0, np.int64)
             return empty, empty
         if algorithm == "sort-merge":
+            n_slots = max(int(slots_a.max()), int(slots_b.max()), 0) + 1
+            _, order_b, sorted_first_b, span_b = _window_sorted_buckets(
+                slots_b, first_b, last_b, n_slots
+            )
             return _merge(
                 _sorted_rows(slots_a),
                 slots_a,
                 first_a,
                 last_a,
-                _sorted_rows(slots_b),
+                order_b,
                 slots_b,
                 first_b,
                 last_b,
+                sorted_first_b,
+                span_b,
             )
         if len(slots_a) <= len(slots_b):  # build on the smaller side, probe with the other
             return _hash_probe(slots_a, first_a, last_a, slots_b, first_b, last_b)
@@ -608,6 +728,9 @@ class CpuJoinKernels:
         )
 
     def match_cells(self, left, left_ids, right, right_ids, n_ids, group_of_id, left_order):
+        # a left cell matches once at most; the outputs in Arrow's pool (see gather_product)
+        bound = int(left[2].sum())
+        outputs = [pool_array(bound, np.int64) for _ in range(4)]
         return _match_grids(
             *_window_ascending(left),
             left_ids,
@@ -617,9 +740,11 @@ class CpuJoinKernels:
             group_of_id,
             left_order,
             False,
+            *outputs,
         )
 
     def unseen_groups(self, left, left_ids, right, right_ids, n_ids, group_of_id):
+        empty = np.empty(0, np.int64)
         return _match_grids(
             *_window_ascending(left),
             left_ids,
@@ -629,10 +754,18 @@ class CpuJoinKernels:
             group_of_id,
             np.arange(len(left_ids), dtype=np.int64),
             True,
+            np.empty(max(n_ids, 1), np.int64),
+            empty,
+            empty,
+            empty,
         )[0]
 
     def gather_product(self, values, cells, factor, factor_cells):
-        return _gather_product(values, cells, factor, factor_cells)
+        # a result column: in Arrow's pool, whose freed pages the next firing reuses (fresh
+        # NumPy arrays of a firing's size come back from the OS page by page)
+        out = pool_array(len(cells), values.dtype)
+        _gather_product(values, cells, factor, factor_cells, out)
+        return out
 
     def window_ranges(self, ts, has_ts, size, slide, closed):
         n = len(ts)

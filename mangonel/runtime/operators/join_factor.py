@@ -39,6 +39,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.errors import DataError
+from mangonel.runtime.host.arrays import pool_array, take_rows
 from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.base import OperatorBase
 from mangonel.runtime.operators.join_kernels import JoinKernels
@@ -317,9 +318,13 @@ class FactorisedJoin:
             windows, groups, values = self._by_group(windows, groups, values)
         aggregates = finalize(self.node.aggregates, values)
         window = self.node.window
-        start = windows * window.slide
+        # the bounds are result columns: in Arrow's pool (`pool_array`), which keeps freed
+        # pages for the next firing (fresh NumPy arrays of a sliding firing's size came back
+        # from the OS page by page: 16 of 160 ms on the 1 M-row sliding join)
+        start = np.multiply(windows, window.slide, out=pool_array(len(windows), np.int64))
+        end = np.add(start, window.size, out=pool_array(len(windows), np.int64))
         keys = self._group_keys(groups)
-        batch = window_result_batch(schema, keys, aggregates, start, start + window.size)
+        batch = window_result_batch(schema, keys, aggregates, start, end)
         return batch, len(windows)
 
     def _products(self, left: Values, li: np.ndarray, right: Values, ri: np.ndarray) -> Values:
@@ -358,8 +363,7 @@ class FactorisedJoin:
                     for old, n in zip(self._group_columns, new, strict=True)
                 ]
             self._group_columns = new
-        at = pa.array(groups, pa.int64())
-        return [column.take(at) for column in self._group_columns]
+        return [take_rows(column, groups, False) for column in self._group_columns]
 
     def _slot_ids(self, index: int) -> np.ndarray:
         """The join key id of every key slot of a side (shared by both sides: equal keys,
