@@ -274,7 +274,10 @@ def run_spark_benchmarks(
     seed = getattr(arguments, "seed", None) or 1
     backend = getattr(arguments, "backend", None) or "auto"
     state_store = getattr(arguments, "spark_state", None) or "hdfs"
+    settings = dict(getattr(arguments, "spark_conf", None) or [])  # (key, value) pairs
     spark = spark or start_local_spark()
+    for key, value in settings.items():  # both engines run under them: the ratio stays fair
+        spark.conf.set(key, value)
     holistic = getattr(arguments, "holistic", False)
     chosen = shapes or (HOLISTIC_SHAPES if holistic else DEFAULT_SHAPES)
     print("warming up (Python workers, JIT) ...", flush=True)
@@ -289,7 +292,9 @@ def run_spark_benchmarks(
         state_store=state_store,
     )
     print(
-        f"state store: {state_store}\n"
+        f"state store: {state_store}"
+        + "".join(f"; {key}={value}" for key, value in settings.items())
+        + "\n"
         f"{'shape':32s} {'tuples':>10s} {'mangonel':>14s} {'Spark native':>14s} {'ratio':>8s} "
         f"{'rows out':>10s}  plan; registered DataFrame: plan, rate"
     )
