@@ -15,7 +15,8 @@ file per micro-batch) runs end to end, in the same Spark session, one after the 
 3. mangonel on the same files registered as a Spark DataFrame (`register`): the planner's
    choice there (two stages after Spark's file source, or Spark's native plan by cost).
 Each time covers planning, every micro-batch and the final no-data batch (start to
-`processAllAvailable`), after one small warm-up run of each (Python workers, JIT).
+`processAllAvailable`), after one small warm-up run of each shape's plans (Python workers,
+JIT, Spark's generated code).
 `state_store` picks Spark's state store provider for the run (`STATE_STORES`).
 """
 
@@ -280,17 +281,21 @@ def run_spark_benchmarks(
         spark.conf.set(key, value)
     holistic = getattr(arguments, "holistic", False)
     chosen = shapes or (HOLISTIC_SHAPES if holistic else DEFAULT_SHAPES)
-    print("warming up (Python workers, JIT) ...", flush=True)
-    measure_shape(
-        spark,
-        SparkShape(1_000_000, 100_000, keys=10, aggregate=chosen[0].aggregate),
-        20_000,
-        rate,
-        10_000,
-        seed,
-        backend,
-        state_store=state_store,
-    )
+    print("warming up (Python workers, JIT, each shape's plans) ...", flush=True)
+    # every shape's own plans once, small: Spark compiles each plan's generated code on its
+    # first run (and caches it by its text), which cost the first engine of a shape up to
+    # 3x on tumbling windows when only one two-stage shape was warmed (docs/performance.md)
+    for shape in chosen:
+        measure_shape(
+            spark,
+            SparkShape(shape.range_us, shape.slide_us, keys=10, aggregate=shape.aggregate),
+            20_000,
+            rate,
+            10_000,
+            seed,
+            backend,
+            state_store=state_store,
+        )
     print(
         f"state store: {state_store}"
         + "".join(f"; {key}={value}" for key, value in settings.items())
