@@ -98,6 +98,7 @@ class SparkResult:
     # reader with Spark's own stage 2 against Spark's native plan over its file source
     alternative: str = ""
     alternative_tuples_per_second: float | None = None
+    spark_conf: str = ""  # the run's `--spark-conf` settings, "KEY=VALUE; ..."
 
 
 def start_local_spark(cores: int = 2, shuffle_partitions: int = 2) -> SparkSession:
@@ -308,6 +309,7 @@ def run_spark_benchmarks(
         result = measure_shape(
             spark, shape, tuples, rate, batch, seed, backend, state_store=state_store, compare=True
         )
+        result.spark_conf = "; ".join(f"{key}={value}" for key, value in settings.items())
         agree = "" if result.rows_out == result.spark_rows_out else "  (row counts differ!)"
         frame_rate = (result.dataframe_tuples_per_second or 0) / 1e6
         print(
