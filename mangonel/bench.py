@@ -328,6 +328,14 @@ def _print_row(result: Result) -> None:
     )
 
 
+def spark_setting(text: str) -> tuple[str, str]:
+    """One `--spark-conf KEY=VALUE` as (key, value)."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key.strip(), value.strip()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from mangonel.cli import non_negative_int, positive_int
 
@@ -343,6 +351,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("hdfs", "rocksdb"),
         default="hdfs",
         help="--spark: Spark's state store provider for the run (HDFS-backed or RocksDB)",
+    )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        metavar="KEY=VALUE",
+        type=spark_setting,
+        default=[],
+        help="--spark: a Spark SQL setting for the whole run (repeatable), e.g. "
+        "spark.sql.streaming.checkpoint.fileChecksum.enabled=false; applies to both engines",
     )
     parser.add_argument(
         "--tuples", type=positive_int, help="tuples per shape (CPU 20 M, GPU 100 M)"

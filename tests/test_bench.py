@@ -216,3 +216,27 @@ def test_sketch_shapes_run_approx_percentile_on_both_paths(tmp_path: Path) -> No
     assert "APPROX_PERCENTILE(value, 0.5) [exact]" in rows[0]["shape"]
     assert "APPROX_PERCENTILE(value, 0.5) [sketch]" in rows[1]["shape"]
     assert rows[0]["rows_out"] == rows[1]["rows_out"] > 0
+
+
+def test_spark_conf_settings_parse_and_a_pair_without_equals_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from mangonel.cli import build_parser
+
+    parsed = build_parser().parse_args(
+        [
+            "bench",
+            "--spark",
+            "--spark-conf",
+            "spark.sql.streaming.checkpoint.fileChecksum.enabled=false",
+            "--spark-conf",
+            "spark.sql.shuffle.partitions = 1",
+        ]
+    )
+    assert parsed.spark_conf == [
+        ("spark.sql.streaming.checkpoint.fileChecksum.enabled", "false"),
+        ("spark.sql.shuffle.partitions", "1"),
+    ]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--spark", "--spark-conf", "fileChecksum"])
+    assert "'fileChecksum': expected KEY=VALUE" in capsys.readouterr().err
