@@ -90,3 +90,19 @@ def test_grow_is_a_queue_of_rows(width):
         assert len(grow.data) <= max(64, 2 * peak)  # bounded by the most rows ever live
     grow.clear()
     assert grow.size == 0 and grow.view.shape[0] == 0
+
+
+def test_grow_takes_rows_written_into_its_room_without_a_copy():
+    grow = Grow()
+    grow.extend(np.arange(10))
+    grow.drop_front(4)
+    room = grow.reserve(100)  # may move the live rows first: they stay the view's prefix
+    room[:] = np.arange(100, 200)
+    address = grow.data.ctypes.data
+    grow.extend(room)
+    assert grow.data.ctypes.data == address  # nothing moved or copied
+    assert grow.view.tolist() == [*range(4, 10), *range(100, 200)]
+    other = np.arange(7)  # an array of its own is copied in
+    grow.extend(other)
+    other[:] = -1
+    assert grow.view.tolist()[-7:] == list(range(7))

@@ -767,10 +767,12 @@ class CpuJoinKernels:
         _gather_product(values, cells, factor, factor_cells, out)
         return out
 
-    def window_ranges(self, ts, has_ts, size, slide, closed):
+    def window_ranges(self, ts, has_ts, size, slide, closed, out=None):
         n = len(ts)
         keep = np.empty(n, np.bool_)
-        first, last, origin = (np.empty(n, np.int64) for _ in range(3))
+        if out is None:
+            out = tuple(np.empty(n, np.int64) for _ in range(3))
+        first, last, origin = out
         tasks = max(1, min(numba.get_num_threads(), n // PARALLEL_TASK_ROWS))
         kept, late, top, any_time = _window_ranges(
             np.ascontiguousarray(ts, np.int64),

@@ -369,9 +369,9 @@ class GpuJoinKernels:
     def gather_product(self, values, cells, factor, factor_cells):
         return self.host.gather_product(values, cells, factor, factor_cells)
 
-    def window_ranges(self, ts, has_ts, size, slide, closed):
+    def window_ranges(self, ts, has_ts, size, slide, closed, out=None):
         # a batch's times are on the host as it arrives: one host pass, before any upload
-        return self.host.window_ranges(ts, has_ts, size, slide, closed)
+        return self.host.window_ranges(ts, has_ts, size, slide, closed, out)
 
     def new_key_map(self, types):
         return self.host.new_key_map(types)

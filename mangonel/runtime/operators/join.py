@@ -280,9 +280,11 @@ class JoinOperator:
             keep = has_ts
         else:
             watermark = self.watermark()
-            # one pass: the kept rows' window ranges, compacted; the late count; max time
+            # one pass: the kept rows' window ranges, compacted; the late count; max time;
+            # written where the side stores them (`append` then copies nothing)
+            room = tuple(g.reserve(n) for g in (side.first, side.last, side.origin))
             keep, first, last, origin, late, top = self.kernels.window_ranges(
-                ts, has_ts, window.size, window.slide, self._last_closed(watermark)
+                ts, has_ts, window.size, window.slide, self._last_closed(watermark), room
             )
             side.late += late
             sink = self.late_rows[side.index]

@@ -24,9 +24,10 @@ the slots and a "sort-merge" join a merge of both sides sorted by slot.
   the (left cell, right cell) pairs of equal (window, key id) read from both sides' dense
   fired grids, in (window, group) order; the matched key ids that have no group yet;
   `gather_product(...)`: the products of its fields at the matched cells.
-- `window_ranges(ts, has_ts, size, slide, closed)`: a batch's rows on arrival in one pass:
-  (keep: a time and a window after `closed` left, the kept rows' first, last and origin
-  windows, the late count, the largest time or None).
+- `window_ranges(ts, has_ts, size, slide, closed, out=None)`: a batch's rows on arrival in
+  one pass: (keep: a time and a window after `closed` left, the kept rows' first, last and
+  origin windows, the late count, the largest time or None); `out`: three int64 arrays of
+  the batch's length to write the ranges into (the stored rows' room: `Grow.reserve`).
 - Optional, `join_windows((slots, first, last) left, (...) right, lo, hi)`: an inner join
   without aggregation joined at the firing (`rows=firing`, the CPU's): the pairs of each
   window lo..hi among the stored rows (each row in its windows [first, last]), as (left
@@ -142,7 +143,13 @@ class JoinKernels(Protocol):
         ...
 
     def window_ranges(
-        self, ts: np.ndarray, has_ts: np.ndarray, size: int, slide: int, closed: int
+        self,
+        ts: np.ndarray,
+        has_ts: np.ndarray,
+        size: int,
+        slide: int,
+        closed: int,
+        out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int | None]:
         """(keep per row, the kept rows' first, last and origin windows, late count, the
         largest time or None): a row is kept with a time and a window after `closed`."""

@@ -35,8 +35,9 @@ class Grow:
     def view(self) -> np.ndarray:
         return self.data[self.start : self.end]
 
-    def extend(self, values: np.ndarray) -> None:
-        count = len(values)
+    def reserve(self, count: int) -> np.ndarray:
+        """Room for `count` more rows: the array they would be appended at, for a kernel to
+        write in place; `extend` with (a prefix of) it then copies nothing."""
         if self.end + count > len(self.data):
             live = self.size
             if 2 * (live + count) > len(self.data):
@@ -46,7 +47,13 @@ class Grow:
                 moved = self.data
             moved[:live] = self.data[self.start : self.end]
             self.data, self.start, self.end = moved, 0, live
-        self.data[self.end : self.end + count] = values
+        return self.data[self.end : self.end + count]
+
+    def extend(self, values: np.ndarray) -> None:
+        count = len(values)
+        tail = self.reserve(count)
+        if not (count and _same_memory(values, tail)):  # written in place by a kernel
+            tail[...] = values
         self.end += count
 
     def drop_front(self, count: int) -> None:
@@ -54,6 +61,16 @@ class Grow:
 
     def clear(self) -> None:
         self.start = self.end = 0
+
+
+def _same_memory(values: np.ndarray, tail: np.ndarray) -> bool:
+    return (
+        isinstance(values, np.ndarray)
+        and values.dtype == tail.dtype
+        and values.shape == tail.shape
+        and values.strides == tail.strides
+        and values.ctypes.data == tail.ctypes.data
+    )
 
 
 @dataclass
