@@ -106,3 +106,29 @@ def test_grow_takes_rows_written_into_its_room_without_a_copy():
     grow.extend(other)
     other[:] = -1
     assert grow.view.tolist()[-7:] == list(range(7))
+
+
+@pytest.mark.parametrize("mine_is_left", [True, False])
+@pytest.mark.parametrize("pairs", [0, 7, 5 * PARALLEL_TASK_ROWS])
+def test_pair_ranges_are_the_ids_and_the_shared_windows(mine_is_left, pairs):
+    """`pair_ranges` (one pass over the matched pairs, in slices when there are many) against
+    the NumPy it replaces, written into given arrays (the pending pairs' room) or new ones."""
+    rng = np.random.default_rng(pairs)
+    first, their_first = rng.integers(-50, 50, 300), rng.integers(-50, 50, 200)
+    last, their_last = first + rng.integers(0, 9, 300), their_first + rng.integers(0, 9, 200)
+    mine, theirs = rng.integers(0, 300, pairs), rng.integers(0, 200, pairs)
+    mine_ids, their_ids = mine + 1000, theirs + 77
+    want = (
+        mine_ids if mine_is_left else their_ids,
+        their_ids if mine_is_left else mine_ids,
+        np.maximum(first[mine], their_first[theirs]),
+        np.minimum(last[mine], their_last[theirs]),
+    )
+    kernels = CpuJoinKernels()
+    arguments = (mine, theirs, first, last, their_first, their_last, (1000, 77, mine_is_left))
+    room = tuple(np.full(pairs, -9, np.int64) for _ in range(4))
+    for out in (None, room):
+        got = kernels.pair_ranges(*arguments, out)
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g, w)
+    assert all(r is g for r, g in zip(room, kernels.pair_ranges(*arguments, room), strict=True))

@@ -614,6 +614,27 @@ def _window_ranges(ts, has_ts, size, slide, closed, keep, first, last, origin, t
     return kept.sum(), late.sum(), top, any_time
 
 
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _pair_ranges(mine, theirs, first, last, their_first, their_last, bases, tasks, out):
+    """Per matched pair (mine[k], theirs[k]): its left and right global ids and the windows
+    both rows share, [max(first), min(last)], written to out = (left, right, lo, hi)."""
+    left, right, lo, hi = out
+    mine_base, theirs_base, mine_is_left = bases
+    pairs = mine.shape[0]
+    for task in numba.prange(tasks):
+        for k in range(pairs * task // tasks, pairs * (task + 1) // tasks):
+            i = mine[k]
+            j = theirs[k]
+            lo[k] = max(first[i], their_first[j])
+            hi[k] = min(last[i], their_last[j])
+            if mine_is_left:
+                left[k] = i + mine_base
+                right[k] = j + theirs_base
+            else:
+                left[k] = j + theirs_base
+                right[k] = i + mine_base
+
+
 def _sorted_rows(slots: np.ndarray) -> np.ndarray:
     rows = np.flatnonzero(slots >= 0)
     return rows[np.argsort(slots[rows], kind="stable")]
@@ -765,6 +786,26 @@ class CpuJoinKernels:
         # NumPy arrays of a firing's size come back from the OS page by page)
         out = pool_array(len(cells), values.dtype)
         _gather_product(values, cells, factor, factor_cells, out)
+        return out
+
+    def pair_ranges(self, mine, theirs, first, last, their_first, their_last, bases, out=None):
+        count = len(mine)
+        if out is None:
+            out = tuple(np.empty(count, np.int64) for _ in range(4))
+        tasks = max(1, min(numba.get_num_threads(), count // PARALLEL_TASK_ROWS))
+        if count:
+            mine_base, theirs_base, mine_is_left = bases
+            _pair_ranges(
+                mine,
+                theirs,
+                first,
+                last,
+                their_first,
+                their_last,
+                (np.int64(mine_base), np.int64(theirs_base), bool(mine_is_left)),
+                tasks,
+                out,
+            )
         return out
 
     def window_ranges(self, ts, has_ts, size, slide, closed, out=None):

@@ -369,6 +369,10 @@ class GpuJoinKernels:
     def gather_product(self, values, cells, factor, factor_cells):
         return self.host.gather_product(values, cells, factor, factor_cells)
 
+    def pair_ranges(self, mine, theirs, first, last, their_first, their_last, bases, out=None):
+        # the host form's pairs (fused=probe, rows=host): their ids and ranges on the host
+        return self.host.pair_ranges(mine, theirs, first, last, their_first, their_last, bases, out)
+
     def window_ranges(self, ts, has_ts, size, slide, closed, out=None):
         # a batch's times are on the host as it arrives: one host pass, before any upload
         return self.host.window_ranges(ts, has_ts, size, slide, closed, out)

@@ -408,19 +408,27 @@ class JoinOperator:
         )
         if not len(mine):
             return
-        lo = np.maximum(first[mine], other.first.view[theirs])
-        hi = np.minimum(last[mine], other.last.view[theirs])
-        key_slots = slots[mine]
-        mine_ids = mine + start
-        theirs_ids = theirs + other.base
-        left, right = (mine_ids, theirs_ids) if side.index == 0 else (theirs_ids, mine_ids)
+        # pairs that go straight to the pending ones are written where they will be kept
+        straight = self.aggregate is None and self.join.residual is None
+        room = tuple(self.pending[n].reserve(len(mine)) for n in self.pending) if straight else None
+        left, right, lo, hi = self.kernels.pair_ranges(
+            mine,
+            theirs,
+            first,
+            last,
+            other.first.view,
+            other.last.view,
+            (start, other.base, side.index == 0),
+            room,
+        )
+        key_slots = slots[mine] if self.aggregate is not None else None
         if self.join.residual is not None:
             joined = self._gather(left, right, self.residual_columns)
             keep = to_mask(
                 self.kernels.evaluate(self.join.residual, self.column_types, joined, len(left))
             )
             left, right, lo, hi = left[keep], right[keep], lo[keep], hi[keep]
-            key_slots = key_slots[keep]
+            key_slots = None if key_slots is None else key_slots[keep]
         for index, ids in ((0, left), (1, right)):
             keeper = self.sides[index]
             if keeper.matched is not None and len(ids):

@@ -28,6 +28,10 @@ the slots and a "sort-merge" join a merge of both sides sorted by slot.
   one pass: (keep: a time and a window after `closed` left, the kept rows' first, last and
   origin windows, the late count, the largest time or None); `out`: three int64 arrays of
   the batch's length to write the ranges into (the stored rows' room: `Grow.reserve`).
+- `pair_ranges(mine, theirs, first, last, their_first, their_last, (mine_base, theirs_base,
+  mine_is_left), out=None)`: matched pairs' (left id, right id, lo, hi) in one pass: global
+  ids and the windows both rows share; `out`: four int64 arrays to write them into (the
+  pending pairs' room).
 - Optional, `join_windows((slots, first, last) left, (...) right, lo, hi)`: an inner join
   without aggregation joined at the firing (`rows=firing`, the CPU's): the pairs of each
   window lo..hi among the stored rows (each row in its windows [first, last]), as (left
@@ -140,6 +144,21 @@ class JoinKernels(Protocol):
         """values[cells] * factor[factor_cells] in values' type (int64 products wrap mod
         2^64): the factorised join's COUNT(*) and a side's counts and sums at matched
         cells."""
+        ...
+
+    def pair_ranges(
+        self,
+        mine: np.ndarray,
+        theirs: np.ndarray,
+        first: np.ndarray,
+        last: np.ndarray,
+        their_first: np.ndarray,
+        their_last: np.ndarray,
+        bases: tuple[int, int, bool],
+        out: tuple[np.ndarray, ...] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(left ids, right ids, lo, hi) of pairs (mine[k], theirs[k]): global ids (`bases`:
+        each side's first id, and whether `mine` is the left side) and shared windows."""
         ...
 
     def window_ranges(
