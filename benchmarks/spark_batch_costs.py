@@ -19,11 +19,15 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
-import uuid
 from pathlib import Path
 
-from mangonel.runtime.spark.bench import STREAM_DDL, SparkShape, start_local_spark, write_input
+from mangonel.runtime.spark.bench import (
+    STREAM_DDL,
+    SparkShape,
+    run_to_sink,
+    start_local_spark,
+    write_input,
+)
 from mangonel.runtime.spark.session import SparkMangonelSession
 
 PHASES = ("addBatch", "walCommit", "commitOffsets", "queryPlanning", "latestOffset", "getBatch")
@@ -45,18 +49,7 @@ def run(spark, folder: Path, shape: SparkShape, settings: dict[str, str]) -> str
             "GROUP BY key"
         )
         load = os.getloadavg()[0]
-        started = time.perf_counter()
-        query = (
-            frame.writeStream.format("noop")
-            .outputMode("append")
-            .option("checkpointLocation", f"/tmp/mangonel-costs-{uuid.uuid4().hex}")
-            .start()
-        )
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
-        seconds = time.perf_counter() - started
+        seconds, query = run_to_sink(frame)
     finally:
         for key, value in before.items():
             if value is None:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
+from mangonel.runtime.spark.bench import run_to_sink
 from mangonel.runtime.spark.session import local_spark
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -158,18 +157,7 @@ def run_variant(spark: SparkSession, folder: Path, variant: str) -> tuple[float,
             outputMode="Append",
             timeMode="EventTime",
         )
-    started = time.perf_counter()
-    query = (
-        frame.writeStream.format("noop")
-        .outputMode("append")
-        .option("checkpointLocation", f"/tmp/tws-floor-{uuid.uuid4().hex}")
-        .start()
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    seconds = time.perf_counter() - started
+    seconds, query = run_to_sink(frame)
     operator_ms = 0.0
     batches = 0
     for progress in query.recentProgress:

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from mangonel.catalog.catalog import Column, Schema
 from mangonel.catalog.sources.generator import GeneratorConfig, generate
@@ -106,24 +107,30 @@ def start_local_spark(cores: int = 2, shuffle_partitions: int = 2) -> SparkSessi
     return local_spark("mangonel-bench", cores=cores, shuffle_partitions=shuffle_partitions)
 
 
+def run_to_sink(
+    frame: DataFrame, sink: str = "noop", name: str | None = None
+) -> tuple[float, StreamingQuery]:
+    """Run a streaming DataFrame in append mode to `sink` until every input is processed,
+    with a fresh checkpoint; (wall seconds, the stopped query, whose `recentProgress` the
+    benchmarks read)."""
+    started = time.perf_counter()
+    writer = frame.writeStream.format(sink).outputMode("append")
+    if name is not None:
+        writer = writer.queryName(name)
+    query = writer.option("checkpointLocation", f"/tmp/mangonel-bench-{uuid.uuid4().hex}").start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return time.perf_counter() - started, query
+
+
 def _seconds_and_rows(frame: DataFrame, keep: list[Any] | None = None) -> tuple[float, int]:
     """Run a streaming DataFrame to Spark's no-op sink; (wall seconds, rows written). With
     `keep`, the rows go to a memory sink instead and are appended to it as a pandas frame
     (for tests that compare results; the benchmark itself never keeps them)."""
     name = "bench_" + uuid.uuid4().hex[:8]
-    started = time.perf_counter()
-    query = (
-        frame.writeStream.format("noop" if keep is None else "memory")
-        .queryName(name)
-        .outputMode("append")
-        .option("checkpointLocation", f"/tmp/mangonel-bench-{uuid.uuid4().hex}")
-        .start()
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    seconds = time.perf_counter() - started
+    seconds, query = run_to_sink(frame, "noop" if keep is None else "memory", name)
     rows = sum(int(p["sink"].get("numOutputRows", 0) or 0) for p in query.recentProgress)
     if keep is not None:
         keep.append(frame.sparkSession.table(name).toPandas())
