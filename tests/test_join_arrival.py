@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mangonel.runtime.cpu.join import PARALLEL_TASK_ROWS, CpuJoinKernels
+from mangonel.runtime.cpu.join import CpuJoinKernels
 from mangonel.runtime.operators.join_sides import Grow
+
+LARGE = 1 << 18  # rows: a batch as the benchmarks send them
 
 
 def _by_formula(ts, has_ts, size, slide, closed):  # noqa: ANN001, ANN202
@@ -43,11 +45,10 @@ def test_window_ranges_are_the_formulas(times, nulls, size, slides, closed):
 
 
 @pytest.mark.parametrize("size, slide", [(700_000, 300_000), (1_000_000, 10_000)])
-def test_window_ranges_of_a_batch_in_several_slices(size, slide):
-    """A batch large enough for several of the pass's slices (PARALLEL_TASK_ROWS each):
-    compaction across slices, late rows, NULL times and the maximum of the slices' maxima."""
+def test_window_ranges_of_a_large_batch(size, slide):
+    """A large batch: compaction, late rows, NULL times, the largest time."""
     rng = np.random.default_rng(size)
-    ts = rng.integers(-(10**7), 10**7, 5 * PARALLEL_TASK_ROWS).astype(np.int64)
+    ts = rng.integers(-(10**7), 10**7, LARGE).astype(np.int64)
     has_ts = rng.random(len(ts)) > 0.1
     got = CpuJoinKernels().window_ranges(ts, has_ts, size, slide, 5)
     want = _by_formula(ts, has_ts, size, slide, 5)
@@ -109,10 +110,10 @@ def test_grow_takes_rows_written_into_its_room_without_a_copy():
 
 
 @pytest.mark.parametrize("mine_is_left", [True, False])
-@pytest.mark.parametrize("pairs", [0, 7, 5 * PARALLEL_TASK_ROWS])
+@pytest.mark.parametrize("pairs", [0, 7, LARGE])
 def test_pair_ranges_are_the_ids_and_the_shared_windows(mine_is_left, pairs):
-    """`pair_ranges` (one pass over the matched pairs, in slices when there are many) against
-    the NumPy it replaces, written into given arrays (the pending pairs' room) or new ones."""
+    """`pair_ranges` (one pass over the matched pairs) against the NumPy it replaces, written
+    into given arrays (the pending pairs' room) or new ones."""
     rng = np.random.default_rng(pairs)
     first, their_first = rng.integers(-50, 50, 300), rng.integers(-50, 50, 200)
     last, their_last = first + rng.integers(0, 9, 300), their_first + rng.integers(0, 9, 200)
