@@ -39,10 +39,17 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.errors import DataError
-from mangonel.runtime.host.arrays import pool_array, take_rows
+from mangonel.runtime.host.arrays import take_rows
 from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.base import OperatorBase
-from mangonel.runtime.operators.join_kernels import JoinKernels
+from mangonel.runtime.operators.join_kernels import (
+    LEFT,
+    LEFT_SCALED,
+    RIGHT,
+    RIGHT_SCALED,
+    ROWS,
+    JoinKernels,
+)
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_ids_of, window_result_batch
 from mangonel.runtime.operators.window import TimeWindowOperator, _Segment
@@ -85,7 +92,7 @@ class FiredGrid:
 
     def parts(self, rows: str) -> tuple[np.ndarray, ...]:
         """(windows, starts, widths, slot starts, slots, row counts): what
-        `JoinKernels.match_cells` reads."""
+        `JoinKernels.combine_cells` reads."""
         windows, starts, widths = self.windows, self.starts, self.widths
         return windows, starts, widths, self.slot_starts, self.slots, self.values[rows][0]
 
@@ -251,6 +258,7 @@ class FactorisedJoin:
             left.index(k.name) if k.name in left else right.index(k.name) for k in node.keys
         ]
         self.groups = kernels.new_key_map(tuple(k.type for k in node.keys))
+        self._combine_ops()
         # GROUP BY every join key column: one group per join key, nothing to combine
         self.groups_are_keys = sorted(self.group_positions) == list(range(len(left)))
         # the next arrival (`prefetch`), staged while either side's kernels run
@@ -296,6 +304,28 @@ class FactorisedJoin:
 
     # -- firing ---------------------------------------------------------------------------
 
+    def _combine_ops(self) -> None:
+        """What each field part of a result is (`JoinKernels.combine_cells`' ops):
+        COUNT(*) = n_l * n_r; a side's counts and sums times the other side's rows (int64
+        products wrap mod 2^64, as adding n copies does; a double sum times n as a double);
+        the rest (MIN, MAX) as the side holds them. `_values_read[side]`: the (field, part)
+        of that side's values the ops read, by index."""
+        self._values_read: tuple[list[tuple[str, int]], list[tuple[str, int]]] = ([], [])
+        ops = []
+        for f in self.node.fields:
+            side = self.side_of[f.name]
+            if side is None:  # COUNT(*): every pair of the key in the window
+                ops.append((ROWS, 0))
+                continue
+            if f.kind.name in ("count", "sum"):
+                name = (LEFT_SCALED, RIGHT_SCALED)[side]
+            else:
+                name = (LEFT, RIGHT)[side]
+            for part in range(len(f.kind.parts)):
+                ops.append((name, len(self._values_read[side])))
+                self._values_read[side].append((f.name, part))
+        self._ops = tuple(ops)
+
     def fire(self, lo: int, upto: int, schema: pa.Schema) -> tuple[pa.RecordBatch | None, int]:
         """The window results of windows up to `upto` in window order, then group (first
         seen); and how many (window, group) results there are. Both sides fire."""
@@ -308,48 +338,37 @@ class FactorisedJoin:
         # the left slots in group order: each window's matches come out ordered by group
         left_groups = np.where(grids[1] >= 0, self.group_of_id[grids[1]], -1)
         order = np.argsort(left_groups, kind="stable")
-        li, ri, windows, groups = self.kernels.match_cells(
-            *grids, self.key_ids.n_slots, self.group_of_id, order
+        sides_values = tuple(
+            tuple(grid.values[name][part] for name, part in read)
+            for grid, read in zip((left, right), self._values_read, strict=True)
         )
-        if not len(li):
-            return None, 0
-        values = self._products(left.values, li, right.values, ri)
-        if not self.groups_are_keys:  # keys of one group combined
-            windows, groups, values = self._by_group(windows, groups, values)
-        aggregates = finalize(self.node.aggregates, values)
         window = self.node.window
-        # the bounds are result columns: in Arrow's pool (`pool_array`), which keeps freed
-        # pages for the next firing (fresh NumPy arrays of a sliding firing's size came back
-        # from the OS page by page: 16 of 160 ms on the 1 M-row sliding join)
-        start = np.multiply(windows, window.slide, out=pool_array(len(windows), np.int64))
-        end = np.add(start, window.size, out=pool_array(len(windows), np.int64))
+        # the bounds, groups and field parts in one pass, into Arrow's pool (result columns)
+        start, end, groups, parts = self.kernels.combine_cells(
+            *grids,
+            self.key_ids.n_slots,
+            self.group_of_id,
+            order,
+            *sides_values,
+            self._ops,
+            window.size,
+            window.slide,
+        )
+        if not len(start):
+            return None, 0
+        values: Values = {}
+        at = 0
+        for f in self.node.fields:
+            values[f.name] = parts[at : at + len(f.kind.parts)]
+            at += len(f.kind.parts)
+        if not self.groups_are_keys:  # keys of one group combined
+            windows, groups, values = self._by_group(start // window.slide, groups, values)
+            start = windows * window.slide
+            end = start + window.size
+        aggregates = finalize(self.node.aggregates, values)
         keys = self._group_keys(groups)
         batch = window_result_batch(schema, keys, aggregates, start, end)
-        return batch, len(windows)
-
-    def _products(self, left: Values, li: np.ndarray, right: Values, ri: np.ndarray) -> Values:
-        """The join's field values at matched cells (left cell li, right cell ri): COUNT(*)
-        = n_l * n_r; a side's counts and sums times the other side's rows (int64 products
-        wrap mod 2^64, as adding n copies does; a double sum times n as a double); the rest
-        (MIN, MAX) as the side holds them."""
-        rows = self.node.fields[0].name
-        product = self.kernels.gather_product
-        values: Values = {}
-        for f in self.node.fields:
-            side = self.side_of[f.name]
-            if side is None:  # COUNT(*): every pair of the key in the window
-                values[f.name] = (product(left[rows][0], li, right[rows][0], ri),)
-                continue
-            cells, at, other, other_at = (
-                (left, li, right, ri) if side == 0 else (right, ri, left, li)
-            )
-            if f.kind.name in ("count", "sum"):
-                values[f.name] = tuple(
-                    product(part, at, other[rows][0], other_at) for part in cells[f.name]
-                )
-            else:
-                values[f.name] = tuple(part[at] for part in cells[f.name])
-        return values
+        return batch, len(start)
 
     def _group_keys(self, groups: np.ndarray) -> list[pa.Array]:
         """The GROUP BY columns of group slots: each group decoded once (kept, extended as
