@@ -79,6 +79,7 @@ def test_combine_cells_writes_every_window_and_key_both_sides_hold():
         n_ids,
         group_of_id,
         order,
+        np.arange(n_ids, dtype=np.int64),  # the group slots themselves
         left_values,
         right_values,
         ops,
@@ -103,6 +104,26 @@ def test_combine_cells_writes_every_window_and_key_both_sides_hold():
     got = list(zip(*(c.tolist() for c in columns), strict=True))
     assert got == want
 
+    # a group column's values written in its dtype (an INT join key)
+    key_of_group = rng.integers(-(2**31), 2**31 - 1, n_ids).astype(np.int32)
+    keyed = kernels.combine_cells(
+        left,
+        left_ids,
+        right,
+        right_ids,
+        n_ids,
+        group_of_id,
+        order,
+        key_of_group,
+        left_values,
+        right_values,
+        ops,
+        size,
+        slide,
+    )
+    assert keyed[2].dtype == np.int32
+    assert keyed[2].tolist() == [int(key_of_group[row[2]]) for row in want]
+
     # nothing in common: empty columns of the ops' types
     none = kernels.combine_cells(
         left,
@@ -112,6 +133,7 @@ def test_combine_cells_writes_every_window_and_key_both_sides_hold():
         n_ids,
         group_of_id,
         order,
+        np.arange(n_ids, dtype=np.int64),
         left_values,
         right_values,
         ops,

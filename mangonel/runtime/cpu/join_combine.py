@@ -66,6 +66,7 @@ def combine(
     n_ids,
     group_of_id,
     left_order,
+    group_values,
     size,
     slide,
     out_start,
@@ -186,7 +187,7 @@ def render_source(ops: tuple[Op, ...], n_left: int, n_right: int) -> str:
         lines = [
             "out_start[count] = window_start",
             "out_end[count] = window_end",
-            "out_group[count] = group",
+            "out_group[count] = group_values[group]",
         ]
         lines += [
             f"out{p}[count] = {_EXPRESSIONS[source].format(i=i)}"
@@ -245,18 +246,20 @@ def combine_cells(
     n_ids: int,
     group_of_id: np.ndarray,
     left_order: np.ndarray,
+    group_values: np.ndarray,
     left_values: tuple[np.ndarray, ...],
     right_values: tuple[np.ndarray, ...],
     ops: tuple[Op, ...],
     size: int,
     slide: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
-    """`JoinKernels.combine_cells` on the CPU: (window start, window end, group, output
-    parts) of every match, written by the shape's kernel in one pass. The outputs are
-    result columns: in Arrow's pool (`pool_array`), whose freed pages the next firing reuses
-    (fresh NumPy arrays of a firing's size come back from the OS page by page)."""
+    """`JoinKernels.combine_cells` on the CPU: (window start, window end, group value,
+    output parts) of every match, written by the shape's kernel in one pass. The outputs
+    are result columns: in Arrow's pool (`pool_array`), whose freed pages the next firing
+    reuses (fresh NumPy arrays of a firing's size come back from the OS page by page)."""
     bound = int(left[2].sum())  # a left cell matches once at most
-    bounds = [pool_array(bound, np.int64) for _ in range(3)]
+    bounds = [pool_array(bound, np.int64) for _ in range(2)]
+    bounds.append(pool_array(bound, group_values.dtype))
     outs = [pool_array(bound, output_dtype(op, left[5], left_values, right_values)) for op in ops]
     kernel = combine_kernel(ops, len(left_values), len(right_values))
     count = kernel(
@@ -267,6 +270,7 @@ def combine_cells(
         max(n_ids, 1),
         group_of_id,
         left_order,
+        group_values,
         size,
         slide,
         *bounds,

@@ -39,7 +39,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.errors import DataError
-from mangonel.runtime.host.arrays import take_rows
+from mangonel.runtime.host.arrays import fixed_width_array, fixed_width_values, take_rows
 from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.base import OperatorBase
 from mangonel.runtime.operators.join_kernels import (
@@ -208,13 +208,13 @@ class FactorisedSide(TimeWindowOperator):
             return []
         values = self._window_values(segment, runs, n_keys)
         windows = window_ids_of(runs)
-        has_rows = values[self.fields[0].name][0] > 0
-        filled = int(np.count_nonzero(has_rows))
-        if filled * SPARSE_CHUNK >= len(has_rows):
+        rows = values[self.fields[0].name][0]
+        filled = int(np.count_nonzero(rows))  # row counts: never negative
+        if filled * SPARSE_CHUNK >= len(rows):
             widths = np.full(len(windows), n_keys, np.int64)
             self._fired.append(FiredChunk(windows, widths, None, values))
         elif filled:
-            selected = np.flatnonzero(has_rows)
+            selected = np.flatnonzero(rows)
             number, slots = np.divmod(selected, n_keys)
             widths = np.bincount(number, minlength=len(windows))
             kept = {name: tuple(part[selected] for part in parts) for name, parts in values.items()}
@@ -274,6 +274,7 @@ class FactorisedJoin:
         self.ids_of_slot = [np.zeros(0, np.int64), np.zeros(0, np.int64)]
         self.group_of_id = np.zeros(0, np.int64)
         self._group_columns: list[pa.Array] = []  # every group's key columns, by slot
+        self._identity = np.zeros(0, np.int64)  # `_group_slots`
 
     # -- input ----------------------------------------------------------------------------
 
@@ -343,12 +344,20 @@ class FactorisedJoin:
             for grid, read in zip((left, right), self._values_read, strict=True)
         )
         window = self.node.window
+        columns = self._decoded_groups()
+        # one GROUP BY column of fixed width (an integer join key): the kernel writes its
+        # values; else the group slots, whose columns are taken after
+        direct = None
+        if self.groups_are_keys and len(columns) == 1:
+            direct = fixed_width_values(columns[0])
+        group_values = direct if direct is not None else self._group_slots()
         # the bounds, groups and field parts in one pass, into Arrow's pool (result columns)
         start, end, groups, parts = self.kernels.combine_cells(
             *grids,
             self.key_ids.n_slots,
             self.group_of_id,
             order,
+            group_values,
             *sides_values,
             self._ops,
             window.size,
@@ -366,13 +375,17 @@ class FactorisedJoin:
             start = windows * window.slide
             end = start + window.size
         aggregates = finalize(self.node.aggregates, values)
-        keys = self._group_keys(groups)
+        if direct is not None:
+            keys = [fixed_width_array(columns[0].type, groups)]
+        else:
+            keys = [take_rows(column, groups, False) for column in columns]
         batch = window_result_batch(schema, keys, aggregates, start, end)
         return batch, len(start)
 
-    def _group_keys(self, groups: np.ndarray) -> list[pa.Array]:
-        """The GROUP BY columns of group slots: each group decoded once (kept, extended as
-        groups appear), then taken per result row (a firing repeats each group per window)."""
+    def _decoded_groups(self) -> list[pa.Array]:
+        """The GROUP BY columns of every group slot: each group decoded once (kept, extended
+        as groups appear); a firing takes them per result row (it repeats each group per
+        window)."""
         known = len(self._group_columns[0]) if self._group_columns else 0
         if known < self.groups.n_slots:
             new = self.groups.decode(np.arange(known, self.groups.n_slots, dtype=np.int64))
@@ -382,7 +395,13 @@ class FactorisedJoin:
                     for old, n in zip(self._group_columns, new, strict=True)
                 ]
             self._group_columns = new
-        return [take_rows(column, groups, False) for column in self._group_columns]
+        return self._group_columns
+
+    def _group_slots(self) -> np.ndarray:
+        """0..n_groups - 1: the combine's group values when it writes group slots."""
+        if len(self._identity) < self.groups.n_slots:
+            self._identity = np.arange(max(self.groups.n_slots, 2 * len(self._identity)))
+        return self._identity
 
     def _slot_ids(self, index: int) -> np.ndarray:
         """The join key id of every key slot of a side (shared by both sides: equal keys,

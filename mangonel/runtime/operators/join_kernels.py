@@ -119,6 +119,7 @@ class JoinKernels(Protocol):
         n_ids: int,
         group_of_id: np.ndarray,
         left_order: np.ndarray,
+        group_values: np.ndarray,
         left_values: tuple[np.ndarray, ...],
         right_values: tuple[np.ndarray, ...],
         ops: tuple[CombineOp, ...],
@@ -133,7 +134,9 @@ class JoinKernels(Protocol):
         at most. Every (window, key id) with rows on both sides (left cell lc, right cell
         rc) is one result: in window order, then group order where each left key slot's
         group is ordered as in `left_order` (the slots sorted by group). Returns (window
-        start `k * slide`, window end `+ size`, group_of_id[id], one array per op): op
+        start `k * slide`, window end `+ size`, group_values[group_of_id[id]] (in
+        group_values' dtype: the group slots for an identity, or a group column's values,
+        written in the same pass), one array per op): op
         (ROWS, _): rows_l[lc] * rows_r[rc]; (LEFT_SCALED, i): left_values[i][lc] *
         rows_r[rc] (a side's count or sum: int64 products wrap mod 2^64, a double stays a
         double); (RIGHT_SCALED, i): right_values[i][rc] * rows_l[lc]; (LEFT, i) / (RIGHT,
