@@ -400,7 +400,8 @@ class FactorisedJoin:
     def _group_slots(self) -> np.ndarray:
         """0..n_groups - 1: the combine's group values when it writes group slots."""
         if len(self._identity) < self.groups.n_slots:
-            self._identity = np.arange(max(self.groups.n_slots, 2 * len(self._identity)))
+            size = max(self.groups.n_slots, 2 * len(self._identity))
+            self._identity = np.arange(size, dtype=np.int64)
         return self._identity
 
     def _slot_ids(self, index: int) -> np.ndarray:
