@@ -1,14 +1,16 @@
-"""The factorised join's match over both sides' fired grids (`CpuJoinKernels.match_cells`,
+"""The factorised join's combine over both sides' fired grids (`CpuJoinKernels.combine_cells`,
 `unseen_groups`): every (window, key id) with rows on both sides, read in place from (window,
 key slot) grids, dense or sparse (runs of windows of different widths, windows out of order,
-NULL keys, empty cells), in (window, group) order; and the matched key ids without a group,
-first met first. Checked against a plain Python walk."""
+NULL keys, empty cells), in (window, group) order, with its window bounds and every output
+part (products wrapping mod 2^64, doubles, values as they are); and the matched key ids
+without a group, first met first. Checked against a plain Python walk."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from mangonel.runtime.cpu.join import CpuJoinKernels
+from mangonel.runtime.operators.join_kernels import LEFT, LEFT_SCALED, RIGHT, RIGHT_SCALED, ROWS
 
 
 def _grid(rng: np.random.Generator, windows: list[int], widths: list[int], sparse: set[int]):  # noqa: ANN202
@@ -50,29 +52,95 @@ def _cells(grid, ids):  # noqa: ANN001, ANN202
     return out
 
 
-def test_match_cells_pairs_every_window_and_key_both_sides_hold():
+def test_combine_cells_writes_every_window_and_key_both_sides_hold():
     rng = np.random.default_rng(4)
     n_ids = 40
     left_ids = rng.permutation(n_ids)[:30].astype(np.int64)
     left_ids[[3, 17]] = -1  # NULL keys
     right_ids = rng.permutation(n_ids)[:35].astype(np.int64)
-    # out of order, narrower runs, dense and sparse entries on both sides
+    # out of order, narrower runs, dense and sparse entries on both sides; a window held
+    # densely by one entry on each side (3, 9) takes the kernel's slot-pairs path
     left = _grid(rng, [5, 2, 3, 9, 7, 8], [30, 30, 12, 30, 25, 30], {1, 4})
     right = _grid(rng, [2, 3, 4, 5, 7, 9, 8], [35, 20, 35, 35, 35, 10, 35], {0, 3, 6})
     group_of_id = rng.permutation(n_ids).astype(np.int64)
     order = np.argsort(np.where(left_ids >= 0, group_of_id[left_ids], -1), kind="stable")
+    n_left, n_right = len(left[5]), len(right[5])
+    # a left int64 sum near 2^63 (its products wrap), a right double sum, MIN/MAX values
+    left_values = (rng.integers(2**62, 2**63 - 1, n_left), rng.normal(size=n_left))
+    right_values = (rng.normal(size=n_right), rng.integers(-9, 9, n_right))
+    ops = ((ROWS, 0), (LEFT_SCALED, 0), (RIGHT_SCALED, 0), (LEFT, 1), (RIGHT, 1))
+    size, slide = 1000, 10
     kernels = CpuJoinKernels()
-    li, ri, windows, groups = kernels.match_cells(
-        left, left_ids, right, right_ids, n_ids, group_of_id, order
+    start, end, groups, parts = kernels.combine_cells(
+        left,
+        left_ids,
+        right,
+        right_ids,
+        n_ids,
+        group_of_id,
+        order,
+        np.arange(n_ids, dtype=np.int64),  # the group slots themselves
+        left_values,
+        right_values,
+        ops,
+        size,
+        slide,
     )
     on_left, on_right = _cells(left, left_ids), _cells(right, right_ids)
-    want = sorted(
-        (window, int(group_of_id[key]), cell, on_right[(window, key)][0])
-        for (window, key), (cell, _) in on_left.items()
-        if (window, key) in on_right
-    )
+    want = []
+    for (window, key), (lc, _) in on_left.items():
+        if (window, key) not in on_right:
+            continue
+        rc = on_right[(window, key)][0]
+        n_l, n_r = int(left[5][lc]), int(right[5][rc])
+        wrapped = (int(left_values[0][lc]) * n_r + 2**63) % 2**64 - 2**63
+        values = (n_l * n_r, wrapped, right_values[0][rc] * n_l)
+        values += (left_values[1][lc], int(right_values[1][rc]))
+        want.append((window * slide, window * slide + size, int(group_of_id[key]), *values))
+    want.sort(key=lambda row: row[:3])  # (window, group) order
     assert len(want) > 10
-    assert list(zip(windows, groups, li, ri, strict=True)) == want  # (window, group) order
+    assert parts[1].dtype == np.int64 and parts[2].dtype == np.float64
+    columns = (start, end, groups, *parts)
+    got = list(zip(*(c.tolist() for c in columns), strict=True))
+    assert got == want
+
+    # a group column's values written in its dtype (an INT join key)
+    key_of_group = rng.integers(-(2**31), 2**31 - 1, n_ids).astype(np.int32)
+    keyed = kernels.combine_cells(
+        left,
+        left_ids,
+        right,
+        right_ids,
+        n_ids,
+        group_of_id,
+        order,
+        key_of_group,
+        left_values,
+        right_values,
+        ops,
+        size,
+        slide,
+    )
+    assert keyed[2].dtype == np.int32
+    assert keyed[2].tolist() == [int(key_of_group[row[2]]) for row in want]
+
+    # nothing in common: empty columns of the ops' types
+    none = kernels.combine_cells(
+        left,
+        left_ids,
+        right,
+        np.full(len(right_ids), -1, np.int64),
+        n_ids,
+        group_of_id,
+        order,
+        np.arange(n_ids, dtype=np.int64),
+        left_values,
+        right_values,
+        ops,
+        size,
+        slide,
+    )
+    assert len(none[0]) == 0 and [p.dtype for p in none[3]] == [p.dtype for p in parts]
 
     # the matched ids without a group: first met, window then left slot
     group_of_id[group_of_id % 2 == 0] = -1

@@ -14,6 +14,7 @@ import numpy as np
 
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
+from mangonel.runtime.cpu.join_combine import combine_cells, unseen_groups
 from mangonel.runtime.cpu.kernels import tuple_partials
 from mangonel.runtime.cpu.keys import KeyTable
 from mangonel.runtime.host.arrays import pool_array
@@ -406,157 +407,6 @@ def _prefix_windows(cell_k, cell_g, deltas, running, lo, hi):
 
 
 @numba.njit(cache=True)
-def _match_grids(
-    left_windows,
-    left_starts,
-    left_widths,
-    left_slot_starts,
-    left_slots,
-    left_rows,
-    left_ids,
-    right_windows,
-    right_starts,
-    right_widths,
-    right_slot_starts,
-    right_slots,
-    right_rows,
-    right_ids,
-    n_ids,
-    group_of_id,
-    left_order,
-    collect,
-    out_left,
-    out_right,
-    out_window,
-    out_group,
-):
-    """The factorised join's match over both sides' fired grids (window entries ascending;
-    `join_factor.FiredGrid`), window by window: the right cells with rows into a table by
-    key id (stamped with the window's number, so the table is never cleared), then the
-    left cells with rows probe it: a dense entry's slots in `left_order` (so its matches come
-    in that order), a sparse one's cells in order, its matches then ordered by group. Writes
-    (left cell, right cell, window, group of the key id) per match; with `collect`,
-    instead, the key ids matched whose group is unknown (< 0), each once, in the order met
-    (`left_order` ascending: window, then left key slot). The outputs are given (a left
-    cell matches once at most; collecting, a key id is met once); the prefixes written
-    are returned."""
-    n_left, n_right = left_windows.shape[0], right_windows.shape[0]
-    stamp = np.zeros(n_ids, np.int64)
-    cell_of_id = np.empty(n_ids, np.int64)
-    seen = np.zeros(n_ids, np.bool_)
-    # a window held densely by one entry on each side (a sliding firing's common case): the
-    # left slots in `left_order` meet the same right slots in every such window, so the
-    # pairs of slots are found once (no stamping per window)
-    right_slot_of_id = np.full(n_ids, -1, np.int64)
-    for slot in range(right_ids.shape[0]):
-        if right_ids[slot] >= 0:
-            right_slot_of_id[right_ids[slot]] = slot
-    pair_right = np.full(left_order.shape[0], -1, np.int64)
-    pair_group = np.empty(left_order.shape[0], np.int64)
-    for q in range(left_order.shape[0]):
-        key = left_ids[left_order[q]]
-        if key >= 0:
-            pair_right[q] = right_slot_of_id[key]
-            pair_group[q] = group_of_id[key]
-    count = 0
-    run = 0
-    i = j = 0
-    while i < n_left and j < n_right:
-        window = left_windows[i]
-        if right_windows[j] < window:
-            j += 1
-            continue
-        if right_windows[j] > window:
-            i += 1
-            continue
-        if (
-            not collect
-            and left_slot_starts[i] < 0
-            and right_slot_starts[j] < 0
-            and (i + 1 == n_left or left_windows[i + 1] != window)
-            and (j + 1 == n_right or right_windows[j + 1] != window)
-        ):
-            left_start, left_width = left_starts[i], left_widths[i]
-            right_start, right_width = right_starts[j], right_widths[j]
-            for q in range(left_order.shape[0]):
-                slot, other = left_order[q], pair_right[q]
-                if slot >= left_width or other < 0 or other >= right_width:
-                    continue
-                cell, other_cell = left_start + slot, right_start + other
-                if left_rows[cell] > 0 and right_rows[other_cell] > 0:
-                    out_left[count] = cell
-                    out_right[count] = other_cell
-                    out_window[count] = window
-                    out_group[count] = pair_group[q]
-                    count += 1
-            i += 1
-            j += 1
-            continue
-        run += 1
-        while j < n_right and right_windows[j] == window:
-            start, at = right_starts[j], right_slot_starts[j]
-            for s in range(right_widths[j]):
-                key = right_ids[s if at < 0 else right_slots[at + s]]
-                if key >= 0 and right_rows[start + s] > 0:
-                    stamp[key] = run
-                    cell_of_id[key] = start + s
-            j += 1
-        while i < n_left and left_windows[i] == window:
-            start, width, at = left_starts[i], left_widths[i], left_slot_starts[i]
-            first = count
-            for q in range(left_order.shape[0] if at < 0 else width):
-                if at < 0:  # dense: the slot's cell
-                    slot = left_order[q]
-                    if slot >= width:
-                        continue
-                    cell = start + slot
-                else:
-                    slot = left_slots[at + q]
-                    cell = start + q
-                key = left_ids[slot]
-                if key < 0 or left_rows[cell] <= 0 or stamp[key] != run:
-                    continue
-                if collect:
-                    if group_of_id[key] < 0 and not seen[key]:
-                        seen[key] = True
-                        out_left[count] = key
-                        count += 1
-                    continue
-                out_left[count] = cell
-                out_right[count] = cell_of_id[key]
-                out_window[count] = window
-                out_group[count] = group_of_id[key]
-                count += 1
-            if at >= 0 and not collect and count - first > 1:  # sparse: order by group
-                order = first + np.argsort(out_group[first:count], kind="mergesort")
-                out_left[first:count] = out_left[order]
-                out_right[first:count] = out_right[order]
-                out_group[first:count] = out_group[order]
-            i += 1
-    if collect:
-        return out_left[:count], out_right, out_window, out_group
-    return out_left[:count], out_right[:count], out_window[:count], out_group[:count]
-
-
-def _window_ascending(grid: tuple) -> tuple:  # noqa: ANN001
-    """A grid's (windows, starts, widths, slot starts, slots, rows) with its window entries
-    in ascending order (the cells stay where they are: only the per-window arrays move)."""
-    windows, starts, widths, slot_starts, slots, rows = grid
-    if len(windows) < 2 or not (windows[1:] < windows[:-1]).any():
-        return grid
-    order = np.argsort(windows, kind="stable")
-    return windows[order], starts[order], widths[order], slot_starts[order], slots, rows
-
-
-@numba.njit(cache=True)
-def _gather_product(values, cells, factor, factor_cells, out):
-    """out = values[cells] * factor[factor_cells] in one pass, in values' type (int64
-    wraps)."""
-    for k in range(cells.shape[0]):
-        out[k] = values[cells[k]] * factor[factor_cells[k]]
-
-
-@numba.njit(cache=True)
 def _window_ranges(ts, has_ts, size, slide, closed, keep, first, last, origin):
     """A batch's event times in one pass: keep[i] (a time, and a window left open), each
     row's window range at i (the caller compacts where a row is not kept), the count kept,
@@ -726,45 +576,40 @@ class CpuJoinKernels:
             hi,
         )
 
-    def match_cells(self, left, left_ids, right, right_ids, n_ids, group_of_id, left_order):
-        # a left cell matches once at most; the outputs in Arrow's pool (see gather_product)
-        bound = int(left[2].sum())
-        outputs = [pool_array(bound, np.int64) for _ in range(4)]
-        return _match_grids(
-            *_window_ascending(left),
+    def combine_cells(
+        self,
+        left,
+        left_ids,
+        right,
+        right_ids,
+        n_ids,
+        group_of_id,
+        left_order,
+        group_values,
+        left_values,
+        right_values,
+        ops,
+        size,
+        slide,
+    ):
+        return combine_cells(
+            left,
             left_ids,
-            *_window_ascending(right),
+            right,
             right_ids,
-            max(n_ids, 1),
+            n_ids,
             group_of_id,
             left_order,
-            False,
-            *outputs,
+            group_values,
+            left_values,
+            right_values,
+            ops,
+            size,
+            slide,
         )
 
     def unseen_groups(self, left, left_ids, right, right_ids, n_ids, group_of_id):
-        empty = np.empty(0, np.int64)
-        return _match_grids(
-            *_window_ascending(left),
-            left_ids,
-            *_window_ascending(right),
-            right_ids,
-            max(n_ids, 1),
-            group_of_id,
-            np.arange(len(left_ids), dtype=np.int64),
-            True,
-            np.empty(max(n_ids, 1), np.int64),
-            empty,
-            empty,
-            empty,
-        )[0]
-
-    def gather_product(self, values, cells, factor, factor_cells):
-        # a result column: in Arrow's pool, whose freed pages the next firing reuses (fresh
-        # NumPy arrays of a firing's size come back from the OS page by page)
-        out = pool_array(len(cells), values.dtype)
-        _gather_product(values, cells, factor, factor_cells, out)
-        return out
+        return unseen_groups(left, left_ids, right, right_ids, n_ids, group_of_id)
 
     def pair_ranges(self, mine, theirs, first, last, their_first, their_last, bases, out=None):
         count = len(mine)

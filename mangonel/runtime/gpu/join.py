@@ -358,16 +358,15 @@ class GpuJoinKernels:
 
     # -- host faces -----------------------------------------------------------------------
 
-    def match_cells(self, left, left_ids, right, right_ids, n_ids, group_of_id, left_order):
-        return self.host.match_cells(
-            left, left_ids, right, right_ids, n_ids, group_of_id, left_order
+    def combine_cells(
+        self, left, left_ids, right, right_ids, n_ids, group_of_id, left_order, *rest
+    ):
+        return self.host.combine_cells(
+            left, left_ids, right, right_ids, n_ids, group_of_id, left_order, *rest
         )
 
     def unseen_groups(self, left, left_ids, right, right_ids, n_ids, group_of_id):
         return self.host.unseen_groups(left, left_ids, right, right_ids, n_ids, group_of_id)
-
-    def gather_product(self, values, cells, factor, factor_cells):
-        return self.host.gather_product(values, cells, factor, factor_cells)
 
     def pair_ranges(self, mine, theirs, first, last, their_first, their_last, bases, out=None):
         # the host form's pairs (fused=probe, rows=host): their ids and ranges on the host

@@ -94,6 +94,28 @@ def _fixed_width(type_: pa.DataType) -> int | None:
     return None
 
 
+def _raw_values(array: pa.Array, width: int) -> np.ndarray:
+    return np.frombuffer(
+        array.buffers()[1], np.dtype(f"u{width}"), count=array.offset + len(array)
+    )[array.offset :]
+
+
+def fixed_width_values(array: pa.Array) -> np.ndarray | None:
+    """The values of a fixed-width array without NULLs as unsigned integers of its width (a
+    view, no copy: what a kernel can gather as raw bytes and `fixed_width_array` wraps
+    back), or None for other arrays."""
+    width = _fixed_width(array.type)
+    if width is None or array.null_count or not len(array) or array.buffers()[1] is None:
+        return None
+    return _raw_values(array, width)
+
+
+def fixed_width_array(type_: pa.DataType, values: np.ndarray) -> pa.Array:
+    """An Arrow array of `type_` over raw values of its width (`fixed_width_values`'
+    dtype), without NULLs and without a copy."""
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
 def take_rows(
     array: pa.Array | pa.ChunkedArray, rows: np.ndarray, may_be_missing: bool = True
 ) -> pa.Array:
@@ -111,9 +133,7 @@ def take_rows(
         index = pa.array(rows, mask=missing) if has_missing else pa.array(rows)
         return array.take(index)
     index = np.where(missing, 0, rows) if has_missing else rows
-    values = np.frombuffer(
-        array.buffers()[1], np.dtype(f"u{width}"), count=array.offset + len(array)
-    )[array.offset :]
+    values = _raw_values(array, width)
     # mode "clip": with `out`, the default "raise" gathers into a temporary and copies;
     # the row numbers are stored rows by construction (negative ones were replaced above)
     taken = values.take(index, out=pool_array(len(index), values.dtype), mode="clip")

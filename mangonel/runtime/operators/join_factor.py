@@ -39,10 +39,17 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
 from mangonel.compiler.factorised import factorised_sides
 from mangonel.errors import DataError
-from mangonel.runtime.host.arrays import pool_array, take_rows
+from mangonel.runtime.host.arrays import fixed_width_array, fixed_width_values, take_rows
 from mangonel.runtime.operators import registry
 from mangonel.runtime.operators.base import OperatorBase
-from mangonel.runtime.operators.join_kernels import JoinKernels
+from mangonel.runtime.operators.join_kernels import (
+    LEFT,
+    LEFT_SCALED,
+    RIGHT,
+    RIGHT_SCALED,
+    ROWS,
+    JoinKernels,
+)
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_ids_of, window_result_batch
 from mangonel.runtime.operators.window import TimeWindowOperator, _Segment
@@ -85,7 +92,7 @@ class FiredGrid:
 
     def parts(self, rows: str) -> tuple[np.ndarray, ...]:
         """(windows, starts, widths, slot starts, slots, row counts): what
-        `JoinKernels.match_cells` reads."""
+        `JoinKernels.combine_cells` reads."""
         windows, starts, widths = self.windows, self.starts, self.widths
         return windows, starts, widths, self.slot_starts, self.slots, self.values[rows][0]
 
@@ -201,13 +208,13 @@ class FactorisedSide(TimeWindowOperator):
             return []
         values = self._window_values(segment, runs, n_keys)
         windows = window_ids_of(runs)
-        has_rows = values[self.fields[0].name][0] > 0
-        filled = int(np.count_nonzero(has_rows))
-        if filled * SPARSE_CHUNK >= len(has_rows):
+        rows = values[self.fields[0].name][0]
+        filled = int(np.count_nonzero(rows))  # row counts: never negative
+        if filled * SPARSE_CHUNK >= len(rows):
             widths = np.full(len(windows), n_keys, np.int64)
             self._fired.append(FiredChunk(windows, widths, None, values))
         elif filled:
-            selected = np.flatnonzero(has_rows)
+            selected = np.flatnonzero(rows)
             number, slots = np.divmod(selected, n_keys)
             widths = np.bincount(number, minlength=len(windows))
             kept = {name: tuple(part[selected] for part in parts) for name, parts in values.items()}
@@ -251,6 +258,7 @@ class FactorisedJoin:
             left.index(k.name) if k.name in left else right.index(k.name) for k in node.keys
         ]
         self.groups = kernels.new_key_map(tuple(k.type for k in node.keys))
+        self._combine_ops()
         # GROUP BY every join key column: one group per join key, nothing to combine
         self.groups_are_keys = sorted(self.group_positions) == list(range(len(left)))
         # the next arrival (`prefetch`), staged while either side's kernels run
@@ -266,6 +274,7 @@ class FactorisedJoin:
         self.ids_of_slot = [np.zeros(0, np.int64), np.zeros(0, np.int64)]
         self.group_of_id = np.zeros(0, np.int64)
         self._group_columns: list[pa.Array] = []  # every group's key columns, by slot
+        self._identity = np.zeros(0, np.int64)  # `_group_slots`
 
     # -- input ----------------------------------------------------------------------------
 
@@ -296,6 +305,28 @@ class FactorisedJoin:
 
     # -- firing ---------------------------------------------------------------------------
 
+    def _combine_ops(self) -> None:
+        """What each field part of a result is (`JoinKernels.combine_cells`' ops):
+        COUNT(*) = n_l * n_r; a side's counts and sums times the other side's rows (int64
+        products wrap mod 2^64, as adding n copies does; a double sum times n as a double);
+        the rest (MIN, MAX) as the side holds them. `_values_read[side]`: the (field, part)
+        of that side's values the ops read, by index."""
+        self._values_read: tuple[list[tuple[str, int]], list[tuple[str, int]]] = ([], [])
+        ops = []
+        for f in self.node.fields:
+            side = self.side_of[f.name]
+            if side is None:  # COUNT(*): every pair of the key in the window
+                ops.append((ROWS, 0))
+                continue
+            if f.kind.name in ("count", "sum"):
+                name = (LEFT_SCALED, RIGHT_SCALED)[side]
+            else:
+                name = (LEFT, RIGHT)[side]
+            for part in range(len(f.kind.parts)):
+                ops.append((name, len(self._values_read[side])))
+                self._values_read[side].append((f.name, part))
+        self._ops = tuple(ops)
+
     def fire(self, lo: int, upto: int, schema: pa.Schema) -> tuple[pa.RecordBatch | None, int]:
         """The window results of windows up to `upto` in window order, then group (first
         seen); and how many (window, group) results there are. Both sides fire."""
@@ -308,52 +339,53 @@ class FactorisedJoin:
         # the left slots in group order: each window's matches come out ordered by group
         left_groups = np.where(grids[1] >= 0, self.group_of_id[grids[1]], -1)
         order = np.argsort(left_groups, kind="stable")
-        li, ri, windows, groups = self.kernels.match_cells(
-            *grids, self.key_ids.n_slots, self.group_of_id, order
+        sides_values = tuple(
+            tuple(grid.values[name][part] for name, part in read)
+            for grid, read in zip((left, right), self._values_read, strict=True)
         )
-        if not len(li):
-            return None, 0
-        values = self._products(left.values, li, right.values, ri)
-        if not self.groups_are_keys:  # keys of one group combined
-            windows, groups, values = self._by_group(windows, groups, values)
-        aggregates = finalize(self.node.aggregates, values)
         window = self.node.window
-        # the bounds are result columns: in Arrow's pool (`pool_array`), which keeps freed
-        # pages for the next firing (fresh NumPy arrays of a sliding firing's size came back
-        # from the OS page by page: 16 of 160 ms on the 1 M-row sliding join)
-        start = np.multiply(windows, window.slide, out=pool_array(len(windows), np.int64))
-        end = np.add(start, window.size, out=pool_array(len(windows), np.int64))
-        keys = self._group_keys(groups)
-        batch = window_result_batch(schema, keys, aggregates, start, end)
-        return batch, len(windows)
-
-    def _products(self, left: Values, li: np.ndarray, right: Values, ri: np.ndarray) -> Values:
-        """The join's field values at matched cells (left cell li, right cell ri): COUNT(*)
-        = n_l * n_r; a side's counts and sums times the other side's rows (int64 products
-        wrap mod 2^64, as adding n copies does; a double sum times n as a double); the rest
-        (MIN, MAX) as the side holds them."""
-        rows = self.node.fields[0].name
-        product = self.kernels.gather_product
+        columns = self._decoded_groups()
+        # one GROUP BY column of fixed width (an integer join key): the kernel writes its
+        # values; else the group slots, whose columns are taken after
+        direct = None
+        if self.groups_are_keys and len(columns) == 1:
+            direct = fixed_width_values(columns[0])
+        group_values = direct if direct is not None else self._group_slots()
+        # the bounds, groups and field parts in one pass, into Arrow's pool (result columns)
+        start, end, groups, parts = self.kernels.combine_cells(
+            *grids,
+            self.key_ids.n_slots,
+            self.group_of_id,
+            order,
+            group_values,
+            *sides_values,
+            self._ops,
+            window.size,
+            window.slide,
+        )
+        if not len(start):
+            return None, 0
         values: Values = {}
+        at = 0
         for f in self.node.fields:
-            side = self.side_of[f.name]
-            if side is None:  # COUNT(*): every pair of the key in the window
-                values[f.name] = (product(left[rows][0], li, right[rows][0], ri),)
-                continue
-            cells, at, other, other_at = (
-                (left, li, right, ri) if side == 0 else (right, ri, left, li)
-            )
-            if f.kind.name in ("count", "sum"):
-                values[f.name] = tuple(
-                    product(part, at, other[rows][0], other_at) for part in cells[f.name]
-                )
-            else:
-                values[f.name] = tuple(part[at] for part in cells[f.name])
-        return values
+            values[f.name] = parts[at : at + len(f.kind.parts)]
+            at += len(f.kind.parts)
+        if not self.groups_are_keys:  # keys of one group combined
+            windows, groups, values = self._by_group(start // window.slide, groups, values)
+            start = windows * window.slide
+            end = start + window.size
+        aggregates = finalize(self.node.aggregates, values)
+        if direct is not None:
+            keys = [fixed_width_array(columns[0].type, groups)]
+        else:
+            keys = [take_rows(column, groups, False) for column in columns]
+        batch = window_result_batch(schema, keys, aggregates, start, end)
+        return batch, len(start)
 
-    def _group_keys(self, groups: np.ndarray) -> list[pa.Array]:
-        """The GROUP BY columns of group slots: each group decoded once (kept, extended as
-        groups appear), then taken per result row (a firing repeats each group per window)."""
+    def _decoded_groups(self) -> list[pa.Array]:
+        """The GROUP BY columns of every group slot: each group decoded once (kept, extended
+        as groups appear); a firing takes them per result row (it repeats each group per
+        window)."""
         known = len(self._group_columns[0]) if self._group_columns else 0
         if known < self.groups.n_slots:
             new = self.groups.decode(np.arange(known, self.groups.n_slots, dtype=np.int64))
@@ -363,7 +395,14 @@ class FactorisedJoin:
                     for old, n in zip(self._group_columns, new, strict=True)
                 ]
             self._group_columns = new
-        return [take_rows(column, groups, False) for column in self._group_columns]
+        return self._group_columns
+
+    def _group_slots(self) -> np.ndarray:
+        """0..n_groups - 1: the combine's group values when it writes group slots."""
+        if len(self._identity) < self.groups.n_slots:
+            size = max(self.groups.n_slots, 2 * len(self._identity))
+            self._identity = np.arange(size, dtype=np.int64)
+        return self._identity
 
     def _slot_ids(self, index: int) -> np.ndarray:
         """The join key id of every key slot of a side (shared by both sides: equal keys,

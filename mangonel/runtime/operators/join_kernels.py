@@ -20,10 +20,11 @@ the slots and a "sort-merge" join a merge of both sides sorted by slot.
 - `mark_matched(...)`: a row's per-window matched flags (outer joins) from its pairs.
 - `scatter(kind)`: the kind's combine of many values into cells (aggregated joins), and
   `prefix_windows`: the firing of difference-credited cells (`join_cells.py`).
-- `match_cells(...)`, `unseen_groups(...)`: the factorised join's firing (`join_factor.py`):
-  the (left cell, right cell) pairs of equal (window, key id) read from both sides' dense
-  fired grids, in (window, group) order; the matched key ids that have no group yet;
-  `gather_product(...)`: the products of its fields at the matched cells.
+- `combine_cells(...)`, `unseen_groups(...)`: the factorised join's firing
+  (`join_factor.py`): every (window, key id) with rows on both sides' fired grids, in
+  (window, group) order, as result columns (window bounds, group, each field part: a
+  product of one side's value and the other's rows, or a value as it is) in one pass; the
+  matched key ids that have no group yet.
 - `window_ranges(ts, has_ts, size, slide, closed, out=None)`: a batch's rows on arrival in
   one pass: (keep: a time and a window after `closed` left, the kept rows' first, last and
   origin windows, the late count, the largest time or None); `out`: three int64 arrays of
@@ -49,6 +50,15 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import numpy as np
+
+# what an output part of `JoinKernels.combine_cells` is, with the index of the value array
+# it reads on its side (ROWS reads none)
+ROWS = "rows"  # n_l * n_r: COUNT(*)
+LEFT_SCALED = "left_scaled"  # a left value times the right side's rows (counts, sums)
+RIGHT_SCALED = "right_scaled"
+LEFT = "left"  # a left value as it is (MIN, MAX)
+RIGHT = "right"
+CombineOp = tuple[str, int]
 
 
 class JoinKernels(Protocol):
@@ -105,7 +115,7 @@ class JoinKernels(Protocol):
         window hi."""
         ...
 
-    def match_cells(
+    def combine_cells(
         self,
         left: tuple[np.ndarray, ...],
         left_ids: np.ndarray,
@@ -114,15 +124,28 @@ class JoinKernels(Protocol):
         n_ids: int,
         group_of_id: np.ndarray,
         left_order: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The factorised join's match. A side is a grid (`join_factor.FiredGrid.parts`):
+        group_values: np.ndarray,
+        left_values: tuple[np.ndarray, ...],
+        right_values: tuple[np.ndarray, ...],
+        ops: tuple[CombineOp, ...],
+        size: int,
+        slide: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """The factorised join's combine. A side is a grid (`join_factor.FiredGrid.parts`):
         (windows, starts, widths, slot starts, slots, row counts): window entry i holds
         cells `starts[i]` on, `widths[i]` of them, their key slots their positions (slot
         start -1: dense) or `slots[slot_starts[i]:]` (sparse); `*_ids`: the join key id of
         each key slot (in [0, n_ids); -1 matches nothing); a side holds a (window, id) once
-        at most. Returns (left cell, right cell, window, group_of_id[id]) of every (window,
-        key id) with rows on both sides: in window order, then group order where each left
-        key slot's group is ordered as in `left_order` (the slots sorted by group)."""
+        at most. Every (window, key id) with rows on both sides (left cell lc, right cell
+        rc) is one result: in window order, then group order where each left key slot's
+        group is ordered as in `left_order` (the slots sorted by group). Returns (window
+        start `k * slide`, window end `+ size`, group_values[group_of_id[id]] (in
+        group_values' dtype: the group slots for an identity, or a group column's values,
+        written in the same pass), one array per op): op
+        (ROWS, _): rows_l[lc] * rows_r[rc]; (LEFT_SCALED, i): left_values[i][lc] *
+        rows_r[rc] (a side's count or sum: int64 products wrap mod 2^64, a double stays a
+        double); (RIGHT_SCALED, i): right_values[i][rc] * rows_l[lc]; (LEFT, i) / (RIGHT,
+        i): the value as it is (MIN, MAX)."""
         ...
 
     def unseen_groups(
@@ -134,16 +157,8 @@ class JoinKernels(Protocol):
         n_ids: int,
         group_of_id: np.ndarray,
     ) -> np.ndarray:
-        """The key ids `match_cells` would match whose group is unknown (group_of_id < 0),
+        """The key ids `combine_cells` would match whose group is unknown (group_of_id < 0),
         each once, in first-met order (window, then left key slot)."""
-        ...
-
-    def gather_product(
-        self, values: np.ndarray, cells: np.ndarray, factor: np.ndarray, factor_cells: np.ndarray
-    ) -> np.ndarray:
-        """values[cells] * factor[factor_cells] in values' type (int64 products wrap mod
-        2^64): the factorised join's COUNT(*) and a side's counts and sums at matched
-        cells."""
         ...
 
     def pair_ranges(
