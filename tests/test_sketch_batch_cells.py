@@ -12,6 +12,7 @@ from fuzzer import same_with_and_without
 from hypothesis import given, settings
 from test_sketch_sql import SETTINGS, scenarios
 
+from mangonel.aggregates.sketches import hll_estimate
 from mangonel.runtime.cpu import holistic, sketch_hll, sketch_windows
 
 
@@ -115,9 +116,38 @@ def test_merged_estimates_equal_the_estimates_of_the_merged_sets(p):
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     got = sketch_hll.merged_estimates(sets, members, offsets, p)
     merged = sketch_hll.merge_groups(np.concatenate(sets), members, offsets)
-    assert np.array_equal(got, sketch_hll.estimate(merged, p))
+    assert np.array_equal(got, hll_estimate(sketch_hll.histograms(merged, p), p))
+    assert np.array_equal(sketch_hll.estimate(merged, p), got)
     with pytest.raises(ValueError, match="cell"):
         sketch_hll.merged_estimates(sets, np.array([9]), np.array([0, 1]), p)
+
+
+@pytest.mark.parametrize("p", [4, 9, 18])
+def test_merged_estimates_are_the_histograms_estimate_past_the_exact_sum(p):
+    """The estimates are `hll_estimate`'s of the histograms bit for bit on every path of
+    `merged_estimates`: sums taken exactly in integers, groups with registers above the cap
+    where that sum is exact (their float sum comes from their histograms), groups in Ertl's
+    band, registers at the largest value 65 - p."""
+    rng = np.random.default_rng(100 + p)
+    m = 1 << p
+    cap = 53 - p
+    sets = [np.minimum(rng.geometric(0.5, (cells, m)), 65 - p).astype(np.uint8) for cells in (4, 3)]
+    sets[0][1, rng.integers(0, m, 3)] = rng.integers(cap + 1, 66 - p, 3)  # past the cap
+    sets[0][2, rng.integers(0, m, 2)] = 65 - p  # the largest register value
+    sets[1][0] = 0
+    sets[1][0, rng.integers(0, m, 5)] = 1  # a few values: linear counting
+    sets[1][1] = rng.choice([0, 1, 2], m, p=[0.1, 0.6, 0.3])  # Ertl's band
+    sets[1][2, : m // 2] = cap  # at the cap: still summed in integers
+    sizes = rng.integers(0, 4, 60)
+    members = rng.integers(0, 7, int(sizes.sum())).astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    members = np.concatenate((members, np.arange(7)))  # each set alone too
+    offsets = np.concatenate((offsets, offsets[-1] + np.arange(1, 8)))
+    got = sketch_hll.merged_estimates(sets, members, offsets, p)
+    merged = sketch_hll.merge_groups(np.concatenate(sets), members, offsets)
+    want = hll_estimate(sketch_hll.histograms(merged, p), p)
+    assert np.array_equal(got, want)
+    assert (merged.max(axis=1) > cap).any() and (merged.max(axis=1) == cap).any()
 
 
 def test_merge_pair_equals_the_merge_of_the_concatenated_sets():

@@ -20,7 +20,7 @@ from numba.core.extending import intrinsic
 from mangonel.aggregates.sketches import (
     HLL_SEED,
     hll_bins,
-    hll_estimate,
+    hll_estimate_of_sums,
     hll_from_bytes,
     hll_hash_width,
     hll_registers,
@@ -402,24 +402,43 @@ def _histograms(registers: np.ndarray, bins: int) -> np.ndarray:
     return out
 
 
+@intrinsic
+def _bytes_at(typingctx, address):
+    """The uint8 pointer at an integer address (a register set's first byte)."""
+    if address != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], ir.PointerType(ir.IntType(8)))
+
+    return types.CPointer(types.uint8)(types.int64), codegen
+
+
 @_jit
-def _merged_histograms(sets, set_of, local, offsets, bins):  # noqa: ANN001, ANN202
+def _member(rows, k, m):  # noqa: ANN001, ANN202
+    """Register set k of a group list, read in place from its address `rows[k]` (no
+    reference count: the caller keeps the arrays alive; reading the sets through a typed
+    list of arrays cost a third of the answer in reference counting)."""
+    return numba.carray(_bytes_at(rows[k]), (m,))
+
+
+@_jit
+def _merged_histograms(rows, offsets, m, bins):  # noqa: ANN001, ANN202
     """`_histograms` of `_merge_groups`' groups without materialising them: per group the
-    max of its members (member k: register set `local[k]` of array `sets[set_of[k]]`) in
-    one scratch row, counted at once; a group of one member is counted in place."""
+    max of its members (member k: the register set at address `rows[k]`) in one scratch
+    row, counted at once; a group of one member is counted in place."""
     groups = offsets.shape[0] - 1
-    m = sets[0].shape[1]
     out = np.zeros((groups, bins), np.int64)
     partial = np.zeros((4, bins), np.int64)
     scratch = np.zeros(m, np.uint8)
     for g in range(groups):
         first, end = offsets[g], offsets[g + 1]
         if end - first == 1:
-            row = sets[set_of[first]][local[first]]
+            row = _member(rows, first, m)
         else:
             scratch[:] = 0
             for k in range(first, end):
-                member = sets[set_of[k]][local[k]]
+                member = _member(rows, k, m)
                 for j in range(m):  # max(), not a branch: the loop vectorises
                     scratch[j] = max(scratch[j], member[j])
             row = scratch
@@ -434,22 +453,108 @@ def _merged_histograms(sets, set_of, local, offsets, bins):  # noqa: ANN001, ANN
     return out
 
 
+@_jit
+def _merged_sums(rows, offsets, m, cap, sums, zeros, highest):  # noqa: ANN001, ANN202
+    """Per group (as `_merged_histograms` reads them), of its members' register maximum
+    M[j]: sums[g] = sum_j 2^(cap - min(M[j], cap)) (an integer: exact), zeros[g] = the
+    registers at 0, highest[g] = max_j M[j]. A group of one or two members is read in
+    place (the maximum taken register by register: a window from its two blocked sets),
+    more through one scratch row. One pass over each register, no histogram: the loop
+    vectorises (a scatter into histogram bins does not)."""
+    groups = offsets.shape[0] - 1
+    scratch = np.zeros(m, np.uint8)
+    one = np.uint64(1)
+    top = np.uint8(cap)
+    for g in range(groups):
+        first, end = offsets[g], offsets[g + 1]
+        if end - first == 1:
+            a = _member(rows, first, m)
+            b = a
+        elif end - first == 2:
+            a = _member(rows, first, m)
+            b = _member(rows, first + 1, m)
+        else:  # none (every register 0) or three and more
+            scratch[:] = 0
+            for k in range(first, end):
+                member = _member(rows, k, m)
+                for j in range(m):
+                    scratch[j] = max(scratch[j], member[j])
+            a = scratch[:]
+            b = a
+        total = np.uint64(0)
+        empty = 0
+        most = np.uint8(0)
+        for j in range(m):
+            r = max(a[j], b[j])
+            most = max(most, r)
+            empty += r == 0
+            total += one << np.uint64(top - min(r, top))
+        sums[g] = total
+        zeros[g] = empty
+        highest[g] = most
+
+
+def _register_sums_cap(p: int) -> int:
+    """The largest register value whose 2^-M[j] terms still add exactly in float64 in any
+    order: sums of m = 2^p terms 2^-k, k <= cap, are multiples of 2^-cap up to 2^p, exact
+    while p + cap <= 53 (so `hll_estimate`'s k-ascending sum is the exact sum too)."""
+    return 53 - p
+
+
 def merged_estimates(
     sets: list[np.ndarray], members: np.ndarray, offsets: np.ndarray, p: int
 ) -> np.ndarray:
     """`estimate(merge_groups(concatenated sets, members, offsets), p)` without the
-    concatenation or the merged registers: member ids number the sets' register sets one
-    set after the other, as for `merge_groups`. The same histograms, so the same estimates."""
+    concatenation, the merged registers or (mostly) their histograms: member ids number the
+    sets' register sets one set after the other, as for `merge_groups`. Bit-identical to
+    the histograms' estimate: a group whose registers all lie at or below
+    `_register_sums_cap(p)` (a register above it needs a hash with that many leading zeros
+    past its index bits: about one value in 2^cap) has its sum of 2^-M[j] taken exactly in
+    integers (`_merged_sums`), which is the value `hll_estimate`'s float sum reaches; the
+    others, and the groups in Ertl's band (whose estimate reads the whole histogram), are
+    counted into histograms (`_merged_histograms`) and take `hll_estimate`'s path."""
     m = hll_registers(p)
     sizes = np.array([s.shape[0] for s in sets], np.int64)
     if any(s.ndim != 2 or s.shape[1] != m or s.dtype != np.uint8 for s in sets):
         raise ValueError(f"register sets must be uint8 [cells, 2^{p}]")
     members, offsets = groups(members, offsets, int(sizes.sum()))
+    # the kernels read each member's registers at its address: `arrays` keeps them alive
+    arrays = [np.ascontiguousarray(s) for s in sets]
     starts = np.cumsum(sizes) - sizes
     set_of = np.searchsorted(starts, members, side="right") - 1
-    local = members - starts[set_of]
-    arrays = numba.typed.List([np.ascontiguousarray(s) for s in sets])
-    return hll_estimate(_merged_histograms(arrays, set_of, local, offsets, hll_bins(p)), p)
+    bases = np.array([a.ctypes.data for a in arrays], np.int64)
+    rows = bases[set_of] + (members - starts[set_of]) * m
+    n_groups = offsets.shape[0] - 1
+    cap = _register_sums_cap(p)
+    sums = np.empty(n_groups, np.uint64)
+    zeros = np.empty(n_groups, np.int64)
+    highest = np.empty(n_groups, np.uint8)
+    _merged_sums(rows, offsets, m, cap, sums, zeros, highest)
+    z_inverse = sums.astype(np.float64) * 2.0**-cap  # exact: sums <= 2^53
+    bins = hll_bins(p)
+
+    def histograms_of(chosen: np.ndarray) -> np.ndarray:
+        """The histograms (int64 [groups, bins]) of groups `chosen` only."""
+        lengths = offsets[chosen + 1] - offsets[chosen]
+        sub_offsets = np.concatenate(([0], np.cumsum(lengths)))
+        at = np.repeat(offsets[chosen] - sub_offsets[:-1], lengths) + np.arange(sub_offsets[-1])
+        return _merged_histograms(rows[at], sub_offsets, m, bins)
+
+    inexact = np.flatnonzero(highest > cap)
+    if len(inexact):  # registers past the cap: hll_estimate's own float sum, from histograms
+        counts = histograms_of(inexact).T.astype(np.float64)
+        held = np.zeros(len(inexact))
+        for k in range(bins):
+            held += counts[k] * 2.0**-k  # as hll_estimate adds (zero terms change nothing)
+        z_inverse[inexact] = held
+    estimates = hll_estimate_of_sums(
+        z_inverse,
+        zeros,
+        p,
+        lambda band: histograms_of(np.flatnonzero(band)).T.astype(np.float64),
+    )
+    del arrays  # alive until here: the kernels read through addresses
+    return estimates
 
 
 def histograms(registers: np.ndarray, p: int) -> np.ndarray:
@@ -464,8 +569,20 @@ def histograms(registers: np.ndarray, p: int) -> np.ndarray:
 def estimate(registers: np.ndarray, p: int) -> np.ndarray:
     """APPROX_COUNT_DISTINCT of each register set (int64): Spark's estimate, except in the
     band where Spark subtracts its empirical bias (see aggregates.sketches). The histograms
-    are counted here, the estimate is `aggregates.sketches.hll_estimate` (the GPU's too)."""
-    return hll_estimate(histograms(registers, p), p)
+    are `merged_estimates`' (each set a group of its own): the same estimate as
+    `aggregates.sketches.hll_estimate` of their histograms (the GPU's), bit for bit."""
+    registers = np.atleast_2d(registers)
+    cells = registers.shape[0]
+    if registers.shape[1] != hll_registers(p):
+        raise ValueError(
+            f"registers have {registers.shape[1]} columns, p = {p} needs {hll_registers(p)}"
+        )
+    return merged_estimates(
+        [np.ascontiguousarray(registers, np.uint8)],
+        np.arange(cells, dtype=np.int64),
+        np.arange(cells + 1, dtype=np.int64),
+        p,
+    )
 
 
 def to_bytes(registers: np.ndarray, p: int) -> bytes:
