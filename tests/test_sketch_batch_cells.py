@@ -12,7 +12,9 @@ from fuzzer import same_with_and_without
 from hypothesis import given, settings
 from test_sketch_sql import SETTINGS, scenarios
 
+from mangonel.aggregates.holistic import order_keys
 from mangonel.aggregates.sketches import hll_estimate
+from mangonel.catalog.types import SqlType
 from mangonel.runtime.cpu import holistic, sketch_hll, sketch_windows
 
 
@@ -98,6 +100,69 @@ def test_sketch_rows_are_the_same_with_and_without_batch_cells(scenario):
     """The same rows, byte for byte, whether the sketches are built from the batch's cells
     or from the rows split by pane (the GPU's way, and the CPU's where panes spread)."""
     same_with_and_without(scenario, sketch_windows, "batch_cells", None)
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(scenarios("time"))
+def test_sketch_rows_are_the_same_with_and_without_the_register_table(scenario):
+    """The same rows, byte for byte, whether HLL registers are raised in the batch's (pane,
+    key) table (`batch_sketches`) or built over the cells `batch_cells` numbers."""
+    same_with_and_without(scenario, sketch_windows, "batch_sketches", lambda *_, **__: None)
+
+
+@pytest.mark.parametrize(
+    ("pane_low", "pane_high", "keys", "hint"),
+    [
+        (3, 9, 11, (3, 9)),  # the range given
+        (3, 9, 11, None),  # measured
+        (3, 9, 11, (5, 9)),  # a wrong hint: measured
+        (7, 7, 5, (7, 7)),  # one pane, every key: a view of the table
+        (0, 40, 60, (0, 40)),  # more cells than rows: declined
+    ],
+)
+@pytest.mark.parametrize("argument", [SqlType.DOUBLE, SqlType.BIGINT])
+def test_batch_sketches_equal_the_build_over_numbered_cells(
+    pane_low, pane_high, keys, hint, argument
+):
+    panes, slots, values, keep = _batch(8, 2000, pane_low, pane_high, keys)
+    if argument is SqlType.DOUBLE:
+        values = order_keys(values.astype(np.float64) / 7.0)
+    got = sketch_windows.batch_sketches(
+        "approx_count_distinct", panes, slots, values, keep, keys, argument, 0.05, 1 << 26, hint
+    )
+    cells = sketch_windows.batch_cells(panes, slots, keep, keys, 10**9)
+    if (pane_high - pane_low + 1) * keys > len(panes):
+        assert got is None
+        return
+    pane_ids, pane_slots, parts = got
+    built = sketch_windows.build(
+        "approx_count_distinct", cells[2], cells[3], values, argument, 0.05, valid=keep
+    )
+    assert pane_ids == cells[0]
+    at = 0
+    for got_slots, want_slots, part in zip(pane_slots, cells[1], parts, strict=True):
+        assert np.array_equal(got_slots, want_slots)
+        want = built.registers[at : at + len(want_slots)]
+        assert np.array_equal(part.registers, want)
+        at += len(want_slots)
+    assert at == cells[3]
+    none = sketch_windows.batch_sketches(
+        "approx_percentile", panes, slots, values, keep, keys, argument, 100, 1 << 26, hint
+    )
+    assert none is None  # GK summaries: numbered cells
+    with pytest.raises(ValueError, match="slots"):
+        sketch_windows.batch_sketches(
+            "approx_count_distinct",
+            panes,
+            slots + keys,
+            values,
+            keep,
+            keys,
+            argument,
+            0.05,
+            1 << 26,
+            hint,
+        )
 
 
 @pytest.mark.parametrize("p", [4, 9, 12])

@@ -255,36 +255,90 @@ def _leading_zeros(typingctx, x):
 
 
 @_jit
-def _register_of(x: np.uint64, p: int) -> tuple[int, int]:
-    """(register index, rank) of hash x: the top p bits, and the number of leading zeros of
-    the remaining bits (padded with a 1 at bit p - 1 so the rank is at most 65 - p) + 1."""
-    index = int(x >> np.uint64(64 - p))
+def _packed_rank(x: np.uint64, p: int) -> np.uint32:
+    """A hash's register and rank as one word, index << 8 | rank: the top p bits, and the
+    number of leading zeros of the remaining bits (padded with a 1 at bit p - 1 so the rank
+    is at most 65 - p) + 1."""
+    index = x >> np.uint64(64 - p)
     w = (x << np.uint64(p)) | (np.uint64(1) << np.uint64(p - 1))
-    return index, int(_leading_zeros(w)) + 1
+    return np.uint32((index << np.uint64(8)) | (_leading_zeros(w) + np.uint64(1)))
 
 
 @_jit
-def _update(
-    registers: np.ndarray,
-    cells: np.ndarray,
-    words: np.ndarray,
-    mode: int,
-    valid: np.ndarray,
-    p: int,
-    seed: np.uint64,
-) -> None:
+def _ranks_of(words, mode, seed, p, out):  # noqa: ANN001, ANN202
     for i in range(words.shape[0]):
-        if not valid[i]:
-            continue
-        index, rank = _register_of(_hash_one(words, i, mode, seed), p)
-        cell = cells[i]
-        if rank > registers[cell, index]:
-            registers[cell, index] = rank
+        out[i] = _packed_rank(_hash_one(words, i, mode, seed), p)
+
+
+@_jit
+def _ranks(words, mode, seed, p, out):  # noqa: ANN001, ANN202
+    """Every row's `_packed_rank` (valid or not: no branch per row), one loop per mode with
+    the mode a constant in it, so each loop vectorises (XXH64's 64-bit multiplies and the
+    leading-zero count in SIMD lanes: about 2x the scalar hash, 2026-11-27)."""
+    if mode == _LONG:
+        _ranks_of(words, _LONG, seed, p, out)
+    elif mode == _INT:
+        _ranks_of(words, _INT, seed, p, out)
+    elif mode == _DOUBLE:
+        _ranks_of(words, _DOUBLE, seed, p, out)
+    elif mode == _FLOAT:
+        _ranks_of(words, _FLOAT, seed, p, out)
+    elif mode == _DOUBLE_KEY:
+        _ranks_of(words, _DOUBLE_KEY, seed, p, out)
+    else:
+        _ranks_of(words, _HASHED, seed, p, out)
+
+
+@_jit
+def _scatter(registers, cells, ranks, valid):  # noqa: ANN001, ANN202
+    """registers[cells[i], register of row i] raised to row i's rank, valid rows only."""
+    for i in range(ranks.shape[0]):
+        if valid[i]:
+            index = ranks[i] >> np.uint32(8)
+            rank = np.uint8(ranks[i] & np.uint32(0xFF))
+            cell = cells[i]
+            registers[cell, index] = max(registers[cell, index], rank)
+
+
+@_jit
+def _scatter_table(registers, seen, panes, slots, ranks, keep, low, span, width):  # noqa: ANN001, ANN202
+    """`_scatter` into a table of `span` x `width` cells, row i's cell (panes[i] - low) *
+    width + slots[i], each cell written marked in `seen`; False (and stop) at a kept row
+    outside the table."""
+    for i in range(ranks.shape[0]):
+        if keep[i]:
+            q = panes[i] - low
+            slot = slots[i]
+            if q < 0 or q >= span or slot < 0 or slot >= width:
+                return False
+            cell = q * width + slot
+            seen[cell] = True
+            index = ranks[i] >> np.uint32(8)
+            rank = np.uint8(ranks[i] & np.uint32(0xFF))
+            registers[cell, index] = max(registers[cell, index], rank)
+    return True
 
 
 def new_registers(cells: int, p: int) -> np.ndarray:
     """Empty register sets (all 0: the estimate of an empty set is 0) for `cells` cells."""
     return np.zeros((cells, hll_registers(p)), np.uint8)
+
+
+def _words_of(values: np.ndarray, argument: SqlType | None, order_keys: bool) -> tuple:
+    """(words, mode) of `update`'s values (see there)."""
+    if order_keys and argument is SqlType.DOUBLE:
+        return np.ascontiguousarray(values, np.int64), _DOUBLE_KEY
+    return _words(values, argument)
+
+
+def ranks(
+    values: np.ndarray, argument: SqlType | None, p: int, order_keys: bool = False
+) -> np.ndarray:
+    """Each value's register and rank (uint32, index << 8 | rank), as `update` hashes them."""
+    words, mode = _words_of(values, argument, order_keys)
+    out = np.empty(words.shape[0], np.uint32)
+    _ranks(words, mode, np.uint64(HLL_SEED), p, out)
+    return out
 
 
 def update(
@@ -296,21 +350,49 @@ def update(
     p: int,
     order_keys: bool = False,
 ) -> None:
-    """Add a batch to the register sets in place, in one pass: row i's value (skipped where
-    not valid: NULL, or not contributing) goes into registers[cells[i]]. STRING values come
-    as hashes (`hash_strings`) with argument=None. `order_keys`: the values are the holistic
-    lift's order keys (a DOUBLE's are decoded in the hash loop; other types' keys are their
-    values)."""
-    if order_keys and argument is SqlType.DOUBLE:
-        words, mode = np.ascontiguousarray(values, np.int64), _DOUBLE_KEY
-    else:
-        words, mode = _words(values, argument)
+    """Add a batch to the register sets in place: row i's value (skipped where not valid:
+    NULL, or not contributing) goes into registers[cells[i]]. STRING values come as hashes
+    (`hash_strings`) with argument=None. `order_keys`: the values are the holistic lift's
+    order keys (a DOUBLE's are decoded in the hash loop; other types' keys are their
+    values). Two passes: every row hashed (`ranks`, vectorised), then the registers raised
+    (a random access per row, which keeps the hash loop from vectorising when fused)."""
+    words, _ = _words_of(values, argument, order_keys)
     cells, valid = batch_rows(cells, words, valid, registers.shape[0])
     if registers.ndim != 2 or registers.dtype != np.uint8 or registers.shape[1] != hll_registers(p):
         raise ValueError(
             f"registers must be uint8 [cells, 2^{p}], got {registers.dtype} {registers.shape}"
         )
-    _update(registers, cells, words, mode, valid, p, np.uint64(HLL_SEED))
+    _scatter(registers, cells, ranks(values, argument, p, order_keys), valid)
+
+
+def build_table(
+    panes: np.ndarray,
+    slots: np.ndarray,
+    values: np.ndarray,
+    keep: np.ndarray,
+    pane_range: tuple[int, int],
+    width: int,
+    argument: SqlType | None,
+    p: int,
+    order_keys: bool = False,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Register sets of a batch's kept rows over a table of (pane, key slot) cells, row i's
+    cell (panes[i] - first pane) * width + slots[i], in one pass after the hash (no cell
+    numbering first): (registers [panes x width, 2^p], which cells received a row); None
+    where a kept row lies outside `pane_range` (first, last) or [0, width)."""
+    low, high = pane_range
+    span = high - low + 1
+    registers = new_registers(span * width, p)
+    seen = np.zeros(span * width, np.bool_)
+    hashed = ranks(values, argument, p, order_keys)
+    panes = np.ascontiguousarray(panes, np.int64)
+    slots = np.ascontiguousarray(slots, np.int64)
+    keep = np.ascontiguousarray(keep, np.bool_)
+    if not panes.shape == slots.shape == keep.shape == hashed.shape:
+        raise ValueError("one pane, key slot and keep flag per value needed")
+    if not _scatter_table(registers, seen, panes, slots, hashed, keep, low, span, width):
+        return None
+    return registers, seen
 
 
 def build(
