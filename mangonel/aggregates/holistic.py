@@ -46,11 +46,16 @@ def order_keys(values: np.ndarray) -> np.ndarray:
     are their own keys."""
     if values.dtype.kind != "f":
         return values.astype(np.int64, copy=False)
-    doubles = np.asarray(values, np.float64) + 0.0  # -0.0 + 0.0 is 0.0
-    bits = doubles.view(np.int64).copy()
-    bits[np.isnan(doubles)] = _NAN_BITS
-    negative = bits < 0
-    bits[negative] ^= _FLIP  # negative doubles: larger magnitude, smaller key
+    doubles = np.asarray(values, np.float64) + 0.0  # -0.0 + 0.0 is 0.0; a new array
+    bits = doubles.view(np.int64)  # rewritten in place
+    nan = np.isnan(doubles)
+    if nan.any():
+        bits[nan] = _NAN_BITS
+    # negative doubles: larger magnitude, smaller key; the sign word (all ones or zeros)
+    # masks the flip, with no boolean index (a gather and a scatter: 4x the passes here)
+    flip = bits >> 63
+    flip &= _FLIP
+    bits ^= flip
     return bits
 
 
