@@ -70,8 +70,8 @@ def from_order_keys(keys: np.ndarray, floating: bool) -> np.ndarray:
 
 def _lift_values(inp: LiftInput, dtype: np.dtype, neutrals: tuple) -> tuple[np.ndarray, ...]:
     keys = order_keys(inp.values)
-    if inp.all_valid:
-        return keys, np.ones(keys.shape[0], np.int64)
+    if inp.all_valid:  # valid where contributing (the rest is never kept): no new array
+        return keys, inp.rows
     return np.where(inp.valid, keys, 0), inp.valid.astype(np.int64)
 
 
