@@ -53,9 +53,10 @@ def order_keys(values: np.ndarray) -> np.ndarray:
         bits[nan] = _NAN_BITS
     # negative doubles: larger magnitude, smaller key; the sign word (all ones or zeros)
     # masks the flip, with no boolean index (a gather and a scatter: 4x the passes here)
-    flip = bits >> 63
-    flip &= _FLIP
-    bits ^= flip
+    if (bits < 0).any():
+        flip = bits >> 63
+        flip &= _FLIP
+        bits ^= flip
     return bits
 
 
