@@ -264,58 +264,79 @@ def _packed_rank(x: np.uint64, p: int) -> np.uint32:
     return np.uint32((index << np.uint64(8)) | (_leading_zeros(w) + np.uint64(1)))
 
 
-@_jit
-def _ranks_of(words, mode, seed, p, out):  # noqa: ANN001, ANN202
-    for i in range(words.shape[0]):
-        out[i] = _packed_rank(_hash_one(words, i, mode, seed), p)
+# rows hashed per step of a build: their packed ranks stay in L1 until the registers read
+# them (a whole batch's would be a fresh array to fault in and stream through memory)
+_RANK_CHUNK = 2048
 
 
 @_jit
-def _ranks(words, mode, seed, p, out):  # noqa: ANN001, ANN202
-    """Every row's `_packed_rank` (valid or not: no branch per row), one loop per mode with
-    the mode a constant in it, so each loop vectorises (XXH64's 64-bit multiplies and the
-    leading-zero count in SIMD lanes: about 2x the scalar hash, 2026-11-27)."""
+def _ranks_of(words, mode, seed, p, out, start, end):  # noqa: ANN001, ANN202
+    for i in range(start, end):
+        out[i - start] = _packed_rank(_hash_one(words, i, mode, seed), p)
+
+
+@_jit
+def _ranks(words, mode, seed, p, out, start, end):  # noqa: ANN001, ANN202
+    """`_packed_rank` of rows start..end-1 (valid or not: no branch per row) into out[0:],
+    one loop per mode with the mode a constant in it, so each loop vectorises (XXH64's
+    64-bit multiplies and the leading-zero count in SIMD lanes: twice the scalar hash's
+    rate here, 2026-11-27)."""
     if mode == _LONG:
-        _ranks_of(words, _LONG, seed, p, out)
+        _ranks_of(words, _LONG, seed, p, out, start, end)
     elif mode == _INT:
-        _ranks_of(words, _INT, seed, p, out)
+        _ranks_of(words, _INT, seed, p, out, start, end)
     elif mode == _DOUBLE:
-        _ranks_of(words, _DOUBLE, seed, p, out)
+        _ranks_of(words, _DOUBLE, seed, p, out, start, end)
     elif mode == _FLOAT:
-        _ranks_of(words, _FLOAT, seed, p, out)
+        _ranks_of(words, _FLOAT, seed, p, out, start, end)
     elif mode == _DOUBLE_KEY:
-        _ranks_of(words, _DOUBLE_KEY, seed, p, out)
+        _ranks_of(words, _DOUBLE_KEY, seed, p, out, start, end)
     else:
-        _ranks_of(words, _HASHED, seed, p, out)
+        _ranks_of(words, _HASHED, seed, p, out, start, end)
 
 
 @_jit
-def _scatter(registers, cells, ranks, valid):  # noqa: ANN001, ANN202
-    """registers[cells[i], register of row i] raised to row i's rank, valid rows only."""
-    for i in range(ranks.shape[0]):
-        if valid[i]:
-            index = ranks[i] >> np.uint32(8)
-            rank = np.uint8(ranks[i] & np.uint32(0xFF))
-            cell = cells[i]
-            registers[cell, index] = max(registers[cell, index], rank)
+def _raise(registers, cell, packed):  # noqa: ANN001, ANN202
+    """registers[cell, index] = max(itself, rank) for packed = index << 8 | rank."""
+    index = packed >> np.uint32(8)
+    rank = np.uint8(packed & np.uint32(0xFF))
+    registers[cell, index] = max(registers[cell, index], rank)
 
 
 @_jit
-def _scatter_table(registers, seen, panes, slots, ranks, keep, low, span, width):  # noqa: ANN001, ANN202
-    """`_scatter` into a table of `span` x `width` cells, row i's cell (panes[i] - low) *
+def _update(registers, cells, words, mode, seed, p, valid):  # noqa: ANN001, ANN202
+    """registers[cells[i]] raised by row i's value, valid rows only: rows hashed a chunk at
+    a time (vectorised), then the chunk's registers raised (a random access per row, which
+    keeps a fused hash loop from vectorising)."""
+    n = words.shape[0]
+    packed = np.empty(_RANK_CHUNK, np.uint32)
+    for start in range(0, n, _RANK_CHUNK):
+        end = min(start + _RANK_CHUNK, n)
+        _ranks(words, mode, seed, p, packed, start, end)
+        for i in range(start, end):
+            if valid[i]:
+                _raise(registers, cells[i], packed[i - start])
+
+
+@_jit
+def _update_table(registers, seen, panes, slots, words, mode, seed, p, keep, low, span, width):  # noqa: ANN001, ANN202
+    """`_update` into a table of `span` x `width` cells, row i's cell (panes[i] - low) *
     width + slots[i], each cell written marked in `seen`; False (and stop) at a kept row
     outside the table."""
-    for i in range(ranks.shape[0]):
-        if keep[i]:
-            q = panes[i] - low
-            slot = slots[i]
-            if q < 0 or q >= span or slot < 0 or slot >= width:
-                return False
-            cell = q * width + slot
-            seen[cell] = True
-            index = ranks[i] >> np.uint32(8)
-            rank = np.uint8(ranks[i] & np.uint32(0xFF))
-            registers[cell, index] = max(registers[cell, index], rank)
+    n = words.shape[0]
+    packed = np.empty(_RANK_CHUNK, np.uint32)
+    for start in range(0, n, _RANK_CHUNK):
+        end = min(start + _RANK_CHUNK, n)
+        _ranks(words, mode, seed, p, packed, start, end)
+        for i in range(start, end):
+            if keep[i]:
+                q = panes[i] - low
+                slot = slots[i]
+                if q < 0 or q >= span or slot < 0 or slot >= width:
+                    return False
+                cell = q * width + slot
+                seen[cell] = True
+                _raise(registers, cell, packed[i - start])
     return True
 
 
@@ -331,16 +352,6 @@ def _words_of(values: np.ndarray, argument: SqlType | None, order_keys: bool) ->
     return _words(values, argument)
 
 
-def ranks(
-    values: np.ndarray, argument: SqlType | None, p: int, order_keys: bool = False
-) -> np.ndarray:
-    """Each value's register and rank (uint32, index << 8 | rank), as `update` hashes them."""
-    words, mode = _words_of(values, argument, order_keys)
-    out = np.empty(words.shape[0], np.uint32)
-    _ranks(words, mode, np.uint64(HLL_SEED), p, out)
-    return out
-
-
 def update(
     registers: np.ndarray,
     cells: np.ndarray,
@@ -354,15 +365,14 @@ def update(
     NULL, or not contributing) goes into registers[cells[i]]. STRING values come as hashes
     (`hash_strings`) with argument=None. `order_keys`: the values are the holistic lift's
     order keys (a DOUBLE's are decoded in the hash loop; other types' keys are their
-    values). Two passes: every row hashed (`ranks`, vectorised), then the registers raised
-    (a random access per row, which keeps the hash loop from vectorising when fused)."""
-    words, _ = _words_of(values, argument, order_keys)
+    values)."""
+    words, mode = _words_of(values, argument, order_keys)
     cells, valid = batch_rows(cells, words, valid, registers.shape[0])
     if registers.ndim != 2 or registers.dtype != np.uint8 or registers.shape[1] != hll_registers(p):
         raise ValueError(
             f"registers must be uint8 [cells, 2^{p}], got {registers.dtype} {registers.shape}"
         )
-    _scatter(registers, cells, ranks(values, argument, p, order_keys), valid)
+    _update(registers, cells, words, mode, np.uint64(HLL_SEED), p, valid)
 
 
 def build_table(
@@ -377,20 +387,23 @@ def build_table(
     order_keys: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Register sets of a batch's kept rows over a table of (pane, key slot) cells, row i's
-    cell (panes[i] - first pane) * width + slots[i], in one pass after the hash (no cell
-    numbering first): (registers [panes x width, 2^p], which cells received a row); None
-    where a kept row lies outside `pane_range` (first, last) or [0, width)."""
+    cell (panes[i] - first pane) * width + slots[i] (no cell numbering first): (registers
+    [panes x width, 2^p], which cells received a row); None where a kept row lies outside
+    `pane_range` (first, last) or [0, width)."""
     low, high = pane_range
     span = high - low + 1
     registers = new_registers(span * width, p)
     seen = np.zeros(span * width, np.bool_)
-    hashed = ranks(values, argument, p, order_keys)
+    words, mode = _words_of(values, argument, order_keys)
     panes = np.ascontiguousarray(panes, np.int64)
     slots = np.ascontiguousarray(slots, np.int64)
     keep = np.ascontiguousarray(keep, np.bool_)
-    if not panes.shape == slots.shape == keep.shape == hashed.shape:
+    if not panes.shape == slots.shape == keep.shape == words.shape:
         raise ValueError("one pane, key slot and keep flag per value needed")
-    if not _scatter_table(registers, seen, panes, slots, hashed, keep, low, span, width):
+    seed = np.uint64(HLL_SEED)
+    if not _update_table(
+        registers, seen, panes, slots, words, mode, seed, p, keep, low, span, width
+    ):
         return None
     return registers, seen
 
@@ -505,15 +518,15 @@ def _member(rows, k, m):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _merged_histograms(rows, offsets, m, bins):  # noqa: ANN001, ANN202
-    """`_histograms` of `_merge_groups`' groups without materialising them: per group the
-    max of its members (member k: the register set at address `rows[k]`) in one scratch
-    row, counted at once; a group of one member is counted in place."""
-    groups = offsets.shape[0] - 1
-    out = np.zeros((groups, bins), np.int64)
+def _merged_histograms(rows, offsets, chosen, m, bins):  # noqa: ANN001, ANN202
+    """`_histograms` of `_merge_groups`' groups `chosen` without materialising them: per
+    group the max of its members (member k: the register set at address `rows[k]`) in one
+    scratch row, counted at once; a group of one member is counted in place."""
+    out = np.zeros((chosen.shape[0], bins), np.int64)
     partial = np.zeros((4, bins), np.int64)
     scratch = np.zeros(m, np.uint8)
-    for g in range(groups):
+    for at in range(chosen.shape[0]):
+        g = chosen[at]
         first, end = offsets[g], offsets[g + 1]
         if end - first == 1:
             row = _member(rows, first, m)
@@ -531,7 +544,7 @@ def _merged_histograms(rows, offsets, m, bins):  # noqa: ANN001, ANN202
             partial[2, row[j + 2]] += 1
             partial[3, row[j + 3]] += 1
         for b in range(bins):
-            out[g, b] = partial[0, b] + partial[1, b] + partial[2, b] + partial[3, b]
+            out[at, b] = partial[0, b] + partial[1, b] + partial[2, b] + partial[3, b]
     return out
 
 
@@ -617,10 +630,7 @@ def merged_estimates(
 
     def histograms_of(chosen: np.ndarray) -> np.ndarray:
         """The histograms (int64 [groups, bins]) of groups `chosen` only."""
-        lengths = offsets[chosen + 1] - offsets[chosen]
-        sub_offsets = np.concatenate(([0], np.cumsum(lengths)))
-        at = np.repeat(offsets[chosen] - sub_offsets[:-1], lengths) + np.arange(sub_offsets[-1])
-        return _merged_histograms(rows[at], sub_offsets, m, bins)
+        return _merged_histograms(rows, offsets, chosen, m, bins)
 
     inexact = np.flatnonzero(highest > cap)
     if len(inexact):  # registers past the cap: hll_estimate's own float sum, from histograms
