@@ -150,6 +150,13 @@ def test_batch_sketches_equal_the_build_over_numbered_cells(
         "approx_percentile", panes, slots, values, keep, keys, argument, 100, 1 << 26, hint
     )
     assert none is None  # GK summaries: numbered cells
+    nothing = np.zeros(len(panes), np.bool_)
+    assert (  # no key met yet (a batch whose every row fails WHERE): numbered cells
+        sketch_windows.batch_sketches(
+            "approx_count_distinct", panes, slots, values, nothing, 0, argument, 0.05, 1, hint
+        )
+        is None
+    )
     with pytest.raises(ValueError, match="slots"):
         sketch_windows.batch_sketches(
             "approx_count_distinct",

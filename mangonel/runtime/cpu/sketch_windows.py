@@ -168,7 +168,7 @@ def batch_sketches(
     others a copy of the rows of their keys. None (the caller numbers cells with
     `batch_cells`) for GK summaries and where the table passes `max_bytes` or holds more
     cells than the batch has rows (most of it would be zeros to allocate and drop)."""
-    if evaluation != HLL:
+    if evaluation != HLL or n_slots <= 0:  # no key met yet: batch_cells checks the rows
         return None
     p = _p(parameter)
     m = 1 << p
