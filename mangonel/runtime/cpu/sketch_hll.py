@@ -519,10 +519,11 @@ def _member(rows, k, m):  # noqa: ANN001, ANN202
 
 @_jit
 def _merged_histograms(rows, offsets, chosen, m, bins):  # noqa: ANN001, ANN202
-    """`_histograms` of `_merge_groups`' groups `chosen` without materialising them: per
-    group the max of its members (member k: the register set at address `rows[k]`) in one
-    scratch row, counted at once; a group of one member is counted in place."""
-    out = np.zeros((chosen.shape[0], bins), np.int64)
+    """`_histograms` of `_merge_groups`' groups `chosen` without materialising them, as
+    `hll_estimate` reads them: float64 [bins, groups] (counts, exact). Per group the max of
+    its members (member k: the register set at address `rows[k]`) in one scratch row,
+    counted at once; a group of one member is counted in place."""
+    out = np.zeros((bins, chosen.shape[0]), np.float64)
     partial = np.zeros((4, bins), np.int64)
     scratch = np.zeros(m, np.uint8)
     for at in range(chosen.shape[0]):
@@ -544,7 +545,7 @@ def _merged_histograms(rows, offsets, chosen, m, bins):  # noqa: ANN001, ANN202
             partial[2, row[j + 2]] += 1
             partial[3, row[j + 3]] += 1
         for b in range(bins):
-            out[at, b] = partial[0, b] + partial[1, b] + partial[2, b] + partial[3, b]
+            out[b, at] = partial[0, b] + partial[1, b] + partial[2, b] + partial[3, b]
     return out
 
 
@@ -629,12 +630,12 @@ def merged_estimates(
     bins = hll_bins(p)
 
     def histograms_of(chosen: np.ndarray) -> np.ndarray:
-        """The histograms (int64 [groups, bins]) of groups `chosen` only."""
+        """The histograms (float64 [bins, groups]) of groups `chosen` only."""
         return _merged_histograms(rows, offsets, chosen, m, bins)
 
     inexact = np.flatnonzero(highest > cap)
     if len(inexact):  # registers past the cap: hll_estimate's own float sum, from histograms
-        counts = histograms_of(inexact).T.astype(np.float64)
+        counts = histograms_of(inexact)
         held = np.zeros(len(inexact))
         for k in range(bins):
             held += counts[k] * 2.0**-k  # as hll_estimate adds (zero terms change nothing)
@@ -643,7 +644,7 @@ def merged_estimates(
         z_inverse,
         zeros,
         p,
-        lambda band: histograms_of(np.flatnonzero(band)).T.astype(np.float64),
+        lambda band: histograms_of(np.flatnonzero(band)),
     )
     del arrays  # alive until here: the kernels read through addresses
     return estimates
