@@ -254,6 +254,29 @@ def _leading_zeros(typingctx, x):
     return types.uint64(types.uint64), codegen
 
 
+@intrinsic
+def _prefetch(typingctx, address):
+    """LLVM's prefetch (for writing, kept in every cache level) of the line at an integer
+    address: a hint that never faults, so an address past an array is harmless."""
+    if address != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        bytes_pointer = ir.PointerType(ir.IntType(8))
+        word = ir.IntType(32)
+        function = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [bytes_pointer, word, word, word]),
+            "llvm.prefetch.p0i8",
+        )
+        pointer = builder.inttoptr(args[0], bytes_pointer)
+        flags = [ir.Constant(word, 1), ir.Constant(word, 3), ir.Constant(word, 1)]
+        builder.call(function, [pointer, *flags])
+        return context.get_dummy_value()
+
+    return types.none(types.int64), codegen
+
+
 @_jit
 def _packed_rank(x: np.uint64, p: int) -> np.uint32:
     """A hash's register and rank as one word, index << 8 | rank: the top p bits, and the
@@ -267,6 +290,10 @@ def _packed_rank(x: np.uint64, p: int) -> np.uint32:
 # rows hashed per step of a build: their packed ranks stay in L1 until the registers read
 # them (a whole batch's would be a fresh array to fault in and stream through memory)
 _RANK_CHUNK = 2048
+# rows ahead whose register a build prefetches: a row's register is a random byte of its
+# cell's 2^p, so the scatter waits on cache misses one after the other without it (the
+# table build 10 % faster, 2026-11-27)
+_PREFETCH_AHEAD = 32
 
 
 @_jit
@@ -310,10 +337,14 @@ def _update(registers, cells, words, mode, seed, p, valid):  # noqa: ANN001, ANN
     keeps a fused hash loop from vectorising)."""
     n = words.shape[0]
     packed = np.empty(_RANK_CHUNK, np.uint32)
+    base, m = registers.ctypes.data, registers.shape[1]
     for start in range(0, n, _RANK_CHUNK):
         end = min(start + _RANK_CHUNK, n)
         _ranks(words, mode, seed, p, packed, start, end)
         for i in range(start, end):
+            ahead = i + _PREFETCH_AHEAD
+            if ahead < end:
+                _prefetch(base + cells[ahead] * m + np.int64(packed[ahead - start] >> 8))
             if valid[i]:
                 _raise(registers, cells[i], packed[i - start])
 
@@ -325,10 +356,15 @@ def _update_table(registers, seen, panes, slots, words, mode, seed, p, keep, low
     outside the table."""
     n = words.shape[0]
     packed = np.empty(_RANK_CHUNK, np.uint32)
+    base, m = registers.ctypes.data, registers.shape[1]
     for start in range(0, n, _RANK_CHUNK):
         end = min(start + _RANK_CHUNK, n)
         _ranks(words, mode, seed, p, packed, start, end)
         for i in range(start, end):
+            ahead = i + _PREFETCH_AHEAD
+            if ahead < end:
+                cell = (panes[ahead] - low) * width + slots[ahead]
+                _prefetch(base + cell * m + np.int64(packed[ahead - start] >> 8))
             if keep[i]:
                 q = panes[i] - low
                 slot = slots[i]
