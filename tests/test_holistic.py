@@ -236,6 +236,15 @@ def test_order_keys_sort_as_spark_and_round_trip():
     assert math.isnan(ordered[-1])
     integers = np.array([5, -(2**63), 2**63 - 1, 0])
     assert np.array_equal(from_order_keys(order_keys(integers), False), integers)
+    # every NaN (sign bit, payload) is one key, the largest; -0.0 is 0.0; FLOAT as DOUBLE
+    nans = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001], np.uint64)
+    nan_keys = order_keys(nans.view(np.float64))
+    assert (nan_keys == keys[0]).all() and keys[0] == keys.max()
+    assert keys[3] == keys[4] == 0 and keys[5] < 0 and (keys[6] < keys[5])
+    assert np.array_equal(
+        order_keys(values.astype(np.float32)),
+        order_keys(values.astype(np.float32).astype(np.float64)),
+    )
 
 
 def test_the_kernel_selects_over_several_sorted_runs_and_in_place():

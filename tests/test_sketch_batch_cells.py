@@ -12,6 +12,9 @@ from fuzzer import same_with_and_without
 from hypothesis import given, settings
 from test_sketch_sql import SETTINGS, scenarios
 
+from mangonel.aggregates.holistic import order_keys
+from mangonel.aggregates.sketches import hll_estimate
+from mangonel.catalog.types import SqlType
 from mangonel.runtime.cpu import holistic, sketch_hll, sketch_windows
 
 
@@ -99,6 +102,76 @@ def test_sketch_rows_are_the_same_with_and_without_batch_cells(scenario):
     same_with_and_without(scenario, sketch_windows, "batch_cells", None)
 
 
+@settings(max_examples=25, **SETTINGS)
+@given(scenarios("time"))
+def test_sketch_rows_are_the_same_with_and_without_the_register_table(scenario):
+    """The same rows, byte for byte, whether HLL registers are raised in the batch's (pane,
+    key) table (`batch_sketches`) or built over the cells `batch_cells` numbers."""
+    same_with_and_without(scenario, sketch_windows, "batch_sketches", lambda *_, **__: None)
+
+
+@pytest.mark.parametrize(
+    ("pane_low", "pane_high", "keys", "hint"),
+    [
+        (3, 9, 11, (3, 9)),  # the range given
+        (3, 9, 11, None),  # measured
+        (3, 9, 11, (5, 9)),  # a wrong hint: measured
+        (7, 7, 5, (7, 7)),  # one pane, every key: a view of the table
+        (0, 40, 60, (0, 40)),  # more cells than rows: declined
+    ],
+)
+@pytest.mark.parametrize("argument", [SqlType.DOUBLE, SqlType.BIGINT])
+def test_batch_sketches_equal_the_build_over_numbered_cells(
+    pane_low, pane_high, keys, hint, argument
+):
+    panes, slots, values, keep = _batch(8, 2000, pane_low, pane_high, keys)
+    if argument is SqlType.DOUBLE:
+        values = order_keys(values.astype(np.float64) / 7.0)
+    got = sketch_windows.batch_sketches(
+        "approx_count_distinct", panes, slots, values, keep, keys, argument, 0.05, 1 << 26, hint
+    )
+    cells = sketch_windows.batch_cells(panes, slots, keep, keys, 10**9)
+    if (pane_high - pane_low + 1) * keys > len(panes):
+        assert got is None
+        return
+    pane_ids, pane_slots, parts = got
+    built = sketch_windows.build(
+        "approx_count_distinct", cells[2], cells[3], values, argument, 0.05, valid=keep
+    )
+    assert pane_ids == cells[0]
+    at = 0
+    for got_slots, want_slots, part in zip(pane_slots, cells[1], parts, strict=True):
+        assert np.array_equal(got_slots, want_slots)
+        want = built.registers[at : at + len(want_slots)]
+        assert np.array_equal(part.registers, want)
+        at += len(want_slots)
+    assert at == cells[3]
+    none = sketch_windows.batch_sketches(
+        "approx_percentile", panes, slots, values, keep, keys, argument, 100, 1 << 26, hint
+    )
+    assert none is None  # GK summaries: numbered cells
+    nothing = np.zeros(len(panes), np.bool_)
+    assert (  # no key met yet (a batch whose every row fails WHERE): numbered cells
+        sketch_windows.batch_sketches(
+            "approx_count_distinct", panes, slots, values, nothing, 0, argument, 0.05, 1, hint
+        )
+        is None
+    )
+    with pytest.raises(ValueError, match="slots"):
+        sketch_windows.batch_sketches(
+            "approx_count_distinct",
+            panes,
+            slots + keys,
+            values,
+            keep,
+            keys,
+            argument,
+            0.05,
+            1 << 26,
+            hint,
+        )
+
+
 @pytest.mark.parametrize("p", [4, 9, 12])
 def test_merged_estimates_equal_the_estimates_of_the_merged_sets(p):
     """A window's answer straight from its sets' maxima equals the estimate of the merged
@@ -115,9 +188,38 @@ def test_merged_estimates_equal_the_estimates_of_the_merged_sets(p):
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     got = sketch_hll.merged_estimates(sets, members, offsets, p)
     merged = sketch_hll.merge_groups(np.concatenate(sets), members, offsets)
-    assert np.array_equal(got, sketch_hll.estimate(merged, p))
+    assert np.array_equal(got, hll_estimate(sketch_hll.histograms(merged, p), p))
+    assert np.array_equal(sketch_hll.estimate(merged, p), got)
     with pytest.raises(ValueError, match="cell"):
         sketch_hll.merged_estimates(sets, np.array([9]), np.array([0, 1]), p)
+
+
+@pytest.mark.parametrize("p", [4, 9, 18])
+def test_merged_estimates_are_the_histograms_estimate_past_the_exact_sum(p):
+    """The estimates are `hll_estimate`'s of the histograms bit for bit on every path of
+    `merged_estimates`: sums taken exactly in integers, groups with registers above the cap
+    where that sum is exact (their float sum comes from their histograms), groups in Ertl's
+    band, registers at the largest value 65 - p."""
+    rng = np.random.default_rng(100 + p)
+    m = 1 << p
+    cap = 53 - p
+    sets = [np.minimum(rng.geometric(0.5, (cells, m)), 65 - p).astype(np.uint8) for cells in (4, 3)]
+    sets[0][1, rng.integers(0, m, 3)] = rng.integers(cap + 1, 66 - p, 3)  # past the cap
+    sets[0][2, rng.integers(0, m, 2)] = 65 - p  # the largest register value
+    sets[1][0] = 0
+    sets[1][0, rng.integers(0, m, 5)] = 1  # a few values: linear counting
+    sets[1][1] = rng.choice([0, 1, 2], m, p=[0.1, 0.6, 0.3])  # Ertl's band
+    sets[1][2, : m // 2] = cap  # at the cap: still summed in integers
+    sizes = rng.integers(0, 4, 60)
+    members = rng.integers(0, 7, int(sizes.sum())).astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    members = np.concatenate((members, np.arange(7)))  # each set alone too
+    offsets = np.concatenate((offsets, offsets[-1] + np.arange(1, 8)))
+    got = sketch_hll.merged_estimates(sets, members, offsets, p)
+    merged = sketch_hll.merge_groups(np.concatenate(sets), members, offsets)
+    want = hll_estimate(sketch_hll.histograms(merged, p), p)
+    assert np.array_equal(got, want)
+    assert (merged.max(axis=1) > cap).any() and (merged.max(axis=1) == cap).any()
 
 
 def test_merge_pair_equals_the_merge_of_the_concatenated_sets():

@@ -382,7 +382,10 @@ class CpuKernels:
         keys = [_column(columns, key.name) for key in lift.keys]
         keys = [k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]
         with_time = int(has_event_time.sum())
-        max_event_time = int(event_time[has_event_time].max()) if with_time else None
+        if with_time == length:  # every row timed: no masked copy of the column to scan
+            max_event_time = int(event_time.max()) if length else None
+        else:
+            max_event_time = int(event_time[has_event_time].max()) if with_time else None
         return LiftedTuples(
             length,
             event_time,

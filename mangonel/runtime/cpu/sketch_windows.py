@@ -139,6 +139,82 @@ def batch_cells(
     return (hit + low).tolist(), [np.flatnonzero(table[q]) for q in hit], cells, n_cells
 
 
+def _hll_values(keys: np.ndarray, argument: SqlType) -> tuple[np.ndarray, bool]:
+    """(what the HLL kernels hash for order keys `keys`, whether that is the keys
+    themselves): a DOUBLE's order keys are hashed as they are (decoded in the hash loop: no
+    decoding pass), other types' values decoded."""
+    if argument is SqlType.DOUBLE:
+        return keys, True
+    return from_order_keys(keys, argument.is_floating), False
+
+
+def batch_sketches(
+    evaluation: str,
+    panes: np.ndarray,
+    slots: np.ndarray,
+    keys: np.ndarray,
+    keep: np.ndarray,
+    n_slots: int,
+    argument: SqlType,
+    parameter: float,
+    max_bytes: int,
+    pane_range: tuple[int, int] | None = None,
+) -> tuple[list[int], list[np.ndarray], list[Sketches]] | None:
+    """A batch's kept rows straight into per-pane sketches, HLL only: (the panes they hit,
+    ascending; per pane its distinct key slots, ascending; per pane its sketches, cell i of
+    key slot i of its slots). The registers are raised in a table over every (pane, key
+    slot) of the batch's pane range (`sketch_hll.build_table`), so no pass numbers the
+    cells first; a pane every key reaches keeps its rows of the table as they are (a view),
+    others a copy of the rows of their keys. None (the caller numbers cells with
+    `batch_cells`) for GK summaries and where the table passes `max_bytes` or holds more
+    cells than the batch has rows (most of it would be zeros to allocate and drop)."""
+    if evaluation != HLL or n_slots <= 0:  # no key met yet: batch_cells checks the rows
+        return None
+    p = _p(parameter)
+    m = 1 << p
+    rows = len(panes)
+
+    def fits(low: int, high: int) -> bool:
+        cells = (high - low + 1) * n_slots
+        return cells <= rows and cells * m <= max_bytes
+
+    values, order_keys = _hll_values(keys, argument)
+    table = None
+    if pane_range is not None and fits(*pane_range):
+        table = sketch_hll.build_table(
+            panes, slots, values, keep, pane_range, n_slots, argument, p, order_keys
+        )
+    if table is None:  # no range given, or a kept row outside it: the kept rows' range
+        low, high, count = kept_pane_range(
+            np.ascontiguousarray(panes, np.int64), np.ascontiguousarray(keep, np.bool_)
+        )
+        if not count:
+            return [], [], []
+        if not fits(low, high):
+            return None
+        pane_range = (low, high)
+        table = sketch_hll.build_table(
+            panes, slots, values, keep, pane_range, n_slots, argument, p, order_keys
+        )
+        if table is None:
+            raise ValueError(f"key slots must lie in [0, {n_slots})")
+    registers, seen = table
+    present = seen.reshape(-1, n_slots)
+    per_pane = present.sum(axis=1)
+    pane_ids, pane_slots, parts = [], [], []
+    for q in np.flatnonzero(per_pane).tolist():
+        pane_ids.append(pane_range[0] + q)
+        rows_of_pane = registers[q * n_slots : (q + 1) * n_slots]
+        if per_pane[q] == n_slots:
+            pane_slots.append(np.arange(n_slots, dtype=np.int64))
+            parts.append(HllSketches(p, rows_of_pane))
+        else:
+            chosen = np.flatnonzero(present[q])
+            pane_slots.append(chosen)
+            parts.append(HllSketches(p, rows_of_pane[chosen]))
+    return pane_ids, pane_slots, parts
+
+
 def panes_cells(pieces: list[np.ndarray], presorted: bool) -> list[tuple[np.ndarray, np.ndarray]]:
     """`pane_cells` of each pane's chunk (the GPU's reads them back at once)."""
     return [pane_cells(piece, presorted) for piece in pieces]
@@ -162,12 +238,10 @@ def build(
     count (None: every row; `batch_cells` numbers a whole batch's rows, kept or not)."""
     if evaluation == HLL:
         p = _p(parameter)
-        if argument is SqlType.DOUBLE:  # hashed from the order keys: no decoding pass
-            registers = sketch_hll.build(cells, n_cells, keys, valid, argument, p, True)
-        else:
-            values = from_order_keys(keys, argument.is_floating)
-            registers = sketch_hll.build(cells, n_cells, values, valid, argument, p)
-        return HllSketches(p, registers)
+        values, order_keys = _hll_values(keys, argument)
+        return HllSketches(
+            p, sketch_hll.build(cells, n_cells, values, valid, argument, p, order_keys)
+        )
     values = from_order_keys(keys, argument.is_floating)
     return sketch_quantile.build(cells, n_cells, values.astype(np.float64), valid, _eps(parameter))
 

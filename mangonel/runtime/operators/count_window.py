@@ -22,7 +22,7 @@ from mangonel.runtime.operators.base import (
     field_arrays,
     field_columns,
 )
-from mangonel.runtime.operators.holistic import evaluate
+from mangonel.runtime.operators.holistic_evaluate import evaluate
 from mangonel.runtime.operators.late_rows import BEHIND_WATERMARK
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize
@@ -168,7 +168,7 @@ class CountWindowOperator(TupleWindowOperator):
     def _holistic(self, first_leaf: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """(count, value) of each holistic aggregate for windows starting at `first_leaf`
         (positions in `self.final`; each spans `size` tuples): one run per window over the
-        key's non-NULL values (`holistic.evaluate`)."""
+        key's non-NULL values (`holistic_evaluate.evaluate`)."""
         if self.holistic_kernels is None:
             return {}
         fields = {f.name: f for f in self.fields}

@@ -1,10 +1,10 @@
 """Holistic window functions (MEDIAN, PERCENTILE_*, COUNT DISTINCT, Python window functions)
 in the window operators.
 
-`evaluate` turns runs of order keys (per result row, ranges of one flat array) into each
-holistic aggregate's (non-NULL count, value) with the backend's `holistic_select` kernel
-(`python_window` for a Python window function);
-`results.finalize` reads them. Both window kinds use it:
+`holistic_evaluate.evaluate` turns runs of order keys (per result row, ranges of one flat
+array) into each holistic aggregate's (non-NULL count, value) with the backend's
+`holistic_select` kernel (`python_window` for a Python window function); `results.finalize`
+reads them. Both window kinds use it:
 
 - count windows (`count_window.py`) keep the `values` fields with their per-tuple partials
   (order key and validity per tuple): a window is one run of its key's final tuples;
@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mangonel.aggregates.holistic import from_order_keys
 from mangonel.compiler import physical as ph
 from mangonel.compiler.holistic import (
     holistic_positions,
@@ -48,10 +47,10 @@ from mangonel.compiler.holistic import (
     windows_per_launch,
 )
 from mangonel.compiler.options import HOLISTIC_GPU_FORMS
-from mangonel.compiler.physical import AggregatePlan, StateField
 from mangonel.errors import DataError
 from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META
+from mangonel.runtime.operators.holistic_evaluate import evaluate
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
@@ -75,49 +74,6 @@ def chunk_ladder(largest: int, start: int) -> tuple[int, ...]:
 def new_tuner(knobs: list[Knob]) -> Tuner:
     """The tuner of a holistic firing (tests replace it with a faster-moving one)."""
     return Tuner(knobs)
-
-
-def evaluate(
-    kernels: Any,  # noqa: ANN401 - the backend's kernels (`holistic_select`)
-    plan: AggregatePlan,
-    value_field: StateField,
-    values: np.ndarray,
-    runs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    sorted_runs: bool,
-    times: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(non-NULL count, value) per result row of one holistic aggregate over its rows'
-    runs `(run_start, run_end, row_first, row_runs)` into `values` (order keys); `times`:
-    the values' event times (a Python function `with_timestamps` reads them). A percentile
-    over an ARRAY of p (`plan.fractions`) gives value[rows, len(ps)], every p from one
-    selection call over the same runs."""
-    evaluation = plan.evaluation  # an APPROX_PERCENTILE answered exactly: percentile_disc
-    assert evaluation is not None
-    if plan.python is not None:  # the user's function over the sorted, decoded values
-        floating = value_field.type.is_floating
-        return kernels.python_window(plan.python, values, *runs, sorted_runs, floating, times)
-    # an ARRAY of p: every p selected in the one call over the same runs (lower and higher
-    # [rows, len(ps)]); a single p: [rows]
-    fraction = plan.percentages
-    fraction = 0.0 if fraction is None else fraction
-    n, lower, higher = kernels.holistic_select(values, *runs, evaluation, fraction, sorted_runs)
-    if evaluation == "count_distinct":
-        return n, lower
-    floating = value_field.type.is_floating
-    low = from_order_keys(lower, floating)
-    if evaluation == "percentile_disc":
-        return n, low
-    # Spark's interpolation: position p * (n - 1) between its floor and ceiling
-    high = from_order_keys(higher, floating).astype(np.float64)
-    low = low.astype(np.float64)
-    ps = np.asarray(fraction, np.float64)
-    count = (np.maximum(n, 1) - 1).astype(np.float64)
-    position = ps * (count[:, None] if ps.ndim else count)
-    below = np.floor(position)
-    above = np.ceil(position)
-    with np.errstate(invalid="ignore"):
-        mixed = (above - position) * low + (position - below) * high
-    return n, np.where(above == below, low, mixed)
 
 
 @dataclass
@@ -346,12 +302,17 @@ class HolisticTimeWindows:
         slots: np.ndarray,
         include: np.ndarray,
         pane_range: tuple[int, int] | None,
+        rows: slice | None = None,
     ) -> None:
-        """Each value field's non-NULL values of the included rows into their panes."""
+        """Each value field's non-NULL values of the included rows into their panes; `rows`:
+        the lifted rows `panes`, `slots` and `include` are of (all where None)."""
         event_times = lifted.event_time if self.timed_fields else None
         for value_field in self.value_fields:
             values, valid = lifted.partials[value_field.name]
             times = event_times if value_field.name in self.timed_fields else None
+            if rows is not None:
+                values, valid = values[rows], valid[rows]
+                times = None if times is None else times[rows]
             keep = include & (valid != 0)
             self._store(value_field.name, panes, slots, values, keep, times, pane_range)
 
@@ -368,12 +329,14 @@ class HolisticTimeWindows:
             return
         if sum(len(panes) for panes, _, _ in decided) != lifted.rows:
             raise AssertionError("the wrapped operator decided other rows than the batch's")
-        panes, include, inner_slots = (
-            np.concatenate(parts) if len(parts) > 1 else parts[0]
-            for parts in zip(*decided, strict=True)
-        )
-        slots = self._slots_of_inner(inner_slots)
-        self._store_lifted(lifted, panes, slots, include, pane_range)
+        # piece by piece (a run's first batch comes in two): joining the pieces' decisions
+        # would copy every row's pane, flag and slot into fresh memory
+        start = 0
+        for panes, include, inner_slots in decided:
+            rows = slice(start, start + len(panes))
+            slots = self._slots_of_inner(inner_slots)
+            self._store_lifted(lifted, panes, slots, include, pane_range, rows)
+            start = rows.stop
 
     def _slots_of_inner(self, inner_slots: np.ndarray) -> np.ndarray:
         """This driver's key slots of the wrapped operator's (-1 stays -1). Keys the wrapped

@@ -25,7 +25,7 @@ Holistic aggregates (MEDIAN, PERCENTILE_*, COUNT(DISTINCT), the approximate ones
 window functions; strategy `session-runs`) keep their raw values per tuple (`values` fields:
 order key and validity, as count windows do) tagged with their open session's id; a merge
 re-tags the values of the sessions it merged, and a firing evaluates each fired session's
-run of values (`holistic.evaluate`, `sketch_panes.run_answers`) and frees them.
+run of values (`holistic_evaluate.evaluate`, `sketch_panes.run_answers`) and frees them.
 
 Semantics: docs/semantics.md, "Session windows". Inside Spark the query runs as Spark's
 native `session_window` aggregation (`runtime/spark/planner.py`), so the split form's
@@ -40,7 +40,7 @@ import pyarrow as pa
 from mangonel.compiler import physical as ph
 from mangonel.runtime.operators.base import TupleWindowOperator, field_arrays, field_columns
 from mangonel.runtime.operators.conform import INT64_MIN
-from mangonel.runtime.operators.holistic import evaluate
+from mangonel.runtime.operators.holistic_evaluate import evaluate
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize

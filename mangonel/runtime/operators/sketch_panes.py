@@ -134,29 +134,56 @@ class SketchPanes:
         """`add` of a batch's rows straight from the per-row arrays, where the kernels number
         the cells of a whole batch (`sketches.batch_cells`: the CPU's; on the GPU None): no
         grouping of the rows by pane, no per-pane cell numbering, one build per aggregate
-        over the batch's rows (the unkept ones skipped by the build). False where the
-        kernels cannot here (the caller then groups the rows by pane and calls `add`).
+        over the batch's rows (the unkept ones skipped by the build); HLL registers where the
+        batch's (pane, key) table is small are raised in that table directly
+        (`sketches.batch_sketches`, no cell numbering at all). False where the kernels
+        cannot here (the caller then groups the rows by pane and calls `add`).
         `pane_range`: (first, last) pane of the kept rows where the caller knows it."""
         batch_cells = self.sketches.batch_cells
         plans = [(p, plan) for p, plan in self.plans.items() if plan.value_field == name]
         if batch_cells is None or not plans:
             return False
-        largest = max(_register_bytes(plan) for _, plan in plans)
-        most = max(1, MAX_BUILD_BYTES // largest)
-        found = batch_cells(panes, slots, keep, n_slots, most, pane_range)
-        if found is None:
-            return False
-        pane_ids, pane_slots, cells, n_cells = found
-        if not n_cells:
-            return True
         argument = self.fields[name].type
+        # HLL: straight into a (pane, key) table of registers where it is small
+        # (`batch_sketches`); the others through the cells `batch_cells` numbers. Nothing is
+        # folded until every aggregate has its sketches (False leaves the panes untouched).
+        tabled, numbered = {}, []
         for position, plan in plans:
             evaluation = plan.function.definition.holistic.evaluation
-            parameter = sketch_parameter(plan)
-            built = self.sketches.build(
-                evaluation, cells, n_cells, values, argument, parameter, valid=keep
+            found = self.sketches.batch_sketches(
+                evaluation,
+                panes,
+                slots,
+                values,
+                keep,
+                n_slots,
+                argument,
+                sketch_parameter(plan),
+                MAX_BUILD_BYTES,
+                pane_range,
             )
-            self._fold(position, pane_ids, pane_slots, built)
+            if found is None:
+                numbered.append((position, plan))
+            else:
+                tabled[position] = found
+        built = {}
+        if numbered:
+            largest = max(_register_bytes(plan) for _, plan in numbered)
+            most = max(1, MAX_BUILD_BYTES // largest)
+            found = batch_cells(panes, slots, keep, n_slots, most, pane_range)
+            if found is None:
+                return False
+            pane_ids, pane_slots, cells, n_cells = found
+            for position, plan in numbered if n_cells else ():
+                evaluation = plan.function.definition.holistic.evaluation
+                parameter = sketch_parameter(plan)
+                built[position] = self.sketches.build(
+                    evaluation, cells, n_cells, values, argument, parameter, valid=keep
+                )
+        for position, (pane_ids_of, slots_of, parts) in tabled.items():
+            self._fold_parts(position, pane_ids_of, slots_of, parts)
+        for position, sketches in built.items():
+            self._fold(position, pane_ids, pane_slots, sketches)
         return True
 
     def _fold(
@@ -168,12 +195,20 @@ class SketchPanes:
     ) -> None:
         """Merge a build's cells (pane i's: the next len(pane_slots[i]), key slots
         pane_slots[i]) into the panes' sketches of aggregate `position`."""
-        store = self.panes[position]
-        at = 0
-        for pane, present in zip(pane_ids, pane_slots, strict=True):
-            pane = int(pane)
-            part = self.sketches.cell_range(built, at, at + len(present))
+        parts, at = [], 0
+        for present in pane_slots:
+            parts.append(self.sketches.cell_range(built, at, at + len(present)))
             at += len(present)
+        self._fold_parts(position, pane_ids, pane_slots, parts)
+
+    def _fold_parts(
+        self, position: int, pane_ids: list[int], pane_slots: list[np.ndarray], parts: list
+    ) -> None:
+        """Merge pane i's sketches `parts[i]` (cell j: key slot pane_slots[i][j]) into the
+        panes' sketches of aggregate `position`."""
+        store = self.panes[position]
+        for pane, present, part in zip(pane_ids, pane_slots, parts, strict=True):
+            pane = int(pane)
             old = store.get(pane)
             store[pane] = (present, part) if old is None else self._union(old, present, part)
             self._invalidate(position, pane)

@@ -1,0 +1,56 @@
+"""The evaluation of the exact holistic functions over runs of order keys (MEDIAN,
+PERCENTILE_*, COUNT DISTINCT, Python window functions), shared by the time-window driver
+(`holistic.HolisticTimeWindows`), count windows (`count_window.py`) and session windows
+(`session_window.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mangonel.aggregates.holistic import from_order_keys
+from mangonel.compiler.physical import AggregatePlan, StateField
+
+
+def evaluate(
+    kernels: Any,  # noqa: ANN401 - the backend's kernels (`holistic_select`)
+    plan: AggregatePlan,
+    value_field: StateField,
+    values: np.ndarray,
+    runs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    sorted_runs: bool,
+    times: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(non-NULL count, value) per result row of one holistic aggregate over its rows'
+    runs `(run_start, run_end, row_first, row_runs)` into `values` (order keys); `times`:
+    the values' event times (a Python function `with_timestamps` reads them). A percentile
+    over an ARRAY of p (`plan.fractions`) gives value[rows, len(ps)], every p from one
+    selection call over the same runs."""
+    evaluation = plan.evaluation  # an APPROX_PERCENTILE answered exactly: percentile_disc
+    assert evaluation is not None
+    if plan.python is not None:  # the user's function over the sorted, decoded values
+        floating = value_field.type.is_floating
+        return kernels.python_window(plan.python, values, *runs, sorted_runs, floating, times)
+    # an ARRAY of p: every p selected in the one call over the same runs (lower and higher
+    # [rows, len(ps)]); a single p: [rows]
+    fraction = plan.percentages
+    fraction = 0.0 if fraction is None else fraction
+    n, lower, higher = kernels.holistic_select(values, *runs, evaluation, fraction, sorted_runs)
+    if evaluation == "count_distinct":
+        return n, lower
+    floating = value_field.type.is_floating
+    low = from_order_keys(lower, floating)
+    if evaluation == "percentile_disc":
+        return n, low
+    # Spark's interpolation: position p * (n - 1) between its floor and ceiling
+    high = from_order_keys(higher, floating).astype(np.float64)
+    low = low.astype(np.float64)
+    ps = np.asarray(fraction, np.float64)
+    count = (np.maximum(n, 1) - 1).astype(np.float64)
+    position = ps * (count[:, None] if ps.ndim else count)
+    below = np.floor(position)
+    above = np.ceil(position)
+    with np.errstate(invalid="ignore"):
+        mixed = (above - position) * low + (position - below) * high
+    return n, np.where(above == below, low, mixed)
