@@ -576,40 +576,9 @@ class CpuJoinKernels:
             hi,
         )
 
-    def combine_cells(
-        self,
-        left,
-        left_ids,
-        right,
-        right_ids,
-        n_ids,
-        group_of_id,
-        left_order,
-        group_values,
-        left_values,
-        right_values,
-        ops,
-        size,
-        slide,
-    ):
-        return combine_cells(
-            left,
-            left_ids,
-            right,
-            right_ids,
-            n_ids,
-            group_of_id,
-            left_order,
-            group_values,
-            left_values,
-            right_values,
-            ops,
-            size,
-            slide,
-        )
-
-    def unseen_groups(self, left, left_ids, right, right_ids, n_ids, group_of_id):
-        return unseen_groups(left, left_ids, right, right_ids, n_ids, group_of_id)
+    # the factorised firing's kernels (join_combine.py) as they are: the protocol's arguments
+    combine_cells = staticmethod(combine_cells)
+    unseen_groups = staticmethod(unseen_groups)
 
     def pair_ranges(self, mine, theirs, first, last, their_first, their_last, bases, out=None):
         count = len(mine)
