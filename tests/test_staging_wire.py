@@ -113,6 +113,46 @@ def test_a_chunk_whose_range_fits_travels_as_offsets_from_its_first_value(thread
     pool.close()
 
 
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        ("narrow",),  # no copied column: the copy group is padding only
+        ("uint8", "float32", "int32"),  # no offset column: the narrow group is padding only
+        ("narrow", "uint8", "narrow", "float64", "int16"),  # interleaved, every width
+    ],
+)
+def test_one_pass_writes_every_column_of_every_width_in_the_callers_order(kinds):
+    """fill_chunk's single pass (`fill_into`) takes offset and copied columns as two groups;
+    the wires come back in the sources' order and every byte of every target is written."""
+    rng = np.random.default_rng(5)
+    rows = 3 * MIN_TASK_ROWS + 11
+    columns = []
+    for kind in kinds:
+        if kind == "narrow":
+            columns.append((rng.integers(10**15, 10**15 + 10**6, rows), True))
+        else:
+            columns.append((rng.integers(0, 100, rows).astype(kind), False))
+    first, end = 7, rows - 5
+    sources, wires = _fill(CopyPool(3), columns, first, end)
+    n = end - first
+    for (array, offset), source, wire in zip(columns, sources, wires, strict=True):
+        assert wire.narrow is offset
+        if offset:
+            assert np.array_equal(read_chunk(wire, source.target, n), array[first:end])
+        else:
+            assert wire.nbytes == n * array.itemsize
+            written = source.target[: wire.nbytes].view(array.dtype)
+            assert np.array_equal(written, array[first:end])
+
+
+def test_an_empty_chunk_writes_nothing_and_reports_zero_bytes():
+    ts = np.arange(10, dtype=np.int64)
+    values = np.arange(10, dtype=np.float64)
+    sources, wires = _fill(CopyPool(2), [(ts, True), (values, False)], 4, 4)
+    assert [w.nbytes for w in wires] == [0, 0]
+    assert all((s.target == 0xA5).all() for s in sources)
+
+
 def test_the_first_value_as_base_gives_negative_offsets_when_it_is_the_maximum():
     ts = np.array([5_000_000_000, 5_000_000_000 - INT32_MAX, 5_000_000_000 - 7], np.int64)
     _, (wire,) = _fill(CopyPool(1), [(ts, True)], 0, 3)

@@ -29,12 +29,24 @@ from mangonel.runtime.gpu.host_loops import (
     MAX_THREADS,
     MIN_TASK_ROWS,
     copy_into,
-    narrow_into,
+    fill_into,
     tasks_for,
 )
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
+# fill_into takes homogeneous tuples of at least one array: these pad an empty group
+_NO_INT64 = np.zeros(0, np.int64)
+_NO_INT32 = np.zeros(0, np.int32)
+_NO_BYTES = np.zeros(0, np.uint8)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view: numba types a tuple of arrays as homogeneous only when their
+    flags agree, and the user's Arrow buffers are read-only, so every source is passed so."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def chunk_bounds(rows: int, chunk_rows: int) -> list[tuple[int, int]]:
@@ -107,29 +119,45 @@ class CopyPool:
 
     def fill_chunk(self, sources: Sequence[ChunkSource], first: int, end: int) -> list[ChunkWire]:
         """Copy rows [first, end) of every source into its target, offset columns narrowed
-        where the chunk's range allows (one pass; a second, wide one for a chunk that does
-        not fit). Every source's target is written from its byte 0."""
+        where the chunk's range allows: one parallel pass over all columns (`fill_into`), and
+        a second, wide copy for an offset column whose chunk does not fit. Every source's
+        target is written from its byte 0."""
         rows = end - first
+        if not rows:
+            return [ChunkWire(s.offset, 0, 0, None, None) for s in sources]
         tasks = self.tasks(rows)
+        narrowed = [s for s in sources if s.offset]
+        copied = [s for s in sources if not s.offset]
+        narrow_parts = tuple(_read_only(s.array[first:end]) for s in narrowed)
+        # the chunk's first value as base: within [min, max], so the range decides the fit
+        bases = np.array([int(part[0]) for part in narrow_parts] or [0], np.int64)
+        lows, highs = fill_into(
+            narrow_parts or (_read_only(_NO_INT64),),
+            tuple(s.target[: 4 * rows].view(np.int32) for s in narrowed) or (_NO_INT32,),
+            bases,
+            len(narrowed),
+            tuple(_read_only(s.array[first:end].view(np.uint8)) for s in copied)
+            or (_read_only(_NO_BYTES),),
+            tuple(s.target[: rows * s.array.itemsize] for s in copied) or (_NO_BYTES,),
+            np.array([s.array.itemsize for s in copied] or [0], np.int64),
+            len(copied),
+            rows,
+            tasks,
+        )
         wires = []
+        narrow_index = 0
         for source in sources:
-            part = source.array[first:end]
-            wide_view = source.target[: rows * source.array.itemsize].view(source.array.dtype)
             if not source.offset:
-                if rows:
-                    copy_into(part, wide_view, tasks)
                 wires.append(ChunkWire(False, 0, rows * source.array.itemsize, None, None))
                 continue
-            if not rows:
-                wires.append(ChunkWire(True, 0, 0, None, None))
-                continue
-            # the chunk's first value as base: within [min, max], so the range decides the fit
-            base = int(part[0])
-            low, high = narrow_into(part, source.target[: 4 * rows].view(np.int32), base, tasks)
-            low, high = int(low), int(high)
+            column = narrow_index
+            narrow_index += 1
+            low, high = int(lows[column].min()), int(highs[column].max())
+            base = int(bases[column])
             narrow = fits_offsets(low, high, base)
             if not narrow:  # rare: the chunk spans more than int32 offsets can; again at 8 bytes
-                copy_into(part, wide_view, tasks)
+                wide_view = source.target[: rows * 8].view(source.array.dtype)
+                copy_into(source.array[first:end], wide_view, tasks)
             wires.append(
                 ChunkWire(narrow, base if narrow else 0, rows * (4 if narrow else 8), low, high)
             )
