@@ -51,21 +51,30 @@ def micro_batches(seed: int) -> list[list[dict]]:
     return batches
 
 
-def spark_late_rows(batches: list[list[dict]]) -> list[dict]:
+def spark_late_rows(batches: list[list[dict]], last_end=None) -> list[dict]:  # noqa: ANN001
     """Spark's rule by hand: micro-batch N (one file each) judges against W_{N-1}, the
-    maximum event time of batches 0 .. N-2 minus the delay. (No WHERE here: Spark pushes a
+    maximum event time of batches 0 .. N-2 minus the delay; a row is late when `last_end`
+    of its event time (the end of its last window; default the sliding windows' below) is
+    at or before it. (No WHERE here: Spark pushes a
     predicate that does not read the event time below its watermark, so rows WHERE drops do
     not move Spark's watermark, unlike docs/semantics.md's rule; a separate matter.)"""
     late, seen_max = [], []
     for number, rows in enumerate(batches):
         bound = seen_max[number - 2] - DELAY if number >= 2 else None
         for row in rows:
-            last_end = row["ts"] // SLIDE * SLIDE + SIZE
-            if bound is not None and last_end <= bound:
+            end = row["ts"] // SLIDE * SLIDE + SIZE if last_end is None else last_end(row["ts"])
+            if bound is not None and end <= bound:
                 late.append({**row, "late_reason": "window closed", "late_watermark": bound})
         top = max(r["ts"] for r in rows)
         seen_max.append(max(top, seen_max[-1]) if seen_max else top)
     return late
+
+
+def late_rows_written(directory) -> list[dict]:  # noqa: ANN001
+    """The late-row files, timestamps as microseconds (as the expectations hold them)."""
+    table = pq.read_table(directory)
+    plain = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns]
+    return pa.table(plain, names=table.column_names).to_pylist()
 
 
 @pytest.mark.parametrize(
@@ -93,12 +102,55 @@ def test_late_rows_are_written_exactly(spark, tmp_path, aggregates) -> None:
     frame = session.sql(query, late_rows=str(tmp_path / "late"))
     results = run_to_memory(frame, tmp_path / "checkpoint")
     assert len(results) and results["n"].gt(0).all()
-    table = pq.read_table(tmp_path / "late")
-    assert table.column_names == ["ts", "k", "v", "note", "late_reason", "late_watermark"]
-    plain = [
-        c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns
-    ]  # timestamps as microseconds, as the expectation holds them
-    got = pa.table(plain, names=table.column_names).to_pylist()
+    got = late_rows_written(tmp_path / "late")
+    assert list(got[0]) == ["ts", "k", "v", "note", "late_reason", "late_watermark"]
+    assert sorted(got, key=lambda r: r["note"]) == sorted(expected, key=lambda r: r["note"])
+
+
+GAP = 300 * MS
+
+
+def test_session_late_rows_are_written_exactly_and_results_stay_sparks(spark, tmp_path) -> None:
+    """Session windows with `late_rows=` leave Spark's own session_window aggregation (it
+    drops late rows unseen) for the per-tuple stages: the rows written are those Spark's rule
+    drops (ts + gap <= W_{N-1}: a row's own interval ended), and the sessions emitted are
+    exactly Spark's native ones on the same micro-batches."""
+    from pyspark.sql import functions as F
+    from spark_harness import assert_same_results
+
+    batches = micro_batches(3)
+    expected = spark_late_rows(batches, lambda ts: ts + GAP)
+    assert expected, "the case must hold late rows"
+    write_micro_batches(
+        tmp_path / "in", [pa.Table.from_pylist(rows, schema=SCHEMA) for rows in batches]
+    )
+    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v DOUBLE, note STRING")
+    session = mg.attach(spark)
+    session.register("s", source, event_time="ts", watermark="200 milliseconds")
+    query = (
+        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS total "
+        "FROM s [SESSION GAP 300 MILLISECONDS] GROUP BY k"
+    )
+    frame = session.sql(query, late_rows=str(tmp_path / "late"))
+    assert not session.last_plan.native and session.last_plan.stage1 == "kernels"
+    ours = run_to_memory(frame, tmp_path / "checkpoint")
+    native = (
+        source.withWatermark("ts", "200 milliseconds")
+        .groupBy(F.session_window("ts", "300 milliseconds"), "k")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("total"))
+        .select(
+            "k",
+            F.col("session_window.start").alias("window_start"),
+            F.col("session_window.end").alias("window_end"),
+            "n",
+            "total",
+        )
+    )
+    theirs = run_to_memory(native, tmp_path / "native")
+    assert len(theirs) and (theirs["n"] > 1).any()  # merged sessions
+    assert_same_results(ours, theirs, ["k"])
+    got = late_rows_written(tmp_path / "late")
+    assert list(got[0]) == ["ts", "k", "v", "note", "late_reason", "late_watermark"]
     assert sorted(got, key=lambda r: r["note"]) == sorted(expected, key=lambda r: r["note"])
 
 

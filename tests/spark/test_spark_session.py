@@ -1,7 +1,8 @@
-"""Session windows inside Spark equal Spark's native `session_window` aggregation on the same
-micro-batches, and the standalone engine equals both where no row arrives behind the
-watermark (docs/semantics.md, "Session windows": Spark judges lateness one micro-batch
-behind, so only such rows can differ)."""
+"""Session windows inside Spark (Spark's native `session_window` aggregation by default,
+mangonel's per-tuple stages with native=False or late_rows=) equal Spark's native
+aggregation on the same micro-batches, and the standalone engine equals both where no row
+arrives behind the watermark (docs/semantics.md, "Session windows": Spark judges lateness
+one micro-batch behind, so only such rows can differ)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from test_spark_equality import micro_batches
 import mangonel as mg
 from mangonel.catalog.types import SqlType
 from mangonel.errors import PlanError
-from mangonel.runtime.spark.native import SESSION_NATIVE
+from mangonel.runtime.spark.native import SESSION_NATIVE, SESSION_STAGES
 from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
 from mangonel.session import Session
 
@@ -97,17 +98,19 @@ def test_session_windows_equal_sparks_session_window(spark, tmp_path, form):
     assert_same_results(standalone(tables), native, ["k"])
 
 
-def test_session_windows_refuse_the_two_stage_plan(spark, tmp_path):
-    write_micro_batches(tmp_path / "in", session_batches()[:1])
+def test_native_false_runs_the_per_tuple_stages_and_equals_sparks_session_window(spark, tmp_path):
+    tables = session_batches()
+    write_micro_batches(tmp_path / "in", tables)
+    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE")
     ms = mg.attach(spark, native=False)
-    ms.register(
-        "s",
-        file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE"),
-        event_time="ts",
-        watermark=WATERMARK,
+    ms.register("s", source, event_time="ts", watermark=WATERMARK)
+    ours = run_to_memory(
+        ms.sql(f"SELECT {SELECT} FROM s [SESSION GAP {GAP}] GROUP BY k"), tmp_path / "ours"
     )
-    with pytest.raises(PlanError, match="session_window aggregation"):
-        ms.sql(f"SELECT k, COUNT(*) FROM s [SESSION GAP {GAP}] GROUP BY k")
+    assert not ms.last_plan.native and ms.last_plan.stage1 == "kernels"
+    native = run_to_memory(native_sessions(source), tmp_path / "native")
+    assert (native["n"] > 1).any() and native["k"].isna().any()
+    assert_same_results(ours, native, ["k"])
 
 
 def test_spark_side_of_explain_groups_by_session_window() -> None:
@@ -125,3 +128,29 @@ def test_spark_side_of_explain_groups_by_session_window() -> None:
         and lines[0] == f"Spark: native window aggregation (reason: {SESSION_NATIVE})"
     )
     assert lines[1].startswith("  StreamingAggregate: group_by=[session_window(ts, 30s), `k`]")
+    staged = plan_spark(text, session.sql(text).plan, partitions=2, late_rows=True)
+    lines = spark_stages_text(staged).splitlines()
+    assert not staged.native and staged.stage1 == "kernels"
+    assert lines[0] == f"Spark: two stages (reason: {SESSION_STAGES})"
+    text_lines = "\n".join(lines)
+    assert "rows=per-tuple partials" in text_lines
+    assert "fires=session_end<=watermark, late when ts+gap<=previous watermark" in text_lines
+
+
+def test_the_per_tuple_stages_refuse_what_they_cannot_run() -> None:
+    """Planning only: native=True with late rows (Spark's own aggregation drops them
+    unseen), Arrow stage 1 (it pre-aggregates panes), holistic functions over sessions."""
+    session = Session(backend="cpu")
+    session.execute(
+        "CREATE STREAM s (ts TIMESTAMP, k STRING, v DOUBLE) "
+        "WITH (event_time = 'ts', watermark = '300 milliseconds')"
+    )
+    text = "SELECT k, SUM(v) FROM s [SESSION GAP 30 SECONDS] GROUP BY k"
+    plan = session.sql(text).plan
+    with pytest.raises(PlanError, match="native session_window aggregation drops them"):
+        plan_spark(text, plan, partitions=2, native=True, late_rows=True)
+    with pytest.raises(PlanError, match="per-tuple partials"):
+        plan_spark(text, plan, partitions=2, native=False, stage1="arrow")
+    median = "SELECT k, MEDIAN(v) FROM s [SESSION GAP 30 SECONDS] GROUP BY k"
+    with pytest.raises(PlanError, match="over session windows do not run inside Spark"):
+        plan_spark(median, session.sql(median).plan, partitions=2, late_rows=True)

@@ -356,6 +356,38 @@ class TupleWindowOperator(OperatorBase):
         self._merge(lifted.keys, lifted.event_time, lifted.contributes, lifted.partials)
         self._observe(lifted.max_event_time)
 
+    def preaggregate(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """Stage 1: the contributing tuples' partials, one per tuple (no pre-aggregation: a
+        count window's order is final only at stage 2, a session's extent only once its
+        key's rows have all met there)."""
+        return self.preaggregate_rows(batch)[0]
+
+    def preaggregate_rows(
+        self, batch: pa.RecordBatch | pa.Table
+    ) -> tuple[pa.RecordBatch, np.ndarray]:
+        """`preaggregate`, and the batch's row of each partial (a partial is one tuple: late
+        rows inside Spark carry the row beside it)."""
+        conformed, out_of_range = self._lift_input(batch)
+        lifted = self.kernels.lift_tuples(self.lift_node, conformed)
+        lifted.null_event_time -= out_of_range  # counted apart (metadata of the partials)
+        rows = np.nonzero(self.kernels.to_host(lifted.contributes))[0]
+        partials = {
+            name: tuple(self.kernels.to_host(p)[rows] for p in parts)
+            for name, parts in lifted.partials.items()
+        }
+        event_time = self.kernels.to_host(lifted.event_time)[rows]
+        batch = self._partial_batch(
+            lifted, rows, EVENT_TIME_META, event_time, partials, out_of_range
+        )
+        return batch, rows
+
+    def merge(self, partials: pa.RecordBatch) -> None:
+        """Stage 2: `preaggregate`'s per-tuple partials (of any process), judged late and
+        merged as `process` does a batch's lifted tuples."""
+        keys, event_time, values = self._read_partials(partials, EVENT_TIME_META)
+        include = self.kernels.from_host(np.ones(partials.num_rows, np.bool_))
+        self._merge(keys, event_time, include, values)
+
     def _merge(self, keys, event_time, include, partials) -> None:  # noqa: ANN001
         raise NotImplementedError
 

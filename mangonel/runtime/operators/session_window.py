@@ -28,8 +28,11 @@ re-tags the values of the sessions it merged, and a firing evaluates each fired 
 run of values (`holistic_evaluate.evaluate`, `sketch_panes.run_answers`) and frees them.
 
 Semantics: docs/semantics.md, "Session windows". Inside Spark the query runs as Spark's
-native `session_window` aggregation (`runtime/spark/planner.py`), so the split form's
-`preaggregate`/`merge` are not implemented here.
+native `session_window` aggregation (`runtime/spark/planner.py`), except with `late_rows=`:
+Spark's aggregation drops late rows unseen, so the split form runs instead, the per-tuple
+`preaggregate`/`merge` of `TupleWindowOperator` (stage 1 ships each tuple, stage 2 merges
+them here and judges lateness with this operator's rule against the previous micro-batch's
+watermark, which is Spark's).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ keeps every row in the JVM, while mangonel's two stages move every row into Pyth
 pane pre-aggregation (Arrow copy ~0.5 us a row on 2 cores) before any work is saved: there
 native Spark is the faster plan (measured: docs/performance.md, "Inside Spark"), and results
 are Spark's by construction. The planner picks it by cost (`choose_native`) and EXPLAIN says
-so with the reason. Session windows always run here (`SESSION_NATIVE`): Spark's
-`session_window` over the same rows.
+so with the reason. Session windows run here by default (`SESSION_NATIVE`): Spark's
+`session_window` over the same rows; `native=False` or `late_rows=` runs them as the per-tuple
+two stages instead (`SESSION_STAGES`).
 
 The transpiled query is mangonel's plan, not the user's text: WHERE and aggregate arguments
 (sqlglot expressions) as Spark SQL that cannot raise under ANSI mode (`runtime.spark.sql`), one
@@ -52,23 +53,27 @@ def windows_per_tuple(window: ph.WindowAggregateExec) -> float:
     return window.window.size / window.window.slide
 
 
-# Session windows inside Spark: always Spark's own `session_window` aggregation. mangonel's
-# two stages would pre-aggregate panes, and sessions have none; Spark's merge of sessions
-# in its state store is the one reference for their results inside Spark.
+# Session windows inside Spark: Spark's own `session_window` aggregation by default. Sessions
+# have no panes, so mangonel's two stages ship every tuple (as for count windows) and save
+# nothing before the shuffle; they run only where asked (native=False) or where Spark's plan
+# cannot give what is asked (late_rows=: Spark drops late rows unseen).
 SESSION_NATIVE = (
-    "session windows: Spark's own session_window aggregation (the two-stage plan has no "
-    "session merge)"
+    "session windows: Spark's own session_window aggregation (sessions have no panes to "
+    "pre-aggregate; native=False or late_rows= runs mangonel's per-tuple stages)"
+)
+SESSION_STAGES = (
+    "session windows in mangonel's two stages: stage 1 ships each tuple's partials, stage 2 "
+    "merges them into sessions per key with the standalone rules"
 )
 
 
 def choose_native(window: ph.WindowAggregateExec, forced: bool | None = None) -> NativeChoice:
     """The cost-based choice between Spark's native window aggregation and mangonel's two
-    stages; `forced` (the session's `native=` argument) overrides it, except for session
-    windows, which only run natively (PlanError when native=False), and CUMULATE windows,
-    which never do."""
+    stages; `forced` (the session's `native=` argument) overrides it. Session windows run
+    natively unless forced off (`SESSION_STAGES`); CUMULATE windows never do."""
     if window.window.kind is WindowKind.SESSION:
         if forced is False:
-            raise PlanError(f"native=False: {SESSION_NATIVE}; attach with native=None or True")
+            return NativeChoice(False, SESSION_STAGES)
         return NativeChoice(True, SESSION_NATIVE)
     if window.window.kind is WindowKind.CUMULATE:
         if forced is True:

@@ -56,6 +56,10 @@ LATE_ROWS_REFUSED = "late_rows= does not run in this plan inside Spark"
 COUNT_STAGE1 = (
     "count windows run stage 1 as the window operator's per-tuple partials (stage1='kernels')"
 )
+SESSION_STAGE1 = (
+    "session windows in the two stages run stage 1 as the window operator's per-tuple "
+    "partials (stage1='kernels')"
+)
 
 # Why a query with holistic functions runs as the two stages, whatever its shape (EXPLAIN).
 SPARK_HOLISTIC_STAGES = (
@@ -115,8 +119,8 @@ def plan_spark(
     stage2: str | None = None,
 ) -> SparkQueryPlan:
     """The Spark planner pass over a physical plan (see the module docstring). `late_rows`:
-    the query hands out its late rows (late.py): two stages with Arrow stage 1 (count
-    windows: their per-tuple stage 1; joins: the join's stage). `stage2`
+    the query hands out its late rows (late.py): two stages with Arrow stage 1 (count and
+    session windows: their per-tuple stage 1; joins: the join's stage). `stage2`
     forces the reader path's stage 2 ("native" or "python"; `choose_stage2`)."""
     if stage2 not in (None, *STAGE2_KINDS):
         raise PlanError(f"stage2 must be 'native' or 'python', not {stage2!r}")
@@ -135,10 +139,24 @@ def plan_spark(
         if window.window.kind is WindowKind.SESSION:
             raise PlanError(
                 f"{', '.join(holistic)} over session windows do not run inside Spark yet: "
-                f"{native_module.SESSION_NATIVE}, which cannot run them",
+                "neither Spark's session_window aggregation nor the per-tuple stages run them",
                 hint="the standalone Session runs them over session windows",
             )
     counted = window.window.kind is WindowKind.COUNT
+    sessions = window.window.kind is WindowKind.SESSION
+    if sessions and late_rows:
+        # Spark's own session_window aggregation drops late rows unseen: the per-tuple stages
+        if native:
+            raise PlanError(
+                f"{LATE_ROWS_REFUSED}: Spark's native session_window aggregation drops them unseen",
+                hint="leave native unset: late_rows= runs session windows in mangonel's stages",
+            )
+        native = False
+    if sessions and native is False:
+        # per-tuple partials, as count windows ship them: sessions have no panes
+        if stage1 == "arrow":
+            raise PlanError(f"{SESSION_STAGE1}; stage1='arrow' pre-aggregates panes")
+        stage1 = "kernels"
     if counted:
         # per-tuple partials (their order per key is final only at stage 2) and no native
         # counterpart: the window operator's own stage 1, tuples ordered as they arrived
@@ -167,14 +185,13 @@ def plan_spark(
             raise PlanError("stage1='reader' runs the two stages; native=True runs Spark's own")
         native = False
     kind = stage1 or ("kernels" if window.backend == "gpu" else "arrow")
-    if late_rows and not counted:
-        if native or window.window.kind is WindowKind.SESSION:
-            # (sessions run only natively: say so, not that native=False cannot run them)
+    if late_rows and not (counted or sessions):
+        if native:
             raise PlanError(f"{LATE_ROWS_REFUSED}: Spark's native aggregation drops them unseen")
         if stage1 == "kernels":
             raise PlanError(f"{LATE_ROWS_REFUSED}: only Arrow stage 1 carries the rows")
         kind, native = "arrow", False  # the rows travel beside Arrow stage 1's partials
-    # count windows: their stage 1 is per tuple, and each partial carries its row
+    # count and session windows: their stage 1 is per tuple, and each partial carries its row
     choice = (
         native_module.NativeChoice(False, f"{SPARK_HOLISTIC_STAGES} ({', '.join(holistic)})")
         if holistic and not counted
@@ -452,6 +469,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     if window.lift.predicate is not None:
         where += f" AND ({format_expression(window.lift.predicate)})"
     counted = window.window.kind is WindowKind.COUNT
+    per_tuple = counted or window.window.kind is WindowKind.SESSION
     if planned.stage1 == "arrow":
         preaggregate = "arrow-hash-aggregate"
         pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
@@ -461,11 +479,10 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         fused = "none (fused into the lift kernel)"
         project = (Parameter("where", fused, None),)
     group_by = f"[{keys}{', ' if keys else ''}pane]"
-    shape = [
-        Parameter("preaggregate", "none (per-tuple partials)", None),
-        Parameter("order", "(partition, row)", "(partition, row)"),
-    ]
-    if not counted:
+    shape = [Parameter("preaggregate", "none (per-tuple partials)", None)]
+    if counted:  # a key's tuples in arrival order at stage 2
+        shape.append(Parameter("order", "(partition, row)", "(partition, row)"))
+    if not per_tuple:
         shape = [
             Parameter("preaggregate", preaggregate, preaggregate),
             Parameter("group_by", group_by, group_by),
@@ -491,7 +508,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         stage1 = _reader_stage1(planned, group_by)
         if planned.stage2 == "native":
             return _native_stage2(planned, stage1)
-    rows = "per-tuple partials" if counted else "(key, pane) partials"
+    rows = "per-tuple partials" if per_tuple else "(key, pane) partials"
     exchange = PlanNode(
         "Exchange",
         (
@@ -503,6 +520,8 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     fires = "window_end<=watermark"
     if counted:
         fires = "last_tuple_ts<watermark, tuples in (ts, batch, partition, row) order"
+    elif per_tuple:
+        fires = "session_end<=watermark, late when ts+gap<=previous watermark"
     stage2_parameters = [
         Parameter("key", bucket, bucket),
         Parameter("buckets", str(planned.buckets), planned.buckets),
@@ -526,7 +545,8 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         (exchange,),
         tuple(p for p in window.placements if p.step == "holistic"),
     )
-    if window.holistic is not None and not counted:  # why not Spark's own, whatever the shape
+    if (window.holistic is not None or per_tuple) and not counted:
+        # why not Spark's own: holistic functions whatever the shape; sessions (not native)
         return f"Spark: two stages (reason: {planned.native_reason})", stage2
     if planned.stage1 == "reader":
         return f"Spark: stage 2 in Python (reason: {planned.stage2_reason})", stage2

@@ -81,10 +81,16 @@ def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
     return [(partial_column_name(field, part), sql_type) for part in range(parts)]
 
 
+def per_tuple(window: ph.WindowAggregateExec) -> bool:
+    """Whether stage 1 ships one partial per tuple (count and session windows: no panes)."""
+    return window.window.kind in (WindowKind.COUNT, WindowKind.SESSION)
+
+
 def position_column(window: ph.WindowAggregateExec) -> str:
     """The partials' BIGINT beside the keys: the pane of time windows, the tuple's event time
-    of count windows (whose partials are per tuple: their order is not final in stage 1)."""
-    return EVENT_TIME_META if window.window.kind is WindowKind.COUNT else PANE
+    of count and session windows (whose partials are per tuple: a count window's order and a
+    session's extent are not final in stage 1)."""
+    return EVENT_TIME_META if per_tuple(window) else PANE
 
 
 def pane_fields(window: ph.WindowAggregateExec) -> tuple[ph.StateField, ...]:
@@ -92,7 +98,7 @@ def pane_fields(window: ph.WindowAggregateExec) -> tuple[ph.StateField, ...]:
     fields (its holistic `values` fields ship as BINARY columns: `values_columns`); every
     field of a count window, whose per-tuple partials carry a `values` field's (order key,
     validity) like any part."""
-    if window.window.kind is WindowKind.COUNT:
+    if per_tuple(window):
         return window.fields
     return incremental_part(window).fields
 
@@ -111,8 +117,8 @@ def values_columns(window: ph.WindowAggregateExec) -> list[str]:
     """The BINARY partial columns of a time window's holistic `values` fields: per
     (key, pane) its non-NULL values as packed int64 order keys, and after a timed field's
     (`compiler.holistic.timed_fields`) their event times (`runtime.operators.pane_values`).
-    None for count windows (`pane_fields`)."""
-    if window.window.kind is WindowKind.COUNT:
+    None for count and session windows (`pane_fields`)."""
+    if per_tuple(window):
         return []
     timed = timed_fields(window)
     columns = []
@@ -386,7 +392,7 @@ def kernel_stage1(
     """Stage 1 with the backend's own lift kernels (the GPU backend's path): the scan columns
     go to `mapInArrow`, where the window operator's stateless `preaggregate` filters, projects and
     pre-aggregates each partition's rows in one fused pass, its steps placed as the Spark
-    planner's `placements` say. `with_rows` (count windows, whose partials are tuples): each
+    planner's `placements` say. `with_rows` (count and session windows: partials are tuples): each
     partial carries its tuple's row, every column of the stream, for the late rows (late.py)."""
     scan_names = [c.name for c in window.lift.scan.columns]
     columns = [F.col(quote(name)) for name in scan_names]
