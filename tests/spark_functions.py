@@ -22,14 +22,20 @@ QUERY = (
     "SELECT k, window_start, SUM(v) AS s, COUNT(*) AS n, MIN(v) AS lo, STDDEV(v) AS sd "
     "FROM t [RANGE 1 SECOND SLIDE 250 MILLISECONDS] WHERE v > 0 GROUP BY k"
 )
+# session windows in the per-tuple stages (late_rows= or native=False inside Spark); rows of
+# a key are ~0.7 ms apart on average, so a 5 ms gap both merges and breaks sessions
+SESSION_QUERY = (
+    "SELECT k, window_start, window_end, SUM(v) AS s, COUNT(*) AS n, MIN(v) AS lo, "
+    "STDDEV(v) AS sd FROM t [SESSION GAP 5 MILLISECONDS] WHERE v > 0 GROUP BY k"
+)
 DELAY_US = 200_000
 SPARK_TIMESTAMP = pa.timestamp("us", tz="Etc/UTC")
 
 
-def query_plan(backend: str) -> ph.ProjectExec:
+def query_plan(backend: str, query: str = QUERY) -> ph.ProjectExec:
     session = mg.Session(backend="cpu")
     session.execute(CREATE)
-    plan = session.sql(QUERY).plan
+    plan = session.sql(query).plan
     return plan if backend == "cpu" else ph.with_backend(plan, backend, "test")
 
 
@@ -65,6 +71,26 @@ def micro_batches(count: int = 6, rows: int = 4000, seed: int = 7) -> list[pa.Re
             )
         )
     return batches
+
+
+def on_time(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """`micro_batches` without their late rows (those moved 3 s back): no row is then late
+    by Spark's rule or the standalone one, so both give the same windows."""
+    kept = []
+    for number, batch in enumerate(batches):
+        times = batch.column(0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        kept.append(batch.filter(pa.array(times >= number * 700_000 - DELAY_US)))
+    return kept
+
+
+def standalone_rows(query: str, batches: list[pa.RecordBatch]) -> list[dict]:
+    """The standalone session's rows over `batches` and the end of input, sorted as
+    `run_stages` sorts them."""
+    session = mg.Session(backend="cpu")
+    session.execute(CREATE)
+    table = session.sql(query).run(batches)
+    rows = table.to_pylist()
+    return sorted(rows, key=lambda row: (row["window_start"], row["k"] is None, row["k"] or 0))
 
 
 def run_stages(plan: ph.ProjectExec, batches: list[pa.RecordBatch], executors=None) -> list[dict]:

@@ -12,7 +12,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from gpu_device import gpu_available  # noqa: E402
 from oracle import rows_close  # noqa: E402
-from spark_functions import micro_batches, query_plan, run_stages  # noqa: E402
+from spark_functions import (  # noqa: E402
+    SESSION_QUERY,
+    micro_batches,
+    on_time,
+    query_plan,
+    run_stages,
+    standalone_rows,
+)
 
 from mangonel.compiler import physical as ph  # noqa: E402
 from mangonel.runtime.operators.tree import OperatorTree  # noqa: E402
@@ -65,3 +72,14 @@ def test_a_gpu_plan_runs_on_the_cpu_on_an_executor_without_a_gpu():
     assert functions.executor_plan(gpu_plan) is here  # decided once
     batches = micro_batches()
     assert rows_close(run_stages(gpu_plan, batches), run_stages(query_plan("cpu"), batches))
+
+
+def test_session_stages_equal_the_standalone_session():
+    """Session windows in the per-tuple stages (Spark's plan with late_rows= or native=False):
+    stage 1's one partial per tuple, stage 2 merging them into sessions per micro-batch from
+    the bucket's snapshot, give the standalone session's rows where no row is late."""
+    batches = on_time(micro_batches())
+    got = run_stages(query_plan("cpu", SESSION_QUERY), batches)
+    want = standalone_rows(SESSION_QUERY, batches)
+    assert len(want) > 1000 and any(row["n"] > 1 for row in want)
+    assert rows_close(got, want)

@@ -23,6 +23,7 @@ if not gpu_available():
 
 from oracle import rows_close  # noqa: E402
 from spark_functions import (  # noqa: E402
+    SESSION_QUERY,
     cpu_tree,
     micro_batches,
     query_plan,
@@ -71,6 +72,16 @@ def test_gpu_stages_equal_the_cpu_stages():
     got = run_stages(query_plan("gpu"), batches)
     want = run_stages(query_plan("cpu"), batches)
     assert len(want) > 100
+    assert rows_close(got, want)
+
+
+def test_gpu_session_stages_equal_the_cpu_stages():
+    """Session windows in the per-tuple stages on a GPU executor: stage 1's lift on the
+    device, stage 2's session merge on the device (late rows included), the CPU's rows."""
+    batches = micro_batches()
+    got = run_stages(query_plan("gpu", SESSION_QUERY), batches)
+    want = run_stages(query_plan("cpu", SESSION_QUERY), batches)
+    assert len(want) > 1000
     assert rows_close(got, want)
 
 
