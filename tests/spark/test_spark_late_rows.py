@@ -70,6 +70,21 @@ def spark_late_rows(batches: list[list[dict]], last_end=None) -> list[dict]:  # 
     return late
 
 
+def late_case(spark, tmp_path, last_end=None):  # noqa: ANN001, ANN201
+    """Seed 3's micro-batches as files, the stream `s` over them in an attached session, and
+    the rows Spark's rule finds late (`spark_late_rows`); the case must hold some."""
+    batches = micro_batches(3)
+    expected = spark_late_rows(batches, last_end)
+    assert expected, "the case must hold late rows"
+    write_micro_batches(
+        tmp_path / "in", [pa.Table.from_pylist(rows, schema=SCHEMA) for rows in batches]
+    )
+    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v DOUBLE, note STRING")
+    session = mg.attach(spark)
+    session.register("s", source, event_time="ts", watermark="200 milliseconds")
+    return expected, source, session
+
+
 def late_rows_written(directory) -> list[dict]:  # noqa: ANN001
     """The late-row files, timestamps as microseconds (as the expectations hold them)."""
     table = pq.read_table(directory)
@@ -86,15 +101,7 @@ def late_rows_written(directory) -> list[dict]:  # noqa: ANN001
     ],
 )
 def test_late_rows_are_written_exactly(spark, tmp_path, aggregates) -> None:
-    batches = micro_batches(3)
-    expected = spark_late_rows(batches)
-    assert expected, "the case must hold late rows"
-    write_micro_batches(
-        tmp_path / "in", [pa.Table.from_pylist(rows, schema=SCHEMA) for rows in batches]
-    )
-    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v DOUBLE, note STRING")
-    session = mg.attach(spark)
-    session.register("s", source, event_time="ts", watermark="200 milliseconds")
+    expected, _, session = late_case(spark, tmp_path)
     query = (
         f"SELECT k, window_start, {aggregates} FROM s "
         "[RANGE 1 SECOND SLIDE 500 MILLISECONDS] GROUP BY k"
@@ -118,15 +125,7 @@ def test_session_late_rows_are_written_exactly_and_results_stay_sparks(spark, tm
     from pyspark.sql import functions as F
     from spark_harness import assert_same_results
 
-    batches = micro_batches(3)
-    expected = spark_late_rows(batches, lambda ts: ts + GAP)
-    assert expected, "the case must hold late rows"
-    write_micro_batches(
-        tmp_path / "in", [pa.Table.from_pylist(rows, schema=SCHEMA) for rows in batches]
-    )
-    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, v DOUBLE, note STRING")
-    session = mg.attach(spark)
-    session.register("s", source, event_time="ts", watermark="200 milliseconds")
+    expected, source, session = late_case(spark, tmp_path, lambda ts: ts + GAP)
     query = (
         "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS total "
         "FROM s [SESSION GAP 300 MILLISECONDS] GROUP BY k"
