@@ -14,63 +14,113 @@ from mangonel.runtime.cpu import holistic, python_window, sessions, sketch_windo
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
-from mangonel.runtime.host.arrays import batch_columns, to_mask, to_values
+from mangonel.runtime.host.arrays import batch_columns, pool_array, to_mask, to_values
 from mangonel.runtime.host.arrays import column as _column
 from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, neutral
 from mangonel.runtime.operators.results import cells_with_rows, finalize, window_bounds
 
 
 class CpuPaneState:
-    """Flat numpy arrays per state field, `[pane_capacity x key_capacity]` row-major: the
-    tuples of one batch mostly hit a few panes, so pane-major keeps the pre-aggregation's
-    random key accesses inside a few cache-resident rows. Leaves of one key are strided by
-    key_capacity for the tree."""
+    """A ring of pane rows: flat numpy arrays per state field part, `[pane_capacity x
+    key_capacity]` row-major, pane p at row `(p - base) & (pane_capacity - 1)` (the capacity
+    a power of two). Pane-major keeps one batch's random key accesses inside the few rows of
+    its panes. A ring because a sliding segment's covered panes move on with every batch:
+    moving the origin forward only clears the rows of the panes it leaves (those a firing
+    has not already released, `release`), where a linear layout copied every live pane down
+    and cleared the rest of its capacity on each move. Leaves of one key are strided by
+    key_capacity for the tree; a tree run that would wrap around the ring's end first turns
+    the ring linear (`_unwrapped`; the sliding runs' kernels read the ring itself)."""
+
+    # the driver sizes a ring to the panes its windows read, with no slack for moves
+    ring = True
 
     def __init__(self, fields: tuple[StateField, ...]) -> None:
         self.fields = fields
         self.key_capacity = 0
         self.pane_capacity = 0
         self.origin = 0
+        self.base = 0  # the pane at row 0
+        self.neutral_below = 0  # every covered pane below it has neutral rows
         self.arrays: dict[str, tuple[np.ndarray, ...]] = {
             f.name: tuple(np.empty(0, neutral(f)[0]) for _ in neutral(f)[1]) for f in fields
         }
 
+    @property
+    def ring_mask(self) -> int:
+        return self.pane_capacity - 1
+
     def reshape(self, key_capacity: int, pane_capacity: int, origin: int) -> None:
+        pane_capacity = 1 << max(pane_capacity - 1, 0).bit_length()  # a power of two
+        if (key_capacity, pane_capacity) == (self.key_capacity, self.pane_capacity):
+            if origin >= self.origin:  # the same shape, moved on: the ring in place
+                self._advance(origin)
+                return
         keep_keys = min(self.key_capacity, key_capacity)
-        # panes both layouts hold
+        # panes both hold: their rows in the old ring and in the new (base = origin)
         first = max(origin, self.origin)
         end = min(origin + pane_capacity, self.origin + self.pane_capacity)
-        if (key_capacity, pane_capacity) == (self.key_capacity, self.pane_capacity):
-            if origin >= self.origin:  # the same shape, moved on: in place
-                self._move_origin(origin, first, end)
-                return
+        panes = np.arange(first, end, dtype=np.int64)
+        old_rows = (panes - self.base) & self.ring_mask
         for field in self.fields:
             dtype, neutrals = neutral(field)
             new = []
             for old, value in zip(self.arrays[field.name], neutrals, strict=True):
                 array = np.full((pane_capacity, key_capacity), value, dtype)
-                if keep_keys and end > first:
+                if keep_keys and len(panes):
                     old2 = old.reshape(self.pane_capacity, self.key_capacity)
-                    array[first - origin : end - origin, :keep_keys] = old2[
-                        first - self.origin : end - self.origin, :keep_keys
-                    ]
+                    array[panes - origin, :keep_keys] = old2[old_rows, :keep_keys]
                 new.append(array.reshape(-1))
             self.arrays[field.name] = tuple(new)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
+        self.base = self.neutral_below = origin
 
-    def _move_origin(self, origin: int, first: int, end: int) -> None:
-        """Move the origin forward in the arrays already there (a sliding segment's state
-        moves on every few batches: fresh arrays would cost their page faults each time,
-        twice the live span): the panes kept shift down, the panes past them become
-        neutral."""
-        cells = self.key_capacity
-        kept = max(end - first, 0) * cells
-        start = (first - self.origin) * cells
+    def _advance(self, origin: int) -> None:
+        """Cover [origin, origin + pane_capacity): the rows of the panes left behind become
+        those of the panes entering, so they are cleared (those not released already)."""
+        self._clear(
+            max(self.origin, self.neutral_below), min(origin, self.origin + self.pane_capacity)
+        )
+        self.neutral_below = max(self.neutral_below, origin)
+        self.origin = origin
+
+    def release(self, pane: int) -> None:
+        """Panes below `pane` will never be read or merged again (every window holding them
+        has fired): their rows are cleared now, while the firing that read them left them
+        in cache, and moving the origin past them later clears nothing."""
+        self._clear(
+            max(self.origin, self.neutral_below), min(pane, self.origin + self.pane_capacity)
+        )
+        self.neutral_below = max(self.neutral_below, pane)
+
+    def _clear(self, first_pane: int, end_pane: int) -> None:
+        if end_pane <= first_pane:
+            return
+        first, end = first_pane - self.base, end_pane - self.base
         for field in self.fields:
             _, neutrals = neutral(field)
             for array, value in zip(self.arrays[field.name], neutrals, strict=True):
-                agg.shift_down(array, start, kept, array.dtype.type(value))
-        self.origin = origin
+                agg.fill_rows(
+                    array, self.key_capacity, self.ring_mask, first, end, array.dtype.type(value)
+                )
+
+    def _unwrapped(self, first_pane: int, end_pane: int) -> int:
+        """The row of `first_pane`, with the rows of [first_pane, end_pane) made contiguous:
+        where they wrap around the ring's end, the ring is turned linear (row 0 = origin)
+        first. Only the tree's tasks need it (gapped hopping and CUMULATE windows, once a
+        lap); the sliding runs' kernels read the ring as it is."""
+        row = (first_pane - self.base) & self.ring_mask
+        if row + (end_pane - first_pane) <= self.pane_capacity:
+            return row
+        shift = (self.origin - self.base) & self.ring_mask
+        for field in self.fields:
+            self.arrays[field.name] = tuple(
+                np.roll(
+                    array.reshape(self.pane_capacity, self.key_capacity), -shift, axis=0
+                ).reshape(-1)
+                for array in self.arrays[field.name]
+            )
+        self.base = self.origin
+        return first_pane - self.base
 
     @property
     def nbytes(self) -> int:
@@ -84,14 +134,23 @@ class CpuPaneState:
     def _matrix(self, name: str, part: int = 0) -> np.ndarray:
         return self.arrays[name][part].reshape(self.pane_capacity, self.key_capacity)
 
+    def _rows(self, first_pane: int, end_pane: int) -> np.ndarray:
+        return (np.arange(first_pane, end_pane, dtype=np.int64) - self.base) & self.ring_mask
+
+    def _check_runs(self, first_pane: int, end_pane: int) -> None:
+        if first_pane < self.origin or end_pane > self.origin + self.pane_capacity:
+            raise AssertionError("window run outside the pane state (driver bug)")
+
     def occupied(self, n_keys: int, first_pane: int, end_pane: int) -> np.ndarray:
-        first = max(first_pane - self.origin, 0)
-        end = min(end_pane - self.origin, self.pane_capacity)
+        first = max(first_pane, self.origin)
+        end = min(end_pane, self.origin + self.pane_capacity)
         result = np.zeros(max(end_pane - first_pane, 0), np.bool_)
         if end > first:
-            rows = self._matrix(self.fields[0].name)
-            hit = agg.occupied_panes(rows, n_keys, first, end)
-            result[first + self.origin - first_pane : end + self.origin - first_pane] = hit
+            rows = self.arrays[self.fields[0].name][0]
+            hit = agg.occupied_panes(
+                rows, self.key_capacity, self.ring_mask, n_keys, first - self.base, end - self.base
+            )
+            result[first - first_pane : end - first_pane] = hit
         return result
 
     def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
@@ -103,12 +162,15 @@ class CpuPaneState:
         task_base, task_windows, task_out = [], [], []
         offset = 0
         keys = np.arange(n_keys, dtype=np.int64)
+        lo = min((first for first, _ in runs), default=self.origin)
+        hi = max(
+            (first + panes_per_window + (count - 1) * panes_per_slide for first, count in runs),
+            default=lo,
+        )
+        self._check_runs(lo, hi)
+        row = self._unwrapped(lo, hi)  # the tree reads the runs' rows as contiguous ones
         for first_pane, count in runs:
-            column = first_pane - self.origin
-            if column < 0 or column + panes_per_window + (count - 1) * panes_per_slide > (
-                self.pane_capacity
-            ):
-                raise AssertionError("window run outside the pane state (driver bug)")
+            column = row + first_pane - lo
             task_base.append(column * self.key_capacity + keys)
             task_windows.append(np.full(n_keys, count, np.int64))
             task_out.append(offset * n_keys + keys)
@@ -135,17 +197,29 @@ class CpuPaneState:
         """Overlapping windows, run by run over every key (`aggregate.py`: the `*_runs`
         kernels): differences for int64 sums, block prefixes and suffixes for the rest. Every
         output cell is written, so the outputs start uninitialised."""
-        columns = np.array([first - self.origin for first, _ in runs], np.int64)
+        firsts = np.array([first for first, _ in runs], np.int64)
         counts = np.array([count for _, count in runs], np.int64)
-        reach = columns + panes_per_window + (counts - 1) * panes_per_slide
-        if len(runs) and (columns.min() < 0 or reach.max() > self.pane_capacity):
-            raise AssertionError("window run outside the pane state (driver bug)")
+        if len(runs):
+            reach = firsts + panes_per_window + (counts - 1) * panes_per_slide
+            self._check_runs(int(firsts.min()), int(reach.max()))
         size = int(counts.sum()) * n_keys
-        shape = (self.key_capacity, n_keys, columns, counts, panes_per_slide, panes_per_window)
+        # the kernels take each run's column from `base` and wrap it around the ring
+        columns = firsts - self.base
+        shape = (
+            self.key_capacity,
+            self.ring_mask,
+            n_keys,
+            columns,
+            counts,
+            panes_per_slide,
+            panes_per_window,
+        )
         results: dict[str, tuple[np.ndarray, ...]] = {}
         for field in self.fields:
             dtype, neutrals = neutral(field)
-            outs = tuple(np.empty(size, dtype) for _ in neutrals)
+            # Arrow's pool keeps the pages a firing frees for the next one's values (NumPy's
+            # large arrays come back from the OS page by page each firing)
+            outs = tuple(pool_array(size, dtype) for _ in neutrals)
             if _adds_int64(field, dtype, neutrals):
                 for leaves, out in zip(self.arrays[field.name], outs, strict=True):
                     agg.sliding_sums_runs(leaves, *shape, out)
@@ -167,11 +241,14 @@ class CpuPaneState:
         task_base, task_skip, task_windows, task_out = [], [], [], []
         offset = 0
         keys = np.arange(n_keys, dtype=np.int64)
+        lo = min((last // panes_per_period * panes_per_period for last, _ in runs), default=0)
+        hi = max((last + count for last, count in runs), default=lo)
+        if runs:
+            self._check_runs(lo, hi)
+        row = self._unwrapped(lo, hi) if runs else 0  # read as contiguous rows
         for last_pane, count in runs:
             period_pane = last_pane // panes_per_period * panes_per_period
-            column = period_pane - self.origin
-            if column < 0 or last_pane + count - self.origin > self.pane_capacity:
-                raise AssertionError("window run outside the pane state (driver bug)")
+            column = row + period_pane - lo
             task_base.append(column * self.key_capacity + keys)
             task_skip.append(np.full(n_keys, last_pane - period_pane, np.int64))
             task_windows.append(np.full(n_keys, count, np.int64))
@@ -221,20 +298,21 @@ class CpuPaneState:
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         """`[n_keys, panes]` blocks (the snapshot layout every backend writes)."""
         arrays = {}
-        first, end = first_pane - self.origin, end_pane - self.origin
+        rows = self._rows(first_pane, end_pane)
         for field in self.fields:
             for part in range(len(self.arrays[field.name])):
                 matrix = self._matrix(field.name, part)
-                arrays[f"{field.name}.{part}"] = np.ascontiguousarray(matrix[first:end, :n_keys].T)
+                arrays[f"{field.name}.{part}"] = np.ascontiguousarray(matrix[rows, :n_keys].T)
         return arrays
 
     def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
-        first = first_pane - self.origin
         for field in self.fields:
             for part in range(len(self.arrays[field.name])):
                 block = arrays[f"{field.name}.{part}"]
                 matrix = self._matrix(field.name, part)
-                matrix[first : first + block.shape[1], : block.shape[0]] = block.T
+                matrix[self._rows(first_pane, first_pane + block.shape[1]), : block.shape[0]] = (
+                    block.T
+                )
 
 
 def _run_trees(
@@ -414,7 +492,7 @@ class CpuKernels:
         return CpuPaneState(fields)
 
     def flat_index(self, slots: np.ndarray, panes: np.ndarray, state: CpuPaneState):
-        return agg.flat_index(slots, panes, state.origin, state.key_capacity)
+        return agg.flat_index(slots, panes, state.base, state.ring_mask, state.key_capacity)
 
     def preaggregate(self, slots, panes, partials, fields):
         index, first, count = self._number_pairs(slots, panes)

@@ -512,8 +512,11 @@ class TimeWindowOperator(OperatorBase):
         )
         if fits:
             return
-        # twice the span: a growing segment is reshaped O(log) times
-        panes = _capacity(max(MIN_CAPACITY, state.pane_capacity), 2 * (end_pane - start_pane))
+        # twice the span: a growing segment is reshaped O(log) times, and a linear state
+        # moves its panes down once per span of panes it advances; a ring (`state.ring`:
+        # the CPU's) advances in place, so the span itself does
+        slack = 1 if getattr(state, "ring", False) else 2
+        panes = _capacity(max(MIN_CAPACITY, state.pane_capacity), slack * (end_pane - start_pane))
         key_capacity = _capacity(max(MIN_CAPACITY, state.key_capacity), need_keys)
         state.reshape(key_capacity, panes, start_pane)
 
@@ -544,6 +547,11 @@ class TimeWindowOperator(OperatorBase):
         self.segments = [
             s for s in self.segments if self._last_window_of_pane(s.last) >= self.next_window
         ]
+        for segment in self.segments:
+            # a ring clears the panes no window reads any more while they are in cache
+            release = getattr(segment.state, "release", None)
+            if release is not None:
+                release(self._live_first_pane(segment))
         return out
 
     def _fire_segment(self, segment: _Segment, first_window: int, last_window: int):
