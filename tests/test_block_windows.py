@@ -221,8 +221,7 @@ def test_moving_the_origin_in_place_keeps_the_panes_a_fresh_state_keeps():
             fresh.to_arrays(16, origin, origin + 64),
         )
         assert np.array_equal(got["rows.0"], want["rows.0"]), origin
-        # released panes read as neutral, and a second lap of the ring starts clean
-        state.release(origin + 10)
+        # a second lap of the ring starts clean
         state.merge(np.arange(16, dtype=np.int64) + 20 * 16, {"rows": (np.ones(16, np.int64),)})
         state.reshape(16, 64, origin + 90)
         got = state.to_arrays(16, origin + 90, origin + 154)["rows.0"]

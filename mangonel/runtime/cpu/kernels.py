@@ -25,9 +25,9 @@ class CpuPaneState:
     key_capacity]` row-major, pane p at row `(p - base) & (pane_capacity - 1)` (the capacity
     a power of two). Pane-major keeps one batch's random key accesses inside the few rows of
     its panes. A ring because a sliding segment's covered panes move on with every batch:
-    moving the origin forward only clears the rows of the panes it leaves (those a firing
-    has not already released, `release`), where a linear layout copied every live pane down
-    and cleared the rest of its capacity on each move. Leaves of one key are strided by
+    moving the origin forward only clears the rows of the panes it leaves (which become
+    those of the panes entering), where a linear layout copied every live pane down and
+    cleared the rest of its capacity on each move. Leaves of one key are strided by
     key_capacity for the tree; a tree run that would wrap around the ring's end first turns
     the ring linear (`_unwrapped`; the sliding runs' kernels read the ring itself)."""
 
@@ -40,7 +40,6 @@ class CpuPaneState:
         self.pane_capacity = 0
         self.origin = 0
         self.base = 0  # the pane at row 0
-        self.neutral_below = 0  # every covered pane below it has neutral rows
         self.arrays: dict[str, tuple[np.ndarray, ...]] = {
             f.name: tuple(np.empty(0, neutral(f)[0]) for _ in neutral(f)[1]) for f in fields
         }
@@ -72,36 +71,19 @@ class CpuPaneState:
                 new.append(array.reshape(-1))
             self.arrays[field.name] = tuple(new)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
-        self.base = self.neutral_below = origin
+        self.base = origin
 
     def _advance(self, origin: int) -> None:
         """Cover [origin, origin + pane_capacity): the rows of the panes left behind become
-        those of the panes entering, so they are cleared (those not released already)."""
-        self._clear(
-            max(self.origin, self.neutral_below), min(origin, self.origin + self.pane_capacity)
-        )
-        self.neutral_below = max(self.neutral_below, origin)
-        self.origin = origin
-
-    def release(self, pane: int) -> None:
-        """Panes below `pane` will never be read or merged again (every window holding them
-        has fired): their rows are cleared now, while the firing that read them left them
-        in cache, and moving the origin past them later clears nothing."""
-        self._clear(
-            max(self.origin, self.neutral_below), min(pane, self.origin + self.pane_capacity)
-        )
-        self.neutral_below = max(self.neutral_below, pane)
-
-    def _clear(self, first_pane: int, end_pane: int) -> None:
-        if end_pane <= first_pane:
-            return
-        first, end = first_pane - self.base, end_pane - self.base
+        those of the panes entering, so they are cleared (in place: nothing else moves)."""
+        first, end = self.origin - self.base, min(origin, self.origin + self.pane_capacity)
+        end -= self.base
         for field in self.fields:
             _, neutrals = neutral(field)
             for array, value in zip(self.arrays[field.name], neutrals, strict=True):
-                agg.fill_rows(
-                    array, self.key_capacity, self.ring_mask, first, end, array.dtype.type(value)
-                )
+                value = array.dtype.type(value)
+                agg.fill_rows(array, self.key_capacity, self.ring_mask, first, end, value)
+        self.origin = origin
 
     def _unwrapped(self, first_pane: int, end_pane: int) -> int:
         """The row of `first_pane`, with the rows of [first_pane, end_pane) made contiguous:

@@ -547,11 +547,6 @@ class TimeWindowOperator(OperatorBase):
         self.segments = [
             s for s in self.segments if self._last_window_of_pane(s.last) >= self.next_window
         ]
-        for segment in self.segments:
-            # a ring clears the panes no window reads any more while they are in cache
-            release = getattr(segment.state, "release", None)
-            if release is not None:
-                release(self._live_first_pane(segment))
         return out
 
     def _fire_segment(self, segment: _Segment, first_window: int, last_window: int):
