@@ -189,7 +189,7 @@ def test_pane_state_windows_of_sliding_runs_equal_the_tree():
         state.key_capacity,
         state.pane_capacity,
     )
-    tumbling.origin, tumbling.base = state.origin, state.base
+    tumbling.origin, tumbling.base, tumbling.fresh_end = state.origin, state.base, state.fresh_end
     for field in fields:
         want = []
         for first, count in runs:
@@ -253,3 +253,51 @@ def test_tree_runs_across_the_ring_end_equal_those_of_a_linear_state():
             for a, b in zip(got[field.name], want[field.name], strict=True):
                 assert np.array_equal(a, b), (name, field.name)
     assert state.base == 50  # turned linear once
+
+
+def test_sliding_firings_in_sequence_equal_the_rows_merged(monkeypatch):
+    """Firing after firing over a ring moving on (stale rows cleared as merges reach them),
+    the counts' windows stepping from the last window of the firing before where no row
+    has since landed in its panes and summed afresh where one has (out of order, not
+    late): every window equals the rows merged, also MIN's (by blocks)."""
+    from mangonel.runtime.cpu import aggregate
+
+    carried = []
+    runs_kernel = aggregate.sliding_sums_runs
+
+    def recording(*args):  # noqa: ANN002, ANN202
+        carried.append(bool(args[-2]))
+        return runs_kernel(*args)
+
+    monkeypatch.setattr(aggregate, "sliding_sums_runs", recording)
+    rng = np.random.default_rng(11)
+    fields = (
+        StateField("rows", state_kind("count"), None, SqlType.BIGINT),
+        StateField("low", state_kind("min"), None, SqlType.BIGINT),
+    )
+    state, kernels = CpuPaneState(fields), CpuKernels()
+    n_keys, pps, ppw = 13, 2, 6
+    rows = np.zeros((600, n_keys), np.int64)
+    low = np.full((600, n_keys), np.iinfo(np.int64).max, np.int64)
+    window = 3
+    for step in range(60):
+        live = window * pps  # the next window's first pane: earlier panes are late
+        state.reshape(16, 32, live - (ppw - 1))
+        # odd steps: rows in the last fired window's panes too (its carried sums go stale)
+        first = live if step % 2 else live - pps + ppw
+        panes = rng.integers(first, live + 20, 30)
+        slots = rng.integers(0, n_keys, 30)
+        values = rng.integers(-50, 50, 30)
+        partials = {"rows": (np.ones(30, np.int64),), "low": (values,)}
+        state.merge(kernels.flat_index(slots, panes, state), partials)
+        np.add.at(rows, (panes, slots), 1)
+        np.minimum.at(low, (panes, slots), values)
+        count = int(rng.integers(1, 5))
+        got = state.windows(n_keys, [(window * pps, count)], pps, ppw, 4)
+        for w in range(count):
+            span = slice((window + w) * pps, (window + w) * pps + ppw)
+            cells = slice(w * n_keys, (w + 1) * n_keys)
+            assert np.array_equal(got["rows"][0][cells], rows[span].sum(axis=0)), step
+            assert np.array_equal(got["low"][0][cells], low[span].min(axis=0)), step
+        window += count
+    assert any(carried) and not all(carried)
