@@ -129,8 +129,10 @@ class CpuPaneState:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the state arrays hold (at capacity, not just the used cells)."""
-        return sum(array.nbytes for parts in self.arrays.values() for array in parts)
+        """Bytes the state arrays hold (at capacity, not just the used cells), with the
+        sliding sums carried to the next firing."""
+        carried = sum(acc.nbytes for acc in self._carry.values())
+        return carried + sum(array.nbytes for parts in self.arrays.values() for array in parts)
 
     def merge(
         self,
