@@ -83,10 +83,13 @@ def test_block_windows_combine_each_window_of_a_task(kind, pps: int, ppw: int, s
 @pytest.mark.parametrize("kind", FIXED, ids=lambda k: k.name)
 @pytest.mark.parametrize(("pps", "ppw"), [(1, 20), (2, 5), (3, 7)])
 @pytest.mark.parametrize("shift", [None, 3, -2], ids=["rows", "ring", "ring-wrapping"])
-def test_block_runs_combine_every_key_of_each_run(kind, pps: int, ppw: int, shift):
+@pytest.mark.parametrize("per_batch", [2, 8])
+def test_block_runs_combine_every_key_of_each_run(kind, pps: int, ppw: int, shift, per_batch):
     """Runs over a pane-major matrix of 150 keys (two tiles of keys, the last partial), out
     window-major after the runs before; also over the same rows in a ring (`CpuPaneState`:
-    pane column c at row c & mask), turned so that runs wrap around its end."""
+    pane column c at row c & mask), turned so that runs wrap around its end. 8 windows a
+    batch: window starts in two blocks of a batch (the suffixes of both, prefixes of the
+    second and third)."""
     rng = np.random.default_rng(pps * 7 + ppw)
     kernels = kind_kernels(kind)
     n_keys, key_capacity = 150, 160
@@ -119,7 +122,7 @@ def test_block_runs_combine_every_key_of_each_run(kind, pps: int, ppw: int, shif
             np.array([n for _, n in runs], np.int64),
             pps,
             ppw,
-            2,  # windows per batch
+            per_batch,
             *outs,
         )
         windows = [

@@ -181,7 +181,11 @@ def block_runs(
                 count = min(windows_per_batch, run_count[r] - done)
                 m = panes_per_window + (count - 1) * panes_per_slide
                 first_row = run_column[r] + done * panes_per_slide
-                for i in range(m):  # prefixes, forward
+                # only what the windows read: prefixes from block 1 on (a window starting
+                # inside block b ends inside block b + 1), suffixes up to the end of the
+                # block holding the last window's start (half the rows of a firing of
+                # pw / ps windows; the same combines, in the same order, where read)
+                for i in range(panes_per_window, m):  # prefixes, forward
                     row = ((first_row + i) & ring_mask) * key_capacity + key0
 {leaf_slices}
 {here_prefix}
@@ -192,11 +196,13 @@ def block_runs(
 {before_prefix}
                         for k in range(width):
                             {here_k}, = _combine({before_k}, {leaf_k})
-                for i in range(m - 1, -1, -1):  # suffixes, backward
+                last_block = (count - 1) * panes_per_slide // panes_per_window
+                suffix_end = min(m, (last_block + 1) * panes_per_window)
+                for i in range(suffix_end - 1, -1, -1):  # suffixes, backward
                     row = ((first_row + i) & ring_mask) * key_capacity + key0
 {leaf_slices}
 {here_suffix}
-                    if i == m - 1 or i % panes_per_window == panes_per_window - 1:
+                    if i == suffix_end - 1 or i % panes_per_window == panes_per_window - 1:
                         for k in range(width):
                             {here_k}, = _combine({leaf_k}, {identity_tuple})
                     else:
