@@ -16,7 +16,7 @@ from mangonel.aggregates import state_kind
 from mangonel.catalog.types import SqlType
 from mangonel.compiler.physical import StateField
 from mangonel.runtime.cpu.generated import kind_kernels
-from mangonel.runtime.cpu.kernels import CpuPaneState
+from mangonel.runtime.cpu.kernels import CpuKernels, CpuPaneState
 
 SHAPES = [(1, 100), (2, 5), (3, 7), (1, 2), (2, 6)]  # (panes per slide, panes per window)
 
@@ -82,9 +82,14 @@ def test_block_windows_combine_each_window_of_a_task(kind, pps: int, ppw: int, s
 
 @pytest.mark.parametrize("kind", FIXED, ids=lambda k: k.name)
 @pytest.mark.parametrize(("pps", "ppw"), [(1, 20), (2, 5), (3, 7)])
-def test_block_runs_combine_every_key_of_each_run(kind, pps: int, ppw: int):
+@pytest.mark.parametrize("shift", [None, 3, -2], ids=["rows", "ring", "ring-wrapping"])
+@pytest.mark.parametrize("per_batch", [2, 8])
+def test_block_runs_combine_every_key_of_each_run(kind, pps: int, ppw: int, shift, per_batch):
     """Runs over a pane-major matrix of 150 keys (two tiles of keys, the last partial), out
-    window-major after the runs before."""
+    window-major after the runs before; also over the same rows in a ring (`CpuPaneState`:
+    pane column c at row c & mask), turned so that runs wrap around its end. 8 windows a
+    batch: window starts in two blocks of a batch (the suffixes of both, prefixes of the
+    second and third)."""
     rng = np.random.default_rng(pps * 7 + ppw)
     kernels = kind_kernels(kind)
     n_keys, key_capacity = 150, 160
@@ -97,16 +102,27 @@ def test_block_runs_combine_every_key_of_each_run(kind, pps: int, ppw: int):
         parts = _leaves(kind, accumulator, dtype, size, rng)
         total = sum(n for _, n in runs) * n_keys
         outs = tuple(np.empty(total, dtype) for _ in neutrals)
+        read, mask, turn = parts, -1, 0
+        if shift is not None:
+            capacity = 1 << (panes - 1).bit_length()
+            turn = shift % capacity
+            rows = (np.arange(panes) + turn) % capacity
+            read, mask = [], capacity - 1
+            for part, value in zip(parts, neutrals, strict=True):
+                ring = np.full((capacity, key_capacity), value, dtype)
+                ring[rows] = part.reshape(panes, key_capacity)
+                read.append(ring.reshape(-1))
         kernels.block_runs(
-            *parts,
+            *read,
             *(dtype.type(v) for v in neutrals),
             key_capacity,
+            mask,
             n_keys,
-            np.array([c for c, _ in runs], np.int64),
+            np.array([c + turn for c, _ in runs], np.int64),
             np.array([n for _, n in runs], np.int64),
             pps,
             ppw,
-            2,  # windows per batch
+            per_batch,
             *outs,
         )
         windows = [
@@ -132,6 +148,7 @@ def test_block_runs_of_long_windows_take_narrower_tiles():
         leaves,
         np.int64(np.iinfo(np.int64).min),
         key_capacity,
+        -1,
         n_keys,
         np.array([c for c, _ in runs], np.int64),
         np.array([n for _, n in runs], np.int64),
@@ -170,12 +187,12 @@ def test_pane_state_windows_of_sliding_runs_equal_the_tree():
     runs, n_keys, pps, ppw = [(100, 7), (110, 3)], 13, 2, 6
     got = state.windows(n_keys, runs, pps, ppw, 4)
     tumbling = CpuPaneState(fields)  # the tree: the task path, one window per task
-    tumbling.arrays, tumbling.key_capacity, tumbling.pane_capacity, tumbling.origin = (
+    tumbling.arrays, tumbling.key_capacity, tumbling.pane_capacity = (
         state.arrays,
         state.key_capacity,
         state.pane_capacity,
-        state.origin,
     )
+    tumbling.origin, tumbling.base, tumbling.fresh_end = state.origin, state.base, state.fresh_end
     for field in fields:
         want = []
         for first, count in runs:
@@ -186,18 +203,104 @@ def test_pane_state_windows_of_sliding_runs_equal_the_tree():
 
 
 def test_moving_the_origin_in_place_keeps_the_panes_a_fresh_state_keeps():
+    """The ring moved on in place (the same arrays: only the rows of the panes it leaves are
+    cleared) holds what a freshly allocated state holds: the panes kept, neutral rows for
+    the panes entering, also after releasing panes and moving again, around the ring."""
     rng = np.random.default_rng(8)
     fields = (StateField("rows", state_kind("count"), None, SqlType.BIGINT),)
     for origin in (100, 107, 130, 163, 200):  # same place, moved, moved past every pane
         state = _state(fields, rng)
-        before = state.arrays["rows"][0].copy()
+        before = state.to_arrays(16, 100, 164)
         array = state.arrays["rows"][0]
         fresh = CpuPaneState(fields)
-        fresh.reshape(16, 64, 100)
-        fresh.arrays["rows"][0][:] = before
         fresh.reshape(32, 64, origin)  # another key capacity: new arrays
+        kept = max(164 - origin, 0)
+        if kept:
+            fresh.load_arrays({"rows.0": before["rows.0"][:, 64 - kept :]}, origin)
         state.reshape(16, 64, origin)
         assert state.arrays["rows"][0] is array  # in place
-        got = state.arrays["rows"][0].reshape(64, 16)
-        want = fresh.arrays["rows"][0].reshape(64, 32)[:, :16]
-        assert np.array_equal(got, want), origin
+        got, want = (
+            state.to_arrays(16, origin, origin + 64),
+            fresh.to_arrays(16, origin, origin + 64),
+        )
+        assert np.array_equal(got["rows.0"], want["rows.0"]), origin
+        # a second lap of the ring starts clean
+        state.merge(np.arange(16, dtype=np.int64) + 20 * 16, {"rows": (np.ones(16, np.int64),)})
+        state.reshape(16, 64, origin + 90)
+        got = state.to_arrays(16, origin + 90, origin + 154)["rows.0"]
+        assert got.sum() == 0, origin
+
+
+def test_tree_runs_across_the_ring_end_equal_those_of_a_linear_state():
+    """Windows whose panes wrap around the ring's end (gapped hopping windows read by the
+    tree, CUMULATE's prefix combine) turn the ring linear first: the same cells as a
+    freshly laid out state."""
+    rng = np.random.default_rng(5)
+    fields = (
+        StateField("rows", state_kind("count"), None, SqlType.BIGINT),
+        StateField("low", state_kind("min"), None, SqlType.BIGINT),
+    )
+    state = CpuPaneState(fields)
+    state.reshape(16, 64, 0)
+    state.reshape(16, 64, 50)  # in place: pane 50 at row 50, pane 64 at row 0
+    panes, slots = rng.integers(50, 114, 400), rng.integers(0, 13, 400)
+    partials = {"rows": (np.ones(400, np.int64),), "low": (rng.integers(0, 99, 400),)}
+    state.merge(CpuKernels().flat_index(slots, panes, state), partials)
+    linear = CpuPaneState(fields)
+    linear.reshape(16, 64, 50)
+    linear.load_arrays(state.to_arrays(16, 50, 114), 50)
+    for name, args in (("windows", ([(58, 3)], 3, 2, 4)), ("cumulative_windows", ([(60, 6)], 4))):
+        want = getattr(linear, name)(13, *args)
+        got = getattr(state, name)(13, *args)
+        for field in fields:
+            for a, b in zip(got[field.name], want[field.name], strict=True):
+                assert np.array_equal(a, b), (name, field.name)
+    assert state.base == 50  # turned linear once
+
+
+def test_sliding_firings_in_sequence_equal_the_rows_merged(monkeypatch):
+    """Firing after firing over a ring moving on (stale rows cleared as merges reach them),
+    the counts' windows stepping from the last window of the firing before where no row
+    has since landed in its panes and summed afresh where one has (out of order, not
+    late): every window equals the rows merged, also MIN's (by blocks)."""
+    from mangonel.runtime.cpu import aggregate
+
+    carried = []
+    runs_kernel = aggregate.sliding_sums_runs
+
+    def recording(*args):  # noqa: ANN002, ANN202
+        carried.append(bool(args[-2]))
+        return runs_kernel(*args)
+
+    monkeypatch.setattr(aggregate, "sliding_sums_runs", recording)
+    rng = np.random.default_rng(11)
+    fields = (
+        StateField("rows", state_kind("count"), None, SqlType.BIGINT),
+        StateField("low", state_kind("min"), None, SqlType.BIGINT),
+    )
+    state, kernels = CpuPaneState(fields), CpuKernels()
+    n_keys, pps, ppw = 13, 2, 6
+    rows = np.zeros((600, n_keys), np.int64)
+    low = np.full((600, n_keys), np.iinfo(np.int64).max, np.int64)
+    window = 3
+    for step in range(60):
+        live = window * pps  # the next window's first pane: earlier panes are late
+        state.reshape(16, 32, live - (ppw - 1))
+        # odd steps: rows in the last fired window's panes too (its carried sums go stale)
+        first = live if step % 2 else live - pps + ppw
+        panes = rng.integers(first, live + 20, 30)
+        slots = rng.integers(0, n_keys, 30)
+        values = rng.integers(-50, 50, 30)
+        partials = {"rows": (np.ones(30, np.int64),), "low": (values,)}
+        state.merge(kernels.flat_index(slots, panes, state), partials)
+        np.add.at(rows, (panes, slots), 1)
+        np.minimum.at(low, (panes, slots), values)
+        count = int(rng.integers(1, 5))
+        got = state.windows(n_keys, [(window * pps, count)], pps, ppw, 4)
+        for w in range(count):
+            span = slice((window + w) * pps, (window + w) * pps + ppw)
+            cells = slice(w * n_keys, (w + 1) * n_keys)
+            assert np.array_equal(got["rows"][0][cells], rows[span].sum(axis=0)), step
+            assert np.array_equal(got["low"][0][cells], low[span].min(axis=0)), step
+        window += count
+    assert any(carried) and not all(carried)

@@ -3,7 +3,9 @@ tree where windows overlap and every part is an int64 added mod 2^64: `sliding_s
 `cpu.kernels._run_trees`: contiguous leaves of count windows, or strided ones) and
 `sliding_sums_runs` (`CpuPaneState.windows`: runs of windows of every key of the pane-major
 state, a row of keys at a time) give the same cells as the tree, values near the int64 limits
-wrapping as the tree's do."""
+wrapping as the tree's do; `sliding_sums_runs` also over the state's ring of pane rows, runs
+wrapping around its end, and from the sums of the window one slide before (carried from the
+firing before)."""
 
 from __future__ import annotations
 
@@ -60,5 +62,32 @@ def test_sliding_sums_equal_the_tree(strided: bool, pps: int, ppw: int) -> None:
     if strided:  # the same runs over every key, as the pane-major state takes them
         columns, counts = (np.array(r, np.int64) for r in zip(*RUNS, strict=True))
         by_runs = np.empty(size, np.int64)
-        sliding_sums_runs(leaves, leaf_stride, KEYS, columns, counts, pps, ppw, by_runs)
+        acc = np.zeros(KEYS, np.int64)
+        sliding_sums_runs(
+            leaves, leaf_stride, -1, KEYS, columns, counts, pps, ppw, acc, False, by_runs
+        )
         assert np.array_equal(by_runs, want)
+        # the last run's last window is left in acc: a run one slide later steps from it
+        last = RUNS[-1][0] + (RUNS[-1][1] - 1) * pps
+        assert np.array_equal(acc, want[-KEYS:])
+        more = np.empty(2 * KEYS, np.int64)
+        extended = np.concatenate([leaves, np.zeros(3 * pps * leaf_stride, np.int64)])
+        step = (np.array([last + pps]), np.array([2]))
+        sliding_sums_runs(extended, leaf_stride, -1, KEYS, *step, pps, ppw, acc, True, more)
+        fresh = np.empty(2 * KEYS, np.int64)
+        zeros = np.zeros(KEYS, np.int64)
+        sliding_sums_runs(extended, leaf_stride, -1, KEYS, *step, pps, ppw, zeros, False, fresh)
+        assert np.array_equal(more, fresh)
+        # the same rows in a ring (`CpuPaneState`: pane column c at row c & mask), turned so
+        # that every run wraps around the ring's end or starts past it
+        rows = leaves.reshape(-1, leaf_stride)
+        capacity = 1 << (len(rows) - 1).bit_length()
+        for shift in (capacity - 3, capacity - 1, 5):
+            ring = np.zeros((capacity, leaf_stride), np.int64)
+            ring[(np.arange(len(rows)) + shift) % capacity] = rows
+            in_ring = np.empty(size, np.int64)
+            sliding_sums_runs(
+                ring.reshape(-1), leaf_stride, capacity - 1, KEYS, columns + shift, counts,
+                pps, ppw, np.zeros(KEYS, np.int64), False, in_ring,
+            )  # fmt: skip
+            assert np.array_equal(in_ring, want), shift

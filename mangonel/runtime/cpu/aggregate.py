@@ -59,34 +59,54 @@ def _top_level(panes_per_window):
 
 
 @numba.njit(cache=True)
-def occupied_panes(rows_matrix, n_keys, first_pane, end_pane):
-    """Which panes (rows of a pane-major matrix) in [first_pane, end_pane) hold a tuple."""
-    occupied = np.zeros(end_pane - first_pane, np.bool_)
-    for pane in range(first_pane, end_pane):
+def occupied_panes(rows, key_capacity, ring_mask, n_keys, first_column, end_column):
+    """Which pane columns in [first_column, end_column) of the pane ring (column c at row
+    c & ring_mask, rows `key_capacity` cells apart) hold a tuple."""
+    occupied = np.zeros(end_column - first_column, np.bool_)
+    for column in range(first_column, end_column):
+        row = (column & ring_mask) * key_capacity
         for key in range(n_keys):
-            if rows_matrix[pane, key] != 0:
-                occupied[pane - first_pane] = True
+            if rows[row + key] != 0:
+                occupied[column - first_column] = True
                 break
     return occupied
 
 
 @numba.njit(cache=True)
-def flat_index(slots, panes, origin, key_capacity):
-    """(pane - origin) * key_capacity + slot, -1 where slot is -1 (pane-major state)."""
+def flat_index(slots, panes, base, ring_mask, key_capacity):
+    """((pane - base) & ring_mask) * key_capacity + slot, -1 where slot is -1 (the pane
+    ring: pane p at row (p - base) & ring_mask)."""
     out = np.empty(slots.shape[0], np.int64)
     for i in range(slots.shape[0]):
-        out[i] = (panes[i] - origin) * key_capacity + slots[i] if slots[i] >= 0 else -1
+        if slots[i] >= 0:
+            out[i] = ((panes[i] - base) & ring_mask) * key_capacity + slots[i]
+        else:
+            out[i] = -1
     return out
 
 
 @numba.njit(cache=True)
-def shift_down(array, start, kept, value):
-    """array[:kept] = array[start:start + kept] (start >= 0: ascending copies never overwrite
-    a cell before it is read, and no temporary is allocated), then the rest = value."""
-    for i in range(kept):
-        array[i] = array[start + i]
-    for i in range(kept, array.shape[0]):
-        array[i] = value
+def ring_offsets(index, key_capacity, ring_mask, origin_row):
+    """The least and greatest (row - origin_row) & ring_mask over the cells of a pane-ring
+    merge (index >= 0): how far past the ring's origin its lowest and highest panes lie;
+    (-1, -1) if it has none."""
+    lowest = highest = -1
+    for i in range(index.shape[0]):
+        if index[i] >= 0:
+            offset = (index[i] // key_capacity - origin_row) & ring_mask
+            if lowest < 0 or offset < lowest:
+                lowest = offset
+            if offset > highest:
+                highest = offset
+    return lowest, highest
+
+
+@numba.njit(cache=True)
+def fill_rows(array, key_capacity, ring_mask, first_column, end_column, value):
+    """The rows of pane columns [first_column, end_column) of the ring = value."""
+    for column in range(first_column, end_column):
+        row = (column & ring_mask) * key_capacity
+        array[row : row + key_capacity] = value
 
 
 @numba.njit(cache=True)
@@ -125,26 +145,51 @@ def sliding_sums(
 
 @numba.njit(cache=True)
 def sliding_sums_runs(
-    leaves, key_capacity, n_keys, run_column, run_count, panes_per_slide, panes_per_window, out
+    leaves,
+    key_capacity,
+    ring_mask,
+    n_keys,
+    run_column,
+    run_count,
+    panes_per_slide,
+    panes_per_window,
+    acc,
+    carried,
+    out,
 ):
-    """`sliding_sums` over the pane-major state (row = pane, `key_capacity` cells apart): run
+    """`sliding_sums` over the pane-major state (row = pane, `key_capacity` cells apart;
+    pane column c at row c & ring_mask, the pane ring; -1 for plain rows). `acc` (n_keys
+    cells) holds, where `carried`, the sums of the window one slide before the first run's
+    first window (the last window of the firing before): that window then steps from it
+    (2 x panes_per_slide rows) instead of summing its panes_per_window rows; on return it
+    holds the sums of the last window written. Run
     r is `run_count[r]` windows of every key from pane column `run_column[r]`, written
     window-major (n_keys cells a window) after the runs before it. Each window is the one
     before plus the rows entering minus those leaving, a row of keys at a time. The rows are
     taken as slices: LLVM vectorises a loop over slices, not one over `leaves[row + k]` and
     `out[at + k]` of one array each (twice the speed measured, 1,000 keys, w/s = 100)."""
-    acc = np.zeros(n_keys, np.int64)
     offset = 0
     for r in range(run_column.shape[0]):
         count = run_count[r]
         if count == 0:
             continue
         column = run_column[r]
-        acc[:] = 0
-        for i in range(panes_per_window):
-            row = leaves[(column + i) * key_capacity : (column + i) * key_capacity + n_keys]
-            for k in range(n_keys):
-                acc[k] += row[k]
+        if carried:  # a step from the window one slide before
+            for i in range(panes_per_slide):
+                add = ((column - panes_per_slide + panes_per_window + i) & ring_mask) * key_capacity
+                drop = ((column - panes_per_slide + i) & ring_mask) * key_capacity
+                adding = leaves[add : add + n_keys]
+                dropping = leaves[drop : drop + n_keys]
+                for k in range(n_keys):
+                    acc[k] += adding[k] - dropping[k]
+            carried = False
+        else:
+            acc[:n_keys] = 0
+            for i in range(panes_per_window):
+                at = ((column + i) & ring_mask) * key_capacity
+                row = leaves[at : at + n_keys]
+                for k in range(n_keys):
+                    acc[k] += row[k]
         first = out[offset * n_keys : (offset + 1) * n_keys]
         for k in range(n_keys):
             first[k] = acc[k]
@@ -152,8 +197,8 @@ def sliding_sums_runs(
             leaving = column + (w - 1) * panes_per_slide
             entering = leaving + panes_per_window
             for i in range(panes_per_slide):
-                add = (entering + i) * key_capacity
-                drop = (leaving + i) * key_capacity
+                add = ((entering + i) & ring_mask) * key_capacity
+                drop = ((leaving + i) & ring_mask) * key_capacity
                 adding = leaves[add : add + n_keys]
                 dropping = leaves[drop : drop + n_keys]
                 for k in range(n_keys):

@@ -152,6 +152,7 @@ def block_runs(
     {leaves},
     {identities},
     key_capacity,
+    ring_mask,
     n_keys,
     run_column,
     run_count,
@@ -160,7 +161,8 @@ def block_runs(
     windows_per_batch,
     {outs},
 ):
-    # block_windows over the pane-major state (row = pane, key_capacity cells apart): run r
+    # block_windows over the pane-major state (row = pane, key_capacity cells apart, pane
+    # column c at row c & ring_mask: a ring; -1 for plain rows): run r
     # is run_count[r] windows of every key from pane column run_column[r], written
     # window-major (n_keys cells a window) after the runs before it; keys in tiles, a row of
     # a tile at a time, so every pass is over contiguous cells; a tile's prefixes and
@@ -179,8 +181,12 @@ def block_runs(
                 count = min(windows_per_batch, run_count[r] - done)
                 m = panes_per_window + (count - 1) * panes_per_slide
                 first_row = run_column[r] + done * panes_per_slide
-                for i in range(m):  # prefixes, forward
-                    row = (first_row + i) * key_capacity + key0
+                # only what the windows read: prefixes from block 1 on (a window starting
+                # inside block b ends inside block b + 1), suffixes up to the end of the
+                # block holding the last window's start (half the rows of a firing of
+                # pw / ps windows; the same combines, in the same order, where read)
+                for i in range(panes_per_window, m):  # prefixes, forward
+                    row = ((first_row + i) & ring_mask) * key_capacity + key0
 {leaf_slices}
 {here_prefix}
                     if i % panes_per_window == 0:
@@ -190,11 +196,13 @@ def block_runs(
 {before_prefix}
                         for k in range(width):
                             {here_k}, = _combine({before_k}, {leaf_k})
-                for i in range(m - 1, -1, -1):  # suffixes, backward
-                    row = (first_row + i) * key_capacity + key0
+                last_block = (count - 1) * panes_per_slide // panes_per_window
+                suffix_end = min(m, (last_block + 1) * panes_per_window)
+                for i in range(suffix_end - 1, -1, -1):  # suffixes, backward
+                    row = ((first_row + i) & ring_mask) * key_capacity + key0
 {leaf_slices}
 {here_suffix}
-                    if i == m - 1 or i % panes_per_window == panes_per_window - 1:
+                    if i == suffix_end - 1 or i % panes_per_window == panes_per_window - 1:
                         for k in range(width):
                             {here_k}, = _combine({leaf_k}, {identity_tuple})
                     else:
@@ -362,7 +370,7 @@ class KindKernels:
     task_stride, panes_per_slide, panes_per_window, windows_per_batch, out_0..).
     block_windows(same arguments as tree_windows): sliding windows (panes_per_window >
     panes_per_slide) by block suffixes and prefixes, 3 combines a window at w/s = 100.
-    block_runs(leaves_0.., identity_0.., key_capacity, n_keys, run_column, run_count,
+    block_runs(leaves_0.., identity_0.., key_capacity, ring_mask, n_keys, run_column, run_count,
     panes_per_slide, panes_per_window, windows_per_batch, out_0..): block_windows over runs
     of windows of every key of the pane-major state, window-major out.
     prefix_windows(leaves_0.., identity_0.., leaf_stride, task_base, task_skip, task_windows,

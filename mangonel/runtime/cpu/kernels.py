@@ -14,84 +14,168 @@ from mangonel.runtime.cpu import holistic, python_window, sessions, sketch_windo
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
-from mangonel.runtime.host.arrays import batch_columns, to_mask, to_values
+from mangonel.runtime.host.arrays import batch_columns, pool_array, to_mask, to_values
 from mangonel.runtime.host.arrays import column as _column
 from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, neutral
 from mangonel.runtime.operators.results import cells_with_rows, finalize, window_bounds
 
 
 class CpuPaneState:
-    """Flat numpy arrays per state field, `[pane_capacity x key_capacity]` row-major: the
-    tuples of one batch mostly hit a few panes, so pane-major keeps the pre-aggregation's
-    random key accesses inside a few cache-resident rows. Leaves of one key are strided by
-    key_capacity for the tree."""
+    """A ring of pane rows: flat numpy arrays per state field part, `[pane_capacity x
+    key_capacity]` row-major, pane p at row `(p - base) & (pane_capacity - 1)` (the capacity
+    a power of two). Pane-major keeps one batch's random key accesses inside the few rows of
+    its panes. A ring because a sliding segment's covered panes move on with every batch:
+    moving the origin forward moves nothing, where a linear layout copied every live pane
+    down and cleared the rest of its capacity on each move. The rows of the panes it leaves
+    become those of panes entering, stale until cleared: every pane from `fresh_end` on is
+    (`_freshen`), and a merge clears the rows it is about to scatter into first, so they
+    are in cache when it does (a separate clearing pass when the origin moved found them
+    cold, and the scatter after it again). Leaves of one key are strided by
+    key_capacity for the tree; a tree run that would wrap around the ring's end first turns
+    the ring linear (`_unwrapped`; the sliding runs' kernels read the ring itself)."""
+
+    # the driver sizes a ring to the panes its windows read, with no slack for moves
+    ring = True
 
     def __init__(self, fields: tuple[StateField, ...]) -> None:
         self.fields = fields
         self.key_capacity = 0
         self.pane_capacity = 0
         self.origin = 0
+        self.base = 0  # the pane at row 0
+        self.fresh_end = 0  # panes in [origin, fresh_end) have their rows; later ones stale
+        # the sliding runs' last window (its first pane), whose int64 sums per key are kept
+        # in `_carry` by (field, part) for the next firing's first window: None when unknown
+        # or stale (a merge into its panes, arrays loaded)
+        self._carry_first: int | None = None
+        self._carry_panes = 0
+        self._carry_keys = 0
+        self._carry: dict[tuple[str, int], np.ndarray] = {}
         self.arrays: dict[str, tuple[np.ndarray, ...]] = {
             f.name: tuple(np.empty(0, neutral(f)[0]) for _ in neutral(f)[1]) for f in fields
         }
 
+    @property
+    def ring_mask(self) -> int:
+        return self.pane_capacity - 1
+
     def reshape(self, key_capacity: int, pane_capacity: int, origin: int) -> None:
-        keep_keys = min(self.key_capacity, key_capacity)
-        # panes both layouts hold
-        first = max(origin, self.origin)
-        end = min(origin + pane_capacity, self.origin + self.pane_capacity)
+        pane_capacity = 1 << max(pane_capacity - 1, 0).bit_length()  # a power of two
         if (key_capacity, pane_capacity) == (self.key_capacity, self.pane_capacity):
-            if origin >= self.origin:  # the same shape, moved on: in place
-                self._move_origin(origin, first, end)
+            if origin >= self.origin:  # the same shape, moved on: the ring in place
+                self._advance(origin)
                 return
+        keep_keys = min(self.key_capacity, key_capacity)
+        # panes both hold: their rows in the old ring and in the new (base = origin)
+        first = max(origin, self.origin)
+        end = min(origin + pane_capacity, self.origin + self.pane_capacity, self.fresh_end)
+        panes = np.arange(first, end, dtype=np.int64)
+        old_rows = (panes - self.base) & self.ring_mask
         for field in self.fields:
             dtype, neutrals = neutral(field)
             new = []
             for old, value in zip(self.arrays[field.name], neutrals, strict=True):
                 array = np.full((pane_capacity, key_capacity), value, dtype)
-                if keep_keys and end > first:
+                if keep_keys and len(panes):
                     old2 = old.reshape(self.pane_capacity, self.key_capacity)
-                    array[first - origin : end - origin, :keep_keys] = old2[
-                        first - self.origin : end - self.origin, :keep_keys
-                    ]
+                    array[panes - origin, :keep_keys] = old2[old_rows, :keep_keys]
                 new.append(array.reshape(-1))
             self.arrays[field.name] = tuple(new)
         self.key_capacity, self.pane_capacity, self.origin = key_capacity, pane_capacity, origin
+        self.base = origin
+        self.fresh_end = origin + pane_capacity  # all neutral or copied
 
-    def _move_origin(self, origin: int, first: int, end: int) -> None:
-        """Move the origin forward in the arrays already there (a sliding segment's state
-        moves on every few batches: fresh arrays would cost their page faults each time,
-        twice the live span): the panes kept shift down, the panes past them become
-        neutral."""
-        cells = self.key_capacity
-        kept = max(end - first, 0) * cells
-        start = (first - self.origin) * cells
+    def _advance(self, origin: int) -> None:
+        """Cover [origin, origin + pane_capacity) in place: the rows of the panes left
+        behind become those of panes entering, which are past `fresh_end` (stale)."""
+        self.origin = origin
+        self.fresh_end = max(self.fresh_end, origin)
+
+    def _freshen(self, end_pane: int, partials: dict | None = None, index=None) -> None:  # noqa: ANN001
+        """Clear the stale rows of the panes up to `end_pane`, so every pane before it reads
+        as what was merged there (neutral where nothing was). With `partials`, each field's
+        scatter (`index`) follows the clearing of its own rows, while they are in cache."""
+        end = min(end_pane, self.origin + self.pane_capacity)
+        first, last = self.fresh_end - self.base, end - self.base
         for field in self.fields:
             _, neutrals = neutral(field)
-            for array, value in zip(self.arrays[field.name], neutrals, strict=True):
-                agg.shift_down(array, start, kept, array.dtype.type(value))
-        self.origin = origin
+            if last > first:
+                for array, value in zip(self.arrays[field.name], neutrals, strict=True):
+                    value = array.dtype.type(value)
+                    agg.fill_rows(array, self.key_capacity, self.ring_mask, first, last, value)
+            if partials is not None:
+                scatter = kind_kernels(field.kind).scatter
+                scatter(*self.arrays[field.name], index, *partials[field.name])
+        self.fresh_end = max(self.fresh_end, end)
+
+    def _unwrapped(self, first_pane: int, end_pane: int) -> int:
+        """The row of `first_pane`, with the rows of [first_pane, end_pane) made contiguous:
+        where they wrap around the ring's end, the ring is turned linear (row 0 = origin)
+        first. Only the tree's tasks need it (gapped hopping and CUMULATE windows, once a
+        lap); the sliding runs' kernels read the ring as it is."""
+        row = (first_pane - self.base) & self.ring_mask
+        if row + (end_pane - first_pane) <= self.pane_capacity:
+            return row
+        shift = (self.origin - self.base) & self.ring_mask
+        for field in self.fields:
+            self.arrays[field.name] = tuple(
+                np.roll(
+                    array.reshape(self.pane_capacity, self.key_capacity), -shift, axis=0
+                ).reshape(-1)
+                for array in self.arrays[field.name]
+            )
+        self.base = self.origin
+        return first_pane - self.base
 
     @property
     def nbytes(self) -> int:
-        """Bytes the state arrays hold (at capacity, not just the used cells)."""
-        return sum(array.nbytes for parts in self.arrays.values() for array in parts)
+        """Bytes the state arrays hold (at capacity, not just the used cells), with the
+        sliding sums carried to the next firing."""
+        carried = sum(acc.nbytes for acc in self._carry.values())
+        return carried + sum(array.nbytes for parts in self.arrays.values() for array in parts)
 
-    def merge(self, index: np.ndarray, partials: dict[str, tuple[np.ndarray, ...]]) -> None:
-        for field in self.fields:
-            kind_kernels(field.kind).scatter(*self.arrays[field.name], index, *partials[field.name])
+    def merge(
+        self,
+        index: np.ndarray,
+        partials: dict[str, tuple[np.ndarray, ...]],
+        pane_range: tuple[int, int] | None = None,
+    ) -> None:
+        """Scatter partial i into flat cell index[i] (skip -1). `pane_range`: the lowest and
+        highest pane merged, where the caller knows them (the fused pass); else read from
+        the cells."""
+        if pane_range is None:
+            origin_row = (self.origin - self.base) & self.ring_mask
+            low, high = agg.ring_offsets(index, self.key_capacity, self.ring_mask, origin_row)
+            if low < 0:
+                return  # no cell
+            pane_range = (self.origin + low, self.origin + high)
+        if self._carry_first is not None:
+            # rows in the carried window's panes (out of order, not late) make its sums stale
+            if pane_range[0] < self._carry_first + self._carry_panes:
+                self._carry_first = None
+        # the stale rows the scatter reaches are cleared right before it, field by field
+        self._freshen(pane_range[1] + 1, partials, index)
 
     def _matrix(self, name: str, part: int = 0) -> np.ndarray:
         return self.arrays[name][part].reshape(self.pane_capacity, self.key_capacity)
 
+    def _rows(self, first_pane: int, end_pane: int) -> np.ndarray:
+        return (np.arange(first_pane, end_pane, dtype=np.int64) - self.base) & self.ring_mask
+
+    def _check_runs(self, first_pane: int, end_pane: int) -> None:
+        if first_pane < self.origin or end_pane > self.origin + self.pane_capacity:
+            raise AssertionError("window run outside the pane state (driver bug)")
+
     def occupied(self, n_keys: int, first_pane: int, end_pane: int) -> np.ndarray:
-        first = max(first_pane - self.origin, 0)
-        end = min(end_pane - self.origin, self.pane_capacity)
+        first = max(first_pane, self.origin)
+        end = min(end_pane, self.origin + self.pane_capacity, self.fresh_end)  # stale: empty
         result = np.zeros(max(end_pane - first_pane, 0), np.bool_)
         if end > first:
-            rows = self._matrix(self.fields[0].name)
-            hit = agg.occupied_panes(rows, n_keys, first, end)
-            result[first + self.origin - first_pane : end + self.origin - first_pane] = hit
+            rows = self.arrays[self.fields[0].name][0]
+            hit = agg.occupied_panes(
+                rows, self.key_capacity, self.ring_mask, n_keys, first - self.base, end - self.base
+            )
+            result[first - first_pane : end - first_pane] = hit
         return result
 
     def windows(self, n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch):
@@ -103,12 +187,16 @@ class CpuPaneState:
         task_base, task_windows, task_out = [], [], []
         offset = 0
         keys = np.arange(n_keys, dtype=np.int64)
+        lo = min((first for first, _ in runs), default=self.origin)
+        hi = max(
+            (first + panes_per_window + (count - 1) * panes_per_slide for first, count in runs),
+            default=lo,
+        )
+        self._check_runs(lo, hi)
+        self._freshen(hi)
+        row = self._unwrapped(lo, hi)  # the tree reads the runs' rows as contiguous ones
         for first_pane, count in runs:
-            column = first_pane - self.origin
-            if column < 0 or column + panes_per_window + (count - 1) * panes_per_slide > (
-                self.pane_capacity
-            ):
-                raise AssertionError("window run outside the pane state (driver bug)")
+            column = row + first_pane - lo
             task_base.append(column * self.key_capacity + keys)
             task_windows.append(np.full(n_keys, count, np.int64))
             task_out.append(offset * n_keys + keys)
@@ -135,20 +223,44 @@ class CpuPaneState:
         """Overlapping windows, run by run over every key (`aggregate.py`: the `*_runs`
         kernels): differences for int64 sums, block prefixes and suffixes for the rest. Every
         output cell is written, so the outputs start uninitialised."""
-        columns = np.array([first - self.origin for first, _ in runs], np.int64)
+        firsts = np.array([first for first, _ in runs], np.int64)
         counts = np.array([count for _, count in runs], np.int64)
-        reach = columns + panes_per_window + (counts - 1) * panes_per_slide
-        if len(runs) and (columns.min() < 0 or reach.max() > self.pane_capacity):
-            raise AssertionError("window run outside the pane state (driver bug)")
+        if len(runs):
+            reach = firsts + panes_per_window + (counts - 1) * panes_per_slide
+            self._check_runs(int(firsts.min()), int(reach.max()))
+            self._freshen(int(reach.max()))
         size = int(counts.sum()) * n_keys
-        shape = (self.key_capacity, n_keys, columns, counts, panes_per_slide, panes_per_window)
+        # the kernels take each run's column from `base` and wrap it around the ring
+        columns = firsts - self.base
+        shape = (
+            self.key_capacity,
+            self.ring_mask,
+            n_keys,
+            columns,
+            counts,
+            panes_per_slide,
+            panes_per_window,
+        )
+        # the first run's first window steps from the last one of the firing before
+        carried = (
+            len(runs) > 0
+            and self._carry_first is not None
+            and int(firsts[0]) == self._carry_first + panes_per_slide
+            and self._carry_panes == panes_per_window
+            and n_keys >= self._carry_keys
+        )
         results: dict[str, tuple[np.ndarray, ...]] = {}
         for field in self.fields:
             dtype, neutrals = neutral(field)
-            outs = tuple(np.empty(size, dtype) for _ in neutrals)
+            # Arrow's pool keeps the pages a firing frees for the next one's values (NumPy's
+            # large arrays come back from the OS page by page each firing)
+            outs = tuple(pool_array(size, dtype) for _ in neutrals)
             if _adds_int64(field, dtype, neutrals):
-                for leaves, out in zip(self.arrays[field.name], outs, strict=True):
-                    agg.sliding_sums_runs(leaves, *shape, out)
+                for part, (leaves, out) in enumerate(
+                    zip(self.arrays[field.name], outs, strict=True)
+                ):
+                    acc = self._carry_sums((field.name, part), n_keys, carried)
+                    agg.sliding_sums_runs(leaves, *shape, acc, carried, out)
             else:
                 kind_kernels(field.kind).block_runs(
                     *self.arrays[field.name],
@@ -158,7 +270,24 @@ class CpuPaneState:
                     *outs,
                 )
             results[field.name] = outs
+        if len(runs):
+            self._carry_first = int(firsts[-1]) + (int(counts[-1]) - 1) * panes_per_slide
+            self._carry_panes, self._carry_keys = panes_per_window, n_keys
         return results
+
+    def _carry_sums(self, name: tuple[str, int], n_keys: int, carried: bool) -> np.ndarray:
+        """The per-key sums `sliding_sums_runs` starts from and leaves its last window in:
+        the carried ones (key slots new since then hold 0: no row of theirs is in the
+        carried window's panes, or the carry would be stale) or fresh cells."""
+        acc = self._carry.get(name)
+        if acc is None or len(acc) < n_keys:
+            grown = np.zeros(max(n_keys, 2 * len(acc) if acc is not None else 0), np.int64)
+            if acc is not None and carried:
+                grown[: self._carry_keys] = acc[: self._carry_keys]
+            self._carry[name] = acc = grown
+        if carried and n_keys > self._carry_keys:
+            acc[self._carry_keys : n_keys] = 0
+        return acc
 
     def cumulative_windows(self, n_keys, runs, panes_per_period):
         """CUMULATE windows as a prefix combine: one task per (run, key) walks its panes from
@@ -167,11 +296,15 @@ class CpuPaneState:
         task_base, task_skip, task_windows, task_out = [], [], [], []
         offset = 0
         keys = np.arange(n_keys, dtype=np.int64)
+        lo = min((last // panes_per_period * panes_per_period for last, _ in runs), default=0)
+        hi = max((last + count for last, count in runs), default=lo)
+        if runs:
+            self._check_runs(lo, hi)
+            self._freshen(hi)
+        row = self._unwrapped(lo, hi) if runs else 0  # read as contiguous rows
         for last_pane, count in runs:
             period_pane = last_pane // panes_per_period * panes_per_period
-            column = period_pane - self.origin
-            if column < 0 or last_pane + count - self.origin > self.pane_capacity:
-                raise AssertionError("window run outside the pane state (driver bug)")
+            column = row + period_pane - lo
             task_base.append(column * self.key_capacity + keys)
             task_skip.append(np.full(n_keys, last_pane - period_pane, np.int64))
             task_windows.append(np.full(n_keys, count, np.int64))
@@ -221,20 +354,25 @@ class CpuPaneState:
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         """`[n_keys, panes]` blocks (the snapshot layout every backend writes)."""
         arrays = {}
-        first, end = first_pane - self.origin, end_pane - self.origin
+        self._freshen(end_pane)
+        rows = self._rows(first_pane, end_pane)
         for field in self.fields:
             for part in range(len(self.arrays[field.name])):
                 matrix = self._matrix(field.name, part)
-                arrays[f"{field.name}.{part}"] = np.ascontiguousarray(matrix[first:end, :n_keys].T)
+                arrays[f"{field.name}.{part}"] = np.ascontiguousarray(matrix[rows, :n_keys].T)
         return arrays
 
     def load_arrays(self, arrays: dict[str, np.ndarray], first_pane: int) -> None:
-        first = first_pane - self.origin
+        self._carry_first = None
+        panes = max((block.shape[1] for block in arrays.values()), default=0)
+        self._freshen(first_pane + panes)
         for field in self.fields:
             for part in range(len(self.arrays[field.name])):
                 block = arrays[f"{field.name}.{part}"]
                 matrix = self._matrix(field.name, part)
-                matrix[first : first + block.shape[1], : block.shape[0]] = block.T
+                matrix[self._rows(first_pane, first_pane + block.shape[1]), : block.shape[0]] = (
+                    block.T
+                )
 
 
 def _run_trees(
@@ -414,7 +552,7 @@ class CpuKernels:
         return CpuPaneState(fields)
 
     def flat_index(self, slots: np.ndarray, panes: np.ndarray, state: CpuPaneState):
-        return agg.flat_index(slots, panes, state.origin, state.key_capacity)
+        return agg.flat_index(slots, panes, state.base, state.ring_mask, state.key_capacity)
 
     def preaggregate(self, slots, panes, partials, fields):
         index, first, count = self._number_pairs(slots, panes)
@@ -492,9 +630,10 @@ class CpuKernels:
         slots = np.where(placed, slots, -1)
         first_pane = last_pane = None
         if placed.any():
-            target.state.merge(self.flat_index(slots, panes, target.state), lifted.partials)
             merged = panes[placed]
             first_pane, last_pane = int(merged.min()), int(merged.max())
+            index = self.flat_index(slots, panes, target.state)
+            target.state.merge(index, lifted.partials, (first_pane, last_pane))
         rest_include = include & ~placed
         rest = lifted if rest_include.any() else None
         return FusedMerge(

@@ -145,10 +145,13 @@ class KeyMap(Protocol):
 class PaneState(Protocol):
     """The cells of every state field for key slots [0, key_capacity) and panes
     [origin, origin + pane_capacity), in flat arrays laid out as the backend chooses (CPU:
-    pane-major, a batch's few panes stay cache-resident; GPU: key-major, one key's leaves are
-    contiguous for the tree). The driver never assumes the layout: it addresses cells through
-    the kernels' `flat_index`, and `to_arrays`/`load_arrays` use the one shared `[n_keys,
-    panes]` layout of snapshots. Cells never written hold the field's neutral element."""
+    pane-major, a batch's few panes stay cache-resident, a ring of pane rows; GPU: key-major,
+    one key's leaves are contiguous for the tree). The driver never assumes the layout: it
+    addresses cells through the kernels' `flat_index`, and `to_arrays`/`load_arrays` use the
+    one shared `[n_keys, panes]` layout of snapshots. Cells never written hold the field's
+    neutral element. A state with `ring = True` (the CPU's) moves its origin forward in
+    place at no cost, so the driver sizes it to the panes its windows read; others get
+    twice that, their moves amortised (`TimeWindowOperator._reserve`)."""
 
     key_capacity: int
     pane_capacity: int

@@ -512,8 +512,11 @@ class TimeWindowOperator(OperatorBase):
         )
         if fits:
             return
-        # twice the span: a growing segment is reshaped O(log) times
-        panes = _capacity(max(MIN_CAPACITY, state.pane_capacity), 2 * (end_pane - start_pane))
+        # twice the span: a growing segment is reshaped O(log) times, and a linear state
+        # moves its panes down once per span of panes it advances; a ring (`state.ring`:
+        # the CPU's) advances in place, so the span itself does
+        slack = 1 if getattr(state, "ring", False) else 2
+        panes = _capacity(max(MIN_CAPACITY, state.pane_capacity), slack * (end_pane - start_pane))
         key_capacity = _capacity(max(MIN_CAPACITY, state.key_capacity), need_keys)
         state.reshape(key_capacity, panes, start_pane)
 
