@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mangonel.aggregates.holistic import order_keys
 from mangonel.compiler import physical as ph
 from mangonel.compiler.holistic import (
     holistic_positions,
@@ -323,19 +324,41 @@ class HolisticTimeWindows:
         pane_range: tuple[int, int] | None,
     ) -> None:
         """`_keep` from the wrapped operator's per-row decisions (`shared_rows`: one entry per
-        piece of the batch it processed, in row order): only the values are lifted here."""
-        lifted = self.lifting.lift_tuples(self.values_lift, batch)
-        if not lifted.rows:
+        piece of the batch it processed, in row order): only the values are lifted here.
+        Their include flags already hold WHERE, the event time and lateness, so only the
+        arguments are evaluated (`lift_arguments`, no event time, predicate or key pass); a
+        field only sketches read keeps its values as they are (the sketch kernels hash and
+        normalise them: no order keys to compute and hold), the others as order keys."""
+        if not batch.num_rows:
             return
-        if sum(len(panes) for panes, _, _ in decided) != lifted.rows:
+        if sum(len(panes) for panes, _, _ in decided) != batch.num_rows:
             raise AssertionError("the wrapped operator decided other rows than the batch's")
+        if self.timed_fields:  # event times kept beside the values: the full values lift
+            lifted = self.lifting.lift_tuples(self.values_lift, batch)
+            start = 0
+            for panes, include, inner_slots in decided:
+                rows = slice(start, start + len(panes))
+                slots = self._slots_of_inner(inner_slots)
+                self._store_lifted(lifted, panes, slots, include, pane_range, rows)
+                start = rows.stop
+            return
+        arguments = self.lifting.lift_arguments(self.values_lift, batch)
+        raw = {f.name: f.name not in self.raw_fields for f in self.value_fields}
+        keys_of: dict[int, np.ndarray] = {}  # fields of one argument: its order keys once
+        values_of = {}
+        for name, (values, valid) in arguments.items():
+            if not raw[name]:
+                values = keys_of.setdefault(id(values), order_keys(values))
+            values_of[name] = (values, valid)
         # piece by piece (a run's first batch comes in two): joining the pieces' decisions
         # would copy every row's pane, flag and slot into fresh memory
         start = 0
         for panes, include, inner_slots in decided:
             rows = slice(start, start + len(panes))
             slots = self._slots_of_inner(inner_slots)
-            self._store_lifted(lifted, panes, slots, include, pane_range, rows)
+            for name, (values, valid) in values_of.items():
+                keep = include if valid is None else include & valid[rows]
+                self._store(name, panes, slots, values[rows], keep, None, pane_range, raw[name])
             start = rows.stop
 
     def _slots_of_inner(self, inner_slots: np.ndarray) -> np.ndarray:
@@ -374,16 +397,21 @@ class HolisticTimeWindows:
         keep: Any,  # noqa: ANN401
         times: Any,  # noqa: ANN401 - event times where `name` is timed, else None
         pane_range: tuple[int, int] | None,
+        raw: bool = False,
     ) -> None:
         """The kept rows' values of the `values` field `name` (each with its pane, key slot
         and, for a timed field, event time) into the panes' sketches and, where an exact
         aggregate reads the field, raw values, grouped by pane on the holistic backend.
         `pane_range`: (first, last) pane of every kept row where the host knows it (the GPU
-        then finds the panes' bounds in one device read)."""
+        then finds the panes' bounds in one device read). `raw`: the values are the
+        argument's (host arrays; a field only sketches read, `_keep_decided`), not order
+        keys."""
         if name not in self.raw_fields and self.sketches.add_rows(
-            name, panes, slots, values, keep, self.keys.n_slots, pane_range
+            name, panes, slots, values, keep, self.keys.n_slots, pane_range, raw
         ):
             return  # sketches only, built from the batch's rows without a pane split
+        if raw:  # the split keeps order keys (the chunks' sketch builds read them)
+            values = order_keys(values)
         pane_ids, chunks, presorted = self.kernels.split_panes(
             panes,
             slots,

@@ -130,6 +130,7 @@ class SketchPanes:
         keep: Any,  # noqa: ANN401
         n_slots: int,
         pane_range: tuple[int, int] | None = None,
+        raw: bool = False,
     ) -> bool:
         """`add` of a batch's rows straight from the per-row arrays, where the kernels number
         the cells of a whole batch (`sketches.batch_cells`: the CPU's; on the GPU None): no
@@ -138,7 +139,9 @@ class SketchPanes:
         batch's (pane, key) table is small are raised in that table directly
         (`sketches.batch_sketches`, no cell numbering at all). False where the kernels
         cannot here (the caller then groups the rows by pane and calls `add`).
-        `pane_range`: (first, last) pane of the kept rows where the caller knows it."""
+        `pane_range`: (first, last) pane of the kept rows where the caller knows it. `raw`:
+        `values` are the argument's values, not order keys (the kernels that number cells,
+        the CPU's, hash and normalise either)."""
         batch_cells = self.sketches.batch_cells
         plans = [(p, plan) for p, plan in self.plans.items() if plan.value_field == name]
         if batch_cells is None or not plans:
@@ -161,6 +164,7 @@ class SketchPanes:
                 sketch_parameter(plan),
                 MAX_BUILD_BYTES,
                 pane_range,
+                raw,
             )
             if found is None:
                 numbered.append((position, plan))
@@ -178,7 +182,7 @@ class SketchPanes:
                 evaluation = plan.function.definition.holistic.evaluation
                 parameter = sketch_parameter(plan)
                 built[position] = self.sketches.build(
-                    evaluation, cells, n_cells, values, argument, parameter, valid=keep
+                    evaluation, cells, n_cells, values, argument, parameter, valid=keep, raw=raw
                 )
         for position, (pane_ids_of, slots_of, parts) in tabled.items():
             self._fold_parts(position, pane_ids_of, slots_of, parts)
