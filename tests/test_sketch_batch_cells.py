@@ -172,6 +172,56 @@ def test_batch_sketches_equal_the_build_over_numbered_cells(
         )
 
 
+def _raw_values(argument: SqlType, rows: int, seed: int) -> np.ndarray:
+    """An argument's values as `lift_arguments` hands them over (float64 for a floating
+    argument, else int64), with ties, -0.0 beside 0.0, NaNs of several payloads and the
+    infinities for the floating ones."""
+    rng = np.random.default_rng(seed)
+    if not argument.is_floating:
+        return rng.integers(-50, 50, rows).astype(np.int64)
+    values = rng.integers(-50, 50, rows) / 4.0
+    if argument is SqlType.FLOAT:
+        values = values.astype(np.float32).astype(np.float64)
+    nans = np.array([0x7FF8000000000000, 0xFFF8000000000001, 0x7FF0000000000123], np.uint64)
+    special = np.concatenate([nans.view(np.float64), [-0.0, 0.0, np.inf, -np.inf]])
+    chosen = rng.random(rows) < 0.2
+    values[chosen] = special[rng.integers(0, len(special), int(chosen.sum()))]
+    return values
+
+
+@pytest.mark.parametrize(
+    "argument", [SqlType.DOUBLE, SqlType.FLOAT, SqlType.BIGINT, SqlType.INT, SqlType.BOOLEAN]
+)
+def test_raw_values_build_the_sketches_of_their_order_keys(argument):
+    """A field only sketches read reaches them as the argument's raw values (`raw`: the
+    CPU's holistic driver lifts no order keys for it): HLL registers (the register table
+    and the numbered cells' build) and GK summaries equal those built from the order keys,
+    -0.0 counting as 0.0 and every NaN as one."""
+    panes, slots, _, keep = _batch(9, 3000, 2, 6, 13)
+    values = _raw_values(argument, len(panes), 9)
+    if argument is SqlType.BOOLEAN:
+        values = values & 1
+    keys = order_keys(values)
+    table = [
+        sketch_windows.batch_sketches(
+            "approx_count_distinct", panes, slots, v, keep, 13, argument, 0.05, 1 << 26, (2, 6), raw
+        )
+        for v, raw in ((keys, False), (values, True))
+    ]
+    assert table[0][0] == table[1][0]
+    for want, got in zip(table[0][2], table[1][2], strict=True):
+        assert np.array_equal(want.registers, got.registers)
+    cells = sketch_windows.batch_cells(panes, slots, keep, 13, 10**9)
+    for evaluation, parameter in (("approx_count_distinct", 0.05), ("approx_percentile", 100)):
+        want, got = (
+            sketch_windows.build(
+                evaluation, cells[2], cells[3], v, argument, parameter, valid=keep, raw=raw
+            )
+            for v, raw in ((keys, False), (values, True))
+        )
+        assert sketch_windows.to_bytes(want) == sketch_windows.to_bytes(got)
+
+
 @pytest.mark.parametrize("p", [4, 9, 12])
 def test_merged_estimates_equal_the_estimates_of_the_merged_sets(p):
     """A window's answer straight from its sets' maxima equals the estimate of the merged
