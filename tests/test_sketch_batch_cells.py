@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from test_sketch_sql import SETTINGS, scenarios
 
 from mangonel.aggregates.holistic import order_keys
-from mangonel.aggregates.sketches import hll_estimate
+from mangonel.aggregates.sketches import hll_alpha_m2, hll_estimate
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.cpu import holistic, sketch_hll, sketch_windows
 
@@ -270,6 +270,32 @@ def test_merged_estimates_are_the_histograms_estimate_past_the_exact_sum(p):
     want = hll_estimate(sketch_hll.histograms(merged, p), p)
     assert np.array_equal(got, want)
     assert (merged.max(axis=1) > cap).any() and (merged.max(axis=1) == cap).any()
+
+
+@pytest.mark.parametrize("p", [4, 9, 12])
+def test_band_estimates_from_the_exact_sums_are_the_histograms_estimates(p):
+    """In Ertl's band (raw estimate 2.5m .. 5m) a group whose registers stay at or below the
+    cap is finished from its exact sum and zero count, no histogram (`hll_estimate_of_sums`'s
+    `exact`); the estimate is `hll_estimate`'s of the histogram bit for bit, over
+    cardinalities through the band and on both sides of it, with a register past the cap in
+    some groups (those still take the histogram)."""
+    m = 1 << p
+    rng = np.random.default_rng(300 + p)
+    cardinalities = np.linspace(2 * m, 6 * m, 60).astype(np.int64)
+    cells = np.repeat(np.arange(60), cardinalities)
+    registers = sketch_hll.build(cells, 60, rng.random(len(cells)), None, SqlType.DOUBLE, p)
+    registers[::7, 0] = 53 - p + 1  # past the cap
+    counts = sketch_hll.histograms(registers, p)
+    raw = hll_alpha_m2(p) / (counts * 2.0 ** -np.arange(counts.shape[1])).sum(axis=1)
+    band = (raw > 2.5 * m) & (raw < 5 * m)
+    assert band.sum() >= 10 and (band & (registers.max(axis=1) <= 53 - p)).any()
+    got = sketch_hll.estimate(registers, p)
+    assert np.array_equal(got, hll_estimate(counts, p))
+    halves = np.arange(60, dtype=np.int64)  # each with itself: the two-member group path
+    members = np.stack([halves, halves + 60], axis=1).reshape(-1)
+    offsets = np.arange(0, 121, 2, dtype=np.int64)
+    pair = sketch_hll.merged_estimates([registers, registers], members, offsets, p)
+    assert np.array_equal(pair, got)
 
 
 def test_merge_pair_equals_the_merge_of_the_concatenated_sets():

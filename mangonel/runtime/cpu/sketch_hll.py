@@ -732,6 +732,7 @@ def merged_estimates(
         zeros,
         p,
         lambda band: histograms_of(np.flatnonzero(band)),
+        highest <= cap,  # exact sums: the band needs no histograms
     )
     del arrays  # alive until here: the kernels read through addresses
     return estimates
