@@ -77,23 +77,99 @@ def _distinct_sorted(values, start, end):
     return count
 
 
+# a percentile over this many values or more, in two sorted runs or more, first selects in a
+# band of values sampled from its runs (`_band`); fewer are copied whole
+BAND_FROM = 512
+
+
+@numba.njit(cache=True)
+def _lower_bound(values, start, end, value):
+    """The first index of values[start:end] (sorted) holding `value` or more."""
+    while start < end:
+        middle = (start + end) >> 1
+        if values[middle] < value:
+            start = middle + 1
+        else:
+            end = middle
+    return start
+
+
+@numba.njit(cache=True)
+def _band(values, run_start, run_end, first, runs, total, low, high, samples, bounds, scratch):
+    """Floyd and Rivest's sampling over a row's sorted runs: each run's value at the fraction
+    low / total of its length estimates the row's value at position `low`; two of these
+    samples around their median, 2 sqrt(samples) apart, bound a band [v_lo, v_hi) whose
+    ranks are counted by a binary search per run. Where the band holds positions low ..
+    high, its values are copied into `scratch`: (values copied, how many values lie below
+    the band). Else (-1, 0), and the caller copies every run (rare: the samples' median
+    lies about 4 standard deviations inside the band)."""
+    count = 0
+    for j in range(first, first + runs):
+        length = run_end[j] - run_start[j]
+        if length > 0:
+            samples[count] = values[run_start[j] + (low * length) // total]
+            count += 1
+    chosen = samples[:count]
+    chosen.sort()
+    spread = 2 * int(math.sqrt(count)) + 1
+    v_lo = chosen[max(count // 2 - spread, 0)]
+    v_hi = chosen[min(count // 2 + spread, count - 1)]
+    below = 0  # values under v_lo
+    under = 0  # values under v_hi
+    for j in range(first, first + runs):
+        a = _lower_bound(values, run_start[j], run_end[j], v_lo)
+        b = _lower_bound(values, a, run_end[j], v_hi)
+        bounds[0, j - first] = a
+        bounds[1, j - first] = b
+        below += a - run_start[j]
+        under += b - run_start[j]
+    if below > low or high >= under:
+        return -1, 0
+    filled = 0
+    for j in range(runs):
+        for i in range(bounds[0, j], bounds[1, j]):
+            scratch[filled] = values[i]
+            filled += 1
+    return filled, below
+
+
+@numba.njit(cache=True)
+def _select_pair(scratch, total, low, high):
+    """(the values at positions low and high, high = low or low + 1) of scratch[:total]:
+    `_select` puts position low in place, position high is the smallest value after it."""
+    _select(scratch, total, low)
+    if high == low:
+        return scratch[low], scratch[low]
+    smallest = scratch[low + 1]  # the next value: the smallest above position low
+    for i in range(low + 2, total):
+        if scratch[i] < smallest:
+            smallest = scratch[i]
+    return scratch[low], smallest
+
+
 @numba.njit(cache=True)
 def evaluate_runs(
     values, run_start, run_end, row_first, row_runs, mode, fractions, sorted_runs, n, lower, higher
 ):
     """Fill n (one entry per row), lower and higher (one per row and p of `fractions`) from
-    the rows' runs (module docstring). Every p of a row selects in the row's one scratch copy
-    (a selection leaves the copy a permutation of the values, so the next p selects in it)."""
+    the rows' runs (module docstring). A percentile over at least BAND_FROM values in
+    sorted runs selects in a band of them (`_band`: a few hundred values of ten thousand,
+    not all of them); otherwise every p of a row selects in the row's one scratch copy (a
+    selection leaves the copy a permutation of the values, so the next p selects in it)."""
     rows = row_first.shape[0]
     ps = fractions.shape[0]
     largest = 0
+    most_runs = 1
     for r in range(rows):
         total = 0
         for j in range(row_first[r], row_first[r] + row_runs[r]):
             total += run_end[j] - run_start[j]
         n[r] = total
         largest = max(largest, total)
+        most_runs = max(most_runs, row_runs[r])
     scratch = np.empty(largest, np.int64)
+    samples = np.empty(most_runs, np.int64)
+    bounds = np.empty((2, most_runs), np.int64)
     for r in range(rows):
         total = n[r]
         for f in range(ps):
@@ -118,6 +194,20 @@ def evaluate_runs(
                 lower[r, f] = values[run_start[single] + low]
                 higher[r, f] = values[run_start[single] + high]
             continue
+        if mode != COUNT_DISTINCT and sorted_runs and total >= BAND_FROM:
+            missed = False
+            for f in range(ps):
+                low, high = _positions(mode, fractions[f], total)
+                filled, below = _band(
+                    values, run_start, run_end, row_first[r], row_runs[r], total, low, high,
+                    samples, bounds, scratch,
+                )  # fmt: skip
+                if filled < 0:  # the band missed: every p selects in the whole copy below
+                    missed = True
+                    break
+                lower[r, f], higher[r, f] = _select_pair(scratch, filled, low - below, high - below)
+            if not missed:
+                continue
         filled = 0
         for j in range(row_first[r], row_first[r] + row_runs[r]):
             for i in range(run_start[j], run_end[j]):
@@ -129,16 +219,7 @@ def evaluate_runs(
             continue
         for f in range(ps):
             low, high = _positions(mode, fractions[f], total)
-            _select(scratch, total, low)
-            lower[r, f] = scratch[low]
-            if high == low:
-                higher[r, f] = scratch[low]
-            else:
-                smallest = scratch[low + 1]  # the next value: the smallest above position low
-                for i in range(low + 2, total):
-                    if scratch[i] < smallest:
-                        smallest = scratch[i]
-                higher[r, f] = smallest
+            lower[r, f], higher[r, f] = _select_pair(scratch, total, low, high)
 
 
 @numba.njit(cache=True)

@@ -394,6 +394,9 @@ class CpuKernels:
     name = "cpu"
     # `lift_merge` hands its per-row decisions back (`FusedMerge.shared`): host arrays
     shares_fused_rows = True
+    # the exact holistic selection wants a firing's rows key by key (`HolisticTimeWindows`):
+    # a key's consecutive windows share all runs but one, read from cache, not memory
+    key_major_rows = True
 
     def lift_tuples(
         self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False

@@ -201,6 +201,10 @@ class HolisticTimeWindows:
         )
         self._slot_of_inner = np.empty(0, np.int64)
         self._same_slots = True  # `_slot_of_inner` is the identity
+        # the exact functions select over a firing's rows key by key where the holistic
+        # kernels say so (`key_major_rows`: the CPU's, whose selection reads the runs from
+        # memory: a window's runs are its key's in ~100 panes, spread over the span)
+        self.key_major = bool(getattr(self.kernels, "key_major_rows", False))
         # input batches since the last firing that evaluated windows: the batches it served
         # (several where the wrapped operator combines firings, `batches_per_firing`)
         self._batches_unfired = 0
@@ -567,6 +571,7 @@ class HolisticTimeWindows:
             chunk_slots = slots[start : start + chunk]
             chunk_panes = first_panes[start : start + chunk]
             runs_of: dict[str, tuple[np.ndarray, tuple]] = {}
+            order = inverse = None  # the exact functions' row order, where key-major
             for position in self.holistic:
                 plan = self.node.aggregates[position]
                 assert plan.value_field is not None
@@ -577,15 +582,22 @@ class HolisticTimeWindows:
                         )
                     )
                     continue
+                if order is None and self.key_major and len(chunk_slots) > 1:
+                    # rows of one key next to each other: consecutive windows of a key
+                    # share all runs but one, so the selection reads them from cache
+                    order = np.lexsort((chunk_panes, chunk_slots))
+                    inverse = np.empty_like(order)
+                    inverse[order] = np.arange(len(order))
+                rows_slots = chunk_slots if order is None else chunk_slots[order]
+                rows_panes = chunk_panes if order is None else chunk_panes[order]
                 if plan.value_field not in runs_of:
-                    runs_of[plan.value_field] = self._runs(
-                        plan.value_field, chunk_slots, chunk_panes
-                    )
+                    runs_of[plan.value_field] = self._runs(plan.value_field, rows_slots, rows_panes)
                 values, runs, times = runs_of[plan.value_field]
                 value_field = self.fields_by_name[plan.value_field]
-                pieces[position].append(
-                    evaluate(select, plan, value_field, values, runs, True, times)
-                )
+                n, value = evaluate(select, plan, value_field, values, runs, True, times)
+                if order is not None:  # back to the result batch's row order
+                    n, value = n[inverse], value[inverse]
+                pieces[position].append((n, value))
         results = {
             position: (
                 np.concatenate([n for n, _ in chunks]) if chunks else np.empty(0, np.int64),
