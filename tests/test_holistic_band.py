@@ -1,7 +1,8 @@
-"""The CPU's percentile selection over sorted runs in a sampled band (`holistic._band`, rows
-of at least `BAND_FROM` values): the values at both positions equal those of the sorted
-values, with ties, few runs and many, p = 0 and 1, arrays of p, and rows whose samples miss
-the band (runs of disjoint ranges: the whole copy answers)."""
+"""The CPU's percentile selection over sorted runs in a band narrowed by sampling
+(`holistic._band_pair` over `_narrow`, rows of at least `BAND_FROM` values): the values at
+both positions equal those of the sorted values, with ties, few runs and many, p = 0 and 1,
+arrays of p, and rows whose samples miss the band (runs of disjoint ranges: the ranges as
+they stand are selected over)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ def _rows(seed: int, rows: int, spread: int, disjoint: bool = False):  # noqa: A
     rng = np.random.default_rng(seed)
     pieces, starts, ends, firsts, counts = [], [], [], [], []
     at = 0
-    for _ in range(rows):
-        runs = int(rng.integers(1, 121))
+    for row in range(rows):
+        runs = int(rng.integers(1, 121) if row % 4 else rng.integers(1, 4))
         firsts.append(len(starts))
         counts.append(runs)
         for run in range(runs):

@@ -42,30 +42,45 @@ def _positions(mode, fraction, n):
 
 
 @numba.njit(cache=True)
+def _partition(a, lo, hi, pivot, equal):
+    """Move a[lo:hi]'s values under `pivot` (at or under it where `equal`) to its front, in
+    order kept by neither side; return where the rest starts. Branch-free (Lomuto's swap
+    every step, the boundary moved by the comparison): on random data a branch per value
+    is mispredicted half the time, which made selection 4x slower."""
+    store = lo
+    for i in range(lo, hi):
+        x = a[i]
+        a[i] = a[store]
+        a[store] = x
+        store += (x <= pivot) if equal else (x < pivot)
+    return store
+
+
+@numba.njit(cache=True)
 def _select(a, n, k):
     """Put the k-th smallest of a[:n] at a[k], smaller or equal before, larger or equal
-    after (in place: Hoare's selection with a median-of-three pivot)."""
-    lo, hi = 0, n - 1
-    while hi > lo:
+    after (in place: three-way partitions around a median-of-three pivot, the last few
+    values by insertion)."""
+    lo, hi = 0, n  # the k-th lies in a[lo:hi]
+    while hi - lo > 16:
         mid = (lo + hi) // 2
-        x, y, z = a[lo], a[mid], a[hi]
+        x, y, z = a[lo], a[mid], a[hi - 1]
         pivot = max(min(x, y), min(max(x, y), z))
-        i, j = lo, hi
-        while i <= j:
-            while a[i] < pivot:
-                i += 1
-            while a[j] > pivot:
-                j -= 1
-            if i <= j:
-                a[i], a[j] = a[j], a[i]
-                i += 1
-                j -= 1
-        if k <= j:
-            hi = j
-        elif k >= i:
-            lo = i
-        else:
+        under = _partition(a, lo, hi, pivot, False)
+        if k < under:
+            hi = under
+            continue
+        through = _partition(a, under, hi, pivot, True)  # the pivot's copies next
+        if k < through:
             return
+        lo = through
+    for i in range(lo + 1, hi):
+        x = a[i]
+        j = i - 1
+        while j >= lo and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
 
 
 @numba.njit(cache=True)
@@ -77,9 +92,9 @@ def _distinct_sorted(values, start, end):
     return count
 
 
-# a percentile over this many values or more, in two sorted runs or more, first selects in a
-# band of values sampled from its runs (`_band`); fewer are copied whole
-BAND_FROM = 512
+# a percentile over this many values or more, in two sorted runs or more, selects in a band
+# of them narrowed by sampling (`_narrow`) until it holds fewer; fewer are copied whole
+BAND_FROM = 2048
 
 
 @numba.njit(cache=True)
@@ -95,42 +110,64 @@ def _lower_bound(values, start, end, value):
 
 
 @numba.njit(cache=True)
-def _band(values, run_start, run_end, first, runs, total, low, high, samples, bounds, scratch):
-    """Floyd and Rivest's sampling over a row's sorted runs: each run's value at the fraction
-    low / total of its length estimates the row's value at position `low`; two of these
+def _narrow(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi):
+    """One step of Floyd and Rivest's sampling over sorted ranges values[lo[j]:hi[j]] (size
+    values in all; positions low <= high among them sought): each range's value at the
+    fraction low / size of its length estimates the value at position `low`; two of these
     samples around their median, 2 sqrt(samples) apart, bound a band [v_lo, v_hi) whose
-    ranks are counted by a binary search per run. Where the band holds positions low ..
-    high, its values are copied into `scratch`: (values copied, how many values lie below
-    the band). Else (-1, 0), and the caller copies every run (rare: the samples' median
-    lies about 4 standard deviations inside the band)."""
+    ranks a binary search per range counts. Where the band holds positions low .. high,
+    its ranges go to new_lo/new_hi: (values in the band, values below it). Else (-1, 0)
+    (rare where the ranges are alike: their samples' median lies about 4 standard
+    deviations inside the band; the caller then selects over the ranges as they are)."""
     count = 0
-    for j in range(first, first + runs):
-        length = run_end[j] - run_start[j]
+    for j in range(runs):
+        length = hi[j] - lo[j]
         if length > 0:
-            samples[count] = values[run_start[j] + (low * length) // total]
+            samples[count] = values[lo[j] + (low * length) // size]
             count += 1
-    chosen = samples[:count]
-    chosen.sort()
     spread = 2 * int(math.sqrt(count)) + 1
-    v_lo = chosen[max(count // 2 - spread, 0)]
-    v_hi = chosen[min(count // 2 + spread, count - 1)]
+    first_sample = max(count // 2 - spread, 0)
+    last_sample = min(count // 2 + spread, count - 1)
+    # the two samples by selection: sorting them all cost more than the binary searches
+    _select(samples, count, first_sample)
+    v_lo = samples[first_sample]
+    _select(samples, count, last_sample)
+    v_hi = samples[last_sample]
     below = 0  # values under v_lo
     under = 0  # values under v_hi
-    for j in range(first, first + runs):
-        a = _lower_bound(values, run_start[j], run_end[j], v_lo)
-        b = _lower_bound(values, a, run_end[j], v_hi)
-        bounds[0, j - first] = a
-        bounds[1, j - first] = b
-        below += a - run_start[j]
-        under += b - run_start[j]
+    for j in range(runs):
+        start = _lower_bound(values, lo[j], hi[j], v_lo)
+        end = _lower_bound(values, start, hi[j], v_hi)
+        new_lo[j] = start
+        new_hi[j] = end
+        below += start - lo[j]
+        under += end - lo[j]
     if below > low or high >= under:
         return -1, 0
+    return under - below, below
+
+
+@numba.njit(cache=True)
+def _band_pair(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi, scratch):
+    """The values at positions low and high of the sorted union of ranges values[lo[j]:
+    hi[j]] (sorted each; `lo`, `hi` are overwritten): the ranges narrowed (`_narrow`) while
+    they hold BAND_FROM values or more and a step shrinks them, then copied and selected."""
+    while size >= BAND_FROM:
+        found, below = _narrow(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi)
+        if found < 0 or found >= size:
+            break
+        for j in range(runs):
+            lo[j] = new_lo[j]
+            hi[j] = new_hi[j]
+        size = found
+        low -= below
+        high -= below
     filled = 0
     for j in range(runs):
-        for i in range(bounds[0, j], bounds[1, j]):
+        for i in range(lo[j], hi[j]):
             scratch[filled] = values[i]
             filled += 1
-    return filled, below
+    return _select_pair(scratch, filled, low, high)
 
 
 @numba.njit(cache=True)
@@ -153,9 +190,10 @@ def evaluate_runs(
 ):
     """Fill n (one entry per row), lower and higher (one per row and p of `fractions`) from
     the rows' runs (module docstring). A percentile over at least BAND_FROM values in
-    sorted runs selects in a band of them (`_band`: a few hundred values of ten thousand,
-    not all of them); otherwise every p of a row selects in the row's one scratch copy (a
-    selection leaves the copy a permutation of the values, so the next p selects in it)."""
+    sorted runs selects in a band of them (`_band_pair`: about a hundred values of ten
+    thousand, not all of them); otherwise every p of a row selects in the row's one scratch
+    copy (a selection leaves the copy a permutation of the values, so the next p selects
+    in it)."""
     rows = row_first.shape[0]
     ps = fractions.shape[0]
     largest = 0
@@ -169,7 +207,7 @@ def evaluate_runs(
         most_runs = max(most_runs, row_runs[r])
     scratch = np.empty(largest, np.int64)
     samples = np.empty(most_runs, np.int64)
-    bounds = np.empty((2, most_runs), np.int64)
+    ranges = np.empty((4, most_runs), np.int64)  # a row's runs, then the narrowed ones
     for r in range(rows):
         total = n[r]
         for f in range(ps):
@@ -194,20 +232,20 @@ def evaluate_runs(
                 lower[r, f] = values[run_start[single] + low]
                 higher[r, f] = values[run_start[single] + high]
             continue
-        if mode != COUNT_DISTINCT and sorted_runs and total >= BAND_FROM:
-            missed = False
+        elif sorted_runs and total >= BAND_FROM:
             for f in range(ps):
                 low, high = _positions(mode, fractions[f], total)
-                filled, below = _band(
-                    values, run_start, run_end, row_first[r], row_runs[r], total, low, high,
-                    samples, bounds, scratch,
+                runs = 0
+                for j in range(row_first[r], row_first[r] + row_runs[r]):
+                    if run_end[j] > run_start[j]:
+                        ranges[0, runs] = run_start[j]
+                        ranges[1, runs] = run_end[j]
+                        runs += 1
+                lower[r, f], higher[r, f] = _band_pair(
+                    values, ranges[0], ranges[1], runs, total, low, high, samples,
+                    ranges[2], ranges[3], scratch,
                 )  # fmt: skip
-                if filled < 0:  # the band missed: every p selects in the whole copy below
-                    missed = True
-                    break
-                lower[r, f], higher[r, f] = _select_pair(scratch, filled, low - below, high - below)
-            if not missed:
-                continue
+            continue
         filled = 0
         for j in range(row_first[r], row_first[r] + row_runs[r]):
             for i in range(run_start[j], run_end[j]):
