@@ -7,11 +7,14 @@ number of values n and two order keys: for the percentiles the values at the low
 higher position (`select`), for COUNT DISTINCT the count in `lower`.
 
 A row whose values lie in one sorted run (a tumbling window's pane) is read in place: an index
-for the percentiles, one pass for COUNT DISTINCT. Otherwise its runs are copied into a scratch
-buffer once, and the percentiles select in it (in-place quickselect: O(n) per row),
-COUNT DISTINCT sorts it. One pass over the rows, no per-row Python. A percentile over an
-ARRAY of p selects each p in turn in the same in-place read or scratch copy (k selections of
-O(n) each), lower and higher then one column per p.
+for the percentiles, one pass for COUNT DISTINCT. A percentile over BAND_FROM values or more
+in sorted runs (a sliding window's panes) first narrows each run to a band sampled from the
+runs (`_narrow`: one sample per run, the band's ranks counted by binary searches; a sliding
+window of 100 runs x 100 values copies ~550 values, not 10,000). Otherwise the runs are
+copied into a scratch buffer once, and the percentiles select in it (in-place selection by
+branch-free three-way partitions: O(n) per row), COUNT DISTINCT sorts it. One pass over the
+rows, no per-row Python. A percentile over an ARRAY of p selects each p in turn (a band of
+its own, or the same scratch copy), lower and higher then one column per p.
 """
 
 from __future__ import annotations
