@@ -113,15 +113,12 @@ def _lower_bound(values, start, end, value):
 
 
 @numba.njit(cache=True)
-def _narrow(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi):
-    """One step of Floyd and Rivest's sampling over sorted ranges values[lo[j]:hi[j]] (size
-    values in all; positions low <= high among them sought): each range's value at the
-    fraction low / size of its length estimates the value at position `low`; two of these
-    samples around their median, 2 sqrt(samples) apart, bound a band [v_lo, v_hi) whose
-    ranks a binary search per range counts. Where the band holds positions low .. high,
-    its ranges go to new_lo/new_hi: (values in the band, values below it). Else (-1, 0)
-    (rare where the ranges are alike: their samples' median lies about 4 standard
-    deviations inside the band; the caller then selects over the ranges as they are)."""
+def _sampled_bracket(values, lo, hi, runs, size, low, samples):
+    """Floyd and Rivest's sampling over sorted ranges values[lo[j]:hi[j]] (size values in
+    all): each range's value at the fraction low / size of its length estimates the value
+    at position `low`; two of these samples around their median, 2 sqrt(samples) apart:
+    (v_lo, v_hi), a band that holds position `low` unless the samples' median lies about 4
+    standard deviations off (where the ranges are alike)."""
     count = 0
     for j in range(runs):
         length = hi[j] - lo[j]
@@ -135,7 +132,14 @@ def _narrow(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi):
     _select(samples, count, first_sample)
     v_lo = samples[first_sample]
     _select(samples, count, last_sample)
-    v_hi = samples[last_sample]
+    return v_lo, samples[last_sample]
+
+
+@numba.njit(cache=True)
+def _narrow(values, lo, hi, runs, low, high, v_lo, v_hi, new_lo, new_hi):
+    """The ranges values[lo[j]:hi[j]] (sorted each) cut to the band [v_lo, v_hi), its ranks
+    counted by a binary search per range: where the band holds positions low .. high, its
+    ranges go to new_lo/new_hi: (values in the band, values below it); else (-1, 0)."""
     below = 0  # values under v_lo
     under = 0  # values under v_hi
     for j in range(runs):
@@ -151,12 +155,26 @@ def _narrow(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi):
 
 
 @numba.njit(cache=True)
-def _band_pair(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi, scratch):
+def _band_pair(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi, scratch, bracket):
     """The values at positions low and high of the sorted union of ranges values[lo[j]:
-    hi[j]] (sorted each; `lo`, `hi` are overwritten): the ranges narrowed (`_narrow`) while
-    they hold BAND_FROM values or more and a step shrinks them, then copied and selected."""
+    hi[j]] (sorted each; `lo`, `hi` are overwritten): the ranges narrowed to sampled bands
+    (`_sampled_bracket`, `_narrow`) while they hold BAND_FROM values or more and a step
+    shrinks them, then copied and selected. `bracket` (v_lo, v_hi, held): the first band of
+    the row before, tried first (the next window of a key moves its percentile by a pane's
+    values, well inside it: no sampling); it keeps this row's first band."""
+    first = True
     while size >= BAND_FROM:
-        found, below = _narrow(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi)
+        found = -1
+        if first and bracket[2]:
+            found, below = _narrow(
+                values, lo, hi, runs, low, high, bracket[0], bracket[1], new_lo, new_hi
+            )
+        if found < 0:
+            v_lo, v_hi = _sampled_bracket(values, lo, hi, runs, size, low, samples)
+            found, below = _narrow(values, lo, hi, runs, low, high, v_lo, v_hi, new_lo, new_hi)
+            if first and found >= 0:
+                bracket[0], bracket[1], bracket[2] = v_lo, v_hi, 1
+        first = False
         if found < 0 or found >= size:
             break
         for j in range(runs):
@@ -211,6 +229,7 @@ def evaluate_runs(
     scratch = np.empty(largest, np.int64)
     samples = np.empty(most_runs, np.int64)
     ranges = np.empty((4, most_runs), np.int64)  # a row's runs, then the narrowed ones
+    brackets = np.zeros((ps, 3), np.int64)  # per p the last row's first band (`_band_pair`)
     for r in range(rows):
         total = n[r]
         for f in range(ps):
@@ -246,7 +265,7 @@ def evaluate_runs(
                         runs += 1
                 lower[r, f], higher[r, f] = _band_pair(
                     values, ranges[0], ranges[1], runs, total, low, high, samples,
-                    ranges[2], ranges[3], scratch,
+                    ranges[2], ranges[3], scratch, brackets[f],
                 )  # fmt: skip
             continue
         filled = 0
