@@ -337,22 +337,20 @@ class HolisticTimeWindows:
             return
         if sum(len(panes) for panes, _, _ in decided) != batch.num_rows:
             raise AssertionError("the wrapped operator decided other rows than the batch's")
-        if self.timed_fields:  # event times kept beside the values: the full values lift
-            lifted = self.lifting.lift_tuples(self.values_lift, batch)
-            start = 0
-            for panes, include, inner_slots in decided:
-                rows = slice(start, start + len(panes))
-                slots = self._slots_of_inner(inner_slots)
-                self._store_lifted(lifted, panes, slots, include, pane_range, rows)
-                start = rows.stop
-            return
-        arguments = self.lifting.lift_arguments(self.values_lift, batch)
+        # event times kept beside the values (a Python function `with_timestamps`): the full
+        # values lift
+        lifted = self.lifting.lift_tuples(self.values_lift, batch) if self.timed_fields else None
+        arguments = (
+            {} if lifted is not None else self.lifting.lift_arguments(self.values_lift, batch)
+        )
         raw = {f.name: f.name not in self.raw_fields for f in self.value_fields}
-        keys_of: dict[int, np.ndarray] = {}  # fields of one argument: its order keys once
         values_of = {}
+        keys_of: dict[int, np.ndarray] = {}  # fields of one argument: its order keys once
         for name, (values, valid) in arguments.items():
             if not raw[name]:
-                values = keys_of.setdefault(id(values), order_keys(values))
+                if id(values) not in keys_of:
+                    keys_of[id(values)] = order_keys(values)
+                values = keys_of[id(values)]
             values_of[name] = (values, valid)
         # piece by piece (a run's first batch comes in two): joining the pieces' decisions
         # would copy every row's pane, flag and slot into fresh memory
@@ -360,6 +358,8 @@ class HolisticTimeWindows:
         for panes, include, inner_slots in decided:
             rows = slice(start, start + len(panes))
             slots = self._slots_of_inner(inner_slots)
+            if lifted is not None:
+                self._store_lifted(lifted, panes, slots, include, pane_range, rows)
             for name, (values, valid) in values_of.items():
                 keep = include if valid is None else include & valid[rows]
                 self._store(name, panes, slots, values[rows], keep, None, pane_range, raw[name])
