@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from test_sketch_sql import SETTINGS, scenarios
 
 from mangonel.aggregates.holistic import order_keys
-from mangonel.aggregates.sketches import hll_estimate
+from mangonel.aggregates.sketches import hll_alpha_m2, hll_estimate
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.cpu import holistic, sketch_hll, sketch_windows
 
@@ -172,6 +172,56 @@ def test_batch_sketches_equal_the_build_over_numbered_cells(
         )
 
 
+def _raw_values(argument: SqlType, rows: int, seed: int) -> np.ndarray:
+    """An argument's values as `lift_arguments` hands them over (float64 for a floating
+    argument, else int64), with ties, -0.0 beside 0.0, NaNs of several payloads and the
+    infinities for the floating ones."""
+    rng = np.random.default_rng(seed)
+    if not argument.is_floating:
+        return rng.integers(-50, 50, rows).astype(np.int64)
+    values = rng.integers(-50, 50, rows) / 4.0
+    if argument is SqlType.FLOAT:
+        values = values.astype(np.float32).astype(np.float64)
+    nans = np.array([0x7FF8000000000000, 0xFFF8000000000001, 0x7FF0000000000123], np.uint64)
+    special = np.concatenate([nans.view(np.float64), [-0.0, 0.0, np.inf, -np.inf]])
+    chosen = rng.random(rows) < 0.2
+    values[chosen] = special[rng.integers(0, len(special), int(chosen.sum()))]
+    return values
+
+
+@pytest.mark.parametrize(
+    "argument", [SqlType.DOUBLE, SqlType.FLOAT, SqlType.BIGINT, SqlType.INT, SqlType.BOOLEAN]
+)
+def test_raw_values_build_the_sketches_of_their_order_keys(argument):
+    """A field only sketches read reaches them as the argument's raw values (`raw`: the
+    CPU's holistic driver lifts no order keys for it): HLL registers (the register table
+    and the numbered cells' build) and GK summaries equal those built from the order keys,
+    -0.0 counting as 0.0 and every NaN as one."""
+    panes, slots, _, keep = _batch(9, 3000, 2, 6, 13)
+    values = _raw_values(argument, len(panes), 9)
+    if argument is SqlType.BOOLEAN:
+        values = values & 1
+    keys = order_keys(values)
+    table = [
+        sketch_windows.batch_sketches(
+            "approx_count_distinct", panes, slots, v, keep, 13, argument, 0.05, 1 << 26, (2, 6), raw
+        )
+        for v, raw in ((keys, False), (values, True))
+    ]
+    assert table[0][0] == table[1][0]
+    for want, got in zip(table[0][2], table[1][2], strict=True):
+        assert np.array_equal(want.registers, got.registers)
+    cells = sketch_windows.batch_cells(panes, slots, keep, 13, 10**9)
+    for evaluation, parameter in (("approx_count_distinct", 0.05), ("approx_percentile", 100)):
+        want, got = (
+            sketch_windows.build(
+                evaluation, cells[2], cells[3], v, argument, parameter, valid=keep, raw=raw
+            )
+            for v, raw in ((keys, False), (values, True))
+        )
+        assert sketch_windows.to_bytes(want) == sketch_windows.to_bytes(got)
+
+
 @pytest.mark.parametrize("p", [4, 9, 12])
 def test_merged_estimates_equal_the_estimates_of_the_merged_sets(p):
     """A window's answer straight from its sets' maxima equals the estimate of the merged
@@ -220,6 +270,32 @@ def test_merged_estimates_are_the_histograms_estimate_past_the_exact_sum(p):
     want = hll_estimate(sketch_hll.histograms(merged, p), p)
     assert np.array_equal(got, want)
     assert (merged.max(axis=1) > cap).any() and (merged.max(axis=1) == cap).any()
+
+
+@pytest.mark.parametrize("p", [4, 9, 12])
+def test_band_estimates_from_the_exact_sums_are_the_histograms_estimates(p):
+    """In Ertl's band (raw estimate 2.5m .. 5m) a group whose registers stay at or below the
+    cap is finished from its exact sum and zero count, no histogram (`hll_estimate_of_sums`'s
+    `exact`); the estimate is `hll_estimate`'s of the histogram bit for bit, over
+    cardinalities through the band and on both sides of it, with a register past the cap in
+    some groups (those still take the histogram)."""
+    m = 1 << p
+    rng = np.random.default_rng(300 + p)
+    cardinalities = np.linspace(2 * m, 6 * m, 60).astype(np.int64)
+    cells = np.repeat(np.arange(60), cardinalities)
+    registers = sketch_hll.build(cells, 60, rng.random(len(cells)), None, SqlType.DOUBLE, p)
+    registers[::7, 0] = 53 - p + 1  # past the cap
+    counts = sketch_hll.histograms(registers, p)
+    raw = hll_alpha_m2(p) / (counts * 2.0 ** -np.arange(counts.shape[1])).sum(axis=1)
+    band = (raw > 2.5 * m) & (raw < 5 * m)
+    assert band.sum() >= 10 and (band & (registers.max(axis=1) <= 53 - p)).any()
+    got = sketch_hll.estimate(registers, p)
+    assert np.array_equal(got, hll_estimate(counts, p))
+    halves = np.arange(60, dtype=np.int64)  # each with itself: the two-member group path
+    members = np.stack([halves, halves + 60], axis=1).reshape(-1)
+    offsets = np.arange(0, 121, 2, dtype=np.int64)
+    pair = sketch_hll.merged_estimates([registers, registers], members, offsets, p)
+    assert np.array_equal(pair, got)
 
 
 def test_merge_pair_equals_the_merge_of_the_concatenated_sets():

@@ -164,11 +164,17 @@ def hll_estimate_of_sums(
     zeros: np.ndarray,
     p: int,
     band_counts: Callable[[np.ndarray], np.ndarray],
+    exact: np.ndarray | None = None,
 ) -> np.ndarray:
     """`hll_estimate` from each cell's sum_k C_k 2^-k (summed with k ascending from 0.0, every
     term exact: `hll_estimate`'s order, which a device kernel reproduces bit for bit) and its
     count of zero registers C_0; `band_counts(mask)`: the histograms (float64, bins x cells)
-    of the cells in Ertl's band only, the one case that reads more than the two sums."""
+    of the cells in Ertl's band, the one case that reads more than the two sums. `exact`
+    (optional, per cell): its sum is exact and no register passes 53 - p (the CPU's integer
+    sums, `sketch_hll.merged_estimates`); such a cell in the band needs no histogram: Ertl's
+    loop over C_q .. C_1 then sums sum_k>=1 C_k 2^-k with every step exact (C_q+1 = 0, so it
+    starts at 0.0, and each partial sum is a multiple of 2^-(53 - p) below 2^p: 53 bits),
+    which is z_inverse - C_0, exactly."""
     zeros = np.asarray(zeros, np.float64)
     m = float(hll_registers(p))
     q = 64 - p
@@ -179,7 +185,12 @@ def hll_estimate_of_sums(
     band = ~use_linear & (e < 5.0 * m)
     estimate = np.where(use_linear, linear, e)
     if band.any():
-        estimate[band] = _improved_estimate(band_counts(band), m, q)
+        summed = band & exact if exact is not None else np.zeros_like(band)
+        ertl_z = z_inverse[summed] - zeros[summed]  # Ertl's z before C_0's term, exactly
+        estimate[summed] = _improved_tail(ertl_z, zeros[summed], m)
+        counted = band & ~summed
+        if counted.any():
+            estimate[counted] = _improved_estimate(band_counts(counted), m, q)
     return np.floor(estimate + 0.5).astype(np.int64)  # Java's Math.round
 
 
@@ -227,7 +238,12 @@ def _improved_estimate(counts: np.ndarray, m: float, q: int) -> np.ndarray:
     z = m * _tau(1.0 - counts[q + 1] / m)
     for k in range(q, 0, -1):
         z = 0.5 * (z + counts[k])
-    z = z + m * _sigma(counts[0] / m)
+    return _improved_tail(z, counts[0], m)
+
+
+def _improved_tail(z: np.ndarray, zeros: np.ndarray, m: float) -> np.ndarray:
+    """Ertl's estimate from z after the loop over C_q+1 .. C_1, and C_0."""
+    z = z + m * _sigma(zeros / m)
     return m * m / (2.0 * math.log(2.0)) / z
 
 

@@ -7,11 +7,14 @@ number of values n and two order keys: for the percentiles the values at the low
 higher position (`select`), for COUNT DISTINCT the count in `lower`.
 
 A row whose values lie in one sorted run (a tumbling window's pane) is read in place: an index
-for the percentiles, one pass for COUNT DISTINCT. Otherwise its runs are copied into a scratch
-buffer once, and the percentiles select in it (in-place quickselect: O(n) per row),
-COUNT DISTINCT sorts it. One pass over the rows, no per-row Python. A percentile over an
-ARRAY of p selects each p in turn in the same in-place read or scratch copy (k selections of
-O(n) each), lower and higher then one column per p.
+for the percentiles, one pass for COUNT DISTINCT. A percentile over BAND_FROM values or more
+in sorted runs (a sliding window's panes) first narrows each run to a band sampled from the
+runs (`_narrow`: one sample per run, the band's ranks counted by binary searches; a sliding
+window of 100 runs x 100 values copies ~550 values, not 10,000). Otherwise the runs are
+copied into a scratch buffer once, and the percentiles select in it (in-place selection by
+branch-free three-way partitions: O(n) per row), COUNT DISTINCT sorts it. One pass over the
+rows, no per-row Python. A percentile over an ARRAY of p selects each p in turn (a band of
+its own, or the same scratch copy), lower and higher then one column per p.
 """
 
 from __future__ import annotations
@@ -42,30 +45,45 @@ def _positions(mode, fraction, n):
 
 
 @numba.njit(cache=True)
+def _partition(a, lo, hi, pivot, equal):
+    """Move a[lo:hi]'s values under `pivot` (at or under it where `equal`) to its front, in
+    order kept by neither side; return where the rest starts. Branch-free (Lomuto's swap
+    every step, the boundary moved by the comparison): on random data a branch per value
+    is mispredicted half the time, which made selection 4x slower."""
+    store = lo
+    for i in range(lo, hi):
+        x = a[i]
+        a[i] = a[store]
+        a[store] = x
+        store += (x <= pivot) if equal else (x < pivot)
+    return store
+
+
+@numba.njit(cache=True)
 def _select(a, n, k):
     """Put the k-th smallest of a[:n] at a[k], smaller or equal before, larger or equal
-    after (in place: Hoare's selection with a median-of-three pivot)."""
-    lo, hi = 0, n - 1
-    while hi > lo:
+    after (in place: three-way partitions around a median-of-three pivot, the last few
+    values by insertion)."""
+    lo, hi = 0, n  # the k-th lies in a[lo:hi]
+    while hi - lo > 16:
         mid = (lo + hi) // 2
-        x, y, z = a[lo], a[mid], a[hi]
+        x, y, z = a[lo], a[mid], a[hi - 1]
         pivot = max(min(x, y), min(max(x, y), z))
-        i, j = lo, hi
-        while i <= j:
-            while a[i] < pivot:
-                i += 1
-            while a[j] > pivot:
-                j -= 1
-            if i <= j:
-                a[i], a[j] = a[j], a[i]
-                i += 1
-                j -= 1
-        if k <= j:
-            hi = j
-        elif k >= i:
-            lo = i
-        else:
+        under = _partition(a, lo, hi, pivot, False)
+        if k < under:
+            hi = under
+            continue
+        through = _partition(a, under, hi, pivot, True)  # the pivot's copies next
+        if k < through:
             return
+        lo = through
+    for i in range(lo + 1, hi):
+        x = a[i]
+        j = i - 1
+        while j >= lo and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
 
 
 @numba.njit(cache=True)
@@ -77,23 +95,141 @@ def _distinct_sorted(values, start, end):
     return count
 
 
+# a percentile over this many values or more, in two sorted runs or more, selects in a band
+# of them narrowed by sampling (`_narrow`) until it holds fewer; fewer are copied whole
+BAND_FROM = 2048
+
+
+@numba.njit(cache=True)
+def _lower_bound(values, start, end, value):
+    """The first index of values[start:end] (sorted) holding `value` or more."""
+    while start < end:
+        middle = (start + end) >> 1
+        if values[middle] < value:
+            start = middle + 1
+        else:
+            end = middle
+    return start
+
+
+@numba.njit(cache=True)
+def _sampled_bracket(values, lo, hi, runs, size, low, samples):
+    """Floyd and Rivest's sampling over sorted ranges values[lo[j]:hi[j]] (size values in
+    all): each range's value at the fraction low / size of its length estimates the value
+    at position `low`; two of these samples around their median, 2 sqrt(samples) apart:
+    (v_lo, v_hi), a band that holds position `low` unless the samples' median lies about 4
+    standard deviations off (where the ranges are alike)."""
+    count = 0
+    for j in range(runs):
+        length = hi[j] - lo[j]
+        if length > 0:
+            samples[count] = values[lo[j] + (low * length) // size]
+            count += 1
+    spread = 2 * int(math.sqrt(count)) + 1
+    first_sample = max(count // 2 - spread, 0)
+    last_sample = min(count // 2 + spread, count - 1)
+    # the two samples by selection: sorting them all cost more than the binary searches
+    _select(samples, count, first_sample)
+    v_lo = samples[first_sample]
+    _select(samples, count, last_sample)
+    return v_lo, samples[last_sample]
+
+
+@numba.njit(cache=True)
+def _narrow(values, lo, hi, runs, low, high, v_lo, v_hi, new_lo, new_hi):
+    """The ranges values[lo[j]:hi[j]] (sorted each) cut to the band [v_lo, v_hi), its ranks
+    counted by a binary search per range: where the band holds positions low .. high, its
+    ranges go to new_lo/new_hi: (values in the band, values below it); else (-1, 0)."""
+    below = 0  # values under v_lo
+    under = 0  # values under v_hi
+    for j in range(runs):
+        start = _lower_bound(values, lo[j], hi[j], v_lo)
+        end = _lower_bound(values, start, hi[j], v_hi)
+        new_lo[j] = start
+        new_hi[j] = end
+        below += start - lo[j]
+        under += end - lo[j]
+    if below > low or high >= under:
+        return -1, 0
+    return under - below, below
+
+
+@numba.njit(cache=True)
+def _band_pair(values, lo, hi, runs, size, low, high, samples, new_lo, new_hi, scratch, bracket):
+    """The values at positions low and high of the sorted union of ranges values[lo[j]:
+    hi[j]] (sorted each; `lo`, `hi` are overwritten): the ranges narrowed to sampled bands
+    (`_sampled_bracket`, `_narrow`) while they hold BAND_FROM values or more and a step
+    shrinks them, then copied and selected. `bracket` (v_lo, v_hi, held): the first band of
+    the row before, tried first (the next window of a key moves its percentile by a pane's
+    values, well inside it: no sampling); it keeps this row's first band."""
+    first = True
+    while size >= BAND_FROM:
+        found = -1
+        if first and bracket[2]:
+            found, below = _narrow(
+                values, lo, hi, runs, low, high, bracket[0], bracket[1], new_lo, new_hi
+            )
+        if found < 0:
+            v_lo, v_hi = _sampled_bracket(values, lo, hi, runs, size, low, samples)
+            found, below = _narrow(values, lo, hi, runs, low, high, v_lo, v_hi, new_lo, new_hi)
+            if first and found >= 0:
+                bracket[0], bracket[1], bracket[2] = v_lo, v_hi, 1
+        first = False
+        if found < 0 or found >= size:
+            break
+        for j in range(runs):
+            lo[j] = new_lo[j]
+            hi[j] = new_hi[j]
+        size = found
+        low -= below
+        high -= below
+    filled = 0
+    for j in range(runs):
+        for i in range(lo[j], hi[j]):
+            scratch[filled] = values[i]
+            filled += 1
+    return _select_pair(scratch, filled, low, high)
+
+
+@numba.njit(cache=True)
+def _select_pair(scratch, total, low, high):
+    """(the values at positions low and high, high = low or low + 1) of scratch[:total]:
+    `_select` puts position low in place, position high is the smallest value after it."""
+    _select(scratch, total, low)
+    if high == low:
+        return scratch[low], scratch[low]
+    smallest = scratch[low + 1]  # the next value: the smallest above position low
+    for i in range(low + 2, total):
+        if scratch[i] < smallest:
+            smallest = scratch[i]
+    return scratch[low], smallest
+
+
 @numba.njit(cache=True)
 def evaluate_runs(
     values, run_start, run_end, row_first, row_runs, mode, fractions, sorted_runs, n, lower, higher
 ):
     """Fill n (one entry per row), lower and higher (one per row and p of `fractions`) from
-    the rows' runs (module docstring). Every p of a row selects in the row's one scratch copy
-    (a selection leaves the copy a permutation of the values, so the next p selects in it)."""
+    the rows' runs (module docstring). A percentile over at least BAND_FROM values in
+    sorted runs selects in a band of them (`_band_pair`: about a hundred values of ten
+    thousand, not all of them); otherwise every p of a row selects in the row's one scratch
+    copy (a selection leaves the copy a permutation of the values, so the next p selects
+    in it)."""
     rows = row_first.shape[0]
     ps = fractions.shape[0]
     largest = 0
+    most_runs = 1
     for r in range(rows):
         total = 0
         for j in range(row_first[r], row_first[r] + row_runs[r]):
             total += run_end[j] - run_start[j]
         n[r] = total
         largest = max(largest, total)
+        most_runs = max(most_runs, row_runs[r])
     scratch = np.empty(largest, np.int64)
+    samples = np.empty(most_runs, np.int64)
+    ranges = np.empty((4, most_runs), np.int64)  # a row's runs, then the narrowed ones
+    brackets = np.zeros((ps, 3), np.int64)  # per p the last row's first band (`_band_pair`)
     for r in range(rows):
         total = n[r]
         for f in range(ps):
@@ -118,6 +254,20 @@ def evaluate_runs(
                 lower[r, f] = values[run_start[single] + low]
                 higher[r, f] = values[run_start[single] + high]
             continue
+        elif sorted_runs and total >= BAND_FROM:
+            for f in range(ps):
+                low, high = _positions(mode, fractions[f], total)
+                runs = 0
+                for j in range(row_first[r], row_first[r] + row_runs[r]):
+                    if run_end[j] > run_start[j]:
+                        ranges[0, runs] = run_start[j]
+                        ranges[1, runs] = run_end[j]
+                        runs += 1
+                lower[r, f], higher[r, f] = _band_pair(
+                    values, ranges[0], ranges[1], runs, total, low, high, samples,
+                    ranges[2], ranges[3], scratch, brackets[f],
+                )  # fmt: skip
+            continue
         filled = 0
         for j in range(row_first[r], row_first[r] + row_runs[r]):
             for i in range(run_start[j], run_end[j]):
@@ -129,16 +279,7 @@ def evaluate_runs(
             continue
         for f in range(ps):
             low, high = _positions(mode, fractions[f], total)
-            _select(scratch, total, low)
-            lower[r, f] = scratch[low]
-            if high == low:
-                higher[r, f] = scratch[low]
-            else:
-                smallest = scratch[low + 1]  # the next value: the smallest above position low
-                for i in range(low + 2, total):
-                    if scratch[i] < smallest:
-                        smallest = scratch[i]
-                higher[r, f] = smallest
+            lower[r, f], higher[r, f] = _select_pair(scratch, total, low, high)
 
 
 @numba.njit(cache=True)

@@ -460,6 +460,40 @@ def tree_over_segments(
     )
 
 
+def _argument_values(
+    field: StateField,
+    column_types: dict[str, SqlType],
+    columns: dict[str, pa.Array],
+    length: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(values: float64 for a floating argument, else int64, 0 where NULL; is_valid) of a
+    field's argument over a batch's columns."""
+    assert field.argument is not None
+    argument = evaluate_expression(field.argument, column_types, columns, length=length)
+    floating = pa.types.is_floating(argument.type)
+    return to_values(argument, np.dtype(np.float64 if floating else np.int64))
+
+
+def argument_values(
+    fields: tuple[StateField, ...], column_types: dict[str, SqlType], batch: pa.RecordBatch
+) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Each field's argument as (values, as `tuple_partials` reads them; is_valid, None where
+    no value is NULL), fields of one argument sharing its arrays: no event time, WHERE or
+    state-kind lift (`CpuKernels.lift_arguments`)."""
+    columns = batch_columns(batch)
+    evaluated: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+    out = {}
+    for field in fields:
+        if field.argument is None:
+            raise ValueError(f"{field.name} has no argument to lift")
+        key = id(field.argument)
+        if key not in evaluated:
+            values, valid = _argument_values(field, column_types, columns, batch.num_rows)
+            evaluated[key] = (values, None if valid.all() else valid)
+        out[field.name] = evaluated[key]
+    return out
+
+
 def tuple_partials(
     fields: tuple[StateField, ...],
     column_types: dict[str, SqlType],
@@ -480,9 +514,7 @@ def tuple_partials(
             continue
         key = id(field.argument)
         if key not in evaluated:
-            argument = evaluate_expression(field.argument, column_types, columns, length=length)
-            floating = pa.types.is_floating(argument.type)
-            values, valid = to_values(argument, np.dtype(np.float64 if floating else np.int64))
+            values, valid = _argument_values(field, column_types, columns, length)
             evaluated[key] = (values, valid, bool(valid.all()))
         values, valid, all_valid = evaluated[key]
         if field.kind.layout is Layout.VARIABLE:  # raw values (holistic): no combine neutral
@@ -500,6 +532,9 @@ class CpuKernels:
     name = "cpu"
     # `lift_merge` hands its per-row decisions back (`FusedMerge.shared`): host arrays
     shares_fused_rows = True
+    # the exact holistic selection wants a firing's rows key by key (`HolisticTimeWindows`):
+    # a key's consecutive windows share all runs but one, read from cache, not memory
+    key_major_rows = True
 
     def lift_tuples(
         self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False
@@ -534,6 +569,16 @@ class CpuKernels:
             max_event_time,
             length - with_time,
         )
+
+    def lift_arguments(
+        self, lift: LiftExec, batch: pa.RecordBatch
+    ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+        """The arguments of `lift`'s fields only (`argument_values`), as raw values, not
+        lifted into their state kinds: for a driver that takes each row's pane, lateness,
+        WHERE and key slot from the wrapped operator's decisions (`HolisticTimeWindows.
+        _keep_decided`, CPU only) and keeps a sketch-only field's values as they are."""
+        column_types = {c.name: c.type for c in lift.scan.columns}
+        return argument_values(lift.fields, column_types, batch)
 
     def pane_ids(self, lifted: LiftedTuples, pane_length: int) -> np.ndarray:
         return agg.pane_ids(lifted.event_time, lifted.has_event_time, pane_length)

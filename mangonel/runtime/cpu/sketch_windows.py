@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from mangonel.aggregates.holistic import from_order_keys
+from mangonel.aggregates.holistic import from_order_keys, order_keys
 from mangonel.aggregates.sketches import hll_precision, quantile_relative_error
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.cpu import sketch_hll, sketch_quantile
@@ -139,13 +139,25 @@ def batch_cells(
     return (hit + low).tolist(), [np.flatnonzero(table[q]) for q in hit], cells, n_cells
 
 
-def _hll_values(keys: np.ndarray, argument: SqlType) -> tuple[np.ndarray, bool]:
+def _hll_values(keys: np.ndarray, argument: SqlType, raw: bool) -> tuple[np.ndarray, bool]:
     """(what the HLL kernels hash for order keys `keys`, whether that is the keys
     themselves): a DOUBLE's order keys are hashed as they are (decoded in the hash loop: no
-    decoding pass), other types' values decoded."""
+    decoding pass), other types' values decoded. `raw`: `keys` are the argument's values
+    (float64 for a floating argument, else int64), hashed as they are (a float's bits
+    normalised in the hash loop)."""
+    if raw:
+        return keys, False
     if argument is SqlType.DOUBLE:
         return keys, True
     return from_order_keys(keys, argument.is_floating), False
+
+
+def _quantile_values(keys: np.ndarray, argument: SqlType, raw: bool) -> np.ndarray:
+    """The float64 values a GK summary is built from: order keys decoded, or raw values
+    normalised as order keys normalise them (-0.0 as 0.0, one NaN) by a round trip."""
+    if raw:
+        keys = order_keys(keys)
+    return from_order_keys(keys, argument.is_floating).astype(np.float64)
 
 
 def batch_sketches(
@@ -159,6 +171,7 @@ def batch_sketches(
     parameter: float,
     max_bytes: int,
     pane_range: tuple[int, int] | None = None,
+    raw: bool = False,
 ) -> tuple[list[int], list[np.ndarray], list[Sketches]] | None:
     """A batch's kept rows straight into per-pane sketches, HLL only: (the panes they hit,
     ascending; per pane its distinct key slots, ascending; per pane its sketches, cell i of
@@ -167,7 +180,8 @@ def batch_sketches(
     cells first; a pane every key reaches keeps its rows of the table as they are (a view),
     others a copy of the rows of their keys. None (the caller numbers cells with
     `batch_cells`) for GK summaries and where the table passes `max_bytes` or holds more
-    cells than the batch has rows (most of it would be zeros to allocate and drop)."""
+    cells than the batch has rows (most of it would be zeros to allocate and drop). `raw`:
+    `keys` are the argument's values, not order keys (`_hll_values`)."""
     if evaluation != HLL or n_slots <= 0:  # no key met yet: batch_cells checks the rows
         return None
     p = _p(parameter)
@@ -178,11 +192,11 @@ def batch_sketches(
         cells = (high - low + 1) * n_slots
         return cells <= rows and cells * m <= max_bytes
 
-    values, order_keys = _hll_values(keys, argument)
+    values, hashes_keys = _hll_values(keys, argument, raw)
     table = None
     if pane_range is not None and fits(*pane_range):
         table = sketch_hll.build_table(
-            panes, slots, values, keep, pane_range, n_slots, argument, p, order_keys
+            panes, slots, values, keep, pane_range, n_slots, argument, p, hashes_keys
         )
     if table is None:  # no range given, or a kept row outside it: the kept rows' range
         low, high, count = kept_pane_range(
@@ -194,7 +208,7 @@ def batch_sketches(
             return None
         pane_range = (low, high)
         table = sketch_hll.build_table(
-            panes, slots, values, keep, pane_range, n_slots, argument, p, order_keys
+            panes, slots, values, keep, pane_range, n_slots, argument, p, hashes_keys
         )
         if table is None:
             raise ValueError(f"key slots must lie in [0, {n_slots})")
@@ -232,18 +246,21 @@ def build(
     argument: SqlType,
     parameter: float,
     valid: np.ndarray | None = None,
+    raw: bool = False,
 ) -> Sketches:
     """One sketch per cell 0..n_cells-1 of the non-NULL values whose order keys are `keys`
     (`aggregates.holistic.order_keys`), row i into cell cells[i]; `valid`: the rows that
-    count (None: every row; `batch_cells` numbers a whole batch's rows, kept or not)."""
+    count (None: every row; `batch_cells` numbers a whole batch's rows, kept or not).
+    `raw`: `keys` are the argument's values themselves (float64 for a floating argument,
+    else int64), as the CPU's holistic driver keeps a field only sketches read."""
     if evaluation == HLL:
         p = _p(parameter)
-        values, order_keys = _hll_values(keys, argument)
+        values, hashes_keys = _hll_values(keys, argument, raw)
         return HllSketches(
-            p, sketch_hll.build(cells, n_cells, values, valid, argument, p, order_keys)
+            p, sketch_hll.build(cells, n_cells, values, valid, argument, p, hashes_keys)
         )
-    values = from_order_keys(keys, argument.is_floating)
-    return sketch_quantile.build(cells, n_cells, values.astype(np.float64), valid, _eps(parameter))
+    values = _quantile_values(keys, argument, raw)
+    return sketch_quantile.build(cells, n_cells, values, valid, _eps(parameter))
 
 
 def cell_range(sketches: Sketches, start: int, stop: int) -> Sketches:

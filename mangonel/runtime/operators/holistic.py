@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mangonel.aggregates.holistic import order_keys
 from mangonel.compiler import physical as ph
 from mangonel.compiler.holistic import (
     holistic_positions,
@@ -200,6 +201,10 @@ class HolisticTimeWindows:
         )
         self._slot_of_inner = np.empty(0, np.int64)
         self._same_slots = True  # `_slot_of_inner` is the identity
+        # the exact functions select over a firing's rows key by key where the holistic
+        # kernels say so (`key_major_rows`: the CPU's, whose selection reads the runs from
+        # memory: a window's runs are its key's in ~100 panes, spread over the span)
+        self.key_major = bool(getattr(self.kernels, "key_major_rows", False))
         # input batches since the last firing that evaluated windows: the batches it served
         # (several where the wrapped operator combines firings, `batches_per_firing`)
         self._batches_unfired = 0
@@ -323,19 +328,41 @@ class HolisticTimeWindows:
         pane_range: tuple[int, int] | None,
     ) -> None:
         """`_keep` from the wrapped operator's per-row decisions (`shared_rows`: one entry per
-        piece of the batch it processed, in row order): only the values are lifted here."""
-        lifted = self.lifting.lift_tuples(self.values_lift, batch)
-        if not lifted.rows:
+        piece of the batch it processed, in row order): only the values are lifted here.
+        Their include flags already hold WHERE, the event time and lateness, so only the
+        arguments are evaluated (`lift_arguments`, no event time, predicate or key pass); a
+        field only sketches read keeps its values as they are (the sketch kernels hash and
+        normalise them: no order keys to compute and hold), the others as order keys."""
+        if not batch.num_rows:
             return
-        if sum(len(panes) for panes, _, _ in decided) != lifted.rows:
+        if sum(len(panes) for panes, _, _ in decided) != batch.num_rows:
             raise AssertionError("the wrapped operator decided other rows than the batch's")
+        # event times kept beside the values (a Python function `with_timestamps`): the full
+        # values lift
+        lifted = self.lifting.lift_tuples(self.values_lift, batch) if self.timed_fields else None
+        arguments = (
+            {} if lifted is not None else self.lifting.lift_arguments(self.values_lift, batch)
+        )
+        raw = {f.name: f.name not in self.raw_fields for f in self.value_fields}
+        values_of = {}
+        keys_of: dict[int, np.ndarray] = {}  # fields of one argument: its order keys once
+        for name, (values, valid) in arguments.items():
+            if not raw[name]:
+                if id(values) not in keys_of:
+                    keys_of[id(values)] = order_keys(values)
+                values = keys_of[id(values)]
+            values_of[name] = (values, valid)
         # piece by piece (a run's first batch comes in two): joining the pieces' decisions
         # would copy every row's pane, flag and slot into fresh memory
         start = 0
         for panes, include, inner_slots in decided:
             rows = slice(start, start + len(panes))
             slots = self._slots_of_inner(inner_slots)
-            self._store_lifted(lifted, panes, slots, include, pane_range, rows)
+            if lifted is not None:
+                self._store_lifted(lifted, panes, slots, include, pane_range, rows)
+            for name, (values, valid) in values_of.items():
+                keep = include if valid is None else include & valid[rows]
+                self._store(name, panes, slots, values[rows], keep, None, pane_range, raw[name])
             start = rows.stop
 
     def _slots_of_inner(self, inner_slots: np.ndarray) -> np.ndarray:
@@ -374,16 +401,21 @@ class HolisticTimeWindows:
         keep: Any,  # noqa: ANN401
         times: Any,  # noqa: ANN401 - event times where `name` is timed, else None
         pane_range: tuple[int, int] | None,
+        raw: bool = False,
     ) -> None:
         """The kept rows' values of the `values` field `name` (each with its pane, key slot
         and, for a timed field, event time) into the panes' sketches and, where an exact
         aggregate reads the field, raw values, grouped by pane on the holistic backend.
         `pane_range`: (first, last) pane of every kept row where the host knows it (the GPU
-        then finds the panes' bounds in one device read)."""
+        then finds the panes' bounds in one device read). `raw`: the values are the
+        argument's (host arrays; a field only sketches read, `_keep_decided`), not order
+        keys."""
         if name not in self.raw_fields and self.sketches.add_rows(
-            name, panes, slots, values, keep, self.keys.n_slots, pane_range
+            name, panes, slots, values, keep, self.keys.n_slots, pane_range, raw
         ):
             return  # sketches only, built from the batch's rows without a pane split
+        if raw:  # the split keeps order keys (the chunks' sketch builds read them)
+            values = order_keys(values)
         pane_ids, chunks, presorted = self.kernels.split_panes(
             panes,
             slots,
@@ -539,6 +571,7 @@ class HolisticTimeWindows:
             chunk_slots = slots[start : start + chunk]
             chunk_panes = first_panes[start : start + chunk]
             runs_of: dict[str, tuple[np.ndarray, tuple]] = {}
+            order = inverse = None  # the exact functions' row order, where key-major
             for position in self.holistic:
                 plan = self.node.aggregates[position]
                 assert plan.value_field is not None
@@ -549,15 +582,22 @@ class HolisticTimeWindows:
                         )
                     )
                     continue
+                if order is None and self.key_major and len(chunk_slots) > 1:
+                    # rows of one key next to each other: consecutive windows of a key
+                    # share all runs but one, so the selection reads them from cache
+                    order = np.lexsort((chunk_panes, chunk_slots))
+                    inverse = np.empty_like(order)
+                    inverse[order] = np.arange(len(order))
+                rows_slots = chunk_slots if order is None else chunk_slots[order]
+                rows_panes = chunk_panes if order is None else chunk_panes[order]
                 if plan.value_field not in runs_of:
-                    runs_of[plan.value_field] = self._runs(
-                        plan.value_field, chunk_slots, chunk_panes
-                    )
+                    runs_of[plan.value_field] = self._runs(plan.value_field, rows_slots, rows_panes)
                 values, runs, times = runs_of[plan.value_field]
                 value_field = self.fields_by_name[plan.value_field]
-                pieces[position].append(
-                    evaluate(select, plan, value_field, values, runs, True, times)
-                )
+                n, value = evaluate(select, plan, value_field, values, runs, True, times)
+                if order is not None:  # back to the result batch's row order
+                    n, value = n[inverse], value[inverse]
+                pieces[position].append((n, value))
         results = {
             position: (
                 np.concatenate([n for n, _ in chunks]) if chunks else np.empty(0, np.int64),

@@ -48,6 +48,24 @@ def _register_bytes(plan: AggregatePlan) -> int:
     return 1 << hll_precision(plan)
 
 
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(values, return_inverse=True)` of small-range integers (a firing's key slots
+    or first panes) through a presence map: linear, where np.unique sorts (5x here); a wide
+    range sorts."""
+    values = np.asarray(values, np.int64).reshape(-1)
+    if not len(values):
+        return values, values
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    if span > 4 * len(values) + 4096:
+        found, inverse = np.unique(values, return_inverse=True)
+        return found, inverse.reshape(-1)
+    seen = np.zeros(span, np.bool_)
+    seen[values - low] = True
+    rank = np.cumsum(seen) - 1
+    return np.flatnonzero(seen) + low, rank[values - low]
+
+
 class SketchPanes:
     """Per approximate aggregate (its position in the node's aggregates), per pane the
     sorted key slots present in it and their sketches (cell i: key slots[i])."""
@@ -130,6 +148,7 @@ class SketchPanes:
         keep: Any,  # noqa: ANN401
         n_slots: int,
         pane_range: tuple[int, int] | None = None,
+        raw: bool = False,
     ) -> bool:
         """`add` of a batch's rows straight from the per-row arrays, where the kernels number
         the cells of a whole batch (`sketches.batch_cells`: the CPU's; on the GPU None): no
@@ -138,7 +157,9 @@ class SketchPanes:
         batch's (pane, key) table is small are raised in that table directly
         (`sketches.batch_sketches`, no cell numbering at all). False where the kernels
         cannot here (the caller then groups the rows by pane and calls `add`).
-        `pane_range`: (first, last) pane of the kept rows where the caller knows it."""
+        `pane_range`: (first, last) pane of the kept rows where the caller knows it. `raw`:
+        `values` are the argument's values, not order keys (the kernels that number cells,
+        the CPU's, hash and normalise either)."""
         batch_cells = self.sketches.batch_cells
         plans = [(p, plan) for p, plan in self.plans.items() if plan.value_field == name]
         if batch_cells is None or not plans:
@@ -161,6 +182,7 @@ class SketchPanes:
                 sketch_parameter(plan),
                 MAX_BUILD_BYTES,
                 pane_range,
+                raw,
             )
             if found is None:
                 numbered.append((position, plan))
@@ -178,7 +200,7 @@ class SketchPanes:
                 evaluation = plan.function.definition.holistic.evaluation
                 parameter = sketch_parameter(plan)
                 built[position] = self.sketches.build(
-                    evaluation, cells, n_cells, values, argument, parameter, valid=keep
+                    evaluation, cells, n_cells, values, argument, parameter, valid=keep, raw=raw
                 )
         for position, (pane_ids_of, slots_of, parts) in tabled.items():
             self._fold_parts(position, pane_ids_of, slots_of, parts)
@@ -304,7 +326,7 @@ class SketchPanes:
             store = self.panes[position]
             pieces = [store.get(low + index) for index in range(span)]
             return pieces, (first_panes - low)[:, None] + np.arange(pw, dtype=np.int64)
-        starts, inverse = np.unique(first_panes, return_inverse=True)
+        starts, inverse = _distinct(first_panes)
         pieces = []
         for start in starts.tolist():
             block, index = divmod(start, pw)
@@ -323,7 +345,7 @@ class SketchPanes:
             # cell[i, s]: key slot s's cell in piece i of the joined sets, -1 if none (a
             # dense table over the rows' slots, and a last row of -1 for no piece: a gather
             # per (row, piece) after it)
-            used, compact = np.unique(slots, return_inverse=True)
+            used, compact = _distinct(slots)
             cell = np.full((len(pieces) + 1, len(used)), -1, np.int64)
             total = 0
             seen: dict[int, int] = {}  # a set read by several windows is joined once
