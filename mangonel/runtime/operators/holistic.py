@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,6 +51,7 @@ from mangonel.errors import DataError
 from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META
 from mangonel.runtime.operators.holistic_evaluate import evaluate
+from mangonel.runtime.operators.holistic_pane import HeldPane
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
@@ -75,59 +75,6 @@ def chunk_ladder(largest: int, start: int) -> tuple[int, ...]:
 def new_tuner(knobs: list[Knob]) -> Tuner:
     """The tuner of a holistic firing (tests replace it with a faster-moving one)."""
     return Tuner(knobs)
-
-
-@dataclass
-class _Pane:
-    """One pane's values of one field: chunks as they arrived (key slot, order key, and the
-    event time where a Python function `with_timestamps` reads the field, else None) on the
-    holistic step's backend, and once a window read it, the values sorted by
-    (slot, value[, time]) with per-slot offsets (and their times in the same order).
-    `presorted`: every chunk came sorted (the GPU's `split_panes`), so a pane of one chunk
-    needs no sort."""
-
-    chunks: list[tuple[Any, Any, Any]] = field(default_factory=list)
-    sorted_values: Any = None
-    offsets: Any = None  # host (CPU) or device (GPU) offsets
-    sorted_times: Any = None
-    presorted: bool = True
-
-    @property
-    def nbytes(self) -> int:
-        held = sum(s.nbytes + v.nbytes + (0 if t is None else t.nbytes) for s, v, t in self.chunks)
-        if self.sorted_values is not None and self.offsets is not None:
-            held += self.sorted_values.nbytes + self.offsets.nbytes
-        if self.sorted_times is not None:
-            held += self.sorted_times.nbytes
-        return held
-
-    def add(self, chunk: tuple[Any, Any, Any], presorted: bool) -> None:
-        self.chunks.append(chunk)
-        self.presorted = self.presorted and presorted
-
-    def raw(self, kernels: Any, timed: bool) -> tuple[Any, Any, Any]:  # noqa: ANN401
-        """(slots, order keys, event times) of every value where `kernels` (the holistic
-        kernels) keep them (`concatenate`), sorted ones first; the times are empty unless
-        `timed`."""
-        slots, values, times = [], [], []
-        if self.sorted_values is not None and self.offsets is not None:
-            counts = np.diff(kernels.to_host(self.offsets))  # device offsets on the GPU
-            slots.append(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
-            values.append(self.sorted_values)
-            if timed:
-                assert self.sorted_times is not None
-                times.append(self.sorted_times)
-        for chunk_slots, chunk_values, chunk_times in self.chunks:
-            slots.append(chunk_slots)
-            values.append(chunk_values)
-            if timed:
-                assert chunk_times is not None
-                times.append(chunk_times)
-        return (
-            kernels.concatenate(slots),
-            kernels.concatenate(values),
-            kernels.concatenate(times),
-        )
 
 
 class HolisticTimeWindows:
@@ -168,7 +115,7 @@ class HolisticTimeWindows:
         self.values_lift = dataclasses.replace(node.lift, fields=self.value_fields)
         self.key_types = tuple(k.type for k in node.keys)
         self.keys = self.lifting.new_key_map(self.key_types)
-        self.panes: dict[str, dict[int, _Pane]] = {f.name: {} for f in self.value_fields}
+        self.panes: dict[str, dict[int, HeldPane]] = {f.name: {} for f in self.value_fields}
         self.incremental, self.holistic = holistic_positions(node)
         self.fields_by_name = {f.name: f for f in node.fields}
         approximate = {
@@ -434,7 +381,7 @@ class HolisticTimeWindows:
             return
         store = self.panes[name]
         for pane, chunk in zip(pane_ids, chunks, strict=True):
-            store.setdefault(pane, _Pane()).add(chunk, presorted)
+            store.setdefault(pane, HeldPane()).add(chunk, presorted)
 
     # -- split form (Spark): stage 1 ships each (key, pane)'s values, stage 2 keeps them ----
 
@@ -662,7 +609,7 @@ class HolisticTimeWindows:
         )
         return values, runs, times
 
-    def _sort(self, pane: _Pane, timed: bool) -> None:
+    def _sort(self, pane: HeldPane, timed: bool) -> None:
         """Sort a pane's values by (slot, value) once (again after values arrived late); a
         timed field's by (slot, value, event time), their times with them."""
         if pane.sorted_values is not None and not pane.chunks:
@@ -800,10 +747,10 @@ class HolisticTimeWindows:
             slots = arrays[f"{name}.slot"]
             values = arrays[f"{name}.value"]
             times = arrays.get(f"{name}.time")
-            store: dict[int, _Pane] = {}
+            store: dict[int, HeldPane] = {}
             for pane_id in np.unique(panes).tolist():
                 chosen = panes == pane_id
                 chunk_times = None if times is None else times[chosen]
                 chunk = (slots[chosen], values[chosen], chunk_times)
-                store[int(pane_id)] = _Pane([chunk], presorted=False)
+                store[int(pane_id)] = HeldPane([chunk], presorted=False)
             self.panes[name] = store
