@@ -67,6 +67,11 @@ SESSION_STAGES = (
 )
 
 
+def per_tuple(window: ph.WindowAggregateExec) -> bool:
+    """Whether stage 1 ships one partial per tuple (count and session windows: no panes)."""
+    return window.window.kind in (WindowKind.COUNT, WindowKind.SESSION)
+
+
 def choose_native(window: ph.WindowAggregateExec, forced: bool | None = None) -> NativeChoice:
     """The cost-based choice between Spark's native window aggregation and mangonel's two
     stages; `forced` (the session's `native=` argument) overrides it. Session windows run

@@ -469,7 +469,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     if window.lift.predicate is not None:
         where += f" AND ({format_expression(window.lift.predicate)})"
     counted = window.window.kind is WindowKind.COUNT
-    per_tuple = counted or window.window.kind is WindowKind.SESSION
+    one_per_tuple = native_module.per_tuple(window)
     if planned.stage1 == "arrow":
         preaggregate = "arrow-hash-aggregate"
         pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
@@ -482,7 +482,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     shape = [Parameter("preaggregate", "none (per-tuple partials)", None)]
     if counted:  # a key's tuples in arrival order at stage 2
         shape.append(Parameter("order", "(partition, row)", "(partition, row)"))
-    if not per_tuple:
+    if not one_per_tuple:
         shape = [
             Parameter("preaggregate", preaggregate, preaggregate),
             Parameter("group_by", group_by, group_by),
@@ -508,7 +508,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         stage1 = _reader_stage1(planned, group_by)
         if planned.stage2 == "native":
             return _native_stage2(planned, stage1)
-    rows = "per-tuple partials" if per_tuple else "(key, pane) partials"
+    rows = "per-tuple partials" if one_per_tuple else "(key, pane) partials"
     exchange = PlanNode(
         "Exchange",
         (
@@ -520,7 +520,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
     fires = "window_end<=watermark"
     if counted:
         fires = "last_tuple_ts<watermark, tuples in (ts, batch, partition, row) order"
-    elif per_tuple:
+    elif one_per_tuple:
         fires = "session_end<=watermark, late when ts+gap<=previous watermark"
     stage2_parameters = [
         Parameter("key", bucket, bucket),
@@ -545,7 +545,7 @@ def spark_stages(planned: SparkQueryPlan) -> tuple[str, PlanNode]:
         (exchange,),
         tuple(p for p in window.placements if p.step == "holistic"),
     )
-    if (window.holistic is not None or per_tuple) and not counted:
+    if (window.holistic is not None or one_per_tuple) and not counted:
         # why not Spark's own: holistic functions whatever the shape; sessions (not native)
         return f"Spark: two stages (reason: {planned.native_reason})", stage2
     if planned.stage1 == "reader":

@@ -48,6 +48,7 @@ from mangonel.runtime.operators.base import EVENT_TIME_META, PANE_META, partial_
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.spark import late
 from mangonel.runtime.spark.functions import stage1_leaf, stage1_preaggregate
+from mangonel.runtime.spark.native import per_tuple
 from mangonel.runtime.spark.schema import ddl, quote
 from mangonel.runtime.spark.shipping import shipped
 from mangonel.runtime.spark.sql import lift_sql
@@ -79,11 +80,6 @@ def field_columns(field: ph.StateField) -> list[tuple[str, SqlType]]:
     sql_type = SqlType.BIGINT if dtype == np.dtype(np.int64) else SqlType.DOUBLE
     parts = len(neutrals)
     return [(partial_column_name(field, part), sql_type) for part in range(parts)]
-
-
-def per_tuple(window: ph.WindowAggregateExec) -> bool:
-    """Whether stage 1 ships one partial per tuple (count and session windows: no panes)."""
-    return window.window.kind in (WindowKind.COUNT, WindowKind.SESSION)
 
 
 def position_column(window: ph.WindowAggregateExec) -> str:
