@@ -149,8 +149,9 @@ def test_the_per_tuple_stages_refuse_what_they_cannot_run() -> None:
     plan = session.sql(text).plan
     with pytest.raises(PlanError, match="native session_window aggregation drops them"):
         plan_spark(text, plan, partitions=2, native=True, late_rows=True)
-    with pytest.raises(PlanError, match="per-tuple partials"):
-        plan_spark(text, plan, partitions=2, native=False, stage1="arrow")
+    for stage1 in ("arrow", "reader"):
+        with pytest.raises(PlanError, match=f"per-tuple partials.*stage1='{stage1}'"):
+            plan_spark(text, plan, partitions=2, native=False, stage1=stage1)
     median = "SELECT k, MEDIAN(v) FROM s [SESSION GAP 30 SECONDS] GROUP BY k"
     with pytest.raises(PlanError, match="over session windows do not run inside Spark"):
         plan_spark(median, session.sql(median).plan, partitions=2, late_rows=True)

@@ -154,8 +154,8 @@ def plan_spark(
         native = False
     if sessions and native is False:
         # per-tuple partials, as count windows ship them: sessions have no panes
-        if stage1 == "arrow":
-            raise PlanError(f"{SESSION_STAGE1}; stage1='arrow' pre-aggregates panes")
+        if stage1 not in (None, "kernels"):
+            raise PlanError(f"{SESSION_STAGE1}; stage1={stage1!r} pre-aggregates panes")
         stage1 = "kernels"
     if counted:
         # per-tuple partials (their order per key is final only at stage 2) and no native
