@@ -41,14 +41,14 @@ def fill_into(  # noqa: ANN201, PLR0913
     highs), one row per narrowed source, one column per slice.
 
     One region, not one per column: each region costs a wake-up of numba's thread team. On
-    the H200 host (16 cores, 2026-11-27, timers in the public path, SUM over 1 or 1000 keys,
-    1 M-row batches) the pass took 0.55-0.66 ms a batch against 0.61-0.73 ms in three regions; a
-    micro-benchmark over distinct batches put one region (its columns interleaved per block) at
-    0.57-0.60 ms against 0.70-0.76
-    (~69 GB/s of traffic; the host's plain parallel copy reaches 74 GB/s, so the pass is near
-    its memory bound). The sources and targets are homogeneous tuples padded to at least one
-    entry (numba indexes them at run time); a slice goes block by block so min and max read a
-    block while it is still in the core's cache, and the loops vectorise."""
+    the H200 host (16 cores, 2026-11-27; timers in the public path, SUM over 1 or 1000 keys,
+    1 M-row batches) the pass took 0.55-0.66 ms a batch against 0.61-0.73 ms in three
+    regions; a micro-benchmark over distinct batches put one region (its columns interleaved
+    per block) at 0.57-0.60 ms against 0.70-0.76 ms: ~69 GB/s of traffic, where the host's
+    plain parallel copy reaches 74 GB/s, so the pass is near its memory bound. The sources
+    and targets are homogeneous tuples padded to at least one entry (numba indexes them at
+    run time); a slice goes block by block so min and max read a block while it is still in
+    the core's cache, and the loops vectorise."""
     lows = np.empty((narrow_count, tasks), np.int64)
     highs = np.empty((narrow_count, tasks), np.int64)
     for task in numba.prange(tasks):
