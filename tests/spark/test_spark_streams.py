@@ -204,21 +204,23 @@ def test_stream_without_spark_source_is_a_clear_error(spark):
         session.sql(QUERY)
 
 
-def test_late_rows_of_session_windows_are_refused_with_a_reason(spark, tmp_path):
-    """Session windows run as Spark's own aggregation, which drops late rows unseen (count
-    windows hand theirs out: tests/spark/test_spark_count_windows.py)."""
+def test_late_rows_of_session_windows_plan_the_per_tuple_stages(spark, tmp_path):
+    """Session windows with `late_rows=` leave Spark's own aggregation, which drops late rows
+    unseen, for the per-tuple stages (their rows and results: test_spark_late_rows.py);
+    `explain()` before any query says there is none."""
     from mangonel.errors import PlanError
 
     write_micro_batches(tmp_path / "in", tables(1))
     session = mg.attach(spark)
     session.register("s", file_stream(spark, tmp_path / "in", DDL), event_time="ts")
-    with pytest.raises(PlanError, match="drops them unseen"):
-        session.sql(
-            "SELECT k, COUNT(*) AS n FROM s [SESSION GAP 1 SECOND] GROUP BY k",
-            late_rows=str(tmp_path / "late"),
-        )
     with pytest.raises(PlanError, match="no query yet"):
         session.explain()
+    session.sql(
+        "SELECT k, COUNT(*) AS n FROM s [SESSION GAP 1 SECOND] GROUP BY k",
+        late_rows=str(tmp_path / "late"),
+    )
+    assert not session.last_plan.native and session.last_plan.stage1 == "kernels"
+    assert "rows=per-tuple partials" in session.explain()
     assert "Stage1 mapInArrow" in session.sql("explain codegen " + QUERY)
 
 
