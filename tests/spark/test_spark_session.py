@@ -53,14 +53,14 @@ def native_sessions(source):  # noqa: ANN001, ANN201 - DataFrames
     )
 
 
-def standalone(tables: list[pa.Table]) -> pd.DataFrame:
+def standalone(tables: list[pa.Table], select: str = SELECT) -> pd.DataFrame:
     """The standalone engine on the same batches, without end of input (Spark has none)."""
     session = Session(backend="cpu")
     session.execute(
         "CREATE STREAM s (ts TIMESTAMP, k STRING, v DOUBLE) "
         f"WITH (event_time = 'ts', watermark = '{WATERMARK}')"
     )
-    query = session.sql(f"SELECT {SELECT} FROM s [SESSION GAP {GAP}] GROUP BY k")
+    query = session.sql(f"SELECT {select} FROM s [SESSION GAP {GAP}] GROUP BY k")
     runner = query._new_runner()
     batches = [b for t in tables for b in runner.process(t)]
     return pa.Table.from_batches(batches, schema=query.schema).to_pandas()
@@ -113,6 +113,29 @@ def test_native_false_runs_the_per_tuple_stages_and_equals_sparks_session_window
     assert_same_results(ours, native, ["k"])
 
 
+def test_holistic_functions_over_session_windows_equal_the_standalone_session(spark, tmp_path):
+    """MEDIAN, an exact percentile and the approximate distinct count over sessions inside
+    Spark: Spark's session_window aggregation cannot run them, so the per-tuple stages do;
+    each tuple's values travel beside its partials, and the sessions equal the standalone
+    engine's on the same micro-batches (no row is late here)."""
+    select = (
+        "k, window_start, window_end, COUNT(*) AS n, MEDIAN(v) AS m, "
+        "PERCENTILE_DISC(0.25) WITHIN GROUP (ORDER BY v) AS pd, APPROX_COUNT_DISTINCT(v) AS a"
+    )
+    tables = session_batches()
+    write_micro_batches(tmp_path / "in", tables)
+    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE")
+    ms = mg.attach(spark)
+    ms.register("s", source, event_time="ts", watermark=WATERMARK)
+    ours = run_to_memory(
+        ms.sql(f"SELECT {select} FROM s [SESSION GAP {GAP}] GROUP BY k"), tmp_path / "ours"
+    )
+    assert not ms.last_plan.native and ms.last_plan.stage1 == "kernels"
+    want = standalone(tables, select)
+    assert (want["n"] > 2).any()  # sessions of several values: the median is not one value
+    assert_same_results(ours, want, ["k"])
+
+
 def test_spark_side_of_explain_groups_by_session_window() -> None:
     """Planning only (no Spark job): the native plan, its reason, the grouping."""
     session = Session(backend="cpu")
@@ -139,7 +162,8 @@ def test_spark_side_of_explain_groups_by_session_window() -> None:
 
 def test_the_per_tuple_stages_refuse_what_they_cannot_run() -> None:
     """Planning only: native=True with late rows (Spark's own aggregation drops them
-    unseen), Arrow stage 1 (it pre-aggregates panes), holistic functions over sessions."""
+    unseen), a stage 1 that pre-aggregates panes, native=True with holistic functions (which
+    otherwise take the per-tuple stages)."""
     session = Session(backend="cpu")
     session.execute(
         "CREATE STREAM s (ts TIMESTAMP, k STRING, v DOUBLE) "
@@ -153,5 +177,10 @@ def test_the_per_tuple_stages_refuse_what_they_cannot_run() -> None:
         with pytest.raises(PlanError, match=f"per-tuple partials.*stage1='{stage1}'"):
             plan_spark(text, plan, partitions=2, native=False, stage1=stage1)
     median = "SELECT k, MEDIAN(v) FROM s [SESSION GAP 30 SECONDS] GROUP BY k"
-    with pytest.raises(PlanError, match="over session windows do not run inside Spark"):
-        plan_spark(median, session.sql(median).plan, partitions=2, late_rows=True)
+    with pytest.raises(PlanError, match="cannot run MEDIAN"):
+        plan_spark(median, session.sql(median).plan, partitions=2, native=True)
+    staged = plan_spark(median, session.sql(median).plan, partitions=2)
+    assert not staged.native and staged.stage1 == "kernels"
+    lines = spark_stages_text(staged).splitlines()
+    assert lines[0] == f"Spark: two stages (reason: {SESSION_STAGES})"
+    assert any("holistic=" in line for line in lines)

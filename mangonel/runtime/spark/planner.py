@@ -136,14 +136,12 @@ def plan_spark(
                 "(it rejects COUNT(DISTINCT) in streaming and has no Python window functions)",
                 hint="leave native unset: the two stages run holistic functions",
             )
-        if window.window.kind is WindowKind.SESSION:
-            raise PlanError(
-                f"{', '.join(holistic)} over session windows do not run inside Spark yet: "
-                "neither Spark's session_window aggregation nor the per-tuple stages run them",
-                hint="the standalone Session runs them over session windows",
-            )
     counted = window.window.kind is WindowKind.COUNT
     sessions = window.window.kind is WindowKind.SESSION
+    if sessions and holistic:
+        # Spark's session_window aggregation cannot run them: the per-tuple stages, whose
+        # partials carry each tuple's values as count windows' do
+        native = False
     if sessions and late_rows:
         # Spark's own session_window aggregation drops late rows unseen: the per-tuple stages
         if native:
@@ -192,9 +190,10 @@ def plan_spark(
             raise PlanError(f"{LATE_ROWS_REFUSED}: only Arrow stage 1 carries the rows")
         kind, native = "arrow", False  # the rows travel beside Arrow stage 1's partials
     # count and session windows: their stage 1 is per tuple, and each partial carries its row
+    # (sessions' holistic values travel per tuple: their own reason, `SESSION_STAGES`)
     choice = (
         native_module.NativeChoice(False, f"{SPARK_HOLISTIC_STAGES} ({', '.join(holistic)})")
-        if holistic and not counted
+        if holistic and not (counted or sessions)
         else native_module.choose_native(window, native)
     )
     placements: tuple[ph.Placement, ...] = ()
