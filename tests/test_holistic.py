@@ -356,8 +356,8 @@ def test_holistic_functions_inside_spark_plan_the_two_stages_even_when_tumbling(
 
 
 def test_holistic_functions_inside_spark_over_count_and_session_windows():
-    """Count windows run them in the two stages (per-tuple partials carry the values);
-    session windows, which run only as Spark's own aggregation inside Spark, refuse them."""
+    """Count and session windows run them in the two stages (per-tuple partials carry the
+    values); Spark's own session_window aggregation cannot run them."""
     from mangonel.runtime.spark.planner import plan_spark, spark_stages_text
 
     session = cpu_session()
@@ -366,8 +366,11 @@ def test_holistic_functions_inside_spark_over_count_and_session_windows():
     assert not planned.native and planned.stage1 == "kernels"
     assert "holistic=tuple-runs" in spark_stages_text(planned)
     sessions = session.sql("SELECT k, MEDIAN(v) FROM s [SESSION GAP 1 SECOND] GROUP BY k")
-    with pytest.raises(PlanError, match="MEDIAN.*session windows do not run inside Spark"):
-        plan_spark(sessions.text, sessions.plan, partitions=2)
+    planned = plan_spark(sessions.text, sessions.plan, partitions=2)
+    assert not planned.native and planned.stage1 == "kernels"
+    assert "holistic=session-runs" in spark_stages_text(planned)
+    with pytest.raises(PlanError, match="cannot run MEDIAN"):
+        plan_spark(sessions.text, sessions.plan, partitions=2, native=True)
 
 
 def test_holistic_functions_over_joins_are_refused():
