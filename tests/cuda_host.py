@@ -52,6 +52,7 @@ template <class T> static inline T atomicExch(T* a, T v) { T o = *a; *a = v; ret
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int, int = 32) { return v; }
 template <class T> static inline T __shfl_sync(unsigned, T v, int, int = 32) { return v; }
 template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned, int = 32) { return v; }
+template <class T> static inline T __shfl_up_sync(unsigned, T v, unsigned, int = 32) { return v; }
 static inline bool __all_sync(unsigned, bool p) { return p; }
 static inline bool __any_sync(unsigned, bool p) { return p; }
 template <class T> static inline unsigned __match_any_sync(unsigned, T) { return 1u; }
@@ -92,6 +93,11 @@ class HostCupy:
     @staticmethod
     def asnumpy(array) -> np.ndarray:  # noqa: ANN001
         return np.array(array)
+
+    @staticmethod
+    def argsort(array) -> HostArray:  # noqa: ANN001
+        # CuPy's argsort is stable (a radix sort); numpy's default is not
+        return np.argsort(array, kind="stable").view(HostArray)
 
     @staticmethod
     def empty(shape, dtype=np.float64) -> HostArray:  # noqa: ANN001

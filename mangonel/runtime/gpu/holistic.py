@@ -2,11 +2,11 @@
 device twins of `runtime.cpu.holistic`, behind the same three calls of the driver
 (`runtime.operators.holistic`):
 
-- `sort_pane`: a pane's values sorted by (key slot, value) once, on the device: one sort of
-  composite keys (`cupy.lexsort` of (value, slot)), per-slot offsets by a search over the
-  sorted slots. The sorted values and the offsets stay on the device; every window covering
-  the pane reads them there (shared across overlapping windows): no copy to the host, no
-  wait for the device per pane.
+- `sort_pane`: a pane's values sorted by (key slot, value) once, on the device (a stable
+  radix argsort per key, `gpu.sorting`), per-slot offsets by a search over the sorted slots.
+  The sorted values and the offsets stay on the device; every window covering the pane
+  reads them there (shared across overlapping windows): no copy to the host, no wait for the
+  device per pane.
 - `window_runs`: the runs of a firing's rows (one per covered pane), built on the device
   from the panes' device offsets; the host hands only the span's per-pane bases (a scan over
   the panes' lengths, which the host knows from their shapes) and the rows' slots.
@@ -33,6 +33,7 @@ from mangonel.aggregates.python import WindowFunction
 from mangonel.compiler import codegen
 from mangonel.compiler.codegen import GeneratedModule
 from mangonel.runtime.gpu import python_window
+from mangonel.runtime.gpu.sorting import lexsort_order
 
 THREADS_PER_BLOCK = 128
 MAX_BLOCKS = 1 << 16  # grid-stride beyond: a launch covers any number of windows
@@ -84,7 +85,7 @@ class GpuHolistic:
         device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
         device_keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
         if not presorted:
-            order = xp.lexsort(xp.stack((device_keys, device_slots)))  # last key is primary
+            order = lexsort_order(xp, (device_keys, device_slots))  # last key is primary
             device_keys = xp.ascontiguousarray(device_keys[order])
             device_slots = device_slots[order]
         offsets = xp.searchsorted(device_slots, xp.arange(n_slots + 1, dtype=xp.int64))
@@ -163,7 +164,7 @@ class GpuHolistic:
         row_slots = xp.asarray(slots).astype(xp.int64)
         row_values = xp.asarray(values, dtype=xp.int64)
         row_times = None if times is None else xp.asarray(times, dtype=xp.int64)
-        order = _split_order(xp, row_panes, row_slots, row_values, row_times, by_value)
+        order = _split_order(xp, row_panes, row_slots, row_values, row_times, by_value, pane_range)
         row_panes = row_panes[order]
         bounds = xp.searchsorted(row_panes, xp.arange(low, high + 2, dtype=xp.int64))
         read = _host(xp.concatenate((bounds, kept.sum(dtype=xp.int64).reshape(1))))
@@ -197,7 +198,7 @@ class GpuHolistic:
         device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
         device_keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
         device_times = xp.ascontiguousarray(xp.asarray(times), dtype=xp.int64)
-        order = xp.lexsort(xp.stack((device_times, device_keys, device_slots)))
+        order = lexsort_order(xp, (device_times, device_keys, device_slots))
         bounds = xp.searchsorted(device_slots[order], xp.arange(n_slots + 1, dtype=xp.int64))
         return (
             xp.ascontiguousarray(device_keys[order]),
@@ -349,14 +350,22 @@ class GpuHolistic:
         )
 
 
-def _split_order(xp, panes, slots, values, times, by_value: bool):  # noqa: ANN001, ANN202
-    """The order that sorts a batch's rows by (pane, slot[, value][, event time]): one
-    lexsort, whose last key is the primary one (`by_value` False: the values' order within a
-    (pane, slot) does not matter, so they are no key)."""
-    sort_keys = (values, slots, panes) if by_value else (slots, panes)
+def _split_order(xp, panes, slots, values, times, by_value: bool, pane_range=None):  # noqa: ANN001, ANN202
+    """The order that sorts a batch's rows by (pane, slot[, value][, event time]) (`by_value`
+    False: the values' order within a (pane, slot) does not matter, so they are no key).
+    `pane_range`: (low, high) of the panes to split, fewer than 2**30: (pane, slot) is then
+    one key, `(pane - low) * 2**32 + slot` (slots are below 2**31), one radix sort fewer;
+    panes outside the range are clipped to one past either end (they sort before or after
+    it, in no order among themselves, which the caller's bounds search allows)."""
+    if pane_range is None:
+        sort_keys = (values, slots, panes) if by_value else (slots, panes)
+    else:
+        low, high = pane_range
+        packed = xp.clip(panes - low, -1, high - low + 1) * (1 << 32) + slots
+        sort_keys = (values, packed) if by_value else (packed,)
     if times is not None:
         sort_keys = (times, *sort_keys)
-    return xp.lexsort(xp.stack(sort_keys))
+    return lexsort_order(xp, sort_keys)
 
 
 def _host(array: Any) -> np.ndarray:  # noqa: ANN401

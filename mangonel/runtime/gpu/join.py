@@ -55,6 +55,7 @@ from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.gpu.compile import shared_context
 from mangonel.runtime.gpu.join_fused import DeviceJoinCells
 from mangonel.runtime.gpu.join_rows import DeviceJoinRows
+from mangonel.runtime.gpu.sorting import lexsort_order
 from mangonel.runtime.operators.join_kernels import JoinKernels
 
 
@@ -128,9 +129,8 @@ class GpuJoinKernels:
         """Rows with a key, ordered by (slot, row)."""
         cp = device.cupy()
         rows = cp.flatnonzero(slots >= 0)
-        if not len(rows):  # (CuPy's lexsort is not asked about empty keys)
-            return rows
-        return rows[cp.lexsort(cp.stack([rows, slots[rows]]))]
+        # a stable radix sort by slot: the rows, ascending, stay so within a slot
+        return rows[cp.argsort(slots[rows])]
 
     @staticmethod
     def _window_sorted_rows(slots: Any, first: Any, last: Any) -> tuple[Any, Any, int]:  # noqa: ANN401
@@ -151,10 +151,10 @@ class GpuJoinKernels:
         )
         width = high - low + 1
         if low > -(2**61) and high < 2**61 and (top + 1) * width < 2**62:
-            # one radix sort of unique-enough int64 keys, where lexsort sorts once per key
+            # one radix sort of unique-enough int64 keys, not one per key
             order = cp.argsort(keyed * width + (firsts - low))
         else:
-            order = cp.lexsort(cp.stack([firsts, keyed]))
+            order = lexsort_order(cp, (firsts, keyed))
         rows = rows[order]
         bounded = low > -(2**61) and 0 <= span < 2**40
         return rows, cp.ascontiguousarray(first[rows]), span if bounded else -1
@@ -222,10 +222,10 @@ class GpuJoinKernels:
         low, high = int(windows.min()), int(windows.max())
         if (high - low + 1) * n < 2**62:
             # one sort of unique int64 keys (window offset, entry): a single radix sort,
-            # where lexsort runs a stable sort per key and gathers between them
+            # not a stable sort per key with gathers between them
             keys = cp.sort((windows - low) * n + entries)
             return keys % n, keys // n + low
-        order = cp.lexsort(cp.stack([entries, windows]))
+        order = lexsort_order(cp, (entries, windows))
         return entries[order], windows[order]
 
     def expand(self, first, last, lo, hi, ordered=True):
@@ -289,7 +289,7 @@ class GpuJoinKernels:
         n_groups = running.shape[1]
         n = len(ks)
         if n:
-            order = cp.lexsort(cp.stack([ks, gs]))  # by group, then window
+            order = lexsort_order(cp, (ks, gs))  # by group, then window
             ks, gs, ds = ks[order], gs[order], ds[:, order]
             new_group = cp.ones(n, cp.bool_)
             new_group[1:] = gs[1:] != gs[:-1]
@@ -328,7 +328,7 @@ class GpuJoinKernels:
         )
         entries = live[entries]
         if len(entries):
-            order = cp.lexsort(cp.stack([seg_g[entries], windows]))  # by window, then group
+            order = lexsort_order(cp, (seg_g[entries], windows))  # by window, then group
             entries, windows = entries[order], windows[order]
         running[...] = self._down(final)
         values = cp.ascontiguousarray(seg_values[:, entries])

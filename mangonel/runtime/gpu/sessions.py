@@ -35,6 +35,7 @@ import numpy as np
 
 from mangonel.compiler import codegen
 from mangonel.compiler.physical import StateField
+from mangonel.runtime.gpu.sorting import lexsort_order
 
 # The bucket table's cells per row at most (else the sorted form): the table is filled,
 # scanned and read once, so a few cells per row cost about what a sort of the rows would.
@@ -155,7 +156,7 @@ class GpuSessions:
     def _by_sort(self, slots, starts, gap):  # noqa: ANN001, ANN202
         xp = self.xp
         rows = int(starts.shape[0])
-        order = xp.lexsort(xp.stack((starts, slots)))  # the last key is the primary one
+        order = lexsort_order(xp, (starts, slots))  # the last key is the primary one
         sorted_slots = xp.ascontiguousarray(slots[order])
         sorted_starts = xp.ascontiguousarray(starts[order])
         head = self._empty(rows)
@@ -195,7 +196,7 @@ class GpuSessions:
     def _two_sets(self, slots, starts, ends, split):  # noqa: ANN001, ANN202
         xp = self.xp
         count = int(starts.shape[0])
-        order = xp.lexsort(xp.stack((starts, slots)))  # stable: set A first among equals
+        order = lexsort_order(xp, (starts, slots))  # stable: set A first among equals
         sorted_slots = xp.ascontiguousarray(slots[order])
         sorted_starts = xp.ascontiguousarray(starts[order])
         sorted_ends = xp.ascontiguousarray(ends[order])
@@ -245,7 +246,7 @@ class GpuSessions:
     def _walk(self, slots, starts, ends):  # noqa: ANN001, ANN202
         xp = self.xp
         count = int(starts.shape[0])
-        order = xp.lexsort(xp.stack((starts, slots)))
+        order = lexsort_order(xp, (starts, slots))
         sorted_slots = slots[order]
         sorted_starts = xp.ascontiguousarray(starts[order])
         sorted_ends = xp.ascontiguousarray(ends[order])
