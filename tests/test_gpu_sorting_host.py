@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cuda_host import HostCupy
 
 from mangonel.runtime.gpu.sorting import lexsort_order
-from cuda_host import HostCupy
 
 
 @pytest.mark.parametrize("n_keys", [1, 2, 3])
