@@ -238,6 +238,26 @@ def run_public(arguments: argparse.Namespace) -> list[Result]:
     return results
 
 
+def run_standalone_like_spark(
+    text: str, backend: str, batches: list[pa.RecordBatch]
+) -> tuple[float, pa.Table]:
+    """`mangonel bench --spark`'s standalone run: the query on mangonel's own engine (the
+    public API's planner and runner, `Session.sql()`), each batch as one of Spark's
+    micro-batches; windows fire as the watermark passes them, and the end of input fires
+    nothing more, as in Spark's streaming run (its last, no-data micro-batch fires what the
+    last watermark closed). (seconds, result table)."""
+    from mangonel.runtime.local.query import LocalQuery
+    from mangonel.session import Session
+
+    session = Session(backend=backend)
+    session.create_stream("events", batches[0].schema, event_time="ts", watermark=0)
+    runner = LocalQuery(session.sql(text).plan)
+    started = time.perf_counter()
+    results = [result for batch in batches for result in runner.process(batch)]
+    seconds = time.perf_counter() - started
+    return seconds, pa.Table.from_batches(results, schema=runner.schema)
+
+
 def _spark_peer(arguments: argparse.Namespace):  # noqa: ANN202
     """Spark's native window aggregation (batch mode, local Spark) on the same kind of data,
     fewer tuples (it is orders of magnitude slower), same generator. Returns tuples/s."""
@@ -362,6 +382,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "spark.sql.streaming.checkpoint.fileChecksum.enabled=false; applies to both engines",
     )
     parser.add_argument(
+        "--spark-rate",
+        type=positive_int,
+        help="--spark: tuples per second of event time (default 1 M: w = 1 s windows hold "
+        "up to 1 M tuples, and fire only once the stream has run 1 s of event time)",
+    )
+    parser.add_argument(
         "--tuples", type=positive_int, help="tuples per shape (CPU 20 M, GPU 100 M)"
     )
     parser.add_argument(
@@ -460,7 +486,9 @@ def main(arguments: argparse.Namespace) -> int:
     elif arguments.spark:
         from mangonel.runtime.spark.bench import run_spark_benchmarks
 
-        rows = run_spark_benchmarks(arguments)
+        # MEDIAN: mangonel's own engine on the same files beside Spark (issue 11)
+        standalone = run_standalone_like_spark if arguments.holistic else None
+        rows = run_spark_benchmarks(arguments, standalone=standalone)
     elif arguments.backend == "gpu" and not _generic_shapes(arguments):
         from mangonel.bench_gpu import run_gpu_public
 

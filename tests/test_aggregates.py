@@ -391,3 +391,15 @@ def test_plans_pickle_to_the_registered_definitions():
     assert copy.deepcopy(fields)[2].kind is aggregates.state_kind("moments")
     sum_ = aggregates.aggregate("SUM")
     assert pickle.loads(cloudpickle.dumps(sum_)) is sum_
+
+
+def test_null_when_empty_masks_only_the_cells_with_a_zero_count():
+    """No mask at all where every count is non-zero (one counting pass, no mask built);
+    else True exactly where the count is 0 (a negative count, an int64 product that
+    wrapped, is not empty)."""
+    from mangonel.aggregates import null_when_empty
+
+    assert null_when_empty(np, np.array([1, 2, -3], np.int64)) is None
+    assert null_when_empty(np, np.zeros(0, np.int64)) is None
+    mask = null_when_empty(np, np.array([4, 0, -1, 0], np.int64))
+    assert mask is not None and mask.tolist() == [False, True, False, True]

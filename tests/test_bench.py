@@ -240,3 +240,14 @@ def test_spark_conf_settings_parse_and_a_pair_without_equals_is_refused(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--spark", "--spark-conf", "fileChecksum"])
     assert "'fileChecksum': expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_spark_rate_parses_and_defaults_to_none() -> None:
+    """`--spark-rate`: the event time per second of `bench --spark` (None: the bench's 1 M)."""
+    from mangonel.cli import build_parser
+
+    parsed = build_parser().parse_args(["bench", "--spark", "--holistic", "--spark-rate", "100000"])
+    assert parsed.spark_rate == 100_000
+    assert build_parser().parse_args(["bench", "--spark"]).spark_rate is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--spark", "--spark-rate", "0"])

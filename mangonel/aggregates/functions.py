@@ -148,5 +148,7 @@ def aggregates() -> tuple[Aggregate, ...]:
 def null_when_empty(xp: Any, count: Array) -> Array | None:
     """The NULL mask of an aggregate that is NULL over no non-NULL input, or None when no
     result is NULL (the common case: no masking passes)."""
-    empty = count == 0
-    return empty if bool(empty.any()) else None
+    # one counting pass, no mask built, in the common case of no empty cell
+    if int(xp.count_nonzero(count)) == count.size:
+        return None
+    return count == 0

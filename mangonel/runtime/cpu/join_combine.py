@@ -7,10 +7,10 @@ part is, from which side's values: `ROWS` = n_l * n_r, a side's count or sum par
 other side's rows, or a side's MIN/MAX part as it is) and imports it as `generated.py` does
 for the state kinds (a file under the cache directory, numba's on-disk cache). The kernel
 walks both grids window by window, matches each (window, key id) with rows on both sides, and
-writes that match's window bounds, group and every output part at once: no (left cell,
-right cell) pair arrays, no pass per product or per bound. Matches come in window order,
-then group order (`left_order`: the left key slots sorted by group; a sparse entry's
-matches are sorted by group before they are written).
+writes that match's group and every output part at once, then the window's bounds over its
+matches in two contiguous fills: no (left cell, right cell) pair arrays, no pass per
+product. Matches come in window order, then group order (`left_order`: the left key slots
+sorted by group; a sparse entry's matches are sorted by group before they are written).
 """
 
 from __future__ import annotations
@@ -113,6 +113,9 @@ def combine(
             continue
         window_start = window * slide
         window_end = window_start + size
+        # the window's matches are out[first_out:count]: their bounds are filled after them
+        # (two contiguous fills, not two more stores in the per-match loop)
+        first_out = count
         if (
             left_slot_starts[i] < 0
             and right_slot_starts[j] < 0
@@ -129,6 +132,8 @@ def combine(
                 if left_rows[lc] > 0 and right_rows[rc] > 0:
                     group = pair_group[q]
 {emit_dense}
+            out_start[first_out:count] = window_start
+            out_end[first_out:count] = window_end
             i += 1
             j += 1
             continue
@@ -173,6 +178,8 @@ def combine(
                     group = sparse_group[order[o]]
 {emit_sparse}
             i += 1
+        out_start[first_out:count] = window_start
+        out_end[first_out:count] = window_end
     return count
 """
 
@@ -184,11 +191,7 @@ def render_source(ops: tuple[Op, ...], n_left: int, n_right: int) -> str:
     arguments += [f"out{p}" for p in range(len(ops))]
 
     def emit(indent: int) -> str:
-        lines = [
-            "out_start[count] = window_start",
-            "out_end[count] = window_end",
-            "out_group[count] = group_values[group]",
-        ]
+        lines = ["out_group[count] = group_values[group]"]
         lines += [
             f"out{p}[count] = {_EXPRESSIONS[source].format(i=i)}"
             for p, (source, i) in enumerate(ops)

@@ -13,11 +13,16 @@ file per micro-batch) runs end to end, in the same Spark session, one after the 
 2. Spark's native `GROUP BY window(ts, w, s), key` streaming aggregation over Spark's file
    source (the peer; the ratio is 1 over 2);
 3. mangonel on the same files registered as a Spark DataFrame (`register`): the planner's
-   choice there (two stages after Spark's file source, or Spark's native plan by cost).
+   choice there (two stages after Spark's file source, or Spark's native plan by cost);
+4. with `standalone` (the entry point's runner, mangonel.bench.spark_standalone_runner),
+   mangonel's own engine outside Spark over the same files read as Arrow batches, one per
+   micro-batch.
 Each time covers planning, every micro-batch and the final no-data batch (start to
 `processAllAvailable`), after one small warm-up run of each shape's plans (Python workers,
 JIT, Spark's generated code).
-`state_store` picks Spark's state store provider for the run (`STATE_STORES`).
+`state_store` picks Spark's state store provider for the run (`STATE_STORES`). `--spark-conf`
+settings go to the builder before Spark's JVM starts, so settings such as
+`spark.driver.memory` (the driver's heap in local mode) reach it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import argparse
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -100,11 +106,30 @@ class SparkResult:
     alternative: str = ""
     alternative_tuples_per_second: float | None = None
     spark_conf: str = ""  # the run's `--spark-conf` settings, "KEY=VALUE; ..."
+    # mangonel's standalone engine (`Session.sql().run()`) on the same files, outside Spark
+    standalone_seconds: float | None = None
+    standalone_rows: int | None = None
 
 
-def start_local_spark(cores: int = 2, shuffle_partitions: int = 2) -> SparkSession:
-    """Local Spark configured as the benchmarks and tests use it."""
-    return local_spark("mangonel-bench", cores=cores, shuffle_partitions=shuffle_partitions)
+def start_local_spark(
+    cores: int = 2, shuffle_partitions: int = 2, extra: dict[str, str] | None = None
+) -> SparkSession:
+    """Local Spark configured as the benchmarks and tests use it; `extra` settings are given
+    to the builder, so they reach the JVM when this call starts it (spark.driver.memory)."""
+    return local_spark(
+        "mangonel-bench", cores=cores, shuffle_partitions=shuffle_partitions, extra=extra
+    )
+
+
+def driver_heap_bytes(spark: SparkSession) -> int:
+    """The driver JVM's maximum heap (-Xmx; in local mode the executors share it)."""
+    return int(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory())
+
+
+def _is_runtime_setting(key: str) -> bool:
+    """Whether `spark.conf.set` may change `key` on a running session: SQL settings may;
+    Spark core settings (spark.driver.memory, ...) are fixed once the JVM runs."""
+    return key.startswith("spark.sql.")
 
 
 def run_to_sink(
@@ -211,11 +236,14 @@ def measure_shape(
     keep: list[Any] | None = None,
     state_store: str = "hdfs",
     compare: bool = False,
+    standalone: StandaloneRunner | None = None,
 ) -> SparkResult:
     """One shape through mangonel's reader path, Spark's native aggregation and mangonel
     over a registered DataFrame (module docstring). With `keep`, the three result tables are
-    appended to it in that order instead of going to a no-op sink. `compare`: also the
-    declared stream with a plan the planner did not choose (`alternative_plan`)."""
+    appended to it in that order instead of going to a no-op sink (and the standalone
+    engine's, fourth). `compare`: also the declared stream with a plan the planner did not
+    choose (`alternative_plan`). `standalone`: also mangonel's own engine outside Spark on
+    the same files through this runner (`run_standalone`)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORES[state_store])
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-") as folder:
         write_input(Path(folder), shape, tuples, rate, batch, seed)
@@ -245,6 +273,11 @@ def measure_shape(
         registered = SparkMangonelSession(spark, backend=backend)
         registered.register("events", source, event_time="ts", watermark=0)
         frame_seconds, _ = _seconds_and_rows(registered.sql(_mangonel_query(shape)), keep)
+        alone_seconds, alone_rows = (
+            run_standalone(Path(folder), shape, standalone, backend, keep)
+            if standalone is not None
+            else (None, None)
+        )
     ours_rate = tuples / ours_seconds
     native_rate = tuples / native_seconds
     return SparkResult(
@@ -264,7 +297,35 @@ def measure_shape(
         state_store,
         alternative,
         alternative_rate,
+        standalone_seconds=alone_seconds,
+        standalone_rows=alone_rows,
     )
+
+
+# mangonel's own engine outside Spark, given by the entry point (runtime.spark cannot import
+# the standalone runtime): (query text, backend, batches) -> (seconds, result table)
+StandaloneRunner = Callable[[str, str, list[pa.RecordBatch]], tuple[float, pa.Table]]
+
+
+def run_standalone(
+    folder: Path,
+    shape: SparkShape,
+    runner: StandaloneRunner,
+    backend: str = "auto",
+    keep: list[Any] | None = None,
+) -> tuple[float, int]:
+    """`runner` over the bench's Parquet files, one Arrow batch per file as Spark's
+    micro-batches; the files are read before its clock starts. (seconds, rows out); with
+    `keep`, the result table is appended to it as a pandas frame."""
+    batches = [
+        batch
+        for path in sorted(folder.glob("part-*.parquet"))
+        for batch in pq.read_table(path).combine_chunks().to_batches()
+    ]
+    seconds, table = runner(_mangonel_query(shape), backend, batches)
+    if keep is not None:
+        keep.append(table.to_pandas())
+    return seconds, table.num_rows
 
 
 def run_spark_benchmarks(
@@ -272,9 +333,11 @@ def run_spark_benchmarks(
     *,
     shapes: tuple[SparkShape, ...] | None = None,
     spark: SparkSession | None = None,
+    standalone: StandaloneRunner | None = None,
 ) -> list[dict[str, Any]]:
     """Every shape end to end in local Spark, mangonel vs Spark's native streaming window
-    aggregation on the same micro-batches; prints one row per shape with the ratio."""
+    aggregation on the same micro-batches; prints one row per shape with the ratio (and
+    with `standalone`, mangonel's own engine outside Spark on the same files beside it)."""
     tuples = getattr(arguments, "tuples", None) or 2_000_000
     # Event time advances 1 s per million tuples, so w = 1 s windows fire throughout the run
     # (the standalone benchmark's --rate is far higher; `spark_rate` overrides this one).
@@ -284,9 +347,19 @@ def run_spark_benchmarks(
     backend = getattr(arguments, "backend", None) or "auto"
     state_store = getattr(arguments, "spark_state", None) or "hdfs"
     settings = dict(getattr(arguments, "spark_conf", None) or [])  # (key, value) pairs
-    spark = spark or start_local_spark()
-    for key, value in settings.items():  # both engines run under them: the ratio stays fair
-        spark.conf.set(key, value)
+    # both engines run under the settings (the ratio stays fair); given to the builder, they
+    # reach the JVM if this call starts it (spark.driver.memory: the heap of local mode)
+    if spark is None:
+        spark = start_local_spark(extra=settings)
+    else:
+        for key, value in settings.items():
+            if _is_runtime_setting(key):
+                spark.conf.set(key, value)
+            elif spark.conf.get(key, None) != value:
+                raise ValueError(
+                    f"--spark-conf {key}={value}: fixed once Spark runs; this session has "
+                    f"{spark.conf.get(key, None)!r}"
+                )
     holistic = getattr(arguments, "holistic", False)
     chosen = shapes or (HOLISTIC_SHAPES if holistic else DEFAULT_SHAPES)
     print("warming up (Python workers, JIT, each shape's plans) ...", flush=True)
@@ -303,9 +376,10 @@ def run_spark_benchmarks(
             seed,
             backend,
             state_store=state_store,
+            standalone=standalone,
         )
     print(
-        f"state store: {state_store}"
+        f"driver heap: {driver_heap_bytes(spark) / 2**30:.2f} GiB; state store: {state_store}"
         + "".join(f"; {key}={value}" for key, value in settings.items())
         + "\n"
         f"{'shape':32s} {'tuples':>10s} {'mangonel':>14s} {'Spark native':>14s} {'ratio':>8s} "
@@ -314,7 +388,16 @@ def run_spark_benchmarks(
     results = []
     for shape in chosen:
         result = measure_shape(
-            spark, shape, tuples, rate, batch, seed, backend, state_store=state_store, compare=True
+            spark,
+            shape,
+            tuples,
+            rate,
+            batch,
+            seed,
+            backend,
+            state_store=state_store,
+            compare=True,
+            standalone=standalone,
         )
         result.spark_conf = "; ".join(f"{key}={value}" for key, value in settings.items())
         agree = "" if result.rows_out == result.spark_rows_out else "  (row counts differ!)"
@@ -326,6 +409,7 @@ def run_spark_benchmarks(
             f"{frame_rate:.3f} M/s ({frame_rate * 1e6 / result.spark_tuples_per_second:.1f}x)"
             + f"  [{result.mangonel_seconds:.1f} s vs {result.spark_seconds:.1f} s]"
             + _alternative_text(result)
+            + _standalone_text(result)
             + agree,
             flush=True,
         )
@@ -340,6 +424,17 @@ def _alternative_text(result: SparkResult) -> str:
     return (
         f"; not chosen: {result.alternative} {rate / 1e6:.3f} M/s "
         f"({rate / result.spark_tuples_per_second:.1f}x)"
+    )
+
+
+def _standalone_text(result: SparkResult) -> str:
+    if result.standalone_seconds is None:
+        return ""
+    agree = "" if result.standalone_rows == result.spark_rows_out else " (rows differ!)"
+    return (
+        f"; standalone engine {result.standalone_seconds:.3f} s "
+        f"({result.spark_seconds / result.standalone_seconds:.1f}x Spark), "
+        f"{result.standalone_rows:,} rows{agree}"
     )
 
 
