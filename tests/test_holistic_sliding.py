@@ -1,0 +1,169 @@
+"""The CPU's sliding percentiles (`runtime.cpu.holistic_sliding`): a key's band stepped pane by
+pane gives the values the sorted window gives, over rows in any order, states carried across
+calls, panes that changed after a state was made, panes no longer held, ties, drifting values,
+p = 0 and 1, arrays of p, both positions' rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mangonel.runtime.cpu import holistic_sliding as hs
+from mangonel.runtime.cpu.holistic import MODES
+
+
+def _expected(window: np.ndarray, evaluation: str, fractions) -> tuple[list, list]:  # noqa: ANN001
+    window = np.sort(window)
+    lows, highs = [], []
+    for p in fractions:
+        if not len(window):
+            lows.append(0)
+            highs.append(0)
+            continue
+        if evaluation == "percentile_cont":
+            position = p * (len(window) - 1)
+            low, high = int(np.floor(position)), int(np.ceil(position))
+        else:
+            low = high = max(int(np.ceil(p * len(window))) - 1, 0)
+        lows.append(window[low])
+        highs.append(window[high])
+    return lows, highs
+
+
+class _Sliding:
+    """Panes of per-key values and a key state, as the driver holds them."""
+
+    def __init__(self, slots: int, fractions, evaluation: str, pw: int) -> None:  # noqa: ANN001
+        self.fractions = np.asarray(fractions, np.float64)
+        self.mode = MODES[evaluation]
+        self.evaluation = evaluation
+        self.pw = pw
+        self.slots = slots
+        ps = len(self.fractions)
+        self.first = np.full(slots, hs.NO_WINDOW, np.int64)
+        self.epoch = np.zeros(slots, np.int64)
+        self.count = np.zeros(slots, np.int64)
+        self.bounds = np.zeros((slots, ps, 4), np.int64)
+        self.bounds[:, :, 3] = -1
+        self.bands = hs.new_bands()
+        hs.extend_bands(self.bands, slots * ps)
+        self.panes: dict[int, list[np.ndarray]] = {}  # pane -> per slot values
+        self.changed: dict[int, int] = {}
+        self.generation = 1
+
+    def add(self, pane: int, slot: int, values: np.ndarray) -> None:
+        per_slot = self.panes.setdefault(pane, [np.empty(0, np.int64)] * self.slots)
+        per_slot = list(per_slot)
+        per_slot[slot] = np.concatenate((per_slot[slot], values.astype(np.int64)))
+        self.panes[pane] = per_slot
+        self.changed[pane] = self.generation
+
+    def evaluate(self, slots: np.ndarray, firsts: np.ndarray, forget_before: int | None = None):  # noqa: ANN201
+        base = int(firsts.min()) - self.pw
+        end = int(firsts.max()) + self.pw
+        values, offsets, changed = [], [], []
+        for q in range(base, end):
+            per_slot = self.panes.get(q)
+            if per_slot is None or (forget_before is not None and q < forget_before):
+                values.append(np.empty(0, np.int64))
+                offsets.append(np.zeros(1, np.int64))
+                unknown = forget_before is not None and q < forget_before
+                changed.append(hs.UNKNOWN_PANE if unknown else 0)
+                continue
+            lengths = [len(v) for v in per_slot]
+            # grouped, each slot's values shuffled (not sorted)
+            rng = np.random.default_rng(q)
+            values.append(np.concatenate([rng.permutation(v) for v in per_slot]))
+            offsets.append(np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
+            changed.append(self.changed[q])
+        rows = len(slots)
+        ps = len(self.fractions)
+        n = np.zeros(rows, np.int64)
+        lower = np.zeros((rows, ps), np.int64)
+        higher = np.zeros((rows, ps), np.int64)
+        hs.sliding_percentiles(
+            hs.pane_list(values), hs.pane_list(offsets), np.array(changed, np.int64), base,
+            self.pw, slots.astype(np.int64), firsts.astype(np.int64), self.mode,
+            self.fractions, self.generation, self.first, self.epoch, self.count, self.bounds,
+            self.bands, n, lower, higher,
+        )  # fmt: skip
+        self.generation += 1
+        for r in range(rows):
+            window = [
+                self.panes[q][slots[r]]
+                for q in range(firsts[r], firsts[r] + self.pw)
+                if q in self.panes
+            ]
+            joined = np.concatenate(window) if window else np.empty(0, np.int64)
+            lows, highs = _expected(joined, self.evaluation, self.fractions)
+            assert n[r] == len(joined), r
+            assert list(lower[r]) == lows, (r, firsts[r])
+            assert list(higher[r]) == highs, (r, firsts[r])
+        return n
+
+
+@pytest.mark.parametrize("evaluation", ["percentile_cont", "percentile_disc"])
+@pytest.mark.parametrize("spread", [10**12, 5])
+def test_stepped_bands_give_the_sorted_windows_values(evaluation, spread):
+    rng = np.random.default_rng(spread % 97)
+    pw, keys = 20, 4
+    fractions = (0.0, 0.01, 0.5, 0.77, 1.0)
+    sliding = _Sliding(keys, fractions, evaluation, pw)
+    for pane in range(140):
+        for slot in range(keys):
+            sliding.add(pane, slot, rng.integers(-spread, spread + 1, int(rng.integers(0, 120))))
+    # firings of 5 windows per key, rows window-major (as a result batch), then key-major
+    for start in range(0, 100, 5):
+        firsts = np.repeat(np.arange(start, start + 5), keys)
+        slots = np.tile(np.arange(keys), 5)
+        if start % 10:
+            order = np.lexsort((firsts, slots))
+            firsts, slots = firsts[order], slots[order]
+        sliding.evaluate(slots, firsts)
+
+
+def test_extreme_values_ties_and_a_drift():
+    """int64's extremes (the band's open ends), all-equal panes, values that rise with time
+    (the percentile leaves any fixed band) and empty windows."""
+    rng = np.random.default_rng(3)
+    pw = 10
+    sliding = _Sliding(2, (0.0, 0.5, 1.0), "percentile_cont", pw)
+    top, bottom = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    for pane in range(60):
+        sliding.add(pane, 0, pane * 1000 + rng.integers(0, 3000, 300))
+        if pane % 7 == 0:
+            sliding.add(pane, 0, np.array([top, bottom, top]))
+        if 20 <= pane < 40:
+            sliding.add(pane, 1, np.full(200, 5))
+    for start in range(0, 50, 3):
+        firsts = np.repeat(np.arange(start, start + 3), 2)
+        sliding.evaluate(np.tile(np.arange(2), 3), firsts)
+
+
+def test_changed_panes_skipped_windows_and_unknown_panes_rebuild():
+    rng = np.random.default_rng(5)
+    pw = 8
+    sliding = _Sliding(3, (0.25, 0.5), "percentile_disc", pw)
+    for pane in range(12):
+        for slot in range(3):
+            sliding.add(pane, slot, rng.integers(0, 1000, 150))
+    sliding.evaluate(np.arange(3), np.zeros(3, np.int64))
+    # out-of-order values into the stepped window's panes (not late): the states rebuild
+    sliding.add(3, 0, rng.integers(0, 10, 500))
+    sliding.add(5, 2, rng.integers(990, 1000, 500))
+    sliding.evaluate(np.arange(3), np.ones(3, np.int64))
+    # a key skips a window; another steps where its leaving pane is no longer held
+    sliding.evaluate(np.array([0, 2]), np.array([3, 2]))
+    sliding.evaluate(np.array([1, 2]), np.array([4, 3]), forget_before=3)
+    # the same window again (no pane changed), then one whose panes did
+    sliding.evaluate(np.array([1]), np.array([4]))
+    sliding.add(6, 1, rng.integers(0, 1000, 40))
+    sliding.evaluate(np.array([1]), np.array([4]))
+
+
+def test_group_pane_groups_by_slot():
+    slots = np.array([2, 0, 2, 1, 0, 2], np.int64)
+    values = np.array([5, 4, 3, 2, 1, 0], np.int64)
+    grouped, offsets = hs.group_pane(slots, values, 4)
+    assert offsets.tolist() == [0, 2, 3, 6, 6]
+    assert grouped.tolist() == [4, 1, 2, 5, 3, 0]
