@@ -111,7 +111,7 @@ def test_stepped_bands_give_the_sorted_windows_values(evaluation, spread):
     sliding = _Sliding(keys, fractions, evaluation, pw)
     for pane in range(140):
         for slot in range(keys):
-            sliding.add(pane, slot, rng.integers(-spread, spread + 1, int(rng.integers(0, 120))))
+            sliding.add(pane, slot, rng.integers(-spread, spread + 1, int(rng.integers(0, 300))))
     # firings of 5 windows per key, rows window-major (as a result batch), then key-major
     for start in range(0, 100, 5):
         firsts = np.repeat(np.arange(start, start + 5), keys)
@@ -167,3 +167,26 @@ def test_group_pane_groups_by_slot():
     grouped, offsets = hs.group_pane(slots, values, 4)
     assert offsets.tolist() == [0, 2, 3, 6, 6]
     assert grouped.tolist() == [4, 1, 2, 5, 3, 0]
+
+
+def test_a_sample_that_misses_the_band_falls_back_to_every_value():
+    """The rebuild brackets its band from a strided sample: values laid out so that every
+    sampled one is far above the rest make the bracket miss; the band is then selected
+    from every value."""
+    total = 8 * hs.SAMPLE
+    rng = np.random.default_rng(9)
+    values = rng.integers(0, 1000, total).astype(np.int64)
+    values[:: total // hs.SAMPLE] = 10**9 + np.arange(hs.SAMPLE)
+    offsets = np.array([0, total], np.int64)
+    expected = np.sort(values)
+    for low in (0, total // 2, total - 1):
+        band = np.empty(0, np.int64)
+        lo, hi, below, size, band, _ = hs._rebuild(
+            hs.pane_list([values]), hs.pane_list([offsets]), 0, 0, 0, 1, total, low, low,
+            band, np.empty(0, np.int64), np.empty(hs.SAMPLE, np.int64),
+        )  # fmt: skip
+        assert below <= low < below + size
+        assert band[low - below] == expected[low]
+        assert (np.sort(band[:size]) == band[:size]).all()
+        assert below == int((values < lo).sum())
+        assert size == int(((values >= lo) & (values <= hi)).sum())

@@ -50,7 +50,7 @@ def band_margin(total):
     the positions move against a fixed band while the window is replaced (sqrt(n) / 2 per
     pane of n / 100 values, a random walk over a window's life), so a stationary stream
     rebuilds seldom while a step's inserts stay short."""
-    return int(1.25 * math.sqrt(total)) + 16
+    return int(0.6 * math.sqrt(total)) + 16
 
 
 @numba.njit(cache=True)
@@ -64,80 +64,162 @@ def _segment(offsets, slot):
 
 @numba.njit(cache=True)
 def _find(band, size, value):
-    """The first index of band[:size] (sorted) holding `value` or more."""
-    start, end = 0, size
-    while start < end:
-        middle = (start + end) >> 1
-        if band[middle] < value:
-            start = middle + 1
-        else:
-            end = middle
-    return start
+    """The first index of band[:size] (sorted) holding `value` or more: halving without a
+    branch on the comparison (a band's values are random: a branch is mispredicted half
+    the time)."""
+    if size == 0:
+        return 0
+    at = 0
+    length = size
+    while length > 1:
+        half = length >> 1
+        at += (band[at + half - 1] < value) * half
+        length -= half
+    return at + (band[at] < value)
+
+
+# a rebuild over more values than 4x this many brackets the band from a sample first
+SAMPLE = 512
 
 
 @numba.njit(cache=True)
-def _gather(pane_values, pane_offsets, base, slot, first, panes_per_window, scratch):
-    """The key's values of the window's panes into scratch (grown where short)."""
-    filled = 0
-    for q in range(first, first + panes_per_window):
-        values = pane_values[q - base]
-        start, end = _segment(pane_offsets[q - base], slot)
-        if filled + end - start > scratch.shape[0]:
-            grown = np.empty(2 * (filled + end - start), np.int64)
-            grown[:filled] = scratch[:filled]
-            scratch = grown
-        for i in range(start, end):
-            scratch[filled] = values[i]
-            filled += 1
-    return scratch, filled
-
-
-@numba.njit(cache=True)
-def _rebuild_band(scratch, total, low, high, band):
-    """A band around positions low .. high of scratch[:total] (permuted): (lo, hi, below,
+def _exact_band(values, count, first, last, open_low, open_high, band):
+    """A band of values[:count] (permuted) from position `first` to `last`: (lo, hi, below,
     size, band) with band[:size] the values in [lo, hi] sorted (`band` reallocated where
-    short), `below` the values under lo."""
-    margin = band_margin(total)
-    first = max(low - margin, 0)
-    last = min(high + margin, total - 1)
-    if first == 0:
+    short) and `below` the values under lo; lo, hi the int64 extremes where `open_low`,
+    `open_high` (the band reaches the window's end: every value that comes is inside)."""
+    if open_low:
         lo = INT64_MIN
         first_tie = 0
     else:
-        _select(scratch, total, first)
-        lo = scratch[first]
+        _select(values, count, first)
+        lo = values[first]
         first_tie = 0  # values equal to lo before its position: in the band too
         for i in range(first):
-            first_tie += scratch[i] == lo
-    if last == total - 1:
+            first_tie += values[i] == lo
+    if open_high:
         hi = INT64_MAX
         last_tie = 0
     else:
-        suffix = scratch[first:]
-        _select(suffix, total - first, last - first)
-        hi = scratch[last]
+        suffix = values[first:]
+        _select(suffix, count - first, last - first)
+        hi = values[last]
         last_tie = 0
-        for i in range(last + 1, total):
-            last_tie += scratch[i] == hi
+        for i in range(last + 1, count):
+            last_tie += values[i] == hi
     size = last - first + 1 + first_tie + last_tie
     if band.shape[0] < size:
         band = np.empty(size + size // 2 + 16, np.int64)
     filled = 0
     if first_tie:
         for i in range(first):
-            if scratch[i] == lo:
+            if values[i] == lo:
                 band[filled] = lo
                 filled += 1
-    for i in range(first, last + 1):
-        band[filled] = scratch[i]
-        filled += 1
+    band[filled : filled + last - first + 1] = values[first : last + 1]
+    filled += last - first + 1
     if last_tie:
-        for i in range(last + 1, total):
-            if scratch[i] == hi:
+        for i in range(last + 1, count):
+            if values[i] == hi:
                 band[filled] = hi
                 filled += 1
     band[:size].sort()
     return lo, hi, first - first_tie, size, band
+
+
+@numba.njit(cache=True)
+def _gather(pane_values, pane_offsets, base, slot, first, pw, total, work):
+    """The key's window's values into work[:total] (`work` grown where short)."""
+    if work.shape[0] < total:
+        work = np.empty(2 * total, np.int64)
+    filled = 0
+    for q in range(first, first + pw):
+        start, end = _segment(pane_offsets[q - base], slot)
+        work[filled : filled + end - start] = pane_values[q - base][start:end]
+        filled += end - start
+    return work
+
+
+@numba.njit(cache=True)
+def _bracket(work, total, at_low, at_high, sample):
+    """Floyd and Rivest's sampling: values (lo, hi) around positions at_low .. at_high of
+    work[:total] from SAMPLE of them at even strides, 1.5 sqrt(SAMPLE) samples (3 standard
+    deviations) beyond; the int64 extremes past the sample's ends."""
+    for j in range(SAMPLE):
+        sample[j] = work[(j * total) // SAMPLE]
+    spread = int(1.5 * math.sqrt(SAMPLE)) + 2
+    low_sample = (at_low * SAMPLE) // total - spread
+    high_sample = (at_high * SAMPLE) // total + spread + 1
+    lo = INT64_MIN
+    if low_sample >= 0:
+        _select(sample, SAMPLE, low_sample)
+        lo = sample[low_sample]
+    else:
+        low_sample = 0
+    hi = INT64_MAX
+    if high_sample < SAMPLE:
+        suffix = sample[low_sample:]
+        _select(suffix, SAMPLE - low_sample, high_sample - low_sample)
+        hi = sample[high_sample]
+    return lo, hi
+
+
+@numba.njit(cache=True)
+def _rebuild(
+    pane_values, pane_offsets, base, slot, first, pw, total, low, high, band, work, sample
+):
+    """A band around positions low .. high of the key's window (`_exact_band`'s result,
+    and `work` grown where short). The window's values are copied once (reading them from
+    ~100 panes is most of the cost); over a few thousand, the values of a sampled bracket
+    are kept in place by one pass in cache (where the bracket misses, all of them: copied
+    again) and the band is selected in those."""
+    margin = band_margin(total)
+    at_low = max(low - margin, 0)
+    at_high = min(high + margin, total - 1)
+    open_low = at_low == 0
+    open_high = at_high == total - 1
+    work = _gather(pane_values, pane_offsets, base, slot, first, pw, total, work)
+    below = 0
+    kept = total
+    if total > 4 * SAMPLE and not (open_low and open_high):
+        lo, hi = _bracket(work, total, at_low, at_high, sample)
+        lo = INT64_MIN if open_low else lo
+        hi = INT64_MAX if open_high else hi
+        for i in range(total):
+            x = work[i]
+            below += x < lo
+            work[kept - total] = x  # in place: the kept count never passes i
+            kept += (x >= lo) & (x <= hi)
+        kept -= total
+        if below > at_low or at_high >= below + kept:  # the sample missed: every value
+            work = _gather(pane_values, pane_offsets, base, slot, first, pw, total, work)
+            below = 0
+            kept = total
+    lo, hi, under, size, band = _exact_band(
+        work, kept, at_low - below, at_high - below, open_low, open_high, band
+    )
+    return lo, hi, below + under, size, band, work
+
+
+@numba.njit(cache=True)
+def _trim(band, size, below, at_low, at_high):
+    """A band that holds positions at_low .. at_high cut to them (with their values'
+    ties), its values moved to its front: (lo or None, hi or None where a side is kept
+    whole, below, size)."""
+    start = 0
+    lo_cut = at_low > below
+    lo = band[at_low - below] if lo_cut else 0
+    if lo_cut:
+        start = _find(band, size, lo)
+    end = size
+    hi_cut = at_high - below < size - 1
+    hi = band[at_high - below] if hi_cut else 0
+    if hi_cut:
+        end = at_high - below + 1
+        while end < size and band[end] == hi:
+            end += 1
+    band[: end - start] = band[start:end]
+    return lo_cut, lo, hi_cut, hi, below + start, end - start
 
 
 @numba.njit(cache=True)
@@ -155,7 +237,7 @@ def _move(values, start, end, sign, lo, hi, below, size, band):
         if sign < 0:
             if at >= size or band[at] != x:
                 return below, -1, band, grown
-            for j in range(at, size - 1):
+            for j in range(at, size - 1):  # a loop: numba copies an overlapping slice first
                 band[j] = band[j + 1]
             size -= 1
         else:
@@ -187,7 +269,8 @@ def sliding_percentiles(
     ps = fractions.shape[0]
     pw = panes_per_window
     listed = len(pane_values)
-    scratch = np.empty(1024, np.int64)
+    work = np.empty(1024, np.int64)
+    sample = np.empty(SAMPLE, np.int64)
     for r in range(row_slots.shape[0]):
         slot = row_slots[r]
         first = row_first[r]
@@ -232,7 +315,6 @@ def sliding_percentiles(
         state_first[slot] = first
         state_epoch[slot] = generation
         state_count[slot] = total
-        gathered = -1
         for f in range(ps):
             lower[r, f] = 0
             higher[r, f] = 0
@@ -242,15 +324,27 @@ def sliding_percentiles(
             low, high = _positions(mode, fractions[f], total)
             below = state_bounds[slot, f, 2]
             size = state_bounds[slot, f, 3]
-            # a band grown with a drift is recentred too (its inserts got long)
-            oversized = size > 8 * band_margin(total) + 64
-            if not stepped or size < 0 or below > low or high >= below + size or oversized:
-                if gathered < 0:
-                    scratch, gathered = _gather(
-                        pane_values, pane_offsets, base, slot, first, pw, scratch
-                    )
+            covered = size >= 0 and below <= low and high < below + size
+            if stepped and covered and size > 4 * band_margin(total) + 64:
+                # a band grown with a drift (or a window that grew): cut to the margin
+                # again, so inserts stay short
+                margin = band_margin(total)
+                lo_cut, lo, hi_cut, hi, below, size = _trim(
+                    bands[slot * ps + f], size, below, max(low - margin, 0),
+                    min(high + margin, total - 1),
+                )  # fmt: skip
+                if lo_cut:
+                    state_bounds[slot, f, 0] = lo
+                if hi_cut:
+                    state_bounds[slot, f, 1] = hi
+                state_bounds[slot, f, 2] = below
+                state_bounds[slot, f, 3] = size
+            if not stepped or size < 0 or below > low or high >= below + size:
                 k = slot * ps + f
-                lo, hi, below, size, band = _rebuild_band(scratch, gathered, low, high, bands[k])
+                lo, hi, below, size, band, work = _rebuild(
+                    pane_values, pane_offsets, base, slot, first, pw, total, low, high,
+                    bands[k], work, sample,
+                )  # fmt: skip
                 bands[k] = band
                 state_bounds[slot, f, 0] = lo
                 state_bounds[slot, f, 1] = hi
