@@ -54,12 +54,14 @@ def band_margin(total):
 
 
 @numba.njit(cache=True)
-def _segment(offsets, slot):
-    """(start, end) of key slot `slot`'s values in a grouped pane (a slot past the pane's
-    last, first seen after it was grouped, has none)."""
-    if slot + 1 >= offsets.shape[0]:
+def _segment(offsets, offset_first, index, slot):
+    """(start, end) of key slot `slot`'s values in listed pane `index`, whose slot offsets
+    lie in `offsets` from `offset_first[index]` to `offset_first[index + 1]` (a slot past
+    the pane's last, first seen after it was grouped, has none)."""
+    at = offset_first[index] + slot
+    if at + 1 >= offset_first[index + 1]:
         return 0, 0
-    return offsets[slot], offsets[slot + 1]
+    return offsets[at], offsets[at + 1]
 
 
 @numba.njit(cache=True)
@@ -128,14 +130,15 @@ def _exact_band(values, count, first, last, open_low, open_high, band):
 
 
 @numba.njit(cache=True)
-def _gather(pane_values, pane_offsets, base, slot, first, pw, total, work):
+def _gather(pane_values, offsets, offset_first, base, slot, first, pw, total, work):
     """The key's window's values into work[:total] (`work` grown where short)."""
     if work.shape[0] < total:
         work = np.empty(2 * total, np.int64)
     filled = 0
     for q in range(first, first + pw):
-        start, end = _segment(pane_offsets[q - base], slot)
-        work[filled : filled + end - start] = pane_values[q - base][start:end]
+        start, end = _segment(offsets, offset_first, q - base, slot)
+        if end > start:
+            work[filled : filled + end - start] = pane_values[q - base][start:end]
         filled += end - start
     return work
 
@@ -166,7 +169,19 @@ def _bracket(work, total, at_low, at_high, sample):
 
 @numba.njit(cache=True)
 def _rebuild(
-    pane_values, pane_offsets, base, slot, first, pw, total, low, high, band, work, sample
+    pane_values,
+    offsets,
+    offset_first,
+    base,
+    slot,
+    first,
+    pw,
+    total,
+    low,
+    high,
+    band,
+    work,
+    sample,
 ):
     """A band around positions low .. high of the key's window (`_exact_band`'s result,
     and `work` grown where short). The window's values are copied once (reading them from
@@ -178,7 +193,7 @@ def _rebuild(
     at_high = min(high + margin, total - 1)
     open_low = at_low == 0
     open_high = at_high == total - 1
-    work = _gather(pane_values, pane_offsets, base, slot, first, pw, total, work)
+    work = _gather(pane_values, offsets, offset_first, base, slot, first, pw, total, work)
     below = 0
     kept = total
     if total > 4 * SAMPLE and not (open_low and open_high):
@@ -192,7 +207,7 @@ def _rebuild(
             kept += (x >= lo) & (x <= hi)
         kept -= total
         if below > at_low or at_high >= below + kept:  # the sample missed: every value
-            work = _gather(pane_values, pane_offsets, base, slot, first, pw, total, work)
+            work = _gather(pane_values, offsets, offset_first, base, slot, first, pw, total, work)
             below = 0
             kept = total
     lo, hi, under, size, band = _exact_band(
@@ -255,15 +270,16 @@ def _move(values, start, end, sign, lo, hi, below, size, band):
 
 @numba.njit(cache=True)
 def sliding_percentiles(
-    pane_values, pane_offsets, pane_changed, base, panes_per_window, row_slots, row_first,
-    mode, fractions, generation, state_first, state_epoch, state_count, state_bounds, bands,
-    n, lower, higher,
+    pane_values, offsets, offset_first, pane_changed, base, panes_per_window, row_slots,
+    row_first, mode, fractions, generation, state_first, state_epoch, state_count,
+    state_bounds, bands, n, lower, higher,
 ):  # fmt: skip
     """Fill n, lower and higher (one entry per row and p) for rows (key slot `row_slots[r]`,
-    window from absolute pane `row_first[r]`) over panes listed from `base`
-    (`pane_values[q - base]` grouped by `pane_offsets[q - base]`, `pane_changed[q - base]`:
-    the generation of its last change, UNKNOWN_PANE where not held), stepping and updating
-    each key's state (`state_first`, `state_epoch`, `state_count` per slot; per slot and p
+    window from absolute pane `row_first[r]`) over panes listed from `base` (listed pane
+    i = q - base: values `pane_values[i]` grouped by key slot, the slots' offsets into them
+    `offsets[offset_first[i]:offset_first[i + 1]]`, `pane_changed[i]` the generation of its
+    last change, UNKNOWN_PANE where not held), stepping and updating each key's state
+    (`state_first`, `state_epoch`, `state_count` per slot; per slot and p
     `state_bounds[slot, p]` = (lo, hi, below, size) and `bands[slot * ps + p]`); states made
     here get epoch `generation`. See the module docstring."""
     ps = fractions.shape[0]
@@ -292,7 +308,7 @@ def sliding_percentiles(
                     continue  # in both windows
                 sign = -1 if q < leave_end else 1
                 values = pane_values[q - base]
-                start, end = _segment(pane_offsets[q - base], slot)
+                start, end = _segment(offsets, offset_first, q - base, slot)
                 total += sign * (end - start)
                 for f in range(ps):
                     k = slot * ps + f
@@ -309,7 +325,7 @@ def sliding_percentiles(
                     state_bounds[slot, f, 3] = size
         else:
             for q in range(first, first + pw):
-                start, end = _segment(pane_offsets[q - base], slot)
+                start, end = _segment(offsets, offset_first, q - base, slot)
                 total += end - start
         n[r] = total
         state_first[slot] = first
@@ -321,36 +337,35 @@ def sliding_percentiles(
             if total == 0:
                 state_bounds[slot, f, 3] = -1
                 continue
+            k = slot * ps + f
             low, high = _positions(mode, fractions[f], total)
             below = state_bounds[slot, f, 2]
             size = state_bounds[slot, f, 3]
+            band = bands[k]
             covered = size >= 0 and below <= low and high < below + size
-            if stepped and covered and size > 4 * band_margin(total) + 64:
+            margin = band_margin(total)
+            if stepped and covered and size > 4 * margin + 64:
                 # a band grown with a drift (or a window that grew): cut to the margin
                 # again, so inserts stay short
-                margin = band_margin(total)
                 lo_cut, lo, hi_cut, hi, below, size = _trim(
-                    bands[slot * ps + f], size, below, max(low - margin, 0),
-                    min(high + margin, total - 1),
-                )  # fmt: skip
+                    band, size, below, max(low - margin, 0), min(high + margin, total - 1)
+                )
                 if lo_cut:
                     state_bounds[slot, f, 0] = lo
                 if hi_cut:
                     state_bounds[slot, f, 1] = hi
                 state_bounds[slot, f, 2] = below
                 state_bounds[slot, f, 3] = size
-            if not stepped or size < 0 or below > low or high >= below + size:
-                k = slot * ps + f
+            if not (stepped and covered):
                 lo, hi, below, size, band, work = _rebuild(
-                    pane_values, pane_offsets, base, slot, first, pw, total, low, high,
-                    bands[k], work, sample,
+                    pane_values, offsets, offset_first, base, slot, first, pw, total, low,
+                    high, band, work, sample,
                 )  # fmt: skip
                 bands[k] = band
                 state_bounds[slot, f, 0] = lo
                 state_bounds[slot, f, 1] = hi
                 state_bounds[slot, f, 2] = below
                 state_bounds[slot, f, 3] = size
-            band = bands[slot * ps + f]
             lower[r, f] = band[low - below]
             higher[r, f] = band[high - below]
 
@@ -399,6 +414,16 @@ def group_pane(
             out,
         )
     return out, offsets
+
+
+def flat_offsets(per_pane: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The listed panes' slot offsets in one array, and where each pane's begin (one entry
+    more than panes): `sliding_percentiles`' `offsets`, `offset_first`."""
+    lengths = np.array([len(o) for o in per_pane], np.int64)
+    offset_first = np.zeros(len(per_pane) + 1, np.int64)
+    np.cumsum(lengths, out=offset_first[1:])
+    joined = np.concatenate(per_pane).astype(np.int64, copy=False) if per_pane else lengths
+    return joined, offset_first
 
 
 def pane_list(arrays: list[np.ndarray]) -> List:
