@@ -81,8 +81,9 @@ class _Sliding:
         n = np.zeros(rows, np.int64)
         lower = np.zeros((rows, ps), np.int64)
         higher = np.zeros((rows, ps), np.int64)
+        table, _held = hs.pane_table(values)  # held: alive while the kernel reads it
         hs.sliding_percentiles(
-            hs.pane_list(values), *hs.flat_offsets(offsets), np.array(changed, np.int64), base,
+            table, *hs.flat_offsets(offsets), np.array(changed, np.int64), base,
             self.pw, slots.astype(np.int64), firsts.astype(np.int64), self.mode,
             self.fractions, self.generation, self.first, self.epoch, self.count, self.bounds,
             self.bands, n, lower, higher,
@@ -179,10 +180,11 @@ def test_a_sample_that_misses_the_band_falls_back_to_every_value():
     values[:: total // hs.SAMPLE] = 10**9 + np.arange(hs.SAMPLE)
     offsets = np.array([0, total], np.int64)
     expected = np.sort(values)
+    table, _held = hs.pane_table([values])
     for low in (0, total // 2, total - 1):
         band = np.empty(0, np.int64)
         lo, hi, below, size, band, _ = hs._rebuild(
-            hs.pane_list([values]), *hs.flat_offsets([offsets]), 0, 0, 0, 1, total, low, low,
+            table, *hs.flat_offsets([offsets]), 0, 0, 0, 1, total, low, low,
             band, np.empty(0, np.int64), np.empty(hs.SAMPLE, np.int64),
         )  # fmt: skip
         assert below <= low < below + size

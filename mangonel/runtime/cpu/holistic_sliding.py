@@ -31,7 +31,10 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
+from numba.core import cgutils
+from numba.core.extending import intrinsic
 from numba.typed import List
 
 from mangonel.runtime.cpu.holistic import _positions, _select
@@ -44,13 +47,57 @@ INT64_MAX = np.iinfo(np.int64).max
 UNKNOWN_PANE = np.iinfo(np.int64).max
 
 
+@intrinsic
+def _int64_pointer(typingctx, address):
+    """The int64 pointer at an integer address: a listed pane's values (`pane_table`; the
+    caller holds the arrays while the kernel runs). A numba list of arrays costs ~36 ns an
+    access, ~100 of them per rebuild."""
+    if address != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], ir.PointerType(ir.IntType(64)))
+
+    return types.CPointer(types.int64)(types.int64), codegen
+
+
+@intrinsic
+def _prefetch(typingctx, address):
+    """LLVM's prefetch (for reading, kept in every cache level) of the line at an integer
+    address: a hint that never faults. A key's values lie in ~800-byte pieces over many
+    panes, each a cold miss the hardware's streams find late."""
+    if address != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        bytes_pointer = ir.PointerType(ir.IntType(8))
+        word = ir.IntType(32)
+        function = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [bytes_pointer, word, word, word]),
+            "llvm.prefetch.p0i8",
+        )
+        pointer = builder.inttoptr(args[0], bytes_pointer)
+        flags = [ir.Constant(word, 0), ir.Constant(word, 3), ir.Constant(word, 1)]
+        builder.call(function, [pointer, *flags])
+        return context.get_dummy_value()
+
+    return types.void(types.int64), codegen
+
+
+@numba.njit(cache=True)
+def _pane(pane_table, index):
+    """Listed pane `index`'s values (`pane_table[index]` = (address, length))."""
+    return numba.carray(_int64_pointer(pane_table[index, 0]), pane_table[index, 1])
+
+
 @numba.njit(cache=True)
 def band_margin(total):
-    """Ranks kept either side of a percentile's positions: ~2 standard deviations of how far
-    the positions move against a fixed band while the window is replaced (sqrt(n) / 2 per
-    pane of n / 100 values, a random walk over a window's life), so a stationary stream
-    rebuilds seldom while a step's inserts stay short."""
-    return int(0.6 * math.sqrt(total)) + 16
+    """Ranks kept either side of a percentile's positions. A key's count below the band
+    walks by ~7 ranks a step (10^4 values, a pane of 10^2 out and in), so rebuilds fall as
+    the margin squared while a step's inserts and their shifts grow with it: measured over
+    0.3 .. 2 sqrt(n) on issue 11's shape, 0.6 .. 1.0 sqrt(n) cost the least."""
+    return int(0.8 * math.sqrt(total)) + 16
 
 
 @numba.njit(cache=True)
@@ -130,15 +177,25 @@ def _exact_band(values, count, first, last, open_low, open_high, band):
 
 
 @numba.njit(cache=True)
-def _gather(pane_values, offsets, offset_first, base, slot, first, pw, total, work):
-    """The key's window's values into work[:total] (`work` grown where short)."""
+def _gather(pane_table, offsets, offset_first, base, slot, first, pw, total, work):
+    """The key's window's values into work[:total] (`work` grown where short), the pieces
+    a few panes ahead prefetched."""
     if work.shape[0] < total:
         work = np.empty(2 * total, np.int64)
+    ahead = 4
+    for q in range(first, min(first + ahead, first + pw)):
+        start, end = _segment(offsets, offset_first, q - base, slot)
+        _prefetch(pane_table[q - base, 0] + 8 * start)
     filled = 0
     for q in range(first, first + pw):
+        if q + ahead < first + pw:
+            start, end = _segment(offsets, offset_first, q + ahead - base, slot)
+            address = pane_table[q + ahead - base, 0] + 8 * start
+            for line in range(0, 8 * (end - start), 64):
+                _prefetch(address + line)
         start, end = _segment(offsets, offset_first, q - base, slot)
         if end > start:
-            work[filled : filled + end - start] = pane_values[q - base][start:end]
+            work[filled : filled + end - start] = _pane(pane_table, q - base)[start:end]
         filled += end - start
     return work
 
@@ -169,7 +226,7 @@ def _bracket(work, total, at_low, at_high, sample):
 
 @numba.njit(cache=True)
 def _rebuild(
-    pane_values,
+    pane_table,
     offsets,
     offset_first,
     base,
@@ -193,7 +250,7 @@ def _rebuild(
     at_high = min(high + margin, total - 1)
     open_low = at_low == 0
     open_high = at_high == total - 1
-    work = _gather(pane_values, offsets, offset_first, base, slot, first, pw, total, work)
+    work = _gather(pane_table, offsets, offset_first, base, slot, first, pw, total, work)
     below = 0
     kept = total
     if total > 4 * SAMPLE and not (open_low and open_high):
@@ -207,7 +264,7 @@ def _rebuild(
             kept += (x >= lo) & (x <= hi)
         kept -= total
         if below > at_low or at_high >= below + kept:  # the sample missed: every value
-            work = _gather(pane_values, offsets, offset_first, base, slot, first, pw, total, work)
+            work = _gather(pane_table, offsets, offset_first, base, slot, first, pw, total, work)
             below = 0
             kept = total
     lo, hi, under, size, band = _exact_band(
@@ -270,21 +327,21 @@ def _move(values, start, end, sign, lo, hi, below, size, band):
 
 @numba.njit(cache=True)
 def sliding_percentiles(
-    pane_values, offsets, offset_first, pane_changed, base, panes_per_window, row_slots,
+    pane_table, offsets, offset_first, pane_changed, base, panes_per_window, row_slots,
     row_first, mode, fractions, generation, state_first, state_epoch, state_count,
     state_bounds, bands, n, lower, higher,
 ):  # fmt: skip
     """Fill n, lower and higher (one entry per row and p) for rows (key slot `row_slots[r]`,
     window from absolute pane `row_first[r]`) over panes listed from `base` (listed pane
-    i = q - base: values `pane_values[i]` grouped by key slot, the slots' offsets into them
-    `offsets[offset_first[i]:offset_first[i + 1]]`, `pane_changed[i]` the generation of its
-    last change, UNKNOWN_PANE where not held), stepping and updating each key's state
-    (`state_first`, `state_epoch`, `state_count` per slot; per slot and p
-    `state_bounds[slot, p]` = (lo, hi, below, size) and `bands[slot * ps + p]`); states made
-    here get epoch `generation`. See the module docstring."""
+    i = q - base: values at `pane_table[i]` = (address, length) grouped by key slot, the
+    slots' offsets into them `offsets[offset_first[i]:offset_first[i + 1]]`,
+    `pane_changed[i]` the generation of its last change, UNKNOWN_PANE where not held),
+    stepping and updating each key's state (`state_first`, `state_epoch`, `state_count` per
+    slot; per slot and p `state_bounds[slot, p]` = (lo, hi, below, size) and
+    `bands[slot * ps + p]`); states made here get epoch `generation`. See the module docstring."""
     ps = fractions.shape[0]
     pw = panes_per_window
-    listed = len(pane_values)
+    listed = pane_table.shape[0]
     work = np.empty(1024, np.int64)
     sample = np.empty(SAMPLE, np.int64)
     for r in range(row_slots.shape[0]):
@@ -298,6 +355,13 @@ def sliding_percentiles(
                 if pane_changed[q - base] > state_epoch[slot]:
                     stepped = False
                     break
+        if first + pw < base + listed:
+            # the pane the key's next window takes in (the rows go key by key): its piece
+            # is a cold miss otherwise
+            start, end = _segment(offsets, offset_first, first + pw - base, slot)
+            address = pane_table[first + pw - base, 0] + 8 * start
+            for line in range(0, 8 * (end - start), 64):
+                _prefetch(address + line)
         total = 0
         if stepped:
             total = state_count[slot]
@@ -307,7 +371,7 @@ def sliding_percentiles(
                 if leave_end <= q < enter_start:
                     continue  # in both windows
                 sign = -1 if q < leave_end else 1
-                values = pane_values[q - base]
+                values = _pane(pane_table, q - base)
                 start, end = _segment(offsets, offset_first, q - base, slot)
                 total += sign * (end - start)
                 for f in range(ps):
@@ -358,7 +422,7 @@ def sliding_percentiles(
                 state_bounds[slot, f, 3] = size
             if not (stepped and covered):
                 lo, hi, below, size, band, work = _rebuild(
-                    pane_values, offsets, offset_first, base, slot, first, pw, total, low,
+                    pane_table, offsets, offset_first, base, slot, first, pw, total, low,
                     high, band, work, sample,
                 )  # fmt: skip
                 bands[k] = band
@@ -426,12 +490,15 @@ def flat_offsets(per_pane: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return joined, offset_first
 
 
-def pane_list(arrays: list[np.ndarray]) -> List:
-    """A numba list of the panes' arrays (int64, contiguous) for `sliding_percentiles`."""
-    listed = List.empty_list(types.int64[::1])
-    for array in arrays:
-        listed.append(np.ascontiguousarray(array, np.int64))
-    return listed
+def pane_table(arrays: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The panes' values for `sliding_percentiles`: (address, length) per pane, and the
+    arrays (int64, contiguous) those point into, which the caller must hold while the
+    kernel runs."""
+    held = [np.ascontiguousarray(array, np.int64) for array in arrays]
+    table = np.zeros((len(held), 2), np.int64)
+    for index, array in enumerate(held):
+        table[index] = array.ctypes.data, len(array)
+    return table, held
 
 
 @numba.njit(cache=True)

@@ -109,14 +109,14 @@ class SlidingPercentiles:
 
     def evaluate(
         self,
-        listed: tuple[Any, np.ndarray, np.ndarray, np.ndarray, int],
+        listed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, list[np.ndarray]],
         slots: np.ndarray,
         first_panes: np.ndarray,
         generation: int,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(n, lower, higher) of the rows (key slot, first pane) over the `listed` panes
         (`list_panes`), lower and higher [rows, ps] for an ARRAY of p, else [rows]."""
-        pane_values, offsets, offset_first, changed, base = listed
+        table, offsets, offset_first, changed, base, _held = listed  # held: alive till done
         rows = len(slots)
         self._grow(int(slots.max()) + 1 if rows else 0)
         ps = len(self.fractions)
@@ -125,7 +125,7 @@ class SlidingPercentiles:
         higher = np.zeros((rows, ps), np.int64)
         if rows:
             self.module.sliding_percentiles(
-                pane_values, offsets, offset_first, changed, base, self.panes_per_window,
+                table, offsets, offset_first, changed, base, self.panes_per_window,
                 np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(first_panes, np.int64),
                 self.mode, self.fractions, generation, self.first, self.epoch, self.count,
                 self.bounds, self.bands, n, lower, higher,
@@ -143,12 +143,13 @@ def list_panes(
     kernels: Any,  # noqa: ANN401
     n_slots: int,
     retired_from: int | None,
-) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, list[np.ndarray]]:
     """The panes the rows' windows and the windows before them read, grouped, as the kernel
-    takes them: (values, offsets, offset_first, changed, base), from pane `base` = the
-    rows' first less a window. A pane neither held nor retired has no values, unless it
-    lies before `retired_from` (`retire`'s; None: no pane freed yet): then it is unknown
-    (freed long ago: a state stepping it out rebuilds)."""
+    takes them: (values' table, offsets, offset_first, changed, base, the arrays the table
+    points into), from pane `base` = the rows' first less a window. A pane neither held
+    nor retired has no values, unless it lies before `retired_from` (`retire`'s; None: no
+    pane freed yet): then it is unknown (freed long ago: a state stepping it out
+    rebuilds)."""
     module = kernels.sliding_percentiles
     low = int(first_panes.min())
     base = low - panes_per_window
@@ -171,7 +172,8 @@ def list_panes(
         values.append(pane.sorted_values)
         offsets.append(pane.offsets)
         changed[q - base] = pane.changed
-    return (module.pane_list(values), *module.flat_offsets(offsets), changed, base)
+    table, held = module.pane_table(values)
+    return (table, *module.flat_offsets(offsets), changed, base, held)
 
 
 def retire(
