@@ -192,3 +192,113 @@ def test_a_sample_that_misses_the_band_falls_back_to_every_value():
         assert (np.sort(band[:size]) == band[:size]).all()
         assert below == int((values < lo).sum())
         assert size == int(((values >= lo) & (values <= hi)).sum())
+
+
+# -- the engine: the operator drives the bands (tests/oracle.py decides) ---------------------
+
+
+def _stream_rows(seed: int, count: int, per_us: int, disorder: int) -> list[dict]:
+    """`count` rows of 3 keys, `per_us` a microsecond (windows of ~2,500 values a key: the
+    sampled rebuild), event times up to `disorder` behind (past a shorter watermark delay,
+    values arrive in panes of windows a key's band already stepped, or are late), key 2
+    3 us in 60 (over a 40 us window its next window skips some: panes freed since, no
+    longer held, step out), DOUBLE
+    values with NaN, -0.0, infinities and NULLs, BIGINT values with many ties."""
+    import math
+
+    rng = np.random.default_rng(seed)
+    special = [math.nan, -0.0, 0.0, math.inf, -math.inf]
+    rows = []
+    for i in range(count):
+        v = float(rng.integers(-500, 500)) / 4
+        if rng.integers(0, 40) == 0:
+            v = special[int(rng.integers(0, len(special)))]
+        rows.append(
+            {
+                "ts": i // per_us + int(rng.integers(0, disorder + 1)),
+                "k": int(rng.integers(0, 3 if (i // per_us) % 60 < 3 else 2)),
+                "x": None if rng.integers(0, 20) == 0 else int(rng.integers(-30, 30)),
+                "n": 0,
+                "v": None if rng.integers(0, 25) == 0 else v,
+            }
+        )
+    return rows
+
+
+SLIDING_CALLS = [
+    ("median", "MEDIAN(v)", ["col", "v"]),
+    ("percentile_cont:0.0", "PERCENTILE_CONT(0.0) WITHIN GROUP (ORDER BY v)", ["col", "v"]),
+    ("percentile_disc:1.0", "PERCENTILE_DISC(1.0) WITHIN GROUP (ORDER BY v)", ["col", "v"]),
+    ("percentile_disc:0.25", "PERCENTILE_DISC(0.25) WITHIN GROUP (ORDER BY x)", ["col", "x"]),
+    ("percentile:0.9", "PERCENTILE(x, 0.9)", ["col", "x"]),
+    ("approx_percentile:0.333:10000", "APPROX_PERCENTILE(v, 0.333)", ["col", "v"]),
+    ("sum", "SUM(x)", ["col", "x"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("size", "delay", "disorder", "snapshots"),
+    [(400, 40, 0, ()), (400, 10, 40, (3, 6)), (40, 5, 20, (4,))],
+)
+def test_sliding_percentiles_in_the_engine_match_the_oracle(size, delay, disorder, snapshots):
+    """100 panes a window over ~2,500 values a key (and 10 over ~250), states carried over 9
+    batches' firings, out-of-order rows into panes of stepped windows, a key whose windows
+    skip, restores from snapshots; every aggregate takes the bands (the plan says so) and
+    equals the oracle."""
+    from fuzzer import check
+    from holistic_stream import cpu_session
+    from test_holistic import grouped_scenario
+
+    from mangonel.compiler import physical as ph
+    from mangonel.runtime.cpu.kernels import CpuKernels
+    from mangonel.runtime.operators.holistic_sliding import sliding_positions
+
+    rows = _stream_rows(seed=disorder + 1, count=10_000, per_us=25, disorder=disorder)
+    cuts = list(range(0, len(rows), 1200)) + [len(rows)]
+    batches = [rows[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    scenario = grouped_scenario("time", size, 4, delay, SLIDING_CALLS, batches, snapshots)
+    failure = check(scenario, "cpu")
+    assert failure is None, str(failure)
+    session = cpu_session(delay)
+    node = ph.find(session.sql(scenario.query).plan, ph.WindowAggregateExec)
+    exact = [p for p, a in enumerate(node.aggregates) if a.holistic and not a.sketch]
+    assert sliding_positions(node, exact, frozenset(), CpuKernels()) == set(exact)
+    assert len(exact) == 6
+
+
+def test_array_percentiles_take_the_bands_and_match_the_oracle():
+    from fuzzer import Scenario
+    from holistic_stream import COLUMNS, DDL
+    from oracle import OracleQuery
+    from oracle_arrays import array_name
+    from test_percentile_arrays import check_arrays
+
+    rows = _stream_rows(seed=7, count=6000, per_us=25, disorder=10)
+    cuts = list(range(0, len(rows), 1500)) + [len(rows)]
+    batches = [rows[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    ps = [0.0, 0.5, 0.25, 1.0, 0.5]
+    aggregates = (
+        (array_name("percentile_cont", ps, None), ["col", "v"]),
+        (array_name("percentile_disc", ps, None), ["col", "x"]),
+    )
+    listed = ", ".join(map(str, ps))
+    query = (
+        f"SELECT k, window_start AS ws, PERCENTILE(v, ARRAY({listed})) AS a0, "
+        f"PERCENTILE_DISC(ARRAY({listed})) WITHIN GROUP (ORDER BY x) AS a1 "
+        "FROM s [RANGE 200 MICROSECONDS SLIDE 4 MICROSECONDS] GROUP BY k"
+    )
+    oracle = OracleQuery(
+        columns=dict(COLUMNS),
+        event_time="ts",
+        kind="time",
+        size=200,
+        slide=4,
+        delay=20,
+        keys=("k",),
+        aggregates=aggregates,
+        outputs=(("k", ["col", "k"]), ("ws", ["bound", "start"]), ("a0", ["agg", 0]))
+        + (("a1", ["agg", 1]),),
+    )
+    scenario = Scenario(DDL.format(delay=20), query, oracle, batches, (2,))
+    failure = check_arrays(scenario, "cpu")
+    assert failure is None, failure
