@@ -408,7 +408,7 @@ def sliding_percentiles(
             band = bands[k]
             covered = size >= 0 and below <= low and high < below + size
             margin = band_margin(total)
-            if stepped and covered and size > 4 * margin + 64:
+            if stepped and covered and size > 2 * margin + 16:
                 # a band grown with a drift (or a window that grew): cut to the margin
                 # again, so inserts stay short
                 lo_cut, lo, hi_cut, hi, below, size = _trim(
