@@ -9,10 +9,13 @@ percentile's positions: `below`, the number of the window's values under lo, and
 values sorted. A step scans only the leaving and entering panes' values: each one under lo
 moves `below`, each one in the band is removed from or inserted into it (a binary search and
 a shift). The percentile's positions then lie in the band unless the values drifted: its
-answer is the band's value at position - below; otherwise the band is rebuilt from the
-window's values (`_rebuild_band`: a copy, two selections; margin `band_margin(n)` ranks
-either side, so a stationary stream rebuilds rarely). Panes are read grouped by key slot, not
-sorted (`group_pane`): no per-pane sort at all.
+answer is the band's value at position - below. A band grown past its margins is cut back
+in place (`_trim`); one that lost the positions is rebuilt from the window's values
+(`_rebuild`: one copy of them, a bracket sampled in cache, the band selected in the
+bracket's values; `band_margin(n)` ranks either side, so a stationary stream rebuilds about
+once a window's life). Panes are read grouped by key slot, not sorted (`group_pane`): no
+per-pane sort at all. A key's values lie in ~800-byte pieces over ~100 panes: they are read
+through the panes' addresses (`pane_table`) and the next pieces prefetched.
 
 The state of a key is valid for its window `first` while none of that window's panes changed
 (`pane_changed` above the key's `epoch`: rows arrived after the state was made, out of order

@@ -15,7 +15,9 @@ reads them. Both window kinds use it:
   when it contributes and is not late against the watermark from before its batch (the
   rule of the wrapped operator). A pane's values are sorted once by (key, value) when a
   window first reads the pane (again only if late-but-allowed tuples arrive after that),
-  and a pane is freed once every window covering it has fired. For each result batch of the
+  and a pane is freed once every window covering it has fired. Exact percentiles over
+  sliding windows on the CPU instead step a band per key pane by pane over panes grouped
+  by key, not sorted (`holistic_sliding`). For each result batch of the
   wrapped operator, the holistic columns are computed from the sorted runs of the window's
   panes and put between the incremental ones, in the node's aggregate order. The
   approximate functions keep a sketch per (pane, key) instead (`sketch_panes.SketchPanes`);
