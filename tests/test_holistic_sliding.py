@@ -302,3 +302,25 @@ def test_array_percentiles_take_the_bands_and_match_the_oracle():
     scenario = Scenario(DDL.format(delay=20), query, oracle, batches, (2,))
     failure = check_arrays(scenario, "cpu")
     assert failure is None, failure
+
+
+def test_split_panes_scatters_int64_rows_as_the_ordered_gather_does():
+    """`split_panes`' int64 path (rows scattered straight to their pane) against its general
+    one (a row order, then a gather: taken for int32 slots): the same panes, chunks and row
+    order within a pane."""
+    from mangonel.runtime.cpu import holistic
+
+    rng = np.random.default_rng(4)
+    rows = 5000
+    panes = rng.integers(100, 140, rows).astype(np.int64)
+    slots = rng.integers(0, 50, rows).astype(np.int64)
+    values = rng.integers(-(2**62), 2**62, rows).astype(np.int64)
+    keep = rng.random(rows) < 0.8
+    got_panes, got_chunks, _ = holistic.split_panes(panes, slots, values, keep)
+    want_panes, want_chunks, _ = holistic.split_panes(panes, slots.astype(np.int32), values, keep)
+    assert got_panes == want_panes == sorted(set(panes[keep].tolist()))
+    for (got_slots, got_values, _), (want_slots, want_values, _) in zip(
+        got_chunks, want_chunks, strict=True
+    ):
+        assert got_slots.tolist() == want_slots.tolist()
+        assert got_values.tolist() == want_values.tolist()
