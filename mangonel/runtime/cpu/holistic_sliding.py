@@ -298,34 +298,68 @@ def _trim(band, size, below, at_low, at_high):
 
 
 @numba.njit(cache=True)
-def _move(values, start, end, sign, lo, hi, below, size, band):
+def _sort_small(values, count):
+    """values[:count] sorted in place: insertion for the few a step brings, numba's sort
+    past that."""
+    if count > 32:
+        values[:count].sort()
+        return
+    for i in range(1, count):
+        x = values[i]
+        j = i - 1
+        while j >= 0 and values[j] > x:
+            values[j + 1] = values[j]
+            j -= 1
+        values[j + 1] = x
+
+
+@numba.njit(cache=True)
+def _move(values, start, end, sign, lo, hi, below, size, band, picked):
     """Values values[start:end] out of (sign -1) or into (+1) a band state: (below, size,
     band, whether band is a new array); size -1 where a value to remove is not in the band
-    (the state was not the window's: the caller rebuilds)."""
+    (the state was not the window's: the caller rebuilds). The values inside the band are
+    picked (`picked`: room for end - start), sorted, and taken out or merged in by one pass
+    over the band from the first place they touch: a pane's few values cost one shift of
+    the band's tail, not one each."""
     grown = False
+    count = 0
     for i in range(start, end):
         x = values[i]
         below += sign * (x < lo)
-        if x < lo or x > hi:  # most values: predicted, no band work
-            continue
-        at = _find(band, size, x)
-        if sign < 0:
-            if at >= size or band[at] != x:
-                return below, -1, band, grown
-            for j in range(at, size - 1):  # a loop: numba copies an overlapping slice first
-                band[j] = band[j + 1]
-            size -= 1
-        else:
-            if size == band.shape[0]:
-                larger = np.empty(2 * size + 16, np.int64)
-                larger[:size] = band[:size]
-                band = larger
-                grown = True
-            for j in range(size, at, -1):
-                band[j] = band[j - 1]
-            band[at] = x
-            size += 1
-    return below, size, band, grown
+        picked[count] = x  # kept only where inside: no branch
+        count += (x >= lo) & (x <= hi)
+    if count == 0:
+        return below, size, band, grown
+    _sort_small(picked, count)
+    if sign < 0:
+        write = _find(band, size, picked[0])
+        matched = 0
+        for read in range(write, size):
+            x = band[read]
+            if matched < count and x == picked[matched]:
+                matched += 1
+                continue
+            band[write] = x
+            write += 1
+        if matched < count:
+            return below, -1, band, grown
+        return below, write, band, grown
+    if size + count > band.shape[0]:
+        larger = np.empty(2 * (size + count) + 16, np.int64)
+        larger[:size] = band[:size]
+        band = larger
+        grown = True
+    read = size - 1
+    write = size + count - 1
+    for come in range(count - 1, -1, -1):  # merged from the back: each value moves once
+        x = picked[come]
+        while read >= 0 and band[read] > x:
+            band[write] = band[read]
+            read -= 1
+            write -= 1
+        band[write] = x
+        write -= 1
+    return below, size + count, band, grown
 
 
 @numba.njit(cache=True)
@@ -347,6 +381,7 @@ def sliding_percentiles(
     listed = pane_table.shape[0]
     work = np.empty(1024, np.int64)
     sample = np.empty(SAMPLE, np.int64)
+    picked = np.empty(1024, np.int64)
     for r in range(row_slots.shape[0]):
         slot = row_slots[r]
         first = row_first[r]
@@ -377,6 +412,8 @@ def sliding_percentiles(
                 values = _pane(pane_table, q - base)
                 start, end = _segment(offsets, offset_first, q - base, slot)
                 total += sign * (end - start)
+                if end - start > picked.shape[0]:
+                    picked = np.empty(2 * (end - start), np.int64)
                 for f in range(ps):
                     k = slot * ps + f
                     if state_bounds[slot, f, 3] < 0:
@@ -384,7 +421,7 @@ def sliding_percentiles(
                     below, size, band, grown = _move(
                         values, start, end, sign, state_bounds[slot, f, 0],
                         state_bounds[slot, f, 1], state_bounds[slot, f, 2],
-                        state_bounds[slot, f, 3], bands[k],
+                        state_bounds[slot, f, 3], bands[k], picked,
                     )  # fmt: skip
                     if grown:
                         bands[k] = band
