@@ -20,7 +20,8 @@ from mangonel.compiler import physical as ph
 from mangonel.runtime.operators.holistic_evaluate import percentile_values
 from mangonel.runtime.operators.holistic_pane import HeldPane
 
-# the evaluations the bands answer (no Python function, no COUNT DISTINCT)
+# the evaluations the bands answer (no Python function, no COUNT DISTINCT), as the kernels'
+# modes number them (`runtime.cpu.holistic.MODES`; this layer imports no backend)
 SLIDING_EVALUATIONS = {"percentile_cont": 0, "percentile_disc": 1}
 
 
