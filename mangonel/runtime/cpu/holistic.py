@@ -449,6 +449,24 @@ def _rows_by_pane(panes, keep, low, offsets, order):
 
 
 @numba.njit(cache=True)
+def _scatter_by_pane(panes, keep, low, offsets, slots, values, out_slots, out_values):
+    """`_rows_by_pane` and `_gather_two` in one: the kept rows' slots and values written
+    straight to their pane's place (no row order array: one pass and 8 bytes a row less)."""
+    for i in range(panes.shape[0]):
+        if keep[i]:
+            offsets[panes[i] - low + 1] += 1
+    for q in range(1, offsets.shape[0]):
+        offsets[q] += offsets[q - 1]
+    fill = offsets[:-1].copy()
+    for i in range(panes.shape[0]):
+        if keep[i]:
+            q = panes[i] - low
+            out_slots[fill[q]] = slots[i]
+            out_values[fill[q]] = values[i]
+            fill[q] += 1
+
+
+@numba.njit(cache=True)
 def _gather_two(order, slots, values, out_slots, out_values):
     for j in range(order.shape[0]):
         out_slots[j] = slots[order[j]]
@@ -476,6 +494,33 @@ def split_panes(
     if not count:
         return [], [], False
     span = high - low + 1
+    slot_dtype = np.asarray(slots).dtype
+    value_dtype = np.asarray(values).dtype
+    if (
+        span <= 4 * count + 4096
+        and times is None
+        and slot_dtype == np.int64
+        and value_dtype == np.int64
+    ):
+        offsets = np.zeros(span + 1, np.int64)
+        out_slots = np.empty(count, np.int64)
+        out_values = np.empty(count, np.int64)
+        _scatter_by_pane(
+            panes,
+            keep,
+            low,
+            offsets,
+            np.ascontiguousarray(slots),
+            np.ascontiguousarray(values),
+            out_slots,
+            out_values,
+        )
+        present = np.flatnonzero(np.diff(offsets))
+        chunks = [
+            (out_slots[a:b], out_values[a:b], None)
+            for a, b in zip(offsets[present].tolist(), offsets[present + 1].tolist(), strict=True)
+        ]
+        return (present + low).tolist(), chunks, False
     if span <= 4 * count + 4096:
         offsets = np.zeros(span + 1, np.int64)
         order = np.empty(count, np.int64)
@@ -493,8 +538,6 @@ def split_panes(
         starts = np.concatenate(([0], bounds)).tolist()
         ends = np.concatenate((bounds, [count])).tolist()
         pane_ids = row_panes[starts].tolist()
-    slot_dtype = np.asarray(slots).dtype
-    value_dtype = np.asarray(values).dtype
     if slot_dtype == np.int64 and value_dtype == np.int64:
         out_slots = np.empty(count, np.int64)
         out_values = np.empty(count, np.int64)

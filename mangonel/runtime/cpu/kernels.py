@@ -10,7 +10,13 @@ from mangonel.catalog.types import SqlType
 from mangonel.compiler.holistic import HolisticPlan
 from mangonel.compiler.physical import LiftExec, StateField, field_dtype
 from mangonel.runtime.cpu import aggregate as agg
-from mangonel.runtime.cpu import holistic, python_window, sessions, sketch_windows
+from mangonel.runtime.cpu import (
+    holistic,
+    holistic_sliding,
+    python_window,
+    sessions,
+    sketch_windows,
+)
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.cpu.generated import kind_kernels
 from mangonel.runtime.cpu.keys import KeyTable, first_rows
@@ -748,6 +754,10 @@ class CpuKernels:
 
     def sort_pane_timed(self, slots, keys, times, n_slots):
         return holistic.sort_pane_timed(slots, keys, times, n_slots)
+
+    # exact percentiles over sliding windows by per-key bands stepped pane by pane
+    # (`runtime/operators/holistic_sliding.py`; the GPU has none: it selects over sorted runs)
+    sliding_percentiles = holistic_sliding
 
     # the approximate functions' sketches: build, cell_range, merge, empty, answer,
     # to_bytes, from_bytes (`runtime/cpu/sketch_windows.py`)

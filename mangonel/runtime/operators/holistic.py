@@ -15,7 +15,9 @@ reads them. Both window kinds use it:
   when it contributes and is not late against the watermark from before its batch (the
   rule of the wrapped operator). A pane's values are sorted once by (key, value) when a
   window first reads the pane (again only if late-but-allowed tuples arrive after that),
-  and a pane is freed once every window covering it has fired. For each result batch of the
+  and a pane is freed once every window covering it has fired. Exact percentiles over
+  sliding windows on the CPU instead step a band per key pane by pane over panes grouped
+  by key, not sorted (`holistic_sliding`). For each result batch of the
   wrapped operator, the holistic columns are computed from the sorted runs of the window's
   panes and put between the incremental ones, in the node's aggregate order. The
   approximate functions keep a sketch per (pane, key) instead (`sketch_panes.SketchPanes`);
@@ -48,6 +50,7 @@ from mangonel.compiler.holistic import (
 )
 from mangonel.compiler.options import HOLISTIC_GPU_FORMS
 from mangonel.errors import DataError
+from mangonel.runtime.operators import holistic_sliding as sliding
 from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META
 from mangonel.runtime.operators.holistic_evaluate import evaluate
@@ -132,6 +135,12 @@ class HolisticTimeWindows:
         }
         # ... and those whose event times too (a Python function `with_timestamps`)
         self.timed_fields = timed_fields(node)
+        # exact percentiles over sliding windows by per-key bands stepped pane by pane where
+        # the kernels have them (`holistic_sliding`): a state per aggregate, the panes freed
+        # one slide ago (stepped out of a key's next window), the generation of the panes'
+        # changes (`HeldPane.changed`: a key's state made before a change is stale)
+        exact = [p for p in self.holistic if p not in approximate]
+        self.sliding = sliding.SlidingStates(node, exact, self.timed_fields, self.kernels)
         self.clock = time.perf_counter
         # the firing's knobs: the plan's values, tuned online unless tuning is off or fixed
         self.planned = {"windows_per_launch": self._planned_chunk()}
@@ -381,7 +390,9 @@ class HolisticTimeWindows:
             return
         store = self.panes[name]
         for pane, chunk in zip(pane_ids, chunks, strict=True):
-            store.setdefault(pane, HeldPane()).add(chunk, presorted)
+            held = store.setdefault(pane, HeldPane())
+            held.add(chunk, presorted)
+            held.changed = self.sliding.generation
 
     # -- split form (Spark): stage 1 ships each (key, pane)'s values, stage 2 keeps them ----
 
@@ -487,10 +498,10 @@ class HolisticTimeWindows:
             self._batches_unfired = 0
         next_window = self.inner.next_window
         if next_window is not None:
-            for store in self.panes.values():
+            for name, store in self.panes.items():
                 done = [q for q in store if q // self.panes_per_slide < next_window]
-                for pane in done:
-                    del store[pane]
+                freed = {pane: store.pop(pane) for pane in done}
+                self.sliding.retire(name, freed, next_window, self.panes_per_slide)
             self.sketches.free(next_window, self.panes_per_slide)
         return out
 
@@ -514,6 +525,9 @@ class HolisticTimeWindows:
         # selection launch on the GPU) unless the user fixed more: the run arrays and the
         # per-pane offsets of one chunk stay bounded whatever a firing holds
         pieces: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {p: [] for p in self.holistic}
+        answers = self.sliding.answers(self.panes, slots, first_panes, self.keys.n_slots)
+        for position, answer in answers.items():
+            pieces[position].append(answer)
         for start in range(0, rows, chunk):
             chunk_slots = slots[start : start + chunk]
             chunk_panes = first_panes[start : start + chunk]
@@ -522,6 +536,8 @@ class HolisticTimeWindows:
             for position in self.holistic:
                 plan = self.node.aggregates[position]
                 assert plan.value_field is not None
+                if position in self.sliding:
+                    continue  # every row at once, above
                 if position in self.sketches.plans:
                     pieces[position].append(
                         self.sketches.answer(
@@ -612,7 +628,7 @@ class HolisticTimeWindows:
     def _sort(self, pane: HeldPane, timed: bool) -> None:
         """Sort a pane's values by (slot, value) once (again after values arrived late); a
         timed field's by (slot, value, event time), their times with them."""
-        if pane.sorted_values is not None and not pane.chunks:
+        if pane.sorted_values is not None and not pane.chunks and pane.by_value:
             return
         n_slots = self.keys.n_slots
         if pane.sorted_values is None and len(pane.chunks) == 1 and pane.presorted:
@@ -631,6 +647,7 @@ class HolisticTimeWindows:
             pane.sorted_values, pane.offsets = self.kernels.sort_pane(slots, values, n_slots)
         pane.chunks = []
         pane.presorted = True
+        pane.by_value = True
 
     # -- state, metrics -------------------------------------------------------------------
 
@@ -651,6 +668,7 @@ class HolisticTimeWindows:
 
     def state_bytes(self) -> int:
         held = sum(p.nbytes for store in self.panes.values() for p in store.values())
+        held += self.sliding.nbytes
         return self.inner.state_bytes() + held + self.sketches.nbytes + self.keys.nbytes
 
     def metrics(self) -> OperatorMetrics:
@@ -741,6 +759,7 @@ class HolisticTimeWindows:
         self._slot_of_inner = np.empty(0, np.int64)  # mapped again from the restored maps
         self._same_slots = True
         self.sketches.restore(arrays)
+        self.sliding.clear()  # slots renumbered, panes replaced
         for value_field in self.value_fields:
             name = value_field.name
             panes = arrays[f"{name}.pane"]

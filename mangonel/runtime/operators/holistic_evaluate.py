@@ -37,8 +37,24 @@ def evaluate(
     fraction = plan.percentages
     fraction = 0.0 if fraction is None else fraction
     n, lower, higher = kernels.holistic_select(values, *runs, evaluation, fraction, sorted_runs)
+    return percentile_values(plan, value_field, n, lower, higher)
+
+
+def percentile_values(
+    plan: AggregatePlan,
+    value_field: StateField,
+    n: np.ndarray,
+    lower: np.ndarray,
+    higher: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(n, value) of a holistic aggregate from the selection's n and order keys at the lower
+    and higher positions (`holistic_select`'s, or the sliding percentiles'): COUNT DISTINCT's
+    count, PERCENTILE_DISC's value, PERCENTILE_CONT's interpolation."""
+    evaluation = plan.evaluation
     if evaluation == "count_distinct":
         return n, lower
+    fraction = plan.percentages
+    fraction = 0.0 if fraction is None else fraction
     floating = value_field.type.is_floating
     low = from_order_keys(lower, floating)
     if evaluation == "percentile_disc":

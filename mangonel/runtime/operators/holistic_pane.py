@@ -17,13 +17,18 @@ class HeldPane:
     holistic step's backend, and once a window read it, the values sorted by
     (slot, value[, time]) with per-slot offsets (and their times in the same order).
     `presorted`: every chunk came sorted (the GPU's `split_panes`), so a pane of one chunk
-    needs no sort."""
+    needs no sort. `by_value` False: the values are grouped by slot but not sorted within
+    one (the CPU's sliding percentiles read them so, `holistic_sliding.group`). `changed`:
+    the driver's generation when values last came (a key's sliding state made before it
+    is stale)."""
 
     chunks: list[tuple[Any, Any, Any]] = field(default_factory=list)
     sorted_values: Any = None
     offsets: Any = None  # host (CPU) or device (GPU) offsets
     sorted_times: Any = None
     presorted: bool = True
+    by_value: bool = True
+    changed: int = 0
 
     @property
     def nbytes(self) -> int:
