@@ -324,3 +324,41 @@ def test_split_panes_scatters_int64_rows_as_the_ordered_gather_does():
     ):
         assert got_slots.tolist() == want_slots.tolist()
         assert got_values.tolist() == want_values.tolist()
+
+
+def test_a_key_that_stops_arriving_keeps_no_band():
+    """Once the panes a key's state would step out of are gone (`retire`), the state is dead
+    (a step would rebuild) and its bands' memory goes: a key that stopped arriving holds
+    none, and the results stay the oracle's."""
+    import pyarrow as pa
+
+    from mangonel.runtime.operators.holistic_sliding import SlidingStates
+    from mangonel.session import Session
+
+    session = Session(backend="cpu")
+    schema = pa.schema([("ts", pa.timestamp("us")), ("k", pa.int64()), ("v", pa.float64())])
+    session.create_stream("s", schema, event_time="ts", watermark=0)
+    query = session.sql(
+        "SELECT k, window_start, MEDIAN(v) AS m FROM s [RANGE 100 MICROSECONDS SLIDE 10 "
+        "MICROSECONDS] GROUP BY k"
+    )
+    rng = np.random.default_rng(5)
+    batches = []
+    for start in range(0, 1000, 50):  # key 1 only in the first 200 us
+        ts = np.arange(start, start + 50).repeat(20)
+        keys = np.where((ts < 200) & (np.arange(len(ts)) % 2 == 1), 1, 0)
+        columns = [pa.array(ts).cast(pa.timestamp("us")), keys, rng.random(len(ts))]
+        batches.append(pa.record_batch(columns, schema=schema))
+    runner = query._new_runner()
+    results = [runner.operator.process(batch) for batch in batches]  # firing after each
+    states = runner.window_operator.sliding
+    assert isinstance(states, SlidingStates) and states.states
+    slot_of_one = 1  # keys take slots in order of arrival: key 1 came second
+    for state in states.states.values():
+        ps = len(state.fractions)
+        assert state.first[slot_of_one] == state.module.NO_WINDOW
+        assert (state.bounds[slot_of_one, :, 3] == -1).all()
+        assert all(len(state.bands[slot_of_one * ps + f]) == 0 for f in range(ps))
+        assert len(state.bands[0]) > 0  # key 0 still arriving keeps its band
+    fired = pa.Table.from_batches([b for out in results for b in out], schema=query.schema)
+    assert fired.filter(pa.compute.equal(fired["k"], 1)).num_rows == 29  # windows over 0-199 us

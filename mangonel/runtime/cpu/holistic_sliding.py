@@ -480,6 +480,19 @@ def _extend_bands(bands, count):
         bands.append(np.empty(0, np.int64))
 
 
+@numba.njit(cache=True)
+def _drop_bands(bands, slots, ps):
+    for slot in slots:
+        for f in range(ps):
+            bands[slot * ps + f] = np.empty(0, np.int64)
+
+
+def drop_bands(bands: List, slots: np.ndarray, ps: int) -> None:
+    """Empty the band buffers of key slots `slots` (`ps` per slot): their memory goes."""
+    if len(slots):
+        _drop_bands(bands, np.ascontiguousarray(slots, np.int64), ps)
+
+
 def new_bands() -> List:
     """An empty list of band buffers (one int64 array per key slot and p)."""
     return List.empty_list(types.int64[::1])

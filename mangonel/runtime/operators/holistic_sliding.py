@@ -103,6 +103,16 @@ class SlidingPercentiles:
         self.bounds = np.concatenate((self.bounds, fresh))
         self.module.extend_bands(self.bands, size * ps)
 
+    def forget(self, before: int) -> None:
+        """Drop the states whose window starts before pane `before`, the first pane still
+        held or retired: a step from them would read panes gone (it rebuilds), so they are
+        dead, and a key that stopped arriving keeps no band."""
+        stale = np.flatnonzero((self.first != self.module.NO_WINDOW) & (self.first < before))
+        if len(stale):
+            self.first[stale] = self.module.NO_WINDOW
+            self.bounds[stale, :, 3] = -1  # no band
+            self.module.drop_bands(self.bands, stale, len(self.fractions))
+
     @property
     def nbytes(self) -> int:
         arrays = self.first.nbytes + self.epoch.nbytes + self.count.nbytes + self.bounds.nbytes
@@ -234,6 +244,9 @@ class SlidingStates:
         """The panes of field `name` the driver freed (`retire`)."""
         if name in self.retired:
             self.retired_from = retire(self.retired[name], freed, next_window, slide)
+            for position, state in self.states.items():
+                if self.node.aggregates[position].value_field == name:
+                    state.forget(self.retired_from)
 
     def answers(
         self,
