@@ -34,13 +34,11 @@ import math
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.core import cgutils
-from numba.core.extending import intrinsic
 from numba.typed import List
 
 from mangonel.runtime.cpu.holistic import _positions, _select
+from mangonel.runtime.cpu.intrinsics import int64_at, prefetch_for_reading
 
 # a key's window of no state: no band to step from
 NO_WINDOW = -(1 << 62)
@@ -50,48 +48,10 @@ INT64_MAX = np.iinfo(np.int64).max
 UNKNOWN_PANE = np.iinfo(np.int64).max
 
 
-@intrinsic
-def _int64_pointer(typingctx, address):
-    """The int64 pointer at an integer address: a listed pane's values (`pane_table`; the
-    caller holds the arrays while the kernel runs). A numba list of arrays costs ~36 ns an
-    access, ~100 of them per rebuild."""
-    if address != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], ir.PointerType(ir.IntType(64)))
-
-    return types.CPointer(types.int64)(types.int64), codegen
-
-
-@intrinsic
-def _prefetch(typingctx, address):
-    """LLVM's prefetch (for reading, kept in every cache level) of the line at an integer
-    address: a hint that never faults. A key's values lie in ~800-byte pieces over many
-    panes, each a cold miss the hardware's streams find late."""
-    if address != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        bytes_pointer = ir.PointerType(ir.IntType(8))
-        word = ir.IntType(32)
-        function = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [bytes_pointer, word, word, word]),
-            "llvm.prefetch.p0i8",
-        )
-        pointer = builder.inttoptr(args[0], bytes_pointer)
-        flags = [ir.Constant(word, 0), ir.Constant(word, 3), ir.Constant(word, 1)]
-        builder.call(function, [pointer, *flags])
-        return context.get_dummy_value()
-
-    return types.void(types.int64), codegen
-
-
 @numba.njit(cache=True)
 def _pane(pane_table, index):
     """Listed pane `index`'s values (`pane_table[index]` = (address, length))."""
-    return numba.carray(_int64_pointer(pane_table[index, 0]), pane_table[index, 1])
+    return numba.carray(int64_at(pane_table[index, 0]), pane_table[index, 1])
 
 
 @numba.njit(cache=True)
@@ -188,14 +148,14 @@ def _gather(pane_table, offsets, offset_first, base, slot, first, pw, total, wor
     ahead = 4
     for q in range(first, min(first + ahead, first + pw)):
         start, end = _segment(offsets, offset_first, q - base, slot)
-        _prefetch(pane_table[q - base, 0] + 8 * start)
+        prefetch_for_reading(pane_table[q - base, 0] + 8 * start)
     filled = 0
     for q in range(first, first + pw):
         if q + ahead < first + pw:
             start, end = _segment(offsets, offset_first, q + ahead - base, slot)
             address = pane_table[q + ahead - base, 0] + 8 * start
             for line in range(0, 8 * (end - start), 64):
-                _prefetch(address + line)
+                prefetch_for_reading(address + line)
         start, end = _segment(offsets, offset_first, q - base, slot)
         if end > start:
             work[filled : filled + end - start] = _pane(pane_table, q - base)[start:end]
@@ -399,7 +359,7 @@ def sliding_percentiles(
             start, end = _segment(offsets, offset_first, first + pw - base, slot)
             address = pane_table[first + pw - base, 0] + 8 * start
             for line in range(0, 8 * (end - start), 64):
-                _prefetch(address + line)
+                prefetch_for_reading(address + line)
         total = 0
         if stepped:
             total = state_count[slot]

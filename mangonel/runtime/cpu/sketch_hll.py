@@ -27,6 +27,7 @@ from mangonel.aggregates.sketches import (
     hll_to_bytes,
 )
 from mangonel.catalog.types import SqlType
+from mangonel.runtime.cpu.intrinsics import bytes_at, prefetch_for_writing
 from mangonel.runtime.cpu.sketch_inputs import batch_rows, groups
 
 # XXH64's primes (Yann Collet's xxHash specification)
@@ -254,29 +255,6 @@ def _leading_zeros(typingctx, x):
     return types.uint64(types.uint64), codegen
 
 
-@intrinsic
-def _prefetch(typingctx, address):
-    """LLVM's prefetch (for writing, kept in every cache level) of the line at an integer
-    address: a hint that never faults, so an address past an array is harmless."""
-    if address != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        bytes_pointer = ir.PointerType(ir.IntType(8))
-        word = ir.IntType(32)
-        function = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [bytes_pointer, word, word, word]),
-            "llvm.prefetch.p0i8",
-        )
-        pointer = builder.inttoptr(args[0], bytes_pointer)
-        flags = [ir.Constant(word, 1), ir.Constant(word, 3), ir.Constant(word, 1)]
-        builder.call(function, [pointer, *flags])
-        return context.get_dummy_value()
-
-    return types.none(types.int64), codegen
-
-
 @_jit
 def _packed_rank(x: np.uint64, p: int) -> np.uint32:
     """A hash's register and rank as one word, index << 8 | rank: the top p bits, and the
@@ -344,7 +322,7 @@ def _update(registers, cells, words, mode, seed, p, valid):  # noqa: ANN001, ANN
         for i in range(start, end):
             ahead = i + _PREFETCH_AHEAD
             if ahead < end:
-                _prefetch(base + cells[ahead] * m + np.int64(packed[ahead - start] >> 8))
+                prefetch_for_writing(base + cells[ahead] * m + np.int64(packed[ahead - start] >> 8))
             if valid[i]:
                 _raise(registers, cells[i], packed[i - start])
 
@@ -584,24 +562,12 @@ def _histograms(registers: np.ndarray, bins: int) -> np.ndarray:
     return out
 
 
-@intrinsic
-def _bytes_at(typingctx, address):
-    """The uint8 pointer at an integer address (a register set's first byte)."""
-    if address != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], ir.PointerType(ir.IntType(8)))
-
-    return types.CPointer(types.uint8)(types.int64), codegen
-
-
 @_jit
 def _member(rows, k, m):  # noqa: ANN001, ANN202
     """Register set k of a group list, read in place from its address `rows[k]` (no
     reference count: the caller keeps the arrays alive; reading the sets through a typed
     list of arrays cost a third of the answer in reference counting)."""
-    return numba.carray(_bytes_at(rows[k]), (m,))
+    return numba.carray(bytes_at(rows[k]), (m,))
 
 
 @_jit
