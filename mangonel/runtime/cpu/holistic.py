@@ -372,15 +372,22 @@ def holistic_select(
 
 
 @numba.njit(cache=True)
-def _sort_pane(slots, keys, offsets, out):
+def group_by_slot(slots, values, offsets, out):
+    """values into `out` grouped by key slot (a counting sort: within a slot in input
+    order), each slot's offsets into it counted into `offsets` (zeros, n_slots + 1)."""
     for i in range(slots.shape[0]):
         offsets[slots[i] + 1] += 1
     for s in range(1, offsets.shape[0]):
         offsets[s] += offsets[s - 1]
     fill = offsets[:-1].copy()
     for i in range(slots.shape[0]):
-        out[fill[slots[i]]] = keys[i]
+        out[fill[slots[i]]] = values[i]
         fill[slots[i]] += 1
+
+
+@numba.njit(cache=True)
+def _sort_pane(slots, keys, offsets, out):
+    group_by_slot(slots, keys, offsets, out)
     for s in range(offsets.shape[0] - 1):
         out[offsets[s] : offsets[s + 1]].sort()
 

@@ -37,7 +37,7 @@ import numpy as np
 from numba import types
 from numba.typed import List
 
-from mangonel.runtime.cpu.holistic import _positions, _select
+from mangonel.runtime.cpu.holistic import _positions, _select, group_by_slot
 from mangonel.runtime.cpu.intrinsics import int64_at, prefetch_for_reading
 
 # a key's window of no state: no band to step from
@@ -464,18 +464,6 @@ def extend_bands(bands: List, count: int) -> None:
         _extend_bands(bands, count)
 
 
-@numba.njit(cache=True)
-def _group_pane(slots, values, offsets, out):
-    for i in range(slots.shape[0]):
-        offsets[slots[i] + 1] += 1
-    for s in range(1, offsets.shape[0]):
-        offsets[s] += offsets[s - 1]
-    fill = offsets[:-1].copy()
-    for i in range(slots.shape[0]):
-        out[fill[slots[i]]] = values[i]
-        fill[slots[i]] += 1
-
-
 def group_pane(
     slots: np.ndarray, values: np.ndarray, n_slots: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -484,7 +472,7 @@ def group_pane(
     offsets = np.zeros(n_slots + 1, np.int64)
     out = np.empty(len(values), np.int64)
     if len(values):
-        _group_pane(
+        group_by_slot(
             np.ascontiguousarray(slots, np.int64),
             np.ascontiguousarray(values, np.int64),
             offsets,
