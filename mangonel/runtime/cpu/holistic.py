@@ -439,15 +439,22 @@ def kept_pane_range(panes, keep):
 
 
 @numba.njit(cache=True)
-def _rows_by_pane(panes, keep, low, offsets, order):
-    """A stable counting sort of the kept rows by pane - low: `offsets` [span + 1] (zeroed)
-    gets each pane's bounds, `order` the rows in pane order (row order within a pane)."""
+def _pane_bounds(panes, keep, low, offsets):
+    """The counting half of a stable counting sort of the kept rows by pane - low: each
+    pane's bounds into `offsets` [span + 1] (zeroed); returns each pane's next free place."""
     for i in range(panes.shape[0]):
         if keep[i]:
             offsets[panes[i] - low + 1] += 1
     for q in range(1, offsets.shape[0]):
         offsets[q] += offsets[q - 1]
-    fill = offsets[:-1].copy()
+    return offsets[:-1].copy()
+
+
+@numba.njit(cache=True)
+def _rows_by_pane(panes, keep, low, offsets, order):
+    """A stable counting sort of the kept rows by pane - low: `offsets` [span + 1] (zeroed)
+    gets each pane's bounds, `order` the rows in pane order (row order within a pane)."""
+    fill = _pane_bounds(panes, keep, low, offsets)
     for i in range(panes.shape[0]):
         if keep[i]:
             q = panes[i] - low
@@ -459,12 +466,7 @@ def _rows_by_pane(panes, keep, low, offsets, order):
 def _scatter_by_pane(panes, keep, low, offsets, slots, values, out_slots, out_values):
     """`_rows_by_pane` and `_gather_two` in one: the kept rows' slots and values written
     straight to their pane's place (no row order array: one pass and 8 bytes a row less)."""
-    for i in range(panes.shape[0]):
-        if keep[i]:
-            offsets[panes[i] - low + 1] += 1
-    for q in range(1, offsets.shape[0]):
-        offsets[q] += offsets[q - 1]
-    fill = offsets[:-1].copy()
+    fill = _pane_bounds(panes, keep, low, offsets)
     for i in range(panes.shape[0]):
         if keep[i]:
             q = panes[i] - low
