@@ -20,6 +20,7 @@ its own, or the same scratch copy), lower and higher then one column per p.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -411,12 +412,20 @@ def sort_pane(slots: np.ndarray, keys: np.ndarray, n_slots: int) -> tuple[np.nda
     """One pane's values sorted by (key slot, value), and each slot's offsets into them
     (`offsets[s]:offsets[s + 1]`, n_slots + 1 entries): a counting sort by slot, then each
     slot's values sorted in place (O(n) + per-key sorts, not one global O(n log n) sort)."""
+    return by_slot(_sort_pane, slots, keys, n_slots)
+
+
+def by_slot(
+    kernel: Callable[..., None], slots: np.ndarray, values: np.ndarray, n_slots: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One pane's values placed by `kernel(slots, values, offsets, out)` (`group_by_slot`,
+    `_sort_pane`) and each slot's offsets into them (n_slots + 1 entries)."""
     offsets = np.zeros(n_slots + 1, np.int64)
-    out = np.empty(len(keys), np.int64)
-    if len(keys):
-        _sort_pane(
+    out = np.empty(len(values), np.int64)
+    if len(values):
+        kernel(
             np.ascontiguousarray(slots, np.int64),
-            np.ascontiguousarray(keys, np.int64),
+            np.ascontiguousarray(values, np.int64),
             offsets,
             out,
         )

@@ -37,7 +37,7 @@ import numpy as np
 from numba import types
 from numba.typed import List
 
-from mangonel.runtime.cpu.holistic import _positions, _select, group_by_slot
+from mangonel.runtime.cpu.holistic import _positions, _select, by_slot, group_by_slot
 from mangonel.runtime.cpu.intrinsics import int64_at, prefetch_for_reading
 
 # a key's window of no state: no band to step from
@@ -469,16 +469,7 @@ def group_pane(
 ) -> tuple[np.ndarray, np.ndarray]:
     """One pane's values grouped by key slot (a counting sort; not sorted within a slot) and
     each slot's offsets into them (n_slots + 1 entries)."""
-    offsets = np.zeros(n_slots + 1, np.int64)
-    out = np.empty(len(values), np.int64)
-    if len(values):
-        group_by_slot(
-            np.ascontiguousarray(slots, np.int64),
-            np.ascontiguousarray(values, np.int64),
-            offsets,
-            out,
-        )
-    return out, offsets
+    return by_slot(group_by_slot, slots, values, n_slots)
 
 
 def flat_offsets(per_pane: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
