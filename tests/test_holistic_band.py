@@ -42,27 +42,33 @@ def _rows(seed: int, rows: int, spread: int, disjoint: bool = False):  # noqa: A
     )
 
 
+def expected_percentiles(window: np.ndarray, evaluation: str, fractions) -> tuple[list, list]:  # noqa: ANN001
+    """The values at the lower and higher positions of each p over `window` sorted (Spark's
+    positions; 0 and 0 over no value)."""
+    window = np.sort(window)
+    lows, highs = [], []
+    for p in fractions:
+        if not len(window):
+            lows.append(0)
+            highs.append(0)
+            continue
+        if evaluation == "percentile_cont":
+            position = p * (len(window) - 1)
+            low, high = int(np.floor(position)), int(np.ceil(position))
+        else:
+            low = high = max(int(np.ceil(p * len(window))) - 1, 0)
+        lows.append(window[low])
+        highs.append(window[high])
+    return lows, highs
+
+
 def _expected(values, starts, ends, firsts, counts, evaluation, fractions):  # noqa: ANN001, ANN202
     """(n, lower, higher) of each row from its values sorted (Spark's positions)."""
     n, lower, higher = [], [], []
     for first, runs in zip(firsts, counts, strict=True):
-        window = np.sort(
-            np.concatenate([values[starts[j] : ends[j]] for j in range(first, first + runs)])
-        )
+        window = np.concatenate([values[starts[j] : ends[j]] for j in range(first, first + runs)])
         n.append(len(window))
-        lows, highs = [], []
-        for p in fractions:
-            if not len(window):
-                lows.append(0)
-                highs.append(0)
-                continue
-            if evaluation == "percentile_cont":
-                position = p * (len(window) - 1)
-                low, high = int(np.floor(position)), int(np.ceil(position))
-            else:
-                low = high = max(int(np.ceil(p * len(window))) - 1, 0)
-            lows.append(window[low])
-            highs.append(window[high])
+        lows, highs = expected_percentiles(window, evaluation, fractions)
         lower.append(lows)
         higher.append(highs)
     return np.array(n), np.array(lower, np.int64), np.array(higher, np.int64)

@@ -7,27 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_holistic_band import expected_percentiles
 
 from mangonel.runtime.cpu import holistic_sliding as hs
 from mangonel.runtime.cpu.holistic import MODES
-
-
-def _expected(window: np.ndarray, evaluation: str, fractions) -> tuple[list, list]:  # noqa: ANN001
-    window = np.sort(window)
-    lows, highs = [], []
-    for p in fractions:
-        if not len(window):
-            lows.append(0)
-            highs.append(0)
-            continue
-        if evaluation == "percentile_cont":
-            position = p * (len(window) - 1)
-            low, high = int(np.floor(position)), int(np.ceil(position))
-        else:
-            low = high = max(int(np.ceil(p * len(window))) - 1, 0)
-        lows.append(window[low])
-        highs.append(window[high])
-    return lows, highs
 
 
 class _Sliding:
@@ -96,7 +79,7 @@ class _Sliding:
                 if q in self.panes
             ]
             joined = np.concatenate(window) if window else np.empty(0, np.int64)
-            lows, highs = _expected(joined, self.evaluation, self.fractions)
+            lows, highs = expected_percentiles(joined, self.evaluation, self.fractions)
             assert n[r] == len(joined), r
             assert list(lower[r]) == lows, (r, firsts[r])
             assert list(higher[r]) == highs, (r, firsts[r])
