@@ -258,27 +258,15 @@ def test_the_device_kernels_equal_the_cpu_kernel_under_numbas_cuda_simulator():
     assert "simulated kernels equal the CPU" in done.stdout
 
 
-def test_the_shared_run_gather_compiles_for_both_targets():
-    """`runtime/host/window_runs.gather_runs` is the CPU's and the GPU's copy of a window's
-    runs: it compiles as a CUDA device function (PTX, no GPU needed) for the kernel's
-    argument types, and its module imports nothing (no numba.cuda on CPU-only hosts)."""
-    import ast
-
+def test_the_block_gather_merge_compiles_for_cuda():
+    """`_gather_merge` (a block per window, its merges cut along the merge path)
+    compiles to PTX for the argument types `evaluate_python` launches it with (no GPU
+    needed): the simulator above runs its logic, this its typing for the device."""
     from numba import cuda, types
 
-    from mangonel.runtime.host import window_runs
+    from mangonel.runtime.gpu import python_window as gpu
 
     array = types.int64[::1]
-    scalar = types.int64
-    signature = (array, array, array, array, scalar, scalar, types.boolean)
-    signature += (array, array, array, scalar, scalar)
-    _, returned = cuda.compile_ptx(window_runs.gather_runs, signature, device=True, cc=(7, 5))
-    assert str(returned) == "int64"
-    tree = ast.parse(Path(window_runs.__file__).read_text())
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
-        alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    }
-    assert imported <= {"__future__", "typing"}, imported
+    signature = (array,) * 9 + (types.boolean, types.boolean) + (array,) * 4
+    ptx, _ = cuda.compile_ptx(gpu._gather_merge.py_func, signature, cc=(7, 5))
+    assert "bar.sync" in ptx  # the block's barriers between the copy and the merge passes

@@ -28,7 +28,6 @@ from numba.core.registry import CPUDispatcher
 from mangonel.aggregates.python import WindowFunction, result_dtype, values_dtype
 from mangonel.catalog.types import SqlType
 from mangonel.errors import PlanError
-from mangonel.runtime.host import window_runs
 
 _ARRAY_TYPES = {
     np.dtype(np.float64): numba.types.Array(numba.types.float64, 1, "C"),
@@ -162,8 +161,27 @@ def _merge_runs(window, other, times, other_times, bounds, count, timed):
     return source, source_times
 
 
-# the runs' copy into one buffer, written once for both backends (runtime/host/window_runs.py)
-_gather_runs = numba.njit(inline="always")(window_runs.gather_runs)
+@numba.njit(inline="always")
+def _gather_runs(keys, times, run_start, run_end, first_run, runs, timed, out, out_times, bounds):
+    """Copies a window's runs [first_run, first_run + runs) (run j: keys[run_start[j] :
+    run_end[j]]) one after another into `out` (their event times into `out_times` when
+    `timed`), skipping empty runs; `bounds[0]` = 0 and `bounds[c]` = where the c-th
+    non-empty run ends. Returns how many runs were not empty. (The GPU's copy spreads the
+    same over a block's threads: `runtime.gpu.python_window._gather_merge`.)"""
+    filled = 0
+    count = 0
+    bounds[0] = 0
+    for j in range(first_run, first_run + runs):
+        if run_end[j] == run_start[j]:
+            continue
+        for i in range(run_start[j], run_end[j]):
+            out[filled] = keys[i]
+            if timed:
+                out_times[filled] = times[i]
+            filled += 1
+        count += 1
+        bounds[count] = filled
+    return count
 
 
 @numba.njit
@@ -219,8 +237,6 @@ def _evaluate(
             scratch,
             scratch_times,
             bounds,
-            0,
-            0,
         )
         # sorted by order key: Spark's order of the values (NaN largest, -0.0 as 0.0); of
         # equal values the earlier event time first

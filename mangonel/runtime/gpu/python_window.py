@@ -13,9 +13,10 @@ sorted values of its key, on the device since `GpuHolistic.sort_pane`):
 
 1. per row its value count n (a prefix sum over the run lengths) and its offset into one
    flat buffer (their exclusive scan), with CuPy;
-2. `_gather_merge` (numba, a thread per window): copies the row's runs into its slice of the
+2. `_gather_merge` (numba, a block per window): copies the row's runs into its slice of the
    buffer, merges the sorted runs pairwise (ping-ponging with a second buffer: O(n log runs),
-   as the CPU does) and decodes the order keys into the values' bits (float64 or int64);
+   as the CPU does; each merge cut along its merge path among the block's threads) and
+   decodes the order keys into the values' bits (float64 or int64);
 3. the function's kernel (numba, a thread per window, made once per function and dtype):
    `out[r] = function(values[offset[r] : offset[r] + n[r]])` where n[r] > 0, the slice a
    contiguous array of the window's sorted non-NULL values, as on the CPU (a function
@@ -48,7 +49,6 @@ from numba import cuda  # noqa: E402
 
 from mangonel.aggregates.python import WindowFunction, result_dtype, values_dtype
 from mangonel.catalog.types import SqlType
-from mangonel.runtime.host import window_runs
 
 THREADS_PER_BLOCK = 128
 MAX_BLOCKS = 1 << 16  # grid-stride beyond
@@ -113,10 +113,6 @@ def _compile_problem(function: WindowFunction, dtype: str) -> str | None:
     return None
 
 
-# the runs' copy into one buffer, written once for both backends (runtime/host/window_runs.py)
-_gather_runs = cuda.jit(device=True)(window_runs.gather_runs)
-
-
 @cuda.jit
 def _gather_merge(
     keys,
@@ -135,82 +131,103 @@ def _gather_merge(
     merged_times,
     other_times,
 ):
-    """A thread per row: the row's runs of `keys` copied to `merged[offsets[r]:][:n[r]]`,
+    """A block per row: the row's runs of `keys` copied to `merged[offsets[r]:][:n[r]]`,
     merged there (pairwise and stable, ping-ponging with the same slice of `other`; `bounds`
     holds max-runs + 1 entries per row) and decoded from order keys into the values' bits.
-    `timed`: the values' event times move with them (`times` -> `merged_times`)."""
-    start = cuda.grid(1)
-    stride = cuda.gridsize(1)
+    `timed`: the values' event times move with them (`times` -> `merged_times`).
+
+    Every step is spread over the block's threads: a thread per window (the first form)
+    left a tumbling window's 10^4 values to one thread, and with one window per key the
+    launch had too few threads to hide the memory's latency (4.8 ms a firing of 1000
+    windows on an H200). The copy and the decoding stride over the values; each pairwise
+    merge is cut along its merge path, a thread per equal share of the output."""
+    thread = cuda.threadIdx.x
+    threads = cuda.blockDim.x
     width = bounds.shape[0] // row_first.shape[0]
     flip = np.int64(0x7FFFFFFFFFFFFFFF)
-    for r in range(start, row_first.shape[0], stride):
+    for r in range(cuda.blockIdx.x, row_first.shape[0], cuda.gridDim.x):
         total = n[r]
         if total == 0:
-            continue
+            continue  # the whole block skips the row: no barrier is left waiting
         base = offsets[r]
         at = r * width
-        count = _gather_runs(
-            keys,
-            times,
-            run_start,
-            run_end,
-            row_first[r],
-            row_runs[r],
-            timed,
-            merged,
-            merged_times,
-            bounds,
-            at,
-            base,
-        )
+        # the non-empty runs one after another; `bounds` lists where each ends
+        filled = base
+        count = 0
+        if thread == 0:
+            bounds[at] = base
+        for j in range(row_first[r], row_first[r] + row_runs[r]):
+            start = run_start[j]
+            length = run_end[j] - start
+            if length == 0:
+                continue
+            for t in range(thread, length, threads):
+                merged[filled + t] = keys[start + t]
+                if timed:
+                    merged_times[filled + t] = times[start + t]
+            filled += length
+            count += 1
+            if thread == 0:
+                bounds[at + count] = filled
+        cuda.syncthreads()
         in_other = False  # where the merged runs are now
         while count > 1:
             done = 0
             for first in range(0, count, 2):
                 lo = bounds[at + first]
-                if first + 1 == count:  # an odd run out: copied as it is
-                    hi = bounds[at + first + 1]
-                    for i in range(lo, hi):
-                        if in_other:
-                            merged[i] = other[i]
-                            if timed:
-                                merged_times[i] = other_times[i]
-                        else:
-                            other[i] = merged[i]
-                            if timed:
-                                other_times[i] = merged_times[i]
-                    bounds[at + done] = lo
-                    done += 1
-                    continue
                 mid = bounds[at + first + 1]
-                hi = bounds[at + first + 2]
-                i = lo
-                j = mid
-                for k in range(lo, hi):
-                    # the left run's value unless the right one's is smaller (stable: runs
-                    # are in pane order, so equal values stay in event-time order)
-                    if in_other:
-                        take = j if i >= mid or (j < hi and other[j] < other[i]) else i
-                        merged[k] = other[take]
-                        if timed:
-                            merged_times[k] = other_times[take]
+                hi = mid if first + 1 == count else bounds[at + first + 2]
+                # every thread has read this pair's bounds before the first is rewritten
+                # (later pairs read entries past it)
+                cuda.syncthreads()
+                if thread == 0:
+                    bounds[at + done] = lo
+                done += 1
+                source = other if in_other else merged
+                target = merged if in_other else other
+                source_times = other_times if in_other else merged_times
+                target_times = merged_times if in_other else other_times
+                # this thread's share of the stable merge of source[lo:mid] and
+                # source[mid:hi] into target[lo:hi] (mid == hi: a run without a partner,
+                # copied): the outputs [lo + first, lo + last) of an equal cut, whose
+                # start on the merge path (how many of the first `first` outputs come from
+                # the left run) a binary search finds. The left run's value wins ties, so
+                # equal values keep the panes' order (their event times' order).
+                first = (hi - lo) * thread // threads
+                last = (hi - lo) * (thread + 1) // threads
+                # (no `max`/`min`: numba's CUDA target types those through an overload it
+                # compiles for the current device, so the kernel's PTX would need a GPU)
+                low = first - (hi - mid) if first > hi - mid else 0
+                high = first if first < mid - lo else mid - lo
+                while low < high:
+                    middle = (low + high) // 2
+                    # left[middle] comes out before right[first - 1 - middle]: more than
+                    # `middle` of the first `first` outputs are the left run's
+                    if source[lo + middle] <= source[mid + first - 1 - middle]:
+                        low = middle + 1
                     else:
-                        take = j if i >= mid or (j < hi and merged[j] < merged[i]) else i
-                        other[k] = merged[take]
-                        if timed:
-                            other_times[k] = merged_times[take]
+                        high = middle
+                i = lo + low
+                j = mid + first - low
+                for k in range(lo + first, lo + last):
+                    take = j if i >= mid or (j < hi and source[j] < source[i]) else i
+                    target[k] = source[take]
+                    if timed:
+                        target_times[k] = source_times[take]
                     if take == j:
                         j += 1
                     else:
                         i += 1
-                bounds[at + done] = lo
-                done += 1
-            bounds[at + done] = bounds[at + count]
+            end = bounds[at + count]
+            cuda.syncthreads()
+            if thread == 0:
+                bounds[at + done] = end
+            cuda.syncthreads()  # the pass's values and bounds, before the next reads them
             count = done
             in_other = not in_other
         # sorted by order key: Spark's order of the values (NaN largest, -0.0 as 0.0);
         # decoded into `merged`, which the function's kernel reads as the values' dtype
-        for i in range(base, base + total):
+        for i in range(base + thread, base + total, threads):
             key = other[i] if in_other else merged[i]
             merged[i] = (key ^ flip) if floating and key < 0 else key
             if timed and in_other:
@@ -300,8 +317,7 @@ def evaluate_python(
         merged_times = xp.empty(total if timed else 1, xp.int64)
         other_times = xp.empty(total if timed else 1, xp.int64)
         bounds = xp.empty((hi - lo) * widest, xp.int64)
-        blocks = min(MAX_BLOCKS, -(-(hi - lo) // THREADS_PER_BLOCK))
-        _gather_merge[blocks, THREADS_PER_BLOCK, stream](
+        _gather_merge[min(MAX_BLOCKS, hi - lo), THREADS_PER_BLOCK, stream](
             keys,
             times,
             run_start,
@@ -320,6 +336,7 @@ def evaluate_python(
         )
         values = merged.view(xp.float64) if floating else merged
         chunk_out = xp.zeros(hi - lo, out_dtype)
+        blocks = min(MAX_BLOCKS, -(-(hi - lo) // THREADS_PER_BLOCK))
         kernel[blocks, THREADS_PER_BLOCK, stream](
             values, merged_times, chunk_offsets, chunk_n, chunk_out
         )
