@@ -45,6 +45,11 @@ def test_every_selection_kernel_variant_compiles_with_nvcc(tmp_path, evaluation,
     assert generated.names["select"] in nvcc_ptx(tmp_path, generated.source)
 
 
+def test_the_runs_kernel_compiles_with_nvcc(tmp_path):
+    generated = codegen.render_holistic_runs_kernel()
+    assert generated.names["runs"] in nvcc_ptx(tmp_path, generated.source)
+
+
 def nvcc_ptx(folder, source: str) -> str:
     """The PTX nvcc makes of `source` (sm_90); the test skips where nvcc is absent."""
     if shutil.which("nvcc") is None:

@@ -494,6 +494,13 @@ def render_holistic_kernels(evaluation: str, form: str) -> GeneratedModule:
     return GeneratedModule(source, digest, names, (), (), (), 0)
 
 
+def render_holistic_runs_kernel() -> GeneratedModule:
+    """The kernel building a holistic firing's runs from its span's pane offsets
+    (`kernels_templates/holistic_runs.cu.j2`): one module for every query."""
+    source, digest, names = _finish({}, ("prelude.cu.j2", "holistic_runs.cu.j2"), ("runs",))
+    return GeneratedModule(source, digest, names, (), (), (), 0)
+
+
 SKETCH_HLL_TEMPLATES = ("prelude.cu.j2", "sketch_hll.cu.j2")
 
 

@@ -57,6 +57,7 @@ class GpuHolistic:
         self.module_of = module_of
         self.form = form
         self._functions: dict[tuple[str, str], Any] = {}
+        self._runs_function: Any = None  # `window_runs`' kernel, compiled at its first use
         self.launches = 0  # selection launches so far (one per aggregate and result chunk)
 
     def _select_function(self, evaluation: str, form: str) -> Any:  # noqa: ANN401
@@ -232,7 +233,8 @@ class GpuHolistic:
         p = first_index[r] + i, its slot s = slots[r]: `base[p] + offsets_p[min(s, last)] ..
         base[p] + offsets_p[min(s + 1, last)]` (empty where last = offset_last[p] < 0: no
         pane). The host's arrays (span- and row-sized) go up in one host-to-device copy, not
-        five (each a transfer call of tens of microseconds); the offsets never come down."""
+        five (each a transfer call of tens of microseconds); the offsets never come down; one
+        launch of `holistic_runs.cu.j2` writes the four results into one allocation."""
         xp = self.xp
         rows = len(slots)
         if not rows:
@@ -244,30 +246,37 @@ class GpuHolistic:
             + [np.asarray(first_index, np.int64)]
         )
         device = xp.asarray(host)
-        span_first, span_last, span_base = (device[i * span : (i + 1) * span] for i in range(3))
-        row_slots = device[3 * span : 3 * span + rows]
-        row_first_index = device[3 * span + rows :]
-        panes = row_first_index[:, None] + xp.arange(panes_per_row, dtype=xp.int64)
-        slot = row_slots[:, None]
-        last = span_last[panes]
-        present = last >= 0
-        flat = xp.asarray(flat_offsets, dtype=xp.int64)
-        if not int(flat.shape[0]):  # no pane of the span holds values
-            run_start = run_end = xp.zeros(rows * panes_per_row, xp.int64)
-        else:
-            first = span_first[panes]
-            pane_base = span_base[panes]
-            low = xp.where(present, first + xp.minimum(slot, last), 0)
-            high = xp.where(present, first + xp.minimum(slot + 1, last), 0)
-            run_start = xp.where(present, pane_base + flat[low], 0).reshape(-1)
-            run_end = xp.where(present, pane_base + flat[high], 0).reshape(-1)
-        row_first = xp.arange(rows, dtype=xp.int64) * panes_per_row
-        row_runs = xp.full(rows, panes_per_row, dtype=xp.int64)
+        runs = rows * panes_per_row
+        # run_start, run_end, row_first and row_runs in one allocation
+        out = xp.empty(2 * runs + 2 * rows, xp.int64)
+        flat = xp.ascontiguousarray(xp.asarray(flat_offsets, dtype=xp.int64))
+        if self._runs_function is None:
+            generated = codegen.render_holistic_runs_kernel()
+            self._runs_function = self.module_of(generated).get_function(generated.names["runs"])
+        blocks = min(MAX_BLOCKS, -(-runs // THREADS_PER_BLOCK))
+        self._runs_function(
+            (blocks,),
+            (THREADS_PER_BLOCK,),
+            (
+                flat,
+                np.int64(flat.shape[0]),
+                device[: 3 * span],
+                np.int64(span),
+                device[3 * span : 3 * span + rows],
+                device[3 * span + rows :],
+                np.int64(rows),
+                np.int64(panes_per_row),
+                out[:runs],
+                out[runs : 2 * runs],
+                out[2 * runs : 2 * runs + rows],
+                out[2 * runs + rows :],
+            ),
+        )
         return (
-            xp.ascontiguousarray(run_start),
-            xp.ascontiguousarray(run_end),
-            row_first,
-            row_runs,
+            out[:runs],
+            out[runs : 2 * runs],
+            out[2 * runs : 2 * runs + rows],
+            out[2 * runs + rows :],
         )
 
     def holistic_select(
