@@ -421,3 +421,18 @@ def test_results_are_the_same_in_small_row_chunks(monkeypatch, scenario):
     monkeypatch.setattr(planning, "MAX_RUNS", 7)
     failure = check(scenario, "cpu")
     assert failure is None, f"{failure}\n{scenario.query}"
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(scenarios("time"))
+def test_results_are_the_same_when_a_firings_span_is_cut(monkeypatch, scenario):
+    # small chunks read one span of sorted panes concatenated for the whole firing (the test
+    # above); with a span of at most a few values beyond a chunk's need, later chunks
+    # concatenate spans of their own, starting anywhere
+    from mangonel.compiler import holistic as planning
+    from mangonel.runtime.operators import holistic_pane
+
+    monkeypatch.setattr(planning, "MAX_RUNS", 7)
+    monkeypatch.setattr(holistic_pane, "MAX_SPAN_VALUES", 3)
+    failure = check(scenario, "cpu")
+    assert failure is None, f"{failure}\n{scenario.query}"

@@ -54,7 +54,7 @@ from mangonel.runtime.operators import holistic_sliding as sliding
 from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META
 from mangonel.runtime.operators.holistic_evaluate import evaluate
-from mangonel.runtime.operators.holistic_pane import HeldPane
+from mangonel.runtime.operators.holistic_pane import HeldPane, PaneSpan, pane_span
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
@@ -528,6 +528,10 @@ class HolisticTimeWindows:
         answers = self.sliding.answers(self.panes, slots, first_panes, self.keys.n_slots)
         for position, answer in answers.items():
             pieces[position].append(answer)
+        # each field's span of sorted panes, concatenated once for the chunks it covers
+        # (a firing's chunks read overlapping panes)
+        spans: dict[str, PaneSpan] = {}
+        reach = int(first_panes.max()) + self.panes_per_window if rows else 0
         for start in range(0, rows, chunk):
             chunk_slots = slots[start : start + chunk]
             chunk_panes = first_panes[start : start + chunk]
@@ -554,7 +558,9 @@ class HolisticTimeWindows:
                 rows_slots = chunk_slots if order is None else chunk_slots[order]
                 rows_panes = chunk_panes if order is None else chunk_panes[order]
                 if plan.value_field not in runs_of:
-                    runs_of[plan.value_field] = self._runs(plan.value_field, rows_slots, rows_panes)
+                    runs_of[plan.value_field] = self._runs(
+                        plan.value_field, rows_slots, rows_panes, spans, reach
+                    )
                 values, runs, times = runs_of[plan.value_field]
                 value_field = self.fields_by_name[plan.value_field]
                 n, value = evaluate(select, plan, value_field, values, runs, True, times)
@@ -581,49 +587,48 @@ class HolisticTimeWindows:
         values_read = int(results[self.holistic[0]][0].sum()) if self.holistic else 0
         return pa.RecordBatch.from_arrays(columns, schema=self.schema), rows + values_read
 
-    def _runs(self, name: str, slots: np.ndarray, first_panes: np.ndarray):
+    def _runs(
+        self,
+        name: str,
+        slots: np.ndarray,
+        first_panes: np.ndarray,
+        spans: dict[str, PaneSpan],
+        reach: int,
+    ):
         """The flat sorted values of the panes the rows' windows cover, per row one run per
         pane (`evaluate`'s runs), and the values' event times where the field is timed
         (else None). The runs are built on the holistic backend (`window_runs`: on the GPU
-        from the panes' device offsets); here only the span's panes are listed and their
-        bases scanned from their lengths (known from the arrays' shapes, no device read)."""
+        from the panes' device offsets) over the field's span in `spans`, made anew only
+        where the rows need a pane outside it (then up to `reach`, the end of the firing's
+        last window, within `holistic_pane.MAX_SPAN_VALUES` values)."""
         rows = len(slots)
         pw = self.panes_per_window
-        timed = name in self.timed_fields
         if not rows:
             empty = np.empty(0, np.int64)
+            timed = name in self.timed_fields
             return empty, (empty, empty, empty, empty), (empty if timed else None)
         low = int(first_panes.min())
-        span = int(first_panes.max()) - low + pw
-        store = self.panes[name]
-        lengths = np.zeros(span, np.int64)  # values of each span pane (0: none)
-        widths = np.zeros(span, np.int64)  # offsets of each span pane (0: no pane)
-        pieces, offset_pieces, time_pieces = [], [], []
-        for index in range(span):
-            pane = store.get(low + index)
-            if pane is None:
-                continue
-            self._sort(pane, timed)
-            assert pane.sorted_values is not None and pane.offsets is not None
-            lengths[index] = len(pane.sorted_values)
-            widths[index] = len(pane.offsets)
-            pieces.append(pane.sorted_values)
-            offset_pieces.append(pane.offsets)
-            time_pieces.append(pane.sorted_times)
-        base = np.cumsum(lengths) - lengths
-        offset_first = np.cumsum(widths) - widths
-        values = self.kernels.concatenate(pieces)
-        times = self.kernels.concatenate(time_pieces) if timed else None
+        needed = int(first_panes.max()) + pw
+        span = spans.get(name)
+        if span is None or low < span.low or needed > span.end:
+            timed = name in self.timed_fields
+            span = spans[name] = pane_span(
+                self.kernels,
+                self.panes[name],
+                (low, needed, max(needed, reach)),
+                timed,
+                lambda pane: self._sort(pane, timed),
+            )
         runs = self.kernels.window_runs(
-            self.kernels.concatenate(offset_pieces),
-            offset_first,
-            widths - 1,  # a key slot past a pane's last reads its end (-1: no pane)
-            base,
+            span.offsets,
+            span.offset_first,
+            span.offset_last,
+            span.base,
             slots,
-            first_panes - low,
+            first_panes - span.low,
             pw,
         )
-        return values, runs, times
+        return span.values, runs, span.times
 
     def _sort(self, pane: HeldPane, timed: bool) -> None:
         """Sort a pane's values by (slot, value) once (again after values arrived late); a

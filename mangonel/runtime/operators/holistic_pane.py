@@ -4,10 +4,15 @@ window read the pane, its values sorted per key slot."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+# values a firing's span of sorted panes may hold beyond what its current chunk needs
+# (`pane_span`: the chunks after it read the same concatenation; 256 MB of order keys)
+MAX_SPAN_VALUES = 1 << 25
 
 
 @dataclass
@@ -66,3 +71,66 @@ class HeldPane:
             kernels.concatenate(values),
             kernels.concatenate(times),
         )
+
+
+@dataclass
+class PaneSpan:
+    """A field's sorted panes [low, end) in one flat array (`values`, `times` where timed)
+    with their offsets (`offsets`; pane i's start at `offset_first[i]`, its last index
+    `offset_last[i]`, -1 where no pane) and the values' `base` per pane: the inputs of the
+    kernels' `window_runs`."""
+
+    low: int
+    end: int
+    values: Any
+    times: Any
+    offsets: Any
+    offset_first: np.ndarray
+    offset_last: np.ndarray
+    base: np.ndarray
+
+
+def pane_span(
+    kernels: Any,  # noqa: ANN401 - the holistic kernels (`concatenate`)
+    store: dict[int, HeldPane],
+    extent: tuple[int, int, int],
+    timed: bool,
+    sort: Callable[[HeldPane], None],
+) -> PaneSpan:
+    """The span of `store`'s panes from `low` to at least `needed`, and on to `reach` while
+    it holds at most MAX_SPAN_VALUES values (`extent` = (low, needed, reach)); each pane
+    sorted by `sort` first. Only the span's panes are listed and their bases scanned from
+    their lengths (known from the arrays' shapes: no device read)."""
+    low, needed, reach = extent
+    lengths, widths = [], []  # values and offsets of each span pane (0: no pane)
+    pieces, offset_pieces, time_pieces = [], [], []
+    held = 0
+    end = low
+    while end < reach and (end < needed or held <= MAX_SPAN_VALUES):
+        pane = store.get(end)
+        end += 1
+        if pane is None:
+            lengths.append(0)
+            widths.append(0)
+            continue
+        sort(pane)
+        assert pane.sorted_values is not None and pane.offsets is not None
+        lengths.append(len(pane.sorted_values))
+        widths.append(len(pane.offsets))
+        held += lengths[-1]
+        pieces.append(pane.sorted_values)
+        offset_pieces.append(pane.offsets)
+        time_pieces.append(pane.sorted_times)
+    length_array = np.array(lengths, np.int64)
+    width_array = np.array(widths, np.int64)
+    return PaneSpan(
+        low=low,
+        end=end,
+        values=kernels.concatenate(pieces),
+        times=kernels.concatenate(time_pieces) if timed else None,
+        offsets=kernels.concatenate(offset_pieces),
+        offset_first=np.cumsum(width_array) - width_array,
+        # a key slot past a pane's last offset reads its end (-1: no pane)
+        offset_last=width_array - 1,
+        base=np.cumsum(length_array) - length_array,
+    )
