@@ -570,3 +570,57 @@ def test_the_pane_split_over_a_known_range_reads_the_device_once(
         [],
         True,
     )
+
+
+def test_the_in_range_split_finds_each_chunks_offsets_in_one_search(host_module, monkeypatch):
+    """Given the known slots, the in-range split finds every chunk's per-slot offsets in one
+    search, and `sort_pane(presorted=True)` of that chunk returns them without searching:
+    equal to the counting sort's, cut at the slots known at the split (a slot met later
+    reads the pane's end: no value). Another array with the same values is searched."""
+    rng = np.random.default_rng(23)
+    rows = 900
+    panes = rng.integers(3, 9, rows).astype(np.int64)
+    slots = rng.integers(0, 6, rows).astype(np.int32)
+    slots[panes == 5] = rng.integers(0, 2, int((panes == 5).sum()))  # slots 2.. empty there
+    values = rng.integers(-30, 30, rows).astype(np.int64)
+    keep = rng.random(rows) < 0.8
+    gpu = GpuHolistic(HostCupy(), host_module)
+    searches = []
+    original = gpu_holistic.GpuHolistic._pane_offsets
+    monkeypatch.setattr(
+        gpu_holistic.GpuHolistic,
+        "_pane_offsets",
+        lambda self, *a: searches.append(1) or original(self, *a),
+    )
+    pane_ids, chunks, _ = gpu.split_panes(panes, slots, values, keep, pane_range=(3, 8), n_slots=6)
+    assert len(searches) == 1 and len(gpu._split_offsets) == len(chunks) == 6
+    sort_calls = []
+    with monkeypatch.context() as patched:
+        patched.setattr(gpu_holistic, "lexsort_order", lambda *a: sort_calls.append(1))
+        for pane, (chunk_slots, chunk_values, _) in zip(pane_ids, chunks, strict=True):
+            in_pane = keep & (panes == pane)
+            want_values, want_offsets = cpu_holistic.sort_pane(slots[in_pane], values[in_pane], 8)
+            got_values, got_offsets = gpu.sort_pane(chunk_slots, chunk_values, 8, presorted=True)
+            assert got_values is chunk_values and len(got_offsets) == 7
+            assert np.array_equal(np.asarray(got_values), want_values)
+            assert np.array_equal(np.asarray(got_offsets), want_offsets[:7])
+            # asked again (a copy, or the pane sorted anew): searched, the same answer
+            _, again_offsets = gpu.sort_pane(chunk_slots, chunk_values.copy(), 8, presorted=True)
+            assert np.array_equal(np.asarray(again_offsets), want_offsets)
+    assert not sort_calls and not gpu._split_offsets  # each entry given once, then dropped
+    # without the slots (or by slot only): no search, nothing kept
+    gpu.split_panes(panes, slots, values, keep, pane_range=(3, 8))
+    gpu.split_panes(panes, slots, values, keep, by_value=False, pane_range=(3, 8), n_slots=6)
+    assert len(searches) == 1 and not gpu._split_offsets
+
+
+def test_a_split_chunks_offsets_go_with_the_chunk(host_module):
+    rng = np.random.default_rng(29)
+    panes = rng.integers(0, 3, 300).astype(np.int64)
+    slots = rng.integers(0, 4, 300).astype(np.int32)
+    values = rng.integers(0, 9, 300).astype(np.int64)
+    gpu = GpuHolistic(HostCupy(), host_module)
+    found = gpu.split_panes(panes, slots, values, np.ones(300, bool), pane_range=(0, 2), n_slots=4)
+    assert len(gpu._split_offsets) == 3
+    del found
+    assert not gpu._split_offsets  # the chunks died: their entries with them

@@ -747,9 +747,12 @@ class CpuKernels:
         # a counting sort by slot is O(n) whether or not the chunk came sorted
         return holistic.sort_pane(slots, keys, n_slots)
 
-    def split_panes(self, panes, slots, values, keep, times=None, by_value=True, pane_range=None):
-        # the CPU's chunks are never sorted (`by_value` changes nothing) and it reads no
-        # device (`pane_range`, the GPU's hint, saves nothing here)
+    def split_panes(
+        self, panes, slots, values, keep, times=None, by_value=True, pane_range=None, n_slots=None
+    ):
+        # the CPU's chunks are never sorted (`by_value` changes nothing), it reads no device
+        # (`pane_range`, the GPU's hint, saves nothing here) and its pane sort is a
+        # counting sort whatever offsets a split could find (`n_slots` is not used)
         return holistic.split_panes(panes, slots, values, keep, times)
 
     def sort_pane_timed(self, slots, keys, times, n_slots):

@@ -24,6 +24,7 @@ device twins of `runtime.cpu.holistic`, behind the same three calls of the drive
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,10 @@ class GpuHolistic:
         self.form = form
         self._functions: dict[tuple[str, str], Any] = {}
         self._runs_function: Any = None  # `window_runs`' kernel, compiled at its first use
+        # per-slot offsets the in-range split found for its chunks, by the chunk's values
+        # array (`id`, with a weak reference that drops the entry when the chunk dies):
+        # `sort_pane(presorted=True)` of such a chunk searches nothing
+        self._split_offsets: dict[int, tuple[weakref.ref, Any]] = {}
         self.launches = 0  # selection launches so far (one per aggregate and result chunk)
 
     def _select_function(self, evaluation: str, form: str) -> Any:  # noqa: ANN401
@@ -83,6 +88,12 @@ class GpuHolistic:
         xp = self.xp
         if not len(keys):
             return xp.zeros(0, xp.int64), xp.zeros(n_slots + 1, xp.int64)
+        if presorted:
+            remembered = self._split_offsets.pop(id(keys), None)
+            if remembered is not None and remembered[0]() is keys:
+                # the split's offsets: as many as the slots known then (a later slot reads
+                # the pane's end, `window_runs`' rule: it has no value here)
+                return keys, remembered[1]
         device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
         device_keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
         if not presorted:
@@ -101,6 +112,7 @@ class GpuHolistic:
         times: Any = None,  # noqa: ANN401
         by_value: bool = True,
         pane_range: tuple[int, int] | None = None,
+        n_slots: int | None = None,
     ) -> tuple[list[int], list[tuple[Any, Any, Any]], bool]:
         """The kept rows' (slot, order key, event time or None) grouped by pane on the
         device: (pane ids, one chunk per pane, True: each chunk sorted by
@@ -110,9 +122,13 @@ class GpuHolistic:
         `by_value` False: sorted by slot only (a field only sketches read: their cells are
         the runs of equal slots, the values' order does not matter). `pane_range`: (first,
         last) pane of every kept row where the host knows it: the bounds of every pane come
-        in one device read (else: the kept rows' count, then their cuts and pane ids)."""
+        in one device read (else: the kept rows' count, then their cuts and pane ids).
+        `n_slots`: the key slots known (every row's is below), where the in-range path is
+        to find each chunk's per-slot offsets too, for its `sort_pane`, in one search."""
         if pane_range is not None and 0 <= pane_range[1] - pane_range[0] < MAX_RANGE_PANES:
-            found = self._split_in_range(panes, slots, values, keep, times, by_value, pane_range)
+            found = self._split_in_range(
+                panes, slots, values, keep, times, by_value, pane_range, n_slots
+            )
             if found is not None:
                 return found
         xp = self.xp
@@ -149,6 +165,7 @@ class GpuHolistic:
         times: Any,  # noqa: ANN401
         by_value: bool,
         pane_range: tuple[int, int],
+        n_slots: int | None = None,
     ) -> tuple[list[int], list[tuple[Any, Any, Any]], bool] | None:
         """`split_panes` over panes known to lie in `pane_range`: every row is sorted, those
         not kept after the kept ones (their pane made one past the range: no compaction,
@@ -178,14 +195,48 @@ class GpuHolistic:
         row_values = row_values[order]
         if row_times is not None:
             row_times = row_times[order]
+        filled = np.flatnonzero(np.diff(bounds))
+        offsets = None
+        if by_value and n_slots is not None and len(filled) * (n_slots + 1) <= kept_count:
+            offsets = self._pane_offsets(row_panes, row_slots, low, filled, n_slots)
         pane_ids, chunks = [], []
-        for index in np.flatnonzero(np.diff(bounds)).tolist():
+        for number, index in enumerate(filled.tolist()):
             a, b = int(bounds[index]), int(bounds[index + 1])
             pane_ids.append(low + index)
+            chunk_values = row_values[a:b]
             chunks.append(
-                (row_slots[a:b], row_values[a:b], None if row_times is None else row_times[a:b])
+                (row_slots[a:b], chunk_values, None if row_times is None else row_times[a:b])
             )
+            if offsets is not None:
+                self._remember_offsets(chunk_values, offsets[number] - a)
         return pane_ids, chunks, True
+
+    def _pane_offsets(
+        self,
+        row_panes: Any,  # noqa: ANN401 - the sorted rows' panes (device)
+        row_slots: Any,  # noqa: ANN401 - their slots, sorted within each pane
+        low: int,
+        filled: np.ndarray,
+        n_slots: int,
+    ) -> Any:  # noqa: ANN401
+        """[len(filled), n_slots + 1]: for pane low + filled[i], the sorted row where each
+        slot's rows start (and one past its last), in one search over the sorted rows'
+        (pane, slot) packed into one key, as `_split_order` sorted them."""
+        xp = self.xp
+        packed = (row_panes - low) * (1 << 32) + row_slots
+        wanted = (
+            xp.asarray(filled.astype(np.int64) * (1 << 32))[:, None]
+            + xp.arange(n_slots + 1, dtype=xp.int64)[None, :]
+        )
+        return xp.searchsorted(packed, wanted.reshape(-1)).reshape(len(filled), n_slots + 1)
+
+    def _remember_offsets(self, values: Any, offsets: Any) -> None:  # noqa: ANN401
+        """Keep `offsets` for `sort_pane(values, presorted=True)`; the entry goes with the
+        chunk (a pane given more rows is sorted anew and never asks)."""
+        key = id(values)
+        table = self._split_offsets
+        reference = weakref.ref(values, lambda _, key=key: table.pop(key, None))
+        table[key] = (reference, offsets)
 
     def sort_pane_timed(
         self, slots: np.ndarray, keys: np.ndarray, times: np.ndarray, n_slots: int

@@ -381,6 +381,7 @@ class HolisticTimeWindows:
             # raw values are kept sorted by value; sketches need their slots' runs only
             by_value=name in self.raw_fields,
             pane_range=pane_range,
+            n_slots=self.keys.n_slots,
         )
         if not chunks:
             return
