@@ -9,8 +9,11 @@ for the state kinds (a file under the cache directory, numba's on-disk cache). T
 walks both grids window by window, matches each (window, key id) with rows on both sides, and
 writes that match's group and every output part at once, then the window's bounds over its
 matches in two contiguous fills: no (left cell, right cell) pair arrays, no pass per
-product. Matches come in window order, then group order (`left_order`: the left key slots
-sorted by group; a sparse entry's matches are sorted by group before they are written).
+product. Matches come in window order, then in the left side's key slot order (row order
+inside a window is unspecified, docs/semantics.md): a window held densely on both sides is
+read as slices, the left cells in order and the right ones at their paired slots, so only
+one side's cells are gathered. `combine_cells` passes the side whose values the ops read
+more as the left.
 """
 
 from __future__ import annotations
@@ -33,12 +36,22 @@ from mangonel.runtime.operators.join_kernels import (
 )
 from mangonel.runtime.operators.join_kernels import CombineOp as Op
 
+# over the left (`{L}`) and right (`{R}`) arrays: the whole ones (`left`, `right`) or a
+# window's slices (`l`, `r`)
 _EXPRESSIONS = {
-    ROWS: "left_rows[lc] * right_rows[rc]",
-    LEFT_SCALED: "left{i}[lc] * right_rows[rc]",
-    RIGHT_SCALED: "right{i}[rc] * left_rows[lc]",
-    LEFT: "left{i}[lc]",
-    RIGHT: "right{i}[rc]",
+    ROWS: "{L}_rows[lc] * {R}_rows[rc]",
+    LEFT_SCALED: "{L}{i}[lc] * {R}_rows[rc]",
+    RIGHT_SCALED: "{R}{i}[rc] * {L}_rows[lc]",
+    LEFT: "{L}{i}[lc]",
+    RIGHT: "{R}{i}[rc]",
+}
+# the same op with the sides' roles exchanged (`combine_cells` drives from the right)
+_SWAPPED = {
+    ROWS: ROWS,
+    LEFT_SCALED: RIGHT_SCALED,
+    RIGHT_SCALED: LEFT_SCALED,
+    LEFT: RIGHT,
+    RIGHT: LEFT,
 }
 
 _TEMPLATE = """\
@@ -65,7 +78,6 @@ def combine(
     right_ids,
     n_ids,
     group_of_id,
-    left_order,
     group_values,
     size,
     slide,
@@ -78,28 +90,22 @@ def combine(
     # cleared)
     stamp = np.zeros(n_ids, np.int64)
     cell_of_id = np.empty(n_ids, np.int64)
-    # a window held densely by one entry on each side (a sliding firing's common case): the
-    # left slots in `left_order` meet the same right slots in every such window, so the
-    # pairs of slots are found once (no stamping per window)
+    # per left key slot: the right slot of its key (-1: none; a window held densely by one
+    # entry on each side, a sliding firing's common case, pairs the slots so, with no
+    # stamping per window) and its group's value
     right_slot_of_id = np.full(n_ids, -1, np.int64)
     for slot in range(right_ids.shape[0]):
         if right_ids[slot] >= 0:
             right_slot_of_id[right_ids[slot]] = slot
-    pair_right = np.full(left_order.shape[0], -1, np.int64)
-    pair_group = np.empty(left_order.shape[0], np.int64)
-    for q in range(left_order.shape[0]):
-        key = left_ids[left_order[q]]
+    n_slots = left_ids.shape[0]
+    pair_right = np.full(n_slots, -1, np.int64)
+    group_of_slot = np.zeros(n_slots, group_values.dtype)
+    for slot in range(n_slots):
+        key = left_ids[slot]
         if key >= 0:
-            pair_right[q] = right_slot_of_id[key]
-            pair_group[q] = group_of_id[key]
-    # a sparse left entry's matches, ordered by group before they are written
-    widest = 0
-    for i in range(n_left):
-        if left_slot_starts[i] >= 0:
-            widest = max(widest, left_widths[i])
-    sparse_left = np.empty(widest, np.int64)
-    sparse_right = np.empty(widest, np.int64)
-    sparse_group = np.empty(widest, np.int64)
+            pair_right[slot] = right_slot_of_id[key]
+            if group_of_id[key] >= 0:  # a key matched in this firing has its group
+                group_of_slot[slot] = group_values[group_of_id[key]]
     count = 0
     run = 0
     i = j = 0
@@ -122,15 +128,18 @@ def combine(
             and (i + 1 == n_left or left_windows[i + 1] != window)
             and (j + 1 == n_right or right_windows[j + 1] != window)
         ):
+            # the window's cells as slices: the left ones read in slot order, the right ones
+            # at their paired slot (unsigned: -1, no pair, lies past every width)
             left_start, left_width = left_starts[i], left_widths[i]
             right_start, right_width = right_starts[j], right_widths[j]
-            for q in range(left_order.shape[0]):
-                slot, other = left_order[q], pair_right[q]
-                if slot >= left_width or other < 0 or other >= right_width:
+            right_width_u = np.uint64(right_width)
+{slices}
+            for lc in range(left_width):
+                rc = np.uint64(pair_right[lc])
+                if rc >= right_width_u:
                     continue
-                lc, rc = left_start + slot, right_start + other
-                if left_rows[lc] > 0 and right_rows[rc] > 0:
-                    group = pair_group[q]
+                if l_rows[lc] > 0 and r_rows[rc] > 0:
+                    out_group[count] = group_of_slot[lc]
 {emit_dense}
             out_start[first_out:count] = window_start
             out_end[first_out:count] = window_end
@@ -148,35 +157,15 @@ def combine(
             j += 1
         while i < n_left and left_windows[i] == window:
             start, width, at = left_starts[i], left_widths[i], left_slot_starts[i]
-            if at < 0:  # dense: the slots' cells in group order
-                for q in range(left_order.shape[0]):
-                    slot = left_order[q]
-                    if slot >= width:
-                        continue
-                    lc = start + slot
-                    key = left_ids[slot]
-                    if key < 0 or left_rows[lc] <= 0 or stamp[key] != run:
-                        continue
-                    rc = cell_of_id[key]
-                    group = group_of_id[key]
+            for q in range(width):  # dense: slot q; sparse: the cells in slot order
+                slot = q if at < 0 else left_slots[at + q]
+                lc = start + q
+                key = left_ids[slot]
+                if key < 0 or left_rows[lc] <= 0 or stamp[key] != run:
+                    continue
+                rc = cell_of_id[key]
+                out_group[count] = group_of_slot[slot]
 {emit_stamped}
-            else:  # sparse: the cells in slot order, their matches then ordered by group
-                n = 0
-                for q in range(width):
-                    lc = start + q
-                    key = left_ids[left_slots[at + q]]
-                    if key < 0 or left_rows[lc] <= 0 or stamp[key] != run:
-                        continue
-                    sparse_left[n] = lc
-                    sparse_right[n] = cell_of_id[key]
-                    sparse_group[n] = group_of_id[key]
-                    n += 1
-                order = np.argsort(sparse_group[:n], kind="mergesort")
-                for o in range(n):
-                    lc = sparse_left[order[o]]
-                    rc = sparse_right[order[o]]
-                    group = sparse_group[order[o]]
-{emit_sparse}
             i += 1
         out_start[first_out:count] = window_start
         out_end[first_out:count] = window_end
@@ -189,11 +178,14 @@ def render_source(ops: tuple[Op, ...], n_left: int, n_right: int) -> str:
     right value arrays (no numba needed to render)."""
     arguments = [f"left{i}" for i in range(n_left)] + [f"right{i}" for i in range(n_right)]
     arguments += [f"out{p}" for p in range(len(ops))]
+    slices = ["l_rows = left_rows[left_start : left_start + left_width]"]
+    slices += [f"l{i} = left{i}[left_start : left_start + left_width]" for i in range(n_left)]
+    slices.append("r_rows = right_rows[right_start : right_start + right_width]")
+    slices += [f"r{i} = right{i}[right_start : right_start + right_width]" for i in range(n_right)]
 
-    def emit(indent: int) -> str:
-        lines = ["out_group[count] = group_values[group]"]
-        lines += [
-            f"out{p}[count] = {_EXPRESSIONS[source].format(i=i)}"
+    def emit(indent: int, left: str, right: str) -> str:
+        lines = [
+            f"out{p}[count] = {_EXPRESSIONS[source].format(L=left, R=right, i=i)}"
             for p, (source, i) in enumerate(ops)
         ]
         lines.append("count += 1")
@@ -202,9 +194,9 @@ def render_source(ops: tuple[Op, ...], n_left: int, n_right: int) -> str:
     return _TEMPLATE.format(
         ops=ops,
         arguments="".join(f"\n    {name}," for name in arguments),
-        emit_dense=emit(20),
-        emit_stamped=emit(20),
-        emit_sparse=emit(20),
+        slices="\n".join(" " * 12 + line for line in slices),
+        emit_dense=emit(20, "l", "r"),
+        emit_stamped=emit(16, "left", "right"),
     )
 
 
@@ -248,7 +240,6 @@ def combine_cells(
     right_ids: np.ndarray,
     n_ids: int,
     group_of_id: np.ndarray,
-    left_order: np.ndarray,
     group_values: np.ndarray,
     left_values: tuple[np.ndarray, ...],
     right_values: tuple[np.ndarray, ...],
@@ -257,9 +248,24 @@ def combine_cells(
     slide: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
     """`JoinKernels.combine_cells` on the CPU: (window start, window end, group value,
-    output parts) of every match, written by the shape's kernel in one pass. The outputs
-    are result columns: in Arrow's pool (`pool_array`), whose freed pages the next firing
-    reuses (fresh NumPy arrays of a firing's size come back from the OS page by page)."""
+    output parts) of every match, written by the shape's kernel in one pass, a window's
+    matches in the key slot order of the side whose values the ops read more (the left on
+    a tie): its cells are read in order, the other side's at their paired slots. The
+    outputs are result columns: in Arrow's pool (`pool_array`), whose freed pages the next
+    firing reuses (fresh NumPy arrays of a firing's size come back from the OS page by
+    page)."""
+    if _reads(ops, RIGHT) > _reads(ops, LEFT):
+        # the sides exchanged: the same products of the same operands (IEEE products
+        # commute), the matches in the right side's slot order
+        left, left_ids, left_values, right, right_ids, right_values = (
+            right,
+            right_ids,
+            right_values,
+            left,
+            left_ids,
+            left_values,
+        )
+        ops = tuple((_SWAPPED[source], i) for source, i in ops)
     bound = int(left[2].sum())  # a left cell matches once at most
     bounds = [pool_array(bound, np.int64) for _ in range(2)]
     bounds.append(pool_array(bound, group_values.dtype))
@@ -272,7 +278,6 @@ def combine_cells(
         right_ids,
         max(n_ids, 1),
         group_of_id,
-        left_order,
         group_values,
         size,
         slide,
@@ -283,6 +288,11 @@ def combine_cells(
     )
     start, end, groups = (array[:count] for array in bounds)
     return start, end, groups, tuple(out[:count] for out in outs)
+
+
+def _reads(ops: tuple[Op, ...], side: str) -> int:
+    """How many of `ops` read a value of `side` (LEFT or RIGHT, scaled or not)."""
+    return sum(1 for source, _ in ops if source != ROWS and source.startswith(side))
 
 
 @numba.njit(cache=True)
