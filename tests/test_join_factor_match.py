@@ -180,3 +180,38 @@ def test_combine_cells_writes_every_window_and_key_both_sides_hold():
         if (window, key) in on_right and group_of_id[key] < 0 and key not in met:
             met.append(key)
     assert len(met) > 3 and unseen.tolist() == met
+
+
+def test_streaming_stores_write_each_dtype_as_a_plain_store_would():
+    """`intrinsics.store_streaming` (the combine's result columns): the value cast to the
+    array's dtype, at the index given, as `array[index] = value` writes it; and the kernel's
+    columns are read back right after its `streaming_fence`."""
+    import numba
+
+    from mangonel.runtime.cpu.intrinsics import store_streaming, streaming_fence
+
+    @numba.njit
+    def write(out, values, order):
+        for k in range(order.shape[0]):
+            store_streaming(out, order[k], values[k])
+        streaming_fence()
+
+    @numba.njit
+    def plain(out, values, order):
+        for k in range(order.shape[0]):
+            out[order[k]] = values[k]
+
+    rng = np.random.default_rng(7)
+    order = rng.permutation(1000).astype(np.int64)
+    sources = (
+        rng.integers(-(2**63), 2**63 - 1, 1000),
+        rng.normal(size=1000),
+        rng.integers(0, 2**32 - 1, 1000).astype(np.uint32),
+        rng.integers(-100, 100, 1000).astype(np.int32),
+    )
+    for values in sources:
+        for dtype in (values.dtype, np.float64, np.int64):
+            got, want = np.zeros(1000, dtype), np.zeros(1000, dtype)
+            write(got, values, order)
+            plain(want, values, order)
+            assert got.tobytes() == want.tobytes(), (values.dtype, dtype)
