@@ -8,12 +8,15 @@ other side's rows, or a side's MIN/MAX part as it is) and imports it as `generat
 for the state kinds (a file under the cache directory, numba's on-disk cache). The kernel
 walks both grids window by window, matches each (window, key id) with rows on both sides, and
 writes that match's group and every output part at once, then the window's bounds over its
-matches in two contiguous fills: no (left cell, right cell) pair arrays, no pass per
-product. Matches come in window order, then in the left side's key slot order (row order
-inside a window is unspecified, docs/semantics.md): a window held densely on both sides is
-read as slices, the left cells in order and the right ones at their paired slots, so only
-one side's cells are gathered. `combine_cells` passes the side whose values the ops read
-more as the left.
+matches: no (left cell, right cell) pair arrays, no pass per product. Matches come in window
+order, then in the left side's key slot order (row order inside a window is unspecified,
+docs/semantics.md): a window held densely on both sides is read as slices, the left cells
+in order and the right ones at their paired slots, so only one side's cells are gathered
+(`combine_cells` passes the side whose values the ops read more as the left). The result
+columns are written with streaming stores (`intrinsics.store_streaming`): nothing reads them
+soon, and writing them through the caches read every line first and evicted what the next
+batch's input reads (the combine 0.011 -> 0.007 s for the 2.6 M result rows of the sliding
+bench, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -138,7 +141,7 @@ def combine(
             right_width_u = np.uint64(right_width)
 {slices}
             # the right rows at the left slots' pairs, gathered first (0: no pair): the
-            # match loop then reads its arrays in order (a gather inside it cost 2 ns a match)
+            # match loop then reads its arrays in order (gathering inside it: 10-20 % slower)
             for lc in range(left_width):
                 rc = np.uint64(pair_right[lc])
                 paired_rows[lc] = r_rows[rc] if rc < right_width_u else 0
