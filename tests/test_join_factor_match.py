@@ -184,8 +184,9 @@ def test_combine_cells_writes_every_window_and_key_both_sides_hold():
 
 def test_streaming_stores_write_each_dtype_as_a_plain_store_would():
     """`intrinsics.store_streaming` (the combine's result columns): the value cast to the
-    array's dtype, at the index given, as `array[index] = value` writes it; and the kernel's
-    columns are read back right after its `streaming_fence`."""
+    array's dtype (a float's bits stored as an integer's), at the index given, as
+    `array[index] = value` writes it; and the kernel's columns are read back right after
+    its `streaming_fence`."""
     import numba
 
     from mangonel.runtime.cpu.intrinsics import store_streaming, streaming_fence
@@ -210,7 +211,7 @@ def test_streaming_stores_write_each_dtype_as_a_plain_store_would():
         rng.integers(-100, 100, 1000).astype(np.int32),
     )
     for values in sources:
-        for dtype in (values.dtype, np.float64, np.int64):
+        for dtype in (values.dtype, np.float64, np.float32, np.int64):
             got, want = np.zeros(1000, dtype), np.zeros(1000, dtype)
             write(got, values, order)
             plain(want, values, order)

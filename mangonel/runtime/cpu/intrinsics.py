@@ -58,8 +58,8 @@ def _prefetch(write: int) -> Any:  # noqa: ANN401 - a numba intrinsic
 
 @intrinsic
 def store_streaming(typingctx, array, index, value):  # noqa: ANN001, ANN201
-    """array[index] = value as a non-temporal store (LLVM's `!nontemporal`: x86 MOVNTI /
-    MOVNTSD): the line goes to memory without being read into the caches first nor
+    """array[index] = value as a non-temporal store (LLVM's `!nontemporal`: x86 MOVNTI, a
+    float stored as its bits): the line goes to memory without being read into the caches first nor
     evicting what they hold. For result columns written once and not read back soon; no
     wraparound of a negative index. The kernel ends with `streaming_fence()`: streaming
     stores are weakly ordered."""
@@ -74,9 +74,15 @@ def store_streaming(typingctx, array, index, value):  # noqa: ANN001, ANN201
         pointer = cgutils.get_item_pointer(
             context, builder, array_type, made, [args[1]], wraparound=False
         )
-        stored = builder.store(
-            context.cast(builder, args[2], value_type, array_type.dtype), pointer
-        )
+        value = context.cast(builder, args[2], value_type, array_type.dtype)
+        if isinstance(array_type.dtype, types.Float):
+            # its bits as an integer of its width: x86 has a streaming store of a general
+            # register (MOVNTI) on every CPU, of an XMM scalar (MOVNTSD) on AMD's only, and
+            # LLVM stores a float normally where that is missing (Intel hosts)
+            bits = ir.IntType(array_type.dtype.bitwidth)
+            value = builder.bitcast(value, bits)
+            pointer = builder.bitcast(pointer, bits.as_pointer())
+        stored = builder.store(value, pointer)
         stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
         return context.get_dummy_value()
 
