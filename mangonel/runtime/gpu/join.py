@@ -358,12 +358,8 @@ class GpuJoinKernels:
 
     # -- host faces -----------------------------------------------------------------------
 
-    def combine_cells(
-        self, left, left_ids, right, right_ids, n_ids, group_of_id, left_order, *rest
-    ):
-        return self.host.combine_cells(
-            left, left_ids, right, right_ids, n_ids, group_of_id, left_order, *rest
-        )
+    def combine_cells(self, left, left_ids, right, right_ids, n_ids, group_of_id, *rest):
+        return self.host.combine_cells(left, left_ids, right, right_ids, n_ids, group_of_id, *rest)
 
     def unseen_groups(self, left, left_ids, right, right_ids, n_ids, group_of_id):
         return self.host.unseen_groups(left, left_ids, right, right_ids, n_ids, group_of_id)

@@ -24,7 +24,9 @@ ending at or before it, returning raw partials per (window, key slot) (`_compute
 - keys of one GROUP BY group (a GROUP BY of part of a composite join key) combined with the
   field kinds' scatter; AVG finalized from the SUM and COUNT fields as everywhere else.
 
-Results are in window order, then group in first-fired order.
+Results are in window order; inside a window, in the combine's order (one side's key slot
+order, `JoinKernels.combine_cells`; docs/semantics.md leaves it unspecified), except for a
+GROUP BY of part of a composite join key, ordered by group (first fired first).
 """
 
 from __future__ import annotations
@@ -328,17 +330,15 @@ class FactorisedJoin:
         self._ops = tuple(ops)
 
     def fire(self, lo: int, upto: int, schema: pa.Schema) -> tuple[pa.RecordBatch | None, int]:
-        """The window results of windows up to `upto` in window order, then group (first
-        seen); and how many (window, group) results there are. Both sides fire."""
+        """The window results of windows up to `upto` in window order (inside a window, as
+        the combine writes them); and how many (window, group) results there are. Both sides
+        fire."""
         left, right = (side.fire_cells(upto) for side in self.sides)
         if left is None or right is None:
             return None, 0
         rows = self.node.fields[0].name
         grids = (left.parts(rows), self._slot_ids(0), right.parts(rows), self._slot_ids(1))
         self._assign_groups(grids)
-        # the left slots in group order: each window's matches come out ordered by group
-        left_groups = np.where(grids[1] >= 0, self.group_of_id[grids[1]], -1)
-        order = np.argsort(left_groups, kind="stable")
         sides_values = tuple(
             tuple(grid.values[name][part] for name, part in read)
             for grid, read in zip((left, right), self._values_read, strict=True)
@@ -356,7 +356,6 @@ class FactorisedJoin:
             *grids,
             self.key_ids.n_slots,
             self.group_of_id,
-            order,
             group_values,
             *sides_values,
             self._ops,

@@ -123,7 +123,6 @@ class JoinKernels(Protocol):
         right_ids: np.ndarray,
         n_ids: int,
         group_of_id: np.ndarray,
-        left_order: np.ndarray,
         group_values: np.ndarray,
         left_values: tuple[np.ndarray, ...],
         right_values: tuple[np.ndarray, ...],
@@ -137,8 +136,8 @@ class JoinKernels(Protocol):
         start -1: dense) or `slots[slot_starts[i]:]` (sparse); `*_ids`: the join key id of
         each key slot (in [0, n_ids); -1 matches nothing); a side holds a (window, id) once
         at most. Every (window, key id) with rows on both sides (left cell lc, right cell
-        rc) is one result: in window order, then group order where each left key slot's
-        group is ordered as in `left_order` (the slots sorted by group). Returns (window
+        rc) is one result: in window order; inside a window, in the key slot order of one
+        side (the backend's choice: row order inside a window is unspecified). Returns (window
         start `k * slide`, window end `+ size`, group_values[group_of_id[id]] (in
         group_values' dtype: the group slots for an identity, or a group column's values,
         written in the same pass), one array per op): op
