@@ -17,6 +17,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.runtime.host.keys import (
     StringDictionary,
     decode_key_rows,
+    encode_column,
     encode_key_rows,
     key_rows_from_arrays,
     key_rows_to_arrays,
@@ -147,6 +148,28 @@ def _lookup_rows(rows, include, table, slot_rows, out):
 
 
 @numba.njit(cache=True)
+def _lookup_codes(codes, include, table, slot_rows, out):
+    """`_lookup_rows` of one-column keys without NULLs given as their codes (the key row
+    [code, 0]: the same hash and comparison, no key matrix)."""
+    mask = table.shape[0] - 1
+    for i in range(codes.shape[0]):
+        out[i] = -1
+        if not include[i]:
+            continue
+        code = codes[i]
+        h = _mix(_mix(np.uint64(0x9E3779B97F4A7C15), code), np.int64(0))
+        pos = np.int64(h & np.uint64(mask))
+        while True:
+            slot = table[pos]
+            if slot == _EMPTY:
+                break
+            if slot_rows[slot, 0] == code and slot_rows[slot, 1] == 0:
+                out[i] = slot
+                break
+            pos = (pos + 1) & mask
+
+
+@numba.njit(cache=True)
 def _rehash(slot_rows, n_slots, table):
     mask = table.shape[0] - 1
     for slot in range(n_slots):
@@ -259,6 +282,14 @@ class KeyTable:
         """Slots of known keys, -1 for new keys and where include is False; inserts nothing
         (string values new to a dictionary do get ids: ids are not slots)."""
         out = np.empty(len(include), np.int64)
+        if self.width == 2 and self.dictionaries[0] is None:
+            # one non-string column without NULLs: its codes are its values (a view for
+            # int64), read in place; the key matrix was a fresh 16 MB a 1 M-row batch,
+            # faulted in page by page beside a holistic operator's panes
+            codes, is_null = encode_column(columns[0], self.types[0])
+            if is_null is None:
+                _lookup_codes(np.ascontiguousarray(codes), include, self.table, self.slot_rows, out)
+                return out
         _lookup_rows(self.encode(columns, len(include)), include, self.table, self.slot_rows, out)
         return out
 
