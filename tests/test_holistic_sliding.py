@@ -345,3 +345,39 @@ def test_a_key_that_stops_arriving_keeps_no_band():
         assert len(state.bands[0]) > 0  # key 0 still arriving keeps its band
     fired = pa.Table.from_batches([b for out in results for b in out], schema=query.schema)
     assert fired.filter(pa.compute.equal(fired["k"], 1)).num_rows == 29  # windows over 0-199 us
+
+
+def test_split_grouped_groups_by_pane_and_slot_and_keys_doubles():
+    """`split_grouped` (a batch's values grouped by (pane, slot) as they come) against
+    `split_panes` then `group_pane` (what the firing did): the same panes, offsets and
+    values in the same order; doubles keyed as `order_keys` keys them (-0.0, NaNs of any
+    sign and payload, infinities, negatives); None where the pane range is unknown,
+    wrong or the cells would outnumber the rows."""
+    from mangonel.aggregates.holistic import order_keys
+    from mangonel.runtime.cpu import holistic
+
+    rng = np.random.default_rng(11)
+    rows, n_slots = 6000, 40
+    panes = rng.integers(100, 112, rows).astype(np.int64)
+    slots = rng.integers(0, n_slots, rows).astype(np.int64)
+    doubles = rng.normal(0, 1e3, rows)
+    special = [-0.0, 0.0, np.inf, -np.inf, np.nan, -np.nan, 5e-324, -5e-324]
+    doubles[: len(special)] = special
+    doubles[len(special)] = np.frombuffer(np.int64(0x7FF0000000000001).tobytes(), np.float64)[0]
+    keep = rng.random(rows) < 0.8
+    for values in (doubles, rng.integers(-(2**62), 2**62, rows), doubles.astype(np.float32)):
+        keys = order_keys(values)
+        got = hs.split_grouped(panes, slots, values, keep, n_slots, (100, 111))
+        assert got is not None
+        want_panes, want_chunks, _ = holistic.split_panes(panes, slots, keys, keep)
+        assert got[0] == want_panes
+        for (grouped, offsets), (chunk_slots, chunk_values, _) in zip(
+            got[1], want_chunks, strict=True
+        ):
+            want_grouped, want_offsets = hs.group_pane(chunk_slots, chunk_values, n_slots)
+            assert offsets.tolist() == want_offsets.tolist()
+            assert grouped.tolist() == want_grouped.tolist()
+    assert hs.split_grouped(panes, slots, doubles, keep, n_slots, None) is None
+    assert hs.split_grouped(panes, slots, doubles, keep, n_slots, (101, 111)) is None
+    assert hs.split_grouped(panes, slots, doubles, keep, n_slots - 1, (100, 111)) is None
+    assert hs.split_grouped(panes, slots, doubles, keep, n_slots, (100, 10**6)) is None

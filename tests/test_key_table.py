@@ -70,3 +70,69 @@ def test_two_column_keys_take_the_hash_path() -> None:
     a, b = pa.array([1, 1, 2, None, 1]), pa.array([1, 2, 1, 1, 1])
     assert table.map_columns([a, b], np.ones(5, np.bool_)).tolist() == [0, 1, 2, 3, 0]
     assert len(table.direct) == 0
+
+
+@pytest.mark.parametrize(
+    ("sql_type", "arrow_type"),
+    [
+        (SqlType.BIGINT, pa.int64()),
+        (SqlType.INT, pa.int32()),
+        (SqlType.DOUBLE, pa.float64()),
+        (SqlType.TIMESTAMP, pa.timestamp("us")),
+    ],
+)
+def test_lookup_columns_reads_one_column_in_place_as_the_key_rows_give(
+    sql_type: SqlType, arrow_type: pa.DataType
+) -> None:
+    """`lookup_columns` of one column without NULLs reads its codes in place
+    (`_lookup_codes`, through the direct array where the codes' range is short): the slots
+    the key-matrix lookup (`_lookup_rows`) gives, -1 for keys the table does not hold and
+    excluded rows, before and after more keys come; a column with NULLs takes the
+    matrix."""
+    rng = np.random.default_rng(3)
+    table = cpu_keys.KeyTable((sql_type,))
+    known = rng.integers(-500, 500, 400)
+    if sql_type is SqlType.TIMESTAMP:
+        known = np.abs(known)
+    column = pa.array(known.astype(arrow_type.to_pandas_dtype()), arrow_type)
+    if sql_type is SqlType.DOUBLE:
+        column = pa.array(np.append(known[:-3] / 7, [-0.0, np.nan, np.inf]), arrow_type)
+    if sql_type is not SqlType.DOUBLE:  # a far key: the first batch gets no direct array
+        far = pa.array(np.array([10**9]).astype(arrow_type.to_pandas_dtype()), arrow_type)
+        table.map_columns([pa.concat_arrays([column, far])], np.ones(len(column) + 1, np.bool_))
+        assert len(table.direct) == 0  # the lookups below make it and record what they find
+    else:
+        table.map_columns([column], np.ones(len(column), np.bool_))
+    probe = pa.concat_arrays([column, column.slice(0, 50)])
+    if sql_type is SqlType.DOUBLE:
+        probe = pa.concat_arrays([probe, pa.array([0.0, 12345.5], arrow_type)])
+    else:
+        unknown = np.full(2, 10**6).astype(arrow_type.to_pandas_dtype())
+        probe = pa.concat_arrays([probe, pa.array(unknown, arrow_type)])
+    include = rng.random(len(probe)) > 0.2
+    want = np.empty(len(probe), np.int64)
+    cpu_keys._lookup_rows(
+        table.encode([probe], len(probe)), include, table.table, table.slot_rows, want
+    )
+    got = table.lookup_columns([probe], include)
+    assert got.tolist() == want.tolist()
+    assert (got[~include] == -1).all() and (got[include] >= -1).all()
+    assert (got[-2:][include[-2:]] == -1).all() or sql_type is SqlType.DOUBLE
+    with_null = pa.concat_arrays([probe, pa.nulls(1, arrow_type)])
+    got = table.lookup_columns([with_null], np.append(include, True))
+    assert got[:-1].tolist() == want.tolist() and got[-1] == -1
+    # keys inserted after the direct array recorded lookups, codes beside its range: the
+    # direct path and the hash path still agree with the key matrix's lookup
+    more = pa.array((np.arange(5) + 2000).astype(arrow_type.to_pandas_dtype()), arrow_type)
+    if sql_type is SqlType.DOUBLE:
+        more = pa.array(np.arange(5) + 2000.5, arrow_type)
+    table.map_columns([more], np.ones(5, np.bool_))
+    probe = pa.concat_arrays([probe, more, probe])
+    include = rng.random(len(probe)) > 0.2
+    want = np.empty(len(probe), np.int64)
+    cpu_keys._lookup_rows(
+        table.encode([probe], len(probe)), include, table.table, table.slot_rows, want
+    )
+    for _ in range(2):  # the second time from the direct array where it covers the codes
+        assert table.lookup_columns([probe], include).tolist() == want.tolist()
+    assert len(table.direct) > 0 or sql_type is SqlType.DOUBLE

@@ -219,6 +219,27 @@ def pane_ids(ts, valid, pane_length):
 
 
 @numba.njit(cache=True)
+def place_rows(slots, panes, known_keys):
+    """Slots at or past `known_keys` made -1 in place; (rows left placed: slot >= 0, their
+    least and greatest pane; 0, 0 where none)."""
+    count, low, high = 0, np.int64(0), np.int64(0)
+    for i in range(slots.shape[0]):
+        slot = slots[i]
+        if slot < 0:
+            continue
+        if slot >= known_keys:
+            slots[i] = -1
+            continue
+        pane = panes[i]
+        if count == 0 or pane < low:
+            low = pane
+        if count == 0 or pane > high:
+            high = pane
+        count += 1
+    return count, low, high
+
+
+@numba.njit(cache=True)
 def dense_pairs(slots, panes, low, span):
     """Number the (key slot, pane) pairs of a batch in first-seen order without hashing, for
     pane ids in [low, low + span): a pair's dense id is slot * span + pane - low, and a table

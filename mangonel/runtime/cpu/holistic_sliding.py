@@ -37,6 +37,7 @@ import numpy as np
 from numba import types
 from numba.typed import List
 
+from mangonel.aggregates.holistic import order_keys
 from mangonel.runtime.cpu.holistic import _positions, _select, by_slot, group_by_slot
 from mangonel.runtime.cpu.intrinsics import int64_at, prefetch_for_reading
 
@@ -342,6 +343,10 @@ def sliding_percentiles(
     work = np.empty(1024, np.int64)
     sample = np.empty(SAMPLE, np.int64)
     picked = np.empty(1024, np.int64)
+    # the last band fetched from `bands` (a typed list: 30-35 ns a read on this VM; the
+    # rows go key by key, so one key's band is read once a run of its windows)
+    cached_k = -1
+    cached_band = np.empty(0, np.int64)
     for r in range(row_slots.shape[0]):
         slot = row_slots[r]
         first = row_first[r]
@@ -360,6 +365,12 @@ def sliding_percentiles(
             address = pane_table[first + pw - base, 0] + 8 * start
             for line in range(0, 8 * (end - start), 64):
                 prefetch_for_reading(address + line)
+        if first >= base:
+            # ... and the one it leaves (read a window ago, from memory again)
+            start, end = _segment(offsets, offset_first, first - base, slot)
+            address = pane_table[first - base, 0] + 8 * start
+            for line in range(0, 8 * (end - start), 64):
+                prefetch_for_reading(address + line)
         total = 0
         if stepped:
             total = state_count[slot]
@@ -369,8 +380,10 @@ def sliding_percentiles(
                 if leave_end <= q < enter_start:
                     continue  # in both windows
                 sign = -1 if q < leave_end else 1
-                values = _pane(pane_table, q - base)
                 start, end = _segment(offsets, offset_first, q - base, slot)
+                if end == start:
+                    continue  # no band to fetch (a growing or shrinking window's side)
+                values = _pane(pane_table, q - base)
                 total += sign * (end - start)
                 if end - start > picked.shape[0]:
                     picked = np.empty(2 * (end - start), np.int64)
@@ -378,13 +391,17 @@ def sliding_percentiles(
                     k = slot * ps + f
                     if state_bounds[slot, f, 3] < 0:
                         continue
+                    if k != cached_k:
+                        cached_k = k
+                        cached_band = bands[k]
                     below, size, band, grown = _move(
                         values, start, end, sign, state_bounds[slot, f, 0],
                         state_bounds[slot, f, 1], state_bounds[slot, f, 2],
-                        state_bounds[slot, f, 3], bands[k], picked,
+                        state_bounds[slot, f, 3], cached_band, picked,
                     )  # fmt: skip
                     if grown:
                         bands[k] = band
+                        cached_band = band
                     state_bounds[slot, f, 2] = below
                     state_bounds[slot, f, 3] = size
         else:
@@ -405,7 +422,10 @@ def sliding_percentiles(
             low, high = _positions(mode, fractions[f], total)
             below = state_bounds[slot, f, 2]
             size = state_bounds[slot, f, 3]
-            band = bands[k]
+            if k != cached_k:
+                cached_k = k
+                cached_band = bands[k]
+            band = cached_band
             covered = size >= 0 and below <= low and high < below + size
             margin = band_margin(total)
             if stepped and covered and size > 2 * margin + 16:
@@ -426,6 +446,7 @@ def sliding_percentiles(
                     high, band, work, sample,
                 )  # fmt: skip
                 bands[k] = band
+                cached_band = band
                 state_bounds[slot, f, 0] = lo
                 state_bounds[slot, f, 1] = hi
                 state_bounds[slot, f, 2] = below
@@ -470,6 +491,98 @@ def group_pane(
     """One pane's values grouped by key slot (a counting sort; not sorted within a slot) and
     each slot's offsets into them (n_slots + 1 entries)."""
     return by_slot(group_by_slot, slots, values, n_slots)
+
+
+# `aggregates.holistic.order_keys` of a double's bits: NaN's one key, the flip of negatives
+_NAN_KEY = 0x7FF8000000000000
+_MAGNITUDE = 0x7FFFFFFFFFFFFFFF
+_INFINITY_BITS = 0x7FF0000000000000
+
+
+@numba.njit(cache=True, inline="always")
+def _double_order_key(bits):
+    """`order_keys` of one double given as its bits: -0.0 is 0.0, every NaN one key, a
+    negative's bits flipped below the positives'."""
+    if bits == INT64_MIN:  # -0.0
+        return np.int64(0)
+    if (bits & _MAGNITUDE) > _INFINITY_BITS:
+        return np.int64(_NAN_KEY)
+    if bits < 0:
+        return bits ^ _MAGNITUDE
+    return bits
+
+
+@numba.njit(cache=True)
+def _cell_bounds(panes, slots, keep, low, span, n_slots, cells):
+    """Bounds of the kept rows' (pane - low, slot) cells into `cells` [span * n_slots + 1]
+    (zeroed): cell c's rows go to cells[c] .. cells[c + 1]. False where a kept row lies
+    outside the span or the slots (the caller splits another way)."""
+    for i in range(panes.shape[0]):
+        if keep[i]:
+            q = panes[i] - low
+            slot = slots[i]
+            if q < 0 or q >= span or slot < 0 or slot >= n_slots:
+                return False
+            cells[q * n_slots + slot + 1] += 1
+    for c in range(1, cells.shape[0]):
+        cells[c] += cells[c - 1]
+    return True
+
+
+@numba.njit(cache=True)
+def _scatter_cells(panes, slots, values, keep, low, n_slots, doubles, cells, out):
+    """The kept rows' values (order keys; `doubles`: a double's bits, keyed here) to their
+    cell's next place (row order within a cell)."""
+    fill = cells[:-1].copy()
+    for i in range(panes.shape[0]):
+        if keep[i]:
+            cell = (panes[i] - low) * n_slots + slots[i]
+            x = values[i]
+            out[fill[cell]] = _double_order_key(x) if doubles else x
+            fill[cell] += 1
+
+
+def split_grouped(
+    panes: np.ndarray,
+    slots: np.ndarray,
+    values: np.ndarray,
+    keep: np.ndarray,
+    n_slots: int,
+    pane_range: tuple[int, int] | None,
+) -> tuple[list[int], list[tuple[np.ndarray, np.ndarray]]] | None:
+    """A batch's kept values grouped by (pane, key slot) in one counting sort: (pane ids,
+    per pane its values grouped by slot and the slots' offsets, n_slots + 1 entries), the
+    form `group_pane` gives and `sliding_percentiles` reads, so the firing groups nothing
+    (it did one more pass over every value). `values`: order keys, or doubles (keyed
+    here: no order-key array). None where the (pane, slot) cells would outnumber the rows
+    (a batch spread over many panes) or `pane_range` (first, last pane of the kept rows)
+    is unknown or wrong: the caller splits by pane. The values lie in one NumPy array (from
+    Arrow's pool, tried: 35-52 k page faults a run of issue 11's shape against ~1 k)."""
+    if pane_range is None or n_slots <= 0:
+        return None
+    low, high = pane_range
+    span = high - low + 1
+    if span <= 0 or span * n_slots > 4 * len(panes) + 4096:
+        return None
+    doubles = values.dtype == np.float64
+    if not doubles:
+        values = order_keys(values)  # integers are their own keys: no copy
+    cells = np.zeros(span * n_slots + 1, np.int64)
+    slots = np.ascontiguousarray(slots, np.int64)
+    keep = np.ascontiguousarray(keep, np.bool_)
+    panes = np.ascontiguousarray(panes, np.int64)
+    if not _cell_bounds(panes, slots, keep, low, span, n_slots, cells):
+        return None
+    out = np.empty(int(cells[-1]), np.int64)
+    bits = np.ascontiguousarray(values).view(np.int64)
+    _scatter_cells(panes, slots, bits, keep, low, n_slots, doubles, cells, out)
+    starts = cells[::n_slots]  # each pane's first value (span + 1 entries)
+    present = np.flatnonzero(starts[1:] > starts[:-1])
+    pieces = []
+    for q in present.tolist():
+        offsets = cells[q * n_slots : (q + 1) * n_slots + 1] - cells[q * n_slots]
+        pieces.append((out[starts[q] : starts[q + 1]], offsets))
+    return (present + low).tolist(), pieces
 
 
 def flat_offsets(per_pane: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -683,12 +683,13 @@ class CpuKernels:
             include = contributes & ~late
         inside = include & (panes >= target.first_pane) & (panes < target.end_pane)
         slots = keys.lookup_columns(lifted.keys, inside)
-        placed = (slots >= 0) & (slots < target.known_keys)
-        slots = np.where(placed, slots, -1)
+        # slots of keys past the target's -1, and the placed rows' panes, in place (a
+        # masked copy and a gather of 8 MB a 1 M-row batch were fresh pages to fault)
+        count, low, high = agg.place_rows(slots, panes, target.known_keys)
+        placed = slots >= 0
         first_pane = last_pane = None
-        if placed.any():
-            merged = panes[placed]
-            first_pane, last_pane = int(merged.min()), int(merged.max())
+        if count:
+            first_pane, last_pane = int(low), int(high)
             index = self.flat_index(slots, panes, target.state)
             target.state.merge(index, lifted.partials, (first_pane, last_pane))
         rest_include = include & ~placed

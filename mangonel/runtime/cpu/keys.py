@@ -17,6 +17,7 @@ from mangonel.catalog.types import SqlType
 from mangonel.runtime.host.keys import (
     StringDictionary,
     decode_key_rows,
+    encode_column,
     encode_key_rows,
     key_rows_from_arrays,
     key_rows_to_arrays,
@@ -147,6 +148,56 @@ def _lookup_rows(rows, include, table, slot_rows, out):
 
 
 @numba.njit(cache=True)
+def _codes_range(codes, include):
+    """The lowest and highest included code (high < low: none)."""
+    low, high = np.int64(1), np.int64(0)
+    met = False
+    for i in range(codes.shape[0]):
+        if include[i]:
+            code = codes[i]
+            if not met:
+                low = high = code
+                met = True
+            elif code < low:
+                low = code
+            elif code > high:
+                high = code
+    return low, high
+
+
+@numba.njit(cache=True)
+def _lookup_codes(codes, include, table, slot_rows, out, direct, base):
+    """`_lookup_rows` of one-column keys without NULLs given as their codes (the key row
+    [code, 0]: the same hash and comparison, no key matrix), through `direct` (`_map_rows`'
+    array: a key's slot where met, -1 not yet; empty: none) first; a key found by the hash
+    path is recorded there for the next rows."""
+    mask = table.shape[0] - 1
+    span = direct.shape[0]
+    for i in range(codes.shape[0]):
+        out[i] = -1
+        if not include[i]:
+            continue
+        code = codes[i]
+        at = code - base
+        cached = 0 <= at < span
+        if cached and direct[at] >= 0:
+            out[i] = direct[at]
+            continue
+        h = _mix(_mix(np.uint64(0x9E3779B97F4A7C15), code), np.int64(0))
+        pos = np.int64(h & np.uint64(mask))
+        while True:
+            slot = table[pos]
+            if slot == _EMPTY:
+                break
+            if slot_rows[slot, 0] == code and slot_rows[slot, 1] == 0:
+                out[i] = slot
+                if cached:
+                    direct[at] = slot
+                break
+            pos = (pos + 1) & mask
+
+
+@numba.njit(cache=True)
 def _rehash(slot_rows, n_slots, table):
     mask = table.shape[0] - 1
     for slot in range(n_slots):
@@ -200,7 +251,10 @@ class KeyTable:
     def _cover(self, rows: np.ndarray, include: np.ndarray) -> None:
         """Widen `direct` to the batch's non-NULL key codes where the union stays within
         DIRECT_SPAN (new places -1: filled as their keys are met)."""
-        low, high = (int(x) for x in _code_range(rows, include))
+        self._widen(*(int(x) for x in _code_range(rows, include)))
+
+    def _widen(self, low: int, high: int) -> None:
+        """`_cover` of the codes low .. high (high < low: none)."""
         if high < low:
             return
         if len(self.direct):
@@ -259,6 +313,18 @@ class KeyTable:
         """Slots of known keys, -1 for new keys and where include is False; inserts nothing
         (string values new to a dictionary do get ids: ids are not slots)."""
         out = np.empty(len(include), np.int64)
+        if self.width == 2 and self.dictionaries[0] is None:
+            # one non-string column without NULLs: its codes are its values (a view for
+            # int64), read in place; the key matrix was a fresh 16 MB a 1 M-row batch,
+            # faulted in page by page beside a holistic operator's panes
+            codes, is_null = encode_column(columns[0], self.types[0])
+            if is_null is None:
+                codes = np.ascontiguousarray(codes)
+                if len(codes):
+                    self._widen(*(int(x) for x in _codes_range(codes, include)))
+                table, rows = self.table, self.slot_rows
+                _lookup_codes(codes, include, table, rows, out, self.direct, self.direct_base)
+                return out
         _lookup_rows(self.encode(columns, len(include)), include, self.table, self.slot_rows, out)
         return out
 

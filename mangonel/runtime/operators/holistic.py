@@ -141,6 +141,7 @@ class HolisticTimeWindows:
         # changes (`HeldPane.changed`: a key's state made before a change is stale)
         exact = [p for p in self.holistic if p not in approximate]
         self.sliding = sliding.SlidingStates(node, exact, self.timed_fields, self.kernels)
+        self.sliding.group_on_arrival({f for f in self.raw_fields if not self.sketches.reads(f)})
         self.clock = time.perf_counter
         # the firing's knobs: the plan's values, tuned online unless tuning is off or fixed
         self.planned = {"windows_per_launch": self._planned_chunk()}
@@ -299,7 +300,11 @@ class HolisticTimeWindows:
         arguments = (
             {} if lifted is not None else self.lifting.lift_arguments(self.values_lift, batch)
         )
-        raw = {f.name: f.name not in self.raw_fields for f in self.value_fields}
+        # the bands' fields are keyed in their split (`SlidingStates.store`)
+        grouped = self.sliding.grouped
+        raw = {
+            f.name: f.name not in self.raw_fields or f.name in grouped for f in self.value_fields
+        }
         values_of = {}
         keys_of: dict[int, np.ndarray] = {}  # fields of one argument: its order keys once
         for name, (values, valid) in arguments.items():
@@ -366,6 +371,10 @@ class HolisticTimeWindows:
         then finds the panes' bounds in one device read). `raw`: the values are the
         argument's (host arrays; a field only sketches read, `_keep_decided`), not order
         keys."""
+        if name in self.sliding.grouped and self.sliding.store(
+            self.panes[name], panes, slots, values, keep, self.keys.n_slots, pane_range
+        ):
+            return  # grouped by (pane, slot) as the bands read them
         if name not in self.raw_fields and self.sketches.add_rows(
             name, panes, slots, values, keep, self.keys.n_slots, pane_range, raw
         ):

@@ -66,6 +66,18 @@ def group(pane: HeldPane, kernels: Any, n_slots: int) -> None:  # noqa: ANN401
     pane.presorted = True
 
 
+def add_grouped(pane: HeldPane, values: np.ndarray, offsets: np.ndarray) -> None:
+    """A batch's values of the pane grouped by slot (`split_grouped`): the pane's grouped
+    values where it had none, else one more chunk (`group` joins them when a window reads
+    the pane: a pane two batches share)."""
+    if pane.sorted_values is None and not pane.chunks:
+        pane.sorted_values, pane.offsets = values, offsets
+        pane.by_value = False
+        return
+    slots = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
+    pane.add((slots, values, None), False)
+
+
 class SlidingPercentiles:
     """One exact percentile aggregate's per-key states (window, epoch, count; per p a band)."""
 
@@ -221,6 +233,9 @@ class SlidingStates:
             for p in sorted(positions)
         }
         self.fields = {node.aggregates[p].value_field for p in self.states}
+        # fields grouped by (pane, slot) as batches come (`store`), where only the bands
+        # read them (`group_on_arrival`)
+        self.grouped: set[str] = set()
         self.value_fields = {f.name: f for f in node.fields}
         self.generation = 1
         self.clear()
@@ -239,6 +254,37 @@ class SlidingStates:
     def nbytes(self) -> int:
         held = sum(p.nbytes for store in self.retired.values() for p in store.values())
         return held + sum(state.nbytes for state in self.states.values())
+
+    def group_on_arrival(self, names: set[str]) -> None:
+        """Group the values of fields `names` (of `fields`, no other reader: no sketch) by
+        (pane, key slot) as they come (`store`), where the kernels can."""
+        module = getattr(self.kernels, "sliding_percentiles", None)  # the GPU has none
+        if getattr(module, "split_grouped", None) is not None:
+            self.grouped = set(names) & self.fields
+
+    def store(
+        self,
+        store: dict[int, HeldPane],
+        panes: np.ndarray,
+        slots: np.ndarray,
+        values: np.ndarray,
+        keep: np.ndarray,
+        n_slots: int,
+        pane_range: tuple[int, int] | None,
+    ) -> bool:
+        """A batch's kept values (order keys or the argument's values) of a `grouped` field
+        into its panes grouped by key slot, stamped with the generation; False where the
+        kernels split it no such way (the caller keeps the rows as chunks)."""
+        split = self.kernels.sliding_percentiles.split_grouped(
+            panes, slots, values, keep, n_slots, pane_range
+        )
+        if split is None:
+            return False
+        for pane_id, (grouped, offsets) in zip(*split, strict=True):
+            held = store.setdefault(pane_id, HeldPane())
+            add_grouped(held, grouped, offsets)
+            held.changed = self.generation
+        return True
 
     def retire(self, name: str, freed: dict[int, HeldPane], next_window: int, slide: int) -> None:
         """The panes of field `name` the driver freed (`retire`)."""
