@@ -613,15 +613,14 @@ class HolisticTimeWindows:
         last window, within `holistic_pane.MAX_SPAN_VALUES` values)."""
         rows = len(slots)
         pw = self.panes_per_window
+        timed = name in self.timed_fields
         if not rows:
             empty = np.empty(0, np.int64)
-            timed = name in self.timed_fields
             return empty, (empty, empty, empty, empty), (empty if timed else None)
         low = int(first_panes.min())
         needed = int(first_panes.max()) + pw
         span = spans.get(name)
         if span is None or low < span.low or needed > span.end:
-            timed = name in self.timed_fields
             span = spans[name] = pane_span(
                 self.kernels,
                 self.panes[name],
