@@ -102,23 +102,10 @@ def _map_rows(rows, include, start, table, slot_rows, n_slots, out, direct, base
     return rows.shape[1], n_slots
 
 
-@numba.njit(cache=True)
 def _code_range(rows, include):
     """The lowest and highest code of the included non-NULL one-column keys (high < low:
-    none)."""
-    low, high = np.int64(1), np.int64(0)
-    met = False
-    for i in range(rows.shape[1]):
-        if include[i] and rows[1, i] == 0:
-            code = rows[0, i]
-            if not met:
-                low = high = code
-                met = True
-            elif code < low:
-                low = code
-            elif code > high:
-                high = code
-    return low, high
+    none): `_codes_range` over the key rows' code word, their NULL word beside it."""
+    return _codes_range(rows[0], include, rows[1])
 
 
 @numba.njit(cache=True)
@@ -148,12 +135,13 @@ def _lookup_rows(rows, include, table, slot_rows, out):
 
 
 @numba.njit(cache=True)
-def _codes_range(codes, include):
-    """The lowest and highest included code (high < low: none)."""
+def _codes_range(codes, include, nulls=None):
+    """The lowest and highest included code (high < low: none); with `nulls`, only where
+    nulls[i] == 0."""
     low, high = np.int64(1), np.int64(0)
     met = False
     for i in range(codes.shape[0]):
-        if include[i]:
+        if include[i] and (nulls is None or nulls[i] == 0):
             code = codes[i]
             if not met:
                 low = high = code
