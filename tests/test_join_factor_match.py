@@ -71,20 +71,25 @@ def test_combine_cells_writes_every_window_and_key_both_sides_hold():
     ops = ((ROWS, 0), (LEFT_SCALED, 0), (RIGHT_SCALED, 0), (LEFT, 1), (RIGHT, 1))
     size, slide = 1000, 10
     kernels = CpuJoinKernels()
-    start, end, groups, parts = kernels.combine_cells(
-        left,
-        left_ids,
-        right,
-        right_ids,
-        n_ids,
-        group_of_id,
-        np.arange(n_ids, dtype=np.int64),  # the group slots themselves
-        left_values,
-        right_values,
-        ops,
-        size,
-        slide,
-    )
+
+    def combine(right_ids, group_values, ops):  # noqa: ANN001, ANN202
+        return kernels.combine_cells(
+            left,
+            left_ids,
+            right,
+            right_ids,
+            n_ids,
+            group_of_id,
+            group_values,
+            left_values,
+            right_values,
+            ops,
+            size,
+            slide,
+        )
+
+    slots = np.arange(n_ids, dtype=np.int64)  # the group slots themselves
+    start, end, groups, parts = combine(right_ids, slots, ops)
     on_left, on_right = _cells(left, left_ids), _cells(right, right_ids)
     want, left_slots, right_slots = [], [], []
     for (window, key), (lc, left_slot) in on_left.items():
@@ -110,40 +115,14 @@ def test_combine_cells_writes_every_window_and_key_both_sides_hold():
 
     # a group column's values written in its dtype (an INT join key)
     key_of_group = rng.integers(-(2**31), 2**31 - 1, n_ids).astype(np.int32)
-    keyed = kernels.combine_cells(
-        left,
-        left_ids,
-        right,
-        right_ids,
-        n_ids,
-        group_of_id,
-        key_of_group,
-        left_values,
-        right_values,
-        ops,
-        size,
-        slide,
-    )
+    keyed = combine(right_ids, key_of_group, ops)
     assert keyed[2].dtype == np.int32
     assert keyed[2].tolist() == [int(key_of_group[row[2]]) for row in want]
 
     # ops reading the right side more: the right drives, its slots in order per window; the
     # same products of the same operands (a double times a count commutes exactly)
     right_ops = ((RIGHT_SCALED, 0), (ROWS, 0), (RIGHT, 1), (LEFT_SCALED, 0))
-    driven = kernels.combine_cells(
-        left,
-        left_ids,
-        right,
-        right_ids,
-        n_ids,
-        group_of_id,
-        np.arange(n_ids, dtype=np.int64),
-        left_values,
-        right_values,
-        right_ops,
-        size,
-        slide,
-    )
+    driven = combine(right_ids, slots, right_ops)
     by_right = np.lexsort((right_slots, [row[0] for row in want_unordered]))
     want_right = [
         (*want_unordered[k][:3], want_unordered[k][5], want_unordered[k][3])
@@ -156,20 +135,7 @@ def test_combine_cells_writes_every_window_and_key_both_sides_hold():
     assert by_right.tolist() != by_left.tolist()  # the two orders differ here
 
     # nothing in common: empty columns of the ops' types
-    none = kernels.combine_cells(
-        left,
-        left_ids,
-        right,
-        np.full(len(right_ids), -1, np.int64),
-        n_ids,
-        group_of_id,
-        np.arange(n_ids, dtype=np.int64),
-        left_values,
-        right_values,
-        ops,
-        size,
-        slide,
-    )
+    none = combine(np.full(len(right_ids), -1, np.int64), slots, ops)
     assert len(none[0]) == 0 and [p.dtype for p in none[3]] == [p.dtype for p in parts]
 
     # the matched ids without a group: first met, window then left slot
