@@ -624,3 +624,47 @@ def test_a_split_chunks_offsets_go_with_the_chunk(host_module):
     assert len(gpu._split_offsets) == 3
     del found
     assert not gpu._split_offsets  # the chunks died: their entries with them
+
+
+@pytest.mark.parametrize("timed", [False, True])
+def test_a_batch_in_one_pane_is_kept_unsorted_from_one_read(host_module, monkeypatch, timed):
+    """A batch whose rows lie in one pane (a pane longer than a batch: it gets several
+    chunks, sorted together when a window reads it) is one chunk of its kept rows in arrival
+    order, not sorted, after one device read; its pane sort equals the CPU's. A wrong hint
+    (a kept row in another pane) is caught by that read and the general path answers."""
+    reads = _count_reads(monkeypatch)
+    rng = np.random.default_rng(31)
+    rows = 400
+    panes = np.full(rows, 6, np.int64)
+    slots = rng.integers(0, 5, rows).astype(np.int32)
+    values = rng.integers(-40, 40, rows).astype(np.int64)
+    times = rng.integers(0, 50, rows).astype(np.int64) if timed else None
+    gpu = GpuHolistic(HostCupy(), host_module)
+    for keep in (np.ones(rows, bool), rng.random(rows) < 0.7):
+        reads.clear()
+        pane_ids, chunks, presorted = gpu.split_panes(
+            panes, slots, values, keep, times, pane_range=(6, 6), n_slots=5
+        )
+        assert pane_ids == [6] and not presorted and len(chunks) == 1
+        assert len(reads) == 1  # (a compaction also syncs on its count, inside CuPy)
+        chunk_slots, chunk_values, chunk_times = (
+            None if a is None else np.asarray(a) for a in chunks[0]
+        )
+        assert np.array_equal(chunk_slots, slots[keep].astype(np.int64))
+        assert np.array_equal(chunk_values, values[keep])
+        assert (chunk_times is None) == (not timed)
+        if timed:
+            assert np.array_equal(chunk_times, times[keep])
+        got_values, got_offsets = gpu.sort_pane(chunk_slots, chunk_values, 5)
+        want_values, want_offsets = cpu_holistic.sort_pane(slots[keep], values[keep], 5)
+        assert np.array_equal(np.asarray(got_values), want_values)
+        assert np.array_equal(np.asarray(got_offsets), want_offsets)
+    keep = np.ones(rows, bool)
+    assert gpu.split_panes(panes, slots, values, ~keep, pane_range=(6, 6)) == ([], [], True)
+    moved = panes.copy()
+    moved[::7] = 7  # the hint misses these kept rows: the general path, sorted
+    want = gpu.split_panes(moved, slots, values, keep, times)
+    got = gpu.split_panes(moved, slots, values, keep, times, pane_range=(6, 6))
+    assert got[0] == want[0] == [6, 7] and got[2] and _chunks_equal(got[1], want[1])
+    # a field only sketches read (by slot): the in-range split, sorted by slot
+    assert gpu.split_panes(panes, slots, values, keep, by_value=False, pane_range=(6, 6))[2]

@@ -124,7 +124,9 @@ class GpuHolistic:
         last) pane of every kept row where the host knows it: the bounds of every pane come
         in one device read (else: the kept rows' count, then their cuts and pane ids).
         `n_slots`: the key slots known (every row's is below), where the in-range path is
-        to find each chunk's per-slot offsets too, for its `sort_pane`, in one search."""
+        to find each chunk's per-slot offsets too, for its `sort_pane`, in one search. A batch
+        whose rows lie in one pane (`pane_range` of one pane, `by_value`) is kept as it came:
+        one chunk, not sorted, False (`_split_one_pane`)."""
         if pane_range is not None and 0 <= pane_range[1] - pane_range[0] < MAX_RANGE_PANES:
             found = self._split_in_range(
                 panes, slots, values, keep, times, by_value, pane_range, n_slots
@@ -177,6 +179,8 @@ class GpuHolistic:
         count = int(panes.shape[0])  # the array's shape: known on the host
         if not count:
             return [], [], True
+        if low == high and by_value:
+            return self._split_one_pane(panes, slots, values, keep, times, low)
         kept = xp.asarray(keep).astype(xp.bool_, copy=False)
         row_panes = xp.where(kept, xp.asarray(panes, dtype=xp.int64), high + 1)
         row_slots = xp.asarray(slots).astype(xp.int64)
@@ -210,6 +214,41 @@ class GpuHolistic:
             if offsets is not None:
                 self._remember_offsets(chunk_values, offsets[number] - a)
         return pane_ids, chunks, True
+
+    def _split_one_pane(
+        self,
+        panes: Any,  # noqa: ANN401
+        slots: Any,  # noqa: ANN401
+        values: Any,  # noqa: ANN401
+        keep: Any,  # noqa: ANN401
+        times: Any,  # noqa: ANN401
+        pane: int,
+    ) -> tuple[list[int], list[tuple[Any, Any, Any]], bool] | None:
+        """`_split_in_range` of a batch whose rows lie in one pane: its kept rows as they
+        came, one chunk, not sorted (presorted False). Such a pane is longer than a batch
+        (tumbling windows, long slides), so it gets several chunks, and `sort_pane` sorts
+        them together when a window first reads it whether or not each came sorted: a sort
+        per batch would be work done twice. One device read (the kept rows' count and how
+        many lie in the pane; a compaction's count only where a row is not kept). None where
+        a kept row lies outside the pane (the caller takes the general path)."""
+        xp = self.xp
+        kept = xp.asarray(keep).astype(xp.bool_, copy=False)
+        inside = kept & (xp.asarray(panes) == pane)
+        counts = _host(xp.stack((kept.sum(dtype=xp.int64), inside.sum(dtype=xp.int64))))
+        kept_count, inside_count = int(counts[0]), int(counts[1])
+        if inside_count != kept_count:
+            return None
+        if not kept_count:
+            return [], [], True
+        # `astype` copies: the chunk owns its slots (the key map's arrays are its own)
+        row_slots = xp.asarray(slots).astype(xp.int64)
+        row_values = xp.asarray(values, dtype=xp.int64)
+        row_times = None if times is None else xp.asarray(times, dtype=xp.int64)
+        if kept_count < int(kept.shape[0]):
+            rows = xp.flatnonzero(kept)
+            row_slots, row_values = row_slots[rows], row_values[rows]
+            row_times = None if row_times is None else row_times[rows]
+        return [pane], [(row_slots, row_values, row_times)], False
 
     def _pane_offsets(
         self,
