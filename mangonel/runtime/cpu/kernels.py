@@ -721,6 +721,15 @@ class CpuKernels:
             values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
         )
 
+    def holistic_select_later(
+        self, values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
+    ):
+        # the host selects now: there is no device to overlap with
+        found = self.holistic_select(
+            values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
+        )
+        return lambda: found
+
     def python_window(
         self,
         function,

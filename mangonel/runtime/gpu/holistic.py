@@ -381,10 +381,29 @@ class GpuHolistic:
         sorted_runs: bool,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(n, lower, higher) per row on the host: `runtime.cpu.holistic.holistic_select`'s
-        results, from one launch of the selection kernel. Runs must be sorted (the device
-        path only reads sorted panes). `fraction` a tuple (an ARRAY of p): the one launch
-        selects every p of a window in turn over the same runs, lower and higher
-        [rows, len(fraction)]."""
+        results, from one launch of the selection kernel (`holistic_select_later`, read at
+        once)."""
+        return self.holistic_select_later(
+            values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
+        )()
+
+    def holistic_select_later(
+        self,
+        values: Any,  # noqa: ANN401 - device arrays (or host ones: copied up)
+        run_start: Any,  # noqa: ANN401
+        run_end: Any,  # noqa: ANN401
+        row_first: Any,  # noqa: ANN401
+        row_runs: Any,  # noqa: ANN401
+        evaluation: str,
+        fraction: float | tuple[float, ...],
+        sorted_runs: bool,
+    ) -> Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Launch the selection now; the returned function reads its (n, lower, higher)
+        (the wait for the device happens there). A firing launches every chunk's selection
+        before it reads any, so the host builds the next chunk's runs while the device
+        selects over this one's. Runs must be sorted (the device path only reads sorted
+        panes). `fraction` a tuple (an ARRAY of p): the one launch selects every p of a
+        window in turn over the same runs, lower and higher [rows, len(fraction)]."""
         if not sorted_runs:
             raise ValueError("the GPU holistic kernels read sorted runs only")
         xp = self.xp
@@ -398,9 +417,6 @@ class GpuHolistic:
         # n, lower and higher in one device buffer: the results cross in one copy (one wait
         # for the device per launch, not three)
         results = xp.zeros(rows * (1 + 2 * width), dtype=xp.int64)
-        n = results[:rows]
-        lower = results[rows : rows * (1 + width)].reshape(rows, width)
-        higher = results[rows * (1 + width) :].reshape(rows, width)
         if rows:
             lanes = codegen.HOLISTIC_FORM_LANES[self.form]
             blocks = min(MAX_BLOCKS, -(-rows * lanes // THREADS_PER_BLOCK))
@@ -413,19 +429,23 @@ class GpuHolistic:
                     np.int64(rows),
                     xp.asarray(fractions),
                     np.int64(len(fractions)),
-                    n,
-                    lower,
-                    higher,
+                    results[:rows],
+                    results[rows : rows * (1 + width)].reshape(rows, width),
+                    results[rows * (1 + width) :].reshape(rows, width),
                 ),
             )
             self.launches += 1
-        host = _host(results)
-        n_host = host[:rows]
-        lower_host = host[rows : rows * (1 + width)].reshape(rows, width)
-        higher_host = host[rows * (1 + width) :].reshape(rows, width)
-        if isinstance(fraction, tuple):
-            return n_host, lower_host, higher_host
-        return n_host, lower_host[:, 0].copy(), higher_host[:, 0].copy()
+
+        def read() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            host = _host(results)
+            n_host = host[:rows]
+            lower_host = host[rows : rows * (1 + width)].reshape(rows, width)
+            higher_host = host[rows * (1 + width) :].reshape(rows, width)
+            if isinstance(fraction, tuple):
+                return n_host, lower_host, higher_host
+            return n_host, lower_host[:, 0].copy(), higher_host[:, 0].copy()
+
+        return read
 
     def python_window(
         self,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ from mangonel.errors import DataError
 from mangonel.runtime.operators import holistic_sliding as sliding
 from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META
-from mangonel.runtime.operators.holistic_evaluate import evaluate
+from mangonel.runtime.operators.holistic_evaluate import evaluate_later
 from mangonel.runtime.operators.holistic_pane import HeldPane, PaneSpan, pane_span
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
@@ -73,6 +74,21 @@ def chunk_ladder(largest: int, start: int) -> tuple[int, ...]:
     the start value."""
     values = {max(1, largest // 4**step) for step in range(LADDER_STEPS + 1)} | {start}
     return tuple(sorted(values))
+
+
+def _in_row_order(
+    read: Callable[[], tuple[np.ndarray, np.ndarray]], inverse: np.ndarray | None
+) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+    """`read`'s (n, value), put back in the result batch's row order where the rows were
+    evaluated key by key (`inverse`: the key-major order's inverse permutation)."""
+    if inverse is None:
+        return read
+
+    def reordered() -> tuple[np.ndarray, np.ndarray]:
+        n, value = read()
+        return n[inverse], value[inverse]
+
+    return reordered
 
 
 def new_tuner(knobs: list[Knob]) -> Tuner:
@@ -573,17 +589,21 @@ class HolisticTimeWindows:
                     )
                 values, runs, times = runs_of[plan.value_field]
                 value_field = self.fields_by_name[plan.value_field]
-                n, value = evaluate(select, plan, value_field, values, runs, True, times)
-                if order is not None:  # back to the result batch's row order
-                    n, value = n[inverse], value[inverse]
-                pieces[position].append((n, value))
-        results = {
-            position: (
-                np.concatenate([n for n, _ in chunks]) if chunks else np.empty(0, np.int64),
-                np.concatenate([v for _, v in chunks]) if chunks else np.empty(0, np.int64),
+                # read once every chunk is launched (`evaluate_later`): the host builds the
+                # next chunk's runs while the device selects over this one's
+                pieces[position].append(
+                    _in_row_order(
+                        evaluate_later(select, plan, value_field, values, runs, True, times),
+                        inverse,
+                    )
+                )
+        results = {}
+        for position, chunks in pieces.items():
+            found = [chunk() if callable(chunk) else chunk for chunk in chunks]
+            results[position] = (
+                np.concatenate([n for n, _ in found]) if found else np.empty(0, np.int64),
+                np.concatenate([v for _, v in found]) if found else np.empty(0, np.int64),
             )
-            for position, chunks in pieces.items()
-        }
         holistic_arrays = finalize(
             tuple(self.node.aggregates[p] for p in self.holistic),
             {},

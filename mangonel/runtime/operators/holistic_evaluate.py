@@ -5,6 +5,7 @@ PERCENTILE_*, COUNT DISTINCT, Python window functions), shared by the time-windo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,17 +28,33 @@ def evaluate(
     the values' event times (a Python function `with_timestamps` reads them). A percentile
     over an ARRAY of p (`plan.fractions`) gives value[rows, len(ps)], every p from one
     selection call over the same runs."""
+    return evaluate_later(kernels, plan, value_field, values, runs, sorted_runs, times)()
+
+
+def evaluate_later(
+    kernels: Any,  # noqa: ANN401 - the backend's kernels (`holistic_select_later`)
+    plan: AggregatePlan,
+    value_field: StateField,
+    values: np.ndarray,
+    runs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    sorted_runs: bool,
+    times: np.ndarray | None = None,
+) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+    """`evaluate` with the selection launched now and its results read when the returned
+    function is called (on the GPU the wait for the device is there: a firing launches
+    all its chunks first). A Python window function is evaluated now."""
     evaluation = plan.evaluation  # an APPROX_PERCENTILE answered exactly: percentile_disc
     assert evaluation is not None
     if plan.python is not None:  # the user's function over the sorted, decoded values
         floating = value_field.type.is_floating
-        return kernels.python_window(plan.python, values, *runs, sorted_runs, floating, times)
+        found = kernels.python_window(plan.python, values, *runs, sorted_runs, floating, times)
+        return lambda: found
     # an ARRAY of p: every p selected in the one call over the same runs (lower and higher
     # [rows, len(ps)]); a single p: [rows]
     fraction = plan.percentages
     fraction = 0.0 if fraction is None else fraction
-    n, lower, higher = kernels.holistic_select(values, *runs, evaluation, fraction, sorted_runs)
-    return percentile_values(plan, value_field, n, lower, higher)
+    read = kernels.holistic_select_later(values, *runs, evaluation, fraction, sorted_runs)
+    return lambda: percentile_values(plan, value_field, *read())
 
 
 def percentile_values(
