@@ -34,7 +34,7 @@ from mangonel.aggregates.python import WindowFunction
 from mangonel.compiler import codegen
 from mangonel.compiler.codegen import GeneratedModule
 from mangonel.runtime.gpu import python_window
-from mangonel.runtime.gpu.sorting import lexsort_order
+from mangonel.runtime.gpu.sorting import lexsort_order, narrow_keys
 
 THREADS_PER_BLOCK = 128
 MAX_BLOCKS = 1 << 16  # grid-stride beyond: a launch covers any number of windows
@@ -94,13 +94,16 @@ class GpuHolistic:
                 # the split's offsets: as many as the slots known then (a later slot reads
                 # the pane's end, `window_runs`' rule: it has no value here)
                 return keys, remembered[1]
-        device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
         device_keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
-        if not presorted:
+        if presorted:
+            device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
+        else:
+            device_slots = narrow_keys(xp.asarray(slots), n_slots)
             order = lexsort_order(xp, (device_keys, device_slots))  # last key is primary
             device_keys = xp.ascontiguousarray(device_keys[order])
             device_slots = device_slots[order]
-        offsets = xp.searchsorted(device_slots, xp.arange(n_slots + 1, dtype=xp.int64))
+        wanted = xp.arange(n_slots + 1, dtype=device_slots.dtype)
+        offsets = xp.searchsorted(device_slots, wanted)
         return device_keys, offsets.astype(xp.int64, copy=False)
 
     def split_panes(
@@ -289,8 +292,10 @@ class GpuHolistic:
         device_slots = xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64)
         device_keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
         device_times = xp.ascontiguousarray(xp.asarray(times), dtype=xp.int64)
+        device_slots = narrow_keys(device_slots, n_slots)
         order = lexsort_order(xp, (device_times, device_keys, device_slots))
-        bounds = xp.searchsorted(device_slots[order], xp.arange(n_slots + 1, dtype=xp.int64))
+        wanted = xp.arange(n_slots + 1, dtype=device_slots.dtype)
+        bounds = xp.searchsorted(device_slots[order], wanted)
         return (
             xp.ascontiguousarray(device_keys[order]),
             xp.ascontiguousarray(device_times[order]),

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 
 def lexsort_order(xp: Any, keys: Sequence[Any]) -> Any:  # noqa: ANN401 - cupy and its arrays
     """The order `xp.lexsort(keys)` gives (the last key is the primary one): a stable argsort
@@ -22,4 +24,14 @@ def lexsort_order(xp: Any, keys: Sequence[Any]) -> Any:  # noqa: ANN401 - cupy a
     return order
 
 
-__all__ = ["lexsort_order"]
+def narrow_keys(array: Any, bound: int) -> Any:  # noqa: ANN401 - a cupy array
+    """`array` (values in [0, bound]) in the narrowest signed integer type that holds
+    `bound`: a radix sort makes a pass per digit of its key's bytes, so key slots under
+    2**15 sort in a quarter of an int64's passes (and gather a quarter of the bytes)."""
+    for dtype in (np.int16, np.int32):
+        if bound <= np.iinfo(dtype).max:
+            return array.astype(dtype)
+    return array
+
+
+__all__ = ["lexsort_order", "narrow_keys"]
