@@ -55,6 +55,8 @@ def test_bench_prints_one_row_per_shape(tmp_path: Path, capsys: pytest.CaptureFi
                 "--batch-size",
                 "10000",
                 "--no-peer",
+                "--repeat",
+                "2",
                 "--json",
                 str(out_json),
             ]
@@ -69,6 +71,10 @@ def test_bench_prints_one_row_per_shape(tmp_path: Path, capsys: pytest.CaptureFi
         Shape(1_000_000, 100_000, 3, "AVG", 200_000).name,
     ]
     assert all(r["tuples"] == 30_000 and r["rows_out"] > 0 for r in rows)
+    # each shape timed twice; the row's rate is one of the runs' (the median's upper middle)
+    assert all(len(r["runs_per_second"]) == 2 for r in rows)
+    assert all(min(r["runs_per_second"]) == r["tuples_per_second"] for r in rows)
+    assert printed.count("(median of 2: ") == 2
 
 
 def test_bench_join_runs_every_join_shape(tmp_path: Path) -> None:
