@@ -193,8 +193,10 @@ class GpuKernels:
             # pass prefetched: the same scan, so the same staged columns (one staging a batch)
             staged = self._peek_prefetched(lift, batch) or self._stage(generated, batch)
         event_time = cp.empty(length, cp.int64)
-        has_event_time = cp.empty(length, cp.uint8)
-        contributes = cp.empty(length, cp.uint8)
+        # bool arrays: the kernel writes each flag as one byte, 0 or 1 (a C++ bool through
+        # `unsigned char*`), so no conversion pass after it
+        has_time = cp.empty(length, cp.bool_)
+        contributes = cp.empty(length, cp.bool_)
         partials = {p.member: cp.empty(length, p.numpy) for p in generated.parts}
         words = None
         if key_words and all(not k.type.is_floating for k in lift.keys):
@@ -215,7 +217,7 @@ class GpuKernels:
                 (
                     *staged.chunk_arguments(chunk, whole),
                     event_time[part],
-                    has_event_time[part],
+                    has_time[part],
                     contributes[part],
                     *[partials[p.member][part] for p in generated.parts],
                     None if words is None else words[chunk.first :],
@@ -224,7 +226,6 @@ class GpuKernels:
                     np.int64(rows),
                 ),
             )
-        has_time = has_event_time.astype(cp.bool_)
         # the count of rows with an event time and the latest one in one read (one wait for
         # the device per lift, not two)
         latest = cp.where(has_time, event_time, np.iinfo(np.int64).min).max() if length else None
@@ -244,7 +245,7 @@ class GpuKernels:
             length,
             event_time,
             has_time,
-            contributes.astype(cp.bool_),
+            contributes,
             keys,
             {name: tuple(v) for name, v in by_field.items()},
             max_event_time,
