@@ -227,6 +227,11 @@ SELECT window_end, MEDIAN(price)
 FROM TABLE(CUMULATE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' MINUTE))
 GROUP BY window_start, window_end
 
+-- name: spark_window_over_join
+SELECT t.venue, COUNT(*)
+FROM trades AS t JOIN clicks AS c ON t.venue = c.user_id
+GROUP BY window(t.ts, '1 second'), t.venue
+
 -- name: flink_window_over_join
 SELECT window_start, COUNT(*)
 FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
