@@ -106,8 +106,9 @@ def rewrite_flink_window_join(query: exp.Select, catalog: Catalog) -> exp.Select
         return query
     query = query.copy()
     sources = _sources(query)
-    functions = [_function_of(source) for source in sources]
-    for source, function in zip(sources, functions, strict=True):
+    sides: list[_FlinkSide] = []
+    for source in sources:
+        function = _function_of(source)
         if function is None:
             static = isinstance(source, exp.Table) and catalog.table(source.name) is not None
             raise _error(
@@ -122,11 +123,7 @@ def rewrite_flink_window_join(query: exp.Select, catalog: Catalog) -> exp.Select
             )
         if isinstance(source, exp.Subquery) and source.args.get("alias") is not None:
             function.set("alias", source.args["alias"])  # the input's name is the subquery's
-    sides = [
-        _FlinkSide(function, source)
-        for source, function in zip(sources, functions, strict=True)
-        if function is not None
-    ]
+        sides.append(_FlinkSide(function, source))
     for side, holder in zip(sides, _source_holders(query), strict=True):
         side.clause = _joinable_clause(side, catalog)
         holder.set("this", side.clause)
