@@ -33,6 +33,9 @@ AGGREGATED_OUT = (
     ("m", ["agg", 2]),
 )
 JOIN_WORDS = {"inner": "JOIN", "left": "LEFT JOIN", "right": "RIGHT JOIN", "full": "FULL JOIN"}
+# how the query is written: the CQL clause, Flink's window join (window_join_syntax.py) of
+# two table functions, or of `(SELECT * FROM TABLE(..))` subqueries (Flink's docs' form)
+FORMS = ("clause", "flink", "flink-subquery")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class JoinCase:
     algorithm: str
     arrivals: tuple[tuple[str, tuple[dict, ...]], ...]
     restore_at: int | None  # arrivals before the snapshot/restore; None: none
+    form: str = "clause"  # one of FORMS; Flink's only where SLIDE divides RANGE (as HOP's)
 
     @property
     def rows(self) -> int:
@@ -63,6 +67,8 @@ class JoinCase:
         ]
 
     def query(self) -> str:
+        if self.form != "clause":
+            return self._flink_query()
         window = f"[RANGE {self.size} MICROSECONDS SLIDE {self.slide} MICROSECONDS]"
         on = "l.k = r.k" + (" AND r.y > l.x" if self.residual else "")
         where = " WHERE l.x IS NULL OR l.x < 7" if self.where else ""
@@ -77,6 +83,52 @@ class JoinCase:
         else:
             select, tail = "l.x, r.y, window_start AS start", ""
         sources = f"clicks {window} AS l {JOIN_WORDS[self.kind]} views {window} AS r ON {on}"
+        return f"SELECT {select} FROM {sources}{where}{tail}"
+
+    def _flink_query(self) -> str:
+        """The query as Flink's window join: the bounds equated in ON (in the middle, so the
+        key equality and the residual are on both sides of them), `l.window_start` outputs
+        `start` (the bound of a side present in every output row, as Flink's would be NULL
+        where the side is missing; the FULL join's COALESCEs both), GROUP BY with both
+        bounds."""
+        us = "MICROSECOND"
+        if self.slide == self.size:
+            function = f"TUMBLE(TABLE {{}}, DESCRIPTOR(ts), INTERVAL '{self.size}' {us})"
+        else:
+            function = (
+                f"HOP(TABLE {{}}, DESCRIPTOR(ts), INTERVAL '{self.slide}' {us}, "
+                f"INTERVAL '{self.size}' {us})"
+            )
+
+        def side(name: str, alias: str) -> str:
+            text = f"TABLE({function.format(name)})"
+            return (
+                f"(SELECT * FROM {text}) {alias}"
+                if self.form == "flink-subquery"
+                else (f"{text} AS {alias}")
+            )
+
+        on = "l.k = r.k AND l.window_start = r.window_start AND r.window_end = l.window_end" + (
+            " AND r.y > l.x" if self.residual else ""
+        )
+        where = " WHERE l.x IS NULL OR l.x < 7" if self.where else ""
+        start = {
+            "inner": "l.window_start",
+            "left": "l.window_start",
+            "right": "r.window_start",
+            "full": "COALESCE(l.window_start, r.window_start)",
+        }[self.kind]
+        if self.aggregated:
+            calls = (
+                "COUNT(l.x) AS s, SUM(l.x) AS m"
+                if self.integers
+                else "SUM(r.y) AS s, MIN(l.x) AS m"
+            )
+            select = f"l.k, l.window_start AS start, COUNT(*) AS n, {calls}"
+            tail = " GROUP BY l.k, l.window_start, r.window_end"
+        else:
+            select, tail = f"l.x, r.y, {start} AS start", ""
+        sources = f"{side('clicks', 'l')} {JOIN_WORDS[self.kind]} {side('views', 'r')} ON {on}"
         return f"SELECT {select} FROM {sources}{where}{tail}"
 
     def oracle_query(self) -> JoinOracleQuery:
@@ -112,7 +164,10 @@ class JoinCase:
         ]
 
     def describe(self) -> str:
-        lines = [f"-- join case seed {self.seed}, {self.algorithm}, restore_at {self.restore_at}"]
+        lines = [
+            f"-- join case seed {self.seed}, {self.algorithm}, restore_at {self.restore_at}, "
+            f"form {self.form}"
+        ]
         lines += [*self.ddl(), self.query()]
         lines += [f"-- {name}: {list(rows)}" for name, rows in self.arrivals]
         return "\n".join(lines)
@@ -142,7 +197,7 @@ def draw_join_case(seed: int) -> JoinCase:
         name = rng.choice(["clicks", "views"])
         clock += rng.randrange(0, S)
         arrivals.append((name, _rows(rng, name, rng.randrange(0, 12), clock, skew)))
-    return JoinCase(
+    case = JoinCase(
         seed=seed,
         size=size,
         slide=rng.choice(
@@ -158,6 +213,10 @@ def draw_join_case(seed: int) -> JoinCase:
         arrivals=tuple(arrivals),
         restore_at=rng.randrange(len(arrivals) + 1) if rng.random() < 0.4 else None,
     )
+    # drawn last, so every other draw of a seed is what it was before the Flink form
+    if case.size % case.slide == 0:
+        case = replace(case, form=rng.choice(["clause", "clause", *FORMS[1:]]))
+    return case
 
 
 def engine_join_rows(case: JoinCase) -> tuple[list[dict], dict]:

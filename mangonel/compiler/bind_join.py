@@ -14,11 +14,10 @@ and `window_end` are the join window's, unqualified. The ON condition is split a
 equality of a column of one side with a column of the other (INT/BIGINT or STRING) is a key
 pair, the rest is the residual predicate, evaluated on pairs with equal keys.
 
-Flink's window-join form (`ON L.window_start = R.window_start AND L.window_end =
-R.window_end AND ..` over `TABLE(TUMBLE(...))`) is meant to land in `_side` (the window
-taken from a TVF instead of a clause) and `_on` (window-bound equalities recognised as the
-"same window" condition before the remaining conjuncts are classified): both are the only
-places that know where a side's window comes from.
+Flink's window-join form (`TABLE(TUMBLE(..)) AS l JOIN TABLE(TUMBLE(..)) AS r ON l.k = r.k
+AND l.window_start = r.window_start AND l.window_end = r.window_end`) reaches this binder as
+the CQL join it stands for (window_join_syntax.py): each side's window is a clause here,
+whichever way it was written.
 """
 
 from __future__ import annotations
@@ -280,6 +279,16 @@ class JoinBinder(_Binder):
                     "join over time windows: [RANGE <duration> [SLIDE <duration>]]",
                     construct=display_sql(side.clause),
                 )
+            if side.clause.args["kind"] == "SESSION":
+                # the join's state and firing are per window of one size, for all keys
+                raise _error(
+                    "session windows cannot be joined: sessions are each key's own and "
+                    "differ between the two streams, and the window join pairs the rows of "
+                    "one window of one size",
+                    side.clause,
+                    "join over time windows: [RANGE <duration> [SLIDE <duration>]]",
+                    construct=display_sql(side.clause),
+                )
             self.stream = side.source  # messages name the last windowed side from here on
             side.window = window_spec(side.clause, side.source.watermark_delay_us)
         if left.is_stream and right.is_stream:
@@ -462,7 +471,7 @@ class JoinBinder(_Binder):
                 "give the stream a window clause: FROM s [RANGE 1 MINUTE] AS l JOIN t ..",
             )
         if clause == "ON":
-            # Flink's window-join form (L.window_start = R.window_start ..) lands here.
+            # the clause form; Flink's form has its bound equalities out of ON before binding
             raise _error(
                 f"{name} in ON: both streams already join within one window",
                 column,

@@ -120,22 +120,21 @@ def rewrite_window_syntax(query: exp.Expression, catalog: Catalog) -> exp.Expres
     source = query.args["from_"].this
     calls = _group_by_window_calls(query)
     if query.args.get("joins"):
-        tvfs = [
-            node
-            for join in query.args["joins"]
-            for node in join.walk()
-            if isinstance(node, WindowTableFunction)
-        ]
-        if calls or tvfs or isinstance(source, WindowTableFunction):
+        if calls:
             raise _error(
-                "Spark's and Flink's window syntax over joins is not supported yet",
-                calls[0] if calls else tvfs[0] if tvfs else source,
+                "Spark's window syntax over joins is not supported yet",
+                calls[0],
                 "give each stream of the join the window clause: FROM a [RANGE 1 SECOND] AS l "
-                "JOIN b [RANGE 1 SECOND] AS r ON ...",
+                "JOIN b [RANGE 1 SECOND] AS r ON ..., or write Flink's window join "
+                '(docs/sql.md, "Joins")',
             )
+        # Flink's window join: the join of two window table functions (window_join_syntax.py)
+        from mangonel.compiler.window_join_syntax import rewrite_flink_window_join
+
+        return rewrite_flink_window_join(query, catalog)
     if isinstance(source, WindowTableFunction):
         query = query.copy()
-        return _FlinkWindow(query, query.args["from_"].this, catalog).rewrite()
+        return _FlinkWindow(query.args["from_"].this, catalog).rewrite(query)
     if calls:
         query = query.copy()
         return _SparkWindow(query, _group_by_window_calls(query), catalog).rewrite()
@@ -397,8 +396,7 @@ class FlinkArguments:
 
 
 class _FlinkWindow:
-    def __init__(self, query: exp.Select, source: WindowTableFunction, catalog: Catalog) -> None:
-        self.query = query
+    def __init__(self, source: WindowTableFunction, catalog: Catalog) -> None:
         self.source = source
         self.catalog = catalog
 
@@ -466,18 +464,22 @@ class _FlinkWindow:
             )
         return arguments
 
-    def rewrite(self) -> exp.Select:
-        query = self.query
+    def clause(self) -> WindowClause:
+        """The CQL clause of the function, on its stream with the function's alias: the one
+        place a window table function becomes a window (joins too, window_join_syntax.py)."""
         arguments = self.arguments()
         table = arguments.table().copy()
         alias = self.source.args.get("alias")
         if alias is not None:
             table.set("alias", alias)
-        clause = WINDOW_BUILDERS[self.source.function](arguments, table)
+        return WINDOW_BUILDERS[self.source.function](arguments, table)
+
+    def rewrite(self, query: exp.Select) -> exp.Select:
+        clause = self.clause()
         if clause.args["kind"] == "CUMULATE":
             self._refuse_holistic(query)
         query.args["from_"].set("this", clause)
-        self._drop_window_keys(query)
+        drop_window_bounds_from_group(query, self.source)
         return query
 
     def _refuse_holistic(self, query: exp.Select) -> None:
@@ -505,27 +507,35 @@ class _FlinkWindow:
                             "STDDEV_*, BOOL_*), or HOP/TUMBLE windows",
                         )
 
-    def _drop_window_keys(self, query: exp.Select) -> None:
-        group = query.args.get("group")
-        items = group.expressions if group is not None else []
-        bounds = [
-            item
-            for item in items
-            if isinstance(item, exp.Column) and item.name.lower() in ("window_start", "window_end")
-        ]
-        missing = {"window_start", "window_end"} - {item.name.lower() for item in bounds}
-        if missing:
-            raise _error(
-                f"GROUP BY misses {' and '.join(sorted(missing))}: a window table function's "
-                "rows are aggregated per window",
-                group if group is not None else self.source,
-                FLINK_GROUP_HINT,
-            )
-        remaining = [item for item in items if all(item is not b for b in bounds)]
-        if remaining:
-            group.set("expressions", remaining)
-        else:
-            query.set("group", None)
+
+def flink_window_clause(source: WindowTableFunction, catalog: Catalog) -> WindowClause:
+    """The CQL clause a window table function stands for (its arguments checked)."""
+    return _FlinkWindow(source, catalog).clause()
+
+
+def drop_window_bounds_from_group(query: exp.Select, source: exp.Expression) -> None:
+    """Drop `window_start` and `window_end` (both required, as Flink requires) from GROUP BY:
+    the window clause groups by the window. `source` is what a GROUP BY-less error points at."""
+    group = query.args.get("group")
+    items = group.expressions if group is not None else []
+    bounds = [
+        item
+        for item in items
+        if isinstance(item, exp.Column) and item.name.lower() in ("window_start", "window_end")
+    ]
+    missing = {"window_start", "window_end"} - {item.name.lower() for item in bounds}
+    if missing:
+        raise _error(
+            f"GROUP BY misses {' and '.join(sorted(missing))}: a window table function's "
+            "rows are aggregated per window",
+            group if group is not None else source,
+            FLINK_GROUP_HINT,
+        )
+    remaining = [item for item in items if all(item is not b for b in bounds)]
+    if remaining:
+        group.set("expressions", remaining)
+    else:
+        query.set("group", None)
 
 
 def _tumble(arguments: FlinkArguments, table: exp.Table) -> WindowClause:

@@ -227,6 +227,11 @@ SELECT window_end, MEDIAN(price)
 FROM TABLE(CUMULATE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' MINUTE))
 GROUP BY window_start, window_end
 
+-- name: spark_window_over_join
+SELECT t.venue, COUNT(*)
+FROM trades AS t JOIN clicks AS c ON t.venue = c.user_id
+GROUP BY window(t.ts, '1 second'), t.venue
+
 -- name: flink_window_over_join
 SELECT window_start, COUNT(*)
 FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
@@ -352,6 +357,78 @@ HAVING t.price > 1
 SELECT COUNT(*)
 FROM trades [RANGE 1 SECOND] AS t
 JOIN clicks [RANGE 1 SECOND] AS c ON t.venue = c.user_id AND SUM(t.price) > 1
+
+-- name: join_session_windows
+SELECT t.price
+FROM trades [SESSION GAP 1 SECOND] AS t
+JOIN clicks [SESSION GAP 1 SECOND] AS c ON t.venue = c.user_id
+
+-- name: flink_join_different_windows
+SELECT t.price, c.user_id
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN TABLE(HOP(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '500' MILLISECOND, INTERVAL '1' SECOND)) AS c
+  ON t.venue = c.user_id AND t.window_start = c.window_start AND t.window_end = c.window_end
+
+-- name: flink_join_different_sizes
+SELECT t.price, c.user_id
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '2' SECOND)) AS c
+  ON t.venue = c.user_id AND t.window_start = c.window_start AND t.window_end = c.window_end
+
+-- name: flink_join_without_window_end_equality
+SELECT t.price, c.user_id
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' SECOND)) AS c
+  ON t.venue = c.user_id AND t.window_start = c.window_start
+
+-- name: flink_join_without_key_equality
+SELECT t.price, c.user_id
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' SECOND)) AS c
+  ON t.window_start = c.window_start AND t.window_end = c.window_end
+
+-- name: flink_join_crossed_bounds_in_on
+SELECT t.price, c.user_id
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' SECOND)) AS c
+  ON t.venue = c.user_id AND t.window_start = c.window_end AND t.window_end = c.window_end
+
+-- name: flink_join_group_by_without_bounds
+SELECT t.venue, COUNT(*) AS n
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' SECOND)) AS c
+  ON t.venue = c.user_id AND t.window_start = c.window_start AND t.window_end = c.window_end
+GROUP BY t.venue
+
+-- name: flink_join_group_by_bounds_alone
+SELECT t.window_start
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' SECOND)) AS c
+  ON t.venue = c.user_id AND t.window_start = c.window_start AND t.window_end = c.window_end
+GROUP BY t.window_start, t.window_end
+
+-- name: flink_join_cumulate
+SELECT t.price, c.user_id
+FROM TABLE(CUMULATE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' MINUTE)) AS t
+JOIN TABLE(CUMULATE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' SECOND, INTERVAL '1' MINUTE)) AS c
+  ON t.venue = c.user_id AND t.window_start = c.window_start AND t.window_end = c.window_end
+
+-- name: flink_join_session
+SELECT t.price, c.user_id
+FROM TABLE(SESSION(TABLE trades PARTITION BY venue, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN TABLE(SESSION(TABLE clicks PARTITION BY user_id, DESCRIPTOR(event_time), INTERVAL '1' SECOND)) AS c
+  ON t.venue = c.user_id AND t.window_start = c.window_start AND t.window_end = c.window_end
+
+-- name: flink_join_with_a_table
+SELECT t.price, s.sector
+FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) AS t
+JOIN symbols AS s ON t.symbol = s.symbol
+
+-- name: flink_join_filtering_subquery
+SELECT t.price, c.user_id
+FROM (SELECT * FROM TABLE(TUMBLE(TABLE trades, DESCRIPTOR(ts), INTERVAL '1' SECOND)) WHERE price > 1) t
+JOIN (SELECT * FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' SECOND))) c
+  ON t.venue = c.user_id AND t.window_start = c.window_start AND t.window_end = c.window_end
 
 -- name: order_by
 SELECT symbol, COUNT(*) AS n FROM trades [RANGE 1 SECOND] GROUP BY symbol ORDER BY n DESC

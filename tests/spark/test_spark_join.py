@@ -123,6 +123,27 @@ def test_aggregated_join_equals_sparks_stream_stream_join(spark, tmp_path, size,
     assert_same_results(ours, theirs, ["k"])
 
 
+def test_flink_window_join_form_equals_sparks_stream_stream_join(spark, tmp_path):
+    """Flink's window join (HOP on both sides, the bounds equated in ON) plans as the clause
+    form, so inside Spark too it equals Spark's own join."""
+    write_streams(tmp_path)
+    session = attach(spark, tmp_path)
+    hop = "TABLE(HOP(TABLE {}, DESCRIPTOR(ts), INTERVAL '250' MILLISECOND, INTERVAL '1' SECOND))"
+    ours = run_to_memory(
+        session.sql(
+            "SELECT l.k AS k, l.window_start, r.window_end, COUNT(*) AS n, "
+            f"SUM(l.v * r.w) AS s, MAX(r.w) AS m FROM {hop.format('a')} AS l "
+            f"JOIN {hop.format('b')} AS r ON l.k = r.k AND l.window_start = r.window_start "
+            "AND l.window_end = r.window_end GROUP BY l.k, l.window_start, l.window_end"
+        ),
+        tmp_path / "ck_ours",
+    )
+    theirs = native_join_aggregate(
+        spark, tmp_path, "1 second", "250 milliseconds", F.col("v") * F.col("w")
+    )
+    assert_same_results(ours, theirs, ["k"])
+
+
 def test_materialised_join_rows_equal_sparks(spark, tmp_path):
     write_streams(tmp_path, files=3)
     session = attach(spark, tmp_path)
