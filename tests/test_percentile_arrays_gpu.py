@@ -65,7 +65,7 @@ def test_the_device_selects_every_p_in_one_launch_as_the_cpu(evaluation, form):
             rng, int(rng.integers(0, 200)), [1, 3, 1000][case % 3], case % 4 == 0, most_runs
         )
         launches = gpu.launches
-        got = gpu.holistic_select(values, *runs, evaluation, fractions, True)
+        got = gpu.holistic_select_later(values, *runs, evaluation, fractions, True)()
         assert gpu.launches - launches <= 1
         want = cpu_holistic.holistic_select(values, *runs, evaluation, fractions, True)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), case

@@ -714,18 +714,11 @@ class CpuKernels:
     def concatenate(self, pieces: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
 
-    def holistic_select(
-        self, values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
-    ):
-        return holistic.holistic_select(
-            values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
-        )
-
     def holistic_select_later(
         self, values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
     ):
         # the host selects now: there is no device to overlap with
-        found = self.holistic_select(
+        found = holistic.holistic_select(
             values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
         )
         return lambda: found

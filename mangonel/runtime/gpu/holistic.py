@@ -10,7 +10,7 @@ device twins of `runtime.cpu.holistic`, behind the same three calls of the drive
 - `window_runs`: the runs of a firing's rows (one per covered pane), built on the device
   from the panes' device offsets; the host hands only the span's per-pane bases (a scan over
   the panes' lengths, which the host knows from their shapes) and the rows' slots.
-- `holistic_select`: the rendered selection kernel (`kernels_templates/holistic.cu.j2`,
+- `holistic_select_later`: the rendered selection kernel (`kernels_templates/holistic.cu.j2`,
   `codegen.render_holistic_kernels`): all the rows of a result chunk in one launch (GASSER's
   windows per launch), a thread, a warp or a block per window (the plan's
   `HolisticPlan.gpu_form`).
@@ -374,24 +374,6 @@ class GpuHolistic:
             out[2 * runs + rows :],
         )
 
-    def holistic_select(
-        self,
-        values: Any,  # noqa: ANN401 - device arrays (or host ones: copied up)
-        run_start: Any,  # noqa: ANN401
-        run_end: Any,  # noqa: ANN401
-        row_first: Any,  # noqa: ANN401
-        row_runs: Any,  # noqa: ANN401
-        evaluation: str,
-        fraction: float | tuple[float, ...],
-        sorted_runs: bool,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(n, lower, higher) per row on the host: `runtime.cpu.holistic.holistic_select`'s
-        results, from one launch of the selection kernel (`holistic_select_later`, read at
-        once)."""
-        return self.holistic_select_later(
-            values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs
-        )()
-
     def holistic_select_later(
         self,
         values: Any,  # noqa: ANN401 - device arrays (or host ones: copied up)
@@ -403,12 +385,14 @@ class GpuHolistic:
         fraction: float | tuple[float, ...],
         sorted_runs: bool,
     ) -> Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Launch the selection now; the returned function reads its (n, lower, higher)
-        (the wait for the device happens there). A firing launches every chunk's selection
-        before it reads any, so the host builds the next chunk's runs while the device
-        selects over this one's. Runs must be sorted (the device path only reads sorted
-        panes). `fraction` a tuple (an ARRAY of p): the one launch selects every p of a
-        window in turn over the same runs, lower and higher [rows, len(fraction)]."""
+        """Launch the selection now (one launch of the selection kernel); the returned
+        function reads its (n, lower, higher) per row on the host, the results of
+        `runtime.cpu.holistic.holistic_select` (the wait for the device is there). A firing
+        launches every chunk's selection before it reads any, so the host builds the next
+        chunk's runs while the device selects over this one's. Runs must be sorted (the
+        device path only reads sorted panes). `fraction` a tuple (an ARRAY of p): the one
+        launch selects every p of a window in turn over the same runs, lower and higher
+        [rows, len(fraction)]."""
         if not sorted_runs:
             raise ValueError("the GPU holistic kernels read sorted runs only")
         xp = self.xp

@@ -3,7 +3,7 @@ in the window operators.
 
 `holistic_evaluate.evaluate` turns runs of order keys (per result row, ranges of one flat
 array) into each holistic aggregate's (non-NULL count, value) with the backend's
-`holistic_select` kernel (`python_window` for a Python window function); `results.finalize`
+`holistic_select_later` kernel (`python_window` for a Python window function); `results.finalize`
 reads them. Both window kinds use it:
 
 - count windows (`count_window.py`) keep the `values` fields with their per-tuple partials
