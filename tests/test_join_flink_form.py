@@ -13,6 +13,7 @@ import pytest
 from fuzz_join_cases import FORMS, S, check_join, draw_join_case, engine_join_rows
 from oracle import rows_of
 from oracle_join import canonical
+from sql_positions import line_and_column
 
 import mangonel
 from mangonel.errors import SqlError
@@ -226,9 +227,7 @@ def test_an_outer_joins_missing_side_has_null_bounds_as_in_flink() -> None:
     ],
 )
 def test_errors_point_at_their_construct(query: str, at: str) -> None:
-    offset = query.index(at)
-    line = query.count("\n", 0, offset) + 1
-    column = offset - (query.rfind("\n", 0, offset) + 1) + 1
+    line, column = line_and_column(query, at)
     with pytest.raises(SqlError) as caught:
         session().sql(query)
     assert (caught.value.line, caught.value.column) == (line, column), str(caught.value)

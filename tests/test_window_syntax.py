@@ -13,6 +13,7 @@ import pytest
 from fuzz_cases import HOLISTIC_FUNCTIONS, STREAM, Case, draw_case
 from fuzzer import Scenario, arrow_batch, check, engine_rows, engine_run
 from oracle import Oracle, OracleQuery
+from sql_positions import line_and_column
 from test_explain_golden import GOLDEN
 from test_explain_golden import session as golden_session
 from test_project_operators import host_gpu_evaluator  # noqa: F401 - the fixture
@@ -318,9 +319,7 @@ def test_cumulate_late_rows_are_those_of_a_fired_period() -> None:
     ],
 )
 def test_errors_point_at_their_argument(query: str, at: str) -> None:
-    offset = query.index(at)
-    line = query.count("\n", 0, offset) + 1
-    column = offset - (query.rfind("\n", 0, offset) + 1) + 1
+    line, column = line_and_column(query, at)
     with pytest.raises(SqlError) as caught:
         golden_session().sql(query)
     assert (caught.value.line, caught.value.column) == (line, column), str(caught.value)

@@ -40,7 +40,7 @@ from mangonel.compiler.bind import (
 from mangonel.compiler.bind_window import window_spec
 from mangonel.compiler.logical import JoinKind, WindowSpec, joined_name
 from mangonel.compiler.nodes import WindowBound, WindowClause
-from mangonel.compiler.parse import copy_position, display_sql, format_duration
+from mangonel.compiler.parse import conjuncts, copy_position, display_sql, format_duration
 from mangonel.errors import CatalogError
 
 JOIN_HINT = (
@@ -77,14 +77,6 @@ class _Side:
     @property
     def kind_word(self) -> str:
         return "stream" if self.is_stream else "table"
-
-
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
 
 
 def _side_key_type(sql_type: SqlType) -> str:
@@ -350,7 +342,7 @@ class JoinBinder(_Binder):
         right_keys: list[Column] = []
         residual: list[exp.Expression] = []
         env = self._tuple_env()
-        for conjunct in _conjuncts(condition):
+        for conjunct in conjuncts(condition):
             resolved = self._scalar(conjunct, "ON")
             conjunct_type = _infer(resolved, env, conjunct)
             if conjunct_type is not SqlType.BOOLEAN:

@@ -138,6 +138,15 @@ def output_text(node: exp.Expression) -> str:
     return node.meta.get("source_text") or node.sql(dialect=MangonelDialect)
 
 
+def conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """The AND-ed terms of a condition (parentheses around them dropped)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        return conjuncts(node.this) + conjuncts(node.expression)
+    return [node]
+
+
 def display_sql(node: exp.Expression) -> str:
     """Readable SQL of a (possibly resolved) node for messages: simple names unquoted."""
 

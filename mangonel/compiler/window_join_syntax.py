@@ -31,7 +31,7 @@ from sqlglot import exp
 
 from mangonel.catalog.catalog import Catalog
 from mangonel.compiler.nodes import WindowClause, WindowTableFunction
-from mangonel.compiler.parse import display_sql, format_duration
+from mangonel.compiler.parse import conjuncts, display_sql, format_duration
 from mangonel.compiler.window_syntax import (
     _error,
     drop_window_bounds_from_group,
@@ -213,14 +213,6 @@ def _check_same_windows(sides: list[_FlinkSide]) -> None:
             )
 
 
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
 def _bound_references(node: exp.Expression) -> list[exp.Column]:
     return [
         column
@@ -241,7 +233,7 @@ def _without_bound_equalities(
         f"ON {left.alias}.k = {right.alias}.k AND {left.alias}.window_start = "
         f"{right.alias}.window_start AND {left.alias}.window_end = {right.alias}.window_end"
     )
-    for conjunct in _conjuncts(condition):
+    for conjunct in conjuncts(condition):
         references = _bound_references(conjunct)
         if not references:
             remaining.append(conjunct)
