@@ -32,6 +32,7 @@ from mangonel.compiler.statements import PlannedQuery, StatementRunner
 from mangonel.errors import CatalogError, PlanError
 from mangonel.runtime.cpu.python_window import compile_window_function
 from mangonel.runtime.gpu.probe import gpu_status
+from mangonel.runtime.spark import foreach_batch as foreach_batch_module
 from mangonel.runtime.spark import join as join_module
 from mangonel.runtime.spark import native as native_module
 from mangonel.runtime.spark import native_stage2 as native_stage2_module
@@ -132,6 +133,7 @@ class SparkMangonelSession:
         self.stage2 = stage2
         self._frames: dict[str, DataFrame] = {}
         self._last: SparkQueryPlan | None = None
+        self._last_driver: foreach_batch_module.DriverPlan | None = None
 
     @property
     def catalog(self):  # noqa: ANN201
@@ -277,15 +279,9 @@ class SparkMangonelSession:
             self._last = planned
             return frame
         window = planned.window
-        stream = window.lift.scan.stream
-        source = self._frames.get(stream.name.lower())
-        if source is None:
-            raise CatalogError(
-                f"stream {stream.name!r} has no Spark DataFrame behind it",
-                hint=f"register({stream.name!r}, spark.readStream..., event_time=...) or declare "
-                "it with WITH (source = 'generator' | 'parquet' | 'csv' | 'kafka', ...)",
-            )
+        watermarked = self._watermarked(window)  # refuses a stream without a DataFrame
         self._last = planned
+        self._last_driver = None
         if planned.stage1 == "reader" and planned.stage2 == "native":
             # Spark's own aggregation merges the reader's partials (native_stage2.py)
             frame = reader_module.reader_partials(self.spark, planned)
@@ -293,8 +289,6 @@ class SparkMangonelSession:
         if planned.stage1 == "reader":  # mangonel reads the stream itself (reader.py)
             partials = reader_module.reader_stage1(self.spark, planned)
             return stage2_module.stage2(planned.plan, partials)
-        delay = window.window.watermark_delay_us
-        watermarked = source.withWatermark(stream.event_time, spark_interval(delay))
         if planned.native:
             return native_module.native_query(planned.plan, watermarked)
         if planned.stage1 == "kernels":
@@ -310,6 +304,46 @@ class SparkMangonelSession:
                 window, watermarked, planned.buckets, with_rows=late_rows is not None
             )
         return stage2_module.stage2(planned.plan, partials, late_rows)
+
+    def _watermarked(self, window: Any) -> DataFrame:  # noqa: ANN401 - a WindowAggregateExec
+        stream = window.lift.scan.stream
+        source = self._frames.get(stream.name.lower())
+        if source is None:
+            raise CatalogError(
+                f"stream {stream.name!r} has no Spark DataFrame behind it",
+                hint=f"register({stream.name!r}, spark.readStream..., event_time=...) or declare "
+                "it with WITH (source = 'generator' | 'parquet' | 'csv' | 'kafka', ...)",
+            )
+        delay = window.window.watermark_delay_us
+        return source.withWatermark(stream.event_time, spark_interval(delay))
+
+    def start(
+        self,
+        query: str,
+        sink: foreach_batch_module.Sink,
+        *,
+        checkpoint_location: str,
+        query_name: str | None = None,
+    ) -> StreamingQuery:
+        """Start a window query with stage 2 on the driver (foreach_batch.py; docs/spark.md,
+        "Stage 2 on the driver"): returns the running `StreamingQuery`. `sink` receives each
+        micro-batch's result rows: a callable `(pyarrow.Table, batch_id)` (idempotent by
+        batch id, as Spark's `foreachBatch`), or a folder path, written as
+        `part-<batch id>.parquet` (a re-run batch overwrites its own file).
+        `checkpoint_location` holds Spark's checkpoint and the operator's snapshots."""
+        result = self.session.sql(query)
+        if isinstance(result, str):
+            raise PlanError("start() takes a query; EXPLAIN goes to sql() or explain()")
+        planned = self._spark_plan(result)
+        driver = foreach_batch_module.plan_driver(
+            planned.plan, "start(): stage 1 is Spark's batch aggregation, no stateful operator"
+        )
+        watermarked = self._watermarked(planned.window)
+        streaming = foreach_batch_module.start(
+            self.spark, driver, watermarked, sink, checkpoint_location, query_name
+        )
+        self._last, self._last_driver = planned, driver
+        return streaming
 
     def join_metrics(self, query: StreamingQuery) -> dict[str, int]:
         """The join operator's metrics of a running (or stopped) join query, summed over the
@@ -336,7 +370,12 @@ class SparkMangonelSession:
         return self._explain(planned)
 
     def _explain(self, planned: SparkQueryPlan) -> str:
-        return explain_text(planned.plan) + "\n" + spark_stages_text(planned)
+        driver = self._last_driver
+        if driver is not None and planned is self._last:
+            spark_side = foreach_batch_module.explain_text(driver)
+        else:
+            spark_side = spark_stages_text(planned)
+        return explain_text(planned.plan) + "\n" + spark_side
 
 
 __all__ = ["SparkMangonelSession", "local_spark", "spark_interval"]
