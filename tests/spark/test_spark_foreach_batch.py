@@ -80,9 +80,9 @@ class Collect:
         return pa.concat_tables(tables).to_pandas()
 
 
-def run_start(session, query: str, checkpoint: Path, sink=None):  # noqa: ANN001, ANN201
+def run_start(session, query: str, checkpoint: Path, sink=None, plan="driver"):  # noqa: ANN001, ANN201
     sink = sink if sink is not None else Collect()
-    streaming = session.start(query, sink, checkpoint_location=str(checkpoint))
+    streaming = session.start(query, sink, checkpoint_location=str(checkpoint), plan=plan)
     try:
         streaming.processAllAvailable()
     finally:
@@ -278,7 +278,38 @@ def test_explain_and_refusals(spark, tmp_path):
             "SELECT k, COUNT(*) AS n FROM s [ROWS 10 SLIDE 5] GROUP BY k",
             Collect(),
             checkpoint_location=str(tmp_path / "ck2"),
+            plan="driver",
         )
+
+
+def test_start_chooses_by_cost_and_says_why(spark, tmp_path):
+    """Sliding windows of Spark aggregates take the driver-side plan; tumbling windows run
+    Spark's own aggregation (sql()'s plan) into the same sink, with equal rows."""
+    write_micro_batches(tmp_path / "in", tables_of(SqlType.DOUBLE, delay_us=200_000, files=3))
+    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE")
+    session = mg.attach(spark)
+    session.register("s", source, event_time="ts", watermark="50 milliseconds")
+    sliding = (
+        "SELECT k, window_start, SUM(v) AS s "
+        "FROM s [RANGE 1 SECOND SLIDE 100 MILLISECONDS] GROUP BY k"
+    )
+    run_start(session, sliding, tmp_path / "ck1", plan=None)
+    assert "Spark: stage 2 on the driver under foreachBatch (reason: w/s = 10" in session.explain()
+    tumbling = (
+        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS sum_v "
+        "FROM s [RANGE 500 MILLISECONDS] GROUP BY k"
+    )
+    chosen = run_start(session, tumbling, tmp_path / "ck2", plan=None).frame()
+    text = session.explain()
+    assert "start(): sql()'s plan (reason: Spark's own window aggregation: w/s = 1" in text
+    assert "Spark: native window aggregation" in text
+    driver = run_start(session, tumbling, tmp_path / "ck3").frame()
+    assert_same_results(driver, chosen, ["k"])
+    out = tmp_path / "out"
+    run_start(session, tumbling, tmp_path / "ck4", str(out), plan="streaming")
+    assert_same_results(pq.read_table(out).to_pandas(), chosen, ["k"])
+    with pytest.raises(PlanError, match="plan must be"):
+        session.start(tumbling, Collect(), checkpoint_location=str(tmp_path / "x"), plan="fast")
 
 
 def test_median_runs_with_the_driver_arrow_stage1(spark, tmp_path):
@@ -294,6 +325,8 @@ def test_median_runs_with_the_driver_arrow_stage1(spark, tmp_path):
     )
     ours = run_start(session, query, tmp_path / "ck").frame()
     assert "driver arrow-hash-aggregate" in session.explain()
+    run_start(session, query, tmp_path / "ck_chosen", plan=None)  # by default: sql()'s plan
+    assert "start(): sql()'s plan (reason: holistic functions" in session.explain()
     from pyspark.sql import functions as F
 
     native = (

@@ -185,7 +185,7 @@ def _driver_seconds_and_rows(
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-driver-") as checkpoint:
-        query_handle = session.start(query, sink, checkpoint_location=checkpoint)
+        query_handle = session.start(query, sink, checkpoint_location=checkpoint, plan="driver")
         try:
             query_handle.processAllAvailable()
         finally:

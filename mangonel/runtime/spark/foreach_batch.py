@@ -63,6 +63,7 @@ from mangonel.errors import DataError, PlanError
 from mangonel.runtime.operators.base import partial_column_name
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.spark.functions import bucket_tree
+from mangonel.runtime.spark.planner import SparkQueryPlan, _source, _watermark
 from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.stage1 import (
     PANE,
@@ -104,6 +105,42 @@ def refused(plan: ph.ProjectExec) -> str | None:
     if window.window.kind in (WindowKind.COUNT, WindowKind.SESSION):
         return f"{window.window.kind.name.lower()} windows have per-tuple partials, no panes"
     return None
+
+
+START_PLANS = ("driver", "streaming")
+
+
+def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[str, str]:
+    """("driver" | "streaming", why) for `start()`: the driver-side plan where it ran faster
+    than `sql()`'s plan on this project's measurements (docs/performance.md, "Inside Spark:
+    stage 2 on the driver"): windows with w/s > 1 whose aggregates are Spark aggregates.
+    Where Spark's own aggregation is the plan (w/s <= 1: each tuple in one window) the
+    driver-side plan's stage 1 is the same hash aggregation plus its tick and was slower;
+    holistic functions would take every row to the driver (one process), not measured."""
+    if forced not in (None, *START_PLANS):
+        raise PlanError(f"plan must be 'driver' or 'streaming', not {forced!r}")
+    why_not = refused(planned.plan)
+    if forced == "driver":
+        if why_not is not None:
+            raise PlanError(f"start(plan='driver'): {why_not}")
+        return "driver", "plan='driver' requested"
+    if forced == "streaming":
+        return "streaming", "plan='streaming' requested"
+    if why_not is not None:
+        return "streaming", why_not
+    window = planned.window
+    if planned.native:
+        return "streaming", f"Spark's own window aggregation: {planned.native_reason}"
+    if any(f.kind.holistic for f in window.fields):
+        return "streaming", (
+            "holistic functions: the driver-side plan would take every row to the driver "
+            "(plan='driver' forces it)"
+        )
+    shape = f"w/s = {window.window.size / window.window.slide:g}"
+    return "driver", (
+        f"{shape}: stage 1 as Spark's batch aggregation inside foreachBatch (no row enters "
+        "Python), stage 2 on the driver (no stateful Spark operator per micro-batch)"
+    )
 
 
 def plan_driver(plan: ph.ProjectExec, reason: str) -> DriverPlan:
@@ -323,6 +360,24 @@ class DriverStage2:
         self.store.write(batch_id, tree.snapshot())
 
 
+def start_streaming(
+    frame: DataFrame, sink: Sink, checkpoint_location: str, query_name: str | None = None
+) -> StreamingQuery:
+    """`sql()`'s streaming DataFrame into `sink`: a folder goes to Spark's Parquet sink, a
+    callable gets each micro-batch's rows as Arrow (`foreachBatch`)."""
+    writer = frame.writeStream.outputMode("append")
+    if query_name is not None:
+        writer = writer.queryName(query_name)
+    writer = writer.option("checkpointLocation", checkpoint_location)
+    if isinstance(sink, str):
+        return writer.format("parquet").start(sink)
+
+    def to_sink(batch: DataFrame, batch_id: int) -> None:
+        sink(batch.toArrow(), batch_id)
+
+    return writer.foreachBatch(to_sink).start()
+
+
 def start(
     spark: SparkSession,
     plan: DriverPlan,
@@ -398,8 +453,6 @@ def explain_nodes(plan: DriverPlan, watermarked: PlanNode) -> tuple[str, PlanNod
 
 def explain_text(plan: DriverPlan) -> str:
     """The Spark side of the driver-side plan, as `planner.spark_stages_text` prints others."""
-    from mangonel.runtime.spark.planner import _source, _watermark
-
     window = plan.window
     stream = window.lift.scan.stream
     title, root = explain_nodes(plan, _watermark(window, stream, _source(stream)))

@@ -134,6 +134,7 @@ class SparkMangonelSession:
         self._frames: dict[str, DataFrame] = {}
         self._last: SparkQueryPlan | None = None
         self._last_driver: foreach_batch_module.DriverPlan | None = None
+        self._start_reason: str | None = None  # start() ran sql()'s plan: why (EXPLAIN)
 
     @property
     def catalog(self):  # noqa: ANN201
@@ -281,7 +282,7 @@ class SparkMangonelSession:
         window = planned.window
         watermarked = self._watermarked(window)  # refuses a stream without a DataFrame
         self._last = planned
-        self._last_driver = None
+        self._last_driver = self._start_reason = None
         if planned.stage1 == "reader" and planned.stage2 == "native":
             # Spark's own aggregation merges the reader's partials (native_stage2.py)
             frame = reader_module.reader_partials(self.spark, planned)
@@ -324,25 +325,34 @@ class SparkMangonelSession:
         *,
         checkpoint_location: str,
         query_name: str | None = None,
+        plan: str | None = None,
     ) -> StreamingQuery:
-        """Start a window query with stage 2 on the driver (foreach_batch.py; docs/spark.md,
-        "Stage 2 on the driver"): returns the running `StreamingQuery`. `sink` receives each
-        micro-batch's result rows: a callable `(pyarrow.Table, batch_id)` (idempotent by
-        batch id, as Spark's `foreachBatch`), or a folder path, written as
-        `part-<batch id>.parquet` (a re-run batch overwrites its own file).
-        `checkpoint_location` holds Spark's checkpoint and the operator's snapshots."""
+        """Start a window query into `sink`; returns the running `StreamingQuery`. `sink`
+        receives each micro-batch's result rows: a callable `(pyarrow.Table, batch_id)`
+        (idempotent by batch id, as Spark's `foreachBatch`), or a folder path, written as
+        `part-<batch id>.parquet` by the driver-side plan (Spark's Parquet sink otherwise).
+        `checkpoint_location` holds Spark's checkpoint (and the driver-side plan's
+        snapshots). `plan`: "driver" (stage 1 as Spark's batch aggregation inside
+        foreachBatch, stage 2 on the driver: foreach_batch.py; docs/spark.md, "Stage 2 on the
+        driver"), "streaming" (`sql()`'s plan), or None: chosen by cost
+        (`foreach_batch.choose_start`); EXPLAIN says which and why."""
         result = self.session.sql(query)
         if isinstance(result, str):
             raise PlanError("start() takes a query; EXPLAIN goes to sql() or explain()")
         planned = self._spark_plan(result)
-        driver = foreach_batch_module.plan_driver(
-            planned.plan, "start(): stage 1 is Spark's batch aggregation, no stateful operator"
-        )
+        kind, reason = foreach_batch_module.choose_start(planned, plan)
+        if kind == "streaming":
+            frame = self._build(result)
+            self._start_reason = reason
+            return foreach_batch_module.start_streaming(
+                frame, sink, checkpoint_location, query_name
+            )
+        driver = foreach_batch_module.plan_driver(planned.plan, reason)
         watermarked = self._watermarked(planned.window)
         streaming = foreach_batch_module.start(
             self.spark, driver, watermarked, sink, checkpoint_location, query_name
         )
-        self._last, self._last_driver = planned, driver
+        self._last, self._last_driver, self._start_reason = planned, driver, None
         return streaming
 
     def join_metrics(self, query: StreamingQuery) -> dict[str, int]:
@@ -375,6 +385,8 @@ class SparkMangonelSession:
             spark_side = foreach_batch_module.explain_text(driver)
         else:
             spark_side = spark_stages_text(planned)
+            if self._start_reason is not None and planned is self._last:
+                spark_side = f"start(): sql()'s plan (reason: {self._start_reason})\n{spark_side}"
         return explain_text(planned.plan) + "\n" + spark_side
 
 
