@@ -342,3 +342,56 @@ def test_median_runs_with_the_driver_arrow_stage1(spark, tmp_path):
         )
     )
     assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
+
+
+def test_partials_wrap_order_nan_and_booleans_as_the_two_stage_plan(spark, tmp_path):
+    """Spark's batch partials are the window operator's: an integer SUM that overflows
+    wraps, MIN/MAX of DOUBLE with NaN and infinities in Spark's order, MIN of TIMESTAMP,
+    BOOL_AND/BOOL_OR, COUNT of a column with NULLs; equal to the two-stage plan's rows."""
+    import datetime
+
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    tables = []
+    for number in range(3):
+        rows = 600
+        offsets = number * 300_000 + np.sort(rng.integers(0, 300_000, rows))
+        big = rng.integers(2**61, 2**62, rows)
+        doubles = rng.normal(size=rows)
+        doubles[rng.random(rows) < 0.05] = np.nan
+        doubles[rng.random(rows) < 0.03] = np.inf
+        doubles[rng.random(rows) < 0.03] = -np.inf
+        flags = rng.random(rows) < 0.7
+        tables.append(
+            pa.table(
+                {
+                    "ts": pa.array(
+                        [start + datetime.timedelta(microseconds=int(o)) for o in offsets],
+                        pa.timestamp("us", "UTC"),
+                    ),
+                    "k": pa.array(rng.integers(0, 3, rows)),
+                    "b": pa.array(big, mask=rng.random(rows) < 0.1),
+                    "d": pa.array(doubles),
+                    "f": pa.array(flags, mask=rng.random(rows) < 0.1),
+                }
+            )
+        )
+    write_micro_batches(tmp_path / "in", tables)
+    source = file_stream(
+        spark, tmp_path / "in", "ts TIMESTAMP, k BIGINT, b BIGINT, d DOUBLE, f BOOLEAN"
+    )
+    query = (
+        "SELECT k, window_start, window_end, SUM(b) AS sb, COUNT(b) AS nb, MIN(d) AS lo, "
+        "MAX(d) AS hi, MIN(ts) AS first_ts, BOOL_AND(f) AS all_f, BOOL_OR(f) AS any_f, "
+        "MAX(b) AS top FROM s [RANGE 200 MILLISECONDS SLIDE 50 MILLISECONDS] GROUP BY k"
+    )
+    session = mg.attach(spark, native=False)
+    session.register("s", source, event_time="ts", watermark="20 milliseconds")
+    ours = run_start(session, query, tmp_path / "ck").frame()
+    assert "Stage1 batch HashAggregate" in session.explain()
+    two_stage = run_to_memory(session.sql(query), tmp_path / "two_stage")
+    assert (ours["sb"] < 0).any()  # some sums wrapped
+    assert ours["hi"].isna().any() or np.isinf(ours["hi"]).any()
+    assert_same_results(ours, two_stage, ["k"])
