@@ -6,11 +6,13 @@ time), and a restart from the checkpoint loses and repeats nothing."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.parquet as pq
 import pytest
 from spark_harness import (
@@ -128,8 +130,42 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_start_equals_spark_native(spark, tmp_path, case):
+    check_equals_native(spark, tmp_path, case)
+
+
+def test_the_tick_leaves_the_watermark_alone_under_the_max_policy(spark, tmp_path):
+    """The tick's branch must not move the watermark, also under
+    `multipleWatermarkPolicy=max`: each micro-batch ends with rows 400 ms after the others
+    whose value WHERE drops, which Spark's own aggregation does not count (the conjunct is
+    pushed below its watermark); a watermark operator counting them would fire and drop
+    windows earlier."""
+    case = "uneven-panes-where-on-value-and-time"
+    tables = []
+    for table in tables_of(SqlType.DOUBLE, delay_us=CASES[case][1]):
+        latest = pa.compute.max(table["ts"]).as_py()
+        extra = pa.table(
+            {
+                "ts": pa.array(
+                    [latest + datetime.timedelta(milliseconds=400)] * 10, table["ts"].type
+                ),
+                "k": pa.array(["x"] * 10),
+                "v": pa.array([None] * 10, pa.float64()),
+            }
+        )
+        tables.append(pa.concat_tables([table, extra.cast(table.schema)]))
+    key = "spark.sql.streaming.multipleWatermarkPolicy"
+    spark.conf.set(key, "max")
+    try:
+        check_equals_native(spark, tmp_path, case, tables)
+    finally:
+        spark.conf.unset(key)
+
+
+def check_equals_native(spark, tmp_path, case, tables=None):  # noqa: ANN001, ANN201
     value_type, delay_us, size, slide, watermark, native_size, native_slide, where = CASES[case]
-    write_micro_batches(tmp_path / "in", tables_of(value_type, delay_us=delay_us))
+    if tables is None:
+        tables = tables_of(value_type, delay_us=delay_us)
+    write_micro_batches(tmp_path / "in", tables)
     ddl = f"ts TIMESTAMP, k STRING, v {value_type.info.spark}"
     source = file_stream(spark, tmp_path / "in", ddl)
     session = mg.attach(spark)

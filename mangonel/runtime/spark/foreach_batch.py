@@ -56,7 +56,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import physical as ph
-from mangonel.compiler.explain import Parameter, PlanNode, format_duration
+from mangonel.compiler.explain import Parameter, PlanNode, format_duration, format_expression
 from mangonel.compiler.explain import explain_text as node_text
 from mangonel.compiler.logical import WindowKind
 from mangonel.errors import DataError, PlanError
@@ -223,11 +223,15 @@ def streaming_rows(window: ph.WindowAggregateExec, watermarked: DataFrame) -> Da
     """The streaming query under `foreachBatch`: WHERE and the lift's projection over the
     watermarked stream, unioned with the tick (module docstring)."""
     where, columns = lift_select(window)
-    rows = watermarked.where(where).select(*columns)
+    kept = watermarked.where(where)
+    rows = kept.select(*columns)
     event_time = quote(window.lift.scan.stream.event_time)
     # Spark's own streaming window aggregation over no rows: it makes Spark run the no-data
-    # micro-batches (a WHERE false branch reads only the event-time column)
-    tick = watermarked.where(F.lit(False)).groupBy(F.window(event_time, "1 day")).count()
+    # micro-batches (a WHERE false branch reads only the event-time column). It sits on the
+    # same WHERE, so that its watermark operator sees the rows the other branch's does
+    # (Spark pushes the conjuncts that do not read the event time below both), whatever
+    # the session's multipleWatermarkPolicy
+    tick = kept.where(F.lit(False)).groupBy(F.window(event_time, "1 day")).count()
     nulls = [F.lit(None).cast(f.dataType).alias(f.name) for f in rows.schema.fields]
     return rows.unionByName(tick.select(*nulls))
 
@@ -406,7 +410,7 @@ def explain_nodes(plan: DriverPlan, watermarked: PlanNode) -> tuple[str, PlanNod
     group_by = f"[{keys}{', ' if keys else ''}pane]"
     where = f"{stream.event_time} IS NOT NULL"
     if window.lift.predicate is not None:
-        where += " AND <the query's WHERE>"
+        where += f" AND ({format_expression(window.lift.predicate)})"
     pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
     project = PlanNode(
         "Stage1 native Project/Filter",
