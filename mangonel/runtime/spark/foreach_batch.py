@@ -113,10 +113,11 @@ START_PLANS = ("driver", "streaming")
 def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[str, str]:
     """("driver" | "streaming", why) for `start()`: the driver-side plan where it ran faster
     than `sql()`'s plan on this project's measurements (docs/performance.md, "Inside Spark:
-    stage 2 on the driver"): windows with w/s > 1 whose aggregates are Spark aggregates.
-    Where Spark's own aggregation is the plan (w/s <= 1: each tuple in one window) the
-    driver-side plan's stage 1 is the same hash aggregation plus its tick and was slower;
-    holistic functions would take every row to the driver (one process), not measured."""
+    stage 2 on the driver under `foreachBatch`"): windows with w/s > 1 whose aggregates are
+    Spark aggregates. Where Spark's own aggregation is the plan (w/s <= 1: each tuple in one
+    window) the driver-side plan's stage 1 is the same hash aggregation plus its tick and was
+    slower; holistic functions would take every row to the driver (one process), not
+    measured."""
     if forced not in (None, *START_PLANS):
         raise PlanError(f"plan must be 'driver' or 'streaming', not {forced!r}")
     why_not = refused(planned.plan)
