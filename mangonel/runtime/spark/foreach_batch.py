@@ -391,9 +391,12 @@ def start(
     checkpoint_location: str,
     query_name: str | None = None,
 ) -> StreamingQuery:
-    """Start the driver-side plan over the watermarked stream; results go to `sink`."""
+    """Start the driver-side plan over the watermarked stream; results go to `sink`. The
+    query runs in the stream's session (its StreamingQueryManager knows the query; `spark`
+    when the stream has none)."""
+    session = getattr(watermarked, "sparkSession", None) or spark
     writer = streaming_rows(plan.window, watermarked).writeStream.foreachBatch(
-        DriverStage2(spark, plan, sink, checkpoint_location)
+        DriverStage2(session, plan, sink, checkpoint_location)
     )
     if query_name is not None:
         writer = writer.queryName(query_name)
