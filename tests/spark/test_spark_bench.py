@@ -68,7 +68,8 @@ def test_a_fixed_setting_a_running_session_lacks_is_refused(spark):
 
 def test_the_standalone_engine_gives_sparks_rows_on_the_same_files(spark):
     """MEDIAN over sliding windows: mangonel inside Spark, Spark's native median, mangonel
-    over the registered DataFrame and mangonel's standalone engine (windows closed by the
+    over the registered DataFrame (streaming and driver-side plans) and mangonel's standalone
+    engine (windows closed by the
     watermark only, as in Spark's streaming run) all give the same rows."""
     from mangonel.bench import run_standalone_like_spark
     from mangonel.runtime.spark.bench import SparkShape, measure_shape
@@ -78,9 +79,10 @@ def test_the_standalone_engine_gives_sparks_rows_on_the_same_files(spark):
     result = measure_shape(
         spark, shape, 6000, 20_000, 2000, 3, keep=kept, standalone=run_standalone_like_spark
     )
-    ours, native, frame, alone = kept
+    ours, native, frame, driver, alone = kept
     native = native.rename(columns={"start": "window_start", "end": "window_end"})
-    for table in (ours, frame, alone):
+    for table in (ours, frame, driver, alone):
         assert_same_results(table, native, ["key"])
     assert result.standalone_rows == result.rows_out == result.spark_rows_out == len(native)
+    assert result.driver_rows == len(native)  # the driver-side plan (ms.start), same rows
     assert result.standalone_seconds is not None and result.standalone_seconds > 0

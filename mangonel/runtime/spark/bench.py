@@ -14,7 +14,10 @@ file per micro-batch) runs end to end, in the same Spark session, one after the 
    source (the peer; the ratio is 1 over 2);
 3. mangonel on the same files registered as a Spark DataFrame (`register`): the planner's
    choice there (two stages after Spark's file source, or Spark's native plan by cost);
-4. with `standalone` (the entry point's runner, mangonel.bench.spark_standalone_runner),
+4. mangonel's driver-side plan (`SparkMangonelSession.start`, foreach_batch.py) over the
+   registered DataFrame: stage 1 as Spark's batch aggregation inside `foreachBatch`, stage 2
+   on the driver, results to a sink that counts them;
+5. with `standalone` (the entry point's runner, mangonel.bench.spark_standalone_runner),
    mangonel's own engine outside Spark over the same files read as Arrow batches, one per
    micro-batch.
 Each time covers planning, every micro-batch and the final no-data batch (start to
@@ -109,6 +112,9 @@ class SparkResult:
     # mangonel's standalone engine (`Session.sql().run()`) on the same files, outside Spark
     standalone_seconds: float | None = None
     standalone_rows: int | None = None
+    # the driver-side plan (`ms.start`: foreachBatch, stage 2 on the driver) on the same files
+    driver_seconds: float | None = None
+    driver_rows: int | None = None
 
 
 def start_local_spark(
@@ -161,6 +167,33 @@ def _seconds_and_rows(frame: DataFrame, keep: list[Any] | None = None) -> tuple[
         keep.append(frame.sparkSession.table(name).toPandas())
         frame.sparkSession.catalog.dropTempView(name)
     return seconds, rows
+
+
+def _driver_seconds_and_rows(
+    session: SparkMangonelSession, query: str, keep: list[Any] | None = None
+) -> tuple[float, int]:
+    """`session.start(query)` (the driver-side plan) until every input is processed, with a
+    fresh checkpoint, into a sink that counts the rows (with `keep`, keeps them);
+    (wall seconds, rows out)."""
+    tables: list[pa.Table] = []
+    counted = [0]
+
+    def sink(table: pa.Table, batch_id: int) -> None:  # noqa: ARG001
+        counted[0] += table.num_rows
+        if keep is not None:
+            tables.append(table)
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="mangonel-bench-driver-") as checkpoint:
+        query_handle = session.start(query, sink, checkpoint_location=checkpoint, plan="driver")
+        try:
+            query_handle.processAllAvailable()
+        finally:
+            query_handle.stop()
+        seconds = time.perf_counter() - started
+    if keep is not None:
+        keep.append(pa.concat_tables(tables).to_pandas() if tables else None)
+    return seconds, counted[0]
 
 
 def write_input(
@@ -273,6 +306,9 @@ def measure_shape(
         registered = SparkMangonelSession(spark, backend=backend)
         registered.register("events", source, event_time="ts", watermark=0)
         frame_seconds, _ = _seconds_and_rows(registered.sql(_mangonel_query(shape)), keep)
+        driver_seconds, driver_rows = _driver_seconds_and_rows(
+            registered, _mangonel_query(shape), keep
+        )
         alone_seconds, alone_rows = (
             run_standalone(Path(folder), shape, standalone, backend, keep)
             if standalone is not None
@@ -299,6 +335,8 @@ def measure_shape(
         alternative_rate,
         standalone_seconds=alone_seconds,
         standalone_rows=alone_rows,
+        driver_seconds=driver_seconds,
+        driver_rows=driver_rows,
     )
 
 
@@ -409,6 +447,7 @@ def run_spark_benchmarks(
             f"{frame_rate:.3f} M/s ({frame_rate * 1e6 / result.spark_tuples_per_second:.1f}x)"
             + f"  [{result.mangonel_seconds:.1f} s vs {result.spark_seconds:.1f} s]"
             + _alternative_text(result)
+            + _driver_text(result)
             + _standalone_text(result)
             + agree,
             flush=True,
@@ -424,6 +463,18 @@ def _alternative_text(result: SparkResult) -> str:
     return (
         f"; not chosen: {result.alternative} {rate / 1e6:.3f} M/s "
         f"({rate / result.spark_tuples_per_second:.1f}x)"
+    )
+
+
+def _driver_text(result: SparkResult) -> str:
+    if result.driver_seconds is None:
+        return ""
+    agree = "" if result.driver_rows == result.spark_rows_out else " (rows differ!)"
+    rate = result.tuples / result.driver_seconds
+    ratio = rate / result.spark_tuples_per_second
+    return (
+        f"; driver-side (start): {rate / 1e6:.3f} M/s ({ratio:.1f}x)"
+        f" [{result.driver_seconds:.1f} s]{agree}"
     )
 
 

@@ -32,6 +32,7 @@ from mangonel.compiler.statements import PlannedQuery, StatementRunner
 from mangonel.errors import CatalogError, PlanError
 from mangonel.runtime.cpu.python_window import compile_window_function
 from mangonel.runtime.gpu.probe import gpu_status
+from mangonel.runtime.spark import foreach_batch as foreach_batch_module
 from mangonel.runtime.spark import join as join_module
 from mangonel.runtime.spark import native as native_module
 from mangonel.runtime.spark import native_stage2 as native_stage2_module
@@ -132,6 +133,8 @@ class SparkMangonelSession:
         self.stage2 = stage2
         self._frames: dict[str, DataFrame] = {}
         self._last: SparkQueryPlan | None = None
+        self._last_driver: foreach_batch_module.DriverPlan | None = None
+        self._start_reason: str | None = None  # start() ran sql()'s plan: why (EXPLAIN)
 
     @property
     def catalog(self):  # noqa: ANN201
@@ -277,15 +280,9 @@ class SparkMangonelSession:
             self._last = planned
             return frame
         window = planned.window
-        stream = window.lift.scan.stream
-        source = self._frames.get(stream.name.lower())
-        if source is None:
-            raise CatalogError(
-                f"stream {stream.name!r} has no Spark DataFrame behind it",
-                hint=f"register({stream.name!r}, spark.readStream..., event_time=...) or declare "
-                "it with WITH (source = 'generator' | 'parquet' | 'csv' | 'kafka', ...)",
-            )
+        watermarked = self._watermarked(window)  # refuses a stream without a DataFrame
         self._last = planned
+        self._last_driver = self._start_reason = None
         if planned.stage1 == "reader" and planned.stage2 == "native":
             # Spark's own aggregation merges the reader's partials (native_stage2.py)
             frame = reader_module.reader_partials(self.spark, planned)
@@ -293,8 +290,6 @@ class SparkMangonelSession:
         if planned.stage1 == "reader":  # mangonel reads the stream itself (reader.py)
             partials = reader_module.reader_stage1(self.spark, planned)
             return stage2_module.stage2(planned.plan, partials)
-        delay = window.window.watermark_delay_us
-        watermarked = source.withWatermark(stream.event_time, spark_interval(delay))
         if planned.native:
             return native_module.native_query(planned.plan, watermarked)
         if planned.stage1 == "kernels":
@@ -310,6 +305,55 @@ class SparkMangonelSession:
                 window, watermarked, planned.buckets, with_rows=late_rows is not None
             )
         return stage2_module.stage2(planned.plan, partials, late_rows)
+
+    def _watermarked(self, window: Any) -> DataFrame:  # noqa: ANN401 - a WindowAggregateExec
+        stream = window.lift.scan.stream
+        source = self._frames.get(stream.name.lower())
+        if source is None:
+            raise CatalogError(
+                f"stream {stream.name!r} has no Spark DataFrame behind it",
+                hint=f"register({stream.name!r}, spark.readStream..., event_time=...) or declare "
+                "it with WITH (source = 'generator' | 'parquet' | 'csv' | 'kafka', ...)",
+            )
+        delay = window.window.watermark_delay_us
+        return source.withWatermark(stream.event_time, spark_interval(delay))
+
+    def start(
+        self,
+        query: str,
+        sink: foreach_batch_module.Sink,
+        *,
+        checkpoint_location: str,
+        query_name: str | None = None,
+        plan: str | None = None,
+    ) -> StreamingQuery:
+        """Start a window query into `sink`; returns the running `StreamingQuery`. `sink`
+        receives each micro-batch's result rows: a callable `(pyarrow.Table, batch_id)`
+        (idempotent by batch id, as Spark's `foreachBatch`), or a folder path, written as
+        `part-<batch id>.parquet` by the driver-side plan (Spark's Parquet sink otherwise).
+        `checkpoint_location` holds Spark's checkpoint (and the driver-side plan's
+        snapshots). `plan`: "driver" (stage 1 as Spark's batch aggregation inside
+        foreachBatch, stage 2 on the driver: foreach_batch.py; docs/spark.md, "Stage 2 on the
+        driver"), "streaming" (`sql()`'s plan), or None: chosen by cost
+        (`foreach_batch.choose_start`); EXPLAIN says which and why."""
+        result = self.session.sql(query)
+        if isinstance(result, str):
+            raise PlanError("start() takes a query; EXPLAIN goes to sql() or explain()")
+        planned = self._spark_plan(result)
+        kind, reason = foreach_batch_module.choose_start(planned, plan)
+        if kind == "streaming":
+            frame = self._build(result)
+            self._start_reason = reason
+            return foreach_batch_module.start_streaming(
+                frame, sink, checkpoint_location, query_name
+            )
+        driver = foreach_batch_module.plan_driver(planned.plan, reason)
+        watermarked = self._watermarked(planned.window)
+        streaming = foreach_batch_module.start(
+            self.spark, driver, watermarked, sink, checkpoint_location, query_name
+        )
+        self._last, self._last_driver, self._start_reason = planned, driver, None
+        return streaming
 
     def join_metrics(self, query: StreamingQuery) -> dict[str, int]:
         """The join operator's metrics of a running (or stopped) join query, summed over the
@@ -336,7 +380,14 @@ class SparkMangonelSession:
         return self._explain(planned)
 
     def _explain(self, planned: SparkQueryPlan) -> str:
-        return explain_text(planned.plan) + "\n" + spark_stages_text(planned)
+        driver = self._last_driver
+        if driver is not None and planned is self._last:
+            spark_side = foreach_batch_module.explain_text(driver)
+        else:
+            spark_side = spark_stages_text(planned)
+            if self._start_reason is not None and planned is self._last:
+                spark_side = f"start(): sql()'s plan (reason: {self._start_reason})\n{spark_side}"
+        return explain_text(planned.plan) + "\n" + spark_side
 
 
 __all__ = ["SparkMangonelSession", "local_spark", "spark_interval"]

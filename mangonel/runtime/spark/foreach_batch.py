@@ -1,0 +1,467 @@
+"""The driver-side plan (`SparkMangonelSession.start`): stage 1 as Spark's own *batch*
+aggregation inside `foreachBatch`, stage 2 as mangonel's window operator on the driver.
+
+Why: a streaming query whose stage 2 is a stateful Spark operator pays that operator's fixed
+cost every micro-batch (`applyInPandasWithState`, about 1 s a micro-batch on 2 cores even
+doing nothing), and its stage 1 must copy every row into Python (`mapInArrow`), since
+Structured Streaming has no stateless grouped aggregation (docs/performance.md, "Inside
+Spark"). Inside `foreachBatch` a micro-batch is a *batch* DataFrame, which does have one:
+
+- **Stage 1** (JVM, stateless): the streaming query is the stream with Spark's watermark, the
+  plan's WHERE and its projection (keys, pane id, aggregate arguments: `stage1.lift_select`),
+  so Spark pushes WHERE conjuncts below its watermark exactly as in its own aggregation. Per
+  micro-batch, `GROUP BY keys, pane` computes each state field's partial with Spark
+  functions (`partial_calls`: the window operator's partial format, `stage1.partial_schema`),
+  collected to the driver as Arrow (`DataFrame.toArrow`). No row enters Python. Aggregates
+  whose state has no Spark aggregate (holistic values, sketches) take the rows to the driver
+  instead and pre-aggregate them there with Arrow (`stage1.arrow_preaggregate`).
+- **Stage 2** (driver): one window operator for all keys; per micro-batch it restores the
+  snapshot of the batch before, merges the partials (a pane whose windows all ended at or
+  before the operator's watermark W_{N-1} is late: Spark's rule), fires every window with
+  end <= W_N and writes its snapshot under the checkpoint location, by batch id. W_N is
+  Spark's own watermark of the micro-batch (`IncrementalExecution.offsetSeqMetadata`), so
+  lateness and firing are those of Spark's `GROUP BY window(ts, w, s), keys`.
+- **No-data micro-batches.** Spark runs one (after the watermark moved, with no new data)
+  only for a query with a stateful operator; without one the last windows would never fire.
+  So the stream is unioned with a *tick*: Spark's own window aggregation over no rows (a
+  `WHERE false` branch of the same watermarked stream), whose only effect is that Spark
+  runs the no-data micro-batches its own aggregation would.
+- **Exactly once.** A re-run batch id (after a failure or restart) restores the snapshot of
+  the batch before it and computes the same results, which the sink receives with the same
+  batch id: a Parquet folder sink overwrites the batch's file; a callable sink must be
+  idempotent by batch id (Spark's `foreachBatch` contract).
+
+Needs Spark classic (a py4j JVM): the micro-batch's watermark is read from the running
+query's execution. Runs time windows (TUMBLE/HOP/CUMULATE) of one stream; count and
+session windows, joins and late_rows= keep `sql()`'s plans.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from mangonel.catalog.types import SqlType
+from mangonel.compiler import physical as ph
+from mangonel.compiler.explain import Parameter, PlanNode, format_duration, format_expression
+from mangonel.compiler.explain import explain_text as node_text
+from mangonel.compiler.logical import WindowKind
+from mangonel.errors import DataError, PlanError
+from mangonel.runtime.operators.base import partial_column_name
+from mangonel.runtime.operators.kernels import neutral
+from mangonel.runtime.spark.functions import bucket_tree
+from mangonel.runtime.spark.planner import SparkQueryPlan, _source, _watermark
+from mangonel.runtime.spark.schema import quote
+from mangonel.runtime.spark.stage1 import (
+    PANE,
+    argument_column,
+    arrow_preaggregate,
+    distinct_arguments,
+    lift_select,
+    partial_schema,
+    spark_name,
+    spark_partial_schema,
+)
+
+Sink = Callable[[pa.Table, int], None] | str
+STATE_FOLDER = "mangonel-driver-state"
+_LOW_32 = 4294967295
+# state kinds whose (key, pane) partial Spark's batch aggregation computes (`partial_calls`)
+NATIVE_KINDS = ("count", "sum", "min", "max", "bool_and", "bool_or", "moments")
+
+
+@dataclass(frozen=True)
+class DriverPlan:
+    """What `start()` runs: the window, how stage 1 pre-aggregates, and why this plan."""
+
+    plan: ph.ProjectExec
+    stage1: str  # "native" (Spark's batch GROUP BY) or "driver-arrow" (rows to the driver)
+    stage1_reason: str
+    reason: str
+
+    @property
+    def window(self) -> ph.WindowAggregateExec:
+        return ph.find(self.plan, ph.WindowAggregateExec)
+
+
+def refused(plan: ph.ProjectExec) -> str | None:
+    """Why the driver-side plan cannot run `plan` (None: it can)."""
+    if any(isinstance(node, ph.WindowJoinExec) for node in ph.walk(plan)):
+        return "joins run as sql()'s plan (their stage 2 holds both streams' rows per bucket)"
+    window = ph.find(plan, ph.WindowAggregateExec)
+    if window.window.kind in (WindowKind.COUNT, WindowKind.SESSION):
+        return f"{window.window.kind.name.lower()} windows have per-tuple partials, no panes"
+    return None
+
+
+START_PLANS = ("driver", "streaming")
+
+
+def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[str, str]:
+    """("driver" | "streaming", why) for `start()`: the driver-side plan where it ran faster
+    than `sql()`'s plan on this project's measurements (docs/performance.md, "Inside Spark:
+    stage 2 on the driver under `foreachBatch`"): windows with w/s > 1 whose aggregates are
+    Spark aggregates. Where Spark's own aggregation is the plan (w/s <= 1: each tuple in one
+    window) the driver-side plan's stage 1 is the same hash aggregation plus its tick and was
+    slower; holistic functions would take every row to the driver (one process), not
+    measured."""
+    if forced not in (None, *START_PLANS):
+        raise PlanError(f"plan must be 'driver' or 'streaming', not {forced!r}")
+    why_not = refused(planned.plan)
+    if forced == "driver":
+        if why_not is not None:
+            raise PlanError(f"start(plan='driver'): {why_not}")
+        return "driver", "plan='driver' requested"
+    if forced == "streaming":
+        return "streaming", "plan='streaming' requested"
+    if why_not is not None:
+        return "streaming", why_not
+    window = planned.window
+    if planned.native:
+        return "streaming", f"Spark's own window aggregation: {planned.native_reason}"
+    if any(f.kind.holistic for f in window.fields):
+        return "streaming", (
+            "holistic functions: the driver-side plan would take every row to the driver "
+            "(plan='driver' forces it)"
+        )
+    shape = f"w/s = {window.window.size / window.window.slide:g}"
+    return "driver", (
+        f"{shape}: stage 1 as Spark's batch aggregation inside foreachBatch (no row enters "
+        "Python), stage 2 on the driver (no stateful Spark operator per micro-batch)"
+    )
+
+
+def plan_driver(plan: ph.ProjectExec, reason: str) -> DriverPlan:
+    why = refused(plan)
+    if why is not None:
+        raise PlanError(f"start(): {why}", hint="use sql() and writeStream for this query")
+    window = ph.find(plan, ph.WindowAggregateExec)
+    kinds = sorted({f.kind.name for f in window.fields if f.kind.name not in NATIVE_KINDS})
+    kinds += sorted({f.kind.name for f in window.fields if f.kind.holistic} - set(kinds))
+    if kinds:
+        why_rows = (
+            f"state kind {', '.join(kinds)} has no Spark aggregate: the rows go to the "
+            "driver, which pre-aggregates them with Arrow"
+        )
+        return DriverPlan(plan, "driver-arrow", why_rows, reason)
+    return DriverPlan(plan, "native", "every state field is a Spark aggregate", reason)
+
+
+# -- stage 1 ------------------------------------------------------------------------------
+
+
+def _neutral_literal(value: float | int, dtype: np.dtype) -> SparkColumn:
+    if dtype.kind == "i":
+        return F.lit(int(value)).cast("bigint")
+    if math.isnan(value):
+        return F.expr("CAST('NaN' AS DOUBLE)")
+    if math.isinf(value):
+        return F.expr(f"CAST('{'-' if value < 0 else ''}Infinity' AS DOUBLE)")
+    return F.lit(float(value)).cast("double")
+
+
+def _value_sql(field: ph.StateField, column: str, dtype: np.dtype) -> str:
+    """The argument as the field's storage: int64 (TIMESTAMP as microseconds, BOOLEAN as
+    0/1) or double."""
+    if field.type is SqlType.TIMESTAMP:
+        return f"unix_micros({column})"
+    if dtype.kind == "i":
+        return f"CAST({column} AS BIGINT)"
+    return f"CAST({column} AS DOUBLE)"
+
+
+def partial_calls(window: ph.WindowAggregateExec) -> list[SparkColumn]:
+    """One Spark aggregate per partial column (`stage1.spark_partial_columns`' names), each
+    the value the window operator's `preaggregate` writes: NULL (no non-NULL argument) as
+    the field's neutral; an integer SUM wraps (summed as 32-bit halves, which cannot
+    overflow); MIN/MAX in Spark's order (NaN largest), which is the state kinds' order."""
+    arguments = distinct_arguments(window)
+    calls: list[SparkColumn] = []
+    for field in window.fields:
+        dtype, neutrals = neutral(field)
+        names = [spark_name(partial_column_name(field, p)) for p in range(len(neutrals))]
+        if field.argument is None:
+            calls.append(F.count(F.lit(1)).alias(names[0]))
+            continue
+        column = quote(argument_column(arguments.index(field.argument)))
+        value = _value_sql(field, column, dtype)
+        kind = field.kind.name
+        if kind == "count":
+            parts = [f"count({column})"]
+        elif kind == "sum" and dtype.kind == "i":
+            high = f"sum(shiftright({value}, 32))"
+            low = f"sum({value} & {_LOW_32})"
+            parts = [f"(shiftleft({high} + shiftright({low}, 32), 32) | ({low} & {_LOW_32}))"]
+        elif kind in ("sum", "min", "max"):
+            parts = [f"{kind}({value})"]
+        elif kind in ("bool_and", "bool_or"):
+            parts = [f"{'min' if kind == 'bool_and' else 'max'}(CAST({column} AS BIGINT))"]
+        elif kind == "moments":
+            double = f"CAST({column} AS DOUBLE)"
+            n = f"CAST(count({column}) AS DOUBLE)"
+            parts = [n, f"avg({double})", f"var_pop({double}) * {n}"]
+        else:  # plan_driver routes every other kind to the driver's Arrow stage 1
+            raise PlanError(f"state kind {kind} has no Spark aggregate")
+        for name, sql, empty in zip(names, parts, neutrals, strict=True):
+            calls.append(F.coalesce(F.expr(sql), _neutral_literal(empty, dtype)).alias(name))
+    return calls
+
+
+def streaming_rows(window: ph.WindowAggregateExec, watermarked: DataFrame) -> DataFrame:
+    """The streaming query under `foreachBatch`: WHERE and the lift's projection over the
+    watermarked stream, unioned with the tick (module docstring)."""
+    where, columns = lift_select(window)
+    kept = watermarked.where(where)
+    rows = kept.select(*columns)
+    event_time = quote(window.lift.scan.stream.event_time)
+    # Spark's own streaming window aggregation over no rows: it makes Spark run the no-data
+    # micro-batches (a WHERE false branch reads only the event-time column). It sits on the
+    # same WHERE, so that its watermark operator sees the rows the other branch's does
+    # (Spark pushes the conjuncts that do not read the event time below both), whatever
+    # the session's multipleWatermarkPolicy
+    tick = kept.where(F.lit(False)).groupBy(F.window(event_time, "1 day")).count()
+    nulls = [F.lit(None).cast(f.dataType).alias(f.name) for f in rows.schema.fields]
+    return rows.unionByName(tick.select(*nulls))
+
+
+def batch_partials(plan: DriverPlan, batch: DataFrame) -> pa.RecordBatch | None:
+    """One micro-batch's (key, pane) partials, as the window operator's `merge` reads them."""
+    window = plan.window
+    schema = partial_schema(window)
+    if plan.stage1 == "native":
+        keys = [F.col(quote(k.name)) for k in window.keys]
+        table = batch.groupBy(*keys, F.col(PANE)).agg(*partial_calls(window)).toArrow()
+        spark_schema = spark_partial_schema(window)
+        if not table.num_rows:
+            return None
+        arrays = [
+            table[name].combine_chunks().cast(f.type)
+            for name, f in zip(spark_schema.names, schema, strict=True)
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    rows = batch.toArrow()
+    if not rows.num_rows:
+        return None
+    partials = arrow_preaggregate(window)(rows)  # Spark's names: dots become "__"
+    return pa.RecordBatch.from_arrays(partials.columns, schema=schema)
+
+
+# -- stage 2 and the state ----------------------------------------------------------------
+
+
+class SnapshotStore:
+    """The operator's snapshot per batch id under the checkpoint location (a local path or
+    a URI pyarrow can write): written whole, then renamed into place."""
+
+    def __init__(self, checkpoint_location: str) -> None:
+        self.filesystem, root = pafs.FileSystem.from_uri(_uri(checkpoint_location))
+        self.folder = f"{root.rstrip('/')}/{STATE_FOLDER}"
+        self.filesystem.create_dir(self.folder, recursive=True)
+
+    def _path(self, batch_id: int) -> str:
+        return f"{self.folder}/{batch_id:012d}.snapshot"
+
+    def batch_ids(self) -> list[int]:
+        selector = pafs.FileSelector(self.folder, allow_not_found=True)
+        found = []
+        for info in self.filesystem.get_file_info(selector):
+            match = re.fullmatch(r"(\d{12})\.snapshot", info.base_name)
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def read(self, batch_id: int) -> bytes | None:
+        path = self._path(batch_id)
+        if self.filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+            return None
+        with self.filesystem.open_input_stream(path) as stream:
+            return stream.read()
+
+    def write(self, batch_id: int, data: bytes) -> None:
+        temporary = f"{self.folder}/.{uuid.uuid4().hex}.tmp"
+        with self.filesystem.open_output_stream(temporary) as stream:
+            stream.write(data)
+        self.filesystem.move(temporary, self._path(batch_id))
+        # a re-run of batch N + 1 needs N's snapshot: keep the two latest
+        for old in self.batch_ids():
+            if old < batch_id - 1:
+                self.filesystem.delete_file(self._path(old))
+
+
+def _uri(location: str) -> str:
+    return location if "://" in location else os.path.abspath(location)
+
+
+def parquet_sink(folder: str) -> Callable[[pa.Table, int], None]:
+    """A sink writing each micro-batch's rows to `<folder>/part-<batch id>.parquet`: a re-run
+    batch id overwrites its own file, so each result row is there once."""
+    filesystem, root = pafs.FileSystem.from_uri(_uri(folder))
+    filesystem.create_dir(root, recursive=True)
+
+    def write(table: pa.Table, batch_id: int) -> None:
+        if table.num_rows:
+            pq.write_table(table, f"{root}/part-{batch_id:012d}.parquet", filesystem=filesystem)
+
+    return write
+
+
+def micro_batch_watermark_ms(spark: SparkSession, batch_id: int) -> int:
+    """Spark's watermark of the running micro-batch (W_N: from the micro-batches before it),
+    read from the query's execution on the driver's JVM."""
+    query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+    wrapper = spark._jsparkSession.streams().get(query_id) if query_id else None  # noqa: SLF001
+    if wrapper is None:
+        raise PlanError("start(): the micro-batch's query is not found (Spark classic needed)")
+    execution = wrapper.streamingQuery().lastExecution()
+    if int(execution.currentBatchId()) != batch_id:
+        raise DataError(f"micro-batch {batch_id}: the query runs {execution.currentBatchId()}")
+    return int(execution.offsetSeqMetadata().batchWatermarkMs())
+
+
+class DriverStage2:
+    """The `foreachBatch` function: stage 1's batch aggregation, then the window operator."""
+
+    def __init__(
+        self, spark: SparkSession, plan: DriverPlan, sink: Sink, checkpoint_location: str
+    ) -> None:
+        self.spark = spark
+        self.plan = plan
+        self.sink = parquet_sink(sink) if isinstance(sink, str) else sink
+        self.store = SnapshotStore(checkpoint_location)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        watermark_ms = micro_batch_watermark_ms(self.spark, batch_id)
+        tree = bucket_tree(self.plan.plan)
+        if batch_id > 0:
+            snapshot = self.store.read(batch_id - 1)
+            if snapshot is None:
+                raise DataError(
+                    f"micro-batch {batch_id}: no mangonel snapshot of micro-batch "
+                    f"{batch_id - 1} under {self.store.folder}: the checkpoint location "
+                    "holds Spark's checkpoint without mangonel's state; start the query with a "
+                    "new checkpoint location"
+                )
+            # the operator's watermark is now W_{N-1}: Spark's bound for late rows
+            tree.restore(snapshot)
+        partials = batch_partials(self.plan, batch)  # the micro-batch's one Spark job
+        if partials is not None:
+            tree.leaf().merge(partials)
+        fired = tree.on_watermark(watermark_ms * 1000)
+        results = pa.Table.from_batches(fired, schema=tree.schema)
+        self.sink(results, batch_id)
+        self.store.write(batch_id, tree.snapshot())
+
+
+def start_streaming(
+    frame: DataFrame, sink: Sink, checkpoint_location: str, query_name: str | None = None
+) -> StreamingQuery:
+    """`sql()`'s streaming DataFrame into `sink`: a folder goes to Spark's Parquet sink, a
+    callable gets each micro-batch's rows as Arrow (`foreachBatch`)."""
+    writer = frame.writeStream.outputMode("append")
+    if query_name is not None:
+        writer = writer.queryName(query_name)
+    writer = writer.option("checkpointLocation", checkpoint_location)
+    if isinstance(sink, str):
+        return writer.format("parquet").start(sink)
+
+    def to_sink(batch: DataFrame, batch_id: int) -> None:
+        sink(batch.toArrow(), batch_id)
+
+    return writer.foreachBatch(to_sink).start()
+
+
+def start(
+    spark: SparkSession,
+    plan: DriverPlan,
+    watermarked: DataFrame,
+    sink: Sink,
+    checkpoint_location: str,
+    query_name: str | None = None,
+) -> StreamingQuery:
+    """Start the driver-side plan over the watermarked stream; results go to `sink`. The
+    query runs in the stream's session (its StreamingQueryManager knows the query; `spark`
+    when the stream has none)."""
+    session = getattr(watermarked, "sparkSession", None) or spark
+    writer = streaming_rows(plan.window, watermarked).writeStream.foreachBatch(
+        DriverStage2(session, plan, sink, checkpoint_location)
+    )
+    if query_name is not None:
+        writer = writer.queryName(query_name)
+    return writer.option("checkpointLocation", checkpoint_location).start()
+
+
+# -- EXPLAIN ------------------------------------------------------------------------------
+
+
+def explain_nodes(plan: DriverPlan, watermarked: PlanNode) -> tuple[str, PlanNode]:
+    """(title, operators top first) of the Spark side of the driver-side plan."""
+    window = plan.window
+    stream = window.lift.scan.stream
+    keys = ", ".join(quote(k.name) for k in window.keys)
+    group_by = f"[{keys}{', ' if keys else ''}pane]"
+    where = f"{stream.event_time} IS NOT NULL"
+    if window.lift.predicate is not None:
+        where += f" AND ({format_expression(window.lift.predicate)})"
+    pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
+    project = PlanNode(
+        "Stage1 native Project/Filter",
+        (Parameter("where", where, where), Parameter("pane", pane, pane)),
+        (watermarked,),
+    )
+    tick = "Spark's window aggregation over no rows, so that Spark runs no-data micro-batches"
+    union = PlanNode("Union", (Parameter("tick", tick, "tick"),), (project,))
+    if plan.stage1 == "native":
+        stage1 = PlanNode(
+            "Stage1 batch HashAggregate (foreachBatch)",
+            (
+                Parameter("group_by", group_by, group_by),
+                Parameter("partials", "Spark aggregates per state field", "spark"),
+                Parameter("to_driver", "(key, pane) partials as Arrow", "partials"),
+            ),
+            (union,),
+        )
+    else:
+        stage1 = PlanNode(
+            "Stage1 driver arrow-hash-aggregate (foreachBatch)",
+            (
+                Parameter("group_by", group_by, group_by),
+                Parameter("to_driver", "rows as Arrow", "rows"),
+                Parameter("reason", plan.stage1_reason, plan.stage1_reason),
+            ),
+            (union,),
+        )
+    fires = "window_end<=watermark"
+    stage2 = PlanNode(
+        "Stage2 driver window operator (foreachBatch)",
+        (
+            Parameter("state", f"snapshot per batch id under <checkpoint>/{STATE_FOLDER}", None),
+            Parameter("watermark", "Spark's, of the micro-batch", None),
+            Parameter("fires", fires, fires),
+            Parameter("late", "window_end<=previous watermark, per pane", None),
+            Parameter("window", format_duration(window.window.size), window.window.size),
+            Parameter("backend", window.backend, window.backend),
+        ),
+        (stage1,),
+    )
+    return f"Spark: stage 2 on the driver under foreachBatch (reason: {plan.reason})", stage2
+
+
+def explain_text(plan: DriverPlan) -> str:
+    """The Spark side of the driver-side plan, as `planner.spark_stages_text` prints others."""
+    window = plan.window
+    stream = window.lift.scan.stream
+    title, root = explain_nodes(plan, _watermark(window, stream, _source(stream)))
+    return title + "\n" + node_text(root, window.backend, depth=1)
