@@ -40,6 +40,21 @@ NATIVE_AGGREGATES = {
 }
 
 
+# every incremental aggregate of one argument `v`, with its output name (`mangonel_select`)
+ALL_AGGREGATES = [
+    ("COUNT(*)", None, "n"),
+    ("COUNT", "v", "n_v"),
+    ("SUM", "v", "sum_v"),
+    ("MIN", "v", "min_v"),
+    ("MAX", "v", "max_v"),
+    ("AVG", "v", "avg_v"),
+    ("VAR_POP", "v", "var_pop_v"),
+    ("VAR_SAMP", "v", "var_samp_v"),
+    ("STDDEV_POP", "v", "sd_pop_v"),
+    ("STDDEV_SAMP", "v", "sd_samp_v"),
+]
+
+
 def write_micro_batches(folder: Path, batches: Sequence[pa.Table | pa.RecordBatch]) -> None:
     """One Parquet file per micro-batch, named so Spark's file source reads them in order."""
     folder.mkdir(parents=True, exist_ok=True)

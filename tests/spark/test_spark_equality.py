@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from spark_harness import (
+    ALL_AGGREGATES,
     assert_equals_native,
     assert_same_results,
     file_stream,
@@ -24,19 +25,6 @@ from mangonel.catalog.sources.generator import GeneratorConfig, generate
 from mangonel.catalog.types import SqlType
 
 pytestmark = pytest.mark.spark
-
-ALL_AGGREGATES = [
-    ("COUNT(*)", None, "n"),
-    ("COUNT", "v", "n_v"),
-    ("SUM", "v", "sum_v"),
-    ("MIN", "v", "min_v"),
-    ("MAX", "v", "max_v"),
-    ("AVG", "v", "avg_v"),
-    ("VAR_POP", "v", "var_pop_v"),
-    ("VAR_SAMP", "v", "var_samp_v"),
-    ("STDDEV_POP", "v", "sd_pop_v"),
-    ("STDDEV_SAMP", "v", "sd_samp_v"),
-]
 
 
 def micro_batches(
