@@ -249,13 +249,21 @@ def test_restart_from_checkpoint_equals_spark_native_restarted(spark, tmp_path):
     assert len(foreach_batch.SnapshotStore(str(tmp_path / "ck_part")).batch_ids()) == 2
 
 
-def test_rerun_batch_id_gives_the_same_rows(spark, tmp_path):
-    """A batch id run twice (after a failure) restores the batch before it: same results."""
-    write_micro_batches(tmp_path / "in", tables_of(SqlType.DOUBLE, delay_us=200_000, files=3))
+def _counting_session(spark, tmp_path, *, delay_us: int, files: int):  # noqa: ANN001, ANN202
+    """(session, query): stream `s` over `files` micro-batches written under tmp_path/in,
+    and a COUNT per key over 500 ms windows of it."""
+    write_micro_batches(tmp_path / "in", tables_of(SqlType.DOUBLE, delay_us=delay_us, files=files))
     session = mg.attach(spark)
     source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE")
     session.register("s", source, event_time="ts", watermark="0ms")
-    query = "SELECT k, window_start, COUNT(*) AS n FROM s [RANGE 500 MILLISECONDS] GROUP BY k"
+    return session, (
+        "SELECT k, window_start, COUNT(*) AS n FROM s [RANGE 500 MILLISECONDS] GROUP BY k"
+    )
+
+
+def test_rerun_batch_id_gives_the_same_rows(spark, tmp_path):
+    """A batch id run twice (after a failure) restores the batch before it: same results."""
+    session, query = _counting_session(spark, tmp_path, delay_us=200_000, files=3)
     seen: list[tuple[int, pa.Table]] = []
     failed = []
 
@@ -274,11 +282,7 @@ def test_rerun_batch_id_gives_the_same_rows(spark, tmp_path):
 
 
 def test_missing_snapshot_is_refused(spark, tmp_path):
-    write_micro_batches(tmp_path / "in", tables_of(SqlType.DOUBLE, delay_us=0, files=2))
-    session = mg.attach(spark)
-    source = file_stream(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE")
-    session.register("s", source, event_time="ts", watermark="0ms")
-    query = "SELECT k, window_start, COUNT(*) AS n FROM s [RANGE 500 MILLISECONDS] GROUP BY k"
+    session, query = _counting_session(spark, tmp_path, delay_us=0, files=2)
     run_start(session, query, tmp_path / "ck")
     for path in (tmp_path / "ck" / foreach_batch.STATE_FOLDER).iterdir():
         path.unlink()
