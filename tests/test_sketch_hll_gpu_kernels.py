@@ -16,17 +16,20 @@ import pytest
 from cuda_host import HostCupy, host_modules
 from fuzzer import check, engine_run
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from oracle import first_difference
 from test_holistic_kernels import nvcc_ptx
-from test_sketch_sql import SETTINGS, scenarios
+from test_sketch_sql import SETTINGS, grouped_scenario, scenarios
 
 from mangonel.aggregates.holistic import order_keys
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import codegen
 from mangonel.runtime.cpu import sketch_hll, sketch_windows
 from mangonel.runtime.cpu.kernels import CpuKernels
+from mangonel.runtime.cpu.sketch_windows import HllSketches
 from mangonel.runtime.gpu.holistic import GpuHolistic
-from mangonel.runtime.gpu.sketches import GpuSketches
+from mangonel.runtime.gpu.sketches import DeviceHll, GpuSketches
+from mangonel.runtime.operators import sketch_ring
 
 HLL = "approx_count_distinct"
 RSD_OF_P = {4: 0.3, 9: 0.05, 12: 0.02, 14: 0.01}  # hll_precision(rsd) == p
@@ -125,6 +128,13 @@ def test_merge_histograms_and_estimates_equal_the_cpu(gpu):
         assert np.array_equal(count, want_count) and np.array_equal(estimate, want_estimate)
     in_band = sketch_windows.answer(want, None)[1][20:23]
     assert ((in_band > 2.5 * 512) & (in_band < 5 * 512)).all()
+    # a band cell with a register above 53 - p: its sum is not exact, so the device answer
+    # reads that cell's histogram (the others in the band need none)
+    raised = np.array(got.registers)
+    raised[21, 7] = 65 - p
+    count, estimate = gpu.answer(DeviceHll(p, HostCupy().asarray(raised)), None)
+    want_count, want_estimate = sketch_windows.answer(HllSketches(p, raised), None)
+    assert np.array_equal(estimate, want_estimate) and np.array_equal(count, want_count)
     empty = gpu.merge([gpu.empty(HLL, 0.05)], np.empty(0, np.int64), np.zeros(3, np.int64))
     assert gpu.answer(empty, None)[1].tolist() == [0, 0]
 
@@ -254,13 +264,17 @@ class _HostGpuSketches:
     def to_bytes(self, sketches):  # noqa: ANN001, ANN201
         return self._by_set(sketches).to_bytes(sketches)
 
+    def __getattr__(self, name: str):  # noqa: ANN204 - the ring table's calls (HLL only)
+        if name.startswith("ring_"):
+            return getattr(self.gpu, name)
+        raise AttributeError(name)
 
-@settings(max_examples=30, **SETTINGS)
-@given(scenarios("time"))
-def test_time_windows_over_the_gpu_sketch_path_equal_the_cpu(host_module, scenario):
-    """The driver over the GPU kernels' code (the panes split and sorted as on the device,
-    HLL registers built, merged and counted by the host-compiled kernels) gives the CPU
-    backend's rows exactly, and the oracle's bounds hold."""
+
+def _equal_over_the_gpu_path(host_module, scenario, **ring_settings) -> None:  # noqa: ANN001
+    """The driver over the GPU kernels' code (the panes split and sorted as on the device, or
+    kept as a ring table; HLL registers built, merged and counted by the host-compiled
+    kernels) gives the CPU backend's rows exactly, and the oracle's bounds hold.
+    `ring_settings`: `sketch_ring` module constants to set for the run."""
     want, want_metrics = engine_run(scenario, "cpu")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(
@@ -269,12 +283,60 @@ def test_time_windows_over_the_gpu_sketch_path_equal_the_cpu(host_module, scenar
         patch.setattr(
             CpuKernels, "sketches", _HostGpuSketches(GpuSketches(HostCupy(), host_module))
         )
+        for name, value in ring_settings.items():
+            patch.setattr(sketch_ring, name, value)
         got, got_metrics = engine_run(scenario, "cpu")
         failure = check(scenario, "cpu")
     for got_rows, want_rows in zip(got, want, strict=True):
         assert first_difference(got_rows, want_rows) is None
     assert got_metrics == want_metrics
     assert failure is None, f"{failure}\n{scenario.query}"
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(scenarios("time"))
+def test_time_windows_over_the_gpu_sketch_path_equal_the_cpu(host_module, scenario):
+    _equal_over_the_gpu_path(host_module, scenario)
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(scenarios("time", hll_only=True), st.sampled_from([0, 1 << 12, 1 << 14, 1 << 17]))
+def test_ring_tables_grown_or_moved_to_the_sparse_form_give_the_same_rows(
+    host_module, scenario, budget
+):
+    """No spare panes (every batch past the ring grows it) and a small memory bound (the
+    panes move to the sparse form mid-stream, or never enter a ring): the same rows."""
+    _equal_over_the_gpu_path(host_module, scenario, MIN_SPARE_PANES=0, MAX_RING_BYTES=budget)
+
+
+def test_the_gpu_path_keeps_hll_panes_as_a_ring_table(host_module, monkeypatch):
+    """A sliding query's APPROX_COUNT_DISTINCT panes go into the ring table and its windows
+    are answered from it (and equal the CPU backend's)."""
+    calls = {"add": 0, "answer": 0}
+    for name in calls:
+        original = getattr(sketch_ring.SketchRing, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):  # noqa: ANN001, ANN202
+            calls[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(sketch_ring.SketchRing, name, counted)
+    rng = np.random.default_rng(3)
+    data = [
+        {
+            "ts": i + int(rng.integers(0, 5)),
+            "k": int(rng.integers(0, 3)),
+            "x": 1,
+            "n": 1,
+            "v": float(rng.integers(0, 40)),
+        }
+        for i in range(300)
+    ]
+    batches = [data[:100], data[100:220], data[220:]]
+    acd = ("approx_count_distinct:0.05", "APPROX_COUNT_DISTINCT(v)", ["col", "v"])
+    scenario = grouped_scenario("time", 20, 5, 3, [acd], batches, ())
+    _equal_over_the_gpu_path(host_module, scenario)
+    assert calls["add"] >= 3 and calls["answer"] >= 3
 
 
 def test_the_pane_split_for_sketches_sorts_by_slot_only(host_module):

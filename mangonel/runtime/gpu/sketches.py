@@ -66,6 +66,28 @@ class DeviceHll:
         return int(self.registers.nbytes)
 
 
+@dataclass(frozen=True)
+class DeviceHllRing:
+    """One aggregate's panes as one table on the device: the registers of pane q and key
+    slot s at [q mod ring, s] (`runtime/operators/sketch_ring.py` keeps which panes are live;
+    every other row holds zeros)."""
+
+    p: int
+    registers: Any  # uint8 [ring, slot_capacity, 2^p], device
+
+    @property
+    def ring(self) -> int:
+        return int(self.registers.shape[0])
+
+    @property
+    def slot_capacity(self) -> int:
+        return int(self.registers.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.registers.nbytes)
+
+
 def hash_mode(argument: SqlType) -> int:
     """How the update kernel turns an order key of `argument` into the bytes Spark hashes."""
     if argument is SqlType.DOUBLE:
@@ -275,13 +297,15 @@ class GpuSketches:
         p = self._p(evaluation, parameter)
         return DeviceHll(p, self.xp.zeros((0, hll_registers(p)), self.xp.uint8))
 
-    def _histograms(self, sketches: DeviceHll) -> tuple[Any, Any]:  # noqa: ANN401
+    def _histograms(self, sketches: DeviceHll) -> tuple[Any, Any, Any]:  # noqa: ANN401
         """Per cell on the device: the count of registers holding each value (int32
-        [cells, 64]) and the raw estimate's sum over them (float64 [cells])."""
+        [cells, 64]), the raw estimate's sum over them (float64 [cells]) and the highest
+        register (int32 [cells])."""
         xp = self.xp
         cells = sketches.cells
         out = xp.zeros((cells, HISTOGRAM_BINS), xp.int32)
         z_inverse = xp.zeros(cells, xp.float64)
+        tops = xp.zeros(cells, xp.int32)
         if cells:
             self._function("histogram")(
                 (min(cells, MAX_BLOCKS),),
@@ -292,9 +316,10 @@ class GpuSketches:
                     np.int64(hll_registers(sketches.p)),
                     out,
                     z_inverse,
+                    tops,
                 ),
             )
-        return out, z_inverse
+        return out, z_inverse, tops
 
     def histograms(self, sketches: DeviceHll) -> np.ndarray:
         """Per cell the count of registers holding each value, on the host (int64
@@ -303,21 +328,168 @@ class GpuSketches:
 
     def answer(self, sketches: DeviceHll, fraction: float | None) -> tuple[np.ndarray, np.ndarray]:
         """(count, estimate) per cell on the host: the estimate, int64 (its count is the
-        estimate too, 0 only for an empty cell), as the CPU's `sketch_windows.answer`. Two
-        numbers a cell come back (the sum and the zero registers, 12 bytes, not a 256-byte
-        histogram); a histogram only for a cell in Ertl's band."""
+        estimate too, 0 only for an empty cell), as the CPU's `sketch_windows.answer`
+        (`_estimates`: three numbers a cell come back, not a 256-byte histogram)."""
+        return self._estimates(sketches.p, *self._histograms(sketches))
+
+    def _estimates(
+        self,
+        p: int,
+        histograms: Any,  # noqa: ANN401 - device int32 [cells, 64]
+        z_inverse: Any,  # noqa: ANN401 - device float64 [cells]
+        tops: Any,  # noqa: ANN401 - device int32 [cells]: the highest register
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(count, estimate) per cell from its device histogram, sum and highest register:
+        three numbers a cell read in one copy; a histogram only for a cell in Ertl's band
+        whose sum is not exact (a register above 53 - p: `hll_estimate_of_sums`' `exact`)."""
         xp = self.xp
-        histograms, z_inverse = self._histograms(sketches)
-        bins = hll_bins(sketches.p)
-        sums = _host(z_inverse)
-        zeros = _host(histograms[:, 0])
+        bins = hll_bins(p)
+        cells = int(z_inverse.shape[0])
+        columns = (z_inverse, histograms[:, 0].astype(xp.float64), tops.astype(xp.float64))
+        read = _host(xp.concatenate(columns))
+        sums, zeros, top = read[:cells], read[cells : 2 * cells], read[2 * cells :]
 
         def band_counts(band: np.ndarray) -> np.ndarray:
             rows = _host(histograms[xp.asarray(np.flatnonzero(band))])
             return np.ascontiguousarray(rows[:, :bins].T, dtype=np.float64)
 
-        estimate = hll_estimate_of_sums(sums, zeros, sketches.p, band_counts)
+        exact = top <= 53 - p
+        estimate = hll_estimate_of_sums(sums, zeros, p, band_counts, exact)
         return estimate, estimate
+
+    # -- the panes as a ring table (`sketch_ring.SketchRing`) -------------------------------
+
+    ring_evaluations = (HLL,)
+
+    def ring_cell_bytes(self, evaluation: str, parameter: float) -> int:
+        """Bytes a (pane, key slot) of a ring table takes: its registers."""
+        return hll_registers(self._p(evaluation, parameter))
+
+    def ring_table(
+        self, evaluation: str, parameter: float, ring: int, slot_capacity: int
+    ) -> DeviceHllRing:
+        """An empty table of `ring` panes of `slot_capacity` key slots."""
+        p = self._p(evaluation, parameter)
+        registers = self.xp.zeros((ring, slot_capacity, hll_registers(p)), self.xp.uint8)
+        return DeviceHllRing(p, registers)
+
+    def ring_resize(
+        self, table: DeviceHllRing, low: int, high: int, ring: int, slot_capacity: int
+    ) -> DeviceHllRing:
+        """A larger table holding `table`'s panes low..high (each at its row of the new ring)."""
+        xp = self.xp
+        out = xp.zeros((ring, slot_capacity, table.registers.shape[2]), xp.uint8)
+        if high >= low:
+            panes = np.arange(low, high + 1, dtype=np.int64)
+            held = table.slot_capacity
+            out[xp.asarray(panes % ring), :held] = table.registers[xp.asarray(panes % table.ring)]
+        return DeviceHllRing(table.p, out)
+
+    def ring_clear(self, table: DeviceHllRing, first: int, stop: int) -> None:
+        """Panes first..stop-1 emptied (their rows zeroed)."""
+        if stop - first >= table.ring:
+            table.registers[...] = 0
+        elif stop > first:
+            rows = np.arange(first, stop, dtype=np.int64) % table.ring
+            table.registers[self.xp.asarray(rows)] = 0
+
+    def ring_update(
+        self,
+        table: DeviceHllRing,
+        panes: Any,  # noqa: ANN401 - device int per row, or one int for every row
+        slots: Any,  # noqa: ANN401 - device int per row
+        keys: Any,  # noqa: ANN401 - device int64 order keys
+        keep: Any,  # noqa: ANN401 - device bool per row, or None: every row
+        argument: SqlType,
+    ) -> None:
+        """The rows' values raised into their (pane, key slot) registers of the table."""
+        xp = self.xp
+        keys = xp.ascontiguousarray(xp.asarray(keys), dtype=xp.int64)
+        rows = int(keys.shape[0])
+        if not rows:
+            return
+        one_pane = isinstance(panes, (int, np.integer))
+        panes = xp.full(1, int(panes), xp.int64) if one_pane else panes
+        keep = xp.ones(1, xp.bool_) if keep is None else keep
+        self._function("ring_update")(
+            (_grid(rows, THREADS),),
+            (THREADS,),
+            (
+                keys,
+                xp.ascontiguousarray(xp.asarray(panes), dtype=xp.int64),
+                xp.ascontiguousarray(xp.asarray(slots), dtype=xp.int64),
+                xp.ascontiguousarray(xp.asarray(keep), dtype=xp.bool_).view(xp.uint8),
+                np.int64(rows),
+                np.int64(0 if one_pane else 1),
+                np.int64(1 if keep.shape[0] == rows else 0),
+                np.int64(hash_mode(argument)),
+                np.int64(table.p),
+                np.int64(table.ring),
+                np.int64(table.slot_capacity),
+                table.registers,
+            ),
+        )
+
+    def ring_extent(self, panes: Any, keep: Any) -> tuple[int, int] | None:  # noqa: ANN401
+        """(lowest, highest) pane of the kept rows, None where none is kept: one read."""
+        xp = self.xp
+        panes = xp.asarray(panes, dtype=xp.int64)
+        if not panes.shape[0]:
+            return None
+        big = np.iinfo(np.int64).max
+        low = xp.where(keep, panes, big).min()
+        high = xp.where(keep, panes, -big).max()
+        found = _host(xp.stack((low, high)))
+        return None if found[0] == big else (int(found[0]), int(found[1]))
+
+    def ring_answer(
+        self,
+        table: DeviceHllRing | None,
+        slots: np.ndarray,
+        first_panes: np.ndarray,
+        panes_per_window: int,
+        low: int,
+        high: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`answer` of each row's window: the max over the registers of its key slot in panes
+        first_panes[row] .. + panes_per_window - 1 (those in low..high), counted where it is
+        read (no merged registers written)."""
+        xp = self.xp
+        rows = len(slots)
+        if table is None or high < low or not rows:  # no pane holds a value: every row 0
+            return np.zeros(rows, np.int64), np.zeros(rows, np.int64)
+        histograms = xp.zeros((rows, HISTOGRAM_BINS), xp.int32)
+        z_inverse = xp.zeros(rows, xp.float64)
+        tops = xp.zeros(rows, xp.int32)
+        m = hll_registers(table.p)
+        self._function("ring_window")(
+            (min(rows, MAX_BLOCKS),),
+            (HISTOGRAM_THREADS,),
+            (
+                table.registers,
+                xp.asarray(np.ascontiguousarray(slots, np.int64)),
+                xp.asarray(np.ascontiguousarray(first_panes, np.int64)),
+                np.int64(rows),
+                np.int64(panes_per_window),
+                np.int64(low),
+                np.int64(high),
+                np.int64(table.ring),
+                np.int64(table.slot_capacity),
+                np.int64(m // 4),
+                histograms,
+                z_inverse,
+                tops,
+            ),
+        )
+        return self._estimates(table.p, histograms, z_inverse, tops)
+
+    def ring_pane(self, table: DeviceHllRing, pane: int) -> tuple[np.ndarray, DeviceHll]:
+        """Pane `pane`'s (key slots holding a value, their registers): the sparse form
+        `SketchPanes` keeps (a slot holds a value iff a register is raised)."""
+        xp = self.xp
+        rows = table.registers[pane % table.ring]
+        present = np.flatnonzero(_host(rows.max(axis=1)))
+        return present.astype(np.int64), DeviceHll(table.p, rows[xp.asarray(present)])
 
     def to_bytes(self, sketches: DeviceHll) -> bytes:
         """The CPU's snapshot format (`aggregates.sketches.hll_to_bytes`)."""

@@ -411,7 +411,7 @@ class HolisticTimeWindows:
         if not chunks:
             return
         if self.sketches.reads(name):
-            self.sketches.add(name, pane_ids, chunks, presorted)
+            self.sketches.add(name, pane_ids, chunks, presorted, self.keys.n_slots)
         if name not in self.raw_fields:
             return
         store = self.panes[name]

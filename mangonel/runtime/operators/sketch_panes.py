@@ -17,6 +17,11 @@ operators: mergeable sketches instead of raw values (docs/sketches.md).
 The sketch kernels are the holistic step's `kernels.sketches` (`runtime/cpu/sketch_windows.py`;
 on the GPU `runtime/gpu/sketches.py`, HLL registers on the device); the index work (which
 cells a window reads) is on the host over the panes' distinct key slots.
+
+Where the kernels keep a sketch as a ring table (`ring_evaluations`: the GPU's HLL), an
+aggregate's panes are one table instead (`sketch_ring.SketchRing`: a batch raises its rows'
+registers where they lie, a window reads its panes' rows; no index work on the host) while
+the table stays under its memory bound; past it, or after a restore, the form above.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from mangonel.aggregates.holistic import order_keys
 from mangonel.compiler.holistic import hll_precision, sketch_parameter
 from mangonel.compiler.physical import AggregatePlan, StateField
+from mangonel.runtime.operators.sketch_ring import SketchRing
 
 # a build covers at most about this many register bytes ((pane, key) cells x 2^p): a batch
 # that hits very many cells is built in chunks of panes
@@ -94,20 +101,34 @@ class SketchPanes:
         }
         self.suffixes: dict[int, dict[int, dict[int, tuple | None]]] = {p: {} for p in plans}
         self.prefixes: dict[int, dict[int, list[tuple | None]]] = {p: {} for p in plans}
+        # aggregates whose panes are a ring table (`_ring`), and those that left it for good
+        self.rings: dict[int, SketchRing] = {}
+        self.spilled: set[int] = set()
+        self.floor: int | None = None  # the panes freed are those before it (no row is kept there)
 
     def reads(self, name: str) -> bool:
         """Does an approximate aggregate read the `values` field `name`?"""
         return any(plan.value_field == name for plan in self.plans.values())
 
-    def add(self, name: str, pane_ids: list[int], chunks: list[tuple], presorted: bool) -> None:
+    def add(
+        self, name: str, pane_ids: list[int], chunks: list[tuple], presorted: bool, n_slots: int
+    ) -> None:
         """Fold a batch's kept rows of the `values` field `name`, one chunk (key slots, order
         keys, ...) per pane (`split_panes`; `presorted`: each chunk sorted by slot) into the
         sketches of every aggregate that reads it: one build over the cells (pane, key
         present in it) of a chunk of panes, then per pane a merge with the sketches it holds
-        already. The chunks stay where the kernels keep them (on the GPU, the device)."""
+        already (a ring table: each chunk raised into its pane's rows). The chunks stay where
+        the kernels keep them (on the GPU, the device)."""
         cells_of = None
+        extent = (min(pane_ids), max(pane_ids)) if pane_ids else None
         for position, plan in self.plans.items():
             if plan.value_field != name:
+                continue
+            ring = self._ring(position, extent, n_slots)
+            if ring is not None:
+                for pane, chunk in zip(pane_ids, chunks, strict=True):
+                    argument = self.fields[name].type
+                    ring.add(int(pane), chunk[0], chunk[1], None, argument, extent, n_slots)
                 continue
             evaluation = plan.function.definition.holistic.evaluation
             argument = self.fields[name].type
@@ -162,6 +183,10 @@ class SketchPanes:
         the CPU's, hash and normalise either)."""
         batch_cells = self.sketches.batch_cells
         plans = [(p, plan) for p, plan in self.plans.items() if plan.value_field == name]
+        if plans and self._add_to_rings(
+            name, plans, panes, slots, values, keep, n_slots, pane_range, raw
+        ):
+            return True
         if batch_cells is None or not plans:
             return False
         argument = self.fields[name].type
@@ -206,6 +231,68 @@ class SketchPanes:
             self._fold_parts(position, pane_ids_of, slots_of, parts)
         for position, sketches in built.items():
             self._fold(position, pane_ids, pane_slots, sketches)
+        return True
+
+    def _ring(
+        self, position: int, extent: tuple[int, int] | None, n_slots: int
+    ) -> SketchRing | None:
+        """Aggregate `position`'s ring table where its panes are kept as one, able to take
+        panes `extent` (None: no row) of `n_slots` slots; else None (the sparse form). A ring
+        starts where the kernels keep the sketch as one and no pane is held sparse (after a
+        restore, once those are freed); one that would pass its memory bound moves its panes
+        to the sparse form for good."""
+        ring = self.rings.get(position)
+        if ring is None:
+            plan = self.plans[position]
+            evaluation = plan.function.definition.holistic.evaluation
+            if (
+                evaluation not in getattr(self.sketches, "ring_evaluations", ())
+                or position in self.spilled
+                or self.panes[position]
+            ):
+                return None
+            parameter = sketch_parameter(plan)
+            ring = self.rings[position] = SketchRing(
+                self.sketches, evaluation, parameter, self.block
+            )
+        if extent is not None and not ring.fits(extent[0], extent[1], n_slots):
+            self.panes[position] = ring.panes()
+            del self.rings[position]
+            self.spilled.add(position)
+            return None
+        return ring
+
+    def _add_to_rings(
+        self,
+        name: str,
+        plans: list[tuple[int, AggregatePlan]],
+        panes: Any,  # noqa: ANN401
+        slots: Any,  # noqa: ANN401
+        values: Any,  # noqa: ANN401
+        keep: Any,  # noqa: ANN401
+        n_slots: int,
+        pane_range: tuple[int, int] | None,
+        raw: bool,
+    ) -> bool:
+        """`add_rows` into ring tables, where every aggregate reading `name` keeps one: one
+        launch per aggregate over the batch's rows. False where one does not (nothing added)."""
+        if any(self._ring(position, None, n_slots) is None for position, _ in plans):
+            return False
+        if pane_range is None:
+            extent = self.sketches.ring_extent(panes, keep)
+        else:  # rows in panes before the floor are late: none is kept
+            low = pane_range[0] if self.floor is None else max(pane_range[0], self.floor)
+            extent = (low, pane_range[1]) if low <= pane_range[1] else None
+        if extent is None:
+            return True  # no row kept
+        rings = [self._ring(position, extent, n_slots) for position, _ in plans]
+        if any(ring is None for ring in rings):
+            return False  # one moved to the sparse form: the rows go there (the rest by chunks)
+        if raw:
+            values = order_keys(values)
+        argument = self.fields[name].type
+        for ring in rings:
+            ring.add(panes, slots, values, keep, argument, extent, n_slots)
         return True
 
     def _fold(
@@ -305,6 +392,9 @@ class SketchPanes:
         aggregate's windows are blocked: `self.blocked`)."""
         if panes_per_window != self.block:
             raise ValueError(f"windows of {panes_per_window} panes, planned {self.block}")
+        ring = self.rings.get(position)
+        if ring is not None:
+            return ring.answer(np.asarray(slots, np.int64), np.asarray(first_panes, np.int64))
         rows = len(slots)
         counts, results = [], []
         chunk = max(1, MAX_MEMBERS // (2 if self.blocked[position] else panes_per_window))
@@ -382,6 +472,9 @@ class SketchPanes:
             for pane in [q for q in store if q // panes_per_slide < before]:
                 del store[pane]
         first_start = before * panes_per_slide  # of the windows still to fire
+        self.floor = first_start if self.floor is None else max(self.floor, first_start)
+        for ring in self.rings.values():
+            ring.free(first_start)
         for suffixes in self.suffixes.values():
             for block in [b for b in suffixes if (b + 1) * self.block <= first_start]:
                 del suffixes[block]
@@ -398,12 +491,16 @@ class SketchPanes:
             held.update((id(e), e) for kept in sets.values() for e in kept.values() if e)
         for sets in self.prefixes.values():
             held.update((id(e), e) for kept in sets.values() for e in kept if e)
-        return sum(slots.nbytes + sketches.nbytes for slots, sketches in held.values())
+        kept = sum(slots.nbytes + sketches.nbytes for slots, sketches in held.values())
+        return kept + sum(ring.nbytes for ring in self.rings.values())
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Snapshot arrays: per aggregate its pane ids, and each pane's sketch bytes."""
         arrays = {}
         for position, store in self.panes.items():
+            ring = self.rings.get(position)
+            if ring is not None:  # the sparse form's arrays: one format whatever the form
+                store = ring.panes()
             arrays[f"sketch.{position}.panes"] = np.asarray(list(store), np.int64)
             for pane, (slots, sketches) in store.items():
                 blob = self.sketches.to_bytes(sketches)
@@ -420,6 +517,7 @@ class SketchPanes:
                 slots = arrays[f"sketch.{position}.{pane}.slots"]
                 store[int(pane)] = (slots, self.sketches.from_bytes(evaluation, blob))
             self.panes[position] = store
+            self.rings.pop(position, None)  # a ring starts again once these are freed
             self.suffixes[position] = {}  # derived from the panes: built again when read
             self.prefixes[position] = {}
 
