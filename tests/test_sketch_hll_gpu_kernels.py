@@ -309,10 +309,12 @@ def test_ring_tables_grown_or_moved_to_the_sparse_form_give_the_same_rows(
     _equal_over_the_gpu_path(host_module, scenario, MIN_SPARE_PANES=0, MAX_RING_BYTES=budget)
 
 
-def test_the_gpu_path_keeps_hll_panes_as_a_ring_table(host_module, monkeypatch):
+@pytest.mark.parametrize(("size", "slide"), [(20, 5), (24, 2), (64, 1)])
+def test_the_gpu_path_keeps_hll_panes_as_a_ring_table(host_module, monkeypatch, size, slide):
     """A sliding query's APPROX_COUNT_DISTINCT panes go into the ring table and its windows
-    are answered from it (and equal the CPU backend's)."""
-    calls = {"add": 0, "answer": 0}
+    are answered from it, from scanned blocks where a window has SCAN_FROM panes or more
+    (12 and 64 here: several blocks, the pool's entries reused), equal to the CPU's."""
+    calls = {"add": 0, "answer": 0, "_scan": 0}
     for name in calls:
         original = getattr(sketch_ring.SketchRing, name)
 
@@ -334,9 +336,10 @@ def test_the_gpu_path_keeps_hll_panes_as_a_ring_table(host_module, monkeypatch):
     ]
     batches = [data[:100], data[100:220], data[220:]]
     acd = ("approx_count_distinct:0.05", "APPROX_COUNT_DISTINCT(v)", ["col", "v"])
-    scenario = grouped_scenario("time", 20, 5, 3, [acd], batches, ())
+    scenario = grouped_scenario("time", size, slide, 3, [acd], batches, ())
     _equal_over_the_gpu_path(host_module, scenario)
     assert calls["add"] >= 3 and calls["answer"] >= 3
+    assert (calls["_scan"] > 0) == (size // slide >= sketch_ring.SCAN_FROM)
 
 
 def test_the_pane_split_for_sketches_sorts_by_slot_only(host_module):

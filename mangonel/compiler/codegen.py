@@ -508,7 +508,15 @@ def render_hll_kernels() -> GeneratedModule:
     """The HyperLogLog++ kernels of APPROX_COUNT_DISTINCT (update, merge, histogram, and the
     ring table's update and window answer; `kernels_templates/sketch_hll.cu.j2`): one module
     for every query (the precision and the argument's hash mode are launch arguments)."""
-    roles = ("update", "merge", "histogram", "ring_update", "ring_window")
+    roles = (
+        "update",
+        "merge",
+        "histogram",
+        "ring_update",
+        "ring_window",
+        "ring_scan",
+        "ring_window_scans",
+    )
     source, digest, names = _finish({}, SKETCH_HLL_TEMPLATES, roles)
     return GeneratedModule(source, digest, names, (), (), (), 0)
 

@@ -22,7 +22,7 @@ on the CPU (`compiler.holistic.holistic_cpu_reason`), so these kernels never see
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -481,6 +481,91 @@ class GpuSketches:
                 tops,
             ),
         )
+        return self._estimates(table.p, histograms, z_inverse, tops)
+
+    def ring_scan_pool(self, table: DeviceHllRing, entries: int, block: int) -> Any:  # noqa: ANN401
+        """Room for the prefix and suffix maxima of `entries` blocks of `block` panes of
+        `table`'s slots: uint8 [entries, 2, block, slot_capacity, 2^p]."""
+        shape = (entries, 2, block, table.slot_capacity, table.registers.shape[2])
+        return self.xp.zeros(shape, self.xp.uint8)
+
+    def ring_scan(
+        self,
+        table: DeviceHllRing,
+        pool: Any,  # noqa: ANN401 - `ring_scan_pool`'s
+        entry: int,
+        first_pane: int,
+        low: int,
+        high: int,
+    ) -> None:
+        """Pool entry `entry` := the prefix and suffix maxima of panes first_pane .. +
+        block - 1 (those in low..high hold values)."""
+        block = int(pool.shape[2])
+        words = table.registers.shape[2] // 4
+        cells = table.slot_capacity * words
+        self._function("ring_scan")(
+            (_grid(cells, THREADS),),
+            (THREADS,),
+            (
+                table.registers,
+                np.int64(first_pane),
+                np.int64(block),
+                np.int64(low),
+                np.int64(high),
+                np.int64(table.ring),
+                np.int64(table.slot_capacity),
+                np.int64(words),
+                pool[entry, 0],
+                pool[entry, 1],
+            ),
+        )
+
+    def ring_answer_scans(
+        self,
+        table: DeviceHllRing,
+        pool: Any,  # noqa: ANN401 - `ring_scan_pool`'s, the parts' entries scanned
+        parts: Iterable[tuple[np.ndarray, ...]],
+        rows: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`ring_answer` from scanned blocks: each part (positions in the answer, key
+        slots, offsets in the first block, its pool entry, the next block's) one launch,
+        every row's window the max of two sets; one read for all. Each part is launched
+        before the next is drawn (drawing one may scan into entries an earlier one read)."""
+        xp = self.xp
+        histograms = xp.zeros((rows, HISTOGRAM_BINS), xp.int32)
+        z_inverse = xp.zeros(rows, xp.float64)
+        tops = xp.zeros(rows, xp.int32)
+        block = int(pool.shape[2])
+        words = table.registers.shape[2] // 4
+        for positions, slots, offsets, suffix_entries, prefix_entries in parts:
+            count = len(positions)
+            if not count:
+                continue
+            # one upload for the part's five columns
+            columns = xp.asarray(
+                np.stack((positions, slots, offsets, suffix_entries, prefix_entries)).astype(
+                    np.int64
+                )
+            )
+            self._function("ring_window_scans")(
+                (min(count, MAX_BLOCKS),),
+                (HISTOGRAM_THREADS,),
+                (
+                    pool,
+                    columns[0],
+                    columns[1],
+                    columns[2],
+                    columns[3],
+                    columns[4],
+                    np.int64(count),
+                    np.int64(block),
+                    np.int64(table.slot_capacity),
+                    np.int64(words),
+                    histograms,
+                    z_inverse,
+                    tops,
+                ),
+            )
         return self._estimates(table.p, histograms, z_inverse, tops)
 
     def ring_pane(self, table: DeviceHllRing, pane: int) -> tuple[np.ndarray, DeviceHll]:

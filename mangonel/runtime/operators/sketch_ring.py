@@ -13,10 +13,18 @@ Invariant: only panes low..high may hold a value (every other row of the table i
 and high - low < ring, so no two live panes share a row. A freed pane's rows are zeroed; the
 table grows (a new ring, every live pane moved to its row there) before a batch would break
 the invariant.
+
+Windows of SCAN_FROM panes and more read two sets instead of every pane: blocks of
+panes_per_window panes (block j: panes jB .. jB + B - 1) get their prefix and suffix maxima
+(`ring_scan`, the sparse form's blocked sets, SPRINGALD's two stacks), and the window from
+pane jB + i is block j's suffix from i and block j + 1's prefix to i - 1. A block's scans are
+computed when a window first needs them, held in a pool of SCAN_ENTRIES entries, and dropped
+when a batch adds rows to one of its panes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,6 +33,10 @@ from mangonel.catalog.types import SqlType
 
 MAX_RING_BYTES = 1 << 30  # per aggregate; past it the panes are kept sparse
 MIN_SPARE_PANES = 16  # panes a new or grown ring holds beyond the ones it must
+# windows of this many panes or more are answered from scanned blocks (two sets a window,
+# not every pane), while the scans of SCAN_ENTRIES blocks fit beside the ring's bound
+SCAN_FROM = 8
+SCAN_ENTRIES = 4
 
 
 class SketchRing:
@@ -45,6 +57,8 @@ class SketchRing:
         self.low: int | None = None  # panes low..high may hold values
         self.high: int | None = None
         self.cell_bytes = sketches.ring_cell_bytes(evaluation, parameter)
+        self.scan_pool: Any = None  # `ring_scan_pool`'s, for the table's slot capacity
+        self.scanned: dict[int, int] = {}  # block -> its pool entry (scans up to date)
 
     def fits(self, low: int, high: int, n_slots: int) -> bool:
         """Would the panes held and low..high of `n_slots` slots stay under MAX_RING_BYTES?"""
@@ -72,6 +86,8 @@ class SketchRing:
             held_low = self.low if self.low is not None else 0
             held_high = self.high if self.high is not None else -1
             self.table = self.sketches.ring_resize(self.table, held_low, held_high, ring, capacity)
+            if self.scan_pool is not None and capacity != self.scan_pool.shape[3]:
+                self.scan_pool = None  # scans hold the old slot capacity
         self.low, self.high = low, high
 
     def add(
@@ -86,21 +102,90 @@ class SketchRing:
     ) -> None:
         """The rows (kept ones in panes extent[0]..extent[1]) into their registers."""
         self._reserve(extent[0], extent[1], n_slots)
+        # the blocks the rows may go to: their scans are out of date
+        block = self.panes_per_window
+        for stale in [b for b in self.scanned if extent[0] // block <= b <= extent[1] // block]:
+            del self.scanned[stale]
         self.sketches.ring_update(self.table, panes, slots, keys, keep, argument)
 
     def answer(self, slots: np.ndarray, first_panes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(non-NULL count, result) per row: its key's window from first_panes[row]."""
         low = self.low if self.low is not None else 0
         high = self.high if self.high is not None else -1
-        return self.sketches.ring_answer(
-            self.table, slots, first_panes, self.panes_per_window, low, high
-        )
+        if self.table is None or high < low or not self._scans_fit():
+            return self.sketches.ring_answer(
+                self.table, slots, first_panes, self.panes_per_window, low, high
+            )
+        if self.scan_pool is None:
+            self.scan_pool = self.sketches.ring_scan_pool(
+                self.table, SCAN_ENTRIES, self.panes_per_window
+            )
+            self.scanned.clear()
+        parts = self._scanned_parts(slots, first_panes)
+        return self.sketches.ring_answer_scans(self.table, self.scan_pool, parts, len(slots))
+
+    def _scanned_parts(self, slots: np.ndarray, first_panes: np.ndarray) -> Iterator[tuple]:
+        """The rows in runs of consecutive first blocks whose scans (and the next block's)
+        fit the pool: per run, its blocks scanned, then (rows, their slots, offsets in their
+        first block, its pool entry, the next block's). Drawn one at a time: a run's scans
+        may reuse the entries an earlier run's launch read, so that launch comes first."""
+        block = self.panes_per_window
+        blocks = first_panes // block
+        offsets = first_panes - blocks * block
+        lowest = int(blocks.min())
+        found = np.flatnonzero(np.bincount(blocks - lowest)) + lowest  # ascending, distinct
+        start = 0
+        while start < len(found):
+            stop = start + 1
+            while stop < len(found) and found[stop] + 2 - found[start] <= SCAN_ENTRIES:
+                stop += 1
+            first, last = int(found[start]), int(found[stop - 1])
+            entry_of = self._scan(first, last + 1)
+            lookup = np.asarray([entry_of[b] for b in range(first, last + 2)], np.int64)
+            if start == 0 and stop == len(found):  # the usual case: every row in one run
+                own = blocks - first
+                yield np.arange(len(slots)), slots, offsets, lookup[own], lookup[own + 1]
+                return
+            rows = np.flatnonzero((blocks >= first) & (blocks <= last))
+            own = blocks[rows] - first
+            yield rows, slots[rows], offsets[rows], lookup[own], lookup[own + 1]
+            start = stop
+
+    def _scans_fit(self) -> bool:
+        """Do windows read scanned blocks (long enough, and the pool within bounds)?"""
+        pool_bytes = SCAN_ENTRIES * 2 * self.panes_per_window * self.table.slot_capacity
+        return self.panes_per_window >= SCAN_FROM and pool_bytes * self.cell_bytes <= MAX_RING_BYTES
+
+    def _scan(self, first: int, last: int) -> dict[int, int]:
+        """Blocks first..last scanned and in the pool (at most SCAN_ENTRIES): block -> its
+        entry. Entries of other blocks are reused, lowest block first."""
+        wanted = range(first, last + 1)
+        free = [e for e in range(SCAN_ENTRIES) if e not in self.scanned.values()]
+        spare = sorted(b for b in self.scanned if b not in wanted)
+        for block in wanted:
+            if block in self.scanned:
+                continue
+            entry = free.pop() if free else self.scanned.pop(spare.pop(0))
+            self.sketches.ring_scan(
+                self.table,
+                self.scan_pool,
+                entry,
+                block * self.panes_per_window,
+                self.low,
+                self.high,
+            )
+            self.scanned[block] = entry
+        return {block: self.scanned[block] for block in wanted}
 
     def free(self, before: int) -> None:
         """Empty the panes before `before` (no window still to fire covers them)."""
         if self.low is None or before <= self.low:
             return
         self.sketches.ring_clear(self.table, self.low, min(before, self.high + 1))
+        # a scanned block holding a freed pane is read by no window still to fire
+        block = self.panes_per_window
+        for gone in [b for b in self.scanned if (b + 1) * block <= before]:
+            del self.scanned[gone]
         if before > self.high:
             self.low = self.high = None
         else:
@@ -120,4 +205,5 @@ class SketchRing:
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.table is None else self.table.nbytes
+        pool = 0 if self.scan_pool is None else int(self.scan_pool.nbytes)
+        return pool + (0 if self.table is None else self.table.nbytes)
