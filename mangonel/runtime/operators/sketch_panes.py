@@ -124,14 +124,13 @@ class SketchPanes:
         for position, plan in self.plans.items():
             if plan.value_field != name:
                 continue
+            argument = self.fields[name].type
             ring = self._ring(position, extent, n_slots)
             if ring is not None:
                 for pane, chunk in zip(pane_ids, chunks, strict=True):
-                    argument = self.fields[name].type
                     ring.add(int(pane), chunk[0], chunk[1], None, argument, extent, n_slots)
                 continue
             evaluation = plan.function.definition.holistic.evaluation
-            argument = self.fields[name].type
             cell_bytes = _register_bytes(plan)
             if cells_of is None:  # each pane's (distinct slots, row cells), numbered once
                 cells_of = self.sketches.panes_cells([chunk[0] for chunk in chunks], presorted)
@@ -259,6 +258,8 @@ class SketchPanes:
             self.panes[position] = ring.panes()
             del self.rings[position]
             self.spilled.add(position)
+            # block sets from before the ring read none of its rows: built again when read
+            self.suffixes[position], self.prefixes[position] = {}, {}
             return None
         return ring
 
