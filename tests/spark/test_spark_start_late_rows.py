@@ -150,8 +150,11 @@ def test_late_rows_and_counts_equal_the_standalone_engine(spark, tmp_path, shape
     # the results are the standalone ones, as without late rows
     assert_same_results(results.table().to_pandas(), expected, ["k"])
     plain = Collect()
-    run_start(attached(spark, tmp_path / "in"), QUERIES[shape], tmp_path / "ck2", plain, None)
+    counted = run_start(
+        attached(spark, tmp_path / "in"), QUERIES[shape], tmp_path / "ck2", plain, None
+    )
     assert results.table().equals(plain.table())
+    assert counted["late_tuples_dropped"] == want_count  # counted without late_rows= too
     text = session.explain()
     assert "late_rows=written per batch id (a second Spark job)" in text
     assert "rows=every column of the stream (late_rows=)" in text
@@ -268,3 +271,31 @@ def test_late_rows_follow_sparks_rule_where_it_differs_from_the_standalone_one(
     got = late_rows_written(tmp_path / "late")
     assert sorted(got, key=lambda r: r["note"]) == sorted(expected, key=lambda r: r["note"])
     assert metrics["late_tuples_dropped"] == len(expected)
+
+
+def test_late_rows_must_be_the_counted_ones() -> None:
+    """The rows selected for the late panes must be as many as the operator counted (a
+    source that reads a micro-batch differently the second time would lose or invent
+    some): a DataError otherwise. The rows here are on the driver (no Spark job)."""
+    from mangonel.compiler import physical as ph
+    from mangonel.errors import DataError
+    from mangonel.runtime.operators.base import PANE_META
+    from mangonel.runtime.spark import late
+
+    session = mg.Session("cpu")
+    session.execute(f"CREATE STREAM s ({DDL}) WITH (event_time = 'ts')")
+    window = ph.find(session.sql(QUERIES["sliding"]).plan, ph.WindowAggregateExec)
+    table = micro_batches(1, count=1)[0]
+    panes = pa.array([i % 3 for i in range(table.num_rows)], pa.int64())
+    rows = pa.table(
+        [*table.columns, panes],
+        names=[alias for alias, _ in late.row_columns(window)] + [PANE_META],
+    )
+    watermark = pa.scalar(5, pa.timestamp("us", tz="UTC"))
+    lates = sum(1 for p in panes.to_pylist() if p <= 1)
+    verdict = late.LateVerdict(1, lates, "window closed", watermark)
+    found = late.driver_late_rows(window, rows, verdict)
+    assert found.column_names == ["ts", "k", "v", "note", "late_reason", "late_watermark"]
+    assert found.num_rows == lates and found["late_watermark"].cast(pa.int64())[0].as_py() == 5
+    with pytest.raises(DataError, match="not the .* the window operator counted"):
+        late.driver_late_rows(window, rows, late.LateVerdict(1, lates + 1, "x", watermark))

@@ -387,7 +387,8 @@ def late_row_sink(late_rows: LateSink) -> Callable[[pa.Table, int], None]:
 class DriverStage2:
     """The `foreachBatch` function: stage 1's batch aggregation, then the window operator.
     `metrics`: the operator's counters after the latest micro-batch (kept in its snapshot,
-    so they run on over restarts); `late_by_batch`: late tuples per batch id run here."""
+    so they run on over restarts); `late_last_batch`: the tuples it judged late in that
+    micro-batch; `batches`: micro-batches run by this function."""
 
     def __init__(
         self,
@@ -403,7 +404,8 @@ class DriverStage2:
         self.store = SnapshotStore(checkpoint_location)
         self.late_sink = None if late_rows is None else late_row_sink(late_rows)
         self.metrics: OperatorMetrics | None = None
-        self.late_by_batch: dict[int, int] = {}
+        self.late_last_batch = 0
+        self.batches = 0
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         watermark_ms = micro_batch_watermark_ms(self.spark, batch_id)
@@ -422,7 +424,7 @@ class DriverStage2:
         # the micro-batch's one Spark job (a second one only for late rows, below)
         partials, rows = batch_partials(self.plan, batch)
         operator = tree.leaf()
-        late_count = 0
+        dropped = operator.metrics().late_tuples_dropped
         if partials is not None and self.late_sink is None:
             operator.merge(partials)
         elif partials is not None:
@@ -433,13 +435,13 @@ class DriverStage2:
                 )
                 # before the results and the snapshot: a re-run batch id rewrites them
                 self.late_sink(found, batch_id)
-                late_count = found.num_rows
         fired = tree.on_watermark(watermark_ms * 1000)
         results = pa.Table.from_batches(fired, schema=tree.schema)
         self.sink(results, batch_id)
         self.store.write(batch_id, tree.snapshot())
         self.metrics = operator.metrics()
-        self.late_by_batch[batch_id] = late_count
+        self.late_last_batch = self.metrics.late_tuples_dropped - dropped
+        self.batches += 1
 
 
 def start_streaming(

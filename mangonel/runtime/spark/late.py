@@ -187,7 +187,8 @@ def driver_late_rows(
     if chosen.num_rows != verdict.tuples:
         raise DataError(
             f"the late rows selected ({chosen.num_rows}) are not the {verdict.tuples} the "
-            "window operator counted: the micro-batch read differently the second time"
+            f"window operator counted (panes up to {verdict.last_pane}): a source that "
+            "reads a micro-batch differently the second time cannot hand out late rows"
         )
     named = chosen.rename_columns([name for _, name in columns])
     batch = pa.RecordBatch.from_arrays(

@@ -369,7 +369,7 @@ class SparkMangonelSession:
             self.spark, driver, watermarked, sink, checkpoint_location, query_name, late_rows
         )
         self._last, self._last_driver, self._start_reason = planned, driver, None
-        self._driver_queries[streaming.id] = stage2
+        self._driver_queries[streaming.runId] = stage2
         return streaming
 
     def start_metrics(self, query: StreamingQuery) -> dict[str, int]:
@@ -379,21 +379,20 @@ class SparkMangonelSession:
         they include the runs before a restart from the same checkpoint), late_last_batch
         (those of the latest micro-batch), windows_fired, rows_out, state_bytes and batches
         (micro-batches run since this start)."""
-        stage2 = self._driver_queries.get(query.id)
+        stage2 = self._driver_queries.get(query.runId)
         if stage2 is None:
             raise PlanError(
                 "start_metrics(): the query is not one start() ran on the driver-side plan "
                 "in this session (sql()'s plan keeps its counts in Spark's state)"
             )
         metrics = stage2.metrics
-        last = max(stage2.late_by_batch, default=None)
         return {
             "late_tuples_dropped": metrics.late_tuples_dropped if metrics else 0,
-            "late_last_batch": stage2.late_by_batch[last] if last is not None else 0,
+            "late_last_batch": stage2.late_last_batch,
             "windows_fired": metrics.windows_fired if metrics else 0,
             "rows_out": metrics.rows_out if metrics else 0,
             "state_bytes": metrics.state_bytes if metrics else 0,
-            "batches": len(stage2.late_by_batch),
+            "batches": stage2.batches,
         }
 
     def join_metrics(self, query: StreamingQuery) -> dict[str, int]:
