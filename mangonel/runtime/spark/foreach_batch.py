@@ -31,9 +31,22 @@ Spark"). Inside `foreachBatch` a micro-batch is a *batch* DataFrame, which does 
   batch id: a Parquet folder sink overwrites the batch's file; a callable sink must be
   idempotent by batch id (Spark's `foreachBatch` contract).
 
+- **Late rows as data** (`late_rows=`). Spark's `withWatermark` drops nothing here: only a
+  stateful operator filters late rows, and the rows' branch has none (the tick's aggregation
+  reads no rows), so every row reaches `foreachBatch`, and the window operator's merge judges
+  each (key, pane) partial against W_{N-1} (the verdict it counts). With `late_rows=` the
+  streaming query also carries every column of the stream (`late.row_select`); the partial
+  rows judged late name the late panes, which form a prefix of the pane ids (a pane is late
+  when its last window ended at or before W_{N-1}), and only a micro-batch that has some
+  runs a second Spark job, `PANE <= the latest late pane` over the same micro-batch, to
+  collect its late rows (the rows themselves when stage 1 already took them to the driver).
+  They must be as many as the operator counted (else DataError: none lost, none invented),
+  and go to the late-row sink with `late_reason` and `late_watermark` before the results
+  and the snapshot: a re-run batch id judges the same rows and rewrites the same file.
+
 Needs Spark classic (a py4j JVM): the micro-batch's watermark is read from the running
 query's execution. Runs time windows (TUMBLE/HOP/CUMULATE) of one stream; count and
-session windows, joins and late_rows= keep `sql()`'s plans.
+session windows and joins keep `sql()`'s plans.
 """
 
 from __future__ import annotations
@@ -62,6 +75,8 @@ from mangonel.compiler.logical import WindowKind
 from mangonel.errors import DataError, PlanError
 from mangonel.runtime.operators.base import partial_column_name
 from mangonel.runtime.operators.kernels import neutral
+from mangonel.runtime.operators.protocol import OperatorMetrics
+from mangonel.runtime.spark import late
 from mangonel.runtime.spark.functions import bucket_tree
 from mangonel.runtime.spark.planner import SparkQueryPlan, _source, _watermark
 from mangonel.runtime.spark.schema import quote
@@ -77,6 +92,9 @@ from mangonel.runtime.spark.stage1 import (
 )
 
 Sink = Callable[[pa.Table, int], None] | str
+# where late rows go (`late_rows=`): a directory (`late-batch<id>.parquet` per micro-batch
+# with late rows) or a callable (pyarrow.Table, batch_id), called for those micro-batches
+LateSink = Callable[[pa.Table, int], None] | str
 STATE_FOLDER = "mangonel-driver-state"
 _LOW_32 = 4294967295
 # state kinds whose (key, pane) partial Spark's batch aggregation computes (`partial_calls`)
@@ -91,6 +109,7 @@ class DriverPlan:
     stage1: str  # "native" (Spark's batch GROUP BY) or "driver-arrow" (rows to the driver)
     stage1_reason: str
     reason: str
+    late_rows: bool = False  # the rows carry the stream's columns; late ones are written
 
     @property
     def window(self) -> ph.WindowAggregateExec:
@@ -108,16 +127,24 @@ def refused(plan: ph.ProjectExec) -> str | None:
 
 
 START_PLANS = ("driver", "streaming")
+LATE_ROWS_COST = (
+    "late_rows=: the streaming query carries every column of the stream, and each "
+    "micro-batch with late rows runs a second Spark job over it to collect them"
+)
 
 
-def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[str, str]:
+def choose_start(
+    planned: SparkQueryPlan, forced: str | None = None, late_rows: bool = False
+) -> tuple[str, str]:
     """("driver" | "streaming", why) for `start()`: the driver-side plan where it ran faster
     than `sql()`'s plan on this project's measurements (docs/performance.md, "Inside Spark:
     stage 2 on the driver under `foreachBatch`"): windows with w/s > 1 whose aggregates are
     Spark aggregates. Where Spark's own aggregation is the plan (w/s <= 1: each tuple in one
     window) the driver-side plan's stage 1 is the same hash aggregation plus its tick and was
     slower; holistic functions would take every row to the driver (one process), not
-    measured."""
+    measured. With `late_rows` (`planned` as planned without them) Spark's own aggregation
+    cannot run (it drops late rows unseen) and `sql()`'s plan would take every row into
+    Python, so w/s <= 1 takes the driver-side plan too; the reason names the added cost."""
     if forced not in (None, *START_PLANS):
         raise PlanError(f"plan must be 'driver' or 'streaming', not {forced!r}")
     why_not = refused(planned.plan)
@@ -130,6 +157,12 @@ def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[st
     if why_not is not None:
         return "streaming", why_not
     window = planned.window
+    if planned.native and late_rows:
+        return "driver", (
+            f"Spark's own window aggregation ({planned.native_reason}) drops late rows unseen "
+            "and sql()'s plan would take every row into Python; stage 1 as Spark's batch "
+            f"aggregation inside foreachBatch, stage 2 on the driver; {LATE_ROWS_COST}"
+        )
     if planned.native:
         return "streaming", f"Spark's own window aggregation: {planned.native_reason}"
     if any(f.kind.holistic for f in window.fields):
@@ -138,13 +171,14 @@ def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[st
             "(plan='driver' forces it)"
         )
     shape = f"w/s = {window.window.size / window.window.slide:g}"
+    cost = f"; {LATE_ROWS_COST}" if late_rows else ""
     return "driver", (
         f"{shape}: stage 1 as Spark's batch aggregation inside foreachBatch (no row enters "
-        "Python), stage 2 on the driver (no stateful Spark operator per micro-batch)"
+        f"Python), stage 2 on the driver (no stateful Spark operator per micro-batch){cost}"
     )
 
 
-def plan_driver(plan: ph.ProjectExec, reason: str) -> DriverPlan:
+def plan_driver(plan: ph.ProjectExec, reason: str, late_rows: bool = False) -> DriverPlan:
     why = refused(plan)
     if why is not None:
         raise PlanError(f"start(): {why}", hint="use sql() and writeStream for this query")
@@ -156,8 +190,8 @@ def plan_driver(plan: ph.ProjectExec, reason: str) -> DriverPlan:
             f"state kind {', '.join(kinds)} has no Spark aggregate: the rows go to the "
             "driver, which pre-aggregates them with Arrow"
         )
-        return DriverPlan(plan, "driver-arrow", why_rows, reason)
-    return DriverPlan(plan, "native", "every state field is a Spark aggregate", reason)
+        return DriverPlan(plan, "driver-arrow", why_rows, reason, late_rows)
+    return DriverPlan(plan, "native", "every state field is a Spark aggregate", reason, late_rows)
 
 
 # -- stage 1 ------------------------------------------------------------------------------
@@ -220,12 +254,15 @@ def partial_calls(window: ph.WindowAggregateExec) -> list[SparkColumn]:
     return calls
 
 
-def streaming_rows(window: ph.WindowAggregateExec, watermarked: DataFrame) -> DataFrame:
+def streaming_rows(
+    window: ph.WindowAggregateExec, watermarked: DataFrame, late_rows: bool = False
+) -> DataFrame:
     """The streaming query under `foreachBatch`: WHERE and the lift's projection over the
-    watermarked stream, unioned with the tick (module docstring)."""
+    watermarked stream (with `late_rows`, and every column of the stream: `late.row_select`),
+    unioned with the tick (module docstring)."""
     where, columns = lift_select(window)
     kept = watermarked.where(where)
-    rows = kept.select(*columns)
+    rows = kept.select(*columns, *(late.row_select(window) if late_rows else ()))
     event_time = quote(window.lift.scan.stream.event_time)
     # Spark's own streaming window aggregation over no rows: it makes Spark run the no-data
     # micro-batches (a WHERE false branch reads only the event-time column). It sits on the
@@ -237,8 +274,11 @@ def streaming_rows(window: ph.WindowAggregateExec, watermarked: DataFrame) -> Da
     return rows.unionByName(tick.select(*nulls))
 
 
-def batch_partials(plan: DriverPlan, batch: DataFrame) -> pa.RecordBatch | None:
-    """One micro-batch's (key, pane) partials, as the window operator's `merge` reads them."""
+def batch_partials(
+    plan: DriverPlan, batch: DataFrame
+) -> tuple[pa.RecordBatch | None, pa.Table | None]:
+    """One micro-batch's (key, pane) partials, as the window operator's `merge` reads them
+    (None: no rows), and the rows where stage 1 took them to the driver (else None)."""
     window = plan.window
     schema = partial_schema(window)
     if plan.stage1 == "native":
@@ -246,17 +286,17 @@ def batch_partials(plan: DriverPlan, batch: DataFrame) -> pa.RecordBatch | None:
         table = batch.groupBy(*keys, F.col(PANE)).agg(*partial_calls(window)).toArrow()
         spark_schema = spark_partial_schema(window)
         if not table.num_rows:
-            return None
+            return None, None
         arrays = [
             table[name].combine_chunks().cast(f.type)
             for name, f in zip(spark_schema.names, schema, strict=True)
         ]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema), None
     rows = batch.toArrow()
     if not rows.num_rows:
-        return None
+        return None, rows
     partials = arrow_preaggregate(window)(rows)  # Spark's names: dots become "__"
-    return pa.RecordBatch.from_arrays(partials.columns, schema=schema)
+    return pa.RecordBatch.from_arrays(partials.columns, schema=schema), rows
 
 
 # -- stage 2 and the state ----------------------------------------------------------------
@@ -331,16 +371,41 @@ def micro_batch_watermark_ms(spark: SparkSession, batch_id: int) -> int:
     return int(execution.offsetSeqMetadata().batchWatermarkMs())
 
 
+def late_row_sink(late_rows: LateSink) -> Callable[[pa.Table, int], None]:
+    """`late_rows=` as a function of (late rows, batch id): a directory gets one Parquet file
+    per batch id (late.write_batch), which a re-run batch id rewrites."""
+    if isinstance(late_rows, str):
+        directory = late_rows
+
+        def write(table: pa.Table, batch_id: int) -> None:
+            late.write_batch(directory, table, batch_id)
+
+        return write
+    return late_rows
+
+
 class DriverStage2:
-    """The `foreachBatch` function: stage 1's batch aggregation, then the window operator."""
+    """The `foreachBatch` function: stage 1's batch aggregation, then the window operator.
+    `metrics`: the operator's counters after the latest micro-batch (kept in its snapshot,
+    so they run on over restarts); `late_last_batch`: the tuples it judged late in that
+    micro-batch; `batches`: micro-batches run by this function."""
 
     def __init__(
-        self, spark: SparkSession, plan: DriverPlan, sink: Sink, checkpoint_location: str
+        self,
+        spark: SparkSession,
+        plan: DriverPlan,
+        sink: Sink,
+        checkpoint_location: str,
+        late_rows: LateSink | None = None,
     ) -> None:
         self.spark = spark
         self.plan = plan
         self.sink = parquet_sink(sink) if isinstance(sink, str) else sink
         self.store = SnapshotStore(checkpoint_location)
+        self.late_sink = None if late_rows is None else late_row_sink(late_rows)
+        self.metrics: OperatorMetrics | None = None
+        self.late_last_batch = 0
+        self.batches = 0
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         watermark_ms = micro_batch_watermark_ms(self.spark, batch_id)
@@ -356,13 +421,27 @@ class DriverStage2:
                 )
             # the operator's watermark is now W_{N-1}: Spark's bound for late rows
             tree.restore(snapshot)
-        partials = batch_partials(self.plan, batch)  # the micro-batch's one Spark job
-        if partials is not None:
-            tree.leaf().merge(partials)
+        # the micro-batch's one Spark job (a second one only for late rows, below)
+        partials, rows = batch_partials(self.plan, batch)
+        operator = tree.leaf()
+        dropped = operator.metrics().late_tuples_dropped
+        if partials is not None and self.late_sink is None:
+            operator.merge(partials)
+        elif partials is not None:
+            verdict = late.judged_late(operator, partials)
+            if verdict is not None:
+                found = late.driver_late_rows(
+                    self.plan.window, rows if rows is not None else batch, verdict
+                )
+                # before the results and the snapshot: a re-run batch id rewrites them
+                self.late_sink(found, batch_id)
         fired = tree.on_watermark(watermark_ms * 1000)
         results = pa.Table.from_batches(fired, schema=tree.schema)
         self.sink(results, batch_id)
         self.store.write(batch_id, tree.snapshot())
+        self.metrics = operator.metrics()
+        self.late_last_batch = self.metrics.late_tuples_dropped - dropped
+        self.batches += 1
 
 
 def start_streaming(
@@ -390,17 +469,21 @@ def start(
     sink: Sink,
     checkpoint_location: str,
     query_name: str | None = None,
-) -> StreamingQuery:
-    """Start the driver-side plan over the watermarked stream; results go to `sink`. The
-    query runs in the stream's session (its StreamingQueryManager knows the query; `spark`
-    when the stream has none)."""
+    late_rows: LateSink | None = None,
+) -> tuple[StreamingQuery, DriverStage2]:
+    """Start the driver-side plan over the watermarked stream; results go to `sink`, late
+    rows to `late_rows` (`plan.late_rows` must say so). The query runs in the stream's
+    session (its StreamingQueryManager knows the query; `spark` when the stream has none).
+    Returns the query and its `foreachBatch` function (its counters)."""
+    if plan.late_rows != (late_rows is not None):
+        raise AssertionError("plan_driver(late_rows=) and start(late_rows=) must agree")
     session = getattr(watermarked, "sparkSession", None) or spark
-    writer = streaming_rows(plan.window, watermarked).writeStream.foreachBatch(
-        DriverStage2(session, plan, sink, checkpoint_location)
-    )
+    stage2 = DriverStage2(session, plan, sink, checkpoint_location, late_rows)
+    frame = streaming_rows(plan.window, watermarked, plan.late_rows)
+    writer = frame.writeStream.foreachBatch(stage2)
     if query_name is not None:
         writer = writer.queryName(query_name)
-    return writer.option("checkpointLocation", checkpoint_location).start()
+    return writer.option("checkpointLocation", checkpoint_location).start(), stage2
 
 
 # -- EXPLAIN ------------------------------------------------------------------------------
@@ -416,9 +499,14 @@ def explain_nodes(plan: DriverPlan, watermarked: PlanNode) -> tuple[str, PlanNod
     if window.lift.predicate is not None:
         where += f" AND ({format_expression(window.lift.predicate)})"
     pane = f"floor(unix_micros({stream.event_time}) / {window.pane_length})"
+    carried = (
+        (Parameter("rows", "every column of the stream (late_rows=)", "rows"),)
+        if plan.late_rows
+        else ()
+    )
     project = PlanNode(
         "Stage1 native Project/Filter",
-        (Parameter("where", where, where), Parameter("pane", pane, pane)),
+        (Parameter("where", where, where), Parameter("pane", pane, pane), *carried),
         (watermarked,),
     )
     tick = "Spark's window aggregation over no rows, so that Spark runs no-data micro-batches"
@@ -451,6 +539,11 @@ def explain_nodes(plan: DriverPlan, watermarked: PlanNode) -> tuple[str, PlanNod
             Parameter("watermark", "Spark's, of the micro-batch", None),
             Parameter("fires", fires, fires),
             Parameter("late", "window_end<=previous watermark, per pane", None),
+            *(
+                (Parameter("late_rows", "written per batch id (a second Spark job)", None),)
+                if plan.late_rows
+                else ()
+            ),
             Parameter("window", format_duration(window.window.size), window.window.size),
             Parameter("backend", window.backend, window.backend),
         ),

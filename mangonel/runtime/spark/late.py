@@ -21,21 +21,33 @@ pre-aggregation would move. Arrow stage 1 (the CPU default) carries the rows, an
 the count windows' per-tuple stage 1 (one row per partial, stage1.kernel_stage1); the native
 plan (Spark's own aggregation drops late rows unseen) refuses `late_rows` (planner.py). Join
 queries hand out theirs from the join's stage (join.py), with this module's file naming.
+
+The driver-side plan (`ms.start(..., late_rows=)`, foreach_batch.py) has one window operator
+on the driver and the micro-batch as a batch DataFrame: its partials carry no tuples; the
+operator's verdict on them names the late panes (`judged_late`), and the rows of those panes
+are selected from the micro-batch (`driver_late_rows`), one file per batch id
+(`write_batch`).
 """
 
 from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from mangonel.compiler import physical as ph
-from mangonel.runtime.operators.late_rows import REASON_COLUMN, WATERMARK_COLUMN
+from mangonel.errors import DataError
+from mangonel.runtime.operators.base import PANE_META
+from mangonel.runtime.operators.late_rows import REASON_COLUMN, WATERMARK_COLUMN, with_late_columns
 from mangonel.runtime.spark.schema import quote
 
 ROWS = "__mangonel_rows"  # a partial row's tuples: Arrow IPC stream bytes
@@ -91,9 +103,18 @@ def expand(late_partials: list[pa.RecordBatch]) -> pa.Table | None:
 def write(directory: str, table: pa.Table, bucket: int, call: int) -> None:
     """One stage-2 call's late rows as one Parquet file (named by bucket and call: a retry
     rewrites it)."""
+    _write(directory, table, f"late-bucket{bucket:05d}-call{call:012d}.parquet")
+
+
+def write_batch(directory: str, table: pa.Table, batch_id: int) -> None:
+    """The driver-side plan's late rows of one micro-batch as one Parquet file, named by
+    batch id: a re-run batch id rewrites it."""
+    _write(directory, table, f"late-batch{batch_id:012d}.parquet")
+
+
+def _write(directory: str, table: pa.Table, name: str) -> None:
     if "://" not in directory:
         os.makedirs(directory, exist_ok=True)
-    name = f"late-bucket{bucket:05d}-call{call:012d}.parquet"
     pq.write_table(table, f"{directory.rstrip('/')}/{name}")
 
 
@@ -104,3 +125,74 @@ def null_rows(count: int) -> pa.Array:
 
 def row_ids(count: int) -> pa.Array:
     return pa.array(np.arange(count, dtype=np.int64))
+
+
+# -- the driver-side plan (foreach_batch.py) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class LateVerdict:
+    """What the driver's window operator judged late in one micro-batch's partials."""
+
+    last_pane: int  # the latest late pane: one watermark judges them all, so every pane
+    # up to it is late, and no later one is
+    tuples: int  # the tuples those partials hold: what the operator counted
+    reason: str
+    watermark: pa.Scalar  # the watermark they were judged against (timestamp[us, UTC])
+
+
+def judged_late(operator: Any, partials: pa.RecordBatch) -> LateVerdict | None:  # noqa: ANN401
+    """`merge` of one micro-batch's partials into the driver's window operator, keeping the
+    partial rows it judges late (its own verdict, the one it counts); None when none is."""
+    sink = operator.late_rows
+    counted = operator.metrics().late_tuples_dropped
+    sink.keep = True
+    sink.arriving(partials)
+    try:
+        operator.merge(partials)
+    finally:
+        sink.done()
+    pieces = sink.take()
+    if not pieces:
+        return None
+    table = pa.Table.from_batches(pieces)
+    judged = table.select([REASON_COLUMN, WATERMARK_COLUMN]).group_by(
+        [REASON_COLUMN, WATERMARK_COLUMN]
+    )
+    verdicts = judged.aggregate([]).to_pylist()
+    if len(verdicts) != 1:
+        raise AssertionError(f"one micro-batch, one watermark: the verdicts are {verdicts}")
+    return LateVerdict(
+        last_pane=pc.max(table[PANE_META]).as_py(),
+        tuples=operator.metrics().late_tuples_dropped - counted,
+        reason=table[REASON_COLUMN][0].as_py(),
+        watermark=table[WATERMARK_COLUMN][0],
+    )
+
+
+def driver_late_rows(
+    window: ph.WindowAggregateExec, rows: DataFrame | pa.Table, verdict: LateVerdict
+) -> pa.Table:
+    """The late rows of a micro-batch whose rows carry `row_select`'s columns beside the
+    pane (the micro-batch as a batch DataFrame: one more Spark job; or its rows already on
+    the driver), with the stream's column names, `late_reason` and `late_watermark`.
+    DataError unless they are exactly the tuples the operator counted."""
+    columns = row_columns(window)
+    aliases = [alias for alias, _ in columns]
+    if isinstance(rows, pa.Table):
+        chosen = rows.filter(pc.less_equal(rows[PANE_META], verdict.last_pane)).select(aliases)
+    else:
+        chosen = rows.where(F.col(PANE_META) <= verdict.last_pane)
+        chosen = chosen.select(*[F.col(quote(alias)) for alias in aliases]).toArrow()
+    if chosen.num_rows != verdict.tuples:
+        raise DataError(
+            f"the late rows selected ({chosen.num_rows}) are not the {verdict.tuples} the "
+            f"window operator counted (panes up to {verdict.last_pane}): a source that "
+            "reads a micro-batch differently the second time cannot hand out late rows"
+        )
+    named = chosen.rename_columns([name for _, name in columns])
+    batch = pa.RecordBatch.from_arrays(
+        [column.combine_chunks() for column in named.columns], schema=named.schema
+    )
+    watermark = verdict.watermark.cast(pa.int64()).as_py()
+    return pa.Table.from_batches([with_late_columns(batch, verdict.reason, watermark, None)])

@@ -135,6 +135,8 @@ class SparkMangonelSession:
         self._last: SparkQueryPlan | None = None
         self._last_driver: foreach_batch_module.DriverPlan | None = None
         self._start_reason: str | None = None  # start() ran sql()'s plan: why (EXPLAIN)
+        # the driver-side plan's foreachBatch function of each query start() ran: counters
+        self._driver_queries: dict[str, foreach_batch_module.DriverStage2] = {}
 
     @property
     def catalog(self):  # noqa: ANN201
@@ -326,6 +328,7 @@ class SparkMangonelSession:
         checkpoint_location: str,
         query_name: str | None = None,
         plan: str | None = None,
+        late_rows: foreach_batch_module.LateSink | None = None,
     ) -> StreamingQuery:
         """Start a window query into `sink`; returns the running `StreamingQuery`. `sink`
         receives each micro-batch's result rows: a callable `(pyarrow.Table, batch_id)`
@@ -335,25 +338,62 @@ class SparkMangonelSession:
         snapshots). `plan`: "driver" (stage 1 as Spark's batch aggregation inside
         foreachBatch, stage 2 on the driver: foreach_batch.py; docs/spark.md, "Stage 2 on the
         driver"), "streaming" (`sql()`'s plan), or None: chosen by cost
-        (`foreach_batch.choose_start`); EXPLAIN says which and why."""
+        (`foreach_batch.choose_start`); EXPLAIN says which and why. `late_rows`: where the
+        rows Spark's watermark finds late go, with `late_reason` and `late_watermark`: a
+        directory (the driver-side plan writes `late-batch<id>.parquet` per micro-batch that
+        has any; `sql()`'s plan as `sql(late_rows=)` does) or, on the driver-side plan, a
+        callable `(pyarrow.Table, batch_id)` called for those micro-batches. Late-row counts:
+        `start_metrics(query)`."""
+        if late_rows is not None and not (isinstance(late_rows, str) or callable(late_rows)):
+            raise PlanError(f"late_rows must be a directory path or a callable, not {late_rows!r}")
         result = self.session.sql(query)
         if isinstance(result, str):
             raise PlanError("start() takes a query; EXPLAIN goes to sql() or explain()")
         planned = self._spark_plan(result)
-        kind, reason = foreach_batch_module.choose_start(planned, plan)
+        kind, reason = foreach_batch_module.choose_start(planned, plan, late_rows is not None)
         if kind == "streaming":
-            frame = self._build(result)
+            if late_rows is not None and not isinstance(late_rows, str):
+                raise PlanError(
+                    f"start(): sql()'s plan runs this query ({reason}); it writes late rows "
+                    "to a directory, not to a callable",
+                    hint="pass late_rows='<directory>'",
+                )
+            frame = self._build(result, late_rows)
             self._start_reason = reason
             return foreach_batch_module.start_streaming(
                 frame, sink, checkpoint_location, query_name
             )
-        driver = foreach_batch_module.plan_driver(planned.plan, reason)
+        driver = foreach_batch_module.plan_driver(planned.plan, reason, late_rows is not None)
         watermarked = self._watermarked(planned.window)
-        streaming = foreach_batch_module.start(
-            self.spark, driver, watermarked, sink, checkpoint_location, query_name
+        streaming, stage2 = foreach_batch_module.start(
+            self.spark, driver, watermarked, sink, checkpoint_location, query_name, late_rows
         )
         self._last, self._last_driver, self._start_reason = planned, driver, None
+        self._driver_queries[streaming.runId] = stage2
         return streaming
+
+    def start_metrics(self, query: StreamingQuery) -> dict[str, int]:
+        """The driver-side plan's counters of a query `start()` ran here (running or
+        stopped), after its latest micro-batch: late_tuples_dropped (the tuples judged late,
+        as the standalone `Query.metrics` counts them; kept in the operator's snapshot, so
+        they include the runs before a restart from the same checkpoint), late_last_batch
+        (those of the latest micro-batch), windows_fired, rows_out, state_bytes and batches
+        (micro-batches run since this start)."""
+        stage2 = self._driver_queries.get(query.runId)
+        if stage2 is None:
+            raise PlanError(
+                "start_metrics(): the query is not one start() ran on the driver-side plan "
+                "in this session (sql()'s plan keeps its counts in Spark's state)"
+            )
+        metrics = stage2.metrics
+        return {
+            "late_tuples_dropped": metrics.late_tuples_dropped if metrics else 0,
+            "late_last_batch": stage2.late_last_batch,
+            "windows_fired": metrics.windows_fired if metrics else 0,
+            "rows_out": metrics.rows_out if metrics else 0,
+            "state_bytes": metrics.state_bytes if metrics else 0,
+            "batches": stage2.batches,
+        }
 
     def join_metrics(self, query: StreamingQuery) -> dict[str, int]:
         """The join operator's metrics of a running (or stopped) join query, summed over the
