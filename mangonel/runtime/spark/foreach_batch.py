@@ -107,7 +107,7 @@ def refused(plan: ph.ProjectExec) -> str | None:
     return None
 
 
-START_PLANS = ("driver", "streaming")
+START_PLANS = ("driver", "reader", "streaming")
 
 
 def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[str, str]:
@@ -119,7 +119,10 @@ def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[st
     slower; holistic functions would take every row to the driver (one process), not
     measured."""
     if forced not in (None, *START_PLANS):
-        raise PlanError(f"plan must be 'driver' or 'streaming', not {forced!r}")
+        raise PlanError(f"plan must be 'driver', 'reader' or 'streaming', not {forced!r}")
+    reader = choose_reader(planned, forced)
+    if reader is not None:
+        return reader
     why_not = refused(planned.plan)
     if forced == "driver":
         if why_not is not None:
@@ -142,6 +145,18 @@ def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[st
         f"{shape}: stage 1 as Spark's batch aggregation inside foreachBatch (no row enters "
         "Python), stage 2 on the driver (no stateful Spark operator per micro-batch)"
     )
+
+
+def choose_reader(planned: SparkQueryPlan, forced: str | None) -> tuple[str, str] | None:
+    """("reader", why) where `start()` runs the reader-fed plan (reader_batch.py), else None."""
+    from mangonel.runtime.spark import reader_batch  # it builds on this module
+
+    why_not = reader_batch.refused(planned)
+    if forced == "reader":
+        if why_not is not None:
+            raise PlanError(f"start(plan='reader'): {why_not}")
+        return "reader", "plan='reader' requested"
+    return None
 
 
 def plan_driver(plan: ph.ProjectExec, reason: str) -> DriverPlan:
