@@ -193,6 +193,14 @@ def test_flush_offsets(tmp_path):
     assert flushed == {"file": second["file"], FLUSHED: True}
     assert reader.partitions(second, flushed) == []
     assert reader.latestOffset(flushed) == flushed  # idle: no micro-batch
+    generated = SourceOffsets("generator", flush=True, tuples=250, batch_size=100, splits=2)
+    reader = PaneStreamReader({"spec": "", "offsets": generated.encode()})
+    offsets = [reader.initialOffset()]
+    while len(offsets) < 6:
+        offsets.append(reader.latestOffset(offsets[-1]))
+    assert [o["tuples"] for o in offsets] == [0, 100, 200, 250, 250, 250]
+    assert [o[FLUSHED] for o in offsets] == [True, False, False, False, True, True]
+    assert reader.partitions(offsets[1], offsets[2]) and not reader.partitions(*offsets[3:5])
 
 
 def test_choice_explain_and_refusals(spark, tmp_path):
@@ -216,3 +224,13 @@ def test_choice_explain_and_refusals(spark, tmp_path):
         run_start(registered, query, tmp_path / "ck3", plan="reader")
     planned = registered._spark_plan(registered.session.sql(query))  # noqa: SLF001
     assert foreach_batch.choose_start(planned)[0] == "driver"
+    # a declared stream: the reader-fed plan by default where w/s > 1, Spark's own on
+    # tumbling windows, plan= forces either
+    planned = session._spark_plan(session.session.sql(query))  # noqa: SLF001
+    kind, reason = foreach_batch.choose_start(planned)
+    assert kind == "reader" and "w/s = 10 over a stream mangonel reads" in reason
+    assert foreach_batch.choose_start(planned, "driver")[0] == "driver"
+    tumbling = "SELECT k, window_start, SUM(v) AS s FROM s [RANGE 1 SECOND] GROUP BY k"
+    planned = session._spark_plan(session.session.sql(tumbling))  # noqa: SLF001
+    assert foreach_batch.choose_start(planned)[0] == "streaming"
+    assert foreach_batch.choose_start(planned, "reader")[0] == "reader"

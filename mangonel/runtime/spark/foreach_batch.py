@@ -148,7 +148,11 @@ def choose_start(planned: SparkQueryPlan, forced: str | None = None) -> tuple[st
 
 
 def choose_reader(planned: SparkQueryPlan, forced: str | None) -> tuple[str, str] | None:
-    """("reader", why) where `start()` runs the reader-fed plan (reader_batch.py), else None."""
+    """("reader", why) where `start()` runs the reader-fed plan (reader_batch.py), else None:
+    forced, or by default over a stream mangonel reads itself where Spark's own aggregation
+    is not the plan (w/s > 1); it was faster than this module's plan at every measured shape
+    and needs no tick (docs/performance.md, "Inside Spark: mangonel's reader feeding stage 2
+    on the driver")."""
     from mangonel.runtime.spark import reader_batch  # it builds on this module
 
     why_not = reader_batch.refused(planned)
@@ -156,7 +160,16 @@ def choose_reader(planned: SparkQueryPlan, forced: str | None) -> tuple[str, str
         if why_not is not None:
             raise PlanError(f"start(plan='reader'): {why_not}")
         return "reader", "plan='reader' requested"
-    return None
+    if forced is not None or why_not is not None or planned.native:
+        return None
+    window = planned.window
+    shape = f"w/s = {window.window.size / window.window.slide:g}"
+    source = window.lift.scan.stream.option("source").lower()
+    return "reader", (
+        f"{shape} over a stream mangonel reads (source = '{source}'): panes pre-aggregated in "
+        "mangonel's reader, the watermark and stage 2 on the driver (no stateful Spark "
+        "operator, no tick)"
+    )
 
 
 def plan_driver(plan: ph.ProjectExec, reason: str) -> DriverPlan:

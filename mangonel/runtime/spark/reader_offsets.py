@@ -15,10 +15,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from mangonel.catalog.sources.files import data_files
-
 # Chunks are the generator's unit of reproducibility: chunk c is generate(...) with seed
 # (seed, c), so rows [a, b) never depend on micro-batch or partition boundaries.
 CHUNK_ROWS = 50_000
@@ -58,6 +54,9 @@ def listed_files(spec: SourceOffsets) -> list[str]:
     """The source's data files in name order (`catalog.sources.files.data_files`: the rules
     of `mangonel run`); a folder with none yet is a stream that has not started (as Spark's
     file source, it waits), a missing path an error."""
+    # imported here: of the processes that import this module only the source's lists files
+    from mangonel.catalog.sources.files import data_files
+
     root = Path(spec.path)
     if root.is_dir() and not any(root.iterdir()):
         return []
@@ -75,6 +74,8 @@ def next_files(spec: SourceOffsets, after: str) -> str:
 def file_parts(spec: SourceOffsets, after: str, until: str) -> list[FilePart]:
     """The partitions of the micro-batch (after, until]: one per Parquet row group, one per
     CSV file."""
+    import pyarrow.parquet as pq  # (as in listed_files)
+
     parts: list[FilePart] = []
     for name in listed_files(spec):
         if not after < name <= until:
