@@ -234,3 +234,46 @@ def test_choice_explain_and_refusals(spark, tmp_path):
     planned = session._spark_plan(session.session.sql(tumbling))  # noqa: SLF001
     assert foreach_batch.choose_start(planned)[0] == "streaming"
     assert foreach_batch.choose_start(planned, "reader")[0] == "reader"
+
+
+@pytest.mark.parametrize("source", ["generator", "csv"])
+def test_generator_and_csv_streams_take_the_reader_fed_plan_and_equal_spark(
+    spark, tmp_path, source
+):
+    """start()'s default over the other sources mangonel reads: equal to Spark's own
+    aggregation over the stream's Spark source (CSV: mangonel parses it, so the files hold
+    only well-formed rows here)."""
+    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
+    if source == "generator":
+        options = (
+            "source = 'generator', tuples = '12000', rate = '10000', keys = '4', "
+            "delay = '50 milliseconds', rows_per_batch = '4000', seed = '3'"
+        )
+    else:
+        folder = tmp_path / "in"
+        folder.mkdir()
+        for number, table in enumerate(tables_of(SqlType.DOUBLE, delay_us=300_000, files=3)):
+            table.to_pandas().to_csv(folder / f"part-{number:05d}.csv", index=False)
+        options = f"source = 'csv', path = '{folder}', files_per_trigger = '1'"
+    session = mg.attach(spark)
+    session.execute(
+        f"CREATE STREAM s ({ddl}) WITH (event_time = 'ts', watermark = '100 milliseconds', "
+        f"{options})"
+    )
+    query = (
+        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS s "
+        "FROM s [RANGE 500 MILLISECONDS SLIDE 100 MILLISECONDS] GROUP BY k"
+    )
+    ours = run_start(session, query, tmp_path / "ck", plan=None).frame()
+    assert "mangonel's reader, stage 2 on the driver (reason: w/s = 5" in session.explain()
+    native = native_window_query(
+        session._frames["s"],  # noqa: SLF001
+        event_time="ts",
+        delay="100 milliseconds",
+        size="500 milliseconds",
+        slide="100 milliseconds",
+        keys=["k"],
+        aggregates=[("COUNT(*)", None, "n"), ("SUM", "v", "s")],
+    )
+    assert len(ours) > 0
+    assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
