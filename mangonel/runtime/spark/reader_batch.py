@@ -67,12 +67,13 @@ from mangonel.runtime.spark.stage1 import (
 _WATERMARK = struct.Struct("<q")  # W_{N+1} in milliseconds, before the operator's snapshot
 
 
-def refused(planned: SparkQueryPlan) -> str | None:
+def refused(planned: SparkQueryPlan, late_rows: bool = False) -> str | None:
     """Why the reader-fed plan cannot run this query (None: it can): the stream must be one
-    mangonel reads (`planner.reader_applies`), and the aggregates must have pane partials
-    that stage 2 merges (holistic values would travel as bytes per pane: not built)."""
+    mangonel reads (`planner.reader_applies`; late rows as data need the rows, which the
+    reader never sends), and the aggregates must have pane partials that stage 2 merges
+    (holistic values would travel as bytes per pane: not built)."""
     window = planned.window
-    applies, why_not = reader_applies(window, late_rows=False)
+    applies, why_not = reader_applies(window, late_rows)
     if not applies:
         return why_not
     holistic = sorted({f.kind.name for f in window.fields if f.kind.holistic})
