@@ -88,7 +88,9 @@ class DriverPlan:
     """What `start()` runs: the window, how stage 1 pre-aggregates, and why this plan."""
 
     plan: ph.ProjectExec
-    stage1: str  # "native" (Spark's batch GROUP BY) or "driver-arrow" (rows to the driver)
+    # "native" (Spark's batch GROUP BY), "driver-arrow" (rows to the driver) or "reader"
+    # (mangonel's reader, reader_batch.py)
+    stage1: str
     stage1_reason: str
     reason: str
 
