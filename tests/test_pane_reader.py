@@ -21,15 +21,17 @@ import mangonel as mg  # noqa: E402
 from mangonel.compiler import physical as ph  # noqa: E402
 from mangonel.runtime.spark import functions  # noqa: E402
 from mangonel.runtime.spark.pane_reader import (  # noqa: E402
-    CHUNK_ROWS,
     EVENT_TIME,
-    file_parts,
-    generator_parts,
-    next_files,
     partition_batches,
     read_file_part,
     read_generator_part,
     watermark_predicate,
+)
+from mangonel.runtime.spark.reader_offsets import (  # noqa: E402
+    CHUNK_ROWS,
+    file_parts,
+    generator_parts,
+    next_files,
 )
 
 

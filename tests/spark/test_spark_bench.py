@@ -85,4 +85,5 @@ def test_the_standalone_engine_gives_sparks_rows_on_the_same_files(spark):
         assert_same_results(table, native, ["key"])
     assert result.standalone_rows == result.rows_out == result.spark_rows_out == len(native)
     assert result.driver_rows == len(native)  # the driver-side plan (ms.start), same rows
+    assert result.reader_seconds is None  # the reader-fed plan does not run holistic state
     assert result.standalone_seconds is not None and result.standalone_seconds > 0

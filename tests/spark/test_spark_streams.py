@@ -244,8 +244,8 @@ def test_register_refuses_a_dataframe_that_already_has_a_watermark(spark, tmp_pa
 def test_benchmark_shape_reports_the_chosen_plan_and_the_native_plans_rows(spark):
     """`mangonel bench --spark` on a tiny input: tumbling windows run natively over both
     the declared Parquet stream and the registered DataFrame; sliding ones run two stages
-    after Spark's Parquet reader over both; all, and the driver-side plan, give Spark's
-    native streaming aggregation's rows."""
+    after Spark's Parquet reader over both; all, and the driver-side plans (with the tick,
+    and reader-fed), give Spark's native streaming aggregation's rows."""
     from mangonel.runtime.spark.bench import SparkShape, measure_shape
 
     for shape, plans in (
@@ -256,9 +256,11 @@ def test_benchmark_shape_reports_the_chosen_plan_and_the_native_plans_rows(spark
         result = measure_shape(spark, shape, 4000, 20_000, 2000, 3, keep=kept)
         assert (result.plan, result.dataframe_plan) == plans
         assert result.dataframe_tuples_per_second > 0
-        ours, native, frame, driver = kept
+        ours, native, frame, driver, reader = kept
         native = native.rename(columns={"start": "window_start", "end": "window_end"})
         assert_same_results(ours, native, ["key"])
         assert_same_results(frame, native, ["key"])
         assert_same_results(driver, native, ["key"])  # the driver-side plan (ms.start)
+        assert_same_results(reader, native, ["key"])  # start(plan="reader")
         assert result.rows_out == result.spark_rows_out == result.driver_rows == len(native)
+        assert result.reader_rows == len(native)

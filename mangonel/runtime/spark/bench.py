@@ -17,6 +17,9 @@ file per micro-batch) runs end to end, in the same Spark session, one after the 
 4. mangonel's driver-side plan (`SparkMangonelSession.start`, foreach_batch.py) over the
    registered DataFrame: stage 1 as Spark's batch aggregation inside `foreachBatch`, stage 2
    on the driver, results to a sink that counts them;
+4b. mangonel's reader-fed plan (`start(plan="reader")`, reader_batch.py) over the declared
+   stream: mangonel's reader pre-aggregates panes, the driver computes the watermark and
+   runs the window operator, no stateful Spark operator;
 5. with `standalone` (the entry point's runner, mangonel.bench.spark_standalone_runner),
    mangonel's own engine outside Spark over the same files read as Arrow batches, one per
    micro-batch.
@@ -50,6 +53,7 @@ from mangonel.catalog.sources.generator import GeneratorConfig, generate
 from mangonel.catalog.types import SqlType
 from mangonel.compiler.explain import format_duration
 from mangonel.errors import PlanError
+from mangonel.runtime.spark import reader_batch
 from mangonel.runtime.spark.session import SparkMangonelSession, local_spark
 
 STREAM_DDL = "ts TIMESTAMP, key BIGINT, value DOUBLE"
@@ -115,6 +119,9 @@ class SparkResult:
     # the driver-side plan (`ms.start`: foreachBatch, stage 2 on the driver) on the same files
     driver_seconds: float | None = None
     driver_rows: int | None = None
+    # the reader-fed plan (`start(plan="reader")`: the reader feeds stage 2 on the driver)
+    reader_seconds: float | None = None
+    reader_rows: int | None = None
 
 
 def start_local_spark(
@@ -170,9 +177,9 @@ def _seconds_and_rows(frame: DataFrame, keep: list[Any] | None = None) -> tuple[
 
 
 def _driver_seconds_and_rows(
-    session: SparkMangonelSession, query: str, keep: list[Any] | None = None
+    session: SparkMangonelSession, query: str, keep: list[Any] | None = None, plan: str = "driver"
 ) -> tuple[float, int]:
-    """`session.start(query)` (the driver-side plan) until every input is processed, with a
+    """`session.start(query, plan=plan)` (a driver-side plan) until every input is processed, with a
     fresh checkpoint, into a sink that counts the rows (with `keep`, keeps them);
     (wall seconds, rows out)."""
     tables: list[pa.Table] = []
@@ -185,7 +192,7 @@ def _driver_seconds_and_rows(
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-driver-") as checkpoint:
-        query_handle = session.start(query, sink, checkpoint_location=checkpoint, plan="driver")
+        query_handle = session.start(query, sink, checkpoint_location=checkpoint, plan=plan)
         try:
             query_handle.processAllAvailable()
         finally:
@@ -273,8 +280,9 @@ def measure_shape(
 ) -> SparkResult:
     """One shape through mangonel's reader path, Spark's native aggregation and mangonel
     over a registered DataFrame (module docstring). With `keep`, the three result tables are
-    appended to it in that order instead of going to a no-op sink (and the standalone
-    engine's, fourth). `compare`: also the declared stream with a plan the planner did not
+    appended to it in that order instead of going to a no-op sink, then the driver-side
+    plan's, the reader-fed plan's (where it runs the query) and the standalone engine's.
+    `compare`: also the declared stream with a plan the planner did not
     choose (`alternative_plan`). `standalone`: also mangonel's own engine outside Spark on
     the same files through this runner (`run_standalone`)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORES[state_store])
@@ -309,6 +317,11 @@ def measure_shape(
         driver_seconds, driver_rows = _driver_seconds_and_rows(
             registered, _mangonel_query(shape), keep
         )
+        reader_seconds, reader_rows = (
+            _driver_seconds_and_rows(declared, _mangonel_query(shape), keep, plan="reader")
+            if declared.last_plan is not None and reader_batch.refused(declared.last_plan) is None
+            else (None, None)
+        )
         alone_seconds, alone_rows = (
             run_standalone(Path(folder), shape, standalone, backend, keep)
             if standalone is not None
@@ -337,6 +350,8 @@ def measure_shape(
         standalone_rows=alone_rows,
         driver_seconds=driver_seconds,
         driver_rows=driver_rows,
+        reader_seconds=reader_seconds,
+        reader_rows=reader_rows,
     )
 
 
@@ -448,6 +463,7 @@ def run_spark_benchmarks(
             + f"  [{result.mangonel_seconds:.1f} s vs {result.spark_seconds:.1f} s]"
             + _alternative_text(result)
             + _driver_text(result)
+            + _reader_text(result)
             + _standalone_text(result)
             + agree,
             flush=True,
@@ -475,6 +491,18 @@ def _driver_text(result: SparkResult) -> str:
     return (
         f"; driver-side (start): {rate / 1e6:.3f} M/s ({ratio:.1f}x)"
         f" [{result.driver_seconds:.1f} s]{agree}"
+    )
+
+
+def _reader_text(result: SparkResult) -> str:
+    if result.reader_seconds is None:
+        return ""
+    agree = "" if result.reader_rows == result.spark_rows_out else " (rows differ!)"
+    rate = result.tuples / result.reader_seconds
+    ratio = rate / result.spark_tuples_per_second
+    return (
+        f"; reader-fed (start, plan='reader'): {rate / 1e6:.3f} M/s ({ratio:.1f}x)"
+        f" [{result.reader_seconds:.1f} s]{agree}"
     )
 
 

@@ -106,7 +106,9 @@ class DriverPlan:
     """What `start()` runs: the window, how stage 1 pre-aggregates, and why this plan."""
 
     plan: ph.ProjectExec
-    stage1: str  # "native" (Spark's batch GROUP BY) or "driver-arrow" (rows to the driver)
+    # "native" (Spark's batch GROUP BY), "driver-arrow" (rows to the driver) or "reader"
+    # (mangonel's reader, reader_batch.py)
+    stage1: str
     stage1_reason: str
     reason: str
     late_rows: bool = False  # the rows carry the stream's columns; late ones are written
@@ -126,7 +128,7 @@ def refused(plan: ph.ProjectExec) -> str | None:
     return None
 
 
-START_PLANS = ("driver", "streaming")
+START_PLANS = ("driver", "reader", "streaming")
 LATE_ROWS_COST = (
     "late_rows=: the streaming query carries every column of the stream, and each "
     "micro-batch with late rows runs a second Spark job over it to collect them"
@@ -146,7 +148,10 @@ def choose_start(
     cannot run (it drops late rows unseen) and `sql()`'s plan would take every row into
     Python, so w/s <= 1 takes the driver-side plan too; the reason names the added cost."""
     if forced not in (None, *START_PLANS):
-        raise PlanError(f"plan must be 'driver' or 'streaming', not {forced!r}")
+        raise PlanError(f"plan must be 'driver', 'reader' or 'streaming', not {forced!r}")
+    reader = choose_reader(planned, forced, late_rows)
+    if reader is not None:
+        return reader
     why_not = refused(planned.plan)
     if forced == "driver":
         if why_not is not None:
@@ -175,6 +180,33 @@ def choose_start(
     return "driver", (
         f"{shape}: stage 1 as Spark's batch aggregation inside foreachBatch (no row enters "
         f"Python), stage 2 on the driver (no stateful Spark operator per micro-batch){cost}"
+    )
+
+
+def choose_reader(
+    planned: SparkQueryPlan, forced: str | None, late_rows: bool = False
+) -> tuple[str, str] | None:
+    """("reader", why) where `start()` runs the reader-fed plan (reader_batch.py), else None:
+    forced, or by default over a stream mangonel reads itself where Spark's own aggregation
+    is not the plan (w/s > 1); it was faster than this module's plan at every measured shape
+    and needs no tick (docs/performance.md, "Inside Spark: mangonel's reader feeding stage 2
+    on the driver"). Late rows as data need the rows, which the reader never sends."""
+    from mangonel.runtime.spark import reader_batch  # it builds on this module
+
+    why_not = reader_batch.refused(planned, late_rows)
+    if forced == "reader":
+        if why_not is not None:
+            raise PlanError(f"start(plan='reader'): {why_not}")
+        return "reader", "plan='reader' requested"
+    if forced is not None or why_not is not None or planned.native:
+        return None
+    window = planned.window
+    shape = f"w/s = {window.window.size / window.window.slide:g}"
+    source = window.lift.scan.stream.option("source").lower()
+    return "reader", (
+        f"{shape} over a stream mangonel reads (source = '{source}'): panes pre-aggregated in "
+        "mangonel's reader, the watermark and stage 2 on the driver (no stateful Spark "
+        "operator, no tick)"
     )
 
 

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from sqlglot import exp
 
 from mangonel.catalog.catalog import Column, Schema
-from mangonel.catalog.sources.files import data_files, read_files
+from mangonel.catalog.sources.files import read_files
 from mangonel.catalog.sources.generator import generate
 from mangonel.catalog.sources.options import GeneratorSource, generator_source
 from mangonel.catalog.types import SqlType, type_from_name
@@ -47,13 +47,11 @@ from mangonel.errors import DataError
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.host.arrays import batch_columns, column, to_mask, to_values
 from mangonel.runtime.spark.functions import stage1_leaf, stage1_preaggregate
+from mangonel.runtime.spark.reader_offsets import CHUNK_ROWS, FilePart, SourceOffsets
 
 EVENT_TIME = "__mangonel_event_time"  # the partition's watermark time, on each of its rows
 EVENT_TIME_TYPE = pa.timestamp("us", tz="UTC")
 READER_SOURCES = ("generator", "parquet", "csv")
-# Chunks are the generator's unit of reproducibility: chunk c is generate(...) with seed
-# (seed, c), so rows [a, b) never depend on micro-batch or partition boundaries.
-CHUNK_ROWS = 50_000
 
 
 @dataclasses.dataclass
@@ -71,6 +69,25 @@ class ReaderSpec:
     files_per_trigger: int = 1
     header: bool = True  # CSV
     splits: int = 2  # generator: partitions per micro-batch
+    # the reader-fed plan (reader_batch.py): after data, an offset that only marks it flushed
+    # gives Spark's no-data micro-batch without a stateful operator
+    flush: bool = False
+
+    def offsets(self) -> SourceOffsets:
+        """What the source's offsets and partitions depend on (reader_source.py)."""
+        tuples = batch_size = 0
+        if self.source == "generator":
+            config = generator_of(self.generator).config
+            tuples, batch_size = config.tuples, config.batch_size
+        return SourceOffsets(
+            self.source,
+            self.path,
+            self.files_per_trigger,
+            self.splits,
+            self.flush,
+            tuples,
+            batch_size,
+        )
 
     def encode(self) -> str:
         return base64.b64encode(pickle.dumps(self)).decode("ascii")
@@ -169,48 +186,6 @@ def _with_event_time(batch: pa.RecordBatch, top: int | None) -> pa.RecordBatch:
 # -- offsets and partitions ------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class FilePart:
-    """One reader partition of a file source: a file, and for Parquet some of its row groups
-    (None: the whole file)."""
-
-    path: str
-    row_groups: tuple[int, ...] | None = None
-
-
-def listed_files(spec: ReaderSpec) -> list[str]:
-    """The source's data files in name order (`catalog.sources.files.data_files`: the rules
-    of `mangonel run`); a folder with none yet is a stream that has not started (as Spark's
-    file source, it waits), a missing path an error."""
-    root = Path(spec.path)
-    if root.is_dir() and not any(root.iterdir()):
-        return []
-    return [str(path) for path in data_files(spec.path)]
-
-
-def next_files(spec: ReaderSpec, after: str) -> str:
-    """The file offset after one more micro-batch: the name of the last file it reads
-    (`files_per_trigger` files named after `after`), or `after` when there is none. Files are
-    read in name order; a file added with a name at or before `after` is never read."""
-    newer = [name for name in listed_files(spec) if name > after]
-    return newer[: spec.files_per_trigger][-1] if newer else after
-
-
-def file_parts(spec: ReaderSpec, after: str, until: str) -> list[FilePart]:
-    """The partitions of the micro-batch (after, until]: one per Parquet row group, one per
-    CSV file."""
-    parts: list[FilePart] = []
-    for name in listed_files(spec):
-        if not after < name <= until:
-            continue
-        if spec.source == "parquet":
-            groups = pq.ParquetFile(name).metadata.num_row_groups
-            parts.extend(FilePart(name, (group,)) for group in range(groups))
-        else:
-            parts.append(FilePart(name))
-    return parts
-
-
 def read_file_part(spec: ReaderSpec, part: FilePart) -> pa.Table:
     """The rows of one file partition, with the columns the query reads (Parquet: in the
     file's own types, which the operator's conformance step meets with the declared ones)."""
@@ -225,19 +200,6 @@ def read_file_part(spec: ReaderSpec, part: FilePart) -> pa.Table:
         read_files(part.path, "csv", scan.stream.schema, batch_size=1 << 30, header=spec.header)
     )
     return pa.Table.from_batches(batches, schema=scan.stream.schema.to_arrow())
-
-
-def generator_parts(spec: ReaderSpec, begin: int, end: int) -> list[tuple[int, int]]:
-    """Tuples [begin, end) as `splits` contiguous ranges whose inner bounds fall on chunk
-    boundaries (each range reads whole chunks where it can)."""
-    if end <= begin:
-        return []
-    chunks = (end - 1) // CHUNK_ROWS - begin // CHUNK_ROWS + 1  # the chunks the range touches
-    per_part = max(1, -(-chunks // max(1, spec.splits)))
-    bounds = [begin]
-    while bounds[-1] < end:
-        bounds.append(min(end, (bounds[-1] // CHUNK_ROWS + per_part) * CHUNK_ROWS))
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def schema_from_options(options: dict[str, str]) -> Schema:

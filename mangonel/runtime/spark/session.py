@@ -37,6 +37,7 @@ from mangonel.runtime.spark import join as join_module
 from mangonel.runtime.spark import native as native_module
 from mangonel.runtime.spark import native_stage2 as native_stage2_module
 from mangonel.runtime.spark import reader as reader_module
+from mangonel.runtime.spark import reader_batch as reader_batch_module
 from mangonel.runtime.spark import stage1 as stage1_module
 from mangonel.runtime.spark import stage2 as stage2_module
 from mangonel.runtime.spark.java import check_java
@@ -351,6 +352,13 @@ class SparkMangonelSession:
             raise PlanError("start() takes a query; EXPLAIN goes to sql() or explain()")
         planned = self._spark_plan(result)
         kind, reason = foreach_batch_module.choose_start(planned, plan, late_rows is not None)
+        if kind == "reader":  # mangonel's reader feeds the driver (reader_batch.py)
+            streaming, driver, stage2 = reader_batch_module.start(
+                self.spark, planned, reason, sink, checkpoint_location, query_name
+            )
+            self._last, self._last_driver, self._start_reason = planned, driver, None
+            self._driver_queries[streaming.runId] = stage2
+            return streaming
         if kind == "streaming":
             if late_rows is not None and not isinstance(late_rows, str):
                 raise PlanError(
@@ -421,7 +429,9 @@ class SparkMangonelSession:
 
     def _explain(self, planned: SparkQueryPlan) -> str:
         driver = self._last_driver
-        if driver is not None and planned is self._last:
+        if driver is not None and planned is self._last and driver.stage1 == "reader":
+            spark_side = reader_batch_module.explain_text(driver)
+        elif driver is not None and planned is self._last:
             spark_side = foreach_batch_module.explain_text(driver)
         else:
             spark_side = spark_stages_text(planned)

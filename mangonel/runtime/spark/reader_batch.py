@@ -1,0 +1,244 @@
+"""The reader-fed driver-side plan (`start(plan="reader")`): mangonel's own reader of the
+stream (reader.py: lift and pane pre-aggregation inside Spark's Python Data Source) feeds
+the driver's window operator under `foreachBatch`, with no stateful Spark operator and no
+Spark watermark at all.
+
+Why: the driver-side plan (foreach_batch.py) takes Spark's watermark of the micro-batch,
+which needs a stateful operator (its "tick", a window aggregation over no rows) so that Spark
+runs the no-data micro-batch firing the last windows; the tick costs a shuffle stage with
+state every micro-batch (docs/performance.md, "Inside Spark: stage 2 on the driver"). Here:
+
+- **Stage 1** is the reader's (`pane_reader.partition_batches`): each partition reads its
+  rows in Python and yields one carrier row and its (key, pane) partials, every row with the
+  partition's watermark time (the largest event time among the rows Spark's watermark would
+  count); `toArrow()` brings them to the driver. No row of the stream enters the JVM.
+- **The watermark** is computed on the driver by Spark's rule, in milliseconds as Spark keeps
+  it: W_0 = 0, W_{N+1} = max(W_N, max event time through micro-batch N - delay). Micro-batch
+  N merges its partials against W_{N-1} (a pane whose windows all ended then is late,
+  dropped and counted: the operator's merge) and fires every window with end <= W_N, as
+  Spark's own aggregation does (docs/spark.md, "Watermark and late data").
+- **No-data micro-batches** come from the source: after a micro-batch that read data, when no
+  new data is there, the reader's next offset only marks the data as flushed
+  (`ReaderSpec.flush`), so Spark runs one micro-batch with no partitions, in which the
+  windows due at the new watermark fire (Spark's own no-data micro-batch, without a
+  stateful operator).
+- **State and exactly once** as foreach_batch.py: per batch id, the operator's snapshot
+  (with W_{N+1}) under the checkpoint; a re-run batch id restores the batch before it.
+
+Why not fire W_{N+1} right after micro-batch N (no flush micro-batch at all): Spark accepts,
+in micro-batch N + 1, rows of windows ending in (W_N, W_{N+1}], which would have fired
+already; the results would then differ from Spark's on out-of-order input (tested:
+tests/spark/test_spark_reader_batch.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from mangonel.compiler import physical as ph
+from mangonel.compiler.explain import Parameter, PlanNode, format_duration
+from mangonel.compiler.explain import explain_text as node_text
+from mangonel.errors import DataError, PlanError
+from mangonel.runtime.spark import reader as reader_module
+from mangonel.runtime.spark.foreach_batch import (
+    STATE_FOLDER,
+    DriverPlan,
+    Sink,
+    SnapshotStore,
+    parquet_sink,
+)
+from mangonel.runtime.spark.functions import bucket_tree
+from mangonel.runtime.spark.pane_reader import EVENT_TIME
+from mangonel.runtime.spark.planner import SparkQueryPlan, reader_applies
+from mangonel.runtime.spark.reader_source import PANES_FORMAT
+from mangonel.runtime.spark.stage1 import (
+    partial_ddl,
+    partial_schema,
+    spark_name,
+    spark_partial_schema,
+)
+
+_WATERMARK = struct.Struct("<q")  # W_{N+1} in milliseconds, before the operator's snapshot
+
+
+def refused(planned: SparkQueryPlan, late_rows: bool = False) -> str | None:
+    """Why the reader-fed plan cannot run this query (None: it can): the stream must be one
+    mangonel reads (`planner.reader_applies`; late rows as data need the rows, which the
+    reader never sends), and the aggregates must have pane partials that stage 2 merges
+    (holistic values would travel as bytes per pane: not built)."""
+    window = planned.window
+    applies, why_not = reader_applies(window, late_rows)
+    if not applies:
+        return why_not
+    holistic = sorted({f.kind.name for f in window.fields if f.kind.holistic})
+    if holistic:
+        return f"holistic state ({', '.join(holistic)}) is not built for the reader-fed plan"
+    return None
+
+
+def reader_plan(planned: SparkQueryPlan, reason: str) -> tuple[SparkQueryPlan, DriverPlan]:
+    """The query planned for the reader: stage 1's placements as the reader path's (the
+    pane pre-aggregation runs where the lift does), one carrier row per partition."""
+    why = refused(planned)
+    if why is not None:
+        raise PlanError(f"start(plan='reader'): {why}", hint="use plan='driver' or 'streaming'")
+    window = planned.window
+    lift = ph.placement(window, "lift")
+    placements = (lift, ph.Placement("preaggregate", lift.backend, lift.reason))
+    # stage2="native": the reader sends one carrier row (the partition's watermark time)
+    for_reader = dataclasses.replace(
+        planned, stage1="reader", native=False, stage1_placements=placements, stage2="native"
+    )
+    stage1_reason = "lift and pane pre-aggregation inside mangonel's reader"
+    return for_reader, DriverPlan(planned.plan, "reader", stage1_reason, reason)
+
+
+def reader_rows(spark: SparkSession, planned: SparkQueryPlan) -> DataFrame:
+    """The reader's streaming partials with its flush offsets (module docstring)."""
+    window = planned.window
+    spec = reader_module.reader_spec(planned, spark.sparkContext.defaultParallelism)
+    spec.flush = True
+    return reader_module.panes_stream(
+        spark, spec, partial_ddl(window) + f", {EVENT_TIME} TIMESTAMP"
+    )
+
+
+def spark_millis(microseconds: int) -> int:
+    """An event time as Spark's watermark reads it: milliseconds, truncated toward zero
+    (`EventTimeWatermarkExec`: the timestamp in microseconds / 1000, a Java long division)."""
+    return microseconds // 1000 if microseconds >= 0 else -(-microseconds // 1000)
+
+
+@dataclasses.dataclass
+class ReaderStage2:
+    """The `foreachBatch` function: the reader's partials to the driver, the watermark by
+    Spark's rule, the window operator. `late_tuples` and `batches` count what it did (tests,
+    the bench)."""
+
+    plan: DriverPlan
+    sink: Sink
+    checkpoint_location: str
+    delay_ms: int
+    late_tuples: int = 0
+    batches: int = 0
+    # as DriverStage2's (`MangonelSpark.start_metrics`): the operator's counters after the
+    # latest micro-batch, and the tuples it judged late in that micro-batch
+    metrics: Any = None
+    late_last_batch: int = 0
+
+    def __post_init__(self) -> None:
+        self.write = parquet_sink(self.sink) if isinstance(self.sink, str) else self.sink
+        self.store = SnapshotStore(self.checkpoint_location)
+        window = self.plan.window
+        self.schema = partial_schema(window)
+        self.spark_schema = spark_partial_schema(window)
+        self.rows = spark_name(window.fields[0].name)
+
+    def restore(self, batch_id: int):  # noqa: ANN201 - (OperatorTree, W_N in ms)
+        tree = bucket_tree(self.plan.plan)
+        if batch_id == 0:
+            return tree, 0  # Spark's watermark starts at 0
+        saved = self.store.read(batch_id - 1)
+        if saved is None:
+            raise DataError(
+                f"micro-batch {batch_id}: no mangonel snapshot of micro-batch {batch_id - 1} "
+                f"under {self.store.folder}: start the query with a new checkpoint location"
+            )
+        (watermark_ms,) = _WATERMARK.unpack_from(saved)
+        tree.restore(saved[_WATERMARK.size :])  # the operator's watermark is W_{N-1}
+        return tree, watermark_ms
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        table = batch.toArrow()  # a flush micro-batch has no partitions: no rows
+        tree, watermark_ms = self.restore(batch_id)
+        operator = tree.leaf()
+        late_before = operator.late
+        next_ms = watermark_ms
+        if table.num_rows:
+            top = pc.max(table[EVENT_TIME]).cast(pa.int64()).as_py()
+            if top is not None:  # W_{N+1}, by Spark's rule (starts at 0, only rises)
+                next_ms = max(watermark_ms, spark_millis(top) - self.delay_ms)
+            partials = self._partials(table)
+            if partials is not None:
+                operator.merge(partials)  # late against W_{N-1}
+        fired = tree.on_watermark(watermark_ms * 1000)
+        self.write(pa.Table.from_batches(fired, schema=tree.schema), batch_id)
+        self.store.write(batch_id, _WATERMARK.pack(next_ms) + tree.snapshot())
+        self.late_last_batch = operator.late - late_before
+        self.late_tuples += self.late_last_batch
+        self.metrics = operator.metrics()
+        self.batches += 1
+
+    def _partials(self, table: pa.Table) -> pa.RecordBatch | None:
+        """The partials as the operator names them, without the carrier rows (no tuples)."""
+        table = table.filter(pc.greater(table[self.rows], 0))
+        if not table.num_rows:
+            return None
+        arrays = [
+            table[name].combine_chunks().cast(f.type)
+            for name, f in zip(self.spark_schema.names, self.schema, strict=True)
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def start(
+    spark: SparkSession,
+    planned: SparkQueryPlan,
+    reason: str,
+    sink: Sink,
+    checkpoint_location: str,
+    query_name: str | None = None,
+) -> tuple[StreamingQuery, DriverPlan, ReaderStage2]:
+    """Start the reader-fed plan of `planned` into `sink`; (the running query, its plan, its
+    `foreachBatch` function, whose counts the tests and the bench read)."""
+    for_reader, driver = reader_plan(planned, reason)
+    delay_us = for_reader.window.window.watermark_delay_us
+    function = ReaderStage2(driver, sink, checkpoint_location, delay_ms=delay_us // 1000)
+    writer = reader_rows(spark, for_reader).writeStream.foreachBatch(function)
+    if query_name is not None:
+        writer = writer.queryName(query_name)
+    return writer.option("checkpointLocation", checkpoint_location).start(), driver, function
+
+
+def explain_text(plan: DriverPlan) -> str:
+    """The Spark side of the reader-fed plan (EXPLAIN after `start`)."""
+    window = plan.window
+    stream = window.lift.scan.stream
+    keys = ", ".join(k.name for k in window.keys)
+    group_by = f"[{keys}{', ' if keys else ''}pane]"
+    source = PlanNode(
+        "Stage1 Python Data Source (foreachBatch)",
+        (
+            Parameter("source", f"{PANES_FORMAT} over {stream.name}", None),
+            Parameter("group_by", group_by, group_by),
+            Parameter("runs", "read a partition, lift + pane pre-aggregation", None),
+            Parameter("to_driver", "(key, pane) partials as Arrow", "partials"),
+            Parameter("no_data", "a flush offset after data, when idle", None),
+        ),
+        (PlanNode(f"Source: stream={stream.name}", (), ()),),
+    )
+    fires = "window_end<=watermark"
+    stage2 = PlanNode(
+        "Stage2 driver window operator (foreachBatch)",
+        (
+            Parameter("state", f"snapshot per batch id under <checkpoint>/{STATE_FOLDER}", None),
+            Parameter("watermark", "Spark's rule, on the driver (no Spark watermark)", None),
+            Parameter("fires", fires, fires),
+            Parameter("late", "window_end<=previous watermark, per pane", None),
+            Parameter("window", format_duration(window.window.size), window.window.size),
+            Parameter("backend", window.backend, window.backend),
+        ),
+        (source,),
+    )
+    title = f"Spark: mangonel's reader, stage 2 on the driver (reason: {plan.reason})"
+    return title + "\n" + node_text(stage2, window.backend, depth=1)
+
+
+__all__ = ["ReaderStage2", "explain_text", "reader_plan", "refused", "start"]

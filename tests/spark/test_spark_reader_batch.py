@@ -1,0 +1,279 @@
+"""The reader-fed driver-side plan (`start(plan="reader")`, reader_batch.py): mangonel's reader
+of a declared stream feeds the driver's window operator, which computes the watermark by
+Spark's rule itself (no stateful Spark operator). Its results equal Spark's own streaming
+`GROUP BY window(ts, w, s), keys` with `withWatermark` over the same files (late rows,
+WHERE on and off the event time, a row accepted one micro-batch after the watermark passed
+its window), its late counts are Spark's rule's, and a restart loses and repeats nothing."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from spark_harness import (
+    assert_same_results,
+    file_stream,
+    mangonel_select,
+    native_window_query,
+    outputs_with_and_without_a_restart,
+    run_to_memory,
+    write_micro_batches,
+)
+from test_spark_foreach_batch import AGGREGATES, CASES, Collect, run_start, tables_of
+
+import mangonel as mg
+from mangonel.catalog.types import SqlType
+from mangonel.errors import PlanError
+from mangonel.runtime.spark import foreach_batch, reader_batch
+from mangonel.runtime.spark.reader_offsets import SourceOffsets
+from mangonel.runtime.spark.reader_source import FLUSHED, PaneStreamReader
+
+pytestmark = pytest.mark.spark
+
+
+def declared(spark, folder: Path, ddl: str, watermark: str):  # noqa: ANN001, ANN201
+    session = mg.attach(spark)
+    session.execute(
+        f"CREATE STREAM s ({ddl}) WITH (event_time = 'ts', watermark = '{watermark}', "
+        f"source = 'parquet', path = '{folder}', files_per_trigger = '1')"
+    )
+    return session
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_reader_plan_equals_spark_native(spark, tmp_path, case):
+    value_type, delay_us, size, slide, watermark, native_size, native_slide, where = CASES[case]
+    write_micro_batches(tmp_path / "in", tables_of(value_type, delay_us=delay_us))
+    ddl = f"ts TIMESTAMP, k STRING, v {value_type.info.spark}"
+    session = declared(spark, tmp_path / "in", ddl, watermark)
+    where_clause = f" WHERE {where}" if where else ""
+    query = (
+        f"SELECT k, window_start, window_end, {mangonel_select(AGGREGATES)} "
+        f"FROM s [RANGE {size} SLIDE {slide}]{where_clause} GROUP BY k"
+    )
+    sink = run_start(session, query, tmp_path / "ck", plan="reader")
+    native = native_window_query(
+        file_stream(spark, tmp_path / "in", ddl),
+        event_time="ts",
+        delay=watermark,
+        size=native_size,
+        slide=native_slide,
+        keys=["k"],
+        aggregates=AGGREGATES,
+        where=where,
+    )
+    assert_same_results(sink.frame(), run_to_memory(native, tmp_path / "native"), ["k"])
+    # 4 files: 4 data micro-batches, then the source's flush micro-batch (no data)
+    assert sorted(sink.batches) == [0, 1, 2, 3, 4]
+
+
+def _at(seconds: float) -> datetime.datetime:
+    return datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(seconds=seconds)
+
+
+def _rows(times: list[float], key: str = "a") -> pa.Table:
+    return pa.table(
+        {
+            "ts": pa.array([_at(t) for t in times], pa.timestamp("us", "UTC")),
+            "k": pa.array([key] * len(times)),
+            "v": pa.array([1.0] * len(times)),
+        }
+    )
+
+
+def test_a_row_behind_the_watermark_by_one_micro_batch_counts_as_in_spark(spark, tmp_path):
+    """Micro-batch 0 moves the watermark to 5.5 s; micro-batch 1 holds a row at 4.5 s, whose
+    window [4 s, 5 s) ended at or before that watermark. Spark judges micro-batch 1's rows
+    against the watermark before micro-batch 0 (0) and emits [4 s, 5 s) with it; firing
+    every window up to 5.5 s right after micro-batch 0 would have lost it. A row at 3.5 s in
+    micro-batch 2 is late (its window ended before micro-batch 1's watermark): dropped and
+    counted."""
+    tables = [_rows([5.5]), _rows([4.5, 6.2]), _rows([3.5, 7.1])]
+    write_micro_batches(tmp_path / "in", tables)
+    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
+    session = declared(spark, tmp_path / "in", ddl, "0ms")
+    query = "SELECT k, window_start, window_end, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k"
+    planned = session._spark_plan(session.session.sql(query))  # noqa: SLF001
+    sink = Collect()
+    streaming, _, function = reader_batch.start(spark, planned, "test", sink, str(tmp_path / "ck"))
+    try:
+        streaming.processAllAvailable()
+    finally:
+        streaming.stop()
+    ours = sink.frame()
+    native = native_window_query(
+        file_stream(spark, tmp_path / "in", ddl),
+        event_time="ts",
+        delay="0 milliseconds",
+        size="1 second",
+        slide="1 second",
+        keys=["k"],
+        aggregates=[("COUNT(*)", None, "n")],
+    )
+    assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
+    starts = sorted(ours["window_start"].dt.second)
+    assert starts == [4, 5, 6] and function.late_tuples == 1
+    # W after micro-batch 2 is 7.1 s: [6 s, 7 s) fires in the source's flush micro-batch
+    assert sorted(sink.batches) == [0, 1, 2, 3]
+    assert sink.batches[3].column("window_start").to_pylist() == [_at(6)]
+
+
+def test_restart_from_checkpoint_equals_spark_native_restarted(spark, tmp_path):
+    tables = tables_of(SqlType.DOUBLE, delay_us=1_500_000, files=5)
+    query = (
+        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS s "
+        "FROM s [RANGE 1 SECOND SLIDE 250 MILLISECONDS] GROUP BY k"
+    )
+    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
+
+    def native_over(folders, restarted):  # noqa: ANN001, ANN202, ARG001
+        return native_window_query(
+            file_stream(spark, folders["s"], ddl),
+            event_time="ts",
+            delay="100 milliseconds",
+            size="1 second",
+            slide="250 milliseconds",
+            keys=["k"],
+            aggregates=[("COUNT(*)", None, "n"), ("SUM", "v", "s")],
+        )
+
+    _, native_restarted, _ = outputs_with_and_without_a_restart(
+        spark, tmp_path / "native", {"s": tables}, 2, native_over
+    )
+    write_micro_batches(tmp_path / "part", tables[:2])
+    session = declared(spark, tmp_path / "part", ddl, "100ms")
+    out = tmp_path / "out"
+    run_start(session, query, tmp_path / "ck", str(out), plan="reader")
+    first = pq.read_table(out).num_rows
+    write_micro_batches(tmp_path / "part", tables[2:])
+    run_start(session, query, tmp_path / "ck", str(out), plan="reader")
+    restarted = pq.read_table(out).to_pandas()
+    assert 0 < first < len(restarted)
+    assert not restarted.duplicated(["k", "window_start"]).any()
+    assert_same_results(restarted, native_restarted, ["k"])
+
+
+def test_rerun_batch_id_gives_the_same_rows(spark, tmp_path):
+    write_micro_batches(tmp_path / "in", tables_of(SqlType.DOUBLE, delay_us=200_000, files=3))
+    session = declared(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE", "0ms")
+    query = "SELECT k, window_start, COUNT(*) AS n FROM s [RANGE 500 MILLISECONDS] GROUP BY k"
+    seen: list[tuple[int, pa.Table]] = []
+    failed = []
+
+    def flaky(table: pa.Table, batch_id: int) -> None:
+        seen.append((batch_id, table))
+        if batch_id == 1 and not failed:
+            failed.append(batch_id)
+            raise RuntimeError("sink failed once")
+
+    with pytest.raises(Exception, match="sink failed once"):
+        run_start(session, query, tmp_path / "ck", flaky, plan="reader")
+    run_start(session, query, tmp_path / "ck", flaky, plan="reader")
+    reruns = [table for batch_id, table in seen if batch_id == 1]
+    assert len(reruns) == 2 and reruns[0].num_rows > 0
+    assert reruns[0].equals(reruns[1])
+
+
+def test_flush_offsets(tmp_path):
+    """After data, an idle source's next offset marks it flushed (a micro-batch with no
+    partitions), once; new data comes first."""
+    write_micro_batches(tmp_path / "in", [_rows([1.0]), _rows([2.0])])
+    offsets = SourceOffsets("parquet", str(tmp_path / "in"), flush=True)
+    reader = PaneStreamReader({"spec": "", "offsets": offsets.encode()})
+    start = reader.initialOffset()
+    assert start[FLUSHED] and reader.latestOffset(start) != start
+    first = reader.latestOffset(start)
+    second = reader.latestOffset(first)
+    assert not first[FLUSHED] and not second[FLUSHED] and second["file"] > first["file"]
+    assert len(reader.partitions(first, second)) == 1
+    flushed = reader.latestOffset(second)
+    assert flushed == {"file": second["file"], FLUSHED: True}
+    assert reader.partitions(second, flushed) == []
+    assert reader.latestOffset(flushed) == flushed  # idle: no micro-batch
+    generated = SourceOffsets("generator", flush=True, tuples=250, batch_size=100, splits=2)
+    reader = PaneStreamReader({"spec": "", "offsets": generated.encode()})
+    offsets = [reader.initialOffset()]
+    while len(offsets) < 6:
+        offsets.append(reader.latestOffset(offsets[-1]))
+    assert [o["tuples"] for o in offsets] == [0, 100, 200, 250, 250, 250]
+    assert [o[FLUSHED] for o in offsets] == [True, False, False, False, True, True]
+    assert reader.partitions(offsets[1], offsets[2]) and not reader.partitions(*offsets[3:5])
+
+
+def test_choice_explain_and_refusals(spark, tmp_path):
+    write_micro_batches(tmp_path / "in", tables_of(SqlType.DOUBLE, delay_us=0, files=1))
+    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
+    session = declared(spark, tmp_path / "in", ddl, "0ms")
+    query = (
+        "SELECT k, window_start, SUM(v) AS s FROM s [RANGE 1 SECOND SLIDE 100 MILLISECONDS] "
+        "GROUP BY k"
+    )
+    run_start(session, query, tmp_path / "ck", plan="reader")
+    text = session.explain()
+    assert "mangonel's reader, stage 2 on the driver" in text
+    assert "Stage1 Python Data Source (foreachBatch)" in text
+    median = "SELECT k, window_start, MEDIAN(v) AS m FROM s [RANGE 1 SECOND] GROUP BY k"
+    with pytest.raises(PlanError, match="holistic"):
+        run_start(session, median, tmp_path / "ck2", plan="reader")
+    registered = mg.attach(spark)
+    registered.register("s", file_stream(spark, tmp_path / "in", ddl), event_time="ts")
+    with pytest.raises(PlanError, match="registered DataFrame"):
+        run_start(registered, query, tmp_path / "ck3", plan="reader")
+    planned = registered._spark_plan(registered.session.sql(query))  # noqa: SLF001
+    assert foreach_batch.choose_start(planned)[0] == "driver"
+    # a declared stream: the reader-fed plan by default where w/s > 1, Spark's own on
+    # tumbling windows, plan= forces either
+    planned = session._spark_plan(session.session.sql(query))  # noqa: SLF001
+    kind, reason = foreach_batch.choose_start(planned)
+    assert kind == "reader" and "w/s = 10 over a stream mangonel reads" in reason
+    assert foreach_batch.choose_start(planned, "driver")[0] == "driver"
+    tumbling = "SELECT k, window_start, SUM(v) AS s FROM s [RANGE 1 SECOND] GROUP BY k"
+    planned = session._spark_plan(session.session.sql(tumbling))  # noqa: SLF001
+    assert foreach_batch.choose_start(planned)[0] == "streaming"
+    assert foreach_batch.choose_start(planned, "reader")[0] == "reader"
+
+
+@pytest.mark.parametrize("source", ["generator", "csv"])
+def test_generator_and_csv_streams_take_the_reader_fed_plan_and_equal_spark(
+    spark, tmp_path, source
+):
+    """start()'s default over the other sources mangonel reads: equal to Spark's own
+    aggregation over the stream's Spark source (CSV: mangonel parses it, so the files hold
+    only well-formed rows here)."""
+    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
+    if source == "generator":
+        options = (
+            "source = 'generator', tuples = '12000', rate = '10000', keys = '4', "
+            "delay = '50 milliseconds', rows_per_batch = '4000', seed = '3'"
+        )
+    else:
+        folder = tmp_path / "in"
+        folder.mkdir()
+        for number, table in enumerate(tables_of(SqlType.DOUBLE, delay_us=300_000, files=3)):
+            table.to_pandas().to_csv(folder / f"part-{number:05d}.csv", index=False)
+        options = f"source = 'csv', path = '{folder}', files_per_trigger = '1'"
+    session = mg.attach(spark)
+    session.execute(
+        f"CREATE STREAM s ({ddl}) WITH (event_time = 'ts', watermark = '100 milliseconds', "
+        f"{options})"
+    )
+    query = (
+        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS s "
+        "FROM s [RANGE 500 MILLISECONDS SLIDE 100 MILLISECONDS] GROUP BY k"
+    )
+    ours = run_start(session, query, tmp_path / "ck", plan=None).frame()
+    assert "mangonel's reader, stage 2 on the driver (reason: w/s = 5" in session.explain()
+    native = native_window_query(
+        session._frames["s"],  # noqa: SLF001
+        event_time="ts",
+        delay="100 milliseconds",
+        size="500 milliseconds",
+        slide="100 milliseconds",
+        keys=["k"],
+        aggregates=[("COUNT(*)", None, "n"), ("SUM", "v", "s")],
+    )
+    assert len(ours) > 0
+    assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
