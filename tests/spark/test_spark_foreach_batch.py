@@ -199,21 +199,20 @@ def check_equals_native(spark, tmp_path, case, tables=None):  # noqa: ANN001, AN
         assert (joined["count"] >= joined["n"]).all() and (joined["count"] > joined["n"]).any()
 
 
-def test_restart_from_checkpoint_equals_spark_native_restarted(spark, tmp_path):
-    """Stopped after two micro-batches and restarted from its checkpoint for the rest: no
-    window lost or emitted twice, and the rows equal Spark's own aggregation stopped and
-    restarted the same way (the stop lets Spark run a no-data micro-batch, which moves the
-    bound for late rows: with out-of-order data both runs drop more than uninterrupted)."""
-    tables = tables_of(SqlType.DOUBLE, delay_us=1_500_000, files=5)
-    query = (
-        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS s "
-        "FROM s [RANGE 1 SECOND SLIDE 250 MILLISECONDS] GROUP BY k"
-    )
-    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
+RESTART_QUERY = (
+    "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS s "
+    "FROM s [RANGE 1 SECOND SLIDE 250 MILLISECONDS] GROUP BY k"
+)
+RESTART_DDL = "ts TIMESTAMP, k STRING, v DOUBLE"
+
+
+def native_restart_outputs(spark, folder: Path, tables: list):  # noqa: ANN001, ANN201
+    """Spark's own aggregation of RESTART_QUERY over `tables` (watermark 100 ms):
+    (uninterrupted, stopped after two micro-batches and restarted from its checkpoint)."""
 
     def native_over(folders, restarted):  # noqa: ANN001, ANN202, ARG001
         return native_window_query(
-            file_stream(spark, folders["s"], ddl),
+            file_stream(spark, folders["s"], RESTART_DDL),
             event_time="ts",
             delay="100 milliseconds",
             size="1 second",
@@ -222,28 +221,47 @@ def test_restart_from_checkpoint_equals_spark_native_restarted(spark, tmp_path):
             aggregates=[("COUNT(*)", None, "n"), ("SUM", "v", "s")],
         )
 
-    native_whole, native_restarted, _ = outputs_with_and_without_a_restart(
-        spark, tmp_path / "native", {"s": tables}, 2, native_over
+    whole, restarted, _ = outputs_with_and_without_a_restart(
+        spark, folder, {"s": tables}, 2, native_over
     )
+    return whole, restarted
 
-    def session_over(folder: Path):  # noqa: ANN202
-        session = mg.attach(spark)
-        session.register("s", file_stream(spark, folder, ddl), event_time="ts", watermark="100ms")
-        return session
 
-    write_micro_batches(tmp_path / "all", tables)
-    whole = run_start(session_over(tmp_path / "all"), query, tmp_path / "ck_all").frame()
-    assert_same_results(whole, native_whole, ["k"])
-
+def start_with_a_restart(session_of, tmp_path: Path, tables: list, **plan):  # noqa: ANN001, ANN201
+    """RESTART_QUERY under `start()` over the first two of `tables` written under
+    tmp_path/part, then restarted from its checkpoint once the rest are there
+    (`session_of(folder)`: the session reading them): the rows written, checked to be more
+    after the restart and none twice."""
     write_micro_batches(tmp_path / "part", tables[:2])
     out = tmp_path / "out"
-    run_start(session_over(tmp_path / "part"), query, tmp_path / "ck_part", str(out))
+    run_start(session_of(tmp_path / "part"), RESTART_QUERY, tmp_path / "ck_part", str(out), **plan)
     first = pq.read_table(out).num_rows
     write_micro_batches(tmp_path / "part", tables[2:])
-    run_start(session_over(tmp_path / "part"), query, tmp_path / "ck_part", str(out))
+    run_start(session_of(tmp_path / "part"), RESTART_QUERY, tmp_path / "ck_part", str(out), **plan)
     restarted = pq.read_table(out).to_pandas()
     assert 0 < first < len(restarted)
     assert not restarted.duplicated(["k", "window_start"]).any()
+    return restarted
+
+
+def test_restart_from_checkpoint_equals_spark_native_restarted(spark, tmp_path):
+    """Stopped after two micro-batches and restarted from its checkpoint for the rest: no
+    window lost or emitted twice, and the rows equal Spark's own aggregation stopped and
+    restarted the same way (the stop lets Spark run a no-data micro-batch, which moves the
+    bound for late rows: with out-of-order data both runs drop more than uninterrupted)."""
+    tables = tables_of(SqlType.DOUBLE, delay_us=1_500_000, files=5)
+    native_whole, native_restarted = native_restart_outputs(spark, tmp_path / "native", tables)
+
+    def session_over(folder: Path):  # noqa: ANN202
+        session = mg.attach(spark)
+        source = file_stream(spark, folder, RESTART_DDL)
+        session.register("s", source, event_time="ts", watermark="100ms")
+        return session
+
+    write_micro_batches(tmp_path / "all", tables)
+    whole = run_start(session_over(tmp_path / "all"), RESTART_QUERY, tmp_path / "ck_all").frame()
+    assert_same_results(whole, native_whole, ["k"])
+    restarted = start_with_a_restart(session_over, tmp_path, tables)
     assert_same_results(restarted, native_restarted, ["k"])
     # the operator's snapshots: the two latest batch ids only
     assert len(foreach_batch.SnapshotStore(str(tmp_path / "ck_part")).batch_ids()) == 2

@@ -11,18 +11,25 @@ import datetime
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from spark_harness import (
     assert_same_results,
     file_stream,
     mangonel_select,
     native_window_query,
-    outputs_with_and_without_a_restart,
     run_to_memory,
     write_micro_batches,
 )
-from test_spark_foreach_batch import AGGREGATES, CASES, Collect, run_start, tables_of
+from test_spark_foreach_batch import (
+    AGGREGATES,
+    CASES,
+    RESTART_DDL,
+    Collect,
+    native_restart_outputs,
+    run_start,
+    start_with_a_restart,
+    tables_of,
+)
 
 import mangonel as mg
 from mangonel.catalog.types import SqlType
@@ -123,36 +130,15 @@ def test_a_row_behind_the_watermark_by_one_micro_batch_counts_as_in_spark(spark,
 
 def test_restart_from_checkpoint_equals_spark_native_restarted(spark, tmp_path):
     tables = tables_of(SqlType.DOUBLE, delay_us=1_500_000, files=5)
-    query = (
-        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(v) AS s "
-        "FROM s [RANGE 1 SECOND SLIDE 250 MILLISECONDS] GROUP BY k"
-    )
-    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
+    _, native_restarted = native_restart_outputs(spark, tmp_path / "native", tables)
+    sessions: list = []  # one session for both runs, declared once the folder has files
 
-    def native_over(folders, restarted):  # noqa: ANN001, ANN202, ARG001
-        return native_window_query(
-            file_stream(spark, folders["s"], ddl),
-            event_time="ts",
-            delay="100 milliseconds",
-            size="1 second",
-            slide="250 milliseconds",
-            keys=["k"],
-            aggregates=[("COUNT(*)", None, "n"), ("SUM", "v", "s")],
-        )
+    def session_of(folder: Path):  # noqa: ANN202
+        if not sessions:
+            sessions.append(declared(spark, folder, RESTART_DDL, "100ms"))
+        return sessions[0]
 
-    _, native_restarted, _ = outputs_with_and_without_a_restart(
-        spark, tmp_path / "native", {"s": tables}, 2, native_over
-    )
-    write_micro_batches(tmp_path / "part", tables[:2])
-    session = declared(spark, tmp_path / "part", ddl, "100ms")
-    out = tmp_path / "out"
-    run_start(session, query, tmp_path / "ck", str(out), plan="reader")
-    first = pq.read_table(out).num_rows
-    write_micro_batches(tmp_path / "part", tables[2:])
-    run_start(session, query, tmp_path / "ck", str(out), plan="reader")
-    restarted = pq.read_table(out).to_pandas()
-    assert 0 < first < len(restarted)
-    assert not restarted.duplicated(["k", "window_start"]).any()
+    restarted = start_with_a_restart(session_of, tmp_path, tables, plan="reader")
     assert_same_results(restarted, native_restarted, ["k"])
 
 

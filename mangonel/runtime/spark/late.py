@@ -141,18 +141,24 @@ class LateVerdict:
     watermark: pa.Scalar  # the watermark they were judged against (timestamp[us, UTC])
 
 
-def judged_late(operator: Any, partials: pa.RecordBatch) -> LateVerdict | None:  # noqa: ANN401
-    """`merge` of one micro-batch's partials into the driver's window operator, keeping the
-    partial rows it judges late (its own verdict, the one it counts); None when none is."""
+def merge_keeping_late(operator: Any, partials: pa.RecordBatch) -> list[pa.RecordBatch]:  # noqa: ANN401
+    """`merge` of partials into a window operator (its split form), returning the partial
+    rows it judged late: its own verdict, the one it counts."""
     sink = operator.late_rows
-    counted = operator.metrics().late_tuples_dropped
     sink.keep = True
     sink.arriving(partials)
     try:
         operator.merge(partials)
     finally:
         sink.done()
-    pieces = sink.take()
+    return sink.take()
+
+
+def judged_late(operator: Any, partials: pa.RecordBatch) -> LateVerdict | None:  # noqa: ANN401
+    """`merge` of one micro-batch's partials into the driver's window operator, keeping the
+    partial rows it judges late (its own verdict, the one it counts); None when none is."""
+    counted = operator.metrics().late_tuples_dropped
+    pieces = merge_keeping_late(operator, partials)
     if not pieces:
         return None
     table = pa.Table.from_batches(pieces)

@@ -169,14 +169,7 @@ def _merge_keeping_late(
 ) -> None:
     """`merge`, with the partial rows it judges late handed to its late-row sink (the
     operator's own verdict), and their tuples written to `directory` (late.py)."""
-    sink = operator.late_rows
-    sink.keep = True
-    sink.arriving(partials)
-    try:
-        operator.merge(partials)
-    finally:
-        sink.done()
-    found = late.expand(sink.take())
+    found = late.expand(late.merge_keeping_late(operator, partials))
     if found is not None:
         late.write(directory, found, bucket, call)
 
