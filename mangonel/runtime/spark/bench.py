@@ -462,8 +462,13 @@ def run_spark_benchmarks(
             f"{frame_rate:.3f} M/s ({frame_rate * 1e6 / result.spark_tuples_per_second:.1f}x)"
             + f"  [{result.mangonel_seconds:.1f} s vs {result.spark_seconds:.1f} s]"
             + _alternative_text(result)
-            + _driver_text(result)
-            + _reader_text(result)
+            + _start_text("driver-side (start)", result.driver_seconds, result.driver_rows, result)
+            + _start_text(
+                "reader-fed (start, plan='reader')",
+                result.reader_seconds,
+                result.reader_rows,
+                result,
+            )
             + _standalone_text(result)
             + agree,
             flush=True,
@@ -482,28 +487,14 @@ def _alternative_text(result: SparkResult) -> str:
     )
 
 
-def _driver_text(result: SparkResult) -> str:
-    if result.driver_seconds is None:
+def _start_text(label: str, seconds: float | None, rows: int | None, result: SparkResult) -> str:
+    """A `start()` plan's column: its rate, ratio to Spark native, time, and rows' check."""
+    if seconds is None:
         return ""
-    agree = "" if result.driver_rows == result.spark_rows_out else " (rows differ!)"
-    rate = result.tuples / result.driver_seconds
+    agree = "" if rows == result.spark_rows_out else " (rows differ!)"
+    rate = result.tuples / seconds
     ratio = rate / result.spark_tuples_per_second
-    return (
-        f"; driver-side (start): {rate / 1e6:.3f} M/s ({ratio:.1f}x)"
-        f" [{result.driver_seconds:.1f} s]{agree}"
-    )
-
-
-def _reader_text(result: SparkResult) -> str:
-    if result.reader_seconds is None:
-        return ""
-    agree = "" if result.reader_rows == result.spark_rows_out else " (rows differ!)"
-    rate = result.tuples / result.reader_seconds
-    ratio = rate / result.spark_tuples_per_second
-    return (
-        f"; reader-fed (start, plan='reader'): {rate / 1e6:.3f} M/s ({ratio:.1f}x)"
-        f" [{result.reader_seconds:.1f} s]{agree}"
-    )
+    return f"; {label}: {rate / 1e6:.3f} M/s ({ratio:.1f}x) [{seconds:.1f} s]{agree}"
 
 
 def _standalone_text(result: SparkResult) -> str:
