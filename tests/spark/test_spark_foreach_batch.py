@@ -279,9 +279,9 @@ def _counting_session(spark, tmp_path, *, delay_us: int, files: int):  # noqa: A
     )
 
 
-def test_rerun_batch_id_gives_the_same_rows(spark, tmp_path):
-    """A batch id run twice (after a failure) restores the batch before it: same results."""
-    session, query = _counting_session(spark, tmp_path, delay_us=200_000, files=3)
+def assert_a_rerun_batch_id_gives_the_same_rows(session, query: str, checkpoint: Path, **plan):  # noqa: ANN001
+    """Batch id 1's sink fails once, so Spark runs it again after the restart: both runs
+    hand out the same rows (the batch before it restored)."""
     seen: list[tuple[int, pa.Table]] = []
     failed = []
 
@@ -292,11 +292,17 @@ def test_rerun_batch_id_gives_the_same_rows(spark, tmp_path):
             raise RuntimeError("sink failed once")
 
     with pytest.raises(Exception, match="sink failed once"):
-        run_start(session, query, tmp_path / "ck", flaky)
-    run_start(session, query, tmp_path / "ck", flaky)
+        run_start(session, query, checkpoint, flaky, **plan)
+    run_start(session, query, checkpoint, flaky, **plan)
     reruns = [table for batch_id, table in seen if batch_id == 1]
     assert len(reruns) == 2 and reruns[0].num_rows > 0
     assert reruns[0].equals(reruns[1])
+
+
+def test_rerun_batch_id_gives_the_same_rows(spark, tmp_path):
+    """A batch id run twice (after a failure) restores the batch before it: same results."""
+    session, query = _counting_session(spark, tmp_path, delay_us=200_000, files=3)
+    assert_a_rerun_batch_id_gives_the_same_rows(session, query, tmp_path / "ck")
 
 
 def test_missing_snapshot_is_refused(spark, tmp_path):

@@ -25,6 +25,7 @@ from test_spark_foreach_batch import (
     CASES,
     RESTART_DDL,
     Collect,
+    assert_a_rerun_batch_id_gives_the_same_rows,
     native_restart_outputs,
     run_start,
     start_with_a_restart,
@@ -146,21 +147,7 @@ def test_rerun_batch_id_gives_the_same_rows(spark, tmp_path):
     write_micro_batches(tmp_path / "in", tables_of(SqlType.DOUBLE, delay_us=200_000, files=3))
     session = declared(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE", "0ms")
     query = "SELECT k, window_start, COUNT(*) AS n FROM s [RANGE 500 MILLISECONDS] GROUP BY k"
-    seen: list[tuple[int, pa.Table]] = []
-    failed = []
-
-    def flaky(table: pa.Table, batch_id: int) -> None:
-        seen.append((batch_id, table))
-        if batch_id == 1 and not failed:
-            failed.append(batch_id)
-            raise RuntimeError("sink failed once")
-
-    with pytest.raises(Exception, match="sink failed once"):
-        run_start(session, query, tmp_path / "ck", flaky, plan="reader")
-    run_start(session, query, tmp_path / "ck", flaky, plan="reader")
-    reruns = [table for batch_id, table in seen if batch_id == 1]
-    assert len(reruns) == 2 and reruns[0].num_rows > 0
-    assert reruns[0].equals(reruns[1])
+    assert_a_rerun_batch_id_gives_the_same_rows(session, query, tmp_path / "ck", plan="reader")
 
 
 def test_flush_offsets(tmp_path):
