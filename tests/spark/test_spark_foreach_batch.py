@@ -155,21 +155,19 @@ def test_the_tick_leaves_the_watermark_alone_under_the_max_policy(spark, tmp_pat
         spark.conf.unset(key)
 
 
-def check_equals_native(spark, tmp_path, case, tables=None):  # noqa: ANN001, ANN201
-    value_type, delay_us, size, slide, watermark, native_size, native_slide, where = CASES[case]
-    if tables is None:
-        tables = tables_of(value_type, delay_us=delay_us)
-    write_micro_batches(tmp_path / "in", tables)
-    ddl = f"ts TIMESTAMP, k STRING, v {value_type.info.spark}"
-    source = file_stream(spark, tmp_path / "in", ddl)
-    session = mg.attach(spark)
-    session.register("s", source, event_time="ts", watermark=watermark)
+def case_query(case: str) -> str:
+    """The mangonel query of CASES[case]: every aggregate of AGGREGATES per key."""
+    _, _, size, slide, _, _, _, where = CASES[case]
     where_clause = f" WHERE {where}" if where else ""
-    query = (
+    return (
         f"SELECT k, window_start, window_end, {mangonel_select(AGGREGATES)} "
         f"FROM s [RANGE {size} SLIDE {slide}]{where_clause} GROUP BY k"
     )
-    ours = run_start(session, query, tmp_path / "ck").frame()
+
+
+def native_case_rows(source, case: str, folder: Path):  # noqa: ANN001, ANN201
+    """Spark's own window aggregation of CASES[case] over streaming DataFrame `source`."""
+    _, _, _, _, watermark, native_size, native_slide, where = CASES[case]
     native = native_window_query(
         source,
         event_time="ts",
@@ -180,7 +178,20 @@ def check_equals_native(spark, tmp_path, case, tables=None):  # noqa: ANN001, AN
         aggregates=AGGREGATES,
         where=where,
     )
-    assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
+    return run_to_memory(native, folder)
+
+
+def check_equals_native(spark, tmp_path, case, tables=None):  # noqa: ANN001, ANN201
+    value_type, delay_us, _, _, watermark, native_size, native_slide, where = CASES[case]
+    if tables is None:
+        tables = tables_of(value_type, delay_us=delay_us)
+    write_micro_batches(tmp_path / "in", tables)
+    ddl = f"ts TIMESTAMP, k STRING, v {value_type.info.spark}"
+    source = file_stream(spark, tmp_path / "in", ddl)
+    session = mg.attach(spark)
+    session.register("s", source, event_time="ts", watermark=watermark)
+    ours = run_start(session, case_query(case), tmp_path / "ck").frame()
+    assert_same_results(ours, native_case_rows(source, case, tmp_path / "native"), ["k"])
     if delay_us > 1_000_000:  # the case has late rows: Spark dropped some, and so did we
         from pyspark.sql import functions as F
 

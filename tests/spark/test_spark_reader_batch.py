@@ -15,17 +15,17 @@ import pytest
 from spark_harness import (
     assert_same_results,
     file_stream,
-    mangonel_select,
     native_window_query,
     run_to_memory,
     write_micro_batches,
 )
 from test_spark_foreach_batch import (
-    AGGREGATES,
     CASES,
     RESTART_DDL,
     Collect,
     assert_a_rerun_batch_id_gives_the_same_rows,
+    case_query,
+    native_case_rows,
     native_restart_outputs,
     run_start,
     start_with_a_restart,
@@ -53,27 +53,13 @@ def declared(spark, folder: Path, ddl: str, watermark: str):  # noqa: ANN001, AN
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_reader_plan_equals_spark_native(spark, tmp_path, case):
-    value_type, delay_us, size, slide, watermark, native_size, native_slide, where = CASES[case]
+    value_type, delay_us, _, _, watermark, _, _, _ = CASES[case]
     write_micro_batches(tmp_path / "in", tables_of(value_type, delay_us=delay_us))
     ddl = f"ts TIMESTAMP, k STRING, v {value_type.info.spark}"
     session = declared(spark, tmp_path / "in", ddl, watermark)
-    where_clause = f" WHERE {where}" if where else ""
-    query = (
-        f"SELECT k, window_start, window_end, {mangonel_select(AGGREGATES)} "
-        f"FROM s [RANGE {size} SLIDE {slide}]{where_clause} GROUP BY k"
-    )
-    sink = run_start(session, query, tmp_path / "ck", plan="reader")
-    native = native_window_query(
-        file_stream(spark, tmp_path / "in", ddl),
-        event_time="ts",
-        delay=watermark,
-        size=native_size,
-        slide=native_slide,
-        keys=["k"],
-        aggregates=AGGREGATES,
-        where=where,
-    )
-    assert_same_results(sink.frame(), run_to_memory(native, tmp_path / "native"), ["k"])
+    sink = run_start(session, case_query(case), tmp_path / "ck", plan="reader")
+    source = file_stream(spark, tmp_path / "in", ddl)
+    assert_same_results(sink.frame(), native_case_rows(source, case, tmp_path / "native"), ["k"])
     # 4 files: 4 data micro-batches, then the source's flush micro-batch (no data)
     assert sorted(sink.batches) == [0, 1, 2, 3, 4]
 
