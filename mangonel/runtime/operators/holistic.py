@@ -55,6 +55,7 @@ from mangonel.runtime.operators import holistic_sliding as sliding
 from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META
 from mangonel.runtime.operators.holistic_evaluate import evaluate_later
+from mangonel.runtime.operators.holistic_firing import chunk_ladder, in_row_order, sketch_answers
 from mangonel.runtime.operators.holistic_pane import HeldPane, PaneSpan, pane_span
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
@@ -62,33 +63,6 @@ from mangonel.runtime.operators.results import finalize, window_result_schema
 from mangonel.runtime.operators.sketch_panes import SketchPanes
 from mangonel.runtime.operators.snapshot import SNAPSHOT_FORMAT, SNAPSHOT_VERSION, pack, unpack
 from mangonel.runtime.operators.tuner import Knob, Tuner, TunerMetrics
-
-# values of the windows-per-launch knob: the planned (largest) value and up to LADDER_STEPS
-# quarters of it below (a 4^4 = 256x range: from one launch per firing down to small chunks)
-LADDER_STEPS = 4
-
-
-def chunk_ladder(largest: int, start: int) -> tuple[int, ...]:
-    """The windows-per-launch values the tuner may pick, ascending: `largest` (the bound the
-    run arrays must stay under, `compiler.holistic.windows_per_launch`), its quarters, and
-    the start value."""
-    values = {max(1, largest // 4**step) for step in range(LADDER_STEPS + 1)} | {start}
-    return tuple(sorted(values))
-
-
-def _in_row_order(
-    read: Callable[[], tuple[np.ndarray, np.ndarray]], inverse: np.ndarray | None
-) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
-    """`read`'s (n, value), put back in the result batch's row order where the rows were
-    evaluated key by key (`inverse`: the key-major order's inverse permutation)."""
-    if inverse is None:
-        return read
-
-    def reordered() -> tuple[np.ndarray, np.ndarray]:
-        n, value = read()
-        return n[inverse], value[inverse]
-
-    return reordered
 
 
 def new_tuner(knobs: list[Knob]) -> Tuner:
@@ -244,17 +218,29 @@ class HolisticTimeWindows:
         self._batches_unfired += 1
         if not self.shares_rows:
             self._keep(conformed, pane_range)
-            return self._complete(self.inner.process(batch, input))
+            return self._complete(*self._fired(self.inner.process, batch, input))
         # the wrapped operator's decisions (panes, lateness against the watermark from before
         # the batch, key slots) serve the values: the batch is keyed once; its firings are
         # completed once the values are kept
         self.inner.shared_rows = decided = []
         try:
-            fired = self.inner.process(batch, input)
+            fired, recorded = self._fired(self.inner.process, batch, input)
         finally:
             self.inner.shared_rows = None
         self._keep_decided(conformed, decided, pane_range)
-        return self._complete(fired)
+        return self._complete(fired, recorded)
+
+    def _fired(
+        self, call: Callable[..., list[pa.RecordBatch]], *arguments: Any
+    ) -> tuple[list[pa.RecordBatch], list[tuple[pa.RecordBatch, np.ndarray]]]:
+        """The wrapped operator's result batches of `call(*arguments)`, and the key slots of
+        their rows as it recorded them (`TimeWindowOperator.result_slots`): the firing keys
+        its rows from those, not by mapping the key columns again."""
+        self.inner.result_slots = recorded = []
+        try:
+            return call(*arguments), recorded
+        finally:
+            self.inner.result_slots = None
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
         self.inner.prefetch(batch)
@@ -350,7 +336,9 @@ class HolisticTimeWindows:
         known = len(self._slot_of_inner)
         if inner_keys.n_slots > known:
             new = np.arange(known, inner_keys.n_slots, dtype=np.int64)
-            mapped = self.keys.map_columns(inner_keys.decode(new), np.ones(len(new), np.bool_))
+            mapped = self.lifting.to_host(
+                self.keys.map_columns(inner_keys.decode(new), np.ones(len(new), np.bool_))
+            )
             self._slot_of_inner = np.concatenate((self._slot_of_inner, mapped))
             self._same_slots = bool((self._slot_of_inner == np.arange(inner_keys.n_slots)).all())
         if self._same_slots:  # the usual case: both maps met the keys in one order
@@ -494,24 +482,36 @@ class HolisticTimeWindows:
     # -- output ---------------------------------------------------------------------------
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        return self._complete(self.inner.on_watermark(watermark))
+        return self._complete(*self._fired(self.inner.on_watermark, watermark))
 
     def advance_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        return self._complete(self.inner.advance_watermark(watermark))
+        return self._complete(*self._fired(self.inner.advance_watermark, watermark))
 
     def finish(self) -> list[pa.RecordBatch]:
-        return self._complete(self.inner.finish())
+        return self._complete(*self._fired(self.inner.finish))
 
-    def _complete(self, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    def _complete(
+        self,
+        batches: list[pa.RecordBatch],
+        recorded: list[tuple[pa.RecordBatch, np.ndarray]] = (),  # type: ignore[assignment]
+    ) -> list[pa.RecordBatch]:
         """The wrapped operator's results with the holistic columns put in; then the panes
-        no unfired window covers are freed."""
+        no unfired window covers are freed. `recorded`: (result batch, its rows' key slots
+        in the wrapped operator's numbering) where it recorded them (`_fired`)."""
         config = self.planned if self.tuner is None else {**self.planned, **self.tuner.config}
         select = self._select_kernels_for(config.get("gpu_form"))
         chunk = int(config["windows_per_launch"])
         started = self.clock()
+        keyed = [self._result_keys(batch, recorded) for batch in batches]
+        sketched = sketch_answers(
+            self.sketches,
+            [p for p in self.holistic if p in self.sketches.plans],
+            keyed,
+            self.panes_per_window,
+        )
         out, units = [], 0
-        for batch in batches:
-            completed, work = self._with_holistic(batch, chunk, select)
+        for batch, (slots, first_panes), answers in zip(batches, keyed, sketched, strict=True):
+            completed, work = self._with_holistic(batch, slots, first_panes, answers, chunk, select)
             out.append(completed)
             units += work
         if units:
@@ -531,28 +531,46 @@ class HolisticTimeWindows:
             self.sketches.free(next_window, self.panes_per_slide)
         return out
 
+    def _result_keys(
+        self, batch: pa.RecordBatch, recorded: list[tuple[pa.RecordBatch, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(this driver's key slot, first pane of the window) of each row of a result batch
+        (host int64). The slots are the wrapped operator's, renumbered (`_slots_of_inner`:
+        nothing to map once both maps hold the keys), where it recorded them; else (an
+        operator that records none) the key columns are mapped here."""
+        n_keys = len(self.node.keys)
+        starts = batch.column(n_keys).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        first_panes = starts // self.pane_length
+        for emitted, inner_slots in recorded:
+            if emitted is batch:
+                slots = self._slots_of_inner(inner_slots)
+                return np.asarray(self.lifting.to_host(slots), np.int64), first_panes
+        key_columns = [batch.column(i) for i in range(n_keys)]
+        include = self.lifting.from_host(np.ones(batch.num_rows, np.bool_))
+        slots = self.lifting.to_host(self.keys.map_columns(key_columns, include))
+        return slots.astype(np.int64), first_panes
+
     def _with_holistic(
         self,
         batch: pa.RecordBatch,
+        slots: np.ndarray,
+        first_panes: np.ndarray,
+        sketched: dict[int, tuple[np.ndarray, np.ndarray]],
         chunk: int,
         select: Any,  # noqa: ANN401 - the holistic kernels of the selection form
     ) -> tuple[pa.RecordBatch, int]:
         """The batch with its holistic columns put in, and the work done (result rows plus
-        the values the first holistic aggregate read: the tuner's units)."""
+        the values the first holistic aggregate read: the tuner's units). `slots`,
+        `first_panes`: its rows' (`_result_keys`); `sketched`: the approximate aggregates'
+        answers of its rows (`holistic_firing.sketch_answers`)."""
         n_keys = len(self.node.keys)
-        key_columns = [batch.column(i) for i in range(n_keys)]
         rows = batch.num_rows
-        slots = self.lifting.to_host(
-            self.keys.map_columns(key_columns, self.lifting.from_host(np.ones(rows, np.bool_)))
-        ).astype(np.int64)
-        starts = batch.column(n_keys).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        first_panes = starts // self.pane_length
         # rows in chunks of `chunk` rows, at most MAX_RUNS runs (rows x panes per window; one
         # selection launch on the GPU) unless the user fixed more: the run arrays and the
         # per-pane offsets of one chunk stay bounded whatever a firing holds
         pieces: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {p: [] for p in self.holistic}
         answers = self.sliding.answers(self.panes, slots, first_panes, self.keys.n_slots)
-        for position, answer in answers.items():
+        for position, answer in [*answers.items(), *sketched.items()]:
             pieces[position].append(answer)
         # each field's span of sorted panes, concatenated once for the chunks it covers
         # (a firing's chunks read overlapping panes)
@@ -566,15 +584,8 @@ class HolisticTimeWindows:
             for position in self.holistic:
                 plan = self.node.aggregates[position]
                 assert plan.value_field is not None
-                if position in self.sliding:
+                if position in self.sliding or position in self.sketches.plans:
                     continue  # every row at once, above
-                if position in self.sketches.plans:
-                    pieces[position].append(
-                        self.sketches.answer(
-                            position, chunk_slots, chunk_panes, self.panes_per_window
-                        )
-                    )
-                    continue
                 if order is None and self.key_major and len(chunk_slots) > 1:
                     # rows of one key next to each other: consecutive windows of a key
                     # share all runs but one, so the selection reads them from cache
@@ -592,7 +603,7 @@ class HolisticTimeWindows:
                 # read once every chunk is launched (`evaluate_later`): the host builds the
                 # next chunk's runs while the device selects over this one's
                 pieces[position].append(
-                    _in_row_order(
+                    in_row_order(
                         evaluate_later(select, plan, value_field, values, runs, True, times),
                         inverse,
                     )
@@ -600,6 +611,9 @@ class HolisticTimeWindows:
         results = {}
         for position, chunks in pieces.items():
             found = [chunk() if callable(chunk) else chunk for chunk in chunks]
+            if len(found) == 1:  # one piece (sketches, bands, a one-chunk firing): no copy
+                results[position] = found[0]
+                continue
             results[position] = (
                 np.concatenate([n for n, _ in found]) if found else np.empty(0, np.int64),
                 np.concatenate([v for _, v in found]) if found else np.empty(0, np.int64),
@@ -646,7 +660,7 @@ class HolisticTimeWindows:
                 self.panes[name],
                 (low, needed, max(needed, reach)),
                 timed,
-                lambda pane: self._sort(pane, timed),
+                lambda pane: pane.sort(self.kernels, timed, self.keys.n_slots),
             )
         runs = self.kernels.window_runs(
             span.offsets,
@@ -658,30 +672,6 @@ class HolisticTimeWindows:
             pw,
         )
         return span.values, runs, span.times
-
-    def _sort(self, pane: HeldPane, timed: bool) -> None:
-        """Sort a pane's values by (slot, value) once (again after values arrived late); a
-        timed field's by (slot, value, event time), their times with them."""
-        if pane.sorted_values is not None and not pane.chunks and pane.by_value:
-            return
-        n_slots = self.keys.n_slots
-        if pane.sorted_values is None and len(pane.chunks) == 1 and pane.presorted:
-            chunk_slots, chunk_values, chunk_times = pane.chunks[0]
-            pane.sorted_values, pane.offsets = self.kernels.sort_pane(
-                chunk_slots, chunk_values, n_slots, presorted=True
-            )
-            pane.sorted_times = chunk_times  # `split_panes` sorted them with the values
-        elif timed:
-            slots, values, times = pane.raw(self.kernels, timed)
-            pane.sorted_values, pane.sorted_times, pane.offsets = self.kernels.sort_pane_timed(
-                slots, values, times, n_slots
-            )
-        else:
-            slots, values, _ = pane.raw(self.kernels, timed)
-            pane.sorted_values, pane.offsets = self.kernels.sort_pane(slots, values, n_slots)
-        pane.chunks = []
-        pane.presorted = True
-        pane.by_value = True
 
     # -- state, metrics -------------------------------------------------------------------
 

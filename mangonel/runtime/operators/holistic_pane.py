@@ -48,6 +48,30 @@ class HeldPane:
         self.chunks.append(chunk)
         self.presorted = self.presorted and presorted
 
+    def sort(self, kernels: Any, timed: bool, n_slots: int) -> None:  # noqa: ANN401
+        """Sort the values by (slot, value) once (again after values arrived late) on
+        `kernels` (the holistic kernels), offsets over `n_slots` slots; a timed field's by
+        (slot, value, event time), their times with them."""
+        if self.sorted_values is not None and not self.chunks and self.by_value:
+            return
+        if self.sorted_values is None and len(self.chunks) == 1 and self.presorted:
+            chunk_slots, chunk_values, chunk_times = self.chunks[0]
+            self.sorted_values, self.offsets = kernels.sort_pane(
+                chunk_slots, chunk_values, n_slots, presorted=True
+            )
+            self.sorted_times = chunk_times  # `split_panes` sorted them with the values
+        elif timed:
+            slots, values, times = self.raw(kernels, timed)
+            self.sorted_values, self.sorted_times, self.offsets = kernels.sort_pane_timed(
+                slots, values, times, n_slots
+            )
+        else:
+            slots, values, _ = self.raw(kernels, timed)
+            self.sorted_values, self.offsets = kernels.sort_pane(slots, values, n_slots)
+        self.chunks = []
+        self.presorted = True
+        self.by_value = True
+
     def raw(self, kernels: Any, timed: bool) -> tuple[Any, Any, Any]:  # noqa: ANN401
         """(slots, order keys, event times) of every value where `kernels` (the holistic
         kernels) keep them (`concatenate`), sorted ones first; the times are empty unless

@@ -39,6 +39,8 @@ from mangonel.runtime.operators.sketch_ring import SketchRing
 # that hits very many cells is built in chunks of panes
 MAX_BUILD_BYTES = 1 << 26
 MAX_MEMBERS = 1 << 22  # (rows x panes per window) members per merge call
+# rows per ring-table answer call (the GPU's: a 256-byte histogram per row on the device)
+MAX_RING_ROWS = 1 << 20
 # APPROX_COUNT_DISTINCT's windows of this many panes or more are answered from blocked
 # prefix/suffix sets (two merges a (window, key)); smaller ones, and GK summaries, merge
 # their panes' sketches directly. GK's sets would be merges of large summaries (at accuracy
@@ -390,14 +392,24 @@ class SketchPanes:
     ) -> tuple[np.ndarray, np.ndarray]:
         """(non-NULL count, result) per row: the merge of the sketches of the row's key over
         the `panes_per_window` panes from `first_panes[row]` (from the block sets where
-        aggregate's windows are blocked: `self.blocked`)."""
+        aggregate's windows are blocked: `self.blocked`). The memory of a call is bounded
+        here whatever the rows (chunks of MAX_MEMBERS members, or MAX_RING_ROWS rows of a
+        ring table): callers pass all their rows at once."""
         if panes_per_window != self.block:
             raise ValueError(f"windows of {panes_per_window} panes, planned {self.block}")
         ring = self.rings.get(position)
-        if ring is not None:
-            return ring.answer(np.asarray(slots, np.int64), np.asarray(first_panes, np.int64))
         rows = len(slots)
         counts, results = [], []
+        if ring is not None:
+            slots, first_panes = np.asarray(slots, np.int64), np.asarray(first_panes, np.int64)
+            if rows <= MAX_RING_ROWS:  # the usual case: one launch, one read
+                return ring.answer(slots, first_panes)
+            for begin in range(0, rows, MAX_RING_ROWS):
+                part = slice(begin, begin + MAX_RING_ROWS)
+                n, value = ring.answer(slots[part], first_panes[part])
+                counts.append(n)
+                results.append(value)
+            return np.concatenate(counts), np.concatenate(results)
         chunk = max(1, MAX_MEMBERS // (2 if self.blocked[position] else panes_per_window))
         for begin in range(0, max(rows, 1), chunk):
             part_slots = slots[begin : begin + chunk]

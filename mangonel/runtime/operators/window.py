@@ -146,6 +146,10 @@ class TimeWindowOperator(OperatorBase):
         # (pane id, included: contributing and not late, key slot or -1) per row, as this
         # operator decided them
         self.shared_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        # a list while a holistic driver around this operator completes its results: per
+        # result batch emitted, (the batch, the key slot of each of its rows), so the driver
+        # keys the rows from these slots instead of mapping the decoded key columns again
+        self.result_slots: list[tuple[pa.RecordBatch, np.ndarray]] | None = None
 
     @property
     def shares_rows(self) -> bool:
@@ -596,7 +600,8 @@ class TimeWindowOperator(OperatorBase):
             window_of_cell, slot_of_cell, chosen = self._window_cells(segment, runs, n_keys)
             keys = self.keys.decode(slot_of_cell)
             starts, ends = self._window_bounds(window_of_cell)
-            return self._emit(keys, finalize(self.window.aggregates, chosen), starts, ends)
+            emitted = self._emit(keys, finalize(self.window.aggregates, chosen), starts, ends)
+            return self._with_slots(emitted, slot_of_cell)
         ps = self.panes_per_slide
         starts, ends, slot_of_cell, aggregates = segment.state.fire(
             n_keys,
@@ -608,7 +613,17 @@ class TimeWindowOperator(OperatorBase):
             self.window.aggregates,
             (ps * self.pane_length, self.panes_per_window * self.pane_length),
         )
-        return self._emit(self.keys.decode(slot_of_cell), aggregates, starts, ends)
+        emitted = self._emit(self.keys.decode(slot_of_cell), aggregates, starts, ends)
+        return self._with_slots(emitted, slot_of_cell)
+
+    def _with_slots(
+        self, emitted: list[pa.RecordBatch], slot_of_cell: np.ndarray
+    ) -> list[pa.RecordBatch]:
+        """`emitted` (at most one result batch), its rows' key slots recorded where a
+        holistic driver reads them (`result_slots`)."""
+        if self.result_slots is not None and emitted:
+            self.result_slots.append((emitted[0], np.asarray(slot_of_cell, np.int64)))
+        return emitted
 
     def _window_cells(self, segment: _Segment, runs: list[tuple[int, int]], n_keys: int):
         """The tree over `runs` (first window, count): (window, key slot) of every cell
