@@ -29,7 +29,8 @@ from mangonel.runtime.cpu.kernels import CpuKernels
 from mangonel.runtime.cpu.sketch_windows import HllSketches
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.gpu.sketches import DeviceHll, GpuSketches
-from mangonel.runtime.operators import sketch_ring
+from mangonel.runtime.operators import sketch_panes, sketch_ring
+from mangonel.runtime.operators.holistic import HolisticTimeWindows
 
 HLL = "approx_count_distinct"
 RSD_OF_P = {4: 0.3, 9: 0.05, 12: 0.02, 14: 0.01}  # hll_precision(rsd) == p
@@ -340,6 +341,41 @@ def test_the_gpu_path_keeps_hll_panes_as_a_ring_table(host_module, monkeypatch, 
     _equal_over_the_gpu_path(host_module, scenario)
     assert calls["add"] >= 3 and calls["answer"] >= 3
     assert (calls["_scan"] > 0) == (size // slide >= sketch_ring.SCAN_FROM)
+
+
+@pytest.mark.parametrize("ring_rows", [3, 1 << 20])
+def test_a_firing_answers_its_ring_rows_in_one_call(host_module, monkeypatch, ring_rows):
+    """The firing answers every result row of a firing in one `SketchRing.answer` per
+    aggregate, whatever rows the selection evaluates together (one window a chunk here);
+    a ring answer of more than MAX_RING_ROWS rows goes in pieces: the CPU's rows either way."""
+    monkeypatch.setattr(sketch_panes, "MAX_RING_ROWS", ring_rows)
+    monkeypatch.setattr(HolisticTimeWindows, "_planned_chunk", lambda self: 1)
+    calls = {"ring": 0, "firings": 0}
+    answer, complete = sketch_ring.SketchRing.answer, HolisticTimeWindows._complete
+
+    def counted_answer(self, slots, first_panes):  # noqa: ANN001, ANN202
+        calls["ring"] += 1
+        assert len(slots) <= ring_rows
+        return answer(self, slots, first_panes)
+
+    def counted_complete(self, batches, *arguments):  # noqa: ANN001, ANN202
+        out = complete(self, batches, *arguments)
+        calls["firings"] += any(batch.num_rows for batch in out)
+        return out
+
+    monkeypatch.setattr(sketch_ring.SketchRing, "answer", counted_answer)
+    monkeypatch.setattr(HolisticTimeWindows, "_complete", counted_complete)
+    rng = np.random.default_rng(12)
+    data = [
+        {"ts": i, "k": int(rng.integers(0, 6)), "x": 1, "n": 1, "v": float(rng.integers(0, 40))}
+        for i in range(240)
+    ]
+    acd = ("approx_count_distinct:0.05", "APPROX_COUNT_DISTINCT(v)", ["col", "v"])
+    scenario = grouped_scenario("time", 20, 5, 3, [acd], [data[:90], data[90:]], ())
+    _equal_over_the_gpu_path(host_module, scenario)
+    assert calls["ring"] > 0
+    if ring_rows > 1000:  # one call a firing (CPU and GPU-path runs counted alike)
+        assert calls["ring"] <= calls["firings"]
 
 
 def test_the_pane_split_for_sketches_sorts_by_slot_only(host_module):
