@@ -20,7 +20,7 @@ from test_holistic_split import split_run, standalone_run
 
 from mangonel.runtime.cpu.keys import KeyTable
 from mangonel.runtime.local.query import LocalQuery
-from mangonel.runtime.operators import holistic_firing
+from mangonel.runtime.operators import holistic_firing, sketch_panes
 from mangonel.runtime.operators.holistic import HolisticTimeWindows
 from mangonel.runtime.operators.sketch_panes import SketchPanes
 
@@ -248,3 +248,12 @@ def test_null_keys_reach_their_values(firing_keys):
     null_rows = [row for firing in got for row in firing if row["k"] is None]
     assert null_rows and all(row["a0"] is not None for row in null_rows)
     assert max(firing_keys.mapped.values(), default=0) <= 2
+
+
+def test_sparse_sketch_answers_in_row_pieces_equal_the_oracle(monkeypatch):
+    """A firing's rows reach `SketchPanes.answer` at once; the sparse form answers them in
+    pieces of MAX_SPARSE_ROWS rows (3 here): the oracle's rows."""
+    monkeypatch.setattr(sketch_panes, "MAX_SPARSE_ROWS", 3)
+    scenario = _scenario(_stream(5), 20, 5, (2,))
+    failure = check(scenario, "cpu")
+    assert failure is None, f"{failure}\n{scenario.query}"

@@ -39,6 +39,8 @@ from mangonel.runtime.operators.sketch_ring import SketchRing
 # that hits very many cells is built in chunks of panes
 MAX_BUILD_BYTES = 1 << 26
 MAX_MEMBERS = 1 << 22  # (rows x panes per window) members per merge call
+# rows per merge call of the sparse form: its (set, key) cell table stays cache-sized
+MAX_SPARSE_ROWS = 1 << 16
 # rows per ring-table answer call (the GPU's: a 256-byte histogram per row on the device)
 MAX_RING_ROWS = 1 << 20
 # APPROX_COUNT_DISTINCT's windows of this many panes or more are answered from blocked
@@ -393,8 +395,8 @@ class SketchPanes:
         """(non-NULL count, result) per row: the merge of the sketches of the row's key over
         the `panes_per_window` panes from `first_panes[row]` (from the block sets where
         aggregate's windows are blocked: `self.blocked`). The memory of a call is bounded
-        here whatever the rows (chunks of MAX_MEMBERS members, or MAX_RING_ROWS rows of a
-        ring table): callers pass all their rows at once."""
+        here whatever the rows (chunks of MAX_MEMBERS members and MAX_SPARSE_ROWS rows, or
+        MAX_RING_ROWS rows of a ring table): callers pass all their rows at once."""
         if panes_per_window != self.block:
             raise ValueError(f"windows of {panes_per_window} panes, planned {self.block}")
         ring = self.rings.get(position)
@@ -411,6 +413,7 @@ class SketchPanes:
                 results.append(value)
             return np.concatenate(counts), np.concatenate(results)
         chunk = max(1, MAX_MEMBERS // (2 if self.blocked[position] else panes_per_window))
+        chunk = min(chunk, MAX_SPARSE_ROWS)
         for begin in range(0, max(rows, 1), chunk):
             part_slots = slots[begin : begin + chunk]
             part_panes = first_panes[begin : begin + chunk]
