@@ -16,13 +16,17 @@ SESSION_CALLS = []  # the session kernels' calls ("batch", "assign", "combine"),
 
 
 class FakeGpuKernels(CpuKernels):
-    def lift_tuples(self, lift, batch, key_words=False):  # noqa: ANN001, ANN201
+    def lift_tuples(self, lift, batch, key_words=False, extremes=True):  # noqa: ANN001, ANN201
         LIFTS.append(batch.num_rows)
-        return super().lift_tuples(lift, batch, key_words)
+        return super().lift_tuples(lift, batch, key_words, extremes)
 
-    def lift_merge(self, lift, window, batch, keys, target, watermark, while_running=None):  # noqa: ANN001, ANN201
+    def lift_merge(
+        self, lift, window, batch, keys, target, watermark, while_running=None, **options
+    ):  # noqa: ANN001, ANN003, ANN201, E501
         LIFTS.append(batch.num_rows)
-        return super().lift_merge(lift, window, batch, keys, target, watermark, while_running)
+        return super().lift_merge(
+            lift, window, batch, keys, target, watermark, while_running, **options
+        )
 
     def batch_sessions(self, *arguments):  # noqa: ANN002, ANN201
         SESSION_CALLS.append("batch")

@@ -145,15 +145,18 @@ def engine_run(scenario: Scenario, backend: str) -> tuple[list[list[dict]], dict
     return [rows for rows, _ in steps], steps[-1][1]
 
 
-def same_with_and_without(scenario: Scenario, target: object, name: str, value: object) -> None:
-    """The CPU engine gives the same rows and metrics with `target.name` set to `value` (a
-    fast path switched off) as without: for tests of a path that must change no result."""
+def same_with_and_without(
+    scenario: Scenario, target: object, name: str, value: object, backend: str = "cpu"
+) -> None:
+    """The engine on `backend` gives the same rows and metrics with `target.name` set to
+    `value` (a fast path switched off) as without: for tests of a path that must change no
+    result."""
     from oracle import first_difference
 
-    want, want_metrics = engine_run(scenario, "cpu")
+    want, want_metrics = engine_run(scenario, backend)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(target, name, value)
-        got, got_metrics = engine_run(scenario, "cpu")
+        got, got_metrics = engine_run(scenario, backend)
     for got_rows, want_rows in zip(got, want, strict=True):
         assert first_difference(got_rows, want_rows) is None
     assert got_metrics == want_metrics

@@ -38,8 +38,8 @@ def test_sketch_rows_are_the_same_with_and_without_the_shared_rows(scenario):
     same_with_and_without(scenario, CpuKernels, "shares_fused_rows", False)
 
 
-def _runner() -> LocalQuery:
-    session = mangonel.Session(backend="cpu")
+def _runner(backend: str = "cpu") -> LocalQuery:
+    session = mangonel.Session(backend=backend)
     session.execute(
         "CREATE STREAM s (ts TIMESTAMP, k STRING, x BIGINT, v DOUBLE) "
         "WITH (event_time = 'ts', watermark = '5 us')"

@@ -549,10 +549,14 @@ class CpuKernels:
     key_major_rows = True
 
     def lift_tuples(
-        self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False
+        self,
+        lift: LiftExec,
+        batch: pa.RecordBatch,
+        key_words: bool = False,
+        extremes: bool = True,
     ) -> LiftedTuples:
         """The per-row lift (`key_words` asks nothing here: the CPU key map encodes the key
-        columns itself, on the host where they are)."""
+        columns itself, on the host where they are; the extremes cost a pass, always made)."""
         length = batch.num_rows
         columns = batch_columns(batch)
         scan = lift.scan
@@ -659,12 +663,13 @@ class CpuKernels:
         return None
 
     def lift_merge(
-        self, lift, window, batch, keys, target, watermark, while_running=None
+        self, lift, window, batch, keys, target, watermark, while_running=None, share_rows=False
     ) -> FusedMerge:
         """The fused pass on the CPU: lift, then merge the rows with a known key and a pane in
         the target straight into it (one lookup, one numba scatter per field); rows with new
         keys or other panes go back to the driver as the rest. Nothing runs beside it here:
-        `while_running` is called first."""
+        `while_running` is called first. `FusedMerge.shared` is filled whatever `share_rows`
+        says: the arrays exist anyway."""
         if while_running is not None:
             while_running()
         lifted = self.lift_tuples(lift, batch)

@@ -103,6 +103,9 @@ class GpuKernels:
     the kernels' lifetime (it only grows), so device ids never need translating."""
 
     name = "gpu"
+    # `lift_merge(share_rows=True)` hands its per-row decisions back (`FusedMerge.shared`):
+    # device arrays the fused kernel writes beside its merge
+    shares_fused_rows = True
 
     def __init__(
         self, options: GpuOptions | None = None, compiler: CompileContext | None = None
@@ -128,6 +131,9 @@ class GpuKernels:
         # batches whose copies `prefetch` started; the driver's lookahead keeps at most two
         # (batch k and k + 1)
         self._prefetched: list[_Prefetched] = []
+        # the columns the last fused pass read: a holistic driver lifts the same batch's
+        # values after it (`_peek_prefetched`), from the same staged columns
+        self._taken: _Prefetched | None = None
         # (key, pane) cells the last fused pass merged into (known keys x its pane span):
         # block_table="auto" uses the shared-memory block table when they would fit it
         self._last_cells: int | None = None
@@ -178,12 +184,15 @@ class GpuKernels:
         lift: LiftExec,
         batch: pa.RecordBatch,
         key_words: bool = False,
+        extremes: bool = True,
         staged: StagedBatch | None = None,
     ) -> LiftedTuples:
         """The per-row lift of a batch (one launch per staged chunk); `staged`: its columns
         already on the device (the fused pass's), else they are staged here. `key_words`:
         the lift also writes the rows' key words (`LiftedTuples.key_words`) where every key
-        type gives the host's word on the device (`GpuKeyMap.device_keys`: not floats)."""
+        type gives the host's word on the device (`GpuKeyMap.device_keys`: not floats).
+        `extremes` False: no device read for the timed rows' count and latest time.
+        The staged columns stay at hand for another lift of the batch (`_taken`)."""
         cp = device.cupy()
         generated, module = self.module_for(lift)
         length = batch.num_rows
@@ -192,6 +201,7 @@ class GpuKernels:
             # the holistic step's values lift reads the batch the incremental part's fused
             # pass prefetched: the same scan, so the same staged columns (one staging a batch)
             staged = self._peek_prefetched(lift, batch) or self._stage(generated, batch)
+        self._taken = _Prefetched(batch, lift, staged)
         event_time = cp.empty(length, cp.int64)
         # bool arrays: the kernel writes each flag as one byte, 0 or 1 (a C++ bool through
         # `unsigned char*`), so no conversion pass after it
@@ -228,8 +238,10 @@ class GpuKernels:
             )
         # the count of rows with an event time and the latest one in one read (one wait for
         # the device per lift, not two)
-        latest = cp.where(has_time, event_time, np.iinfo(np.int64).min).max() if length else None
-        with_time, max_event_time = 0, None
+        latest = None
+        if length and extremes:
+            latest = cp.where(has_time, event_time, np.iinfo(np.int64).min).max()
+        with_time, max_event_time = (0 if extremes else length), None
         if latest is not None:
             with_time, max_event_time = (
                 int(x) for x in cp.stack((has_time.sum(dtype=cp.int64), latest)).get()
@@ -322,7 +334,8 @@ class GpuKernels:
         where `lift` reads the same scan: the staged columns (`generated.columns`) and their
         wire form depend on the scan's columns only (`compiler.wire.wire_columns`), not on
         the lift's fields, so another lift of the same scan reads them as they are."""
-        for entry in self._prefetched:
+        taken = [] if self._taken is None else [self._taken]
+        for entry in [*self._prefetched, *taken]:
             if entry.batch is batch and (
                 entry.lift.scan is lift.scan or entry.lift.scan.columns == lift.scan.columns
             ):
@@ -362,6 +375,7 @@ class GpuKernels:
         target: PaneTarget | None,
         watermark: int | None,
         while_running: Callable[[], None] | None = None,
+        share_rows: bool = False,
     ) -> FusedMerge:
         """One batch in one launch per staged chunk (`GpuOptions.chunk_rows`): staged columns
         -> fused lift + key probe + pane + lateness + block-combined merge into the target
@@ -370,7 +384,8 @@ class GpuKernels:
 
         Rows it leaves (a key the table does not hold yet, a pane outside the target; in a
         steady stream only the first batch and new keys) are lifted again by `lift_tuples`
-        and returned as the rest for the driver's split path."""
+        and returned as the rest for the driver's split path. `share_rows`: the kernel also
+        writes each row's pane and key slot (`FusedMerge.shared`, device arrays)."""
         rows = batch.num_rows
         staged = self._take_prefetched(lift, batch)
         usable = (
@@ -388,11 +403,14 @@ class GpuKernels:
         cp = device.cupy()
         generated, module = self.module_for(lift, window)
         staged = staged or self._stage(generated, batch)
+        self._taken = _Prefetched(batch, lift, staged)
         whole = len(staged.chunks) == 1
         stream = cp.cuda.get_current_stream()
         status = self._status
         cp.cuda.runtime.memsetAsync(status.data.ptr, 0, 8 * _STATUS_WORDS, stream.ptr)
         decided = cp.empty(rows, cp.uint8)
+        shared_panes = cp.empty(rows, cp.int64) if share_rows else None
+        shared_slots = cp.empty(rows, cp.int32) if share_rows else None
         state = target.state
         fused = module.get_function(generated.names["fused"])
         literal_ids = self.stager.literal_ids(generated.string_literals)
@@ -426,6 +444,8 @@ class GpuKernels:
                     decided[first:end],
                     status,
                     state.block_partials,
+                    None if shared_panes is None else shared_panes[first:end],
+                    None if shared_slots is None else shared_slots[first:end],
                 ),
             )
         status.data.copy_to_host_async(self._status_host.ptr, 8 * _STATUS_WORDS, stream)
@@ -444,13 +464,23 @@ class GpuKernels:
         late_rows = (decided == 2) if late else None
         if first_pane is not None:
             state.mark_merged(first_pane, last_pane + 1)  # the kept tree's stale columns
+        # (pane, contributing and not late: decided 1 or 3, slot of the rows merged or -1)
+        shared = None if shared_slots is None else (shared_panes, (decided & 1) != 0, shared_slots)
         if not undecided:
             return FusedMerge(
-                rows, late, nulls, max_event_time, first_pane, last_pane, None, None, late_rows
+                rows,
+                late,
+                nulls,
+                max_event_time,
+                first_pane,
+                last_pane,
+                None,
+                None,
+                late_rows,
+                shared,
             )
         self.metrics.passes_with_rest += 1
         lifted = self.lift_tuples(lift, batch, staged=staged)
-        rest_include = lifted.contributes & (decided == 0)
         return FusedMerge(
             rows,
             late,
@@ -459,8 +489,9 @@ class GpuKernels:
             first_pane,
             last_pane,
             lifted,
-            rest_include,
+            decided == 3,  # contributing, neither merged nor late
             late_rows,
+            shared,
         )
 
     def preaggregate(self, slots, panes, partials, fields):

@@ -49,13 +49,12 @@ from mangonel.compiler.holistic import (
     timed_fields,
     windows_per_launch,
 )
-from mangonel.compiler.options import HOLISTIC_GPU_FORMS
 from mangonel.errors import DataError
 from mangonel.runtime.operators import holistic_sliding as sliding
 from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META
 from mangonel.runtime.operators.holistic_evaluate import evaluate_later
-from mangonel.runtime.operators.holistic_firing import chunk_ladder, in_row_order, sketch_answers
+from mangonel.runtime.operators.holistic_firing import firing_knobs, in_row_order, sketch_answers
 from mangonel.runtime.operators.holistic_pane import HeldPane, PaneSpan, pane_span
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
@@ -137,14 +136,22 @@ class HolisticTimeWindows:
         self.planned = {"windows_per_launch": self._planned_chunk()}
         if node.holistic.gpu_form is not None:
             self.planned["gpu_form"] = node.holistic.gpu_form
-        knobs = self._knobs()
+        # the knobs the tuner may move (none where nothing is tuned or no raw values)
+        knobs = firing_knobs(
+            node.holistic, self.planned, bool(self.raw_fields), node.panes_per_window
+        )
         self.tuner = new_tuner(knobs) if knobs else None
         if self.tuner is not None:
             self.clock = self.tuner.clock
-        # the wrapped operator's row decisions serve the values where its kernels and the
-        # holistic step's are the CPU's (host arrays; `_keep_decided`, `_slots_of_inner`)
+        # the wrapped operator's row decisions serve the values where it runs on the holistic
+        # step's backend (`_keep_decided`, `_slots_of_inner`): host arrays on the CPU, device
+        # arrays on the GPU. A backend with `lift_arguments` (the CPU) hands raw host values,
+        # which only its own holistic kernels take; one without lifts them (`lift_tuples`)
+        self.lifts_arguments = hasattr(self.lifting, "lift_arguments")
         self.shares_rows = (
-            inner.shares_rows and self.lifting.name == "cpu" and self.kernels is self.lifting
+            inner.shares_rows
+            and self.lifting is inner.kernels
+            and (self.kernels is self.lifting or not self.lifts_arguments)
         )
         self._slot_of_inner = np.empty(0, np.int64)
         self._same_slots = True  # `_slot_of_inner` is the identity
@@ -160,23 +167,6 @@ class HolisticTimeWindows:
         assert self.node.holistic is not None
         planned = self.node.holistic.windows_per_launch
         return planned if planned is not None else windows_per_launch(self.panes_per_window)
-
-    def _knobs(self) -> list[Knob]:
-        """The knobs the tuner may move: none when the plan's tuning is off, there are no raw
-        values (sketches only) or the user fixed every knob."""
-        plan = self.node.holistic
-        assert plan is not None
-        if not plan.tunes() or not self.raw_fields:
-            return []
-        fixed = dict(plan.fixed)
-        knobs = []
-        if "windows_per_launch" not in fixed:
-            start = self.planned["windows_per_launch"]
-            largest = max(start, windows_per_launch(self.panes_per_window))
-            knobs.append(Knob("windows_per_launch", chunk_ladder(largest, start), start))
-        if plan.gpu_form is not None and "gpu_form" not in fixed:
-            knobs.append(Knob("gpu_form", HOLISTIC_GPU_FORMS, plan.gpu_form))
-        return knobs
 
     def _select_kernels_for(self, form: str | None) -> Any:  # noqa: ANN401
         """The holistic kernels whose selection runs in `form` (one object per form: the GPU
@@ -283,22 +273,28 @@ class HolisticTimeWindows:
     def _keep_decided(
         self,
         batch: pa.RecordBatch,
-        decided: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+        decided: list[tuple[Any, Any, Any]],
         pane_range: tuple[int, int] | None,
     ) -> None:
         """`_keep` from the wrapped operator's per-row decisions (`shared_rows`: one entry per
-        piece of the batch it processed, in row order): only the values are lifted here.
-        Their include flags already hold WHERE, the event time and lateness, so only the
-        arguments are evaluated (`lift_arguments`, no event time, predicate or key pass); a
-        field only sketches read keeps its values as they are (the sketch kernels hash and
-        normalise them: no order keys to compute and hold), the others as order keys."""
+        piece of the batch it processed, in row order, on the holistic step's backend): only
+        the values are lifted here. Their include flags already hold WHERE, the event time
+        and lateness, so no key is probed again. On the CPU only the arguments are evaluated
+        (`lift_arguments`, no event time, predicate or key pass); a field only sketches read
+        keeps its values as they are (the sketch kernels hash and normalise them: no order
+        keys to compute and hold), the others as order keys. On the GPU the values lift
+        reads the columns the fused pass staged (one launch, the batch never staged twice)."""
         if not batch.num_rows:
             return
         if sum(len(panes) for panes, _, _ in decided) != batch.num_rows:
             raise AssertionError("the wrapped operator decided other rows than the batch's")
-        # event times kept beside the values (a Python function `with_timestamps`): the full
-        # values lift
-        lifted = self.lifting.lift_tuples(self.values_lift, batch) if self.timed_fields else None
+        # event times kept beside the values (a Python function `with_timestamps`), or kernels
+        # without `lift_arguments` (the GPU: its values lift reads the columns the fused pass
+        # staged): the full values lift
+        full_lift = self.timed_fields or not self.lifts_arguments
+        lifted = (
+            self.lifting.lift_tuples(self.values_lift, batch, extremes=False) if full_lift else None
+        )
         arguments = (
             {} if lifted is not None else self.lifting.lift_arguments(self.values_lift, batch)
         )
@@ -328,23 +324,23 @@ class HolisticTimeWindows:
                 self._store(name, panes, slots, values[rows], keep, None, pane_range, raw[name])
             start = rows.stop
 
-    def _slots_of_inner(self, inner_slots: np.ndarray) -> np.ndarray:
-        """This driver's key slots of the wrapped operator's (-1 stays -1). Keys the wrapped
+    def _slots_of_inner(self, inner_slots: Any) -> Any:  # noqa: ANN401 - host or device
+        """This driver's key slots of the wrapped operator's (-1 stays -1), on the holistic
+        step's backend. Keys the wrapped
         map holds beyond those seen so far are mapped here in its slot order (its first-seen
         order, the order `_keep` maps them in), so the numbering is `_keep`'s."""
         inner_keys = self.inner.keys
         known = len(self._slot_of_inner)
         if inner_keys.n_slots > known:
             new = np.arange(known, inner_keys.n_slots, dtype=np.int64)
-            mapped = self.lifting.to_host(
-                self.keys.map_columns(inner_keys.decode(new), np.ones(len(new), np.bool_))
-            )
-            self._slot_of_inner = np.concatenate((self._slot_of_inner, mapped))
+            every = self.lifting.from_host(np.ones(len(new), np.bool_))
+            mapped = self.lifting.to_host(self.keys.map_columns(inner_keys.decode(new), every))
+            self._slot_of_inner = np.concatenate((self._slot_of_inner, mapped.astype(np.int64)))
             self._same_slots = bool((self._slot_of_inner == np.arange(inner_keys.n_slots)).all())
         if self._same_slots:  # the usual case: both maps met the keys in one order
             return inner_slots
         lookup = np.append(self._slot_of_inner, -1)  # index -1: not merged
-        return lookup[inner_slots]
+        return self.lifting.from_host(lookup)[inner_slots]
 
     def _not_late(self, kernels: Any, panes: Any, include: Any) -> Any:  # noqa: ANN401
         """`include` less the rows of panes that are late against the watermark from before

@@ -1,4 +1,4 @@
-"""Parts of `holistic.HolisticTimeWindows`' firing: the windows-per-launch knob's values, the
+"""Parts of `holistic.HolisticTimeWindows`' firing: the tuner's knobs and their values, the
 exact functions' key-major row order put back, and the approximate aggregates' answers of a
 firing's result batches in as few sketch calls as their memory bound allows."""
 
@@ -8,6 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from mangonel.compiler.holistic import HolisticPlan, windows_per_launch
+from mangonel.compiler.options import HOLISTIC_GPU_FORMS
+from mangonel.runtime.operators.tuner import Knob
 
 # values of the windows-per-launch knob: the planned (largest) value and up to LADDER_STEPS
 # quarters of it below (a 4^4 = 256x range: from one launch per firing down to small chunks)
@@ -23,6 +27,24 @@ def chunk_ladder(largest: int, start: int) -> tuple[int, ...]:
     the start value."""
     values = {max(1, largest // 4**step) for step in range(LADDER_STEPS + 1)} | {start}
     return tuple(sorted(values))
+
+
+def firing_knobs(
+    plan: HolisticPlan, planned: dict[str, Any], raw_values: bool, panes_per_window: int
+) -> list[Knob]:
+    """The knobs the tuner may move from the `planned` values: none when the plan's tuning
+    is off, there are no raw values (sketches only) or the user fixed every knob."""
+    if not plan.tunes() or not raw_values:
+        return []
+    fixed = dict(plan.fixed)
+    knobs = []
+    if "windows_per_launch" not in fixed:
+        start = planned["windows_per_launch"]
+        largest = max(start, windows_per_launch(panes_per_window))
+        knobs.append(Knob("windows_per_launch", chunk_ladder(largest, start), start))
+    if plan.gpu_form is not None and "gpu_form" not in fixed:
+        knobs.append(Knob("gpu_form", HOLISTIC_GPU_FORMS, plan.gpu_form))
+    return knobs
 
 
 def in_row_order(

@@ -93,10 +93,11 @@ class FusedMerge:
     are not late, so nothing is counted twice). `rest` is None when every row was decided.
     `late_rows`: the per-row verdict behind `late` (bool per row of the batch, host or
     device), None when nothing was late; the driver hands it to its late-row sink.
-    `shared`: where the kernels say `shares_fused_rows` (the CPU) and placed rows, the pass's
-    decisions per row of the batch, (pane id, contributing and not late, key slot of the
-    rows it merged, -1 elsewhere), on the host: a holistic driver reads them instead of
-    lifting and keying the batch again (`TimeWindowOperator.shared_rows`).
+    `shared`: where the kernels say `shares_fused_rows`, were asked (`share_rows`) and
+    placed rows, the pass's decisions per row of the batch, (pane id, contributing and not
+    late, key slot of the rows it merged, -1 elsewhere), on the kernels' backend: a
+    holistic driver reads them instead of lifting and keying the batch again
+    (`TimeWindowOperator.shared_rows`).
     """
 
     rows: int
@@ -212,14 +213,22 @@ class PaneState(Protocol):
 
 class WindowKernels(Protocol):
     name: str
-    # optional `shares_fused_rows = True`: `lift_merge` fills `FusedMerge.shared` (host
-    # arrays; the CPU's); absent, a holistic driver lifts and keys the batch itself
+    # optional `shares_fused_rows = True`: `lift_merge(share_rows=True)` fills
+    # `FusedMerge.shared` (the backend's arrays); absent, a holistic driver lifts and keys
+    # the batch itself. Optional `lift_arguments` (the CPU's): a field's raw argument values;
+    # absent, a driver sharing rows lifts the values (`lift_tuples`)
 
     def lift_tuples(
-        self, lift: LiftExec, batch: pa.RecordBatch, key_words: bool = False
+        self,
+        lift: LiftExec,
+        batch: pa.RecordBatch,
+        key_words: bool = False,
+        extremes: bool = True,
     ) -> LiftedTuples:
         """The per-row lift; `key_words`: the caller maps the rows' keys next, so a backend
-        that can builds their key words in the lift (`LiftedTuples.key_words`)."""
+        that can builds their key words in the lift (`LiftedTuples.key_words`). `extremes`
+        False: the caller reads the rows only, so a backend may leave `max_event_time` None
+        and `null_event_time` 0 (the GPU then needs no device read)."""
 
     def pane_ids(self, lifted: LiftedTuples, pane_length: int) -> Array: ...
 
@@ -277,11 +286,13 @@ class WindowKernels(Protocol):
         target: PaneTarget | None,
         watermark: int | None,
         while_running: Callable[[], None] | None = None,
+        share_rows: bool = False,
     ) -> FusedMerge:
         """Fused lift + merge of one batch into `target` against `watermark` (None: -inf);
         see `FusedMerge` for the rows it leaves to the split path. `while_running` is called
         once the pass is under way and before its result is waited for (the GPU: after the
-        launches, before the sync), so host work placed there overlaps the device's."""
+        launches, before the sync), so host work placed there overlaps the device's.
+        `share_rows` (kernels with `shares_fused_rows`): fill `FusedMerge.shared`."""
 
     def prefetch(
         self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch

@@ -68,7 +68,7 @@ from mangonel.errors import PlanError
 from mangonel.runtime.operators.base import PANE_META, OperatorBase, field_arrays
 from mangonel.runtime.operators.count_window import CountWindowOperator
 from mangonel.runtime.operators.holistic import HolisticTimeWindows
-from mangonel.runtime.operators.kernels import FusedMerge, PaneTarget
+from mangonel.runtime.operators.kernels import Array, FusedMerge, PaneTarget
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import cells_with_rows, finalize, window_ids_of
@@ -144,8 +144,8 @@ class TimeWindowOperator(OperatorBase):
         # a list while a holistic driver around this operator reads the rows of the batch
         # being processed (`HolisticTimeWindows.shares_rows`): per `_process_rows` call,
         # (pane id, included: contributing and not late, key slot or -1) per row, as this
-        # operator decided them
-        self.shared_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        # operator decided them, on its kernels' backend
+        self.shared_rows: list[tuple[Array, Array, Array]] | None = None
         # a list while a holistic driver around this operator completes its results: per
         # result batch emitted, (the batch, the key slot of each of its rows), so the driver
         # keys the rows from these slots instead of mapping the decoded key columns again
@@ -154,7 +154,8 @@ class TimeWindowOperator(OperatorBase):
     @property
     def shares_rows(self) -> bool:
         """Whether `shared_rows` can be kept: where the kernels hand the fused pass's row
-        decisions back to the host (`FusedMerge.shared`: the CPU's)."""
+        decisions back (`FusedMerge.shared`: host arrays on the CPU, device arrays on the
+        GPU)."""
         return bool(getattr(self.kernels, "shares_fused_rows", False))
 
     # -- pane level -----------------------------------------------------------------------
@@ -244,6 +245,7 @@ class TimeWindowOperator(OperatorBase):
             target,
             self.watermark,
             self._stage_deferred,
+            share_rows=self.shared_rows is not None,
         )
         self.tuples_in += fused.rows
         self.null_event_time += fused.null_event_time
@@ -723,11 +725,12 @@ def make_window_operator(
 
 
 def _rows_decided(
-    fused: FusedMerge, merged: tuple[np.ndarray, np.ndarray, np.ndarray] | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    fused: FusedMerge, merged: tuple[Array, Array, Array] | None
+) -> tuple[Array, Array, Array]:
     """(pane id, merged, key slot or -1) per row of one `_process_rows` call: the fused
     pass's decisions (`fused.shared`) with those of the split path (`merged`: its panes,
-    rows and slots) over the rows the fused pass left to it."""
+    rows and slots) over the rows the fused pass left to it. Host or device arrays (`where`
+    dispatches on them)."""
     if fused.shared is None:  # nothing placed: the split path decided every row
         assert merged is not None
         return merged
@@ -735,4 +738,4 @@ def _rows_decided(
     if merged is None:
         return panes, include, slots
     _, rest_include, rest_slots = merged
-    return panes, include, np.where(rest_include, rest_slots, slots)
+    return panes, include | rest_include, np.where(rest_include, rest_slots, slots)
