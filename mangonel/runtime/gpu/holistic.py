@@ -333,10 +333,14 @@ class GpuHolistic:
             ]
         flat = [row for rows in pieces for row in rows]
         device_starts = xp.asarray(starts)
+        # (pane, slot) as pane * n_slots + slot, built in place (a span's sort may hold tens
+        # of millions of rows: few temporaries of their size)
         rows = xp.arange(total, dtype=xp.int64)
-        row_panes = xp.searchsorted(device_starts[1:], rows, side="right")
-        slots = self.concatenate([row_slots for row_slots, _, _ in flat]).astype(xp.int64)
-        packed = narrow_keys(row_panes * n_slots + slots, count * n_slots)
+        packed = xp.searchsorted(device_starts[1:], rows, side="right")
+        del rows
+        packed *= n_slots
+        packed += self.concatenate([row_slots for row_slots, _, _ in flat])
+        packed = narrow_keys(packed, count * n_slots)
         values = xp.ascontiguousarray(self.concatenate([v for _, v, _ in flat]), dtype=xp.int64)
         times = None
         if timed:
