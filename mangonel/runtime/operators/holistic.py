@@ -659,7 +659,7 @@ class HolisticTimeWindows:
                 self.panes[name],
                 (low, needed, max(needed, reach)),
                 timed,
-                lambda pane: self._sort(pane, timed),
+                lambda panes: self._sort_panes(panes, timed),
             )
         runs = self.kernels.window_runs(
             span.offsets,
@@ -672,29 +672,30 @@ class HolisticTimeWindows:
         )
         return span.values, runs, span.times
 
-    def _sort(self, pane: HeldPane, timed: bool) -> None:
-        """Sort a pane's values by (slot, value) once (again after values arrived late); a
-        timed field's by (slot, value, event time), their times with them."""
-        if pane.sorted_values is not None and not pane.chunks and pane.by_value:
-            return
+    def _sort_panes(self, panes: list[HeldPane], timed: bool) -> None:
+        """Sort each pane's values by (slot, value) once (again after values arrived late); a
+        timed field's by (slot, value, event time), their times with them. Every pane that
+        needs it is sorted in one call of the kernels' `sort_panes` (on the GPU one sort
+        of all their rows, not a few launches and a concatenation per pane); a pane of one
+        presorted chunk (`split_panes`) only has its offsets found."""
         n_slots = self.keys.n_slots
-        if pane.sorted_values is None and len(pane.chunks) == 1 and pane.presorted:
-            chunk_slots, chunk_values, chunk_times = pane.chunks[0]
-            pane.sorted_values, pane.offsets = self.kernels.sort_pane(
-                chunk_slots, chunk_values, n_slots, presorted=True
-            )
-            pane.sorted_times = chunk_times  # `split_panes` sorted them with the values
-        elif timed:
-            slots, values, times = pane.raw(self.kernels, timed)
-            pane.sorted_values, pane.sorted_times, pane.offsets = self.kernels.sort_pane_timed(
-                slots, values, times, n_slots
-            )
-        else:
-            slots, values, _ = pane.raw(self.kernels, timed)
-            pane.sorted_values, pane.offsets = self.kernels.sort_pane(slots, values, n_slots)
-        pane.chunks = []
-        pane.presorted = True
-        pane.by_value = True
+        unsorted = []
+        for pane in panes:
+            if not pane.needs_sort:
+                continue
+            if pane.sorted_values is None and len(pane.chunks) == 1 and pane.presorted:
+                chunk_slots, chunk_values, chunk_times = pane.chunks[0]
+                values, offsets = self.kernels.sort_pane(
+                    chunk_slots, chunk_values, n_slots, presorted=True
+                )
+                # `split_panes` sorted the times with the values
+                pane.take_sorted(values, offsets, chunk_times)
+                continue
+            unsorted.append(pane)
+        if unsorted:
+            found = self.kernels.sort_panes([pane.unsorted() for pane in unsorted], n_slots, timed)
+            for pane, (values, offsets, times) in zip(unsorted, found, strict=True):
+                pane.take_sorted(values, offsets, times)
 
     # -- state, metrics -------------------------------------------------------------------
 
