@@ -121,6 +121,43 @@ def test_gpu_pane_sort_equals_the_cpu_sort():
     assert np.array_equal(cp.asnumpy(offsets), want_offsets)
 
 
+@pytest.mark.parametrize("timed", [False, True], ids=["values", "timed"])
+def test_gpu_sort_of_several_panes_equals_the_cpu_sort_of_each(timed):
+    """`sort_panes` on the device (one sort of every pane's rows; a sorted part's slots found
+    from its device offsets) against the CPU's sort of each pane alone."""
+    from test_holistic_pane_sort import pane_rows, random_panes
+
+    cp = device.cupy()
+    gpu = GpuHolistic(cp, shared_context().module)
+    rng = np.random.default_rng(5)
+    for case in range(40):
+        n_slots = int(rng.choice([1, 5, 300]))
+        panes = random_panes(rng, n_slots, timed, by_value=case % 2 == 0)
+        on_device = [
+            (
+                None if part is None else tuple(None if a is None else cp.asarray(a) for a in part),
+                [tuple(None if a is None else cp.asarray(a) for a in chunk) for chunk in chunks],
+            )
+            for part, chunks in panes
+        ]
+        found = gpu.sort_panes(on_device, n_slots, timed)
+        for number, pane in enumerate(panes):
+            slots, values, times = pane_rows(pane, timed)
+            if timed:
+                want_values, want_times, want_offsets = cpu_holistic.sort_pane_timed(
+                    slots, values, times, n_slots
+                )
+            else:
+                want_values, want_offsets = cpu_holistic.sort_pane(slots, values, n_slots)
+            got_values, got_offsets, got_times = found[number]
+            assert isinstance(got_values, cp.ndarray) and isinstance(got_offsets, cp.ndarray)
+            assert np.array_equal(cp.asnumpy(got_values), want_values), (case, number)
+            assert np.array_equal(cp.asnumpy(got_offsets), want_offsets), (case, number)
+            assert (got_times is None) == (not timed)
+            if timed:
+                assert np.array_equal(cp.asnumpy(got_times), want_times), (case, number)
+
+
 def test_gpu_pane_split_over_a_known_range_equals_the_general_split():
     """`split_panes` with the batch's pane range (one device read of the panes' bounds)
     groups and sorts as the general path does, on the device; a range missing a kept row's

@@ -415,6 +415,49 @@ def sort_pane(slots: np.ndarray, keys: np.ndarray, n_slots: int) -> tuple[np.nda
     return by_slot(_sort_pane, slots, keys, n_slots)
 
 
+def sort_panes(
+    panes: list[tuple[tuple | None, list[tuple]]], n_slots: int, timed: bool
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Each pane's values sorted by (slot, value[, time]): (values, offsets, times or None)
+    per pane, as `sort_pane` / `sort_pane_timed` give. A pane is (its sorted part as (values,
+    offsets, times) or None, its chunks as (slots, values, times)); the sorted part's values
+    need be grouped by slot only. A loop over the panes: the per-pane counting sort is
+    O(n) whatever the panes' number (a batched form measured no faster, docs/performance.md)."""
+    out = []
+    for sorted_part, chunks in panes:
+        slots, values, times = pane_rows(sorted_part, chunks, timed)
+        if timed:
+            sorted_values, sorted_times, offsets = sort_pane_timed(slots, values, times, n_slots)
+            out.append((sorted_values, offsets, sorted_times))
+        else:
+            sorted_values, offsets = sort_pane(slots, values, n_slots)
+            out.append((sorted_values, offsets, None))
+    return out
+
+
+def pane_rows(
+    sorted_part: tuple | None, chunks: list[tuple], timed: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A pane's (slots, values, times) in one array each, its sorted part's first (its slots
+    from its offsets); the times empty unless `timed`."""
+    slots, values, times = [], [], []
+    if sorted_part is not None:
+        part_values, offsets, part_times = sorted_part
+        offsets = np.asarray(offsets)
+        slots.append(np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets)))
+        values.append(part_values)
+        times.append(part_times)
+    for chunk_slots, chunk_values, chunk_times in chunks:
+        slots.append(chunk_slots)
+        values.append(chunk_values)
+        times.append(chunk_times)
+
+    def joined(pieces: list) -> np.ndarray:
+        return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
+
+    return joined(slots), joined(values), joined(times) if timed else np.empty(0, np.int64)
+
+
 def by_slot(
     kernel: Callable[..., None], slots: np.ndarray, values: np.ndarray, n_slots: int
 ) -> tuple[np.ndarray, np.ndarray]:

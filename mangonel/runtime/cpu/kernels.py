@@ -766,6 +766,9 @@ class CpuKernels:
     def sort_pane_timed(self, slots, keys, times, n_slots):
         return holistic.sort_pane_timed(slots, keys, times, n_slots)
 
+    def sort_panes(self, panes, n_slots, timed):
+        return holistic.sort_panes(panes, n_slots, timed)
+
     # exact percentiles over sliding windows by per-key bands stepped pane by pane
     # (`runtime/operators/holistic_sliding.py`; the GPU has none: it selects over sorted runs)
     sliding_percentiles = holistic_sliding

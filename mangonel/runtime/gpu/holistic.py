@@ -302,6 +302,71 @@ class GpuHolistic:
             bounds.astype(xp.int64, copy=False),
         )
 
+    def sort_panes(
+        self,
+        panes: list[tuple[tuple[Any, Any, Any] | None, list[tuple[Any, Any, Any]]]],
+        n_slots: int,
+        timed: bool,
+    ) -> list[tuple[Any, Any, Any]]:
+        """Each pane's values sorted by (slot, value[, time]) with per-slot offsets: (values,
+        offsets, times or None) per pane, on the device, as `sort_pane` / `sort_pane_timed`
+        give, in one sort of every pane's rows. A pane is (its sorted part as (values,
+        offsets, times) or None, its chunks as (slots, values, times)); the sorted part's
+        values need be grouped by slot only. The rows are concatenated once with their
+        pane's number (a search of the panes' starts, which the host knows from the arrays'
+        shapes), (pane, slot) packed into one narrow key, one stable sort by (pane, slot,
+        value[, time]), one search for every pane's offsets; each pane's results are views
+        of the sorted arrays (no device read; they live as long as any of those panes)."""
+        xp = self.xp
+        pieces = [_pane_pieces(xp, sorted_part, chunks) for sorted_part, chunks in panes]
+        lengths = [sum(int(values.shape[0]) for _, values, _ in rows) for rows in pieces]
+        starts = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+        total, count = int(starts[-1]), len(panes)
+        if not total:
+            return [
+                (
+                    xp.zeros(0, xp.int64),
+                    xp.zeros(n_slots + 1, xp.int64),
+                    xp.zeros(0, xp.int64) if timed else None,
+                )
+                for _ in panes
+            ]
+        flat = [row for rows in pieces for row in rows]
+        device_starts = xp.asarray(starts)
+        # (pane, slot) as pane * n_slots + slot, built in place (a span's sort may hold tens
+        # of millions of rows: few temporaries of their size)
+        rows = xp.arange(total, dtype=xp.int64)
+        packed = xp.searchsorted(device_starts[1:], rows, side="right")
+        del rows
+        packed *= n_slots
+        packed += self.concatenate([row_slots for row_slots, _, _ in flat])
+        packed = narrow_keys(packed, count * n_slots)
+        values = xp.ascontiguousarray(self.concatenate([v for _, v, _ in flat]), dtype=xp.int64)
+        times = None
+        if timed:
+            times = xp.ascontiguousarray(self.concatenate([t for _, _, t in flat]), dtype=xp.int64)
+            order = lexsort_order(xp, (times, values, packed))  # the last key is the primary
+            times = xp.ascontiguousarray(times[order])
+        else:
+            order = lexsort_order(xp, (values, packed))
+        values = xp.ascontiguousarray(values[order])
+        # pane i's offsets: where its slots 0..n_slots start in the sorted rows, less its start
+        wanted = (
+            xp.arange(count, dtype=xp.int64)[:, None] * n_slots
+            + xp.arange(n_slots + 1, dtype=xp.int64)[None, :]
+        )
+        bounds = xp.searchsorted(packed[order], wanted.reshape(-1).astype(packed.dtype))
+        offsets = bounds.reshape(count, n_slots + 1).astype(xp.int64, copy=False)
+        offsets -= device_starts[:-1, None]
+        return [
+            (
+                values[a:b],
+                offsets[i],
+                None if times is None else times[a:b],
+            )
+            for i, (a, b) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True))
+        ]
+
     def to_host(self, array: Any) -> np.ndarray:  # noqa: ANN401
         return _host(array)
 
@@ -474,6 +539,18 @@ def _split_order(xp, panes, slots, values, times, by_value: bool, pane_range=Non
     if times is not None:
         sort_keys = (times, *sort_keys)
     return lexsort_order(xp, sort_keys)
+
+
+def _pane_pieces(xp, sorted_part, chunks) -> list[tuple[Any, Any, Any]]:  # noqa: ANN001
+    """A pane's rows as (slots, values, times) pieces for `sort_panes`: its sorted part's
+    slots found on the device from its offsets (slot s holds rows offsets[s]..offsets[s+1]:
+    a row's slot is the last s whose offset is at or below it), then its chunks."""
+    if sorted_part is None:
+        return list(chunks)
+    values, offsets, times = sorted_part
+    rows = xp.arange(int(values.shape[0]), dtype=xp.int64)
+    slots = xp.searchsorted(offsets, rows, side="right") - 1  # device offsets (a sort's)
+    return [(slots, values, times), *chunks]
 
 
 def _host(array: Any) -> np.ndarray:  # noqa: ANN401

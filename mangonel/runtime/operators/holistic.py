@@ -55,7 +55,7 @@ from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META
 from mangonel.runtime.operators.holistic_evaluate import evaluate_later
 from mangonel.runtime.operators.holistic_firing import firing_knobs, in_row_order, sketch_answers
-from mangonel.runtime.operators.holistic_pane import HeldPane, PaneSpan, pane_span
+from mangonel.runtime.operators.holistic_pane import HeldPane, PaneSpan, pane_span, sort_panes
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
@@ -656,7 +656,7 @@ class HolisticTimeWindows:
                 self.panes[name],
                 (low, needed, max(needed, reach)),
                 timed,
-                lambda pane: pane.sort(self.kernels, timed, self.keys.n_slots),
+                lambda panes: sort_panes(self.kernels, panes, timed, self.keys.n_slots),
             )
         runs = self.kernels.window_runs(
             span.offsets,

@@ -44,33 +44,36 @@ class HeldPane:
             held += self.sorted_times.nbytes
         return held
 
-    def add(self, chunk: tuple[Any, Any, Any], presorted: bool) -> None:
-        self.chunks.append(chunk)
-        self.presorted = self.presorted and presorted
+    @property
+    def length(self) -> int:
+        """Values held, sorted or not (from the arrays' shapes: no device read)."""
+        held = 0 if self.sorted_values is None else len(self.sorted_values)
+        return held + sum(len(values) for _, values, _ in self.chunks)
 
-    def sort(self, kernels: Any, timed: bool, n_slots: int) -> None:  # noqa: ANN401
-        """Sort the values by (slot, value) once (again after values arrived late) on
-        `kernels` (the holistic kernels), offsets over `n_slots` slots; a timed field's by
-        (slot, value, event time), their times with them."""
-        if self.sorted_values is not None and not self.chunks and self.by_value:
-            return
-        if self.sorted_values is None and len(self.chunks) == 1 and self.presorted:
-            chunk_slots, chunk_values, chunk_times = self.chunks[0]
-            self.sorted_values, self.offsets = kernels.sort_pane(
-                chunk_slots, chunk_values, n_slots, presorted=True
-            )
-            self.sorted_times = chunk_times  # `split_panes` sorted them with the values
-        elif timed:
-            slots, values, times = self.raw(kernels, timed)
-            self.sorted_values, self.sorted_times, self.offsets = kernels.sort_pane_timed(
-                slots, values, times, n_slots
-            )
-        else:
-            slots, values, _ = self.raw(kernels, timed)
-            self.sorted_values, self.offsets = kernels.sort_pane(slots, values, n_slots)
+    @property
+    def needs_sort(self) -> bool:
+        """Whether a window reading the pane needs it sorted first: it has unsorted chunks,
+        or its values are grouped by slot but not sorted within one (`by_value` False)."""
+        return self.sorted_values is None or bool(self.chunks) or not self.by_value
+
+    def unsorted(self) -> tuple[tuple[Any, Any, Any] | None, list[tuple[Any, Any, Any]]]:
+        """The pane as the kernels' `sort_panes` takes it: (its sorted part as (values,
+        offsets, times), or None; its chunks)."""
+        if self.sorted_values is None or self.offsets is None:
+            return None, list(self.chunks)
+        return (self.sorted_values, self.offsets, self.sorted_times), list(self.chunks)
+
+    def take_sorted(self, values: Any, offsets: Any, times: Any) -> None:  # noqa: ANN401
+        """Hold `values` sorted by (slot, value[, time]) with their `offsets` (and times),
+        in place of every chunk."""
+        self.sorted_values, self.offsets, self.sorted_times = values, offsets, times
         self.chunks = []
         self.presorted = True
         self.by_value = True
+
+    def add(self, chunk: tuple[Any, Any, Any], presorted: bool) -> None:
+        self.chunks.append(chunk)
+        self.presorted = self.presorted and presorted
 
     def raw(self, kernels: Any, timed: bool) -> tuple[Any, Any, Any]:  # noqa: ANN401
         """(slots, order keys, event times) of every value where `kernels` (the holistic
@@ -114,34 +117,64 @@ class PaneSpan:
     base: np.ndarray
 
 
+def sort_panes(kernels: Any, panes: list[HeldPane], timed: bool, n_slots: int) -> None:  # noqa: ANN401
+    """Sort each pane's values by (slot, value) once (again after values arrived late) on
+    `kernels` (the holistic kernels), offsets over `n_slots` slots; a timed field's by
+    (slot, value, event time), their times with them. Every pane that needs it is sorted in
+    one call of the kernels' `sort_panes` (on the GPU one sort of all their rows, not a few
+    launches and a concatenation per pane); a pane of one presorted chunk (`split_panes`)
+    only has its offsets found."""
+    unsorted = []
+    for pane in panes:
+        if not pane.needs_sort:
+            continue
+        if pane.sorted_values is None and len(pane.chunks) == 1 and pane.presorted:
+            chunk_slots, chunk_values, chunk_times = pane.chunks[0]
+            values, offsets = kernels.sort_pane(chunk_slots, chunk_values, n_slots, presorted=True)
+            # `split_panes` sorted the times with the values
+            pane.take_sorted(values, offsets, chunk_times)
+            continue
+        unsorted.append(pane)
+    if unsorted:
+        found = kernels.sort_panes([pane.unsorted() for pane in unsorted], n_slots, timed)
+        for pane, (values, offsets, times) in zip(unsorted, found, strict=True):
+            pane.take_sorted(values, offsets, times)
+
+
 def pane_span(
     kernels: Any,  # noqa: ANN401 - the holistic kernels (`concatenate`)
     store: dict[int, HeldPane],
     extent: tuple[int, int, int],
     timed: bool,
-    sort: Callable[[HeldPane], None],
+    sort: Callable[[list[HeldPane]], None],
 ) -> PaneSpan:
     """The span of `store`'s panes from `low` to at least `needed`, and on to `reach` while
-    it holds at most MAX_SPAN_VALUES values (`extent` = (low, needed, reach)); each pane
-    sorted by `sort` first. Only the span's panes are listed and their bases scanned from
-    their lengths (known from the arrays' shapes: no device read)."""
+    it holds at most MAX_SPAN_VALUES values (`extent` = (low, needed, reach)); the span's
+    panes sorted first by one call of `sort` (one batched sort of every pane that needs it,
+    not a sort per pane: out of order a firing's panes each hold many chunks). Only the
+    span's panes are listed and their bases scanned from their lengths (known from the
+    arrays' shapes: no device read)."""
     low, needed, reach = extent
-    lengths, widths = [], []  # values and offsets of each span pane (0: no pane)
-    pieces, offset_pieces, time_pieces = [], [], []
+    listed: list[HeldPane | None] = []
     held = 0
     end = low
     while end < reach and (end < needed or held <= MAX_SPAN_VALUES):
         pane = store.get(end)
         end += 1
+        listed.append(pane)
+        if pane is not None:
+            held += pane.length  # a sort keeps every value
+    sort([pane for pane in listed if pane is not None])
+    lengths, widths = [], []  # values and offsets of each span pane (0: no pane)
+    pieces, offset_pieces, time_pieces = [], [], []
+    for pane in listed:
         if pane is None:
             lengths.append(0)
             widths.append(0)
             continue
-        sort(pane)
         assert pane.sorted_values is not None and pane.offsets is not None
         lengths.append(len(pane.sorted_values))
         widths.append(len(pane.offsets))
-        held += lengths[-1]
         pieces.append(pane.sorted_values)
         offset_pieces.append(pane.offsets)
         time_pieces.append(pane.sorted_times)
