@@ -340,6 +340,8 @@ class HolisticTimeWindows:
         if self._same_slots:  # the usual case: both maps met the keys in one order
             return inner_slots
         lookup = np.append(self._slot_of_inner, -1)  # index -1: not merged
+        if isinstance(inner_slots, np.ndarray):  # a firing's recorded slots, or the CPU's
+            return lookup[inner_slots]
         return self.lifting.from_host(lookup)[inner_slots]
 
     def _not_late(self, kernels: Any, panes: Any, include: Any) -> Any:  # noqa: ANN401
