@@ -466,21 +466,11 @@ class GpuKernels:
             state.mark_merged(first_pane, last_pane + 1)  # the kept tree's stale columns
         # (pane, contributing and not late: decided 1 or 3, slot of the rows merged or -1)
         shared = None if shared_slots is None else (shared_panes, (decided & 1) != 0, shared_slots)
-        if not undecided:
-            return FusedMerge(
-                rows,
-                late,
-                nulls,
-                max_event_time,
-                first_pane,
-                last_pane,
-                None,
-                None,
-                late_rows,
-                shared,
-            )
-        self.metrics.passes_with_rest += 1
-        lifted = self.lift_tuples(lift, batch, staged=staged)
+        rest = rest_include = None
+        if undecided:
+            self.metrics.passes_with_rest += 1
+            rest = self.lift_tuples(lift, batch, staged=staged)
+            rest_include = decided == 3  # contributing, neither merged nor late
         return FusedMerge(
             rows,
             late,
@@ -488,8 +478,8 @@ class GpuKernels:
             max_event_time,
             first_pane,
             last_pane,
-            lifted,
-            decided == 3,  # contributing, neither merged nor late
+            rest,
+            rest_include,
             late_rows,
             shared,
         )
