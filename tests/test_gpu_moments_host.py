@@ -153,6 +153,9 @@ def _fused_state(fused, monkeypatch, ts, keys, x, valid, block_table: str):
             columns.append(valid_bytes if column.name == "x" else None)
         status = np.zeros(6, np.uint64)
         decided = np.zeros(count, np.uint8)
+        # the rows' pane and key slot, as a holistic driver asks for them (`share_rows`)
+        shared_panes = np.full(count, -7, np.int64)
+        shared_slots = np.full(count, -7, np.int32)
         module.get_function(generated.names["fused"])(
             (device.fused_grid(count, THREADS),),
             (THREADS,),
@@ -174,9 +177,13 @@ def _fused_state(fused, monkeypatch, ts, keys, x, valid, block_table: str):
                 decided,
                 status,
                 state.block_partials,
+                shared_panes,
+                shared_slots,
             ),
         )
         assert (decided == 1).all() and status[5] == 0  # every row merged, none left
+        assert (shared_panes == ts[rows] // PANE).all()
+        assert (shared_slots == row_slots[rows]).all()
         state.mark_merged(0, PANES)  # as `lift_merge` does from the status words
         if rows.start == 0:
             state.settle()
