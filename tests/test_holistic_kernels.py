@@ -573,8 +573,9 @@ def test_the_pane_split_over_a_known_range_reads_the_device_once(
 
 
 def test_the_in_range_split_finds_each_chunks_offsets_in_one_search(host_module, monkeypatch):
-    """Given the known slots, the in-range split finds every chunk's per-slot offsets in one
-    search, and `sort_pane(presorted=True)` of that chunk returns them without searching:
+    """Given the known slots, the in-range split finds every chunk's per-slot offsets in the
+    search that bounds its (pane, slot) groups (no second search: `_pane_offsets` is not
+    called), and `sort_pane(presorted=True)` of that chunk returns them without searching:
     equal to the counting sort's, cut at the slots known at the split (a slot met later
     reads the pane's end: no value). Another array with the same values is searched."""
     rng = np.random.default_rng(23)
@@ -592,8 +593,15 @@ def test_the_in_range_split_finds_each_chunks_offsets_in_one_search(host_module,
         "_pane_offsets",
         lambda self, *a: searches.append(1) or original(self, *a),
     )
+    grouped = []
+    original_grouped = gpu_holistic.GpuHolistic._split_in_groups
+    monkeypatch.setattr(
+        gpu_holistic.GpuHolistic,
+        "_split_in_groups",
+        lambda self, *a: grouped.append(1) or original_grouped(self, *a),
+    )
     pane_ids, chunks, _ = gpu.split_panes(panes, slots, values, keep, pane_range=(3, 8), n_slots=6)
-    assert len(searches) == 1 and len(gpu._split_offsets) == len(chunks) == 6
+    assert len(grouped) == 1 and not searches and len(gpu._split_offsets) == len(chunks) == 6
     sort_calls = []
     with monkeypatch.context() as patched:
         patched.setattr(gpu_holistic, "lexsort_order", lambda *a: sort_calls.append(1))
@@ -611,7 +619,41 @@ def test_the_in_range_split_finds_each_chunks_offsets_in_one_search(host_module,
     # without the slots (or by slot only): no search, nothing kept
     gpu.split_panes(panes, slots, values, keep, pane_range=(3, 8))
     gpu.split_panes(panes, slots, values, keep, by_value=False, pane_range=(3, 8), n_slots=6)
-    assert len(searches) == 1 and not gpu._split_offsets
+    assert len(grouped) == 1 and not searches and not gpu._split_offsets
+
+
+@pytest.mark.parametrize("largest_group", [1024, 3])
+def test_the_grouped_split_equals_the_sorted_split(host_module, monkeypatch, largest_group):
+    """The in-range split by (pane, slot) groups, each sorted by a block (`sort_groups`),
+    gives the panes and chunks of the split that sorts the values by radix: rows of several
+    panes, not-kept rows whose slot is -1 (a row the fused pass did not merge), empty
+    groups, groups of one value and of more than a warp, equal values. A group larger than a
+    block sorts (`largest_group` 3) takes the radix sort of the values; a kept row outside
+    the range, the general path."""
+    monkeypatch.setattr(gpu_holistic.codegen, "GROUP_SORT_VALUES", largest_group)
+    rng = np.random.default_rng(31)
+    rows = 1500
+    panes = rng.integers(10, 16, rows).astype(np.int64)
+    slots = rng.integers(0, 7, rows).astype(np.int32)
+    slots[:400] = 2  # one (pane, slot) group of ~70 values
+    values = rng.integers(-50, 50, rows).astype(np.int64)
+    keep = rng.random(rows) < 0.85
+    slots[~keep] = -1
+    gpu = GpuHolistic(HostCupy(), host_module)
+    general = gpu.split_panes(panes, slots, values, keep)
+    grouped = gpu.split_panes(panes, slots, values, keep, pane_range=(10, 15), n_slots=7)
+    assert grouped[0] == general[0] and grouped[2]
+    assert _chunks_equal(grouped[1], general[1])
+    kept_outside = keep.copy()
+    kept_outside[np.flatnonzero(panes == 15)[0]] = True
+    wrong = gpu.split_panes(panes, slots, values, kept_outside, pane_range=(10, 14), n_slots=7)
+    want = gpu.split_panes(panes, slots, values, kept_outside)
+    assert wrong[0] == want[0] and _chunks_equal(wrong[1], want[1])
+    beyond = slots.copy()
+    beyond[np.flatnonzero(keep)[0]] = 7  # a kept row's slot past n_slots: the general path
+    found = gpu.split_panes(panes, beyond, values, keep, pane_range=(10, 15), n_slots=7)
+    want = gpu.split_panes(panes, beyond, values, keep)
+    assert found[0] == want[0] and _chunks_equal(found[1], want[1])
 
 
 def test_a_split_chunks_offsets_go_with_the_chunk(host_module):

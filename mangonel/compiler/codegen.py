@@ -494,10 +494,20 @@ def render_holistic_kernels(evaluation: str, form: str) -> GeneratedModule:
     return GeneratedModule(source, digest, names, (), (), (), 0)
 
 
+# values a (pane, key slot) group of a batch's split may hold for the block sort
+# (`holistic_runs.cu.j2` `sort_groups`: 8 KB of shared memory a block)
+GROUP_SORT_VALUES = 1024
+
+
 def render_holistic_runs_kernel() -> GeneratedModule:
-    """The kernel building a holistic firing's runs from its span's pane offsets
-    (`kernels_templates/holistic_runs.cu.j2`): one module for every query."""
-    source, digest, names = _finish({}, ("prelude.cu.j2", "holistic_runs.cu.j2"), ("runs",))
+    """The kernels building a holistic firing's runs from its span's pane offsets and
+    splitting a batch by (pane, key slot) group (`kernels_templates/holistic_runs.cu.j2`):
+    one module for every query."""
+    source, digest, names = _finish(
+        {"group_sort": GROUP_SORT_VALUES},
+        ("prelude.cu.j2", "holistic_runs.cu.j2"),
+        ("runs", "count_groups", "group_bounds", "scatter_groups", "sort_groups"),
+    )
     return GeneratedModule(source, digest, names, (), (), (), 0)
 
 

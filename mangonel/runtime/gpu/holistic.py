@@ -42,6 +42,8 @@ MAX_BLOCKS = 1 << 16  # grid-stride beyond: a launch covers any number of window
 # for its bounds (one device read of range + 2 words); a wider range (outliers, clipped event
 # times) takes the general path, which reads the cuts it finds
 MAX_RANGE_PANES = 1 << 14
+# (pane, key slot) groups the grouped split searches the bounds of at most (8 bytes each)
+MAX_GROUPS = 1 << 22
 
 
 class GpuHolistic:
@@ -58,7 +60,9 @@ class GpuHolistic:
         self.module_of = module_of
         self.form = form
         self._functions: dict[tuple[str, str], Any] = {}
-        self._runs_function: Any = None  # `window_runs`' kernel, compiled at its first use
+        # `holistic_runs.cu.j2`'s kernels (`window_runs`', the split's group sort), compiled
+        # at the first use of either
+        self._runs_functions: dict[str, Any] | None = None
         # per-slot offsets the in-range split found for its chunks, by the chunk's values
         # array (`id`, with a weak reference that drops the entry when the chunk dies):
         # `sort_pane(presorted=True)` of such a chunk searches nothing
@@ -184,6 +188,10 @@ class GpuHolistic:
             return [], [], True
         if low == high and by_value:
             return self._split_one_pane(panes, slots, values, keep, times, low)
+        if by_value and times is None and n_slots and (high - low + 1) * n_slots <= MAX_GROUPS:
+            found = self._split_in_groups(panes, slots, values, keep, pane_range, n_slots)
+            if found is not False:
+                return found
         kept = xp.asarray(keep).astype(xp.bool_, copy=False)
         row_panes = xp.where(kept, xp.asarray(panes, dtype=xp.int64), high + 1)
         row_slots = xp.asarray(slots).astype(xp.int64)
@@ -216,6 +224,107 @@ class GpuHolistic:
             )
             if offsets is not None:
                 self._remember_offsets(chunk_values, offsets[number] - a)
+        return pane_ids, chunks, True
+
+    def _split_in_groups(
+        self,
+        panes: Any,  # noqa: ANN401
+        slots: Any,  # noqa: ANN401
+        values: Any,  # noqa: ANN401
+        keep: Any,  # noqa: ANN401
+        pane_range: tuple[int, int],
+        n_slots: int,
+    ) -> tuple[list[int], list[tuple[Any, Any, Any]], bool] | None | bool:
+        """`_split_in_range` (by value, no event times) as a counting sort by (pane, key
+        slot) group and a block sort of each group's values (`holistic_runs.cu.j2`: four
+        launches and a scan, where the radix sorts and array operations took ~75 CuPy calls).
+        The group bounds are every chunk's per-slot offsets (`sort_pane(presorted=True)`
+        searches nothing). One device read: the panes' bounds, the largest group and the kept
+        rows the range misses. None: a kept row outside the range or of no known slot (the
+        general path answers); False: a group too large for a block (a hot key: the caller's
+        radix sort of the values answers)."""
+        xp = self.xp
+        low, high = pane_range
+        panes_in_range = high - low + 1
+        groups = panes_in_range * n_slots
+        rows = int(panes.shape[0])
+        slots = xp.asarray(slots)
+        if slots.dtype != xp.int32:  # slots are below n_slots, itself below 2**31
+            slots = slots.astype(xp.int32)
+        # counts (groups + 1), cursors (groups), then bounds (panes + 1), largest, misplaced
+        work = xp.zeros(2 * groups + panes_in_range + 4, xp.uint64)
+        counts, cursors = work[: groups + 1], work[groups + 1 : 2 * groups + 1]
+        summary = work[2 * groups + 1 :]
+        group = xp.empty(rows, xp.int32)
+        grid = (min(MAX_BLOCKS, -(-rows // THREADS_PER_BLOCK)),)
+        self._runs_function("count_groups")(
+            grid,
+            (THREADS_PER_BLOCK,),
+            (
+                xp.asarray(panes, dtype=xp.int64),
+                slots,
+                xp.asarray(keep).astype(xp.bool_, copy=False),
+                np.int64(rows),
+                np.int64(low),
+                np.int64(high),
+                np.int64(n_slots),
+                group,
+                counts,
+                summary[panes_in_range + 2 :],
+            ),
+        )
+        offsets = xp.cumsum(counts.view(xp.int64))
+        relative = xp.empty((panes_in_range, n_slots + 1), xp.int64)
+        entries = panes_in_range * (n_slots + 1)
+        self._runs_function("group_bounds")(
+            (min(MAX_BLOCKS, -(-entries // THREADS_PER_BLOCK)),),
+            (THREADS_PER_BLOCK,),
+            (
+                offsets,
+                np.int64(panes_in_range),
+                np.int64(n_slots),
+                relative,
+                summary[: panes_in_range + 1].view(xp.int64),
+                summary[panes_in_range + 1 :],
+            ),
+        )
+        read = _host(summary).view(np.int64)
+        bounds, largest, misplaced = read[: panes_in_range + 1], int(read[-2]), int(read[-1])
+        if misplaced:
+            return None
+        kept_count = int(bounds[-1])
+        if not kept_count:
+            return [], [], True
+        if largest > codegen.GROUP_SORT_VALUES:
+            return False
+        group_values = xp.empty(kept_count, xp.int64)
+        group_slots = xp.empty(kept_count, xp.int64)
+        self._runs_function("scatter_groups")(
+            grid,
+            (THREADS_PER_BLOCK,),
+            (
+                group,
+                xp.ascontiguousarray(xp.asarray(values, dtype=xp.int64)),
+                slots,
+                np.int64(rows),
+                offsets,
+                cursors,
+                group_values,
+                group_slots,
+            ),
+        )
+        self._runs_function("sort_groups")(
+            (min(MAX_BLOCKS, groups),),
+            (THREADS_PER_BLOCK,),
+            (group_values, offsets, np.int64(groups)),
+        )
+        pane_ids, chunks = [], []
+        for index in np.flatnonzero(np.diff(bounds)).tolist():
+            a, b = int(bounds[index]), int(bounds[index + 1])
+            pane_ids.append(low + index)
+            chunk_values = group_values[a:b]
+            chunks.append((group_slots[a:b], chunk_values, None))
+            self._remember_offsets(chunk_values, relative[index])
         return pane_ids, chunks, True
 
     def _split_one_pane(
@@ -410,11 +519,8 @@ class GpuHolistic:
         # run_start, run_end, row_first and row_runs in one allocation
         out = xp.empty(2 * runs + 2 * rows, xp.int64)
         flat = xp.ascontiguousarray(xp.asarray(flat_offsets, dtype=xp.int64))
-        if self._runs_function is None:
-            generated = codegen.render_holistic_runs_kernel()
-            self._runs_function = self.module_of(generated).get_function(generated.names["runs"])
         blocks = min(MAX_BLOCKS, -(-runs // THREADS_PER_BLOCK))
-        self._runs_function(
+        self._runs_function("runs")(
             (blocks,),
             (THREADS_PER_BLOCK,),
             (
@@ -438,6 +544,17 @@ class GpuHolistic:
             out[2 * runs : 2 * runs + rows],
             out[2 * runs + rows :],
         )
+
+    def _runs_function(self, role: str) -> Any:  # noqa: ANN401
+        """A kernel of `holistic_runs.cu.j2` ("runs", "sort_groups"), the module compiled
+        at the first call."""
+        if self._runs_functions is None:
+            generated = codegen.render_holistic_runs_kernel()
+            module = self.module_of(generated)
+            self._runs_functions = {
+                role: module.get_function(name) for role, name in generated.names.items()
+            }
+        return self._runs_functions[role]
 
     def holistic_select_later(
         self,
