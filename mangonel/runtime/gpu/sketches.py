@@ -524,39 +524,39 @@ class GpuSketches:
         self,
         table: DeviceHllRing,
         pool: Any,  # noqa: ANN401 - `ring_scan_pool`'s, the parts' entries scanned
-        parts: Iterable[tuple[np.ndarray, ...]],
+        parts: Iterable[tuple[Any, ...]],
         rows: int,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """`ring_answer` from scanned blocks: each part (positions in the answer, key
-        slots, offsets in the first block, its pool entry, the next block's) one launch,
-        every row's window the max of two sets; one read for all. Each part is launched
-        before the next is drawn (drawing one may scan into entries an earlier one read)."""
+        """`ring_answer` from scanned blocks: each part (positions in the answer or None:
+        rows 0.. in order, key slots, first panes, the pool entries of blocks first_block..,
+        first_block) one upload and one launch; the kernel finds each row's first block,
+        its offset there and the two entries; every row's window the max of two sets; one
+        read for all. Each part is launched before the next is drawn (drawing one may scan
+        into entries an earlier one read)."""
         xp = self.xp
         histograms = xp.zeros((rows, HISTOGRAM_BINS), xp.int32)
         z_inverse = xp.zeros(rows, xp.float64)
         tops = xp.zeros(rows, xp.int32)
         block = int(pool.shape[2])
         words = table.registers.shape[2] // 4
-        for positions, slots, offsets, suffix_entries, prefix_entries in parts:
-            count = len(positions)
+        for positions, slots, first_panes, entries, first_block in parts:
+            count = len(slots)
             if not count:
                 continue
-            # one upload for the part's five columns
-            columns = xp.asarray(
-                np.stack((positions, slots, offsets, suffix_entries, prefix_entries)).astype(
-                    np.int64
-                )
-            )
+            columns = [slots, first_panes, entries]
+            if positions is not None:
+                columns.append(positions)
+            device = xp.asarray(np.concatenate(columns).astype(np.int64, copy=False))
             self._function("ring_window_scans")(
                 (min(count, MAX_BLOCKS),),
                 (HISTOGRAM_THREADS,),
                 (
                     pool,
-                    columns[0],
-                    columns[1],
-                    columns[2],
-                    columns[3],
-                    columns[4],
+                    None if positions is None else device[2 * count + len(entries) :],
+                    device[:count],
+                    device[count : 2 * count],
+                    device[2 * count : 2 * count + len(entries)],
+                    np.int64(first_block),
                     np.int64(count),
                     np.int64(block),
                     np.int64(table.slot_capacity),

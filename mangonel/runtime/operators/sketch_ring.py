@@ -126,13 +126,18 @@ class SketchRing:
 
     def _scanned_parts(self, slots: np.ndarray, first_panes: np.ndarray) -> Iterator[tuple]:
         """The rows in runs of consecutive first blocks whose scans (and the next block's)
-        fit the pool: per run, its blocks scanned, then (rows, their slots, offsets in their
-        first block, its pool entry, the next block's). Drawn one at a time: a run's scans
-        may reuse the entries an earlier run's launch read, so that launch comes first."""
+        fit the pool: per run, its blocks scanned, then (rows, or None: every row in order;
+        their slots; their first panes; the pool entries of the run's blocks from its first
+        and the block after its last; its first block). The kernel finds each row's block and
+        offset. Drawn one at a time: a run's scans may reuse the entries an earlier run's
+        launch read, so that launch comes first."""
         block = self.panes_per_window
+        lowest = int(first_panes.min()) // block
+        highest = int(first_panes.max()) // block
+        if highest + 2 - lowest <= SCAN_ENTRIES:  # the usual case: every row in one run
+            yield None, slots, first_panes, self._entries(lowest, highest), lowest
+            return
         blocks = first_panes // block
-        offsets = first_panes - blocks * block
-        lowest = int(blocks.min())
         found = np.flatnonzero(np.bincount(blocks - lowest)) + lowest  # ascending, distinct
         start = 0
         while start < len(found):
@@ -140,16 +145,15 @@ class SketchRing:
             while stop < len(found) and found[stop] + 2 - found[start] <= SCAN_ENTRIES:
                 stop += 1
             first, last = int(found[start]), int(found[stop - 1])
-            entry_of = self._scan(first, last + 1)
-            lookup = np.asarray([entry_of[b] for b in range(first, last + 2)], np.int64)
-            if start == 0 and stop == len(found):  # the usual case: every row in one run
-                own = blocks - first
-                yield np.arange(len(slots)), slots, offsets, lookup[own], lookup[own + 1]
-                return
+            entries = self._entries(first, last)
             rows = np.flatnonzero((blocks >= first) & (blocks <= last))
-            own = blocks[rows] - first
-            yield rows, slots[rows], offsets[rows], lookup[own], lookup[own + 1]
+            yield rows, slots[rows], first_panes[rows], entries, first
             start = stop
+
+    def _entries(self, first: int, last: int) -> np.ndarray:
+        """Blocks first..last + 1 scanned: their pool entries, in block order."""
+        entry_of = self._scan(first, last + 1)
+        return np.asarray([entry_of[b] for b in range(first, last + 2)], np.int64)
 
     def _scans_fit(self) -> bool:
         """Do windows read scanned blocks (long enough, and the pool within bounds)?"""
