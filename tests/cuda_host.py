@@ -31,6 +31,11 @@ using std::isnan; using std::isinf; using std::isfinite;
 static inline double __longlong_as_double(long long v) { double d; memcpy(&d, &v, 8); return d; }
 static inline long long __double_as_longlong(double v) { long long d; memcpy(&d, &v, 8); return d; }
 static inline float __double2float_rn(double x) { return (float)x; }
+// the round-to-nearest arithmetic intrinsics (never fused: -ffp-contract=off)
+static inline double __ll2double_rn(long long x) { return (double)x; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
 // cvt.rzi/rmi/rpi: round, then saturate (NaN -> the minimum, as the renderer expects)
 static inline long long mg_saturate(double x, double low, double high, long long lo, long long hi)
 { return std::isnan(x) ? lo : x <= low ? lo : x >= high ? hi : (long long)x; }

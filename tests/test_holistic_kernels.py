@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from mangonel.runtime.cpu import holistic as cpu_holistic
 from mangonel.runtime.cpu.kernels import CpuKernels
 from mangonel.runtime.gpu import holistic as gpu_holistic
 from mangonel.runtime.gpu.holistic import GpuHolistic
+from mangonel.runtime.operators.holistic_evaluate import percentile_values
 
 FORMS = tuple(codegen.HOLISTIC_FORM_LANES)
 EVALUATIONS = codegen.HOLISTIC_EVALUATIONS
@@ -118,6 +120,33 @@ def test_the_selection_kernel_equals_the_cpu_kernel(host_module, evaluation, for
                 if evaluation != "percentile_cont" and name == "higher":
                     continue  # unused: the CPU leaves the higher value of DISC and DISTINCT
                 assert np.array_equal(g, w), (evaluation, form, fraction, name, case)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("floating", [False, True])
+def test_the_kernels_interpolation_is_the_hosts_bit_for_bit(host_module, form, floating):
+    """PERCENTILE_CONT interpolated by the selection kernel (`floating=`: the firing reads
+    n and the value) equals `percentile_values` over the kernel's keys bit for bit: integer
+    and floating arguments (every int64 a key, so infinities, NaNs and both zeros among the
+    doubles), one p and an ARRAY of p."""
+    rng = np.random.default_rng(13)
+    gpu = GpuHolistic(HostCupy(), host_module, form)
+    value_field = SimpleNamespace(type=SimpleNamespace(is_floating=floating))
+    for case in range(30):
+        values, runs = _random_runs(
+            rng, int(rng.integers(0, 30)), [1, 3, 1000, 2**62][case % 4], case % 3 == 0
+        )
+        for fraction in (0.5, 0.0, 1.0, float(rng.random()), (0.25, 0.5, 0.9)):
+            plan = SimpleNamespace(evaluation="percentile_cont", percentages=fraction)
+            keys = gpu.holistic_select_later(values, *runs, "percentile_cont", fraction, True)
+            want_n, want = percentile_values(plan, value_field, *keys())
+            finished = gpu.holistic_select_later(
+                values, *runs, "percentile_cont", fraction, True, floating=floating
+            )
+            got_n, got = finished()
+            assert np.array_equal(got_n, want_n)
+            assert got.shape == want.shape and got.dtype == np.float64
+            assert np.array_equal(got.view(np.int64), want.view(np.int64)), (case, fraction)
 
 
 @pytest.mark.parametrize("form", FORMS)

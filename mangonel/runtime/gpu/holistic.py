@@ -68,6 +68,8 @@ class GpuHolistic:
         # `sort_pane(presorted=True)` of such a chunk searches nothing
         self._split_offsets: dict[int, tuple[weakref.ref, Any]] = {}
         self.launches = 0  # selection launches so far (one per aggregate and result chunk)
+        # `holistic_select_later(floating=)`: the kernel interpolates PERCENTILE_CONT itself
+        self.finishes_percentile_cont = True
 
     def _select_function(self, evaluation: str, form: str) -> Any:  # noqa: ANN401
         found = self._functions.get((evaluation, form))
@@ -566,7 +568,8 @@ class GpuHolistic:
         evaluation: str,
         fraction: float | tuple[float, ...],
         sorted_runs: bool,
-    ) -> Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        floating: bool | None = None,
+    ) -> Callable[[], tuple[np.ndarray, ...]]:
         """Launch the selection now (one launch of the selection kernel); the returned
         function reads its (n, lower, higher) per row on the host, the results of
         `runtime.cpu.holistic.holistic_select` (the wait for the device is there). A firing
@@ -574,7 +577,9 @@ class GpuHolistic:
         chunk's runs while the device selects over this one's. Runs must be sorted (the
         device path only reads sorted panes). `fraction` a tuple (an ARRAY of p): the one
         launch selects every p of a window in turn over the same runs, lower and higher
-        [rows, len(fraction)]."""
+        [rows, len(fraction)]. `floating` (PERCENTILE_CONT only; whether the argument is
+        floating): the kernel also interpolates, and the function reads (n, value), the
+        results of `holistic_evaluate.percentile_values`, bit for bit."""
         if not sorted_runs:
             raise ValueError("the GPU holistic kernels read sorted runs only")
         xp = self.xp
@@ -585,9 +590,11 @@ class GpuHolistic:
         fractions = np.atleast_1d(np.asarray(fraction, np.float64))
         rows = int(arrays[3].shape[0])
         width = len(fractions)
-        # n, lower and higher in one device buffer: the results cross in one copy (one wait
-        # for the device per launch, not three)
-        results = xp.zeros(rows * (1 + 2 * width), dtype=xp.int64)
+        finish = floating is not None and evaluation == "percentile_cont"
+        # n, lower and higher (and the values) in one device buffer: the results cross in one
+        # copy (one wait for the device per launch, not three)
+        results = xp.zeros(rows * (1 + (3 if finish else 2) * width), dtype=xp.int64)
+        values_out = results[rows * (1 + 2 * width) :].view(xp.float64) if finish else None
         if rows:
             lanes = codegen.HOLISTIC_FORM_LANES[self.form]
             blocks = min(MAX_BLOCKS, -(-rows * lanes // THREADS_PER_BLOCK))
@@ -602,16 +609,21 @@ class GpuHolistic:
                     np.int64(len(fractions)),
                     results[:rows],
                     results[rows : rows * (1 + width)].reshape(rows, width),
-                    results[rows * (1 + width) :].reshape(rows, width),
+                    results[rows * (1 + width) : rows * (1 + 2 * width)].reshape(rows, width),
+                    values_out,
+                    np.int32(bool(floating)),
                 ),
             )
             self.launches += 1
 
-        def read() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def read() -> tuple[np.ndarray, ...]:
             host = _host(results)
             n_host = host[:rows]
+            if finish:
+                found = host[rows * (1 + 2 * width) :].view(np.float64).reshape(rows, width)
+                return n_host, found if isinstance(fraction, tuple) else found[:, 0].copy()
             lower_host = host[rows : rows * (1 + width)].reshape(rows, width)
-            higher_host = host[rows * (1 + width) :].reshape(rows, width)
+            higher_host = host[rows * (1 + width) : rows * (1 + 2 * width)].reshape(rows, width)
             if isinstance(fraction, tuple):
                 return n_host, lower_host, higher_host
             return n_host, lower_host[:, 0].copy(), higher_host[:, 0].copy()

@@ -53,6 +53,13 @@ def evaluate_later(
     # [rows, len(ps)]); a single p: [rows]
     fraction = plan.percentages
     fraction = 0.0 if fraction is None else fraction
+    if evaluation == "percentile_cont" and getattr(kernels, "finishes_percentile_cont", False):
+        # the GPU interpolates in the selection kernel, `percentile_values`' operations in
+        # its order: the firing reads one value a row and runs no host pass over them
+        floating = value_field.type.is_floating
+        return kernels.holistic_select_later(
+            values, *runs, evaluation, fraction, sorted_runs, floating=floating
+        )
     read = kernels.holistic_select_later(values, *runs, evaluation, fraction, sorted_runs)
     return lambda: percentile_values(plan, value_field, *read())
 
