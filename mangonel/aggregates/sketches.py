@@ -179,11 +179,17 @@ def hll_estimate_of_sums(
     m = float(hll_registers(p))
     q = 64 - p
     with np.errstate(divide="ignore"):
-        e = hll_alpha_m2(p) / z_inverse
-        linear = np.where(zeros > 0, m * np.log(m / np.maximum(zeros, 1.0)), np.inf)
-    use_linear = (zeros > 0) & ((linear <= hll_threshold(p)) | (e <= 2.5 * m))
-    band = ~use_linear & (e < 5.0 * m)
-    estimate = np.where(use_linear, linear, e)
+        estimate = hll_alpha_m2(p) / z_inverse  # the raw estimate E
+    band = estimate < 5.0 * m
+    # linear counting, m log(m / C_0), only where a register is zero (C_0 >= 1): the cells
+    # of a window of many values have none, and the logarithm is most of this function's
+    # time on a firing's tens of thousands of cells
+    with_zeros = np.flatnonzero(zeros > 0)
+    if len(with_zeros):
+        linear = m * np.log(m / zeros[with_zeros])
+        use_linear = (linear <= hll_threshold(p)) | (estimate[with_zeros] <= 2.5 * m)
+        estimate[with_zeros[use_linear]] = linear[use_linear]
+        band[with_zeros[use_linear]] = False
     if band.any():
         summed = band & exact if exact is not None else np.zeros_like(band)
         ertl_z = z_inverse[summed] - zeros[summed]  # Ertl's z before C_0's term, exactly
