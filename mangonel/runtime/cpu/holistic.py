@@ -25,6 +25,8 @@ from collections.abc import Callable
 import numba
 import numpy as np
 
+from mangonel.runtime.host.arrays import pane_rows
+
 PERCENTILE_CONT = 0
 PERCENTILE_DISC = 1
 COUNT_DISTINCT = 2
@@ -433,29 +435,6 @@ def sort_panes(
             sorted_values, offsets = sort_pane(slots, values, n_slots)
             out.append((sorted_values, offsets, None))
     return out
-
-
-def pane_rows(
-    sorted_part: tuple | None, chunks: list[tuple], timed: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A pane's (slots, values, times) in one array each, its sorted part's first (its slots
-    from its offsets); the times empty unless `timed`."""
-    slots, values, times = [], [], []
-    if sorted_part is not None:
-        part_values, offsets, part_times = sorted_part
-        offsets = np.asarray(offsets)
-        slots.append(np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets)))
-        values.append(part_values)
-        times.append(part_times)
-    for chunk_slots, chunk_values, chunk_times in chunks:
-        slots.append(chunk_slots)
-        values.append(chunk_values)
-        times.append(chunk_times)
-
-    def joined(pieces: list) -> np.ndarray:
-        return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
-
-    return joined(slots), joined(values), joined(times) if timed else np.empty(0, np.int64)
 
 
 def by_slot(

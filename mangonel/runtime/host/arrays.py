@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -70,7 +73,7 @@ def array_with_nulls(values: np.ndarray, is_null: np.ndarray | None = None) -> p
     )
 
 
-__all__ = ["array_with_nulls", "batch_columns", "column", "to_mask", "to_values"]
+__all__ = ["array_with_nulls", "batch_columns", "column", "pane_rows", "to_mask", "to_values"]
 
 
 def pool_array(length: int, dtype: np.dtype | type) -> np.ndarray:
@@ -152,3 +155,35 @@ def take_rows(
     return pa.Array.from_buffers(
         array.type, len(rows), [validity, pa.py_buffer(taken)], null_count=nulls
     )
+
+
+def _joined(pieces: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
+
+
+def pane_rows(
+    sorted_part: tuple[Any, Any, Any] | None,
+    chunks: list[tuple[Any, Any, Any]],
+    timed: bool,
+    concatenate: Callable[[list[Any]], Any] = _joined,
+    to_host: Callable[[Any], np.ndarray] = np.asarray,
+) -> tuple[Any, Any, Any]:
+    """A held pane's (slots, values, event times), each in one array: its sorted part
+    (values, per-slot offsets, times) first, its slots repeated from the offsets (read on the
+    host through `to_host`), then its chunks (slots, values, times). `concatenate` joins the
+    pieces where the holistic kernels keep them (a backend's `concatenate`: host or device
+    arrays); the times are empty unless `timed`, and then every piece must have them."""
+    slots, values, times = [], [], []
+    if sorted_part is not None:
+        part_values, offsets, part_times = sorted_part
+        counts = np.diff(to_host(offsets))
+        slots.append(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
+        values.append(part_values)
+        times.append(part_times)
+    for chunk_slots, chunk_values, chunk_times in chunks:
+        slots.append(chunk_slots)
+        values.append(chunk_values)
+        times.append(chunk_times)
+    if timed and any(piece is None for piece in times):
+        raise AssertionError("a timed pane holds values without their event times")
+    return concatenate(slots), concatenate(values), concatenate(times if timed else [])

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from mangonel.runtime.host.arrays import pane_rows
+
 # values a firing's span of sorted panes may hold beyond what its current chunk needs
 # (`pane_span`: the chunks after it read the same concatenation; 256 MB of order keys)
 MAX_SPAN_VALUES = 1 << 25
@@ -79,25 +81,12 @@ class HeldPane:
         """(slots, order keys, event times) of every value where `kernels` (the holistic
         kernels) keep them (`concatenate`), sorted ones first; the times are empty unless
         `timed`."""
-        slots, values, times = [], [], []
-        if self.sorted_values is not None and self.offsets is not None:
-            counts = np.diff(kernels.to_host(self.offsets))  # device offsets on the GPU
-            slots.append(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
-            values.append(self.sorted_values)
-            if timed:
-                assert self.sorted_times is not None
-                times.append(self.sorted_times)
-        for chunk_slots, chunk_values, chunk_times in self.chunks:
-            slots.append(chunk_slots)
-            values.append(chunk_values)
-            if timed:
-                assert chunk_times is not None
-                times.append(chunk_times)
-        return (
-            kernels.concatenate(slots),
-            kernels.concatenate(values),
-            kernels.concatenate(times),
+        sorted_part = (
+            None
+            if self.sorted_values is None or self.offsets is None
+            else (self.sorted_values, self.offsets, self.sorted_times)
         )
+        return pane_rows(sorted_part, self.chunks, timed, kernels.concatenate, kernels.to_host)
 
 
 @dataclass
