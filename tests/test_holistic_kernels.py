@@ -551,6 +551,18 @@ def _count_reads(monkeypatch) -> list:
     return reads
 
 
+def _count_calls(monkeypatch, method: str) -> list[int]:
+    """A list that gets an entry at each call of `GpuHolistic.<method>`."""
+    calls: list[int] = []
+    original = getattr(gpu_holistic.GpuHolistic, method)
+    monkeypatch.setattr(
+        gpu_holistic.GpuHolistic,
+        method,
+        lambda self, *a: calls.append(1) or original(self, *a),
+    )
+    return calls
+
+
 def _chunks_equal(got, want) -> bool:
     return len(got) == len(want) and all(
         all(
@@ -615,20 +627,8 @@ def test_the_in_range_split_finds_each_chunks_offsets_in_one_search(host_module,
     values = rng.integers(-30, 30, rows).astype(np.int64)
     keep = rng.random(rows) < 0.8
     gpu = GpuHolistic(HostCupy(), host_module)
-    searches = []
-    original = gpu_holistic.GpuHolistic._pane_offsets
-    monkeypatch.setattr(
-        gpu_holistic.GpuHolistic,
-        "_pane_offsets",
-        lambda self, *a: searches.append(1) or original(self, *a),
-    )
-    grouped = []
-    original_grouped = gpu_holistic.GpuHolistic._split_in_groups
-    monkeypatch.setattr(
-        gpu_holistic.GpuHolistic,
-        "_split_in_groups",
-        lambda self, *a: grouped.append(1) or original_grouped(self, *a),
-    )
+    searches = _count_calls(monkeypatch, "_pane_offsets")
+    grouped = _count_calls(monkeypatch, "_split_in_groups")
     pane_ids, chunks, _ = gpu.split_panes(panes, slots, values, keep, pane_range=(3, 8), n_slots=6)
     assert len(grouped) == 1 and not searches and len(gpu._split_offsets) == len(chunks) == 6
     sort_calls = []
