@@ -7,13 +7,16 @@ device twins of `runtime.cpu.holistic`, behind the same three calls of the drive
   The sorted values and the offsets stay on the device; every window covering the pane
   reads them there (shared across overlapping windows): no copy to the host, no wait for the
   device per pane.
+- `split_panes`: a batch's kept values grouped by pane, each pane's chunk sorted by (key
+  slot, value); with the pane range and slots known, a counting sort by (pane, slot) group
+  and a block sort per group (`_split_in_groups`, `kernels_templates/holistic_runs.cu.j2`).
 - `window_runs`: the runs of a firing's rows (one per covered pane), built on the device
   from the panes' device offsets; the host hands only the span's per-pane bases (a scan over
   the panes' lengths, which the host knows from their shapes) and the rows' slots.
 - `holistic_select_later`: the rendered selection kernel (`kernels_templates/holistic.cu.j2`,
   `codegen.render_holistic_kernels`): all the rows of a result chunk in one launch (GASSER's
   windows per launch), a thread, a warp or a block per window (the plan's
-  `HolisticPlan.gpu_form`).
+  `HolisticPlan.gpu_form`); PERCENTILE_CONT interpolated there too.
 - `python_window`: a Python window function over the same runs (`gpu.python_window`: the
   runs merged per window into one device buffer, the user's function compiled by numba's
   CUDA target and called once per window).
@@ -60,8 +63,8 @@ class GpuHolistic:
         self.module_of = module_of
         self.form = form
         self._functions: dict[tuple[str, str], Any] = {}
-        # `holistic_runs.cu.j2`'s kernels (`window_runs`', the split's group sort), compiled
-        # at the first use of either
+        # `holistic_runs.cu.j2`'s kernels (`window_runs`', the grouped split's), compiled at
+        # the first use of any
         self._runs_functions: dict[str, Any] | None = None
         # per-slot offsets the in-range split found for its chunks, by the chunk's values
         # array (`id`, with a weak reference that drops the entry when the chunk dies):
@@ -548,8 +551,9 @@ class GpuHolistic:
         )
 
     def _runs_function(self, role: str) -> Any:  # noqa: ANN401
-        """A kernel of `holistic_runs.cu.j2` ("runs", "sort_groups"), the module compiled
-        at the first call."""
+        """A kernel of `holistic_runs.cu.j2` by role ("runs"; "count_groups",
+        "group_bounds", "scatter_groups", "sort_groups"), the module compiled at the first
+        call."""
         if self._runs_functions is None:
             generated = codegen.render_holistic_runs_kernel()
             module = self.module_of(generated)
