@@ -140,6 +140,42 @@ def test_merge_histograms_and_estimates_equal_the_cpu(gpu):
     assert gpu.answer(empty, None)[1].tolist() == [0, 0]
 
 
+@pytest.mark.parametrize("p", [4, 9, 14])
+def test_cells_past_the_band_are_estimated_by_the_kernel_as_by_the_host(gpu, monkeypatch, p):
+    """A cell with no zero register whose raw estimate is past Ertl's band is rounded by the
+    `estimate` kernel, the others by `hll_estimate_of_sums` on the host: the CPU's counts
+    either way, and the host's function sees only the cells the kernel left."""
+    from mangonel.runtime.gpu import sketches as gpu_sketches
+
+    rng = np.random.default_rng(p)
+    m = 1 << p
+    sizes = np.concatenate(
+        [[0, 1, 3], rng.integers(m // 2, 3 * m, 5), rng.integers(20 * m, 80 * m, 12)]
+    )
+    n_cells = len(sizes)
+    cells = np.repeat(np.arange(n_cells), sizes).astype(np.int64)
+    keys = rng.integers(0, 2**62, len(cells)).astype(np.int64)
+    rsd = 1.01 * 1.106 / 2 ** (p / 2)  # Spark: p = ceil(2 log2(1.106 / rsd))
+    got = gpu.build(HLL, cells, n_cells, keys, SqlType.BIGINT, rsd)
+    want = sketch_windows.build(HLL, cells, n_cells, keys, SqlType.BIGINT, rsd)
+    assert got.p == p
+    on_host = []
+    original = gpu_sketches.hll_estimate_of_sums
+    monkeypatch.setattr(
+        gpu_sketches,
+        "hll_estimate_of_sums",
+        lambda sums, *rest: on_host.append(len(sums)) or original(sums, *rest),
+    )
+    count, estimate = gpu.answer(got, None)
+    want_count, want_estimate = sketch_windows.answer(want, None)
+    assert np.array_equal(count, want_count) and np.array_equal(estimate, want_estimate)
+    registers = np.asarray(want.registers)
+    raw = [float(sum(2.0 ** -registers[c].astype(np.float64))) for c in range(n_cells)]
+    past_band = [(registers[c] > 0).all() and 0.7 * m * m / raw[c] >= 5 * m for c in range(n_cells)]
+    assert sum(past_band) >= 10  # the large cells: the kernel's
+    assert sum(on_host) <= n_cells - sum(past_band) + 1
+
+
 def test_snapshots_are_the_cpu_format(gpu):
     rng = np.random.default_rng(5)
     keys = rng.integers(0, 1000, 2000).astype(np.int64)

@@ -515,8 +515,9 @@ SKETCH_HLL_TEMPLATES = ("prelude.cu.j2", "sketch_hll.cu.j2")
 
 
 def render_hll_kernels() -> GeneratedModule:
-    """The HyperLogLog++ kernels of APPROX_COUNT_DISTINCT (update, merge, histogram, and the
-    ring table's update and window answer; `kernels_templates/sketch_hll.cu.j2`): one module
+    """The HyperLogLog++ kernels of APPROX_COUNT_DISTINCT (update, merge, histogram, the
+    ring table's update and window answer, and the estimate of the cells past Ertl's band;
+    `kernels_templates/sketch_hll.cu.j2`): one module
     for every query (the precision and the argument's hash mode are launch arguments)."""
     roles = (
         "update",
@@ -526,6 +527,7 @@ def render_hll_kernels() -> GeneratedModule:
         "ring_window",
         "ring_scan",
         "ring_window_scans",
+        "estimate",
     )
     source, digest, names = _finish({}, SKETCH_HLL_TEMPLATES, roles)
     return GeneratedModule(source, digest, names, (), (), (), 0)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from mangonel.aggregates.sketches import (
+    hll_alpha_m2,
     hll_bins,
     hll_estimate_of_sums,
     hll_from_bytes,
@@ -339,22 +340,41 @@ class GpuSketches:
         z_inverse: Any,  # noqa: ANN401 - device float64 [cells]
         tops: Any,  # noqa: ANN401 - device int32 [cells]: the highest register
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(count, estimate) per cell from its device histogram, sum and highest register:
-        three numbers a cell read in one copy; a histogram only for a cell in Ertl's band
-        whose sum is not exact (a register above 53 - p: `hll_estimate_of_sums`' `exact`)."""
+        """(count, estimate) per cell: the device rounds the raw estimate of every cell with
+        no zero register past Ertl's band (`estimate`: the host's operations, the same
+        double); the host finishes the others (`hll_estimate_of_sums`, over those cells
+        only). Four numbers a cell come back in one copy; a histogram only for a cell in
+        Ertl's band whose sum is not exact (a register above 53 - p: `exact`)."""
         xp = self.xp
         bins = hll_bins(p)
         cells = int(z_inverse.shape[0])
-        columns = (z_inverse, histograms[:, 0].astype(xp.float64), tops.astype(xp.float64))
+        rounded = xp.empty(cells, xp.float64)
+        if cells:
+            self._function("estimate")(
+                (_grid(cells, THREADS),),
+                (THREADS,),
+                (
+                    histograms,
+                    z_inverse,
+                    np.int64(cells),
+                    np.float64(hll_alpha_m2(p)),
+                    np.float64(5.0 * hll_registers(p)),
+                    rounded,
+                ),
+            )
+        columns = (z_inverse, histograms[:, 0].astype(xp.float64), tops.astype(xp.float64), rounded)
         read = _host(xp.concatenate(columns))
-        sums, zeros, top = read[:cells], read[cells : 2 * cells], read[2 * cells :]
+        sums, zeros, top = read[:cells], read[cells : 2 * cells], read[2 * cells : 3 * cells]
+        estimate = read[3 * cells :].astype(np.int64)
+        left = np.flatnonzero(estimate < 0)  # linear counting or Ertl's band: the host's
+        if len(left):
 
-        def band_counts(band: np.ndarray) -> np.ndarray:
-            rows = _host(histograms[xp.asarray(np.flatnonzero(band))])
-            return np.ascontiguousarray(rows[:, :bins].T, dtype=np.float64)
+            def band_counts(band: np.ndarray) -> np.ndarray:
+                rows = _host(histograms[xp.asarray(left[np.flatnonzero(band)])])
+                return np.ascontiguousarray(rows[:, :bins].T, dtype=np.float64)
 
-        exact = top <= 53 - p
-        estimate = hll_estimate_of_sums(sums, zeros, p, band_counts, exact)
+            exact = top[left] <= 53 - p
+            estimate[left] = hll_estimate_of_sums(sums[left], zeros[left], p, band_counts, exact)
         return estimate, estimate
 
     # -- the panes as a ring table (`sketch_ring.SketchRing`) -------------------------------
