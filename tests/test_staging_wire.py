@@ -6,8 +6,11 @@ copy pass's event-time range."""
 
 from __future__ import annotations
 
+import ctypes
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +35,6 @@ from mangonel.runtime.gpu.wire import (  # noqa: E402
     ChunkSource,
     CopyPool,
     chunk_bounds,
-    fits_offsets,
     read_chunk,
 )
 from mangonel.runtime.operators.conform import BatchConformer  # noqa: E402
@@ -69,22 +71,46 @@ def test_chunk_bounds_refuse_a_non_positive_size():
 
 def test_offsets_fit_int32_exactly_to_the_boundary():
     base = 10**15
-    assert fits_offsets(base + INT32_MIN, base + INT32_MAX, base)
-    assert not fits_offsets(base + INT32_MIN - 1, base, base)
-    assert not fits_offsets(base, base + INT32_MAX + 1, base)
+    for values, narrow in [
+        ([base, base + INT32_MIN, base + INT32_MAX], True),
+        ([base, base + INT32_MIN - 1], False),
+        ([base, base + INT32_MAX + 1], False),
+        # differences past int64 (they would wrap to offsets that seem to fit)
+        ([5, np.iinfo(np.int64).min + 2], False),
+        ([-5, np.iinfo(np.int64).max - 2], False),
+        ([np.iinfo(np.int64).min, np.iinfo(np.int64).max], False),
+    ]:
+        array = np.array(values, np.int64)
+        views, (wire,) = _fill(CopyPool(1), [(array, True)], 0, len(array))
+        assert wire.narrow is narrow
+        assert np.array_equal(read_chunk(wire, views[0].target, len(array)), array)
 
 
 # -- the thread-pool copy -------------------------------------------------------------------
 
 
-def _fill(pool: CopyPool, columns: list[tuple[np.ndarray, bool]], first: int, end: int):
-    """fill_chunk into fresh buffers filled with a poison byte (every byte must be written)."""
-    rows = end - first
-    sources = [
-        ChunkSource(a, np.full(rows * (8 if o else a.itemsize) + 64, 0xA5, np.uint8), o)
-        for a, o in columns
+def _slot_sources(columns: list[tuple[np.ndarray, bool]], rows: int):
+    """A slot filled with a poison byte (every byte the pass owes must be written) holding a
+    region per column (8 bytes a row for an offset column, its itemsize otherwise, then 64
+    spare bytes), the ChunkSources naming them, and per column (array, its region's view)."""
+    regions, size = [], 0
+    for array, offset in columns:
+        regions.append(size)
+        size += (rows * (8 if offset else array.itemsize) + 64 + 7) // 8 * 8  # regions at 8s
+    slot = np.full(size, 0xA5, np.uint8)
+    sources = [ChunkSource(a, region, o) for (a, o), region in zip(columns, regions, strict=True)]
+    ends = [*regions[1:], size]
+    views = [
+        SimpleNamespace(array=a, target=slot[start:stop])
+        for (a, _), start, stop in zip(columns, regions, ends, strict=True)
     ]
-    return sources, pool.fill_chunk(sources, first, end)
+    return sources, slot, views
+
+
+def _fill(pool: CopyPool, columns: list[tuple[np.ndarray, bool]], first: int, end: int):
+    """fill_chunk into a fresh poisoned slot: (per column its array and region, the wires)."""
+    sources, slot, views = _slot_sources(columns, end - first)
+    return views, pool.fill_chunk(sources, slot, first, end)
 
 
 @pytest.mark.parametrize("threads", [1, 4])
@@ -122,7 +148,7 @@ def test_a_chunk_whose_range_fits_travels_as_offsets_from_its_first_value(thread
     ],
 )
 def test_one_pass_writes_every_column_of_every_width_in_the_callers_order(kinds):
-    """fill_chunk's single pass (`fill_into`) takes offset and copied columns as two groups;
+    """fill_chunk's single pass (`fill_slot`) takes offset and copied columns as two groups;
     the wires come back in the sources' order and every byte of every target is written."""
     rng = np.random.default_rng(5)
     rows = 3 * MIN_TASK_ROWS + 11
@@ -290,8 +316,8 @@ def test_the_lift_reads_base_plus_offset_and_wide_chunks_alike(host_module):
     narrow = []
     for first, end in chunk_bounds(rows, 1000):
         n = end - first
-        sources = [ChunkSource(a, np.zeros(8 * n, np.uint8), True) for a in (ts, keys, values)]
-        wires = pool.fill_chunk(sources, first, end)
+        chunk_sources, slot, sources = _slot_sources([(a, True) for a in (ts, keys, values)], n)
+        wires = pool.fill_chunk(chunk_sources, slot, first, end)
         narrow.append(wires[0].narrow)
         arguments = []
         for source, wire, valid in zip(sources, wires, (None, key_valid, None), strict=True):
@@ -364,6 +390,10 @@ class _DevicePointer:
     def __add__(self, offset: int) -> _DevicePointer:
         return _DevicePointer(self.buffer, self.offset + offset)
 
+    @property
+    def ptr(self) -> int:
+        return self.buffer.ctypes.data + self.offset
+
     def copy_from_host_async(self, source: int, nbytes: int, stream) -> None:  # noqa: ANN001
         import ctypes
 
@@ -378,11 +408,18 @@ class _DeviceArray(np.ndarray):
         return _DevicePointer(self.view(np.uint8).reshape(-1))
 
 
+_HANDLES = iter(range(1, 1 << 62))  # the stand-in streams' and events' handles
+
+
 class _Stream:
     def __init__(self, non_blocking: bool = False) -> None:
         self.copied = 0
+        self.ptr = next(_HANDLES)
 
     def wait_event(self, event) -> None:  # noqa: ANN001
+        pass
+
+    def synchronize(self) -> None:
         pass
 
 
@@ -390,13 +427,56 @@ class _Event:
     done = True
 
     def __init__(self, disable_timing: bool = False) -> None:
-        pass
+        self.ptr = next(_HANDLES)
 
     def record(self, stream) -> None:  # noqa: ANN001
-        pass
+        _RECORDED.append((self.ptr, stream.ptr))
 
     def synchronize(self) -> None:
         pass
+
+
+# the driver calls the staging loop makes, as (call, arguments), on the stand-in: copies run
+# as host memmoves, events and contexts are recorded
+_RECORDED: list[tuple[int, int]] = []
+_CALLS: list[tuple[str, tuple[int, ...]]] = []
+
+
+def _stand_in_driver():  # noqa: ANN202
+    import ctypes
+
+    word = ctypes.c_uint64
+
+    def set_context(context: int) -> int:
+        _CALLS.append(("context", (context,)))
+        return 0
+
+    def copy(target: int, source: int, nbytes: int, stream: int) -> int:
+        ctypes.memmove(target, source, nbytes)
+        _CALLS.append(("copy", (target, source, nbytes, stream)))
+        return 0
+
+    def record(event: int, stream: int) -> int:
+        _RECORDED.append((event, stream))
+        _CALLS.append(("record", (event, stream)))
+        return 0
+
+    def synchronize(event: int) -> int:
+        _CALLS.append(("synchronize", (event,)))
+        return 0
+
+    def wait(stream: int, event: int, flags: int) -> int:
+        _CALLS.append(("wait", (stream, event, flags)))
+        return 0
+
+    callbacks = (
+        ctypes.CFUNCTYPE(ctypes.c_int32, word)(set_context),
+        ctypes.CFUNCTYPE(ctypes.c_int32, word, word, word, word)(copy),
+        ctypes.CFUNCTYPE(ctypes.c_int32, word, word)(record),
+        ctypes.CFUNCTYPE(ctypes.c_int32, word)(synchronize),
+        ctypes.CFUNCTYPE(ctypes.c_int32, word, word, word)(wait),
+    )
+    return callbacks, tuple(ctypes.cast(c, ctypes.c_void_p).value for c in callbacks)
 
 
 class _Cupy:
@@ -452,6 +532,11 @@ def host_cupy(monkeypatch):
     monkeypatch.setattr(staging, "cupy", lambda: fake)
     monkeypatch.setattr(device, "cupy", lambda: fake)
     monkeypatch.setattr(pinned, "_FREE", [])  # this test's buffers only
+    fake.callbacks, functions = _stand_in_driver()  # kept alive while the test runs
+    monkeypatch.setattr(staging, "driver_functions", lambda: functions)
+    monkeypatch.setattr(staging, "current_context", lambda: 77)
+    _RECORDED.clear()
+    _CALLS.clear()
     return fake
 
 
@@ -531,6 +616,140 @@ def test_the_stager_copies_every_chunk_in_its_wire_form(host_cupy):
     ]
     assert int(arguments[1]) == int(ts[7_500]) and int(arguments[2]) == 0
     assert int(arguments[6]) == 1 and len(arguments[4]) == 8 * 2_500
+
+
+def _three_columns(rows: int, seed: int):  # noqa: ANN202
+    """(arrays, columns, host values) of a batch: event times, keys that turn wide in the
+    last quarter, and doubles with NULLs."""
+    from mangonel.compiler.codegen import InputColumn
+
+    rng = np.random.default_rng(seed)
+    ts = 1_764_000_000_000_000 + np.arange(rows) * 10 - rng.integers(0, 5000, rows)
+    keys = rng.integers(0, 100, rows)
+    keys[rows * 3 // 4 :] = rng.integers(0, 2**60, rows - rows * 3 // 4)
+    values = rng.standard_normal(rows)
+    valid = rng.random(rows) > 0.3
+    arrays = [pa.array(ts).cast(STAMP), pa.array(keys), pa.array(values, mask=~valid)]
+    columns = (
+        InputColumn("ts", T.TIMESTAMP, "long long", True),
+        InputColumn("k", T.BIGINT, "long long", True),
+        InputColumn("v", T.DOUBLE, "double", False),
+    )
+    return arrays, columns, (ts, keys, values, valid)
+
+
+def _worker_available() -> bool:
+    from mangonel.runtime.gpu.host_loops import parallel_copy, threads_may_overlap
+
+    parallel_copy(np.arange(1 << 16))  # numba picks its threading layer at the first loop
+    return threads_may_overlap()
+
+
+def test_a_batch_staged_by_the_copy_worker_equals_one_staged_in_the_callers_thread(host_cupy):
+    """The worker's thread runs the loop (its driver calls come from there), the caller's
+    `result()` gives the same wires, bytes and extremes; each chunk's event is recorded
+    after its copies, and a slot is reused only after the event of the chunk before in it
+    (ten chunks through three slots)."""
+    import threading
+
+    if not _worker_available():
+        pytest.skip("numba's threading layer takes parallel loops from one thread only")
+    rows = 10_000
+    arrays, columns, (ts, keys, values, valid) = _three_columns(rows, 3)
+    stager = _stager(host_cupy)
+    here = stager.stage_batch(arrays, columns, 1_000, (True, True, False))
+    threads = set()
+    original_memmove = ctypes.memmove
+
+    def noting_memmove(*args):  # noqa: ANN002, ANN202
+        threads.add(threading.get_ident())
+        return original_memmove(*args)
+
+    _CALLS.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ctypes, "memmove", noting_memmove)
+        pending = stager.stage_later(arrays, columns, 1_000, (True, True, False))
+        there = pending.result()
+    assert threads and threading.get_ident() not in threads
+    assert [c.wires for c in there.chunks] == [c.wires for c in here.chunks]
+    assert there.extremes == here.extremes
+    assert np.array_equal(_device_column(there, 0, rows), ts)
+    assert np.array_equal(_device_column(there, 1, rows), keys)
+    assert np.array_equal(np.asarray(there.inputs[4])[valid], values[valid])
+    assert [c.wires[1].narrow for c in there.chunks] == [True] * 7 + [False] * 3
+    assert _CALLS[0] == ("context", (77,))
+    assert _CALLS[1] == ("wait", (stager.copy_stream.ptr, pending.after.ptr, 0))
+    events = [c.event.ptr for c in there.chunks]
+    recorded = [args[0] for call, args in _CALLS if call == "record"]
+    assert recorded == events
+    waited = [args[0] for call, args in _CALLS if call == "synchronize"]
+    assert waited == events[:7]  # chunk c >= 3 waits for chunk c - 3, which used its slot
+    for c, event in enumerate(events):  # the chunk's three copies come before its event
+        at = _CALLS.index(("record", (event, stager.copy_stream.ptr)))
+        assert [call for call, _ in _CALLS[at - 3 : at]] == ["copy"] * 3
+        if c >= 3:
+            assert _CALLS.index(("synchronize", (events[c - 3],))) < at - 3
+
+
+def test_a_failed_driver_call_raises_and_the_next_batch_stages(host_cupy, monkeypatch):
+    import ctypes as c
+
+    from mangonel.runtime.gpu import pinned, staging
+    from mangonel.runtime.gpu.wire import DeviceCallError
+
+    arrays, columns, (ts, *_) = _three_columns(4_000, 4)
+    stager = _stager(host_cupy)
+    failing = c.CFUNCTYPE(c.c_int32, c.c_uint64, c.c_uint64, c.c_uint64, c.c_uint64)(
+        lambda *_: 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+    )
+    functions = staging.driver_functions()
+    with monkeypatch.context() as patch:
+        bad = (functions[0], c.cast(failing, c.c_void_p).value, *functions[2:])
+        patch.setattr(staging, "driver_functions", lambda: bad)
+        with pytest.raises(DeviceCallError, match="CUresult 700"):
+            stager.stage_batch(arrays, columns, 1_000, (True, True, False))
+    assert pinned.free_count() == 1  # the buffer came back
+    staged = stager.stage_batch(arrays, columns, 1_000, (True, True, False))
+    assert np.array_equal(_device_column(staged, 0, 4_000), ts)
+
+
+def test_two_batches_of_a_stager_are_in_flight_at_most(host_cupy, monkeypatch):
+    """The worker may hold the next batch and the one after; a third waits for the first
+    (whose pinned buffer then goes back), and a batch whose copies this thread enqueues
+    (pinned sources) waits for every batch in flight."""
+    from mangonel.runtime.gpu import wire
+
+    if not _worker_available():
+        pytest.skip("numba's threading layer takes parallel loops from one thread only")
+    gate = threading.Event()
+    loop = wire.stage_chunks
+
+    def held(*arguments):  # noqa: ANN002, ANN202 - the worker's loop waits for the test
+        gate.wait()
+        return loop(*arguments)
+
+    monkeypatch.setattr(wire, "stage_chunks", held)
+    arrays, columns, (ts, *_) = _three_columns(4_000, 5)
+    stager = _stager(host_cupy)
+    first = stager.stage_later(arrays, columns, 1_000, (True, True, False))
+    second = stager.stage_later(arrays, columns, 1_000, (True, True, False))
+    assert not first.ready and not second.ready and stager._in_flight == [first, second]
+    threading.Timer(0.2, gate.set).start()
+    third = stager.stage_later(arrays, columns, 1_000, (True, True, False))
+    assert first._result is not None and stager._in_flight == [second, third]
+    pinned_rows = np.empty(4_000, np.int64)
+    host_cupy.pin(pinned_rows)
+    pinned_rows[:] = ts
+    own = stager.stage_later(
+        [pa.Array.from_buffers(STAMP, 4_000, [None, pa.py_buffer(pinned_rows)])],
+        columns[:1],
+        1_000,
+        (True,),
+    )
+    assert second._result is not None and third._result is not None
+    assert stager._in_flight == [own]
+    assert np.array_equal(_device_column(own.result(), 0, 4_000), ts)
+    assert np.array_equal(_device_column(third.result(), 0, 4_000), ts)
 
 
 def test_pinned_columns_are_copied_as_they_are(host_cupy):

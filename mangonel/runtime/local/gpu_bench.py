@@ -144,19 +144,16 @@ def measure_staging_rate(threads: int, chunk_rows: int, chunks: int = 8) -> tupl
     slot_bytes = sum(chunk_rows * w for w in widths)
     memory = cp.cuda.alloc_pinned_memory(slot_bytes)
     slot = np.frombuffer(memory, np.uint8, slot_bytes)
-    targets, start = [], 0
-    for width in widths:
-        targets.append(slot[start : start + chunk_rows * width])
-        start += chunk_rows * width
+    regions = [chunk_rows * sum(widths[:k]) for k in range(len(widths))]
     sources = [
-        ChunkSource(column, target, offset)
-        for column, target, offset in zip(columns, targets, (True, True, False), strict=True)
+        ChunkSource(column, region, offset)
+        for column, region, offset in zip(columns, regions, (True, True, False), strict=True)
     ]
     times = []
     for _ in range(6):
         started = time.perf_counter()
         for first in range(0, rows, chunk_rows):
-            pool.fill_chunk(sources, first, first + chunk_rows)
+            pool.fill_chunk(sources, slot, first, first + chunk_rows)
         times.append(time.perf_counter() - started)
     return rows / float(np.median(times[1:])), pool.threads
 
