@@ -240,7 +240,9 @@ def test_explain_codegen_needs_no_gpu():
     text = codegen.explain_codegen(plan)
     assert text.startswith("// mangonel GPU kernels")
     assert "strategy:" in text and "__global__" in text
-    assert "// gpu options: threads=256 chunk_rows=1048576 staging_threads=0 tree_span=8 " in text
+    assert (
+        "// gpu options: threads=256 chunk_rows=1048576 staging_threads=0 copy_worker=True " in text
+    )
     assert re.search(r"^// wire: \d+ B/tuple \(", text, re.MULTILINE)
 
 

@@ -22,7 +22,8 @@ def test_default_options_are_the_tuned_values_and_print_on_one_line():
     )
     assert (options.block_table, options.block_table_load) == ("auto", 0.5)
     assert options.describe() == (
-        "threads=256 chunk_rows=1048576 staging_threads=0 tree_span=8 tree_threads=128 "
+        "threads=256 chunk_rows=1048576 staging_threads=0 copy_worker=True tree_span=8 "
+        "tree_threads=128 "
         "block_table=auto block_table_load=0.5 module_cache_size=64"
     )
     assert GpuOptions.with_tree_span(5).tree_threads == 16

@@ -196,3 +196,47 @@ def test_a_tree_of_one_stateful_operator_keeps_its_snapshot_format() -> None:
     query.process(BATCHES[0])
     assert query.snapshot() == query.window_operator.snapshot()
     assert isinstance(query.snapshot(), bytes) and pa.py_buffer(query.snapshot()).size > 0
+
+
+def test_background_staging_stages_each_batch_beside_the_whole_batch_before(
+    fake_gpu: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernels stage in the background (the GPU's copy worker), the time window
+    stages batch k + 1 when the runner names it, before batch k is lifted (not during batch
+    k's fused pass), asks for each batch's measured extremes once, and gives the results of
+    the plain CPU plan, late rows, NULL event times and combined firings included."""
+    monkeypatch.setattr(fake_gpu_backend, "BACKGROUND", [True])
+    fake_gpu_backend.STAGING.clear()
+    plan = _plan()
+    batches = [
+        batch([1, 2, 3, 5], k=[1, 2, 1, 2], v=[1.0, 2.0, 3.0, 4.0]),
+        batch([6, 7, 9, 11], k=[2, 1, 1, 2], v=[5.0, None, 7.0, 8.0]),
+        batch([0, 12, 13], k=[1, 1, 3], v=[1.0, 1.0, 1.0]),  # 0 is late
+        batch([None, 14, 20], k=[2, 2, 2], v=[2.0, 3.0, 4.0]),
+        batch([21, 22, 40], k=[1, 3, 1], v=[9.0, 9.0, 9.0]),
+    ]
+    want = as_rows(LocalQuery(plan).run(batches).to_batches())
+    got = as_rows(LocalQuery(ph.with_backend(plan, "gpu", "test")).run(batches).to_batches())
+    assert got == want
+    log = fake_gpu_backend.STAGING
+    prefetched = [i for i, (what, _) in enumerate(log) if what == "prefetch"]
+    lifted = [i for i, (what, _) in enumerate(log) if what == "lift"]
+    assert len(prefetched) == len(batches) and len(lifted) >= len(batches)
+    for k in range(1, len(batches)):  # batch k is staged before batch k - 1's lift
+        assert prefetched[k] < lifted[k - 1]
+    assert [rows for what, rows in log if what == "extremes"] == [len(b) for b in batches]
+
+
+def test_background_staging_defers_a_bad_batchs_error_to_its_turn(
+    fake_gpu: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mangonel.errors import DataError
+
+    monkeypatch.setattr(fake_gpu_backend, "BACKGROUND", [True])
+    plan = ph.with_backend(_plan(), "gpu", "test")
+    bad = pa.RecordBatch.from_pydict({"ts": ["soon"], "k": [1], "v": [1.0]})
+    query = LocalQuery(plan)
+    steps = query.stream([BATCHES[0], bad, BATCHES[1]])
+    assert next(steps) is not None  # batch 0's step: the bad batch was named, not processed
+    with pytest.raises(DataError, match="ts"):
+        list(steps)

@@ -26,6 +26,11 @@ class GpuOptions:
         this many rows, of equal size).
     staging_threads: host threads that copy (and narrow) a chunk's columns into pinned
         memory; 0: one per core, at most 16.
+    copy_worker: the copy pass of the next batch (the standalone runner's lookahead) runs in
+        the process's copy worker thread, beside the driver's Python on the batch before
+        (the GIL released for the whole pass); False: in the caller's thread, during the
+        batch before's fused pass. Where numba's threading layer takes parallel loops from
+        one thread only (`workqueue`), it runs in the caller's thread either way.
     tree_span: tree levels built per launch: a block builds one subtree of 2^(span-1) nodes of
         its lowest level, halving per level (13 levels of a 10,000-pane window: two launches).
     tree_threads: threads per block of the tree launch (2^(span-1) by default: one per node
@@ -43,6 +48,7 @@ class GpuOptions:
     threads: int = 256
     chunk_rows: int = 1 << 20
     staging_threads: int = 0
+    copy_worker: bool = True
     tree_span: int = 8
     tree_threads: int = 1 << 7
     block_table: str = "auto"

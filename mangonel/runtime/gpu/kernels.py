@@ -43,8 +43,9 @@ from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.gpu.keys import GpuKeyMap
 from mangonel.runtime.gpu.sessions import GpuSessions
 from mangonel.runtime.gpu.sketches import GpuSketches
-from mangonel.runtime.gpu.staging import StagedBatch, Stager
+from mangonel.runtime.gpu.staging import PendingBatch, StagedBatch, Stager
 from mangonel.runtime.gpu.state import GpuPaneState
+from mangonel.runtime.gpu.wire import shared_worker
 from mangonel.runtime.host.arrays import batch_columns, column
 from mangonel.runtime.host.keys import StringDictionary
 from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, PaneTarget
@@ -86,11 +87,30 @@ class GpuKernelMetrics:
 
 @dataclass
 class _Prefetched:
-    """A batch's fused-kernel columns, queued for copy (device arrays, one event per chunk)."""
+    """A batch's fused-kernel columns, queued for copy (device arrays, one event per chunk),
+    or still being staged by the copy worker (`PendingBatch`: `GpuKernels._staged` waits)."""
 
     batch: pa.RecordBatch
     lift: LiftExec
-    staged: StagedBatch
+    staging: StagedBatch | PendingBatch
+
+
+class _Staging:
+    """A prefetched batch's staging as the operators see it (`operators.kernels.Staging`):
+    `ready` once the copy worker is done with it; calling it gives the event time's extremes
+    the copy pass measured (`column`: the event time's staged column, None: not staged)."""
+
+    def __init__(self, kernels: GpuKernels, entry: _Prefetched, column: int | None) -> None:
+        self._kernels, self._entry, self._column = kernels, entry, column
+
+    @property
+    def ready(self) -> bool:
+        staging = self._entry.staging
+        return not isinstance(staging, PendingBatch) or staging.ready
+
+    def __call__(self) -> tuple[int, int] | None:
+        staged = self._kernels._staged(self._entry)
+        return None if self._column is None else staged.extremes[self._column]
 
 
 class GpuKernels:
@@ -284,15 +304,28 @@ class GpuKernels:
     def _stage(self, generated, batch: pa.RecordBatch) -> StagedBatch:
         """The batch's columns to the device, chunk after chunk (copy stream), in the wire
         format (`compiler.wire`: offset columns narrowed per chunk where they fit)."""
+        return self._counted(self._stage_later(generated, batch, background=False).result())
+
+    def _stage_later(self, generated, batch: pa.RecordBatch, background: bool) -> PendingBatch:
         columns = batch_columns(batch)
-        staged = self.stager.stage_batch(
+        return self.stager.stage_later(
             [column(columns, c.name) for c in generated.columns],
             generated.columns,
             self.options.chunk_rows,
             tuple(c.offset for c in generated.columns),
+            background=background,
         )
+
+    @property
+    def stages_in_background(self) -> bool:
+        """Whether `prefetch` hands the copy pass to the process's copy worker (so it runs
+        beside the driver's Python) rather than running it in the caller's thread."""
+        return self.options.copy_worker and shared_worker() is not None
+
+    def _counted(self, staged: StagedBatch) -> StagedBatch:
+        """A staged batch, counted into the metrics (rows, wire bytes, narrow chunks)."""
         metrics = self.metrics
-        metrics.staged_rows += batch.num_rows
+        metrics.staged_rows += staged.chunks[-1].end if staged.chunks else 0
         metrics.wire_bytes += staged.wire_bytes()
         for chunk in staged.chunks:
             for wire, offset in zip(chunk.wires, staged.offsets, strict=True):
@@ -303,13 +336,15 @@ class GpuKernels:
 
     def prefetch(
         self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch
-    ) -> tuple[int, int] | None:
-        """Queue the host-to-device copies of a batch's columns now (copy stream), so they
-        run while the batch before is merged and its windows fire; `lift_merge` (and the
-        split path's `lift_tuples`) of the same batch object then wait only for those
-        copies' events. Returns the event time's (min, max) the copy pass measured (None for
-        a column read straight from pinned memory). Count windows and empty batches take no
-        fused pass, so nothing is copied for them.
+    ) -> _Staging | None:
+        """Stage a batch's columns now: the copy pass and the host-to-device copies run
+        while the batch before is merged and its windows fire (in the copy worker's thread
+        where `stages_in_background`, else here); `lift_merge` (and the split path's
+        `lift_tuples`) of the same batch object then wait only for those copies' events.
+        Returns the staging (`operators.kernels.Staging`): it gives the event time's (min,
+        max) the copy pass measured (None for a column read straight from pinned memory),
+        waiting for the pass. Count windows and empty batches take no fused pass, so nothing
+        is copied for them (None).
 
         Contract: a prefetch is used by the `lift_merge` that receives the very same batch
         object (and an equal lift). Identity, not equality, on purpose: comparing contents
@@ -320,14 +355,13 @@ class GpuKernels:
         if window.window.kind is ph.WindowKind.COUNT or batch.num_rows == 0:
             return None
         generated, _ = self.module_for(lift, window)
-        staged = self._stage(generated, batch)
+        pending = self._stage_later(generated, batch, background=self.stages_in_background)
         self.metrics.prefetches += 1
-        self._prefetched = [*self._prefetched[-1:], _Prefetched(batch, lift, staged)]
+        entry = _Prefetched(batch, lift, pending)
+        self._prefetched = [*self._prefetched[-1:], entry]
         event_time = lift.scan.stream.event_time.lower()
-        for k, input_column in enumerate(generated.columns):
-            if input_column.name.lower() == event_time:
-                return staged.extremes[k]
-        return None
+        timed = [k for k, c in enumerate(generated.columns) if c.name.lower() == event_time]
+        return _Staging(self, entry, timed[0] if timed else None)
 
     def _peek_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> StagedBatch | None:
         """The columns a prefetch staged for this batch object, left for its `lift_merge`,
@@ -340,8 +374,15 @@ class GpuKernels:
                 entry.lift.scan is lift.scan or entry.lift.scan.columns == lift.scan.columns
             ):
                 self.metrics.shared_stagings += 1
-                return entry.staged
+                return self._staged(entry)
         return None
+
+    def _staged(self, entry: _Prefetched) -> StagedBatch:
+        """The entry's staged batch, waiting for the copy worker if it is still staging
+        (counted into the metrics once, when it is done)."""
+        if isinstance(entry.staging, PendingBatch):
+            entry.staging = self._counted(entry.staging.result())
+        return entry.staging
 
     def _take_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> StagedBatch | None:
         for index, entry in enumerate(self._prefetched):
@@ -349,7 +390,7 @@ class GpuKernels:
                 # entries before it were never processed (stale): drop them with it
                 del self._prefetched[: index + 1]
                 self.metrics.prefetch_hits += 1
-                return entry.staged
+                return self._staged(entry)
         return None
 
     def _use_block_table(self, block_cells: int) -> bool:

@@ -20,6 +20,8 @@ hold NULLs.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,11 +31,22 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.gpu import pinned
 from mangonel.runtime.gpu.device import cupy
-from mangonel.runtime.gpu.wire import ChunkSource, ChunkWire, chunk_bounds, shared_pool
+from mangonel.runtime.gpu.wire import (
+    ChunkSource,
+    ChunkWire,
+    DeviceCalls,
+    Pending,
+    chunk_bounds,
+    shared_pool,
+    shared_worker,
+)
 from mangonel.runtime.host.arrays import to_values
 from mangonel.runtime.host.keys import StringDictionary
 
 _HOST_MEMORY = 1  # cudaMemoryTypeHost: page-locked host memory
+# batches of one stager staged ahead at most (the worker's queue): the next one and the one
+# after (a runner's lookahead names batch k + 1 before batch k is processed)
+IN_FLIGHT = 2
 _ALIGN = 256
 
 
@@ -115,6 +128,120 @@ class StagedBatch:
         return sum(w.nbytes for chunk in self.chunks for w in chunk.wires)
 
 
+@functools.cache
+def _driver() -> ctypes.CDLL:
+    return ctypes.CDLL("libcuda.so.1")
+
+
+@functools.cache
+def driver_functions() -> tuple[int, int, int, int, int]:
+    """The addresses of the CUDA driver calls the staging loop makes (`DeviceCalls`):
+    cuCtxSetCurrent, cuMemcpyHtoDAsync_v2, cuEventRecord, cuEventSynchronize,
+    cuStreamWaitEvent. The driver's,
+    not CuPy's runtime's: one libcuda serves the process, and its streams and events are
+    the handles CuPy's objects hold."""
+    driver = _driver()
+    names = (
+        "cuCtxSetCurrent",
+        "cuMemcpyHtoDAsync_v2",
+        "cuEventRecord",
+        "cuEventSynchronize",
+        "cuStreamWaitEvent",
+    )
+    return tuple(ctypes.cast(getattr(driver, name), ctypes.c_void_p).value for name in names)
+
+
+def current_context() -> int:
+    """The CUDA context current in this thread (CuPy's): the copy worker's thread makes it
+    current before its driver calls."""
+    context = ctypes.c_void_p()
+    status = _driver().cuCtxGetCurrent(ctypes.byref(context))
+    if status:
+        raise RuntimeError(f"cuCtxGetCurrent failed: CUresult {status}")
+    return context.value or 0
+
+
+class PendingBatch:
+    """A batch whose staging may still run in the copy worker: `result()` waits for it and
+    gives the StagedBatch (its chunks' events are recorded by then), hands the pinned
+    buffer back with the last chunk's event, and keeps pinned sources alive until their
+    copies are done."""
+
+    def __init__(
+        self,
+        stager: Stager,
+        host: list[np.ndarray | None],
+        inputs: list[Any],
+        through: list[int],
+        bounds: list[tuple[int, int]],
+        events: list[Any],
+        offsets: tuple[bool, ...],
+        staged: Pending | None,
+        buffer: pinned.PinnedBuffer | None,
+        kept: list[np.ndarray],
+    ) -> None:
+        self._stager = stager
+        self._host = host
+        self._inputs = inputs
+        self._through = through
+        self._bounds = bounds
+        self._events = events
+        self._offsets = offsets
+        self._staged = staged
+        self._buffer = buffer
+        self._kept = kept
+        self.after: Any = None  # the event the copy stream waits for first
+        self._result: StagedBatch | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether `result()` would not wait for the copy worker."""
+        return self._result is not None or self._staged is None or self._staged.ready
+
+    def result(self) -> StagedBatch:
+        if self._result is None:
+            self._result = self._finish()
+        return self._result
+
+    def _finish(self) -> StagedBatch:
+        stager, last = self._stager, self._events[-1]
+        stager._in_flight = [pending for pending in stager._in_flight if pending is not self]
+        try:
+            through_wires = None if self._staged is None else self._staged.result()
+        except BaseException:
+            stager.copy_stream.synchronize()  # whatever was queued is done: the buffer is free
+            if self._buffer is not None:
+                pinned.give_back(self._buffer)
+            raise
+        if self._buffer is not None:
+            pinned.give_back(self._buffer, last)
+        if self._kept:
+            stager._direct.append((last, self._kept))
+        host, columns = self._host, len(self._offsets)
+        empty = ChunkWire(False, 0, 0, None, None)
+        chunks = []
+        lows: list[int | None] = [None] * columns
+        highs: list[int | None] = [None] * columns
+        for c, ((first, end), event) in enumerate(zip(self._bounds, self._events, strict=True)):
+            wires = [
+                empty if a is None else ChunkWire(False, 0, (end - first) * a.itemsize, None, None)
+                for a in host
+            ]
+            if through_wires is not None:
+                for i, wire in zip(self._through, through_wires[c], strict=True):
+                    wires[i] = wire
+            column_wires = [wires[2 * k] for k in range(columns)]
+            for k, wire in enumerate(column_wires):
+                if wire.low is not None:
+                    lows[k] = wire.low if lows[k] is None else min(lows[k], wire.low)
+                    highs[k] = wire.high if highs[k] is None else max(highs[k], wire.high)
+            chunks.append(StagedChunk(first, end, event, column_wires))
+        extremes = [
+            None if low is None else (low, high) for low, high in zip(lows, highs, strict=True)
+        ]
+        return StagedBatch(self._inputs, chunks, self._offsets, extremes)
+
+
 class Stager:
     """The host copy pass and a copy stream for the columns of one operator (pinned
     buffers come from the process's pool).
@@ -132,6 +259,7 @@ class Stager:
         self.strings = strings
         # arrays copied straight from pinned memory: kept alive until their copy is done
         self._direct: list[tuple[Any, list[np.ndarray]]] = []
+        self._in_flight: list[PendingBatch] = []  # batches whose copies may be queued yet
         self._literal_cache: dict[tuple, Any] = {}
 
     def host_columns(
@@ -179,17 +307,35 @@ class Stager:
         chunk_rows: int | None,
         offsets: tuple[bool, ...] | None,
     ) -> StagedBatch:
+        """`stage_later`, waited for."""
+        return self.stage_later(arrays, columns, chunk_rows, offsets, background=False).result()
+
+    def stage_later(
+        self,
+        arrays: list[pa.Array],
+        columns,
+        chunk_rows: int | None,
+        offsets: tuple[bool, ...] | None,
+        background: bool = True,
+    ) -> PendingBatch:
         """Copy the batch's columns to the device chunk after chunk (`chunk_rows` rows each;
         None: one chunk), each chunk's event recorded on the copy stream; the compute stream
         waits for none: the caller waits for chunk c's event before its kernel, so that
         kernel runs while the next chunk is still crossing PCIe. `offsets[k]`: column k (an
         int64 column) travels as int32 offsets where a chunk's range fits.
 
+        `background`: the copy pass and its copies run in the process's copy worker
+        (`wire.CopyWorker`) while the caller goes on; `result()` of the returned batch waits
+        for them (no chunk event may be waited on before: it is recorded by the worker).
+
         Stream discipline: the device arrays are allocated on the compute (current) stream, so
         CuPy's stream-aware pool hands this stream a block only once its earlier users are
         enqueued there; the copy stream first waits for everything enqueued on the compute
         stream (the block's last reader included), then copies; the compute stream waits for
         the copies. No block is ever written by one stream while another may still read it.
+        Two batches of a stager may be in flight (the worker runs them in order, so the copy
+        stream's order is theirs); a batch this thread enqueues copies for itself (pinned
+        sources, or nothing through the host pass) first waits for those in flight.
         """
         cp = cupy()
         offsets = offsets or (False,) * len(columns)
@@ -199,6 +345,11 @@ class Stager:
         # per host array (values, validity alternate): narrowed?, read straight from pinned?
         narrowable = [offsets[i // 2] and i % 2 == 0 for i in range(len(host))]
         direct = [a is not None and a.nbytes > 0 and _is_pinned(a.ctypes.data) for a in host]
+        through = [i for i, a in enumerate(host) if a is not None and not direct[i] and rows]
+        own_copies = not through or any(direct)  # this thread enqueues on the copy stream
+        for earlier in list(self._in_flight):
+            if own_copies or earlier.ready or len(self._in_flight) >= IN_FLIGHT:
+                earlier.result()  # finished: its buffer goes back (it leaves the list)
         inputs = [
             None
             if array is None
@@ -209,79 +360,57 @@ class Stager:
         ]
         ready = cp.cuda.Event(disable_timing=True)
         ready.record(compute)
-        self.copy_stream.wait_event(ready)
+        if own_copies:
+            self.copy_stream.wait_event(ready)
         self._release_direct()
-        kept: list[np.ndarray] = []
         bounds = chunk_bounds(rows, chunk_rows or max(rows, 1))
-        chunks = []
-        lows: list[int | None] = [None] * len(columns)
-        highs: list[int | None] = [None] * len(columns)
-        for first, end in bounds:
-            wires, buffer = self._stage_chunk(host, inputs, narrowable, direct, first, end, kept)
-            event = cp.cuda.Event(disable_timing=True)
-            event.record(self.copy_stream)
-            if buffer is not None:
-                pinned.give_back(buffer, event)
-            column_wires = [wires[2 * k] for k in range(len(columns))]
-            for k, wire in enumerate(column_wires):
-                if wire.low is not None:
-                    lows[k] = wire.low if lows[k] is None else min(lows[k], wire.low)
-                    highs[k] = wire.high if highs[k] is None else max(highs[k], wire.high)
-            chunks.append(StagedChunk(first, end, event, column_wires))
-        if kept:
-            self._direct.append((chunks[-1].event, kept))
-        extremes = [
-            None if low is None else (low, high) for low, high in zip(lows, highs, strict=True)
-        ]
-        return StagedBatch(inputs, chunks, tuple(offsets), extremes)
-
-    def _stage_chunk(
-        self, host, inputs, narrowable, direct, first, end, kept
-    ) -> tuple[list[ChunkWire], pinned.PinnedBuffer | None]:
-        """Rows [first, end) of every host array: pageable ones through a borrowed pinned
-        buffer (the copy pass, narrowing where allowed), pinned ones straight; then their
-        copies. Returns each array's wire and the buffer used (None: none), which the caller
-        hands back with the event after these copies."""
-        rows = end - first
-        regions = []  # (host index, byte offset in the slot) of the arrays that go through it
-        nbytes = 0
-        for i, array in enumerate(host):
-            if array is None or direct[i] or rows == 0:
-                continue
-            regions.append((i, nbytes))
-            nbytes += _aligned(rows * (8 if narrowable[i] else array.itemsize))
-        wires: dict[int, ChunkWire] = {}
-        source_of: dict[int, int] = {}
-        buffer = None
-        if regions:
-            buffer = pinned.borrow(nbytes)
-            slot = buffer.view
-            sources = []
-            for i, start in regions:
-                width = 8 if narrowable[i] else host[i].itemsize
-                sources.append(
-                    ChunkSource(host[i], slot[start : start + rows * width], narrowable[i])
+        events = [cp.cuda.Event(disable_timing=True) for _ in bounds]
+        kept = []
+        for i, array in enumerate(host):  # pinned sources: copied as they are, first
+            if array is not None and direct[i]:
+                inputs[i].data.copy_from_host_async(
+                    array.ctypes.data, array.nbytes, self.copy_stream
                 )
-            for (i, start), wire in zip(
-                regions, self.pool.fill_chunk(sources, first, end), strict=True
-            ):
-                wires[i] = wire
-                source_of[i] = slot[start:].ctypes.data
-        for i, array in enumerate(host):
-            if array is None:
-                continue
-            width = 8 if narrowable[i] else array.itemsize
-            if i not in wires:  # pinned (copied as it is) or an empty chunk
-                wires[i] = ChunkWire(False, 0, rows * array.itemsize, None, None)
-                if rows:
-                    source_of[i] = array.ctypes.data + first * array.itemsize
-                    kept.append(array)
-            if rows:
-                (inputs[i].data + first * width).copy_from_host_async(
-                    source_of[i], wires[i].nbytes, self.copy_stream
-                )
-        empty = ChunkWire(False, 0, 0, None, None)
-        return [wires.get(i, empty) for i in range(len(host))], buffer
+                kept.append(array)
+        buffer, staged = None, None
+        if through:
+            largest = max(end - first for first, end in bounds)
+            regions, slot_bytes = [], 0
+            for i in through:
+                regions.append(slot_bytes)
+                slot_bytes += _aligned(largest * (8 if narrowable[i] else host[i].itemsize))
+            slots = min(len(bounds), pinned.RING)  # chunk c + 1 fills one while c's copy reads
+            buffer = pinned.borrow(slot_bytes * slots)
+            sources = [
+                ChunkSource(host[i], region, narrowable[i])
+                for i, region in zip(through, regions, strict=True)
+            ]
+            calls = DeviceCalls(
+                driver_functions(),
+                current_context(),
+                self.copy_stream.ptr,
+                ready.ptr,
+                tuple(inputs[i].data.ptr for i in through),
+                tuple(event.ptr for event in events),
+            )
+            worker = shared_worker() if background else None
+            staged = self.pool.stage_later(
+                sources,
+                buffer.view[: slot_bytes * slots],
+                slot_bytes,
+                [b[0] for b in bounds] + [rows],
+                calls,
+                worker,
+            )
+        else:  # nothing through the host pass: this thread records the chunks' events
+            for event in events:
+                event.record(self.copy_stream)
+        pending = PendingBatch(
+            self, host, inputs, through, bounds, events, tuple(offsets), staged, buffer, kept
+        )
+        pending.after = ready  # alive until the worker's stream has waited for it
+        self._in_flight.append(pending)
+        return pending
 
     def _release_direct(self) -> None:
         """Drop the pinned sources whose copies are done."""

@@ -17,6 +17,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.physical import StateField
 from mangonel.errors import DataError
 from mangonel.runtime.operators.conform import INT64_MIN, BatchConformer, event_time_range
+from mangonel.runtime.operators.kernels import Staging
 from mangonel.runtime.operators.late_rows import LateRows
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
@@ -58,6 +59,36 @@ def partial_column_name(field: StateField, part: int) -> str:
     return field.name if len(names) == 1 else f"{field.name}.{names[part]}"
 
 
+class _Admitted:
+    """A batch given to an operator: its columns in the declared types, the kernels'
+    staging of them (a call giving the event time's (min, max) once the staging is done, or
+    None), and, once asked for, the batch conformed (out-of-range event times made NULL,
+    measured from the staging's extremes where it gave them)."""
+
+    def __init__(
+        self, given: pa.RecordBatch | pa.Table, typed: pa.RecordBatch, staging: Staging | None
+    ) -> None:
+        self.given = given
+        self.typed = typed
+        self.staging = staging
+        self.done = False
+        self.extremes: tuple[int, int] | None = None
+        self._conformed: tuple[pa.RecordBatch, int] | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether `conformed` would not wait (for a staging still running)."""
+        return self._conformed is not None or self.staging is None or self.staging.ready
+
+    def conformed(self, conform: BatchConformer) -> tuple[pa.RecordBatch, int]:
+        if self._conformed is None:
+            measured = self.staging() if self.staging is not None else None
+            self.extremes = measured or conform.event_time_extremes(self.typed)
+            self._conformed = conform.clip_event_time(self.typed, self.extremes)
+            self.done = True
+        return self._conformed
+
+
 class OperatorBase:
     """The window operator of a `WindowAggregateExec` (its Lift and StreamScan fused in): it
     reads the stream's batches and emits window results (`physical.window_result_columns`).
@@ -96,10 +127,10 @@ class OperatorBase:
         self.late_rows = LateRows(node.lift.scan.stream.name)
         self.late_sinks = (self.late_rows,)
         self._early: list[pa.RecordBatch] = []  # results fired inside one `process`
-        # the last two batches conformed, (given, (conformed, out of range), event time
-        # (min, max) or None): `prefetch` of batch k + 1 and `process` of batch k each find
-        # their batch's one conformed object (the GPU matches a prefetched batch by identity)
-        self._conformed: list[tuple[pa.RecordBatch, tuple[pa.RecordBatch, int], Any]] = []
+        # the last two batches admitted (`_Admitted`): `prefetch` of batch k + 1 and `process`
+        # of batch k each find their batch's one conformed object (the GPU matches a
+        # prefetched batch by identity)
+        self._conformed: list[_Admitted] = []
 
     # -- shared ---------------------------------------------------------------------------
 
@@ -122,17 +153,31 @@ class OperatorBase:
             if self.max_event_time is None or max_event_time > self.max_event_time:
                 self.max_event_time = max_event_time
 
+    def _admit(self, batch: pa.RecordBatch | pa.Table) -> _Admitted:
+        """The batch's admission: its columns conformed to the declared types (DataError if
+        they cannot be) and handed to the kernels (`_stage_input`, which may go on in the
+        background); found again, not redone, for the same batch object."""
+        for entry in self._conformed:
+            if entry.given is batch:
+                return entry
+        typed = self.conform.conform_types(as_record_batch(batch))
+        entry = _Admitted(batch, typed, self._stage_input(typed))
+        self._conformed = [*self._conformed[-1:], entry]
+        return entry
+
+    def _admitted(self, batch: pa.RecordBatch | pa.Table) -> _Admitted | None:
+        """The batch's admission; None where `_admit` has not taken it (not yet, or its
+        columns were refused)."""
+        return next((entry for entry in self._conformed if entry.given is batch), None)
+
     def _input(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch, int]:
         """The batch conformed to the declared stream (DataError if it cannot be), and how
         many of its event times were out of range (made NULL there)."""
-        for given, conformed, _ in self._conformed:
-            if given is batch:
-                return conformed
-        typed = self.conform.conform_types(as_record_batch(batch))
-        extremes = self._stage_input(typed) or self.conform.event_time_extremes(typed)
-        conformed = self.conform.clip_event_time(typed, extremes)
-        self._conformed = [*self._conformed[-1:], (batch, conformed, extremes)]
-        return conformed
+        return self._admit(batch).conformed(self.conform)
+
+    def _processed(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Forget a processed batch (holding it would keep a whole batch alive)."""
+        self._conformed = [entry for entry in self._conformed if entry.given is not batch]
 
     def _earliest_event_time(self, batch: pa.RecordBatch) -> tuple[bool, int | None]:
         """(conformed, the least event time of `batch` or None when it has none) of a batch
@@ -141,18 +186,16 @@ class OperatorBase:
             self._input(batch)
         except DataError:
             return False, None
-        for given, _, extremes in self._conformed:
-            if given is batch:
-                return True, None if extremes is None else extremes[0]
-        return False, None
+        extremes = self._event_time_extremes(batch)
+        return True, None if extremes is None else extremes[0]
 
     def _event_time_extremes(self, batch: pa.RecordBatch | pa.Table) -> tuple[int, int] | None:
         """(min, max) of the non-NULL event times of a batch `_input` conformed, measured
         before out-of-range ones were made NULL (so they bound every kept row's); None where
         it has none or was not conformed here (a hint only: callers then do without)."""
-        for given, _, extremes in self._conformed:
-            if given is batch:
-                return extremes
+        for entry in self._conformed:
+            if entry.given is batch and entry.done:
+                return entry.extremes
         return None
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
@@ -164,8 +207,7 @@ class OperatorBase:
         finally:
             self.late_rows.done()
         self._count_out_of_range(out_of_range)
-        # processed: drop it (holding it would keep a whole batch alive)
-        self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
+        self._processed(batch)
         # windows a chunked merge already fired (they come first: window order)
         early, self._early = self._early, []
         if self.max_event_time is None:
@@ -194,10 +236,10 @@ class OperatorBase:
             latest = max_event_time
         return None if latest is None else latest - self.spec.watermark_delay_us
 
-    def _stage_input(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
+    def _stage_input(self, batch: pa.RecordBatch) -> Staging | None:
         """Hand a typed batch to the kernels before its event times are checked (operators
-        whose kernels stage their input: the time window's `prefetch`); returns the event
-        time's (min, max) when the staging measured it, else None."""
+        whose kernels stage their input: the time window's `prefetch`); returns the staging
+        when it measures the event time's (min, max), else None."""
         return None
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
@@ -208,7 +250,7 @@ class OperatorBase:
         if self.finished:
             return
         try:
-            self._input(batch)
+            self._admit(batch)
         except DataError:
             return  # `process` of this batch raises it, after the batches before it ran
 

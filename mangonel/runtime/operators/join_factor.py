@@ -183,7 +183,7 @@ class FactorisedSide(TimeWindowOperator):
             self._join_watermark_after = None
             self.late_rows.done()
         self._count_out_of_range(out_of_range)
-        self._conformed = [entry for entry in self._conformed if entry[0] is not batch]
+        self._processed(batch)
 
     def _watermark_after(self, max_event_time: int | None) -> int | None:
         # the join's watermark after the batch, never this side's own

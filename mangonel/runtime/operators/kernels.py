@@ -211,12 +211,25 @@ class PaneState(Protocol):
         """Inverse of to_arrays (after reshape to a large enough capacity)."""
 
 
+class Staging(Protocol):
+    """A batch's columns on their way to the backend (`WindowKernels.prefetch`): calling it
+    gives the (min, max) of the batch's non-NULL event times the copy measured (None if it
+    did not), waiting for the copy; `ready`: it would not wait."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    def __call__(self) -> tuple[int, int] | None: ...
+
+
 class WindowKernels(Protocol):
     name: str
     # optional `shares_fused_rows = True`: `lift_merge(share_rows=True)` fills
     # `FusedMerge.shared` (the backend's arrays); absent, a holistic driver lifts and keys
     # the batch itself. Optional `lift_arguments` (the CPU's): a field's raw argument values;
-    # absent, a driver sharing rows lifts the values (`lift_tuples`)
+    # absent, a driver sharing rows lifts the values (`lift_tuples`). Optional
+    # `stages_in_background = True`: `prefetch` stages in another thread, so the time
+    # window prefetches the next batch at once rather than during the fused pass
 
     def lift_tuples(
         self,
@@ -296,12 +309,12 @@ class WindowKernels(Protocol):
 
     def prefetch(
         self, lift: LiftExec, window: WindowAggregateExec, batch: pa.RecordBatch
-    ) -> tuple[int, int] | None:
+    ) -> Staging | None:
         """Start copying the columns `lift_merge` will read of `batch` (the next batch);
         `lift_merge` of that same object uses the copy. Never required: a batch that was not
         prefetched, or one prefetched but not processed next, is handled as if never seen.
-        Returns the (min, max) of the batch's non-NULL event times when the copy measured
-        them (the input conformer's range check reuses it), else None. The batch's event
+        Returns the staging when the copy measures the batch's event-time extremes (the
+        input conformer's range check reuses them), else None. The batch's event
         times are not range-checked yet: a batch the conformer then changes is a new object,
         which `lift_merge` stages again."""
 

@@ -68,7 +68,7 @@ from mangonel.errors import PlanError
 from mangonel.runtime.operators.base import PANE_META, OperatorBase, field_arrays
 from mangonel.runtime.operators.count_window import CountWindowOperator
 from mangonel.runtime.operators.holistic import HolisticTimeWindows
-from mangonel.runtime.operators.kernels import Array, FusedMerge, PaneTarget
+from mangonel.runtime.operators.kernels import Array, FusedMerge, PaneTarget, Staging
 from mangonel.runtime.operators.late_rows import WINDOW_CLOSED
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import cells_with_rows, finalize, window_ids_of
@@ -160,24 +160,52 @@ class TimeWindowOperator(OperatorBase):
 
     # -- pane level -----------------------------------------------------------------------
 
-    def _stage_input(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
+    def _stage_input(self, batch: pa.RecordBatch) -> Staging | None:
         """The kernels start copying the batch now (`prefetch`; the GPU's copy pass measures
         the event time's min and max, which the range check then reuses)."""
         return self.kernels.prefetch(self.lift_node, self.window, batch)
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
-        """The hint that `batch` comes next is kept, and acted on while the current batch's
-        fused pass runs (`_stage_deferred`): the next batch's host copy pass then overlaps
-        the device's work on this one instead of preceding it. A batch processed with no
-        pass before it is conformed and staged by `process`, as without a hint."""
-        if not self.finished:
+        """The hint that `batch` comes next. Where the kernels stage in the background (the
+        GPU's copy worker) it is staged now, beside the whole of the current batch's work;
+        else the hint is kept and acted on while the current batch's fused pass runs
+        (`_stage_deferred`), so the host copy pass overlaps the device's work on it. A batch
+        processed with no pass before it is conformed and staged by `process`, as without a
+        hint."""
+        if self.finished:
+            return
+        self._next_batch = batch
+        if getattr(self.kernels, "stages_in_background", False):
+            super().prefetch(batch)
+        else:
             self._deferred = batch
-            self._next_batch = batch
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         if batch is self._next_batch:
             self._next_batch = None
+        # results come first, as the batch's early ones (so an error in the batch keeps them)
+        self._early = [*self._early, *self._fire_before(batch)]
         return super().process(batch, input)
+
+    def _fire_before(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
+        """The windows whose firing waited (`_firing_can_wait`) fire now, before `batch` is
+        merged, if it holds an event time before the end of the last of them (its rows could
+        land in panes they read, docs/semantics.md); they are what the batch before would
+        have fired. The batch's event times come from its staging (measured by the copy
+        pass), so the decision is taken here, once they are at hand, not when the batch
+        before ends (on the GPU that would wait for the copy worker there)."""
+        if not self._batches_waiting or self.watermark is None:
+            return []
+        last_due = self._last_window_ending_by(self.watermark)
+        if self.next_window is not None and last_due < self.next_window:
+            return []  # nothing is due
+        conformed, earliest = self._earliest_event_time(batch)
+        if not conformed:
+            return []  # its `process` raises; the windows wait for a batch that merges
+        if earliest is None or earliest >= self._end_pane_of_window(last_due) * self.pane_length:
+            return []
+        self._batches_waiting = 0
+        return self.advance_watermark(self.watermark)
 
     def _after_batch(self, watermark: int) -> list[pa.RecordBatch]:
         """The watermark rises after every batch; the windows it makes due fire now, or wait
@@ -192,11 +220,16 @@ class TimeWindowOperator(OperatorBase):
         return self.advance_watermark(watermark)
 
     def _firing_can_wait(self, watermark: int) -> bool:
-        """Whether the windows due at `watermark` may fire after the next batch instead, with
-        the same results: the next batch is in hand (`prefetch`) and holds no event time
-        before the end of the last of them, so none of its rows lands in a pane they read
-        (a row is merged only into panes of windows still open, docs/semantics.md); at most
-        `batches_per_firing` batches share one firing, so results wait a bounded time."""
+        """Whether the windows due at `watermark` may fire with the next batch's instead: the
+        next batch is in hand (`prefetch`, so results wait for no source) and at most
+        `batches_per_firing` batches share one firing, so results wait a bounded time; and
+        the next batch holds no event time before the end of the last of them, so none of
+        its rows lands in a pane they read (a row is merged only into panes of windows still
+        open, docs/semantics.md). Where the next batch is still being staged (the GPU's copy
+        worker measures its event times), the firing waits and its `process` decides
+        (`_fire_before`) rather than this batch waiting for the worker. A next batch whose
+        columns could not be conformed (its `process` raises) lets nothing wait: what is due
+        comes out before its error."""
         if self._batches_waiting + 1 >= self.batches_per_firing or self._next_batch is None:
             return False
         if self.watermark is not None:
@@ -204,6 +237,11 @@ class TimeWindowOperator(OperatorBase):
         last_due = self._last_window_ending_by(watermark)
         if self.next_window is not None and last_due < self.next_window:
             return False  # nothing is due: firing costs nothing
+        admitted = self._admitted(self._next_batch)
+        if admitted is None:
+            return False
+        if not admitted.ready:  # still staging: decided by its `process` (`_fire_before`)
+            return True
         conformed, earliest = self._earliest_event_time(self._next_batch)
         if not conformed:
             return False
