@@ -240,3 +240,25 @@ def test_background_staging_defers_a_bad_batchs_error_to_its_turn(
     assert next(steps) is not None  # batch 0's step: the bad batch was named, not processed
     with pytest.raises(DataError, match="ts"):
         list(steps)
+
+
+@pytest.mark.parametrize("aggregate", [F.MEDIAN, F.PERCENTILE_DISC])
+def test_background_staging_keeps_a_waited_firings_holistic_values_apart(
+    fake_gpu: list[int], monkeypatch: pytest.MonkeyPatch, aggregate: F
+) -> None:
+    """A firing that waited for the next batch and fires before it (its rows reach the
+    waited windows' panes) completes its holistic columns from the values before that
+    batch: the holistic driver fires it before keeping the batch's values."""
+    monkeypatch.setattr(fake_gpu_backend, "BACKGROUND", [True])
+    plan = make_plan(
+        COLUMNS, keys=["k"], kind="time", size=4, slide=2, aggregates=[(aggregate, exp.column("v"))]
+    )
+    batches = [
+        batch([1, 2, 3, 5], k=[1, 1, 1, 1], v=[1.0, 2.0, 3.0, 4.0]),
+        batch([6, 7, 9], k=[1, 1, 1], v=[5.0, 6.0, 7.0]),
+        batch([7, 8, 12], k=[1, 1, 1], v=[100.0, 200.0, 300.0]),  # 7 reaches [4, 8): not late
+        batch([13, 20], k=[1, 1], v=[8.0, 9.0]),
+    ]
+    want = as_rows(LocalQuery(plan).run(batches).to_batches())
+    got = as_rows(LocalQuery(ph.with_backend(plan, "gpu", "test")).run(batches).to_batches())
+    assert got == want

@@ -284,7 +284,8 @@ class OperatorBase:
     def finish(self) -> list[pa.RecordBatch]:
         """End of input: everything fires."""
         self.finished = True
-        return self._fire(final=True)
+        early, self._early = self._early, []  # fired in a `process` that then raised
+        return early + self._fire(final=True)
 
     def _emit(self, keys, aggregates, starts, ends) -> list[pa.RecordBatch]:
         self.windows_fired += len(starts)

@@ -14,21 +14,17 @@ reads them. Both window kinds use it:
   this driver keeps, per (pane, key), the values of each `values` field: a tuple is kept
   when it contributes and is not late against the watermark from before its batch (the
   rule of the wrapped operator). A pane's values are sorted once by (key, value) when a
-  window first reads the pane (again only if late-but-allowed tuples arrive after that),
-  and a pane is freed once every window covering it has fired. Exact percentiles over
-  sliding windows on the CPU instead step a band per key pane by pane over panes grouped
-  by key, not sorted (`holistic_sliding`). For each result batch of the
-  wrapped operator, the holistic columns are computed from the sorted runs of the window's
-  panes and put between the incremental ones, in the node's aggregate order. The
-  approximate functions keep a sketch per (pane, key) instead (`sketch_panes.SketchPanes`);
-  a `values` field read only by them keeps no raw values.
+  window first reads it (again only if late-but-allowed tuples come after), and freed once
+  every window covering it has fired; exact percentiles over sliding windows on the CPU
+  step a band per key pane by pane instead (`holistic_sliding`). Each result batch of the
+  wrapped operator gets the holistic columns from the sorted runs of the window's panes,
+  in the node's aggregate order. The approximate functions keep a sketch per (pane, key)
+  (`sketch_panes.SketchPanes`); a `values` field read only by them keeps no raw values.
 
 The firing is tuned online (`tuner.Tuner`, unless the plan's tuning is off): the result rows
-evaluated together (a chunk on the CPU, one selection launch on the GPU: GASSER's windows
-per launch) and, where the step runs on the GPU, the selection form (a thread, warp or block
-per window) are chosen between firings from the measured seconds per value read. Neither
-changes a result; the tuner's state is not part of the snapshot (a restored query tunes
-anew).
+evaluated together (GASSER's windows per launch) and, on the GPU, the selection form (a
+thread, warp or block per window), from the measured seconds per value read between
+firings. Neither changes a result; a restored query tunes anew.
 """
 
 from __future__ import annotations
@@ -162,6 +158,7 @@ class HolisticTimeWindows:
         # input batches since the last firing that evaluated windows: the batches it served
         # (several where the wrapped operator combines firings, `batches_per_firing`)
         self._batches_unfired = 0
+        self._waited: list[pa.RecordBatch] = []  # completed firings a raising `process` kept
 
     def _planned_chunk(self) -> int:
         assert self.node.holistic is not None
@@ -181,10 +178,8 @@ class HolisticTimeWindows:
     @property
     def batches_per_firing(self) -> int:
         """How many batches' firings the wrapped operator may combine into one (the runner
-        raises it over input held in memory: `TimeWindowOperator._firing_can_wait`). The
-        holistic columns come from panes no row of the batches in between can reach (the
-        same rule), so a combined firing gives the per-batch rows; each firing costs fixed
-        launches and device round trips here too."""
+        raises it over input held in memory: `TimeWindowOperator._firing_can_wait`; the same
+        rule keeps the holistic columns those of per-batch firings)."""
         return self.inner.batches_per_firing
 
     @batches_per_firing.setter
@@ -195,6 +190,16 @@ class HolisticTimeWindows:
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
         conformed, _ = self.inner._input(batch)  # the wrapped operator reuses this object
+        # firings that waited for this batch and that its rows could reach: completed before
+        # its values are kept (they must not read them), and kept across an error below
+        self._waited += self._complete(*self._fired(self.inner.fire_waiting_before, batch))
+        out = self._process(batch, conformed, input)
+        waited, self._waited = self._waited, []
+        return waited + out
+
+    def _process(
+        self, batch: pa.RecordBatch | pa.Table, conformed: pa.RecordBatch, input: int
+    ) -> list[pa.RecordBatch]:
         if self.tuner is not None:
             self.tuner.observe_input(conformed.num_rows)
         # the batch's panes lie in those of its event times' extremes (known on the host: no
@@ -486,7 +491,8 @@ class HolisticTimeWindows:
         return self._complete(*self._fired(self.inner.advance_watermark, watermark))
 
     def finish(self) -> list[pa.RecordBatch]:
-        return self._complete(*self._fired(self.inner.finish))
+        waited, self._waited = self._waited, []
+        return waited + self._complete(*self._fired(self.inner.finish))
 
     def _complete(
         self,

@@ -184,10 +184,10 @@ class TimeWindowOperator(OperatorBase):
         if batch is self._next_batch:
             self._next_batch = None
         # results come first, as the batch's early ones (so an error in the batch keeps them)
-        self._early = [*self._early, *self._fire_before(batch)]
+        self._early = [*self._early, *self.fire_waiting_before(batch)]
         return super().process(batch, input)
 
-    def _fire_before(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
+    def fire_waiting_before(self, batch: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
         """The windows whose firing waited (`_firing_can_wait`) fire now, before `batch` is
         merged, if it holds an event time before the end of the last of them (its rows could
         land in panes they read, docs/semantics.md); they are what the batch before would
@@ -227,7 +227,7 @@ class TimeWindowOperator(OperatorBase):
         its rows lands in a pane they read (a row is merged only into panes of windows still
         open, docs/semantics.md). Where the next batch is still being staged (the GPU's copy
         worker measures its event times), the firing waits and its `process` decides
-        (`_fire_before`) rather than this batch waiting for the worker. A next batch whose
+        (`fire_waiting_before`) rather than this batch waiting for the worker. A next batch whose
         columns could not be conformed (its `process` raises) lets nothing wait: what is due
         comes out before its error."""
         if self._batches_waiting + 1 >= self.batches_per_firing or self._next_batch is None:
@@ -240,7 +240,7 @@ class TimeWindowOperator(OperatorBase):
         admitted = self._admitted(self._next_batch)
         if admitted is None:
             return False
-        if not admitted.ready:  # still staging: decided by its `process` (`_fire_before`)
+        if not admitted.ready:  # still staging: decided by its `process` (`fire_waiting_before`)
             return True
         conformed, earliest = self._earliest_event_time(self._next_batch)
         if not conformed:
