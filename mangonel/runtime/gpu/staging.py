@@ -161,42 +161,32 @@ def current_context() -> int:
     return context.value or 0
 
 
+@dataclass(eq=False)  # compared by identity: it holds arrays
 class PendingBatch:
     """A batch whose staging may still run in the copy worker: `result()` waits for it and
     gives the StagedBatch (its chunks' events are recorded by then), hands the pinned
     buffer back with the last chunk's event, and keeps pinned sources alive until their
-    copies are done."""
+    copies are done. `through`: the host arrays that went through the copy pass (`staged`
+    gives their wires); `after`: the event the copy stream waits for first (alive until
+    the worker's stream has waited for it)."""
 
-    def __init__(
-        self,
-        stager: Stager,
-        host: list[np.ndarray | None],
-        inputs: list[Any],
-        through: list[int],
-        bounds: list[tuple[int, int]],
-        events: list[Any],
-        offsets: tuple[bool, ...],
-        staged: Pending | None,
-        buffer: pinned.PinnedBuffer | None,
-        kept: list[np.ndarray],
-    ) -> None:
-        self._stager = stager
-        self._host = host
-        self._inputs = inputs
-        self._through = through
-        self._bounds = bounds
-        self._events = events
-        self._offsets = offsets
-        self._staged = staged
-        self._buffer = buffer
-        self._kept = kept
-        self.after: Any = None  # the event the copy stream waits for first
-        self._result: StagedBatch | None = None
+    stager: Stager
+    host: list[np.ndarray | None]
+    inputs: list[Any]
+    through: list[int]
+    bounds: list[tuple[int, int]]
+    events: list[Any]
+    offsets: tuple[bool, ...]
+    staged: Pending | None
+    buffer: pinned.PinnedBuffer | None
+    kept: list[np.ndarray]
+    after: Any
+    _result: StagedBatch | None = field(default=None, init=False)
 
     @property
     def ready(self) -> bool:
         """Whether `result()` would not wait for the copy worker."""
-        return self._result is not None or self._staged is None or self._staged.ready
+        return self._result is not None or self.staged is None or self.staged.ready
 
     def result(self) -> StagedBatch:
         if self._result is None:
@@ -204,31 +194,31 @@ class PendingBatch:
         return self._result
 
     def _finish(self) -> StagedBatch:
-        stager, last = self._stager, self._events[-1]
+        stager, last = self.stager, self.events[-1]
         stager._in_flight = [pending for pending in stager._in_flight if pending is not self]
         try:
-            through_wires = None if self._staged is None else self._staged.result()
+            through_wires = None if self.staged is None else self.staged.result()
         except BaseException:
             stager.copy_stream.synchronize()  # whatever was queued is done: the buffer is free
-            if self._buffer is not None:
-                pinned.give_back(self._buffer)
+            if self.buffer is not None:
+                pinned.give_back(self.buffer)
             raise
-        if self._buffer is not None:
-            pinned.give_back(self._buffer, last)
-        if self._kept:
-            stager._direct.append((last, self._kept))
-        host, columns = self._host, len(self._offsets)
+        if self.buffer is not None:
+            pinned.give_back(self.buffer, last)
+        if self.kept:
+            stager._direct.append((last, self.kept))
+        host, columns = self.host, len(self.offsets)
         empty = ChunkWire(False, 0, 0, None, None)
         chunks = []
         lows: list[int | None] = [None] * columns
         highs: list[int | None] = [None] * columns
-        for c, ((first, end), event) in enumerate(zip(self._bounds, self._events, strict=True)):
+        for c, ((first, end), event) in enumerate(zip(self.bounds, self.events, strict=True)):
             wires = [
                 empty if a is None else ChunkWire(False, 0, (end - first) * a.itemsize, None, None)
                 for a in host
             ]
             if through_wires is not None:
-                for i, wire in zip(self._through, through_wires[c], strict=True):
+                for i, wire in zip(self.through, through_wires[c], strict=True):
                     wires[i] = wire
             column_wires = [wires[2 * k] for k in range(columns)]
             for k, wire in enumerate(column_wires):
@@ -239,7 +229,7 @@ class PendingBatch:
         extremes = [
             None if low is None else (low, high) for low, high in zip(lows, highs, strict=True)
         ]
-        return StagedBatch(self._inputs, chunks, self._offsets, extremes)
+        return StagedBatch(self.inputs, chunks, self.offsets, extremes)
 
 
 class Stager:
@@ -406,9 +396,8 @@ class Stager:
             for event in events:
                 event.record(self.copy_stream)
         pending = PendingBatch(
-            self, host, inputs, through, bounds, events, tuple(offsets), staged, buffer, kept
+            self, host, inputs, through, bounds, events, tuple(offsets), staged, buffer, kept, ready
         )
-        pending.after = ready  # alive until the worker's stream has waited for it
         self._in_flight.append(pending)
         return pending
 

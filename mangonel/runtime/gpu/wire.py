@@ -155,21 +155,7 @@ class CopyPool:
     ) -> list[ChunkWire]:
         """Copy rows [first, end) of every source into its region of `slot`, offset columns
         narrowed where the chunk's range allows (a host-only pass: no device call)."""
-        return self.stage(sources, slot, len(slot), [first, end], None)[0]
-
-    def stage(
-        self,
-        sources: Sequence[ChunkSource],
-        buffer: np.ndarray,
-        slot_bytes: int,
-        bounds: Sequence[int],
-        calls: DeviceCalls | None,
-    ) -> list[list[ChunkWire]]:
-        """Every chunk of a batch (rows bounds[c]..bounds[c + 1]) through slot c % slots of
-        `buffer` (slots of `slot_bytes`), with its device copies and event where `calls`
-        says (`host_loops.stage_chunks`: one call, no GIL held); per chunk, each source's
-        wire, in the sources' order."""
-        return self.stage_later(sources, buffer, slot_bytes, bounds, calls, None).result()
+        return self.stage_later(sources, slot, len(slot), [first, end], None, None).result()[0]
 
     def stage_later(
         self,
@@ -180,8 +166,11 @@ class CopyPool:
         calls: DeviceCalls | None,
         worker: CopyWorker | None,
     ) -> Pending:
-        """`stage`, run by `worker`'s thread while the caller goes on (None: now, in this
-        thread); the Pending's `result()` gives the wires. The arguments are made here, so
+        """Every chunk of a batch (rows bounds[c]..bounds[c + 1]) through slot c % slots of
+        `buffer` (slots of `slot_bytes`), with its device copies and event where `calls`
+        says (`host_loops.stage_chunks`: one call, no GIL held), run by `worker`'s thread
+        while the caller goes on (None: now, in this thread). The Pending's `result()` gives
+        per chunk each source's wire, in the sources' order. The arguments are made here, so
         the worker's thread needs the GIL only to enter and leave the loop."""
         narrowed, copied = source_groups(sources)
         arrays = [_read_only(s.array) for s in sources]
