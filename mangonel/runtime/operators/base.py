@@ -61,9 +61,9 @@ def partial_column_name(field: StateField, part: int) -> str:
 
 class _Admitted:
     """A batch given to an operator: its columns in the declared types, the kernels'
-    staging of them (a call giving the event time's (min, max) once the staging is done, or
-    None), and, once asked for, the batch conformed (out-of-range event times made NULL,
-    measured from the staging's extremes where it gave them)."""
+    staging of them (`Staging`, or None), and, once asked for, the batch conformed
+    (out-of-range event times made NULL, judged by the staging's extremes where it measured
+    them) with those extremes."""
 
     def __init__(
         self, given: pa.RecordBatch | pa.Table, typed: pa.RecordBatch, staging: Staging | None
@@ -71,21 +71,24 @@ class _Admitted:
         self.given = given
         self.typed = typed
         self.staging = staging
-        self.done = False
         self.extremes: tuple[int, int] | None = None
         self._conformed: tuple[pa.RecordBatch, int] | None = None
 
     @property
+    def done(self) -> bool:
+        """Whether the batch was conformed (its `extremes` are known)."""
+        return self._conformed is not None
+
+    @property
     def ready(self) -> bool:
         """Whether `conformed` would not wait (for a staging still running)."""
-        return self._conformed is not None or self.staging is None or self.staging.ready
+        return self.done or self.staging is None or self.staging.ready
 
     def conformed(self, conform: BatchConformer) -> tuple[pa.RecordBatch, int]:
         if self._conformed is None:
             measured = self.staging() if self.staging is not None else None
             self.extremes = measured or conform.event_time_extremes(self.typed)
             self._conformed = conform.clip_event_time(self.typed, self.extremes)
-            self.done = True
         return self._conformed
 
 
