@@ -721,11 +721,12 @@ def test_two_batches_of_a_stager_are_in_flight_at_most(host_cupy, monkeypatch):
 
     if not _worker_available():
         pytest.skip("numba's threading layer takes parallel loops from one thread only")
-    gate = threading.Event()
+    gates = [threading.Event() for _ in range(3)]  # the worker's k-th loop waits for gate k
+    calls = iter(gates)
     loop = wire.stage_chunks
 
-    def held(*arguments):  # noqa: ANN002, ANN202 - the worker's loop waits for the test
-        gate.wait()
+    def held(*arguments):  # noqa: ANN002, ANN202
+        next(calls).wait()
         return loop(*arguments)
 
     monkeypatch.setattr(wire, "stage_chunks", held)
@@ -734,9 +735,12 @@ def test_two_batches_of_a_stager_are_in_flight_at_most(host_cupy, monkeypatch):
     first = stager.stage_later(arrays, columns, 1_000, (True, True, False))
     second = stager.stage_later(arrays, columns, 1_000, (True, True, False))
     assert not first.ready and not second.ready and stager._in_flight == [first, second]
-    threading.Timer(0.2, gate.set).start()
+    threading.Timer(0.2, gates[0].set).start()  # the first only: the second stays held
     third = stager.stage_later(arrays, columns, 1_000, (True, True, False))
     assert first._result is not None and stager._in_flight == [second, third]
+    assert not second.ready
+    gates[1].set()
+    gates[2].set()
     pinned_rows = np.empty(4_000, np.int64)
     host_cupy.pin(pinned_rows)
     pinned_rows[:] = ts
