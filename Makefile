@@ -20,8 +20,12 @@ check-java:
 run: $(STAMP) check-java
 	$(PY) examples/spark_generator.py
 
+# Four pytest-xdist workers on CI's two cores: the Spark tests mostly wait (micro-batch
+# triggers, Python worker starts, checkpoint files), and a serial run kept one core about half
+# busy (docs/testing.md, "How long CI takes").
+TEST_WORKERS ?= 4
 test: $(STAMP) check-java lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The fuzzer (docs/testing.md): fresh random cases against the oracle for FUZZ_MINUTES;
 # SEED replays a run, BACKEND=gpu drives the GPU backend, SPECIAL=off leaves out NaN/inf/-0.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,18 @@ import pytest
 # The helper modules (oracle, plans, fuzz_cases, fuzzer) live beside the tests.
 sys.path.insert(0, str(Path(__file__).parent))
 
+# Under pytest-xdist (`make test` runs -n 4) each worker process gets its own numba cache:
+# numba's on-disk cache is not safe against processes adding overloads of one function at
+# once (a later load segfaulted, docs/performance.md). Set before anything imports numba,
+# which reads it once; Spark's Python workers inherit it from the worker that started Spark.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault(
+        "NUMBA_CACHE_DIR",
+        str(Path(__file__).parent.parent / ".numba-cache" / os.environ["PYTEST_XDIST_WORKER"]),
+    )
+
 FUZZ_SUMMARY = pytest.StashKey[list]()
+FUZZ_PROPERTY = "fuzz_summary"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,14 +83,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+class _FuzzLines:
+    """Collects the fuzz lines from test reports into the config of the process that
+    prints the summary (the controller under pytest-xdist, this process otherwise)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.config.stash[FUZZ_SUMMARY] += [
+                value for name, value in report.user_properties if name == FUZZ_PROPERTY
+            ]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[FUZZ_SUMMARY] = []
+    config.pluginmanager.register(_FuzzLines(config), "mangonel-fuzz-lines")
 
 
 @pytest.fixture
-def fuzz_summary(request: pytest.FixtureRequest) -> list:
-    """Lines for the end of the test run's output (the fuzz slice's seed)."""
-    return request.config.stash[FUZZ_SUMMARY]
+def fuzz_summary(request: pytest.FixtureRequest) -> Iterator[list]:
+    """Lines for the end of the test run's output (the fuzz slice's seed). They travel in
+    the test's report (`user_properties`), so the process that prints the summary gets them
+    also when the test ran in a pytest-xdist worker."""
+    lines: list[str] = []
+    yield lines
+    request.node.user_properties += [(FUZZ_PROPERTY, line) for line in lines]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
