@@ -57,7 +57,9 @@ def test_reader_plan_equals_spark_native(spark, tmp_path, case):
     write_micro_batches(tmp_path / "in", tables_of(value_type, delay_us=delay_us))
     ddl = f"ts TIMESTAMP, k STRING, v {value_type.info.spark}"
     session = declared(spark, tmp_path / "in", ddl, watermark)
-    sink = run_start(session, case_query(case), tmp_path / "ck", plan="reader")
+    # start()'s default over a declared stream, tumbling windows included
+    sink = run_start(session, case_query(case), tmp_path / "ck", plan=None)
+    assert "mangonel's reader, stage 2 on the driver" in session.explain()
     source = file_stream(spark, tmp_path / "in", ddl)
     assert_same_results(sink.frame(), native_case_rows(source, case, tmp_path / "native"), ["k"])
     # 4 files: 4 data micro-batches, then the source's flush micro-batch (no data)
@@ -183,16 +185,25 @@ def test_choice_explain_and_refusals(spark, tmp_path):
         run_start(registered, query, tmp_path / "ck3", plan="reader")
     planned = registered._spark_plan(registered.session.sql(query))  # noqa: SLF001
     assert foreach_batch.choose_start(planned)[0] == "driver"
-    # a declared stream: the reader-fed plan by default where w/s > 1, Spark's own on
-    # tumbling windows, plan= forces either
+    # a declared stream: the reader-fed plan by default, also on tumbling windows, where
+    # sql() plans Spark's own aggregation (faster there only in its first micro-batches);
+    # plan= forces the others
     planned = session._spark_plan(session.session.sql(query))  # noqa: SLF001
     kind, reason = foreach_batch.choose_start(planned)
     assert kind == "reader" and "w/s = 10 over a stream mangonel reads" in reason
+    assert "instead of Spark's own" not in reason
     assert foreach_batch.choose_start(planned, "driver")[0] == "driver"
     tumbling = "SELECT k, window_start, SUM(v) AS s FROM s [RANGE 1 SECOND] GROUP BY k"
     planned = session._spark_plan(session.session.sql(tumbling))  # noqa: SLF001
+    assert planned.native
+    kind, reason = foreach_batch.choose_start(planned)
+    assert kind == "reader" and "w/s = 1 over a stream mangonel reads" in reason
+    assert "instead of Spark's own window aggregation (w/s = 1" in reason
+    assert foreach_batch.choose_start(planned, "streaming")[0] == "streaming"
+    # a session window: no panes for the reader, so Spark's own session_window aggregation
+    sessions = "SELECT k, window_start, SUM(v) AS s FROM s [SESSION GAP 1 SECOND] GROUP BY k"
+    planned = session._spark_plan(session.session.sql(sessions))  # noqa: SLF001
     assert foreach_batch.choose_start(planned)[0] == "streaming"
-    assert foreach_batch.choose_start(planned, "reader")[0] == "reader"
 
 
 @pytest.mark.parametrize("source", ["generator", "csv"])

@@ -1,0 +1,86 @@
+"""The reader-fed plan (`ms.start` over a declared stream) against Spark's own streaming window
+aggregation, alternating, at several stream lengths (docs/performance.md, "Inside Spark: the
+reader-fed plan in the steady state").
+
+`mangonel bench --spark` times 4 M tuples (2 micro-batches and the no-data one), where the
+reader-fed plan's start (Spark starts its source's Python processes, about 1 s on 2 cores)
+weighs as much as the micro-batches; a streaming query runs far longer. Here the same
+stream (the bench's: 1000 keys, SUM(value), event time 1 M tuples/s, watermark delay 0,
+Parquet files of `--batch` rows, one per micro-batch) runs at each of `--tuples` lengths and
+each of `--slides` (w = 1 s): both plans once to warm up, then `--rounds` rounds in turn,
+each start to `processAllAvailable`, Spark's own plan into its no-op sink, the reader-fed
+plan into a sink that counts the rows. One line per run: seconds, rows out (they must agree)
+and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+
+from mangonel.runtime.spark import bench
+from mangonel.runtime.spark.session import SparkMangonelSession
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(part) for part in text.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuples", type=_numbers, default=[4_000_000, 20_000_000, 40_000_000])
+    parser.add_argument("--slides", type=_numbers, default=[1_000_000, 100_000], help="us")
+    parser.add_argument("--batch", type=int, default=2_000_000, help="rows per micro-batch")
+    parser.add_argument("--rounds", type=int, default=2)
+    arguments = parser.parse_args()
+    spark = bench.start_local_spark()
+    for slide in arguments.slides:
+        shape = bench.SparkShape(1_000_000, slide)
+        query = bench._mangonel_query(shape)  # noqa: SLF001 - the bench's own query text
+        for tuples in arguments.tuples:
+            with tempfile.TemporaryDirectory(prefix="mangonel-steady-") as folder:
+                bench.write_input(Path(folder), shape, tuples, 1_000_000, arguments.batch, 7)
+                declared = SparkMangonelSession(spark, backend="cpu")
+                declared.execute(
+                    f"CREATE STREAM events ({bench.STREAM_DDL}) WITH (event_time = 'ts', "
+                    f"watermark = '0 milliseconds', source = 'parquet', path = '{folder}', "
+                    "files_per_trigger = '1')"
+                )
+                native = bench._native_query(bench._file_source(spark, Path(folder)), shape)  # noqa: SLF001
+                _run_in_turn(
+                    declared,
+                    query,
+                    native,
+                    arguments.rounds,
+                    f"{shape.name} tuples={tuples:,} micro-batches={-(-tuples // arguments.batch)}",
+                )
+
+
+def _run_in_turn(
+    declared: SparkMangonelSession, query: str, native: DataFrame, rounds: int, label: str
+) -> None:
+    """Both plans once to warm up, then `rounds` rounds of each in turn, a line per round."""
+
+    def reader() -> tuple[float, int]:
+        return bench._driver_seconds_and_rows(declared, query, plan="reader")  # noqa: SLF001
+
+    def spark_own() -> tuple[float, int]:
+        return bench._seconds_and_rows(native)  # noqa: SLF001
+
+    reader()
+    spark_own()
+    for number in range(rounds):
+        ours, our_rows = reader()
+        theirs, their_rows = spark_own()
+        print(
+            f"{label} round {number}: reader-fed {ours:.2f} s ({our_rows} rows), Spark's own "
+            f"{theirs:.2f} s ({their_rows} rows): {theirs / ours:.2f}x",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
