@@ -71,6 +71,7 @@ def _median_seconds(step: Callable[[list[np.ndarray]], None], batch: Callable[[]
 def probe(rows: int) -> list[tuple[str, float]]:
     import cupy as cp
 
+    cp.zeros(1).sum()  # CuPy's context, current in this thread: the driver calls use it
     driver = Driver()
     stream = cp.cuda.Stream(non_blocking=True)
     device = [cp.empty(rows, cp.float64) for _ in range(COLUMNS)]
