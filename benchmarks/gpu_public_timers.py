@@ -1,0 +1,119 @@
+"""Wall-clock timers around the GPU public path's pieces, per batch, for several shapes
+(docs/performance.md, "Public path: where a batch's time goes, by timers").
+
+`python benchmarks/gpu_public_timers.py TUPLES SHAPE...`, each SHAPE
+`slide_us:keys:aggregate:delay_us:batch_rows:rate` (e.g. `10000:1000:MEDIAN:0:1000000:10000000`).
+Every method of the driver, operator, kernel, staging and holistic classes listed in TARGETS
+is wrapped with an inclusive wall-clock timer (not cProfile, which inflates every small call);
+per shape, two untimed runs of `bench_gpu.run_public_shape` (the public API over ordinary Arrow
+batches), then one timed run, whose pieces print as ms a batch and calls a batch, largest
+first. Times nest (a caller's includes its callees'), and the run counted includes
+`run_public_shape`'s one-batch warm-up. Needs CuPy and a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from mangonel.bench_gpu import PublicShape, dataset, run_public_shape
+
+TOTALS: dict[str, float] = defaultdict(float)
+CALLS: dict[str, int] = defaultdict(int)
+TARGETS = [
+    ("mangonel.runtime.local.query", "LocalQuery"),
+    ("mangonel.runtime.operators.window", "TimeWindowOperator"),
+    ("mangonel.runtime.operators.base", "OperatorBase"),
+    ("mangonel.runtime.operators.project", "ProjectOperator"),
+    ("mangonel.runtime.operators.project", "FilterOperator"),
+    ("mangonel.runtime.operators.holistic", "HolisticTimeWindows"),
+    ("mangonel.runtime.operators.results", None),
+    ("mangonel.runtime.gpu.kernels", "GpuKernels"),
+    ("mangonel.runtime.gpu.state", "GpuPaneState"),
+    ("mangonel.runtime.gpu.staging", "Stager"),
+    ("mangonel.runtime.gpu.staging", "PendingBatch"),
+    ("mangonel.runtime.gpu.holistic", "GpuHolistic"),
+    ("mangonel.runtime.gpu.sketches", "GpuSketches"),
+    ("mangonel.runtime.gpu.project", None),
+    ("mangonel.runtime.operators.sketch_panes", None),
+    ("mangonel.runtime.operators.sketch_ring", None),
+    ("mangonel.runtime.operators.holistic_firing", None),
+    ("mangonel.runtime.operators.holistic_evaluate", None),
+]
+TIMING = [False]  # only the timed run counts
+
+
+def _wrap(owner: type, name: str, function: Callable, label: str) -> None:
+    @functools.wraps(function)
+    def timed(*arguments: Any, **keywords: Any) -> Any:  # noqa: ANN401
+        if not TIMING[0]:
+            return function(*arguments, **keywords)
+        started = time.perf_counter()
+        try:
+            return function(*arguments, **keywords)
+        finally:
+            TOTALS[label] += time.perf_counter() - started
+            CALLS[label] += 1
+
+    setattr(owner, name, timed)
+
+
+def instrument() -> None:
+    """Wrap every plain method of the TARGETS classes (a None class: all of the module's)."""
+    for module_name, class_name in TARGETS:
+        module = importlib.import_module(module_name)
+        owners = (
+            [getattr(module, class_name)]
+            if class_name
+            else [
+                owner
+                for _, owner in inspect.getmembers(module, inspect.isclass)
+                if owner.__module__ == module_name
+            ]
+        )
+        for owner in owners:
+            for name, function in list(vars(owner).items()):
+                static = isinstance(inspect.getattr_static(owner, name), staticmethod | classmethod)
+                if inspect.isfunction(function) and not name.startswith("__") and not static:
+                    _wrap(owner, name, function, f"{owner.__name__}.{name}")
+
+
+def parse(text: str) -> PublicShape:
+    """slide_us:keys:aggregate:delay_us:batch_rows:rate"""
+    slide, keys, aggregate, delay, batch_rows, rate = text.split(":")
+    return PublicShape(int(slide), int(keys), aggregate, int(delay), int(batch_rows), int(rate))
+
+
+def main() -> None:
+    tuples = int(sys.argv[1])
+    instrument()
+    for text in sys.argv[2:]:
+        shape = parse(text)
+        whole = dataset(shape, tuples, 7)
+        batches = [whole.slice(i, shape.batch_rows) for i in range(0, tuples, shape.batch_rows)]
+        untimed = [tuples / run_public_shape(shape, batches)[0] / 1e6 for _ in range(2)]
+        TOTALS.clear()
+        CALLS.clear()
+        TIMING[0] = True
+        seconds, rows, _ = run_public_shape(shape, batches)
+        TIMING[0] = False
+        count = len(batches)
+        print(
+            f"== {shape.name} rate={shape.rate}: untimed {[round(x, 1) for x in untimed]} M/s; "
+            f"timed {tuples / seconds / 1e6:.1f} M/s, {seconds / count * 1e3:.3f} ms/batch, "
+            f"rows {rows}"
+        )
+        for label, total in sorted(TOTALS.items(), key=lambda item: -item[1])[:28]:
+            print(
+                f"   {total / count * 1e3:8.3f} ms/b {CALLS[label] / count:7.2f} calls/b  {label}"
+            )
+
+
+if __name__ == "__main__":
+    main()
