@@ -3,11 +3,13 @@
 
 `python benchmarks/gpu_public_timers.py TUPLES SHAPE...`, each SHAPE
 `slide_us:keys:aggregate:delay_us:batch_rows:rate` (e.g. `10000:1000:MEDIAN:0:1000000:10000000`).
-Every method of the driver, operator, kernel, staging and holistic classes listed in TARGETS
-is wrapped with an inclusive wall-clock timer (not cProfile, which inflates every small call);
-per shape, two untimed runs of `bench_gpu.run_public_shape` (the public API over ordinary Arrow
-batches), then one timed run, whose pieces print as ms a batch and calls a batch, largest
-first. Times nest (a caller's includes its callees'), and the run counted includes
+Every method of the driver, operator, kernel, staging and holistic classes listed in TARGETS,
+and each function in IMPORTED where the module that imported it calls it, is wrapped with an
+inclusive wall-clock timer (not cProfile, which inflates every small call); per shape, two
+untimed runs of `bench_gpu.run_public_shape` (the public API over ordinary Arrow batches),
+then one timed run, whose pieces print as ms a batch and calls a batch, largest first (the
+first 28, or MANGONEL_TIMER_LINES), then the device time of the DEVICE_TARGETS calls (CUDA
+events). Times nest (a caller's includes its callees'), and the run counted includes
 `run_public_shape`'s one-batch warm-up. Needs CuPy and a GPU.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 import sys
 import time
 from collections import defaultdict
@@ -46,7 +49,21 @@ TARGETS = [
     ("mangonel.runtime.operators.holistic_firing", None),
     ("mangonel.runtime.operators.holistic_evaluate", None),
 ]
+# functions a module imported by name (`from x import f`): wrapped where they are called
+IMPORTED = [
+    ("mangonel.runtime.operators.holistic", name)
+    for name in ("pane_span", "sort_panes", "evaluate_later", "in_row_order", "finalize")
+]
+# methods whose device work is timed too: CUDA events on the current stream before and after
+# each call (the stream's time between them: the work the call enqueued, and any queued
+# before it that had not finished), summed once the timed run is done
+DEVICE_TARGETS = [
+    ("mangonel.runtime.gpu.holistic", "GpuHolistic", name)
+    for name in ("split_panes", "sort_panes", "window_runs", "holistic_select_later")
+] + [("mangonel.runtime.gpu.kernels", "GpuKernels", "lift_merge")]
+EVENTS: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
 TIMING = [False]  # only the timed run counts
+LINES = 28  # pieces printed per shape (MANGONEL_TIMER_LINES)
 
 
 def _wrap(owner: type, name: str, function: Callable, label: str) -> None:
@@ -62,6 +79,37 @@ def _wrap(owner: type, name: str, function: Callable, label: str) -> None:
             CALLS[label] += 1
 
     setattr(owner, name, timed)
+
+
+def _wrap_device(owner: type, name: str, label: str) -> None:
+    import cupy
+
+    function = getattr(owner, name)
+
+    @functools.wraps(function)
+    def timed(*arguments: Any, **keywords: Any) -> Any:  # noqa: ANN401
+        if not TIMING[0]:
+            return function(*arguments, **keywords)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        try:
+            return function(*arguments, **keywords)
+        finally:
+            end.record()
+            EVENTS[label].append((start, end))
+
+    setattr(owner, name, timed)
+
+
+def device_totals() -> dict[str, float]:
+    """Seconds of device time per DEVICE_TARGETS label in the timed run."""
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+    return {
+        label: sum(cupy.cuda.get_elapsed_time(a, b) for a, b in pairs) / 1e3
+        for label, pairs in EVENTS.items()
+    }
 
 
 def instrument() -> None:
@@ -82,6 +130,11 @@ def instrument() -> None:
                 static = isinstance(inspect.getattr_static(owner, name), staticmethod | classmethod)
                 if inspect.isfunction(function) and not name.startswith("__") and not static:
                     _wrap(owner, name, function, f"{owner.__name__}.{name}")
+    for module_name, name in IMPORTED:
+        module = importlib.import_module(module_name)
+        _wrap(module, name, getattr(module, name), name)
+    for module_name, class_name, name in DEVICE_TARGETS:  # outside the wall-clock timer
+        _wrap_device(getattr(importlib.import_module(module_name), class_name), name, name)
 
 
 def parse(text: str) -> PublicShape:
@@ -92,6 +145,7 @@ def parse(text: str) -> PublicShape:
 
 def main() -> None:
     tuples = int(sys.argv[1])
+    lines = int(os.environ.get("MANGONEL_TIMER_LINES", LINES))
     instrument()
     for text in sys.argv[2:]:
         shape = parse(text)
@@ -100,6 +154,7 @@ def main() -> None:
         untimed = [tuples / run_public_shape(shape, batches)[0] / 1e6 for _ in range(2)]
         TOTALS.clear()
         CALLS.clear()
+        EVENTS.clear()
         TIMING[0] = True
         seconds, rows, _ = run_public_shape(shape, batches)
         TIMING[0] = False
@@ -109,10 +164,13 @@ def main() -> None:
             f"timed {tuples / seconds / 1e6:.1f} M/s, {seconds / count * 1e3:.3f} ms/batch, "
             f"rows {rows}"
         )
-        for label, total in sorted(TOTALS.items(), key=lambda item: -item[1])[:28]:
+        for label, total in sorted(TOTALS.items(), key=lambda item: -item[1])[:lines]:
             print(
                 f"   {total / count * 1e3:8.3f} ms/b {CALLS[label] / count:7.2f} calls/b  {label}"
             )
+        for label, total in sorted(device_totals().items(), key=lambda item: -item[1]):
+            calls = len(EVENTS[label]) / count
+            print(f"   {total / count * 1e3:8.3f} ms/b {calls:7.2f} calls/b  device: {label}")
 
 
 if __name__ == "__main__":
