@@ -6,6 +6,13 @@ import pytest
 
 from mangonel.runtime.spark.java import check_java
 
+# The test JVM lives for one worker's tests, short queries over small inputs: C2's compiles
+# and the parallel collector's threads cost more CPU than they save there (four xdist workers
+# share CI's two cores). Measured on the 2-core VM, two Spark test files in one process: 92
+# and 121 s of machine CPU with these options against 121 and 178 s without (docs/testing.md).
+# Benchmarks start their own JVMs with the defaults.
+TEST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -14,6 +21,10 @@ def spark():
         pytest.skip(problem)
     from mangonel.runtime.spark.session import local_spark
 
-    session = local_spark(app_name="mangonel-tests", shuffle_partitions=2)
+    session = local_spark(
+        app_name="mangonel-tests",
+        shuffle_partitions=2,
+        extra={"spark.driver.extraJavaOptions": TEST_JVM},
+    )
     yield session
     session.stop()
