@@ -139,10 +139,11 @@ def choose_start(
     planned: SparkQueryPlan, forced: str | None = None, late_rows: bool = False
 ) -> tuple[str, str]:
     """("reader" | "driver" | "streaming", why) for `start()`: the reader-fed plan over a
-    stream mangonel reads itself, whatever the slide (`choose_reader`); otherwise the
-    driver-side plan where it ran faster
-    than `sql()`'s plan on this project's measurements (docs/performance.md, "Inside Spark:
-    stage 2 on the driver under `foreachBatch`"): windows with w/s > 1 whose aggregates are
+    stream mangonel reads itself, tumbling windows included, where the reader can run the
+    query (`choose_reader`; `reader_batch.refused` says where not: session windows, holistic
+    aggregates, late rows as data); otherwise the driver-side plan where it ran faster than
+    `sql()`'s plan on this project's measurements (docs/performance.md, "Inside Spark: stage 2
+    on the driver under `foreachBatch`"): windows with w/s > 1 whose aggregates are
     Spark aggregates. Where Spark's own aggregation is the plan (w/s <= 1: each tuple in one
     window) the driver-side plan's stage 1 is the same hash aggregation plus its tick and was
     slower; holistic functions would take every row to the driver (one process), not
