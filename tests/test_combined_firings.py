@@ -16,6 +16,7 @@ import pytest
 
 from mangonel.runtime.local.query import LocalQuery
 from mangonel.runtime.operators import window
+from mangonel.runtime.operators.holistic import HolisticTimeWindows
 from mangonel.session import Session
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
@@ -110,6 +111,7 @@ def test_holistic_queries_combine_firings_with_the_per_batch_rows(backend, reach
     one_by_one = _runner(backend, HOLISTIC)
     per_batch = [one_by_one.operator.process(b) for b in batches] + [one_by_one.operator.finish()]
     combined = _runner(backend, HOLISTIC)
+    firings = _count_firings(combined)
     steps = list(combined._steps(batches, None))
     got = pa.Table.from_batches([r for step in steps for r in step], one_by_one.schema)
     want = pa.Table.from_batches([r for step in per_batch for r in step], one_by_one.schema)
@@ -129,5 +131,27 @@ def test_holistic_queries_combine_firings_with_the_per_batch_rows(backend, reach
         assert emitting <= -(-len(batches) // window.COMBINED_FIRING_BATCHES)
     else:  # rows reach back into due windows: those firings cannot wait
         assert emitting > -(-len(batches) // window.COMBINED_FIRING_BATCHES)
-    # the tuner saw one step per firing that evaluated windows
-    assert combined.metrics.tuning.steps <= emitting + 1
+    # the tuner saw one step per firing that evaluated windows. A step may hold two: on
+    # the GPU a firing waits while the next batch is still staging, and that batch's
+    # `process` fires it (`fire_waiting_before`) before its own (how often depends on the
+    # copy worker's timing: under load it happened, 2026-12-06)
+    assert combined.metrics.tuning.steps <= firings[0] <= 2 * emitting + 1
+    if reach_back_us == 0:  # no row reaches a waiting firing: one firing a step
+        assert combined.metrics.tuning.steps <= emitting + 1
+
+
+def _count_firings(query: LocalQuery) -> list[int]:
+    """A counter (one element, updated in place) of the holistic operator's firings that
+    emitted windows."""
+    count = [0]
+    for operator in query.operator.operators:
+        if isinstance(operator, HolisticTimeWindows):
+            fired = operator._fired
+
+            def counted(*arguments, fired=fired):  # noqa: ANN002, ANN202
+                result = fired(*arguments)
+                count[0] += any(batch.num_rows for batch in result[0])
+                return result
+
+            operator._fired = counted
+    return count
