@@ -18,15 +18,15 @@ import pytest
 # The helper modules (oracle, plans, fuzz_cases, fuzzer) live beside the tests.
 sys.path.insert(0, str(Path(__file__).parent))
 
-# Under pytest-xdist (`make test` runs -n 4) each worker process gets its own numba cache:
-# numba's on-disk cache is not safe against processes adding overloads of one function at
-# once (a later load segfaulted, docs/performance.md). Set before anything imports numba,
-# which reads it once; Spark's Python workers inherit it from the worker that started Spark.
+# Under pytest-xdist (`make test` runs -n 4) the workers share one numba cache, so that a
+# kernel is compiled once for the run, not once per worker (a clean clone starts empty).
+# Processes compiling side by side are safe there since `mangonel.runtime.cpu.numba_cache`
+# names each cached file uniquely (numba's own numbering let one overload load another's
+# code: a segfault, docs/performance.md). Set before anything imports numba, which reads it
+# once; Spark's Python workers inherit it from the worker that started Spark.
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault(
-        "NUMBA_CACHE_DIR",
-        str(Path(__file__).parent.parent / ".numba-cache" / os.environ["PYTEST_XDIST_WORKER"]),
-    )
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).parent.parent / ".numba-cache"))
+    import mangonel.runtime.cpu.numba_cache  # noqa: E402, F401  (before any test compiles)
 
 FUZZ_SUMMARY = pytest.StashKey[list]()
 FUZZ_PROPERTY = "fuzz_summary"
