@@ -12,6 +12,15 @@ from mangonel.runtime.spark.java import check_java
 # and 121 s of machine CPU with these options against 121 and 178 s without (docs/testing.md).
 # Benchmarks start their own JVMs with the defaults.
 TEST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# Spark's interpreted evaluation instead of generated Java code (Janino compiles every
+# query's stages): the tests' inputs are small and each query runs a few micro-batches.
+# Two Spark test files: 148-150 s of machine CPU against 160-170 s with codegen
+# (docs/testing.md). The results are Spark's either way (its own tests run both modes).
+TEST_CONF = {
+    "spark.driver.extraJavaOptions": TEST_JVM,
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +33,7 @@ def spark():
     session = local_spark(
         app_name="mangonel-tests",
         shuffle_partitions=2,
-        extra={"spark.driver.extraJavaOptions": TEST_JVM},
+        extra=TEST_CONF,
     )
     yield session
     session.stop()
