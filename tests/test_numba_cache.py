@@ -8,6 +8,8 @@ the GPU machine saw); the replacement never does: a key loads its own code, or n
 from __future__ import annotations
 
 import itertools
+import os
+import time
 
 import pytest
 from numba.core import caching
@@ -66,3 +68,24 @@ def test_a_session_installs_it():
 
     numba_cache.install()  # idempotent
     assert caching.IndexDataCacheFile.save is numba_cache._save
+
+
+def test_an_index_that_starts_over_removes_its_old_unused_files(tmp_path):
+    """numba's numbering overwrote a stale index's files; unique names would pile up: a
+    new or stale index removes the function's files older than `UNUSED_AFTER_SECONDS`, and
+    keeps younger ones (another process may be about to name them) and other functions'."""
+    old = caching.IndexDataCacheFile(str(tmp_path), "kernel-10.py312", ("stamp", 1))
+    numba_cache._save(old, ("a",), "code for a")
+    (unused,) = {p.name for p in tmp_path.glob("kernel-10.py312.*.nbc")}
+    young = tmp_path / "kernel-10.py312.0123456789abcdef.nbc"
+    young.write_bytes(b"")
+    other = tmp_path / "kernel-20.py312.fedcba9876543210.nbc"
+    other.write_bytes(b"")
+    long_ago = time.time() - 2 * numba_cache.UNUSED_AFTER_SECONDS
+    for path in (tmp_path / unused, other):
+        os.utime(path, (long_ago, long_ago))
+    edited = caching.IndexDataCacheFile(str(tmp_path), "kernel-10.py312", ("stamp", 2))
+    numba_cache._save(edited, ("a",), "new code for a")
+    names = {p.name for p in tmp_path.glob("*.nbc")}
+    assert unused not in names and {young.name, other.name} <= names
+    assert edited.load(("a",)) == "new code for a"
