@@ -29,10 +29,9 @@ def _race(tmp_path, save, interrupted_write: int) -> dict[str, object]:
     saves key "b" between A's file writes (before A's `interrupted_write`-th write);
     returns what a later process loads for each key."""
     first, second = _writers(tmp_path)
-    stale = {}
     writes = itertools.count()
     for handle in (first, second):
-        handle._load_index = lambda stale=stale: dict(stale)  # both read it empty
+        handle._load_index = dict  # both read it empty
 
     def interrupting(write):
         def wrapped(*arguments):

@@ -33,7 +33,7 @@ from typing import Any
 
 from numba.core import caching
 
-_INSTALLED = "_mangonel_unique_data_names"
+# numba's own `save`, kept on the class when `install` replaces it (its presence says so)
 NUMBA_SAVE = getattr(caching.IndexDataCacheFile, "_numba_save", caching.IndexDataCacheFile.save)
 UNUSED_AFTER_SECONDS = 600.0
 
@@ -77,11 +77,10 @@ def _remove_unused(directory: str, base: str) -> None:
 
 def install() -> None:
     """Unique data file names for every cache index of this process (idempotent)."""
-    if getattr(caching.IndexDataCacheFile, _INSTALLED, False):
+    if hasattr(caching.IndexDataCacheFile, "_numba_save"):
         return
-    caching.IndexDataCacheFile._numba_save = NUMBA_SAVE  # what it replaced (tests read it)
+    caching.IndexDataCacheFile._numba_save = NUMBA_SAVE
     caching.IndexDataCacheFile.save = _save
-    setattr(caching.IndexDataCacheFile, _INSTALLED, True)
 
 
 install()
