@@ -62,6 +62,8 @@ static inline bool __all_sync(unsigned, bool p) { return p; }
 static inline bool __any_sync(unsigned, bool p) { return p; }
 template <class T> static inline unsigned __match_any_sync(unsigned, T) { return 1u; }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
+{ return (unsigned long long)(((unsigned __int128)a * b) >> 64); }
 static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
 static inline unsigned __float_as_uint(float x) { unsigned u; memcpy(&u, &x, 4); return u; }
 static inline int __ffs(int x) { return __builtin_ffs(x); }

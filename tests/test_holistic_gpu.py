@@ -107,6 +107,29 @@ def test_gpu_selection_kernel_equals_the_cpu_kernel(evaluation, form):
                 assert np.array_equal(g, w), (evaluation, form, fraction, name, case)
 
 
+@pytest.mark.parametrize("evaluation", ["percentile_cont", "percentile_disc"])
+def test_gpu_selection_over_windows_of_many_long_runs_equals_the_cpu_kernel(evaluation):
+    # the benchmarks' shape: windows of up to 128 runs of up to 120 values (a warp's sampled
+    # selection runs many rounds, its bracket misses and, with few distinct values, keeps
+    # every candidate), values from one distinct value to 2**40 and int64 extremes
+    cp = device.cupy()
+    gpu = GpuHolistic(cp, shared_context().module, "warp-per-window")
+    rng = np.random.default_rng(17)
+    for case in range(8):
+        spread = [0, 1, 3, 1000, 2**40][case % 5]
+        values, runs = _random_runs(
+            rng, 300, spread, case % 4 == 3, 128, lengths=(0, 1, 40, 100, 120)
+        )
+        fractions = (0.0, 1.0, 0.5, 0.001, 0.999, float(rng.random()))
+        want = cpu_holistic.holistic_select(values, *runs, evaluation, fractions, True)
+        device_arrays = [cp.asarray(a) for a in (values, *runs)]
+        got = gpu.holistic_select_later(*device_arrays, evaluation, fractions, True)()
+        for name, g, w in zip(("n", "lower", "higher"), got, want, strict=True):
+            if evaluation != "percentile_cont" and name == "higher":
+                continue
+            assert np.array_equal(g, w), (evaluation, spread, name, case)
+
+
 def test_gpu_pane_sort_equals_the_cpu_sort():
     cp = device.cupy()
     gpu = GpuHolistic(cp, shared_context().module)

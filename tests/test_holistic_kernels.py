@@ -74,10 +74,16 @@ def test_an_unknown_variant_is_refused():
 
 
 def _random_runs(
-    rng: np.random.Generator, rows: int, spread: int, extremes: bool, most_runs: int = 6
+    rng: np.random.Generator,
+    rows: int,
+    spread: int,
+    extremes: bool,
+    most_runs: int = 6,
+    lengths: tuple[int, ...] = (0, 1, 1, 2, 5, 12),
 ):
-    """Sorted runs of random values: each row 0-`most_runs` runs of 0-12 values (often empty,
-    often one value, many ties with a small spread); runs may be shared between rows."""
+    """Sorted runs of random values: each row 0-`most_runs` runs of a length drawn from
+    `lengths` (by default often empty, often one value; many ties with a small spread); runs
+    may be shared between rows."""
     pieces, run_start, run_end, row_first, row_runs = [], [], [], [], []
     total = 0
     for _ in range(rows):
@@ -90,7 +96,7 @@ def _random_runs(
                 run_start.append(run_start[pick])
                 run_end.append(run_end[pick])
                 continue
-            length = int(rng.choice([0, 1, 1, 2, 5, 12]))
+            length = int(rng.choice(lengths))
             run = rng.integers(-spread, spread + 1, length).astype(np.int64)
             if extremes and length:
                 run[rng.random(length) < 0.3] = rng.choice(EXTREMES)
