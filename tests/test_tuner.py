@@ -27,7 +27,7 @@ from mangonel.errors import PlanError
 from mangonel.runtime.cpu.kernels import CpuKernels
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.operators import holistic as holistic_operator
-from mangonel.runtime.operators import window
+from mangonel.runtime.operators import holistic_firing, window
 from mangonel.runtime.operators.tuner import Knob, Tuner
 
 CHUNKS = (64, 256, 1024, 4096, 16384)
@@ -351,6 +351,9 @@ def hopping_tuner(monkeypatch):
 
     monkeypatch.setattr(holistic_operator, "new_tuner", new_tuner)
     monkeypatch.setattr(planning, "MAX_RUNS", 2000)  # a ladder of 5 chunk lengths at 10 panes
+    # every form a knob value (the default band at 10 panes leaves the block out), so the
+    # runs watch each form take over mid-stream
+    monkeypatch.setattr(holistic_firing, "gpu_forms_to_try", lambda panes: FORMS)
     return made
 
 
@@ -488,6 +491,41 @@ def gpu_forms_on_the_host(host_module, monkeypatch):  # noqa: F811 - the importe
 
     monkeypatch.setattr(CpuKernels, "holistic_for", holistic_for)
     return made
+
+
+def test_the_tuner_tries_only_forms_near_the_windows_panes():
+    # a form far from its band of panes costs several times the planned one's per firing
+    # tried: the tuner's space holds the planned form and those within a factor of two
+    assert [planning.gpu_forms_to_try(p) for p in (1, 10, 100, 200, 1000)] == [
+        ("thread-per-window",),
+        ("thread-per-window", "warp-per-window"),
+        ("warp-per-window",),
+        ("warp-per-window", "block-per-window"),
+        ("block-per-window",),
+    ]
+    for panes in range(1, 2000):
+        assert planning.gpu_form(panes) in planning.gpu_forms_to_try(panes)
+    plan = planning.HolisticPlan("sorted-panes", ("v",), gpu_form="warp-per-window")
+    planned = {"windows_per_launch": 4096, "gpu_form": "warp-per-window"}
+    assert [k.name for k in holistic_firing.firing_knobs(plan, planned, True, 100)] == [
+        "windows_per_launch"
+    ]
+    (_, form) = holistic_firing.firing_knobs(plan, planned, True, 10)
+    assert form.values == ("thread-per-window", "warp-per-window")
+    # a planned form outside the band stays among the values (a form the user fixed is no knob)
+    block = dataclasses.replace(plan, gpu_form="block-per-window")
+    (_, form) = holistic_firing.firing_knobs(block, planned, True, 100)
+    assert form.values == ("warp-per-window", "block-per-window")
+
+
+def test_windows_of_100_panes_never_try_a_thread_or_block_form(gpu_forms_on_the_host):
+    query = (
+        "SELECT k, MEDIAN(v) AS m FROM s [RANGE 100 MICROSECONDS SLIDE 1 MICROSECONDS] GROUP BY k"
+    )
+    tuned = session().sql(query)
+    tuned.run(batches(per_batch=HOPPING_BATCH))
+    assert tuned.metrics.tuning.steps > 0
+    assert set(gpu_forms_on_the_host) == {"warp-per-window"}
 
 
 def test_results_equal_while_the_gpu_form_changes_mid_stream(hopping_tuner, gpu_forms_on_the_host):

@@ -55,7 +55,7 @@ from mangonel.aggregates import sketches
 from mangonel.aggregates.python import WindowFunction, values_dtype
 from mangonel.catalog.types import SqlType
 from mangonel.compiler.logical import WindowKind, WindowSpec
-from mangonel.compiler.options import TuningOptions
+from mangonel.compiler.options import HOLISTIC_GPU_FORMS, TuningOptions
 from mangonel.errors import PlanError
 
 if TYPE_CHECKING:  # physical imports this module
@@ -136,6 +136,22 @@ def gpu_form(panes_per_window: int) -> str:
     if panes_per_window < WARP_PANES:
         return "thread-per-window"
     return "warp-per-window" if panes_per_window < BLOCK_PANES else "block-per-window"
+
+
+def gpu_forms_to_try(panes_per_window: int) -> tuple[str, ...]:
+    """The GPU selection forms the online tuner may try for windows of that many panes, in
+    `HOLISTIC_GPU_FORMS` order: `gpu_form`'s and any other whose band of panes lies within a
+    factor of two of the window's. Farther off, a form is several times slower (windows of
+    100 panes: a thread per window 5.5x the warp's cost, a block 6x; H100 and H200,
+    2026-12-06, docs/performance.md), and every step the tuner tries it on costs the stream
+    a whole firing at that cost."""
+    bands = {
+        "thread-per-window": panes_per_window < 2 * WARP_PANES,
+        "warp-per-window": WARP_PANES // 2 <= panes_per_window < 2 * BLOCK_PANES,
+        "block-per-window": panes_per_window >= BLOCK_PANES // 2,
+    }
+    planned = gpu_form(panes_per_window)
+    return tuple(form for form in HOLISTIC_GPU_FORMS if bands[form] or form == planned)
 
 
 @dataclass(frozen=True)
