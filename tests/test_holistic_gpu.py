@@ -33,6 +33,7 @@ from test_holistic_kernels import (  # noqa: E402
     EVALUATIONS,
     FORMS,
     _random_runs,
+    assert_selection_equals_the_cpu,
     edge_scenario,
     window_runs_case,
 )
@@ -98,13 +99,9 @@ def test_gpu_selection_kernel_equals_the_cpu_kernel(evaluation, form):
         most_runs = 300 if case % 2 else 6
         values, runs = _random_runs(rng, 600, [1, 3, 1000][case % 3], case % 3 == 0, most_runs)
         for fraction in (0.0, 1.0, 0.5, 0.999, float(rng.random())):
-            want = cpu_holistic.holistic_select(values, *runs, evaluation, fraction, True)
-            device_arrays = [cp.asarray(a) for a in (values, *runs)]
-            got = gpu.holistic_select_later(*device_arrays, evaluation, fraction, True)()
-            for name, g, w in zip(("n", "lower", "higher"), got, want, strict=True):
-                if evaluation != "percentile_cont" and name == "higher":
-                    continue
-                assert np.array_equal(g, w), (evaluation, form, fraction, name, case)
+            assert_selection_equals_the_cpu(
+                gpu, values, runs, evaluation, fraction, (evaluation, form, case), cp.asarray
+            )
 
 
 @pytest.mark.parametrize("evaluation", ["percentile_cont", "percentile_disc"])
@@ -121,13 +118,9 @@ def test_gpu_selection_over_windows_of_many_long_runs_equals_the_cpu_kernel(eval
             rng, 300, spread, case % 4 == 3, 128, lengths=(0, 1, 40, 100, 120)
         )
         fractions = (0.0, 1.0, 0.5, 0.001, 0.999, float(rng.random()))
-        want = cpu_holistic.holistic_select(values, *runs, evaluation, fractions, True)
-        device_arrays = [cp.asarray(a) for a in (values, *runs)]
-        got = gpu.holistic_select_later(*device_arrays, evaluation, fractions, True)()
-        for name, g, w in zip(("n", "lower", "higher"), got, want, strict=True):
-            if evaluation != "percentile_cont" and name == "higher":
-                continue
-            assert np.array_equal(g, w), (evaluation, spread, name, case)
+        assert_selection_equals_the_cpu(
+            gpu, values, runs, evaluation, fractions, (evaluation, spread, case), cp.asarray
+        )
 
 
 def test_gpu_pane_sort_equals_the_cpu_sort():

@@ -109,6 +109,26 @@ def _random_runs(
     return values, tuple(arrays)
 
 
+def assert_selection_equals_the_cpu(
+    gpu: GpuHolistic,
+    values: np.ndarray,
+    runs: tuple,
+    evaluation: str,
+    fraction: float | tuple[float, ...],
+    context: tuple,
+    to_device=lambda array: array,  # noqa: ANN001 - the kernels' array module's copy up
+) -> None:
+    """The GPU kernels' (n, lower, higher) of the runs equal the CPU kernel's (the higher
+    value only for PERCENTILE_CONT: the CPU leaves DISC's and DISTINCT's unused)."""
+    want = cpu_holistic.holistic_select(values, *runs, evaluation, fraction, True)
+    arrays = [to_device(a) for a in (values, *runs)]
+    got = gpu.holistic_select_later(*arrays, evaluation, fraction, True)()
+    for name, g, w in zip(("n", "lower", "higher"), got, want, strict=True):
+        if evaluation != "percentile_cont" and name == "higher":
+            continue
+        assert np.array_equal(g, w), (*context, fraction, name)
+
+
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("evaluation", EVALUATIONS)
 def test_the_selection_kernel_equals_the_cpu_kernel(host_module, evaluation, form):
@@ -120,12 +140,9 @@ def test_the_selection_kernel_equals_the_cpu_kernel(host_module, evaluation, for
             rng, int(rng.integers(0, 30)), [1, 3, 1000][case % 3], case % 4 == 0, most_runs
         )
         for fraction in (0.0, 1.0, 0.5, 0.25, 0.999, float(rng.random())):
-            want = cpu_holistic.holistic_select(values, *runs, evaluation, fraction, True)
-            got = gpu.holistic_select_later(values, *runs, evaluation, fraction, True)()
-            for name, g, w in zip(("n", "lower", "higher"), got, want, strict=True):
-                if evaluation != "percentile_cont" and name == "higher":
-                    continue  # unused: the CPU leaves the higher value of DISC and DISTINCT
-                assert np.array_equal(g, w), (evaluation, form, fraction, name, case)
+            assert_selection_equals_the_cpu(
+                gpu, values, runs, evaluation, fraction, (evaluation, form, case)
+            )
 
 
 @pytest.mark.parametrize("form", FORMS)
