@@ -353,7 +353,7 @@ def hopping_tuner(monkeypatch):
     monkeypatch.setattr(planning, "MAX_RUNS", 2000)  # a ladder of 5 chunk lengths at 10 panes
     # every form a knob value (the default band at 10 panes leaves the block out), so the
     # runs watch each form take over mid-stream
-    monkeypatch.setattr(holistic_firing, "gpu_forms_to_try", lambda panes: FORMS)
+    monkeypatch.setattr(holistic_firing, "gpu_forms_to_try", lambda panes, planned: FORMS)
     return made
 
 

@@ -138,19 +138,19 @@ def gpu_form(panes_per_window: int) -> str:
     return "warp-per-window" if panes_per_window < BLOCK_PANES else "block-per-window"
 
 
-def gpu_forms_to_try(panes_per_window: int) -> tuple[str, ...]:
+def gpu_forms_to_try(panes_per_window: int, planned: str | None = None) -> tuple[str, ...]:
     """The GPU selection forms the online tuner may try for windows of that many panes, in
-    `HOLISTIC_GPU_FORMS` order: `gpu_form`'s and any other whose band of panes lies within a
-    factor of two of the window's. Farther off, a form is several times slower (windows of
-    100 panes: a thread per window 5.5x the warp's cost, a block 6x; H100 and H200,
-    2026-12-06, docs/performance.md), and every step the tuner tries it on costs the stream
-    a whole firing at that cost."""
+    `HOLISTIC_GPU_FORMS` order: the `planned` one (by default `gpu_form`'s) and any other
+    whose band of panes lies within a factor of two of the window's. Farther off, a form is
+    several times slower (windows of 100 panes: a thread per window 5.5x the warp's cost, a
+    block 6x; H100 and H200, 2026-12-06, docs/performance.md), and every step the tuner
+    tries it on costs the stream a whole firing at that cost."""
     bands = {
         "thread-per-window": panes_per_window < 2 * WARP_PANES,
         "warp-per-window": WARP_PANES // 2 <= panes_per_window < 2 * BLOCK_PANES,
         "block-per-window": panes_per_window >= BLOCK_PANES // 2,
     }
-    planned = gpu_form(panes_per_window)
+    planned = planned or gpu_form(panes_per_window)
     return tuple(form for form in HOLISTIC_GPU_FORMS if bands[form] or form == planned)
 
 

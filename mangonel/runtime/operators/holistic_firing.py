@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from mangonel.compiler.holistic import HolisticPlan, gpu_forms_to_try, windows_per_launch
-from mangonel.compiler.options import HOLISTIC_GPU_FORMS
 from mangonel.runtime.operators.tuner import Knob
 
 # values of the windows-per-launch knob: the planned (largest) value and up to LADDER_STEPS
@@ -43,8 +42,7 @@ def firing_knobs(
         largest = max(start, windows_per_launch(panes_per_window))
         knobs.append(Knob("windows_per_launch", chunk_ladder(largest, start), start))
     if plan.gpu_form is not None and "gpu_form" not in fixed:
-        band = gpu_forms_to_try(panes_per_window)
-        forms = tuple(f for f in HOLISTIC_GPU_FORMS if f in band or f == plan.gpu_form)
+        forms = gpu_forms_to_try(panes_per_window, plan.gpu_form)
         if len(forms) > 1:
             knobs.append(Knob("gpu_form", forms, plan.gpu_form))
     return knobs
