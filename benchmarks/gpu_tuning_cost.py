@@ -11,15 +11,10 @@ CuPy and a GPU.
 
 from __future__ import annotations
 
-import gc
 import sys
-import time
 
-from mangonel.bench import BENCH_SCHEMA
-from mangonel.bench_gpu import PublicShape, dataset
+from mangonel.bench_gpu import PublicShape, dataset, public_query, timed_run
 from mangonel.compiler.options import TuningOptions
-from mangonel.runtime.gpu import device
-from mangonel.session import Session
 
 ROUNDS = 3
 VARIANTS = {
@@ -32,22 +27,13 @@ VARIANTS = {
 def main() -> None:
     aggregate = sys.argv[1] if len(sys.argv) > 1 else "MEDIAN"
     tuples = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000_000
-    cp = device.cupy()
     shape = PublicShape(10_000, 1000, aggregate, 0, 1_000_000, 10_000_000)
     whole = dataset(shape, tuples, 1)
     batches = [whole.slice(i, shape.batch_rows) for i in range(0, tuples, shape.batch_rows)]
     for round_number in range(ROUNDS):
         for name, tuning in VARIANTS.items():
-            session = Session(backend="gpu", tuning=tuning)
-            session.create_stream("events", BENCH_SCHEMA.to_arrow(), event_time="ts")
-            query = session.sql(shape.query())
-            query.run(batches[:1])
-            gc.collect()
-            cp.cuda.Device().synchronize()
-            started = time.perf_counter()
-            query.run(batches)
-            cp.cuda.Device().synchronize()
-            seconds = time.perf_counter() - started
+            query = public_query(shape, batches, tuning=tuning)
+            seconds, _ = timed_run(query, batches)
             print(f"round {round_number} {name:10s} {tuples / seconds / 1e6:7.1f} M/s", flush=True)
             tuner = query.metrics.tuning
             if round_number == ROUNDS - 1 and tuner is not None:

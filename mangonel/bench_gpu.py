@@ -26,6 +26,7 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -139,14 +140,7 @@ def profile_public_shape(
     import io
     import pstats
 
-    from mangonel.session import Session
-
-    session = Session(backend=backend)
-    session.create_stream(
-        "events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=shape.delay_us
-    )
-    query = session.sql(shape.query())
-    query.run(batches[:1])
+    query = public_query(shape, batches, backend)
     profiler = cProfile.Profile()
     profiler.enable()
     query.run(batches)
@@ -156,6 +150,39 @@ def profile_public_shape(
     return out.getvalue()
 
 
+def public_query(
+    shape: PublicShape,
+    batches: list[pa.RecordBatch],
+    backend: str = "gpu",
+    tuning: Any = None,  # noqa: ANN401 - `Session(tuning=)`: a mode or TuningOptions
+):  # noqa: ANN201 - a `Query` (mangonel.session, imported here only)
+    """The shape's query through `Session.sql()`, after a one-batch run (compilation kept
+    out of any clock that follows)."""
+    from mangonel.session import Session
+
+    session = Session(backend=backend, tuning=tuning)
+    session.create_stream(
+        "events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=shape.delay_us
+    )
+    query = session.sql(shape.query())
+    query.run(batches[:1])
+    return query
+
+
+def timed_run(query: Any, batches: list[pa.RecordBatch]) -> tuple[float, pa.Table]:  # noqa: ANN401
+    """Seconds to push every batch through `query.run()` on the GPU (end of input and the
+    device's queued work included), and the results."""
+    from mangonel.runtime.gpu import device
+
+    gc.collect()  # an earlier runner returns its pinned slots to CuPy's pool first
+    cp = device.cupy()
+    cp.cuda.Device().synchronize()
+    started = time.perf_counter()
+    table = query.run(batches)
+    cp.cuda.Device().synchronize()
+    return time.perf_counter() - started, table
+
+
 def run_public_shape(
     shape: PublicShape, batches: list[pa.RecordBatch]
 ) -> tuple[float, int, float | None]:
@@ -163,22 +190,8 @@ def run_public_shape(
     the result rows, and the bytes per tuple that crossed PCIe (the GPU kernels' metrics;
     None where they are not there); a one-batch run first keeps compilation out of the
     clock."""
-    from mangonel.runtime.gpu import device
-    from mangonel.session import Session
-
-    session = Session(backend="gpu")
-    session.create_stream(
-        "events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=shape.delay_us
-    )
-    query = session.sql(shape.query())
-    query.run(batches[:1])
-    gc.collect()  # the warm-up's runner returns its pinned slots to CuPy's pool first
-    cp = device.cupy()
-    cp.cuda.Device().synchronize()
-    started = time.perf_counter()
-    table = query.run(batches)
-    cp.cuda.Device().synchronize()
-    seconds = time.perf_counter() - started
+    query = public_query(shape, batches)
+    seconds, table = timed_run(query, batches)
     # the runner of that run (Session keeps the last one): what its staging moved
     metrics = getattr(getattr(query, "_runner", None), "window_operator", None)
     metrics = getattr(getattr(metrics, "kernels", None), "metrics", None)
