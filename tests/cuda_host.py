@@ -11,7 +11,12 @@ gpu-marked tests do).
 from __future__ import annotations
 
 import ctypes
+import functools
+import hashlib
+import os
 import subprocess
+import tempfile
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -125,21 +130,47 @@ class HostCupy:
 
 def compile_library(source: str, folder: Path, shim: Path, flags: tuple[str, ...] = ()):  # noqa: ANN201
     """A generated module's source compiled by g++ over `shim` (included first) into a
-    shared library in `folder`, loaded (ctypes.CDLL). -ffp-contract=off: the host rounds
-    every operation, as the kernels compiled with -fmad=false do (and as the CPU evaluator
-    does)."""
-    path = folder / f"{shim.stem}_module_{abs(hash(source))}.cu"
-    path.write_text(source)
-    library = path.with_suffix(".so")
-    result = subprocess.run(
-        ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", *flags]
-        + ["-x", "c++", "-include", str(shim), str(path), "-o", str(library)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
+    shared library, loaded (ctypes.CDLL). -ffp-contract=off: the host rounds every
+    operation, as the kernels compiled with -fmad=false do (and as the CPU evaluator does).
+    Libraries are kept by content (`_built_library`): the test processes compile many of the
+    same sources (every test of a kernel builds its modules again), and g++ is a large share
+    of the suite's CPU on CI's two cores."""
+    command = ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", *flags]
+    digest = hashlib.sha256(
+        "\0".join([_compiler_version(), *command, shim.read_text(), source]).encode()
+    ).hexdigest()[:24]
+    library = _built_library(digest)
+    if not library.exists():
+        path = folder / f"{shim.stem}_module_{digest}.cu"
+        path.write_text(source)
+        # built beside its final name, then renamed: a process loading it never sees half
+        partial = library.with_name(f"{library.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.so")
+        result = subprocess.run(
+            [*command, "-x", "c++", "-include", str(shim), str(path), "-o", str(partial)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-5000:]
+        os.replace(partial, library)
     return ctypes.CDLL(str(library))
+
+
+@functools.cache
+def _compiler_version() -> str:
+    return subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
+
+
+def _built_library(digest: str) -> Path:
+    """Where the library of `digest` lives: one folder per user shared by the test processes
+    (MANGONEL_HOST_MODULES names another), keyed by everything that goes into the build
+    (compiler version, flags, shim and source), so a stale or foreign file cannot match."""
+    folder = Path(
+        os.environ.get("MANGONEL_HOST_MODULES")
+        or Path(tempfile.gettempdir()) / f"mangonel-host-modules-{os.getuid()}"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"module_{digest}.so"
 
 
 def kernel_arguments(arguments) -> list:  # noqa: ANN001
