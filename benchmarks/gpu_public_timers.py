@@ -39,6 +39,7 @@ TARGETS = [
     ("mangonel.runtime.operators.results", None),
     ("mangonel.runtime.gpu.kernels", "GpuKernels"),
     ("mangonel.runtime.gpu.state", "GpuPaneState"),
+    ("mangonel.runtime.gpu.keys", "GpuKeyMap"),
     ("mangonel.runtime.gpu.staging", "Stager"),
     ("mangonel.runtime.gpu.staging", "PendingBatch"),
     ("mangonel.runtime.gpu.holistic", "GpuHolistic"),
@@ -53,6 +54,11 @@ TARGETS = [
 IMPORTED = [
     ("mangonel.runtime.operators.holistic", name)
     for name in ("pane_span", "sort_panes", "evaluate_later", "in_row_order", "finalize")
+] + [
+    # the output path's pieces inside `GpuPaneState._finalize_cells`
+    ("mangonel.runtime.gpu.state", "parallel_copy"),
+    ("mangonel.runtime.gpu.state", "array_with_nulls"),
+    ("mangonel.runtime.gpu.pinned", "borrow"),
 ]
 # methods whose device work is timed too: CUDA events on the current stream before and after
 # each call (the stream's time between them: the work the call enqueued, and any queued
