@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from mangonel.bench_gpu import PublicShape, dataset, run_public_shape
+from mangonel.bench_gpu import PublicShape, batches_of, dataset, run_public_shape
 
 TOTALS: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
@@ -156,7 +156,7 @@ def main() -> None:
     for text in sys.argv[2:]:
         shape = parse(text)
         whole = dataset(shape, tuples, 7)
-        batches = [whole.slice(i, shape.batch_rows) for i in range(0, tuples, shape.batch_rows)]
+        batches = batches_of(whole, shape.batch_rows)
         untimed = [tuples / run_public_shape(shape, batches)[0] / 1e6 for _ in range(2)]
         TOTALS.clear()
         CALLS.clear()

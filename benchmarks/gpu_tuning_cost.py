@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from mangonel.bench_gpu import PublicShape, dataset, public_query, timed_run
+from mangonel.bench_gpu import PublicShape, batches_of, dataset, public_query, timed_run
 from mangonel.compiler.options import TuningOptions
 
 ROUNDS = 3
@@ -29,7 +29,7 @@ def main() -> None:
     tuples = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000_000
     shape = PublicShape(10_000, 1000, aggregate, 0, 1_000_000, 10_000_000)
     whole = dataset(shape, tuples, 1)
-    batches = [whole.slice(i, shape.batch_rows) for i in range(0, tuples, shape.batch_rows)]
+    batches = batches_of(whole, shape.batch_rows)
     for round_number in range(ROUNDS):
         for name, tuning in VARIANTS.items():
             query = public_query(shape, batches, tuning=tuning)

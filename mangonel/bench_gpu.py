@@ -131,6 +131,11 @@ def dataset(shape: PublicShape, tuples: int, seed: int) -> pa.RecordBatch:
     return whole
 
 
+def batches_of(whole: pa.RecordBatch, rows: int) -> list[pa.RecordBatch]:
+    """`whole` cut into batches of `rows` rows (zero-copy slices; the last may be shorter)."""
+    return [whole.slice(first, rows) for first in range(0, whole.num_rows, rows)]
+
+
 def profile_public_shape(
     shape: PublicShape, batches: list[pa.RecordBatch], top: int = 15, backend: str = "gpu"
 ) -> str:
@@ -255,8 +260,7 @@ def run_gpu_public(arguments: argparse.Namespace) -> list[GpuResult]:
             whole, whole_key = None, key
             gc.collect()
             whole = dataset(shape, tuples, arguments.seed)
-        rows = shape.batch_rows
-        batches = [whole.slice(first, rows) for first in range(0, tuples, rows)]
+        batches = batches_of(whole, shape.batch_rows)
         runs = [run_public_shape(shape, batches) for _ in range(getattr(arguments, "repeat", 1))]
         seconds = statistics.median(run[0] for run in runs)
         rows_out, wire = runs[0][1], runs[0][2]
@@ -302,6 +306,8 @@ __all__ = [
     "AGGREGATES",
     "GpuResult",
     "PublicShape",
+    "batches_of",
+    "dataset",
     "default_gpu_shapes",
     "quick_gpu_shapes",
     "run_gpu_public",
