@@ -4,12 +4,16 @@ fresh memory, as every firing does, against the same copy into a target already 
 
 `python benchmarks/host_fresh_memory.py [megabytes]` (default 55: an s = 100 us firing's
 packed rows). The source is pinned where CuPy and a GPU are there, ordinary memory elsewhere.
-Median of 8 copies each: a fresh target kept (as `Query.run()` keeps its results), a fresh
+Median of 8 copies each: a fresh target kept (as `Query.run()` keeps its results), the same
+with 4 threads and with 1 (do the page faults scale?), without numpy's huge-page hint (numpy
+asks for transparent huge pages on arrays of 4 MiB and more), into a `mmap` with
+`MAP_POPULATE` (the kernel faults the pages in within the call, timed with the copy), a fresh
 target dropped, a reused target, and `np.zeros` plus a one-thread fill for scale.
 """
 
 from __future__ import annotations
 
+import mmap
 import statistics
 import sys
 import time
@@ -41,6 +45,30 @@ def median_seconds(step: Callable[[], object], runs: int = 8) -> float:
     return statistics.median(times)
 
 
+def without_huge_page_hint(step: Callable[[], object]) -> Callable[[], object]:
+    from numpy._core import multiarray
+
+    def run() -> object:
+        before = multiarray._set_madvise_hugepage(False)
+        try:
+            return step()
+        finally:
+            multiarray._set_madvise_hugepage(before)
+
+    return run
+
+
+def populated(nbytes: int) -> np.ndarray:
+    """Anonymous memory whose pages the kernel faults in within the mmap call."""
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), np.uint8)
+
+
+def copied(data: np.ndarray, target: np.ndarray, tasks: int) -> np.ndarray:
+    copy_into(data, target, tasks)
+    return target
+
+
 def main() -> None:
     nbytes = int(float(sys.argv[1]) * (1 << 20)) if len(sys.argv) > 1 else 55 << 20
     data = source(nbytes)
@@ -50,6 +78,12 @@ def main() -> None:
     tasks = tasks_for(nbytes, MAX_THREADS)
     cases = {
         "fresh target, kept": lambda: kept.append(parallel_copy(data)),
+        "fresh, kept, 4 threads": lambda: kept.append(parallel_copy(data, threads=4)),
+        "fresh, kept, 1 thread": lambda: kept.append(parallel_copy(data, threads=1)),
+        "fresh, kept, no huge pages": without_huge_page_hint(
+            lambda: kept.append(parallel_copy(data))
+        ),
+        "MAP_POPULATE, kept": lambda: kept.append(copied(data, populated(nbytes), tasks)),
         "fresh target, dropped": lambda: parallel_copy(data),
         "reused target": lambda: copy_into(data, target, tasks),
         "np.zeros + one-thread fill": lambda: np.zeros(nbytes, np.uint8).fill(1),
