@@ -9,13 +9,17 @@ stream (the bench's: 1000 keys, SUM(value), event time 1 M tuples/s, watermark d
 Parquet files of `--batch` rows, one per micro-batch) runs at each of `--tuples` lengths and
 each of `--slides` (w = 1 s): both plans once to warm up, then `--rounds` rounds in turn,
 each start to `processAllAvailable`, Spark's own plan into its no-op sink, the reader-fed
-plan into a sink that counts the rows. One line per round: seconds, rows out (a round whose
-row counts differ stops the run) and the ratio.
+plan into a sink that counts the rows. Before each timed run both garbage collectors run
+(Python's, and the JVM's through `System.gc()`), so a plan does not pay for the garbage the
+other left in the shared JVM (`--no-settle`: as it was run before 2026-12-06 16:00 UTC). One
+line per round: seconds, rows out (a round whose row counts differ stops the run) and the
+ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import tempfile
 from pathlib import Path
 
@@ -35,6 +39,7 @@ def main() -> None:
     parser.add_argument("--slides", type=_numbers, default=[1_000_000, 100_000], help="us")
     parser.add_argument("--batch", type=int, default=2_000_000, help="rows per micro-batch")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-settle", dest="settle", action="store_false")
     arguments = parser.parse_args()
     spark = bench.start_local_spark()
     for slide in arguments.slides:
@@ -55,19 +60,33 @@ def main() -> None:
                     query,
                     native,
                     arguments.rounds,
+                    arguments.settle,
                     f"{shape.name} tuples={tuples:,} micro-batches={-(-tuples // arguments.batch)}",
                 )
 
 
 def _run_in_turn(
-    declared: SparkMangonelSession, query: str, native: DataFrame, rounds: int, label: str
+    declared: SparkMangonelSession,
+    query: str,
+    native: DataFrame,
+    rounds: int,
+    settle: bool,
+    label: str,
 ) -> None:
     """Both plans once to warm up, then `rounds` rounds of each in turn, a line per round."""
+    jvm = native.sparkSession.sparkContext._jvm  # noqa: SLF001
+
+    def settled() -> None:
+        if settle:
+            gc.collect()
+            jvm.java.lang.System.gc()
 
     def reader() -> tuple[float, int]:
+        settled()
         return bench._driver_seconds_and_rows(declared, query, plan="reader")  # noqa: SLF001
 
     def spark_own() -> tuple[float, int]:
+        settled()
         return bench._seconds_and_rows(native)  # noqa: SLF001
 
     reader()
