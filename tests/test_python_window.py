@@ -356,6 +356,27 @@ def test_the_kernel_merges_sorted_runs_sorts_unsorted_ones_and_decodes_order_key
     assert out[0] == -4.0
 
 
+def test_a_new_function_reuses_the_compiled_loop_of_its_dtypes():
+    # the loop takes functions as first-class values of one signature: a function it has
+    # not seen runs through the loop already compiled, not a specialisation of its own
+    runs = (
+        np.array([0], np.int64),
+        np.array([3], np.int64),
+        np.array([0], np.int64),
+        np.array([1], np.int64),
+    )
+    keys = np.array([1, 5, 9], np.int64)
+    double = mangonel.catalog.types.SqlType.DOUBLE
+    first = mangonel.aggregates.python.WindowFunction("first", _first, double)
+    python_window.evaluate_python(first, keys, *runs, True, False)
+    loop = python_window._evaluate((np.dtype(np.int64), np.dtype(np.float64)))
+    compiled = len(loop.overloads)
+    last = mangonel.aggregates.python.WindowFunction("last", lambda v: v[v.shape[0] - 1], double)
+    n, out = python_window.evaluate_python(last, keys, *runs, True, False)
+    assert n.tolist() == [3] and out.tolist() == [9.0]
+    assert len(loop.overloads) == compiled == 1
+
+
 def _sum_of_finite(values):
     """Checks the order: ascending, NaN and +inf last; sums the finite values."""
     total = 0.0

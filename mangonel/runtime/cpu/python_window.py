@@ -38,7 +38,6 @@ _ARRAY_TYPES = {
     np.dtype(np.int64): numba.types.Array(numba.types.int64, 1, "C"),
 }
 _DISPATCHERS: dict[Callable[..., Any], CPUDispatcher] = {}
-_CALLERS: dict[CPUDispatcher, CPUDispatcher] = {}
 _TIMES_TYPE = numba.types.Array(numba.types.int64, 1, "C")
 _LOCK = threading.Lock()
 
