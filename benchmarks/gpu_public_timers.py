@@ -2,7 +2,8 @@
 (docs/performance.md, "Public path: where a batch's time goes, by timers").
 
 `python benchmarks/gpu_public_timers.py TUPLES SHAPE...`, each SHAPE
-`slide_us:keys:aggregate:delay_us:batch_rows:rate` (e.g. `10000:1000:MEDIAN:0:1000000:10000000`).
+`slide_us:keys:aggregate:delay_us:batch_rows:rate` (e.g. `10000:1000:MEDIAN:0:1000000:10000000`;
+the aggregate may be the bench's Python function, `1000000:1000:trimmed_mean:0:1000000:10000000`).
 Every method of the driver, operator, kernel, staging and holistic classes listed in TARGETS,
 and each function in IMPORTED where the module that imported it calls it, is wrapped with an
 inclusive wall-clock timer (not cProfile, which inflates every small call); per shape, two
@@ -65,7 +66,13 @@ IMPORTED = [
 # before it that had not finished), summed once the timed run is done
 DEVICE_TARGETS = [
     ("mangonel.runtime.gpu.holistic", "GpuHolistic", name)
-    for name in ("split_panes", "sort_panes", "window_runs", "holistic_select_later")
+    for name in (
+        "split_panes",
+        "sort_panes",
+        "window_runs",
+        "holistic_select_later",
+        "python_window",
+    )
 ] + [("mangonel.runtime.gpu.kernels", "GpuKernels", "lift_merge")]
 EVENTS: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
 TIMING = [False]  # only the timed run counts

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from mangonel.bench import BENCH_SCHEMA, Shape, make_batches
+from mangonel.bench import BENCH_SCHEMA, WINDOW_FUNCTIONS, Shape, make_batches
 
 AGGREGATES = ("COUNT", "SUM", "AVG", "MIN", "MAX", "STDDEV")
 ALL_SIX = "ALL6"  # the six aggregates in one query
@@ -41,9 +41,9 @@ MILLION = 1_000_000
 
 @dataclass(frozen=True)
 class PublicShape:
-    """One public-path shape: w = 1 s, slide, keys, aggregate (one of AGGREGATES or
-    ALL6), delay (uniform in [0, delay)), rows per Arrow batch, tuples per second of event
-    time."""
+    """One public-path shape: w = 1 s, slide, keys, aggregate (one of AGGREGATES, ALL6, a
+    holistic one such as MEDIAN, or a Python function of `bench.WINDOW_FUNCTIONS`), delay
+    (uniform in [0, delay)), rows per Arrow batch, tuples per second of event time."""
 
     slide_us: int
     keys: int
@@ -169,6 +169,8 @@ def public_query(
     session.create_stream(
         "events", BENCH_SCHEMA.to_arrow(), event_time="ts", watermark=shape.delay_us
     )
+    if shape.aggregate in WINDOW_FUNCTIONS:  # the bench's Python function (trimmed_mean)
+        session.register_window_function(shape.aggregate, WINDOW_FUNCTIONS[shape.aggregate])
     query = session.sql(shape.query())
     query.run(batches[:1])
     return query
