@@ -48,12 +48,7 @@ def main() -> None:
         for tuples in arguments.tuples:
             with tempfile.TemporaryDirectory(prefix="mangonel-steady-") as folder:
                 bench.write_input(Path(folder), shape, tuples, 1_000_000, arguments.batch, 7)
-                declared = SparkMangonelSession(spark, backend="cpu")
-                declared.execute(
-                    f"CREATE STREAM events ({bench.STREAM_DDL}) WITH (event_time = 'ts', "
-                    f"watermark = '0 milliseconds', source = 'parquet', path = '{folder}', "
-                    "files_per_trigger = '1')"
-                )
+                declared = bench.declared_stream(spark, Path(folder))
                 native = bench._native_query(bench._file_source(spark, Path(folder)), shape)  # noqa: SLF001
                 _run_in_turn(
                     declared,

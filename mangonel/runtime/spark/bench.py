@@ -221,6 +221,20 @@ def write_input(
         pq.write_table(pa.Table.from_batches([generated]), folder / f"part-{number:05d}.parquet")
 
 
+def declared_stream(
+    spark: SparkSession, folder: Path, backend: str = "cpu", **options: Any
+) -> SparkMangonelSession:
+    """A session with the bench's stream `events` declared over the Parquet files in
+    `folder` (one file a micro-batch, watermark delay 0): what the reader-fed and declared
+    plans read; `options` go to the session (a plan the planner would not choose)."""
+    declared = SparkMangonelSession(spark, backend=backend, **options)
+    declared.execute(
+        f"CREATE STREAM events ({STREAM_DDL}) WITH (event_time = 'ts', watermark = "
+        f"'0 milliseconds', source = 'parquet', path = '{folder}', files_per_trigger = '1')"
+    )
+    return declared
+
+
 def _file_source(spark: SparkSession, folder: Path) -> DataFrame:
     return spark.readStream.schema(STREAM_DDL).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
@@ -288,22 +302,13 @@ def measure_shape(
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", STATE_STORES[state_store])
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-") as folder:
         write_input(Path(folder), shape, tuples, rate, batch, seed)
-        declared = SparkMangonelSession(spark, backend=backend)
-        declared.execute(
-            f"CREATE STREAM events ({STREAM_DDL}) WITH (event_time = 'ts', watermark = "
-            f"'0 milliseconds', source = 'parquet', path = '{folder}', files_per_trigger = '1')"
-        )
+        declared = declared_stream(spark, Path(folder), backend)
         ours_seconds, ours_rows = _seconds_and_rows(declared.sql(_mangonel_query(shape)), keep)
         plan = _plan_name(declared)
         alternative, alternative_rate = "", None
         options = alternative_plan(plan) if compare else None
         if options is not None:
-            other = SparkMangonelSession(spark, backend=backend, **options)
-            other.execute(
-                f"CREATE STREAM events ({STREAM_DDL}) WITH (event_time = 'ts', watermark = "
-                f"'0 milliseconds', source = 'parquet', path = '{folder}', "
-                "files_per_trigger = '1')"
-            )
+            other = declared_stream(spark, Path(folder), backend, **options)
             try:
                 seconds, _ = _seconds_and_rows(other.sql(_mangonel_query(shape)))
                 alternative, alternative_rate = _plan_name(other), tuples / seconds
