@@ -12,7 +12,6 @@ garbage collectors run before every run (as in `spark_steady_state.py`).
 
 from __future__ import annotations
 
-import gc
 import sys
 import tempfile
 import time
@@ -27,13 +26,8 @@ SHAPE = bench.SparkShape(1_000_000, 10_000)
 BATCH = 2_000_000
 
 
-def settle(spark: SparkSession) -> None:
-    gc.collect()
-    spark.sparkContext._jvm.java.lang.System.gc()  # noqa: SLF001
-
-
 def reader_seconds(spark: SparkSession, declared: SparkMangonelSession) -> float:
-    settle(spark)
+    bench.settle(spark)
     query = bench._mangonel_query(SHAPE)  # noqa: SLF001 - the bench's own query text
     return bench._driver_seconds_and_rows(declared, query, plan="reader")[0]  # noqa: SLF001
 
@@ -58,7 +52,7 @@ def main() -> None:
                 print(f"{label}, reader-fed: {runs(spark, declared, 3)} s", flush=True)
                 continue
             print(f"{label}, reader-fed before: {runs(spark, declared, 3)} s", flush=True)
-            settle(spark)
+            bench.settle(spark)
             native = bench._native_query(bench._file_source(spark, Path(folder)), SHAPE)  # noqa: SLF001
             print(f"Spark's own: {bench._seconds_and_rows(native)[0]:.2f} s", flush=True)  # noqa: SLF001
             print(f"reader-fed after it: {runs(spark, declared, 3)} s", flush=True)

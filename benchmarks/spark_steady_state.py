@@ -19,7 +19,6 @@ ratio.
 from __future__ import annotations
 
 import argparse
-import gc
 import tempfile
 from pathlib import Path
 
@@ -69,12 +68,10 @@ def _run_in_turn(
     label: str,
 ) -> None:
     """Both plans once to warm up, then `rounds` rounds of each in turn, a line per round."""
-    jvm = native.sparkSession.sparkContext._jvm  # noqa: SLF001
 
     def settled() -> None:
         if settle:
-            gc.collect()
-            jvm.java.lang.System.gc()
+            bench.settle(native.sparkSession)
 
     def reader() -> tuple[float, int]:
         settled()

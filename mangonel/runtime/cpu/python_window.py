@@ -38,7 +38,8 @@ _ARRAY_TYPES = {
     np.dtype(np.int64): numba.types.Array(numba.types.int64, 1, "C"),
 }
 _DISPATCHERS: dict[Callable[..., Any], CPUDispatcher] = {}
-_TIMES_TYPE = numba.types.Array(numba.types.int64, 1, "C")
+_INT64_ARRAY = _ARRAY_TYPES[np.dtype(np.int64)]
+_TIMES_TYPE = _INT64_ARRAY  # a function's event times (microseconds)
 _LOCK = threading.Lock()
 
 
@@ -60,14 +61,11 @@ _FunctionKey = tuple[np.dtype, np.dtype]  # (the values' dtype, the result's dty
 _WRAPPERS: dict[tuple[CPUDispatcher, bool, _FunctionKey], CPUDispatcher] = {}
 
 
-def _numba_type(dtype: np.dtype) -> numba.types.Type:
-    return numba.types.float64 if dtype == np.float64 else numba.types.int64
-
-
 def _function_type(key: _FunctionKey) -> numba.types.FunctionType:
     """What `_evaluate` calls: result(values, timestamps), both arrays C-contiguous."""
     values, result = key
-    return numba.types.FunctionType(_numba_type(result)(_ARRAY_TYPES[values], _TIMES_TYPE))
+    scalar = _ARRAY_TYPES[result].dtype
+    return numba.types.FunctionType(scalar(_ARRAY_TYPES[values], _TIMES_TYPE))
 
 
 def _caller(function: WindowFunction, key: _FunctionKey) -> CPUDispatcher:
@@ -288,7 +286,6 @@ def _evaluate_rows(
 
 
 _DRIVERS: dict[_FunctionKey, CPUDispatcher] = {}
-_INT64 = numba.types.int64[::1]
 
 
 def _evaluate(key: _FunctionKey) -> CPUDispatcher:
@@ -302,15 +299,15 @@ def _evaluate(key: _FunctionKey) -> CPUDispatcher:
             flag = numba.types.boolean
             signature = numba.types.void(
                 _function_type(key),
-                *(_INT64,) * 6,  # keys, times, run_start, run_end, row_first, row_runs
+                *(_INT64_ARRAY,) * 6,  # keys, times, run_start, run_end, row_first, row_runs
                 flag,  # sorted_runs
                 flag,  # floating
                 flag,  # timed
-                _INT64,  # n
-                _INT64,  # bits
+                _INT64_ARRAY,  # n
+                _INT64_ARRAY,  # bits
                 _ARRAY_TYPES[values],  # view
-                _INT64,  # window_times
-                numba.types.Array(_numba_type(result), 1, "C"),  # out
+                _TIMES_TYPE,  # window_times
+                _ARRAY_TYPES[result],  # out
             )
             driver = numba.njit(signature, cache=True)(_evaluate_rows)
             _DRIVERS[key] = driver

@@ -34,6 +34,7 @@ settings go to the builder before Spark's JVM starts, so settings such as
 from __future__ import annotations
 
 import argparse
+import gc
 import tempfile
 import time
 import uuid
@@ -233,6 +234,13 @@ def declared_stream(
         f"'0 milliseconds', source = 'parquet', path = '{folder}', files_per_trigger = '1')"
     )
     return declared
+
+
+def settle(spark: SparkSession) -> None:
+    """Run Python's and the JVM's garbage collectors: before a timed run, so a plan does not
+    pay for the garbage another run left in the shared JVM (the benchmarks' protocol)."""
+    gc.collect()
+    spark.sparkContext._jvm.java.lang.System.gc()  # noqa: SLF001
 
 
 def _file_source(spark: SparkSession, folder: Path) -> DataFrame:
