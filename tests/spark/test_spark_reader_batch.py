@@ -36,8 +36,8 @@ import mangonel as mg
 from mangonel.catalog.types import SqlType
 from mangonel.errors import PlanError
 from mangonel.runtime.spark import foreach_batch, reader_batch
-from mangonel.runtime.spark.reader_offsets import SourceOffsets
-from mangonel.runtime.spark.reader_source import FLUSHED, PaneStreamReader
+from mangonel.runtime.spark.reader_offsets import FLUSHED, SourceOffsets
+from mangonel.runtime.spark.reader_source import PaneStreamReader
 
 pytestmark = pytest.mark.spark
 
@@ -64,6 +64,48 @@ def test_reader_plan_equals_spark_native(spark, tmp_path, case):
     assert_same_results(sink.frame(), native_case_rows(source, case, tmp_path / "native"), ["k"])
     # 4 files: 4 data micro-batches, then the source's flush micro-batch (no data)
     assert sorted(sink.batches) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("placement", ["driver", "executors"])
+def test_both_reader_placements_equal_spark_native(spark, tmp_path, placement):
+    """The driver reads the parts itself (a local master's default, one micro-batch ahead),
+    or a Spark task per part reads them (a cluster's): the same rows either way, and EXPLAIN
+    says which and why."""
+    case = "sliding-out-of-order-late-rows"
+    value_type, delay_us, _, _, watermark, _, _, _ = CASES[case]
+    write_micro_batches(tmp_path / "in", tables_of(value_type, delay_us=delay_us))
+    ddl = f"ts TIMESTAMP, k STRING, v {value_type.info.spark}"
+    session = declared(spark, tmp_path / "in", ddl, watermark)
+    spark.conf.set(reader_batch.PLACEMENT_SETTING, placement)
+    try:
+        sink = run_start(session, case_query(case), tmp_path / "ck", plan="reader")
+    finally:
+        spark.conf.unset(reader_batch.PLACEMENT_SETTING)
+    text = session.explain()
+    reads = {
+        "driver": "the driver, one micro-batch ahead: Spark's source hands it the parts",
+        "executors": "a Spark task per part",
+    }
+    assert f"reads={reads[placement]} ({reader_batch.PLACEMENT_SETTING}={placement})" in text
+    source = {"driver": "mangonel_parts", "executors": "mangonel_panes"}[placement]
+    assert f"source={source} over s" in text
+    source = file_stream(spark, tmp_path / "in", ddl)
+    assert_same_results(sink.frame(), native_case_rows(source, case, tmp_path / "native"), ["k"])
+    assert sorted(sink.batches) == [0, 1, 2, 3, 4]
+    if placement == "driver":  # micro-batches 1-3 were read while the one before ran
+        reader = session._driver_queries[next(reversed(session._driver_queries))].driver_reader  # noqa: SLF001
+        assert (reader.ahead.hits, reader.ahead.misses) == (3, 1)
+
+
+def test_reader_placement_default_and_a_bad_setting(spark):
+    assert reader_batch.reader_placement(spark)[0] == "driver"  # the tests' master is local
+    assert "local" in reader_batch.reader_placement(spark)[1]
+    spark.conf.set(reader_batch.PLACEMENT_SETTING, "nowhere")
+    try:
+        with pytest.raises(PlanError, match="must be 'driver' or 'executors', not 'nowhere'"):
+            reader_batch.reader_placement(spark)
+    finally:
+        spark.conf.unset(reader_batch.PLACEMENT_SETTING)
 
 
 def _at(seconds: float) -> datetime.datetime:

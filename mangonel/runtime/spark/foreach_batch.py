@@ -112,6 +112,9 @@ class DriverPlan:
     stage1_reason: str
     reason: str
     late_rows: bool = False  # the rows carry the stream's columns; late ones are written
+    # the reader-fed plan: where its reader reads (`reader_batch.reader_placement`) and why
+    reader_reads: str = "executors"
+    reader_reads_reason: str = ""
 
     @property
     def window(self) -> ph.WindowAggregateExec:

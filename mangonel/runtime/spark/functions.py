@@ -16,7 +16,7 @@ Decided once per executor process, not per call:
 - the kernels: one kernels object per backend per process (compiled modules, pinned staging
   buffers, device scratch, the string dictionary), shared by every operator built here, so no
   call builds kernels, compiles or allocates pinned memory again.
-- stage 1's operator: stateless between calls, so one per (window node, placements).
+- stage 1's operator: stateless between calls, so one per (window node, placements) and thread.
 Stage 2's operator objects are built per call over the shared kernels (host objects; its
 state comes from the snapshot) because each bucket's state is its own.
 The caches key on the plan; a plan that calls a Python window function would compare unequal
@@ -26,6 +26,7 @@ hand such a plan in as one object per process (`shipping.shipped`).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -37,7 +38,9 @@ from mangonel.runtime.operators.tree import OperatorTree
 
 # one kernels object per backend for every operator this process builds (see the docstring)
 _KERNELS: dict[str, WindowKernels] = {}
-_STAGE1: dict[tuple[ph.WindowAggregateExec, tuple[ph.Placement, ...]], Any] = {}
+# per thread: the driver-side reader pre-aggregates a micro-batch's parts on several threads
+# (reader_ahead.py), and an operator's caches are not shared between threads
+_STAGE1 = threading.local()
 _EXECUTOR_PLANS: dict[Any, Any] = {}
 
 
@@ -75,13 +78,17 @@ def stage1_preaggregate(
 
 
 def stage1_leaf(window: ph.WindowAggregateExec, placements: tuple[ph.Placement, ...]) -> Any:  # noqa: ANN401
-    """Stage 1's window operator of this process (made once: it is stateless between calls)."""
-    leaf = _STAGE1.get((window, placements))
+    """Stage 1's window operator of this process and thread (made once: it is stateless
+    between calls)."""
+    leaves = getattr(_STAGE1, "leaves", None)
+    if leaves is None:
+        leaves = _STAGE1.leaves = {}
+    leaf = leaves.get((window, placements))
     if leaf is None:
         node = executor_plan(window)
         extra = placements if node is window else ()
         leaf = OperatorTree(node, extra_placements=extra, kernels=_KERNELS).leaf()
-        _STAGE1[(window, placements)] = leaf
+        leaves[(window, placements)] = leaf
     return leaf
 
 

@@ -47,7 +47,7 @@ from mangonel.errors import DataError
 from mangonel.runtime.cpu.evaluation import evaluate_expression
 from mangonel.runtime.host.arrays import batch_columns, column, to_mask, to_values
 from mangonel.runtime.spark.functions import stage1_leaf, stage1_preaggregate
-from mangonel.runtime.spark.reader_offsets import CHUNK_ROWS, FilePart, SourceOffsets
+from mangonel.runtime.spark.reader_offsets import CHUNK_ROWS, FilePart, Part, SourceOffsets
 
 EVENT_TIME = "__mangonel_event_time"  # the partition's watermark time, on each of its rows
 EVENT_TIME_TYPE = pa.timestamp("us", tz="UTC")
@@ -159,12 +159,13 @@ def partition_batches(spec: ReaderSpec, rows: pa.Table) -> Iterator[pa.RecordBat
     top = None
     partials = None
     if rows.num_rows:
-        batch = rows.combine_chunks().to_batches()[0]  # one batch: the chunks combined
+        combined = rows.combine_chunks().to_batches()[0]  # one batch: the chunks combined
+        batch = combined
         predicate = watermark_predicate(window)
         if predicate is not None:  # evaluated on the declared types, as the lift does
             batch = stage1_leaf(window, spec.placements).conform.conform_types(batch)
         top = watermark_time(window, predicate, batch)
-        partials = stage1_preaggregate(window, spec.placements, rows)
+        partials = stage1_preaggregate(window, spec.placements, combined)
     yield _with_event_time(spec.carriers, top)
     if partials is not None and partials.num_rows:
         named = spec.spark_schema.remove(len(spec.spark_schema) - 1)
@@ -250,6 +251,16 @@ def read_generator_rows(options: dict[str, str], start: int, end: int) -> Iterat
 def read_generator_part(spec: ReaderSpec, begin: int, end: int) -> pa.Table:
     batches = list(read_generator_rows(spec.generator, begin, end))
     return pa.Table.from_batches(batches)
+
+
+def read_part(spec: ReaderSpec, part: Part) -> Iterator[pa.RecordBatch]:
+    """One part's batches (`partition_batches`), read where it is asked: in a Spark task, or
+    on the driver (reader_ahead.py)."""
+    if isinstance(part, FilePart):
+        rows = read_file_part(spec, part)
+    else:
+        rows = read_generator_part(spec, *part)
+    yield from partition_batches(spec, rows)
 
 
 def absolute(path: str) -> str:

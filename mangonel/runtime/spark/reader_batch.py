@@ -8,10 +8,15 @@ which needs a stateful operator (its "tick", a window aggregation over no rows) 
 runs the no-data micro-batch firing the last windows; the tick costs a shuffle stage with
 state every micro-batch (docs/performance.md, "Inside Spark: stage 2 on the driver"). Here:
 
-- **Stage 1** is the reader's (`pane_reader.partition_batches`): each partition reads its
-  rows in Python and yields one carrier row and its (key, pane) partials, every row with the
-  partition's watermark time (the largest event time among the rows Spark's watermark would
-  count); `toArrow()` brings them to the driver. No row of the stream enters the JVM.
+- **Stage 1** is the reader's (`pane_reader.partition_batches`): each part reads its rows in
+  Python and yields one carrier row and its (key, pane) partials, every row with the part's
+  watermark time (the largest event time among the rows Spark's watermark would count). No
+  row of the stream enters the JVM. Where (`reader_placement`, EXPLAIN's `reads`): with a
+  local master the driver reads the parts itself, one micro-batch ahead (reader_ahead.py:
+  Spark's source `mangonel_parts` hands `foreachBatch` only the parts); on a cluster a Spark
+  task per part (`mangonel_panes`, reader.py), whose partials `toArrow()` brings to the
+  driver. The Spark setting `spark.mangonel.reader.placement` ("driver" or "executors")
+  overrides the choice.
 - **The watermark** is computed on the driver by Spark's rule, in milliseconds as Spark keeps
   it: W_0 = 0, W_{N+1} = max(W_N, max event time through micro-batch N - delay). Micro-batch
   N merges its partials against W_{N-1} (a pane whose windows all ended then is late,
@@ -57,7 +62,14 @@ from mangonel.runtime.spark.foreach_batch import (
 from mangonel.runtime.spark.functions import bucket_tree
 from mangonel.runtime.spark.pane_reader import EVENT_TIME
 from mangonel.runtime.spark.planner import SparkQueryPlan, reader_applies
-from mangonel.runtime.spark.reader_source import PANES_FORMAT
+from mangonel.runtime.spark.reader_ahead import DriverReader
+from mangonel.runtime.spark.reader_source import (
+    END_OFFSET,
+    PANES_FORMAT,
+    PART,
+    PARTS_FORMAT,
+    PartsDataSource,
+)
 from mangonel.runtime.spark.stage1 import (
     partial_ddl,
     partial_schema,
@@ -66,6 +78,21 @@ from mangonel.runtime.spark.stage1 import (
 )
 
 _WATERMARK = struct.Struct("<q")  # W_{N+1} in milliseconds, before the operator's snapshot
+PLACEMENT_SETTING = "spark.mangonel.reader.placement"
+READER_PLACEMENTS = ("driver", "executors")
+
+
+def reader_placement(spark: SparkSession) -> tuple[str, str]:
+    """Where the reader-fed plan reads its parts, and why (module docstring)."""
+    setting = spark.conf.get(PLACEMENT_SETTING, None)
+    if setting is not None:
+        if setting not in READER_PLACEMENTS:
+            raise PlanError(f"{PLACEMENT_SETTING} must be 'driver' or 'executors', not {setting!r}")
+        return setting, f"{PLACEMENT_SETTING}={setting}"
+    master = spark.sparkContext.master
+    if master.startswith("local"):
+        return "driver", f"master {master}: the executors share the driver's machine"
+    return "executors", f"master {master}: the reading scales with the executors"
 
 
 def refused(planned: SparkQueryPlan, late_rows: bool = False) -> str | None:
@@ -83,9 +110,12 @@ def refused(planned: SparkQueryPlan, late_rows: bool = False) -> str | None:
     return None
 
 
-def reader_plan(planned: SparkQueryPlan, reason: str) -> tuple[SparkQueryPlan, DriverPlan]:
+def reader_plan(
+    planned: SparkQueryPlan, reason: str, reads: tuple[str, str]
+) -> tuple[SparkQueryPlan, DriverPlan]:
     """The query planned for the reader: stage 1's placements as the reader path's (the
-    pane pre-aggregation runs where the lift does), one carrier row per partition."""
+    pane pre-aggregation runs where the lift does), one carrier row per partition; `reads`:
+    where its parts are read, and why (`reader_placement`)."""
     why = refused(planned)
     if why is not None:
         raise PlanError(f"start(plan='reader'): {why}", hint="use plan='driver' or 'streaming'")
@@ -97,17 +127,34 @@ def reader_plan(planned: SparkQueryPlan, reason: str) -> tuple[SparkQueryPlan, D
         planned, stage1="reader", native=False, stage1_placements=placements, stage2="native"
     )
     stage1_reason = "lift and pane pre-aggregation inside mangonel's reader"
-    return for_reader, DriverPlan(planned.plan, "reader", stage1_reason, reason)
-
-
-def reader_rows(spark: SparkSession, planned: SparkQueryPlan) -> DataFrame:
-    """The reader's streaming partials with its flush offsets (module docstring)."""
-    window = planned.window
-    spec = reader_module.reader_spec(planned, spark.sparkContext.defaultParallelism)
-    spec.flush = True
-    return reader_module.panes_stream(
-        spark, spec, partial_ddl(window) + f", {EVENT_TIME} TIMESTAMP"
+    driver = DriverPlan(
+        planned.plan,
+        "reader",
+        stage1_reason,
+        reason,
+        reader_reads=reads[0],
+        reader_reads_reason=reads[1],
     )
+    return for_reader, driver
+
+
+def reader_rows(
+    spark: SparkSession, planned: SparkQueryPlan, reads: str
+) -> tuple[DataFrame, DriverReader | None]:
+    """The reader's stream with its flush offsets (module docstring): its partials, or on the
+    driver its parts, with the `DriverReader` that reads them."""
+    window = planned.window
+    splits = spark.sparkContext.defaultParallelism
+    spec = reader_module.reader_spec(planned, splits)
+    spec.flush = True
+    if reads == "executors":
+        schema = partial_ddl(window) + f", {EVENT_TIME} TIMESTAMP"
+        return reader_module.panes_stream(spark, spec, schema), None
+    spark.dataSource.register(PartsDataSource)
+    parts = spark.readStream.format(PARTS_FORMAT).option("offsets", spec.offsets().encode())
+    # the GPU kernels' staging buffers are one per process: one thread drives them
+    threads = 1 if window.backend == "gpu" else splits
+    return parts.load(), DriverReader(spec, threads)
 
 
 def spark_millis(microseconds: int) -> int:
@@ -132,6 +179,8 @@ class ReaderStage2:
     # latest micro-batch, and the tuples it judged late in that micro-batch
     metrics: Any = None
     late_last_batch: int = 0
+    # the driver reads the parts itself (`reader_placement`): the micro-batch's rows are parts
+    driver_reader: DriverReader | None = None
 
     def __post_init__(self) -> None:
         self.write = parquet_sink(self.sink) if isinstance(self.sink, str) else self.sink
@@ -157,6 +206,9 @@ class ReaderStage2:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         table = batch.toArrow()  # a flush micro-batch has no partitions: no rows
+        if self.driver_reader is not None:  # the rows are parts: read them here
+            end = table[END_OFFSET][0].as_py() if table.num_rows else None
+            table = self.driver_reader.partials(table[PART].to_pylist(), end)
         tree, watermark_ms = self.restore(batch_id)
         operator = tree.leaf()
         late_before = operator.late
@@ -198,10 +250,14 @@ def start(
 ) -> tuple[StreamingQuery, DriverPlan, ReaderStage2]:
     """Start the reader-fed plan of `planned` into `sink`; (the running query, its plan, its
     `foreachBatch` function, whose counts the tests and the bench read)."""
-    for_reader, driver = reader_plan(planned, reason)
+    reads = reader_placement(spark)
+    for_reader, driver = reader_plan(planned, reason, reads)
     delay_us = for_reader.window.window.watermark_delay_us
-    function = ReaderStage2(driver, sink, checkpoint_location, delay_ms=delay_us // 1000)
-    writer = reader_rows(spark, for_reader).writeStream.foreachBatch(function)
+    rows, driver_reader = reader_rows(spark, for_reader, reads[0])
+    function = ReaderStage2(
+        driver, sink, checkpoint_location, delay_ms=delay_us // 1000, driver_reader=driver_reader
+    )
+    writer = rows.writeStream.foreachBatch(function)
     if query_name is not None:
         writer = writer.queryName(query_name)
     return writer.option("checkpointLocation", checkpoint_location).start(), driver, function
@@ -213,13 +269,24 @@ def explain_text(plan: DriverPlan) -> str:
     stream = window.lift.scan.stream
     keys = ", ".join(k.name for k in window.keys)
     group_by = f"[{keys}{', ' if keys else ''}pane]"
+    on_driver = plan.reader_reads == "driver"
+    where = {
+        "driver": "the driver, one micro-batch ahead: Spark's source hands it the parts",
+        "executors": "a Spark task per part",
+    }[plan.reader_reads]
+    why = f" ({plan.reader_reads_reason})" if plan.reader_reads_reason else ""
     source = PlanNode(
         "Stage1 Python Data Source (foreachBatch)",
         (
-            Parameter("source", f"{PANES_FORMAT} over {stream.name}", None),
+            Parameter(
+                "source", f"{PARTS_FORMAT if on_driver else PANES_FORMAT} over {stream.name}", None
+            ),
             Parameter("group_by", group_by, group_by),
-            Parameter("runs", "read a partition, lift + pane pre-aggregation", None),
-            Parameter("to_driver", "(key, pane) partials as Arrow", "partials"),
+            Parameter("runs", "read a part, lift + pane pre-aggregation", None),
+            Parameter("reads", where + why, plan.reader_reads),
+            Parameter(
+                "to_driver", "parts" if on_driver else "(key, pane) partials as Arrow", "partials"
+            ),
             Parameter("no_data", "a flush offset after data, when idle", None),
         ),
         (PlanNode(f"Source: stream={stream.name}", (), ()),),

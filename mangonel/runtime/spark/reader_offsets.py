@@ -2,6 +2,10 @@
 of the query's plan: Spark's process for the source's offsets imports only this, and the
 GPU machine (no Spark) tests it with pane_reader.py.
 
+The source's offsets and parts as `latest_offset` and `offset_parts` give them are what both
+sources of reader_source.py read (a Spark task per part, or the driver reading them itself:
+reader_ahead.py); a part travels as text (`part_text`) where the driver reads it.
+
 Offsets: the generator's are tuple counts (`{"tuples": n}`); a file source's the name of
 the last file read (`{"file": name}`, files in name order, `files_per_trigger` per
 micro-batch). Partitions follow from the offsets alone (generator ranges on chunk
@@ -14,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 # Chunks are the generator's unit of reproducibility: chunk c is generate(...) with seed
 # (seed, c), so rows [a, b) never depend on micro-batch or partition boundaries.
@@ -99,3 +104,51 @@ def generator_parts(spec: SourceOffsets, begin: int, end: int) -> list[tuple[int
     while bounds[-1] < end:
         bounds.append(min(end, (bounds[-1] // CHUNK_ROWS + per_part) * CHUNK_ROWS))
     return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+FLUSHED = "flushed"  # an offset's flush mark (reader_source.py's module docstring)
+Part = FilePart | tuple[int, int]  # a file part, or a range [begin, end) of generated tuples
+
+
+def initial_offset(spec: SourceOffsets) -> dict:
+    offset: dict[str, Any] = {"tuples": 0} if spec.source == "generator" else {"file": ""}
+    return {**offset, FLUSHED: True} if spec.flush else offset
+
+
+def latest_offset(spec: SourceOffsets, start: dict | None) -> dict:
+    """The offset after the next micro-batch from `start`; `start` itself when there is
+    nothing to read (with `flush`: once after data, the same offset marked flushed)."""
+    start = start or initial_offset(spec)
+    if spec.source == "generator":
+        begin = start["tuples"]
+        offset: dict[str, Any] = {"tuples": min(spec.tuples, begin + spec.batch_size)}
+    else:
+        offset = {"file": next_files(spec, start["file"])}
+    if not spec.flush:
+        return offset
+    if any(offset[name] != start[name] for name in offset):
+        return {**offset, FLUSHED: False}  # data: a micro-batch that reads it
+    return {**offset, FLUSHED: True}  # no new data: a micro-batch with no parts, once
+
+
+def offset_parts(spec: SourceOffsets, start: dict, end: dict) -> list[Part]:
+    """The parts of the micro-batch (start, end]."""
+    if spec.source == "generator":
+        return list(generator_parts(spec, start["tuples"], end["tuples"]))
+    return list(file_parts(spec, start["file"], end["file"]))
+
+
+def part_text(part: Part) -> str:
+    if isinstance(part, FilePart):
+        groups = None if part.row_groups is None else list(part.row_groups)
+        return json.dumps({"path": part.path, "row_groups": groups})
+    return json.dumps({"tuples": list(part)})
+
+
+def part_of_text(text: str) -> Part:
+    fields = json.loads(text)
+    if "tuples" in fields:
+        begin, end = fields["tuples"]
+        return (begin, end)
+    groups = fields["row_groups"]
+    return FilePart(fields["path"], None if groups is None else tuple(groups))

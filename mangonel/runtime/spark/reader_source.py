@@ -9,6 +9,12 @@ cost about 1 s of imports; this one imports pyspark's data source API and
 reader_offsets.py. The partition's work (`pane_reader`) is imported in `read`, which runs
 in the executors' reused Python workers.
 
+Two sources over the same offsets and parts: `mangonel_panes` (`PaneStreamReader`) plans a
+Spark task per part, which reads it and yields its partials (on the executors);
+`mangonel_parts` (`PartsStreamReader`, Spark's `SimpleDataSourceStreamReader`) yields only
+each micro-batch's parts as text, for the reader-fed plan to read on the driver itself
+(reader_ahead.py; which one: `reader_batch.reader_placement`).
+
 Offsets and partitions: reader_offsets.py. With `flush` (the reader-fed plan,
 reader_batch.py) an offset also says whether the data before it was flushed: after a
 micro-batch that read data, when there is no new data, the next offset is the same one
@@ -19,23 +25,35 @@ itself only for a stateful query).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.errors import PySparkNotImplementedError
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+    SimpleDataSourceStreamReader,
+)
 from pyspark.sql.types import StructType
 
 from mangonel.runtime.spark.reader_offsets import (
     FilePart,
+    Part,
     SourceOffsets,
-    file_parts,
-    generator_parts,
-    next_files,
+    initial_offset,
+    latest_offset,
+    offset_parts,
+    part_text,
 )
 
 PANES_FORMAT = "mangonel_panes"
-FLUSHED = "flushed"  # the offsets' flush mark (module docstring)
+PARTS_FORMAT = "mangonel_parts"
+PART = "part"  # mangonel_parts' columns: a part as text, the micro-batch's end offset
+END_OFFSET = "end_offset"
+PARTS_SCHEMA = f"{PART} STRING, {END_OFFSET} STRING"
 
 
 @dataclasses.dataclass
@@ -59,33 +77,15 @@ class PaneStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.spec_text = options["spec"]  # decoded where a partition is read
         self.offsets = SourceOffsets.decode(options["offsets"])
-        self.generated = self.offsets.source == "generator"
 
     def initialOffset(self) -> dict:
-        offset: dict[str, Any] = {"tuples": 0} if self.generated else {"file": ""}
-        return {**offset, FLUSHED: True} if self.offsets.flush else offset
+        return initial_offset(self.offsets)
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: ANN401
-        start = start or self.initialOffset()
-        if self.generated:
-            begin = start["tuples"]
-            end = min(self.offsets.tuples, begin + self.offsets.batch_size)
-            offset: dict[str, Any] = {"tuples": end}
-        else:
-            offset = {"file": next_files(self.offsets, start["file"])}
-        if not self.offsets.flush:
-            return offset
-        if any(offset[name] != start[name] for name in offset):
-            return {**offset, FLUSHED: False}  # data: a micro-batch that reads it
-        # no new data: once after data, a micro-batch with no partitions (module docstring)
-        return {**offset, FLUSHED: True}
+        return latest_offset(self.offsets, start)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        if self.generated:
-            ranges = generator_parts(self.offsets, start["tuples"], end["tuples"])
-            return [_GeneratorRange(begin, finish) for begin, finish in ranges]
-        parts = file_parts(self.offsets, start["file"], end["file"])
-        return [_FileRange(part.path, part.row_groups) for part in parts]
+        return [_input_partition(part) for part in offset_parts(self.offsets, start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from mangonel.runtime.spark import pane_reader  # the partition's work (docstring)
@@ -94,15 +94,49 @@ class PaneStreamReader(DataSourceStreamReader):
         if spec is None:
             spec = _SPECS[self.spec_text] = pane_reader.ReaderSpec.decode(self.spec_text)
         if isinstance(partition, _GeneratorRange):
-            rows = pane_reader.read_generator_part(spec, partition.start, partition.end)
+            part: Part = (partition.start, partition.end)
         else:
             assert isinstance(partition, _FileRange)
             part = FilePart(partition.path, partition.row_groups)
-            rows = pane_reader.read_file_part(spec, part)
-        yield from pane_reader.partition_batches(spec, rows)
+        yield from pane_reader.read_part(spec, part)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: every offset's rows can be read again."""
+
+
+def _input_partition(part: Part) -> InputPartition:
+    if isinstance(part, FilePart):
+        return _FileRange(part.path, part.row_groups)
+    return _GeneratorRange(*part)
+
+
+class PartsStreamReader(SimpleDataSourceStreamReader):
+    """`mangonel_parts` (module docstring): a micro-batch's rows are its parts as text, each
+    with the micro-batch's end offset (from which the reader-fed plan reads one micro-batch
+    ahead); a micro-batch with no parts (the flush one) has no rows. Reads no data: this
+    process stays light (module docstring)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.offsets = SourceOffsets.decode(options["offsets"])
+
+    def initialOffset(self) -> dict:
+        return initial_offset(self.offsets)
+
+    def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:
+        end = latest_offset(self.offsets, start)
+        if end == start:
+            return iter(()), start  # nothing new: no micro-batch
+        return self.readBetweenOffsets(start, end), end
+
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
+        texts = [part_text(part) for part in offset_parts(self.offsets, start, end)]
+        if not texts:
+            return iter(())
+        columns = {PART: texts, END_OFFSET: [json.dumps(end)] * len(texts)}
+        return iter([pa.RecordBatch.from_pydict(columns)])
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release (as `PaneStreamReader.commit`)."""
 
 
 class PaneDataSource(DataSource):
@@ -118,3 +152,24 @@ class PaneDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return PaneStreamReader(dict(self.options))
+
+
+class PartsDataSource(DataSource):
+    """`spark.readStream.format("mangonel_parts")` with the option "offsets"
+    (`SourceOffsets.encode`); its rows are `PARTS_SCHEMA`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PARTS_FORMAT
+
+    def schema(self) -> str:
+        return PARTS_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        # pyspark takes `simpleStreamReader` where `streamReader` is not implemented
+        raise PySparkNotImplementedError(
+            errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+        )
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        return PartsStreamReader(dict(self.options))
