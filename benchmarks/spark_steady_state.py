@@ -13,7 +13,10 @@ plan into a sink that counts the rows. Before each timed run both garbage collec
 (Python's, and the JVM's through `System.gc()`), so a plan does not pay for the garbage the
 other left in the shared JVM (`--no-settle`: as it was run before 2026-12-06 16:00 UTC). One
 line per round: seconds, rows out (a round whose row counts differ stops the run) and the
-ratio.
+ratio. `--placements driver,executors` times the reader-fed plan with its reader in each place
+(`spark.mangonel.reader.placement`, docs/spark.md), in turn within each round, each placement
+first after Spark's own run in one round of every len(placements) (that first run pays for
+following Spark's); by default the session's own choice (the driver, on this local master).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 
 from mangonel.runtime.spark import bench
+from mangonel.runtime.spark.reader_batch import PLACEMENT_SETTING
 from mangonel.runtime.spark.session import SparkMangonelSession
 
 
@@ -39,6 +43,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2_000_000, help="rows per micro-batch")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-settle", dest="settle", action="store_false")
+    parser.add_argument("--placements", type=lambda text: text.split(","), default=[""])
     arguments = parser.parse_args()
     spark = bench.start_local_spark()
     for slide in arguments.slides:
@@ -55,6 +60,7 @@ def main() -> None:
                     native,
                     arguments.rounds,
                     arguments.settle,
+                    arguments.placements,
                     f"{shape.name} tuples={tuples:,} micro-batches={-(-tuples // arguments.batch)}",
                 )
 
@@ -65,34 +71,48 @@ def _run_in_turn(
     native: DataFrame,
     rounds: int,
     settle: bool,
+    placements: list[str],
     label: str,
 ) -> None:
-    """Both plans once to warm up, then `rounds` rounds of each in turn, a line per round."""
+    """Both plans once to warm up, then `rounds` rounds of each in turn, a line per round and
+    reader placement ("": the session's choice)."""
 
     def settled() -> None:
         if settle:
             bench.settle(native.sparkSession)
 
-    def reader() -> tuple[float, int]:
+    def reader(placement: str) -> tuple[float, int]:
+        conf = native.sparkSession.conf
+        if placement:
+            conf.set(PLACEMENT_SETTING, placement)
         settled()
-        return bench._driver_seconds_and_rows(declared, query, plan="reader")  # noqa: SLF001
+        try:
+            return bench._driver_seconds_and_rows(declared, query, plan="reader")  # noqa: SLF001
+        finally:
+            conf.unset(PLACEMENT_SETTING)
 
     def spark_own() -> tuple[float, int]:
         settled()
         return bench._seconds_and_rows(native)  # noqa: SLF001
 
-    reader()
+    for placement in placements:
+        reader(placement)
     spark_own()
     for number in range(rounds):
-        ours, our_rows = reader()
+        # the first reader-fed run after Spark's own pays a few seconds more (docs/
+        # performance.md, "the reader-fed plan's start and slope"): each placement in turn
+        turn = number % len(placements)
+        ours = {placement: reader(placement) for placement in placements[turn:] + placements[:turn]}
         theirs, their_rows = spark_own()
-        if our_rows != their_rows:
-            raise SystemExit(f"{label}: {our_rows} rows out against Spark's {their_rows}")
-        print(
-            f"{label} round {number}: reader-fed {ours:.2f} s ({our_rows} rows), Spark's own "
-            f"{theirs:.2f} s ({their_rows} rows): {theirs / ours:.2f}x",
-            flush=True,
-        )
+        for placement, (seconds, our_rows) in ours.items():
+            if our_rows != their_rows:
+                raise SystemExit(f"{label}: {our_rows} rows out against Spark's {their_rows}")
+            where = f" (reader on the {placement})" if placement else ""
+            print(
+                f"{label} round {number}: reader-fed{where} {seconds:.2f} s ({our_rows} rows), "
+                f"Spark's own {theirs:.2f} s ({their_rows} rows): {theirs / seconds:.2f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
