@@ -97,6 +97,27 @@ def test_both_reader_placements_equal_spark_native(spark, tmp_path, placement):
         assert (reader.ahead.hits, reader.ahead.misses) == (3, 1)
 
 
+@pytest.mark.parametrize("placement", ["driver", "executors"])
+def test_an_unreadable_file_fails_the_query_naming_it_after_the_good_ones(
+    spark, tmp_path, placement
+):
+    """A file that is not Parquet stops the stream (as Spark's file source does) with an
+    error naming the file, in the micro-batch that would read it: the driver's read ahead of
+    that micro-batch does not fail the one before it."""
+    write_micro_batches(tmp_path / "in", tables_of(SqlType.DOUBLE, delay_us=0, files=2))
+    (tmp_path / "in" / "part-00009.parquet").write_bytes(b"not a Parquet file")
+    session = declared(spark, tmp_path / "in", "ts TIMESTAMP, k STRING, v DOUBLE", "0ms")
+    query = "SELECT k, window_start, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k"
+    sink = Collect()
+    spark.conf.set(reader_batch.PLACEMENT_SETTING, placement)
+    try:
+        with pytest.raises(Exception, match=r"part-00009\.parquet: not a readable Parquet file"):
+            run_start(session, query, tmp_path / "ck", sink, plan="reader")
+    finally:
+        spark.conf.unset(reader_batch.PLACEMENT_SETTING)
+    assert sorted(sink.batches) == [0, 1]  # both good files' micro-batches ran
+
+
 def test_reader_placement_default_and_a_bad_setting(spark):
     assert reader_batch.reader_placement(spark)[0] == "driver"  # the tests' master is local
     assert "local" in reader_batch.reader_placement(spark)[1]

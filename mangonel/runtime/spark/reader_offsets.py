@@ -79,14 +79,20 @@ def next_files(spec: SourceOffsets, after: str) -> str:
 def file_parts(spec: SourceOffsets, after: str, until: str) -> list[FilePart]:
     """The partitions of the micro-batch (after, until]: one per Parquet row group, one per
     CSV file."""
-    import pyarrow.parquet as pq  # (as in listed_files)
+    import pyarrow as pa  # (as in listed_files)
+    import pyarrow.parquet as pq
+
+    from mangonel.errors import DataError
 
     parts: list[FilePart] = []
     for name in listed_files(spec):
         if not after < name <= until:
             continue
         if spec.source == "parquet":
-            groups = pq.ParquetFile(name).metadata.num_row_groups
+            try:
+                groups = pq.ParquetFile(name).metadata.num_row_groups
+            except (pa.ArrowException, OSError) as error:
+                raise DataError(f"{name}: not a readable Parquet file ({error})") from None
             parts.extend(FilePart(name, (group,)) for group in range(groups))
         else:
             parts.append(FilePart(name))
