@@ -28,8 +28,8 @@ BATCH = 2_000_000
 
 def reader_seconds(spark: SparkSession, declared: SparkMangonelSession) -> float:
     bench.settle(spark)
-    query = bench._mangonel_query(SHAPE)  # noqa: SLF001 - the bench's own query text
-    return bench._driver_seconds_and_rows(declared, query, plan="reader")[0]  # noqa: SLF001
+    query = bench.mangonel_query(SHAPE)
+    return bench.driver_seconds_and_rows(declared, query, plan="reader")[0]
 
 
 def runs(spark: SparkSession, declared: SparkMangonelSession, count: int) -> str:
@@ -53,8 +53,8 @@ def main() -> None:
                 continue
             print(f"{label}, reader-fed before: {runs(spark, declared, 3)} s", flush=True)
             bench.settle(spark)
-            native = bench._native_query(bench._file_source(spark, Path(folder)), SHAPE)  # noqa: SLF001
-            print(f"Spark's own: {bench._seconds_and_rows(native)[0]:.2f} s", flush=True)  # noqa: SLF001
+            native = bench.native_query(bench.parquet_stream(spark, Path(folder)), SHAPE)
+            print(f"Spark's own: {bench.seconds_and_rows(native)[0]:.2f} s", flush=True)
             print(f"reader-fed after it: {runs(spark, declared, 3)} s", flush=True)
             time.sleep(20)
             print(f"reader-fed 20 s later: {runs(spark, declared, 2)} s", flush=True)

@@ -48,12 +48,12 @@ def main() -> None:
     spark = bench.start_local_spark()
     for slide in arguments.slides:
         shape = bench.SparkShape(1_000_000, slide)
-        query = bench._mangonel_query(shape)  # noqa: SLF001 - the bench's own query text
+        query = bench.mangonel_query(shape)
         for tuples in arguments.tuples:
             with tempfile.TemporaryDirectory(prefix="mangonel-steady-") as folder:
                 bench.write_input(Path(folder), shape, tuples, 1_000_000, arguments.batch, 7)
                 declared = bench.declared_stream(spark, Path(folder))
-                native = bench._native_query(bench._file_source(spark, Path(folder)), shape)  # noqa: SLF001
+                native = bench.native_query(bench.parquet_stream(spark, Path(folder)), shape)
                 _run_in_turn(
                     declared,
                     query,
@@ -87,13 +87,13 @@ def _run_in_turn(
             conf.set(PLACEMENT_SETTING, placement)
         settled()
         try:
-            return bench._driver_seconds_and_rows(declared, query, plan="reader")  # noqa: SLF001
+            return bench.driver_seconds_and_rows(declared, query, plan="reader")
         finally:
             conf.unset(PLACEMENT_SETTING)
 
     def spark_own() -> tuple[float, int]:
         settled()
-        return bench._seconds_and_rows(native)  # noqa: SLF001
+        return bench.seconds_and_rows(native)
 
     for placement in placements:
         reader(placement)

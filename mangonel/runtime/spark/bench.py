@@ -164,7 +164,7 @@ def run_to_sink(
     return time.perf_counter() - started, query
 
 
-def _seconds_and_rows(frame: DataFrame, keep: list[Any] | None = None) -> tuple[float, int]:
+def seconds_and_rows(frame: DataFrame, keep: list[Any] | None = None) -> tuple[float, int]:
     """Run a streaming DataFrame to Spark's no-op sink; (wall seconds, rows written). With
     `keep`, the rows go to a memory sink instead and are appended to it as a pandas frame
     (for tests that compare results; the benchmark itself never keeps them)."""
@@ -177,7 +177,7 @@ def _seconds_and_rows(frame: DataFrame, keep: list[Any] | None = None) -> tuple[
     return seconds, rows
 
 
-def _driver_seconds_and_rows(
+def driver_seconds_and_rows(
     session: SparkMangonelSession, query: str, keep: list[Any] | None = None, plan: str = "driver"
 ) -> tuple[float, int]:
     """`session.start(query, plan=plan)` (a driver-side plan) until every input is processed, with a
@@ -240,14 +240,16 @@ def settle(spark: SparkSession) -> None:
     """Run Python's and the JVM's garbage collectors: before a timed run, so a plan does not
     pay for the garbage another run left in the shared JVM (the benchmarks' protocol)."""
     gc.collect()
-    spark.sparkContext._jvm.java.lang.System.gc()  # noqa: SLF001
+    spark.sparkContext._jvm.java.lang.System.gc()
 
 
-def _file_source(spark: SparkSession, folder: Path) -> DataFrame:
+def parquet_stream(spark: SparkSession, folder: Path) -> DataFrame:
+    """Spark's own file source over the bench's Parquet files, one file a micro-batch."""
     return spark.readStream.schema(STREAM_DDL).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
 
-def _mangonel_query(shape: SparkShape) -> str:
+def mangonel_query(shape: SparkShape) -> str:
+    """The bench's window query of `shape` over the declared stream `events`."""
     return (
         f"SELECT key, window_start, window_end, {shape.aggregate}(value) AS result "
         f"FROM events [RANGE {shape.range_us} MICROSECONDS SLIDE {shape.slide_us} "
@@ -255,7 +257,8 @@ def _mangonel_query(shape: SparkShape) -> str:
     )
 
 
-def _native_query(source: DataFrame, shape: SparkShape) -> DataFrame:
+def native_query(source: DataFrame, shape: SparkShape) -> DataFrame:
+    """Spark's own streaming window aggregation of `shape` over `source` (the peer)."""
     aggregate = {"SUM": F.sum, "AVG": F.avg, "MEDIAN": F.median}[shape.aggregate.upper()]
     window = F.window("ts", f"{shape.range_us} microseconds", f"{shape.slide_us} microseconds")
     return (
@@ -311,27 +314,27 @@ def measure_shape(
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-") as folder:
         write_input(Path(folder), shape, tuples, rate, batch, seed)
         declared = declared_stream(spark, Path(folder), backend)
-        ours_seconds, ours_rows = _seconds_and_rows(declared.sql(_mangonel_query(shape)), keep)
+        ours_seconds, ours_rows = seconds_and_rows(declared.sql(mangonel_query(shape)), keep)
         plan = _plan_name(declared)
         alternative, alternative_rate = "", None
         options = alternative_plan(plan) if compare else None
         if options is not None:
             other = declared_stream(spark, Path(folder), backend, **options)
             try:
-                seconds, _ = _seconds_and_rows(other.sql(_mangonel_query(shape)))
+                seconds, _ = seconds_and_rows(other.sql(mangonel_query(shape)))
                 alternative, alternative_rate = _plan_name(other), tuples / seconds
             except PlanError:  # Spark's own stage 2 cannot merge this aggregate
                 pass
-        source = _file_source(spark, Path(folder))
-        native_seconds, native_rows = _seconds_and_rows(_native_query(source, shape), keep)
+        source = parquet_stream(spark, Path(folder))
+        native_seconds, native_rows = seconds_and_rows(native_query(source, shape), keep)
         registered = SparkMangonelSession(spark, backend=backend)
         registered.register("events", source, event_time="ts", watermark=0)
-        frame_seconds, _ = _seconds_and_rows(registered.sql(_mangonel_query(shape)), keep)
-        driver_seconds, driver_rows = _driver_seconds_and_rows(
-            registered, _mangonel_query(shape), keep
+        frame_seconds, _ = seconds_and_rows(registered.sql(mangonel_query(shape)), keep)
+        driver_seconds, driver_rows = driver_seconds_and_rows(
+            registered, mangonel_query(shape), keep
         )
         reader_seconds, reader_rows = (
-            _driver_seconds_and_rows(declared, _mangonel_query(shape), keep, plan="reader")
+            driver_seconds_and_rows(declared, mangonel_query(shape), keep, plan="reader")
             if declared.last_plan is not None and reader_batch.refused(declared.last_plan) is None
             else (None, None)
         )
@@ -388,7 +391,7 @@ def run_standalone(
         for path in sorted(folder.glob("part-*.parquet"))
         for batch in pq.read_table(path).combine_chunks().to_batches()
     ]
-    seconds, table = runner(_mangonel_query(shape), backend, batches)
+    seconds, table = runner(mangonel_query(shape), backend, batches)
     if keep is not None:
         keep.append(table.to_pandas())
     return seconds, table.num_rows
