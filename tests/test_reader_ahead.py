@@ -1,14 +1,13 @@
 """The reader-fed plan's parts read on the driver, one micro-batch ahead
 (`runtime/spark/reader_ahead.py`, no pyspark: the GPU machine runs these too): a read ahead is
 taken only under its own key, a part's error is raised where its micro-batch is taken, a
-micro-batch's parts are read on several threads at once, the object pickles without its
-threads; and `DriverReader` turns a micro-batch's parts (as `mangonel_parts` hands them) into
-the partials the executors' reader gives for the same parts, reading the next ahead."""
+micro-batch's parts are read on several threads at once; and `DriverReader` turns a
+micro-batch's parts (as `mangonel_parts` hands them) into the partials the executors' reader
+gives for the same parts, reading the next ahead."""
 
 from __future__ import annotations
 
 import json
-import pickle
 import sys
 import threading
 from pathlib import Path
@@ -89,16 +88,6 @@ def test_the_parts_of_a_micro_batch_are_read_at_once():
 
     ahead = ReadAhead(read, threads=2)
     assert values(ahead.take("a", [0, 1])) == [0, 1]
-    ahead.close()
-
-
-def test_pickled_without_its_threads_or_read_ahead():
-    ahead = ReadAhead(Parts(), threads=2)
-    ahead.read_ahead("a", [1])
-    copy = pickle.loads(pickle.dumps(ahead))
-    assert values(copy.take("a", [1])) == [1]
-    assert (copy.hits, copy.misses) == (0, 1)
-    copy.close()
     ahead.close()
 
 

@@ -51,10 +51,6 @@ class ReadAhead:
         self.hits = 0  # lists taken from a read ahead (tests, the bench)
         self.misses = 0  # read when asked (the first, after an idle or a restart, other parts)
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled without its threads or a read ahead."""
-        return {**self.__dict__, "_pool": None, "_ahead": None}
-
     def take(self, key: str, parts: Sequence[Any]) -> list[pa.RecordBatch]:
         """The batches of `parts`: the read ahead when it is under `key`, else read now."""
         ahead, self._ahead = self._ahead, None

@@ -40,7 +40,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from mangonel.runtime.spark.reader_offsets import (
-    FilePart,
     Part,
     SourceOffsets,
     initial_offset,
@@ -57,15 +56,10 @@ PARTS_SCHEMA = f"{PART} STRING, {END_OFFSET} STRING"
 
 
 @dataclasses.dataclass
-class _GeneratorRange(InputPartition):
-    start: int
-    end: int
+class _PartRange(InputPartition):
+    """One part as Spark ships it to the task that reads it."""
 
-
-@dataclasses.dataclass
-class _FileRange(InputPartition):
-    path: str
-    row_groups: tuple[int, ...] | None
+    part: Part
 
 
 _SPECS: dict[str, Any] = {}  # decoded ReaderSpecs of this worker process, by their text
@@ -85,7 +79,7 @@ class PaneStreamReader(DataSourceStreamReader):
         return latest_offset(self.offsets, start)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        return [_input_partition(part) for part in offset_parts(self.offsets, start, end)]
+        return [_PartRange(part) for part in offset_parts(self.offsets, start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from mangonel.runtime.spark import pane_reader  # the partition's work (docstring)
@@ -93,21 +87,11 @@ class PaneStreamReader(DataSourceStreamReader):
         spec = _SPECS.get(self.spec_text)
         if spec is None:
             spec = _SPECS[self.spec_text] = pane_reader.ReaderSpec.decode(self.spec_text)
-        if isinstance(partition, _GeneratorRange):
-            part: Part = (partition.start, partition.end)
-        else:
-            assert isinstance(partition, _FileRange)
-            part = FilePart(partition.path, partition.row_groups)
-        yield from pane_reader.read_part(spec, part)
+        assert isinstance(partition, _PartRange)
+        yield from pane_reader.read_part(spec, partition.part)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: every offset's rows can be read again."""
-
-
-def _input_partition(part: Part) -> InputPartition:
-    if isinstance(part, FilePart):
-        return _FileRange(part.path, part.row_groups)
-    return _GeneratorRange(*part)
 
 
 class PartsStreamReader(SimpleDataSourceStreamReader):
