@@ -7,9 +7,7 @@ threads"). `python benchmarks/gpu_stream_vs_run.py`; needs CuPy and a GPU.
 
 from __future__ import annotations
 
-import gc
 import statistics
-import time
 
 from mangonel.bench_gpu import (
     MILLION,
@@ -19,12 +17,11 @@ from mangonel.bench_gpu import (
     dataset,
     public_query,
     timed_run,
+    timed_stream,
 )
-from mangonel.runtime.gpu import device
 
 
 def main() -> None:
-    cp = device.cupy()
     tuples = 40_000_000
     for aggregate in ("SUM", "ALL6"):
         shape = PublicShape(100, 1000, aggregate, 0, MILLION, OUTPUT_HEAVY_RATE)
@@ -36,15 +33,8 @@ def main() -> None:
             rows = table.num_rows
             del table
             runs.append(tuples / seconds / 1e6)
-            query = public_query(shape, batches)
-            gc.collect()
-            cp.cuda.Device().synchronize()
-            started = time.perf_counter()
-            streamed = 0
-            for out in query.stream(batches):
-                streamed += out.num_rows
-            cp.cuda.Device().synchronize()
-            streams.append(tuples / (time.perf_counter() - started) / 1e6)
+            seconds, streamed = timed_stream(public_query(shape, batches), batches)
+            streams.append(tuples / seconds / 1e6)
             assert streamed == rows, (streamed, rows)
         print(
             f"{shape.name}: run() {statistics.median(runs):.1f} M/s "

@@ -176,18 +176,29 @@ def public_query(
     return query
 
 
-def timed_run(query: Any, batches: list[pa.RecordBatch]) -> tuple[float, pa.Table]:  # noqa: ANN401
-    """Seconds to push every batch through `query.run()` on the GPU (end of input and the
-    device's queued work included), and the results."""
+def _device_timed(step: Any) -> tuple[float, Any]:  # noqa: ANN401
+    """Seconds `step()` takes on the GPU (the device's queued work included), and its value."""
     from mangonel.runtime.gpu import device
 
     gc.collect()  # an earlier runner returns its pinned slots to CuPy's pool first
     cp = device.cupy()
     cp.cuda.Device().synchronize()
     started = time.perf_counter()
-    table = query.run(batches)
+    value = step()
     cp.cuda.Device().synchronize()
-    return time.perf_counter() - started, table
+    return time.perf_counter() - started, value
+
+
+def timed_run(query: Any, batches: list[pa.RecordBatch]) -> tuple[float, pa.Table]:  # noqa: ANN401
+    """Seconds to push every batch through `query.run()` on the GPU (end of input and the
+    device's queued work included), and the results."""
+    return _device_timed(lambda: query.run(batches))
+
+
+def timed_stream(query: Any, batches: list[pa.RecordBatch]) -> tuple[float, int]:  # noqa: ANN401
+    """As `timed_run`, through `query.stream()`, each result dropped as it comes; (seconds,
+    rows out)."""
+    return _device_timed(lambda: sum(out.num_rows for out in query.stream(batches)))
 
 
 def run_public_shape(
