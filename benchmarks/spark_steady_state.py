@@ -2,9 +2,9 @@
 aggregation, alternating, at several stream lengths (docs/performance.md, "Inside Spark: the
 reader-fed plan in the steady state").
 
-`mangonel bench --spark` times 4 M tuples (2 micro-batches and the no-data one), where the
-reader-fed plan's start (Spark starts its source's Python processes, about 1 s on 2 cores)
-weighs as much as the micro-batches; a streaming query runs far longer. Here the same
+`mangonel bench --spark` times 4 M tuples (2 micro-batches), where a plan's start weighs as
+much as its micro-batches (the reader-fed plan's took about 2 s while a Python source paced
+it, docs/performance.md); a streaming query runs far longer. Here the same
 stream (the bench's: 1000 keys, SUM(value), event time 1 M tuples/s, watermark delay 0,
 Parquet files of `--batch` rows, one per micro-batch) runs at each of `--tuples` lengths and
 each of `--slides` (w = 1 s): both plans once to warm up, then `--rounds` rounds in turn,

@@ -120,3 +120,28 @@ def test_the_driver_reader_gives_the_partials_of_the_same_parts_and_reads_ahead(
     assert flushed != start and offset_parts(offsets, start, flushed) == []
     assert reader.partials([], None).num_rows == 0  # the flush micro-batch: no parts
     reader.close()
+
+
+def test_the_driver_reader_says_whether_new_data_follows(tmp_path):
+    """`next_offset` after a micro-batch's parts are taken (what the file-triggered plan reads
+    as idle): the next micro-batch's end while files follow, the micro-batch's own end when
+    none do, None where the next parts could not be worked out."""
+    for number, batch in enumerate(micro_batches(count=2)):
+        pq.write_table(pa.Table.from_batches([batch]), tmp_path / f"part-{number:05d}.parquet")
+    window = ph.find(query_plan("cpu"), ph.WindowAggregateExec)
+    spec = reader_spec(window, path=str(tmp_path))  # no flush marks: Spark's file source paces
+    offsets = spec.offsets()
+    reader = DriverReader(spec, threads=1)
+    first = latest_offset(offsets, initial_offset(offsets))
+    texts = [part_text(p) for p in offset_parts(offsets, initial_offset(offsets), first)]
+    reader.partials(texts, json.dumps(first))
+    second = latest_offset(offsets, first)
+    assert second != first and reader.next_offset == second
+    reader.partials(
+        [part_text(p) for p in offset_parts(offsets, first, second)], json.dumps(second)
+    )
+    assert reader.next_offset == second  # idle: nothing after it
+    (tmp_path / "part-00009.parquet").write_bytes(b"not a Parquet file")
+    reader.partials([], json.dumps(second))
+    assert reader.next_offset is None  # its error is the micro-batch's that will read it
+    reader.close()

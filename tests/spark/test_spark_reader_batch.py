@@ -11,6 +11,7 @@ import datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from spark_harness import (
     assert_same_results,
@@ -62,8 +63,9 @@ def test_reader_plan_equals_spark_native(spark, tmp_path, case):
     assert "mangonel's reader, stage 2 on the driver" in session.explain()
     source = file_stream(spark, tmp_path / "in", ddl)
     assert_same_results(sink.frame(), native_case_rows(source, case, tmp_path / "native"), ["k"])
-    # 4 files: 4 data micro-batches, then the source's flush micro-batch (no data)
-    assert sorted(sink.batches) == [0, 1, 2, 3, 4]
+    # 4 files: 4 micro-batches triggered by Spark's file source; the last, with no new data
+    # after it, also fires what Spark's no-data micro-batch would
+    assert sorted(sink.batches) == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("placement", ["driver", "executors"])
@@ -83,15 +85,20 @@ def test_both_reader_placements_equal_spark_native(spark, tmp_path, placement):
         spark.conf.unset(reader_batch.PLACEMENT_SETTING)
     text = session.explain()
     reads = {
-        "driver": "the driver, one micro-batch ahead: Spark's source hands it the parts",
+        "driver": "the driver, one micro-batch ahead: the parts by the stream's offsets, "
+        "recorded under the checkpoint",
         "executors": "a Spark task per part",
     }
     assert f"reads={reads[placement]} ({reader_batch.PLACEMENT_SETTING}={placement})" in text
-    source = {"driver": "mangonel_parts", "executors": "mangonel_panes"}[placement]
-    assert f"source={source} over s" in text
+    source = {
+        "driver": "binaryFile over s (a folder: Spark's file source triggers, no Python process",
+        "executors": "mangonel_panes over s (its partitions read the parts)",
+    }[placement]
+    assert f"source={source}" in text
     source = file_stream(spark, tmp_path / "in", ddl)
     assert_same_results(sink.frame(), native_case_rows(source, case, tmp_path / "native"), ["k"])
-    assert sorted(sink.batches) == [0, 1, 2, 3, 4]
+    # the executors' source makes a flush micro-batch; the driver fires it in the last one
+    assert sorted(sink.batches) == list(range(5 if placement == "executors" else 4))
     if placement == "driver":  # micro-batches 1-3 were read while the one before ran
         reader = session._driver_queries[next(reversed(session._driver_queries))].driver_reader  # noqa: SLF001
         assert (reader.ahead.hits, reader.ahead.misses) == (3, 1)
@@ -175,9 +182,89 @@ def test_a_row_behind_the_watermark_by_one_micro_batch_counts_as_in_spark(spark,
     assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
     starts = sorted(ours["window_start"].dt.second)
     assert starts == [4, 5, 6] and function.late_tuples == 1
-    # W after micro-batch 2 is 7.1 s: [6 s, 7 s) fires in the source's flush micro-batch
-    assert sorted(sink.batches) == [0, 1, 2, 3]
-    assert sink.batches[3].column("window_start").to_pylist() == [_at(6)]
+    # W after micro-batch 2 is 7.1 s, and no file follows: [6 s, 7 s) fires in micro-batch 2
+    # after [5 s, 6 s), where Spark fires it in its no-data micro-batch 3
+    assert sorted(sink.batches) == [0, 1, 2]
+    assert sink.batches[2].column("window_start").to_pylist() == [_at(5), _at(6)]
+
+
+def test_a_file_after_idle_is_judged_as_spark_judges_it_after_its_no_data_batch(spark, tmp_path):
+    """A running query goes idle after [4.5 s, 5.5 s): its micro-batch fires [4 s, 5 s) at
+    W = 5.5 s itself, where Spark fires it in a no-data micro-batch. A file that lands then
+    is judged against 5.5 s in both: its 4.7 s row is late, its 6.5 s row counts."""
+    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
+    query = "SELECT k, window_start, window_end, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k"
+    write_micro_batches(tmp_path / "in", [_rows([4.5, 5.5])])
+    session = declared(spark, tmp_path / "in", ddl, "0ms")
+    planned = session._spark_plan(session.session.sql(query))  # noqa: SLF001
+    sink = Collect()
+    streaming, _, function = reader_batch.start(spark, planned, "test", sink, str(tmp_path / "ck"))
+    try:
+        streaming.processAllAvailable()
+        assert sink.batches[0].column("window_start").to_pylist() == [_at(4)]
+        write_micro_batches(tmp_path / "in", [_rows([4.7, 6.5])])
+        streaming.processAllAvailable()
+    finally:
+        streaming.stop()
+    assert sorted(sink.batches) == [0, 1] and function.late_tuples == 1
+    write_micro_batches(tmp_path / "native_in", [_rows([4.5, 5.5])])
+    native = native_window_query(
+        file_stream(spark, tmp_path / "native_in", ddl),
+        event_time="ts",
+        delay="0 milliseconds",
+        size="1 second",
+        slide="1 second",
+        keys=["k"],
+        aggregates=[("COUNT(*)", None, "n")],
+    )
+    name = "idle_native"
+    running = (
+        native.writeStream.format("memory")
+        .queryName(name)
+        .outputMode("append")
+        .option("checkpointLocation", str(tmp_path / "native_ck"))
+        .start()
+    )
+    try:
+        running.processAllAvailable()
+        write_micro_batches(tmp_path / "native_in", [_rows([4.7, 6.5])])
+        running.processAllAvailable()
+    finally:
+        running.stop()
+    native_rows = spark.table(name).toPandas()
+    spark.catalog.dropTempView(name)
+    assert_same_results(sink.frame(), native_rows, ["k"])
+    assert sorted(native_rows["window_start"].dt.second) == [4, 5]
+
+
+def test_a_rerun_batch_id_reads_the_parts_it_recorded(spark, tmp_path):
+    """Where Spark's file source triggers, the driver records a micro-batch's parts under
+    the checkpoint before reading them. Micro-batch 1 fails in the sink after a file named
+    between the two read lands; its re-run reads what it read the first time, and the new
+    file, named before the last file read, is never read (files are read in name order)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    pq.write_table(_rows([1.5]), folder / "part-00000.parquet")
+    pq.write_table(_rows([2.5, 3.5]), folder / "part-00002.parquet")
+    session = declared(spark, folder, "ts TIMESTAMP, k STRING, v DOUBLE", "0ms")
+    query = "SELECT k, window_start, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k"
+    seen: list[tuple[int, pa.Table]] = []
+
+    def flaky(table: pa.Table, batch_id: int) -> None:
+        seen.append((batch_id, table))
+        if batch_id == 1 and len([b for b, _ in seen if b == 1]) == 1:
+            pq.write_table(_rows([2.2] * 5), folder / "part-00001.parquet")
+            raise RuntimeError("sink failed once")
+
+    with pytest.raises(Exception, match="sink failed once"):
+        run_start(session, query, tmp_path / "ck", flaky, plan="reader")
+    run_start(session, query, tmp_path / "ck", flaky, plan="reader")
+    reruns = [table for batch_id, table in seen if batch_id == 1]
+    assert len(reruns) == 2 and reruns[0].equals(reruns[1])
+    last = dict(seen)  # each batch id's rows as finally written
+    assert sorted(last) == [0, 1, 2]  # 2: Spark's micro-batch for the new file, none read
+    rows = pa.concat_tables([last[batch_id] for batch_id in sorted(last)]).to_pydict()
+    assert rows["window_start"] == [_at(1), _at(2)] and rows["n"] == [1, 1]
 
 
 def test_restart_from_checkpoint_equals_spark_native_restarted(spark, tmp_path):
@@ -238,7 +325,7 @@ def test_choice_explain_and_refusals(spark, tmp_path):
     run_start(session, query, tmp_path / "ck", plan="reader")
     text = session.explain()
     assert "mangonel's reader, stage 2 on the driver" in text
-    assert "Stage1 Python Data Source (foreachBatch)" in text
+    assert "Stage1 Spark file source (foreachBatch)" in text
     median = "SELECT k, window_start, MEDIAN(v) AS m FROM s [RANGE 1 SECOND] GROUP BY k"
     with pytest.raises(PlanError, match="holistic"):
         run_start(session, median, tmp_path / "ck2", plan="reader")

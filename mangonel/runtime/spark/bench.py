@@ -480,7 +480,7 @@ def run_spark_benchmarks(
             + _alternative_text(result)
             + _start_text("driver-side (start)", result.driver_seconds, result.driver_rows, result)
             + _start_text(
-                "reader-fed (start, plan='reader')",
+                "reader-fed (start()'s plan over a declared stream)",
                 result.reader_seconds,
                 result.reader_rows,
                 result,

@@ -115,6 +115,9 @@ class DriverPlan:
     # the reader-fed plan: where its reader reads (`reader_batch.reader_placement`) and why
     reader_reads: str = "executors"
     reader_reads_reason: str = ""
+    # ... and Spark's source of its micro-batches (`reader_batch.reader_source`) and why
+    reader_source: str = ""
+    reader_source_reason: str = ""
 
     @property
     def window(self) -> ph.WindowAggregateExec:
@@ -196,11 +199,13 @@ def choose_reader(
     forced, or by default over a stream mangonel reads itself. It was faster than this
     module's plan at every measured shape and needs no tick (docs/performance.md, "Inside
     Spark: mangonel's reader feeding stage 2 on the driver"), and on tumbling windows, where
-    `sql()` plans Spark's own aggregation, it is faster than that once the stream has run a
-    few micro-batches: about 0.27 s a 2 M-row micro-batch against Spark's 0.59 s, after a
-    start about 1 s slower (its Python processes; "Inside Spark: the reader-fed plan in the
-    steady state"). A streaming query runs for long, so the steady state decides. Late rows
-    as data need the rows, which the reader never sends."""
+    `sql()` plans Spark's own aggregation, it is faster than that too: about 0.16 s a 2 M-row
+    micro-batch against Spark's 0.36-0.45 s, and where Spark's file source paces it (a folder
+    of files read on the driver) it starts as fast; behind a Python source (the generator,
+    the executors reading) its start is 1-2 s slower, so it is ahead after a few
+    micro-batches ("Inside Spark: Spark's file source as the trigger"). A streaming query
+    runs for long, so the steady state decides. Late rows as data need the rows, which the
+    reader never sends."""
     from mangonel.runtime.spark import reader_batch  # it builds on this module
 
     why_not = reader_batch.refused(planned, late_rows)
@@ -214,8 +219,9 @@ def choose_reader(
     shape = f"w/s = {window.window.size / window.window.slide:g}"
     source = window.lift.scan.stream.option("source").lower()
     instead = (
-        f"; instead of Spark's own window aggregation ({planned.native_reason}): half its "
-        "time a micro-batch once started, the start about 1 s slower"
+        f"; instead of Spark's own window aggregation ({planned.native_reason}): under half "
+        "its time a micro-batch; as fast to start over a folder of files read on the driver, "
+        "1-2 s slower behind a Python source"
         if planned.native
         else ""
     )
@@ -352,21 +358,23 @@ def batch_partials(
 
 class SnapshotStore:
     """The operator's snapshot per batch id under the checkpoint location (a local path or
-    a URI pyarrow can write): written whole, then renamed into place."""
+    a URI pyarrow can write): written whole, then renamed into place. `suffix` names another
+    record kept the same way beside it (the reader-fed plan's offsets, reader_batch.py)."""
 
-    def __init__(self, checkpoint_location: str) -> None:
+    def __init__(self, checkpoint_location: str, suffix: str = "snapshot") -> None:
         self.filesystem, root = pafs.FileSystem.from_uri(_uri(checkpoint_location))
         self.folder = f"{root.rstrip('/')}/{STATE_FOLDER}"
+        self.suffix = suffix
         self.filesystem.create_dir(self.folder, recursive=True)
 
     def _path(self, batch_id: int) -> str:
-        return f"{self.folder}/{batch_id:012d}.snapshot"
+        return f"{self.folder}/{batch_id:012d}.{self.suffix}"
 
     def batch_ids(self) -> list[int]:
         selector = pafs.FileSelector(self.folder, allow_not_found=True)
         found = []
         for info in self.filesystem.get_file_info(selector):
-            match = re.fullmatch(r"(\d{12})\.snapshot", info.base_name)
+            match = re.fullmatch(rf"(\d{{12}})\.{self.suffix}", info.base_name)
             if match:
                 found.append(int(match.group(1)))
         return sorted(found)

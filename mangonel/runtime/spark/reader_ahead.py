@@ -5,15 +5,16 @@ with pane_reader.py.
 Why: with a local master the executors share the driver's machine, and the reader's parts
 (a Parquet row group, a CSV file, a range of generated tuples) can be read where the window
 operator runs, in the driver's own process, which has the plan's modules and kernels loaded
-already. Spark's source (`mangonel_parts`, reader_source.py) then hands `foreachBatch` only
-each micro-batch's parts as text: no Spark job of Python tasks a micro-batch, no partial
-through the JVM. And as soon as a micro-batch's parts are taken, the next micro-batch's
+already. `foreachBatch` then gets only each micro-batch's parts as text (from the rules
+of reader_offsets.py where Spark's file source triggers, from `mangonel_parts` otherwise:
+reader_batch.py): no Spark job of Python tasks a micro-batch, no partial through the JVM.
+And as soon as a micro-batch's parts are taken, the next micro-batch's
 (the source's offset rules, reader_offsets.py, from this one's end offset) are read on
 threads while Spark writes its offset and commit logs and runs the micro-batch's stage 2
 (docs/performance.md, "Inside Spark: the reader's parts read on the driver, one micro-batch
 ahead").
 
-A read ahead is used only for exactly the parts Spark then hands over (a file added in
+A read ahead is used only for exactly the parts the next micro-batch takes (a file added in
 between, a replay after a restart: the parts differ, they are read anew); the parts of one
 micro-batch are read on `threads` threads (the work releases the GIL in Arrow and numba); a
 part's error is raised in the micro-batch that takes it, never in the background.
@@ -94,8 +95,9 @@ def _drop(futures: list[Future]) -> None:
 
 
 class DriverReader:
-    """The reader's parts of each micro-batch read on the driver (module docstring): from the
-    rows of `mangonel_parts` (each a part as text and the micro-batch's end offset) to the
+    """The reader's parts of each micro-batch read on the driver (module docstring): from its
+    parts as text and the micro-batch's end offset (`mangonel_parts`' rows, or reader_batch's
+    `FileTrigger`) to the
     partials `mangonel_panes` would have handed Spark for the same parts, in `spec`'s Spark
     columns (carrier rows and the watermark time included)."""
 
@@ -103,6 +105,9 @@ class DriverReader:
         self.spec = spec
         self.offsets = spec.offsets()
         self.ahead = ReadAhead(self._read, threads)
+        # the offset after the latest micro-batch's, by the source's rules, when its parts
+        # were taken (equal to that micro-batch's end: no new data then; None: not known)
+        self.next_offset: dict | None = None
         # numba's cached kernels of the pre-aggregation load while Spark starts the query,
         # not in its first micro-batch (best effort: a real error shows in the first read)
         threading.Thread(target=self._warm, name="mangonel-reader-warm", daemon=True).start()
@@ -117,11 +122,13 @@ class DriverReader:
 
     def _read_next(self, end: dict) -> None:
         """Start on the parts of the micro-batch after `end`, as the source will plan it."""
+        self.next_offset = None
         try:
             following = latest_offset(self.offsets, end)
             parts = offset_parts(self.offsets, end, following) if following != end else []
         except Exception:  # noqa: BLE001 - the next micro-batch's error, not this one's:
             return  # the source raises it when it plans that micro-batch; nothing read ahead
+        self.next_offset = following
         self.ahead.read_ahead(_key([part_text(p) for p in parts]), parts)
 
     def close(self) -> None:

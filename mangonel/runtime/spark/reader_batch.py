@@ -12,34 +12,52 @@ state every micro-batch (docs/performance.md, "Inside Spark: stage 2 on the driv
   Python and yields one carrier row and its (key, pane) partials, every row with the part's
   watermark time (the largest event time among the rows Spark's watermark would count). No
   row of the stream enters the JVM. Where (`reader_placement`, EXPLAIN's `reads`): with a
-  local master the driver reads the parts itself, one micro-batch ahead (reader_ahead.py:
-  Spark's source `mangonel_parts` hands `foreachBatch` only the parts); on a cluster a Spark
-  task per part (`mangonel_panes`, reader.py), whose partials `toArrow()` brings to the
-  driver. The Spark setting `spark.mangonel.reader.placement` ("driver" or "executors")
-  overrides the choice.
+  local master the driver reads the parts itself, one micro-batch ahead (reader_ahead.py);
+  on a cluster a Spark task per part (`mangonel_panes`, reader.py), whose partials
+  `toArrow()` brings to the driver. The Spark setting `spark.mangonel.reader.placement`
+  ("driver" or "executors") overrides the choice.
+- **Spark's source** (`reader_source`, EXPLAIN's `source`) gives the micro-batches and their
+  checkpointed progress. Where the driver reads a folder of files, it is Spark's own file
+  source (`binaryFile`, paths only: it reads no file) with `maxFilesPerTrigger` =
+  `files_per_trigger`, which only triggers the micro-batches: the driver takes each
+  micro-batch's parts by the stream's own offset rules (files in name order,
+  reader_offsets.py) and records them under the checkpoint before reading them
+  (`FileTrigger`), so a re-run batch id reads the same parts. Why: a Python Data Source
+  costs Spark fresh Python processes at every query start (about 1.5 s on the project's
+  2-core VM, docs/performance.md); the JVM's file source starts in about 0.2 s. The
+  generator (no files) keeps `mangonel_parts` (reader_source.py), which hands the driver
+  the parts as rows.
 - **The watermark** is computed on the driver by Spark's rule, in milliseconds as Spark keeps
   it: W_0 = 0, W_{N+1} = max(W_N, max event time through micro-batch N - delay). Micro-batch
   N merges its partials against W_{N-1} (a pane whose windows all ended then is late,
   dropped and counted: the operator's merge) and fires every window with end <= W_N, as
   Spark's own aggregation does (docs/spark.md, "Watermark and late data").
-- **No-data micro-batches** come from the source: after a micro-batch that read data, when no
-  new data is there, the reader's next offset only marks the data as flushed
-  (`ReaderSpec.flush`), so Spark runs one micro-batch with no partitions, in which the
-  windows due at the new watermark fire (Spark's own no-data micro-batch, without a
-  stateful operator).
+- **No-data micro-batches**: Spark runs one after data, when no new data is there, only for
+  a stateful query, to fire the windows due at the new watermark. Where Spark's file source
+  triggers, the micro-batch after which the driver finds no new data (its look ahead) fires
+  them itself, after its own windows: the rows and the watermark Spark's no-data
+  micro-batch would give, in the micro-batch before it. With `mangonel_parts` the source
+  makes that micro-batch: after data, when idle, its next offset only marks the data as
+  flushed (`ReaderSpec.flush`), a micro-batch with no parts.
 - **State and exactly once** as foreach_batch.py: per batch id, the operator's snapshot
   (with W_{N+1}) under the checkpoint; a re-run batch id restores the batch before it.
 
-Why not fire W_{N+1} right after micro-batch N (no flush micro-batch at all): Spark accepts,
-in micro-batch N + 1, rows of windows ending in (W_N, W_{N+1}], which would have fired
-already; the results would then differ from Spark's on out-of-order input (tested:
-tests/spark/test_spark_reader_batch.py).
+Why not fire W_{N+1} right after every micro-batch N: Spark accepts, in micro-batch N + 1,
+rows of windows ending in (W_N, W_{N+1}], which would have fired already; the results would
+then differ from Spark's on out-of-order input (tested: tests/spark/test_spark_reader_batch.py).
+Only when no new data is there does Spark run the no-data micro-batch first, and then judges
+the next data against W_{N+1}: what firing it at the end of micro-batch N gives. (A file
+that lands between the driver's look and Spark's next trigger is then read as if it came
+just after the no-data micro-batch: the schedule Spark itself runs had the file landed a
+moment later.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import struct
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -60,9 +78,16 @@ from mangonel.runtime.spark.foreach_batch import (
     parquet_sink,
 )
 from mangonel.runtime.spark.functions import bucket_tree
-from mangonel.runtime.spark.pane_reader import EVENT_TIME
+from mangonel.runtime.spark.pane_reader import EVENT_TIME, ReaderSpec
 from mangonel.runtime.spark.planner import SparkQueryPlan, reader_applies
 from mangonel.runtime.spark.reader_ahead import DriverReader
+from mangonel.runtime.spark.reader_offsets import (
+    SourceOffsets,
+    initial_offset,
+    latest_offset,
+    offset_parts,
+    part_text,
+)
 from mangonel.runtime.spark.reader_source import (
     END_OFFSET,
     PANES_FORMAT,
@@ -80,6 +105,9 @@ from mangonel.runtime.spark.stage1 import (
 _WATERMARK = struct.Struct("<q")  # W_{N+1} in milliseconds, before the operator's snapshot
 PLACEMENT_SETTING = "spark.mangonel.reader.placement"
 READER_PLACEMENTS = ("driver", "executors")
+TRIGGER_FORMAT = "binaryFile"  # Spark's file source of paths (module docstring)
+_TRIGGER_SCHEMA = "path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY"
+_OFFSETS_SUFFIX = "offsets"  # FileTrigger's record per batch id, beside the snapshots
 
 
 def reader_placement(spark: SparkSession) -> tuple[str, str]:
@@ -93,6 +121,15 @@ def reader_placement(spark: SparkSession) -> tuple[str, str]:
     if master.startswith("local"):
         return "driver", f"master {master}: the executors share the driver's machine"
     return "executors", f"master {master}: the reading scales with the executors"
+
+
+def reader_source(reads: str, offsets: SourceOffsets) -> tuple[str, str]:
+    """Spark's source of the reader-fed plan's micro-batches, and why (module docstring)."""
+    if reads == "executors":
+        return PANES_FORMAT, "its partitions read the parts"
+    if offsets.source in ("parquet", "csv") and Path(offsets.path).is_dir():
+        return TRIGGER_FORMAT, "a folder: Spark's file source triggers, no Python process to start"
+    return PARTS_FORMAT, f"a {offsets.source} stream: it hands the driver the parts"
 
 
 def refused(planned: SparkQueryPlan, late_rows: bool = False) -> str | None:
@@ -139,22 +176,65 @@ def reader_plan(
 
 
 def reader_rows(
-    spark: SparkSession, planned: SparkQueryPlan, reads: str
+    spark: SparkSession, spec: ReaderSpec, source: str
 ) -> tuple[DataFrame, DriverReader | None]:
-    """The reader's stream with its flush offsets (module docstring): its partials, or on the
-    driver its parts, with the `DriverReader` that reads them."""
-    window = planned.window
-    splits = spark.sparkContext.defaultParallelism
-    spec = reader_module.reader_spec(planned, splits)
-    spec.flush = True
-    if reads == "executors":
-        schema = partial_ddl(window) + f", {EVENT_TIME} TIMESTAMP"
-        return reader_module.panes_stream(spark, spec, schema), None
+    """Spark's stream of `source` (`reader_source`): the reader's partials, or where the
+    driver reads, its parts or only its triggers, with the `DriverReader` that reads them."""
+    if source == PANES_FORMAT:
+        schema = partial_ddl(spec.window) + f", {EVENT_TIME} TIMESTAMP"
+        flushing = dataclasses.replace(spec, flush=True)
+        return reader_module.panes_stream(spark, flushing, schema), None
+    # the GPU kernels' staging buffers are one per process: one thread drives them
+    threads = 1 if spec.window.backend == "gpu" else spec.splits
+    if source == TRIGGER_FORMAT:
+        triggers = (
+            spark.readStream.format(TRIGGER_FORMAT)
+            .schema(_TRIGGER_SCHEMA)
+            .option("maxFilesPerTrigger", spec.files_per_trigger)
+            .option("recursiveFileLookup", "true")
+            .load(spec.path)
+        )
+        return triggers.select("path"), DriverReader(spec, threads)
+    spec = dataclasses.replace(spec, flush=True)
     spark.dataSource.register(PartsDataSource)
     parts = spark.readStream.format(PARTS_FORMAT).option("offsets", spec.offsets().encode())
-    # the GPU kernels' staging buffers are one per process: one thread drives them
-    threads = 1 if window.backend == "gpu" else splits
     return parts.load(), DriverReader(spec, threads)
+
+
+class FileTrigger:
+    """The parts of each micro-batch Spark's file source triggers (module docstring): the
+    next ones by the stream's offset rules after the batch id before, recorded under the
+    checkpoint (the parts themselves, not only the offsets: a file that lands later with a
+    name inside the range is not one of them) before they are read, so that a re-run batch
+    id reads the same parts."""
+
+    def __init__(self, offsets: SourceOffsets, checkpoint_location: str) -> None:
+        self.offsets = offsets
+        self.log = SnapshotStore(checkpoint_location, suffix=_OFFSETS_SUFFIX)
+
+    def parts(self, batch_id: int) -> tuple[list[str], dict]:
+        """Micro-batch `batch_id`'s parts as text, and its end offset."""
+        saved = self.log.read(batch_id)
+        if saved is not None:  # a re-run batch id
+            recorded = json.loads(saved)
+            return recorded["parts"], recorded["end"]
+        start = self._end_of(batch_id - 1)
+        end = latest_offset(self.offsets, start)
+        parts = offset_parts(self.offsets, start, end) if end != start else []
+        texts = [part_text(part) for part in parts]
+        self.log.write(batch_id, json.dumps({"end": end, "parts": texts}).encode())
+        return texts, end
+
+    def _end_of(self, batch_id: int) -> dict:
+        if batch_id < 0:
+            return initial_offset(self.offsets)
+        saved = self.log.read(batch_id)
+        if saved is None:
+            raise DataError(
+                f"micro-batch {batch_id + 1}: no mangonel offsets of micro-batch {batch_id} "
+                f"under {self.log.folder}: start the query with a new checkpoint location"
+            )
+        return json.loads(saved)["end"]
 
 
 def spark_millis(microseconds: int) -> int:
@@ -181,6 +261,8 @@ class ReaderStage2:
     late_last_batch: int = 0
     # the driver reads the parts itself (`reader_placement`): the micro-batch's rows are parts
     driver_reader: DriverReader | None = None
+    # ... and where Spark's file source only triggers, takes them itself (`reader_source`)
+    trigger: FileTrigger | None = None
 
     def __post_init__(self) -> None:
         self.write = parquet_sink(self.sink) if isinstance(self.sink, str) else self.sink
@@ -205,10 +287,16 @@ class ReaderStage2:
         return tree, watermark_ms
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        table = batch.toArrow()  # a flush micro-batch has no partitions: no rows
-        if self.driver_reader is not None:  # the rows are parts: read them here
-            end = table[END_OFFSET][0].as_py() if table.num_rows else None
-            table = self.driver_reader.partials(table[PART].to_pylist(), end)
+        idle = False  # no new data after this micro-batch's (the driver's look ahead)
+        if self.trigger is not None and self.driver_reader is not None:
+            texts, end = self.trigger.parts(batch_id)  # the batch's rows are not read
+            table = self.driver_reader.partials(texts, json.dumps(end))
+            idle = self.driver_reader.next_offset == end
+        else:
+            table = batch.toArrow()  # a flush micro-batch has no partitions: no rows
+            if self.driver_reader is not None:  # the rows are parts: read them here
+                last = table[END_OFFSET][0].as_py() if table.num_rows else None
+                table = self.driver_reader.partials(table[PART].to_pylist(), last)
         tree, watermark_ms = self.restore(batch_id)
         operator = tree.leaf()
         late_before = operator.late
@@ -221,6 +309,8 @@ class ReaderStage2:
             if partials is not None:
                 operator.merge(partials)  # late against W_{N-1}
         fired = tree.on_watermark(watermark_ms * 1000)
+        if idle and next_ms > watermark_ms:  # Spark's no-data micro-batch, here (docstring)
+            fired += tree.on_watermark(next_ms * 1000)
         self.write(pa.Table.from_batches(fired, schema=tree.schema), batch_id)
         self.store.write(batch_id, _WATERMARK.pack(next_ms) + tree.snapshot())
         self.late_last_batch = operator.late - late_before
@@ -253,9 +343,18 @@ def start(
     reads = reader_placement(spark)
     for_reader, driver = reader_plan(planned, reason, reads)
     delay_us = for_reader.window.window.watermark_delay_us
-    rows, driver_reader = reader_rows(spark, for_reader, reads[0])
+    spec = reader_module.reader_spec(for_reader, spark.sparkContext.defaultParallelism)
+    source, source_reason = reader_source(reads[0], spec.offsets())
+    driver = dataclasses.replace(driver, reader_source=source, reader_source_reason=source_reason)
+    rows, driver_reader = reader_rows(spark, spec, source)
+    trigger = FileTrigger(spec.offsets(), checkpoint_location) if source == TRIGGER_FORMAT else None
     function = ReaderStage2(
-        driver, sink, checkpoint_location, delay_ms=delay_us // 1000, driver_reader=driver_reader
+        driver,
+        sink,
+        checkpoint_location,
+        delay_ms=delay_us // 1000,
+        driver_reader=driver_reader,
+        trigger=trigger,
     )
     writer = rows.writeStream.foreachBatch(function)
     if query_name is not None:
@@ -269,25 +368,39 @@ def explain_text(plan: DriverPlan) -> str:
     stream = window.lift.scan.stream
     keys = ", ".join(k.name for k in window.keys)
     group_by = f"[{keys}{', ' if keys else ''}pane]"
-    on_driver = plan.reader_reads == "driver"
-    where = {
-        "driver": "the driver, one micro-batch ahead: Spark's source hands it the parts",
-        "executors": "a Spark task per part",
-    }[plan.reader_reads]
+    triggered = plan.reader_source == TRIGGER_FORMAT
+    where, to_driver, no_data = {
+        TRIGGER_FORMAT: (
+            "the driver, one micro-batch ahead: the parts by the stream's offsets, recorded "
+            "under the checkpoint",
+            "nothing (it triggers)",
+            "the micro-batch before idle fires the new watermark too",
+        ),
+        PARTS_FORMAT: (
+            "the driver, one micro-batch ahead: Spark's source hands it the parts",
+            "parts",
+            "a flush offset after data, when idle",
+        ),
+        PANES_FORMAT: (
+            "a Spark task per part",
+            "(key, pane) partials as Arrow",
+            "a flush offset after data, when idle",
+        ),
+    }[plan.reader_source]
     why = f" ({plan.reader_reads_reason})" if plan.reader_reads_reason else ""
     source = PlanNode(
-        "Stage1 Python Data Source (foreachBatch)",
+        f"Stage1 {'Spark file source' if triggered else 'Python Data Source'} (foreachBatch)",
         (
             Parameter(
-                "source", f"{PARTS_FORMAT if on_driver else PANES_FORMAT} over {stream.name}", None
+                "source",
+                f"{plan.reader_source} over {stream.name} ({plan.reader_source_reason})",
+                plan.reader_source,
             ),
             Parameter("group_by", group_by, group_by),
             Parameter("runs", "read a part, lift + pane pre-aggregation", None),
             Parameter("reads", where + why, plan.reader_reads),
-            Parameter(
-                "to_driver", "parts" if on_driver else "(key, pane) partials as Arrow", "partials"
-            ),
-            Parameter("no_data", "a flush offset after data, when idle", None),
+            Parameter("to_driver", to_driver, "partials"),
+            Parameter("no_data", no_data, None),
         ),
         (PlanNode(f"Source: stream={stream.name}", (), ()),),
     )

@@ -13,7 +13,8 @@ Two sources over the same offsets and parts: `mangonel_panes` (`PaneStreamReader
 Spark task per part, which reads it and yields its partials (on the executors);
 `mangonel_parts` (`PartsStreamReader`, Spark's `SimpleDataSourceStreamReader`) yields only
 each micro-batch's parts as text, for the reader-fed plan to read on the driver itself
-(reader_ahead.py; which one: `reader_batch.reader_placement`).
+(reader_ahead.py) where Spark's own file source cannot pace it (the generator, a single
+file; which source: `reader_batch.reader_source`).
 
 Offsets and partitions: reader_offsets.py. With `flush` (the reader-fed plan,
 reader_batch.py) an offset also says whether the data before it was flushed: after a
