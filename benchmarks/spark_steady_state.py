@@ -4,12 +4,13 @@ reader-fed plan in the steady state").
 
 `mangonel bench --spark` times 4 M tuples (2 micro-batches), where a plan's start weighs as
 much as its micro-batches (the reader-fed plan's took about 2 s while a Python source paced
-it, docs/performance.md); a streaming query runs far longer. Here the same
-stream (the bench's: 1000 keys, SUM(value), event time 1 M tuples/s, watermark delay 0,
-Parquet files of `--batch` rows, one per micro-batch) runs at each of `--tuples` lengths and
-each of `--slides` (w = 1 s): both plans once to warm up, then `--rounds` rounds in turn,
-each start to `processAllAvailable`, Spark's own plan into its no-op sink, the reader-fed
-plan into a sink that counts the rows. Before each timed run both garbage collectors run
+it, docs/performance.md); a streaming query runs far longer. Here the same stream (the
+bench's: 1000 keys, event time 1 M tuples/s, watermark delay 0, Parquet files of `--batch`
+rows, one per micro-batch) runs at each of `--tuples` lengths, each of `--slides` (w = 1 s)
+and each of `--aggregates` of the value (default SUM): both plans once to warm up, then
+`--rounds` rounds in turn, each start to `processAllAvailable`, Spark's own plan into its
+no-op sink, the reader-fed plan into a sink that counts the rows. Before each timed run
+both garbage collectors run
 (Python's, and the JVM's through `System.gc()`), so a plan does not pay for the garbage the
 other left in the shared JVM (`--no-settle`: as it was run before 2026-12-06 16:00 UTC). One
 line per round: seconds, rows out (a round whose row counts differ stops the run) and the
@@ -44,10 +45,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-settle", dest="settle", action="store_false")
     parser.add_argument("--placements", type=lambda text: text.split(","), default=[""])
+    parser.add_argument(
+        "--aggregates", type=lambda text: text.split(","), default=["SUM"], help="SQL names"
+    )
     arguments = parser.parse_args()
     spark = bench.start_local_spark()
-    for slide in arguments.slides:
-        shape = bench.SparkShape(1_000_000, slide)
+    for slide, aggregate in [(s, a) for s in arguments.slides for a in arguments.aggregates]:
+        shape = bench.SparkShape(1_000_000, slide, aggregate=aggregate)
         query = bench.mangonel_query(shape)
         for tuples in arguments.tuples:
             with tempfile.TemporaryDirectory(prefix="mangonel-steady-") as folder:

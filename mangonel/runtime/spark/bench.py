@@ -258,13 +258,14 @@ def mangonel_query(shape: SparkShape) -> str:
 
 
 def native_query(source: DataFrame, shape: SparkShape) -> DataFrame:
-    """Spark's own streaming window aggregation of `shape` over `source` (the peer)."""
-    aggregate = {"SUM": F.sum, "AVG": F.avg, "MEDIAN": F.median}[shape.aggregate.upper()]
+    """Spark's own streaming window aggregation of `shape` over `source` (the peer): the
+    same aggregate function of the value column, by its SQL name (SUM, AVG, MIN, MEDIAN,
+    STDDEV_SAMP, ...)."""
     window = F.window("ts", f"{shape.range_us} microseconds", f"{shape.slide_us} microseconds")
     return (
         source.withWatermark("ts", "0 milliseconds")
         .groupBy(window, "key")
-        .agg(aggregate("value").alias("result"))
+        .agg(F.expr(f"{shape.aggregate}(value)").alias("result"))
         .select("key", "window.start", "window.end", "result")
     )
 
