@@ -150,6 +150,19 @@ def _rows(times: list[float], key: str = "a") -> pa.Table:
     )
 
 
+def _native_counts(spark, folder: Path, ddl: str):  # noqa: ANN001, ANN202
+    """Spark's own COUNT(*) per key over 1 s tumbling windows of `folder`, delay 0."""
+    return native_window_query(
+        file_stream(spark, folder, ddl),
+        event_time="ts",
+        delay="0 milliseconds",
+        size="1 second",
+        slide="1 second",
+        keys=["k"],
+        aggregates=[("COUNT(*)", None, "n")],
+    )
+
+
 def test_a_row_behind_the_watermark_by_one_micro_batch_counts_as_in_spark(spark, tmp_path):
     """Micro-batch 0 moves the watermark to 5.5 s; micro-batch 1 holds a row at 4.5 s, whose
     window [4 s, 5 s) ended at or before that watermark. Spark judges micro-batch 1's rows
@@ -170,15 +183,7 @@ def test_a_row_behind_the_watermark_by_one_micro_batch_counts_as_in_spark(spark,
     finally:
         streaming.stop()
     ours = sink.frame()
-    native = native_window_query(
-        file_stream(spark, tmp_path / "in", ddl),
-        event_time="ts",
-        delay="0 milliseconds",
-        size="1 second",
-        slide="1 second",
-        keys=["k"],
-        aggregates=[("COUNT(*)", None, "n")],
-    )
+    native = _native_counts(spark, tmp_path / "in", ddl)
     assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
     starts = sorted(ours["window_start"].dt.second)
     assert starts == [4, 5, 6] and function.late_tuples == 1
@@ -208,15 +213,7 @@ def test_a_file_after_idle_is_judged_as_spark_judges_it_after_its_no_data_batch(
         streaming.stop()
     assert sorted(sink.batches) == [0, 1] and function.late_tuples == 1
     write_micro_batches(tmp_path / "native_in", [_rows([4.5, 5.5])])
-    native = native_window_query(
-        file_stream(spark, tmp_path / "native_in", ddl),
-        event_time="ts",
-        delay="0 milliseconds",
-        size="1 second",
-        slide="1 second",
-        keys=["k"],
-        aggregates=[("COUNT(*)", None, "n")],
-    )
+    native = _native_counts(spark, tmp_path / "native_in", ddl)
     name = "idle_native"
     running = (
         native.writeStream.format("memory")
