@@ -23,8 +23,9 @@ state every micro-batch (docs/performance.md, "Inside Spark: stage 2 on the driv
   micro-batch's parts by the stream's own offset rules (files in name order,
   reader_offsets.py) and records them under the checkpoint before reading them
   (`FileTrigger`), so a re-run batch id reads the same parts. Why: a Python Data Source
-  costs Spark fresh Python processes at every query start (about 1.5 s on the project's
-  2-core VM, docs/performance.md); the JVM's file source starts in about 0.2 s. The
+  costs Spark fresh Python processes at every query start (its first micro-batch about 2 s
+  after `start()` on the project's 2-core VM, docs/performance.md); with the JVM's file
+  source, about 0.2 s. The
   generator (no files) keeps `mangonel_parts` (reader_source.py), which hands the driver
   the parts as rows.
 - **The watermark** is computed on the driver by Spark's rule, in milliseconds as Spark keeps
