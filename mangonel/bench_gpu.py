@@ -68,6 +68,8 @@ class PublicShape:
     def query(self) -> str:
         if self.aggregate == ALL_SIX:
             calls = ", ".join(f"{a}(value) AS {a.lower()}_v" for a in AGGREGATES)
+        elif "(" in self.aggregate:  # a whole call, e.g. APPROX_PERCENTILE(value, 0.5)
+            calls = f"{self.aggregate} AS result"
         else:
             calls = f"{self.aggregate}(value) AS result"
         return (

@@ -191,6 +191,21 @@ def test_gpu_public_bench_prints_both_bounds_and_one_row_per_shape(monkeypatch, 
     assert len(rows_seen) == 3 * len(shapes)
 
 
+def test_gpu_public_shape_takes_a_whole_call_as_its_aggregate() -> None:
+    """An aggregate with arguments of its own (`APPROX_PERCENTILE(value, 0.5)`, as the
+    timers script takes it) is called as written; a bare name gets `(value)`."""
+    import mangonel.bench_gpu as bench_gpu
+    from mangonel.session import Session
+
+    call = bench_gpu.PublicShape(10_000, 10, "APPROX_PERCENTILE(value, 0.5)", 0, 10_000)
+    assert "APPROX_PERCENTILE(value, 0.5) AS result" in call.query()
+    assert "SUM(value) AS result" in bench_gpu.PublicShape(10_000, 10, "SUM", 0, 10_000).query()
+    session = Session(backend="cpu")
+    session.create_stream("events", bench_gpu.BENCH_SCHEMA.to_arrow(), event_time="ts")
+    whole = bench_gpu.dataset(call, 20_000, 1)
+    assert session.sql(call.query()).run([whole]).num_rows > 0
+
+
 def test_gpu_bench_profile_names_the_engine_functions() -> None:
     """`--profile`'s text: one more run under cProfile, top functions by own time (run on
     the CPU backend here; the GPU bench calls it with backend="gpu")."""
