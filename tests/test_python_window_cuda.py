@@ -210,6 +210,8 @@ def ordered_pairs(values, times):  # reads the timestamps: their order with the 
 
 rng = np.random.default_rng(7)
 for trial in range(6):
+    # blocks of 1 to 4 threads (the device's count of multiprocessors decides them)
+    gpu._multiprocessors = lambda xp, count=2 * trial + 1: count
     floating = trial % 2 == 0
     count = 60
     if floating:
@@ -246,7 +248,9 @@ print("simulated kernels equal the CPU")
 
 def test_the_device_kernels_equal_the_cpu_kernel_under_numbas_cuda_simulator():
     root = Path(__file__).resolve().parents[1]
-    environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(root)}
+    # the project first, then whatever the caller's path held (its packages may live there)
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
+    environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path}
     done = subprocess.run(
         [sys.executable, "-c", SIMULATED],
         env=environment,
@@ -256,6 +260,17 @@ def test_the_device_kernels_equal_the_cpu_kernel_under_numbas_cuda_simulator():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "simulated kernels equal the CPU" in done.stdout
+
+
+def test_the_function_kernel_spreads_few_windows_over_every_multiprocessor():
+    from mangonel.runtime.gpu.python_window import THREADS_PER_BLOCK, function_threads
+
+    assert function_threads(1000, 132) == 8  # a tumbling firing of 1000 keys: 125 blocks
+    assert function_threads(100_000, 132) == THREADS_PER_BLOCK
+    assert function_threads(1, 132) == 1
+    assert function_threads(133, 132) == 2
+    assert function_threads(5, 1) == 5
+    assert function_threads(10, 0) == 10  # no count known: one multiprocessor assumed
 
 
 def test_the_block_gather_merge_compiles_for_cuda():
