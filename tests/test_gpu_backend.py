@@ -190,6 +190,32 @@ def test_gpu_pinned_source_batches_equal_cpu():
     compare(plan, pinned + disordered, options=options)
 
 
+def test_gpu_pinned_narrow_source_batches_equal_cpu():
+    """The harness's 16 B/tuple source (`GpuShape(narrow=True)`): INT keys and FLOAT values
+    as views of pinned memory, copied to the device at their declared widths beside the
+    int64 event times, in chunks; the CPU engine gives the same rows, and the whole shape
+    through the harness's own plan (`bench_plan`) too."""
+    from mangonel.runtime.local.gpu_bench import GpuShape, PinnedSource, bench_plan, source_batches
+
+    options = GpuOptions(chunk_rows=9_999)
+    source = PinnedSource(300_000, narrow=True)
+    shape = GpuShape(100, 1000, 0, 1 << 20, narrow=True)
+    pinned = source_batches(shape, source, 300_000)
+    assert pinned[0].num_rows == (1 << 20) // 16
+    assert pinned[0].schema.types[1:] == [pa.int32(), pa.float32()]
+    assert pinned[0].column(1).to_numpy().tolist() == source.column("key1000")[:65536].tolist()
+    plan = make_plan(
+        [("ts", T.TIMESTAMP), ("key", T.INT), ("value", T.FLOAT)],
+        keys=("key",),
+        aggregates=[(F.SUM, exp.column("value")), (F.COUNT_STAR, None)],
+        size=2_000,
+        slide=100,
+        delay=500,
+    )
+    compare(plan, pinned, options=options)
+    compare(ph.with_backend(bench_plan(shape), "cpu", "test"), pinned[:2], options=options)
+
+
 def test_gpu_stream_lookahead_equals_cpu():
     """`LocalQuery.stream` over a list reads one batch ahead: batch k + 1's columns are copied
     (prefetched) while batch k is merged and fired. Pinned and pageable batches, chunked copies,

@@ -14,7 +14,9 @@ to the host, finalized and projected into Arrow). Windows fire after every batch
 engine; there is no separate loop.
 
 Each run measures the machine's pinned host-to-device bandwidth and reports achieved bytes/s
-over it (bytes = 24 per tuple, what the copy moves).
+over it (bytes = 24 per tuple, what the copy moves; 16 for a `narrow` shape, whose source
+declares the key INT and the value FLOAT: the columns cross at their declared widths, 8 + 4
++ 4 bytes, issue 12's "pinned source, 16 B/tuple").
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from mangonel.runtime.gpu import device
 from mangonel.runtime.local.query import LocalQuery
 
 BYTES_PER_TUPLE = 24
+NARROW_BYTES_PER_TUPLE = 16  # ts int64, key int32 (INT), value float32 (FLOAT)
 TUPLES_PER_EVENT_SECOND = 100_000_000
 
 
@@ -43,12 +46,20 @@ class GpuShape:
     delay_us: int
     batch_bytes: int
     range_us: int = 1_000_000
+    narrow: bool = False  # key INT, value FLOAT: 16 bytes a tuple at the source, not 24
+
+    @property
+    def bytes_per_tuple(self) -> int:
+        return NARROW_BYTES_PER_TUPLE if self.narrow else BYTES_PER_TUPLE
 
     @property
     def name(self) -> str:
         order = "in-order" if self.delay_us == 0 else "delay<1s"
         slide = f"{self.slide_us // 1000}ms" if self.slide_us >= 1000 else f"{self.slide_us}us"
-        return f"w=1s s={slide} keys={self.keys} SUM {order} batch={self.batch_bytes >> 20}MiB"
+        width = " 16B/tuple" if self.narrow else ""
+        return (
+            f"w=1s s={slide} keys={self.keys} SUM {order} batch={self.batch_bytes >> 20}MiB{width}"
+        )
 
 
 def default_gpu_shapes() -> list[GpuShape]:
@@ -64,23 +75,26 @@ def default_gpu_shapes() -> list[GpuShape]:
 def bench_plan(shape: GpuShape) -> ph.ProjectExec:
     from sqlglot import exp
 
+    key_type = SqlType.INT if shape.narrow else SqlType.BIGINT
+    value_type = SqlType.FLOAT if shape.narrow else SqlType.DOUBLE
     schema = Schema(
         (
             Column("ts", SqlType.TIMESTAMP),
-            Column("key", SqlType.BIGINT),
-            Column("value", SqlType.DOUBLE),
+            Column("key", key_type),
+            Column("value", value_type),
         )
     )
     stream = Stream("events", schema, "ts", shape.delay_us)
     spec = lg.WindowSpec(lg.WindowKind.TIME, shape.range_us, shape.slide_us, shape.delay_us)
+    # SUM of a FLOAT is a DOUBLE (Spark's rule, the binder's)
     aggregate = lg.Aggregate(lg.AggregateFunction.SUM, exp.column("value"), SqlType.DOUBLE)
     node = lg.WindowAggregate(
         lg.StreamScan(stream, schema.columns), spec, (schema.columns[1],), (aggregate,)
     )
-    outputs = (lg.OutputColumn("key", exp.column("key"), SqlType.BIGINT),)
+    outputs = (lg.OutputColumn("key", exp.column("key"), key_type),)
     return ph.plan(
         lg.Project(node, outputs),
-        argument_types={0: SqlType.DOUBLE},
+        argument_types={0: value_type},
         backend="gpu",
         backend_reason="benchmark",
     )
@@ -159,12 +173,14 @@ def measure_staging_rate(threads: int, chunk_rows: int, chunks: int = 8) -> tupl
 
 
 class PinnedSource:
-    """Columns generated once into pinned host memory (the benchmark's source)."""
+    """Columns generated once into pinned host memory (the benchmark's source); with
+    `narrow`, also the keys as int32 and the values as float32 (the narrow shapes' source)."""
 
-    def __init__(self, tuples: int, seed: int = 1) -> None:
+    def __init__(self, tuples: int, seed: int = 1, narrow: bool = False) -> None:
         cp = device.cupy()
         self.tuples = tuples
-        self.memory = cp.cuda.alloc_pinned_memory(tuples * 8 * 5)
+        wide_bytes = tuples * 8 * 5
+        self.memory = cp.cuda.alloc_pinned_memory(wide_bytes + (tuples * 4 * 3 if narrow else 0))
         view = np.frombuffer(self.memory, np.int64, tuples * 5).reshape(5, tuples)
         rng = np.random.default_rng(seed)
         index = np.arange(tuples, dtype=np.int64)
@@ -174,9 +190,22 @@ class PinnedSource:
         view[3] = 0
         view.view(np.float64)[4] = rng.random(tuples)
         self.view = view
+        self.narrow_rows = None
+        if narrow:  # int32 key1000, int32 key1, float32 value: the same values, narrower
+            rows = np.frombuffer(self.memory, np.int32, count=tuples * 3, offset=wide_bytes)
+            self.narrow_rows = rows.reshape(3, tuples)
+            self.narrow_rows[0] = view[2]
+            self.narrow_rows[1] = view[3]
+            self.narrow_rows.view(np.float32)[2] = view.view(np.float64)[4]
 
     def column(self, name: str) -> np.ndarray:
-        """One column of the source; `value` is DOUBLE (the float64 view of its row)."""
+        """One column of the source; `value` is DOUBLE (the float64 view of its row);
+        `key1000_int`, `key1_int` and `value_float` are the narrow source's."""
+        if name in ("key1000_int", "key1_int", "value_float"):
+            if self.narrow_rows is None:
+                raise ValueError("this source was made without its narrow columns")
+            row = self.narrow_rows[{"key1000_int": 0, "key1_int": 1, "value_float": 2}[name]]
+            return row.view(np.float32) if name == "value_float" else row
         row = self.view[{"ts": 0, "ts_late": 1, "key1000": 2, "key1": 3, "value": 4}[name]]
         return row.view(np.float64) if name == "value" else row
 
@@ -184,13 +213,18 @@ class PinnedSource:
 def source_batches(shape: GpuShape, source: PinnedSource, tuples: int) -> list[pa.RecordBatch]:
     """The shape's input as Arrow batches that are views of the pinned source (no copy): the
     engine's stager sees pinned buffers and copies them to the device as they are."""
-    rows = shape.batch_bytes // BYTES_PER_TUPLE
+    rows = shape.batch_bytes // shape.bytes_per_tuple
+    suffix = "_int" if shape.narrow else ""
     columns = (
         source.column("ts" if shape.delay_us == 0 else "ts_late"),
-        source.column("key1" if shape.keys == 1 else "key1000"),
-        source.column("value"),
+        source.column(("key1" if shape.keys == 1 else "key1000") + suffix),
+        source.column("value_float" if shape.narrow else "value"),
     )
-    types = (pa.timestamp("us", tz="UTC"), pa.int64(), pa.float64())
+    types = (
+        pa.timestamp("us", tz="UTC"),
+        pa.int32() if shape.narrow else pa.int64(),
+        pa.float32() if shape.narrow else pa.float64(),
+    )
     schema = pa.schema(
         [pa.field(name, t) for name, t in zip(("ts", "key", "value"), types, strict=True)]
     )
@@ -200,7 +234,12 @@ def source_batches(shape: GpuShape, source: PinnedSource, tuples: int) -> list[p
             pa.Array.from_buffers(
                 t,
                 rows,
-                [None, pa.foreign_buffer(column[first:].ctypes.data, rows * 8, base=source.memory)],
+                [
+                    None,
+                    pa.foreign_buffer(
+                        column[first:].ctypes.data, rows * column.itemsize, base=source.memory
+                    ),
+                ],
             )
             for column, t in zip(columns, types, strict=True)
         ]
@@ -239,7 +278,7 @@ def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
         "rows_out": rows_out,
         "windows_fired": metrics.windows_fired,
         "late": metrics.late_tuples_dropped,
-        "bytes_per_tuple": BYTES_PER_TUPLE,
+        "bytes_per_tuple": shape.bytes_per_tuple,
         "strategy": ph.find(query.plan, ph.WindowAggregateExec).strategy,
         "fired_after_every_batch": True,
         "lookahead": True,
@@ -263,13 +302,14 @@ def run_gpu_benchmarks(
         print(
             f"device: {name}; pinned H2D bandwidth {bandwidth / 1e9:.1f} GB/s "
             f"(bound {bandwidth / BYTES_PER_TUPLE / 1e9:.2f} G tuples/s at "
-            f"{BYTES_PER_TUPLE} B/tuple)"
+            f"{BYTES_PER_TUPLE} B/tuple, {bandwidth / NARROW_BYTES_PER_TUPLE / 1e9:.2f} G at "
+            f"{NARROW_BYTES_PER_TUPLE})"
         )
-    source = PinnedSource(tuples)
     shapes = shapes or default_gpu_shapes()
+    source = PinnedSource(tuples, narrow=any(s.narrow for s in shapes))
     # warm-up (not reported): module compile/load per plan, first cudaMalloc of the pool
-    for warm in {(s.slide_us, s.delay_us): s for s in shapes}.values():
-        run_shape(warm, source, min(tuples, 16 * (warm.batch_bytes // BYTES_PER_TUPLE)))
+    for warm in {(s.slide_us, s.delay_us, s.narrow): s for s in shapes}.values():
+        run_shape(warm, source, min(tuples, 16 * (warm.batch_bytes // warm.bytes_per_tuple)))
     results = []
     for shape in shapes:
         if budget_s is not None and time.perf_counter() - began > budget_s:
@@ -282,7 +322,7 @@ def run_gpu_benchmarks(
         row = run_shape(shape, source, tuples)
         row["device"] = name
         row["h2d_bytes_per_second"] = bandwidth
-        row["pcie_ratio"] = row["tuples_per_second"] * BYTES_PER_TUPLE / bandwidth
+        row["pcie_ratio"] = row["tuples_per_second"] * shape.bytes_per_tuple / bandwidth
         results.append(row)
         if verbose:
             print(
