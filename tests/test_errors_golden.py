@@ -7,13 +7,13 @@ and review the diff by hand before committing it.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from child_process import child_environment
 
 from mangonel.catalog.catalog import Catalog, Schema, Table
 from mangonel.compiler import ddl, nodes
@@ -124,7 +124,7 @@ def test_errors_are_deterministic_across_hash_seeds() -> None:
 def run_with_hash_seed(seed: str, code: str) -> str:
     """Run `code` in a fresh interpreter with PYTHONHASHSEED=seed; its standard output."""
     root = Path(__file__).resolve().parent.parent
-    environment = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}
+    environment = child_environment(PYTHONHASHSEED=seed)
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=root,

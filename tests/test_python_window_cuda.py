@@ -8,12 +8,11 @@ kernel. The device results themselves: tests/test_python_window_gpu.py (`-m gpu`
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from child_process import child_environment
 from test_holistic import DDL
 from test_python_window import above_lowest, spread, time_weighted, trimmed_mean
 
@@ -247,10 +246,7 @@ print("simulated kernels equal the CPU")
 
 
 def test_the_device_kernels_equal_the_cpu_kernel_under_numbas_cuda_simulator():
-    root = Path(__file__).resolve().parents[1]
-    # the project first, then whatever the caller's path held (its packages may live there)
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
-    environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path}
+    environment = child_environment(NUMBA_ENABLE_CUDASIM="1")
     done = subprocess.run(
         [sys.executable, "-c", SIMULATED],
         env=environment,
