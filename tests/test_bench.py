@@ -272,3 +272,32 @@ def test_spark_rate_parses_and_defaults_to_none() -> None:
     assert build_parser().parse_args(["bench", "--spark"]).spark_rate is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--spark", "--spark-rate", "0"])
+
+
+def test_kernel_times_sums_ncu_durations_by_kernel() -> None:
+    """benchmarks/gpu_kernel_times.py's summary of an ncu CSV log: the duration metric's rows
+    summed by kernel name in milliseconds whatever the unit, other metrics and ncu's own lines
+    skipped, largest first."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_kernel_times.py"
+    spec = importlib.util.spec_from_file_location("gpu_kernel_times", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    header = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+    lines = [
+        "==PROF== Connected to process 1",
+        header,
+        '"0","mg_fused","gpu__time_duration.sum","usecond","94.50"',
+        '"1","mg_select","gpu__time_duration.sum","msecond","0.175"',
+        '"2","mg_fused","gpu__time_duration.sum","nsecond","1,500"',
+        '"3","mg_fused","sm__throughput.avg.pct_of_peak","%","12"',
+    ]
+    totals, launches = module.kernel_times(lines)
+    assert totals == pytest.approx({"mg_fused": 0.096, "mg_select": 0.175})
+    assert launches == {"mg_fused": 2, "mg_select": 1}
+    text = module.summary(lines)
+    assert text.splitlines()[0] == "total kernel time 0.271 ms over 3 launches"
+    assert "mg_select" in text.splitlines()[1]
+    with pytest.raises(ValueError, match="unknown unit"):
+        module.kernel_times([header, '"0","k","gpu__time_duration.sum","cycle","3"'])
