@@ -374,7 +374,7 @@ class SnapshotStore:
         selector = pafs.FileSelector(self.folder, allow_not_found=True)
         found = []
         for info in self.filesystem.get_file_info(selector):
-            match = re.fullmatch(rf"(\d{{12}})\.{self.suffix}", info.base_name)
+            match = re.fullmatch(rf"(\d{{12}})\.{re.escape(self.suffix)}", info.base_name)
             if match:
                 found.append(int(match.group(1)))
         return sorted(found)

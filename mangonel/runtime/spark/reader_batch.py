@@ -345,10 +345,11 @@ def start(
     for_reader, driver = reader_plan(planned, reason, reads)
     delay_us = for_reader.window.window.watermark_delay_us
     spec = reader_module.reader_spec(for_reader, spark.sparkContext.defaultParallelism)
-    source, source_reason = reader_source(reads[0], spec.offsets())
+    offsets = spec.offsets()
+    source, source_reason = reader_source(reads[0], offsets)
     driver = dataclasses.replace(driver, reader_source=source, reader_source_reason=source_reason)
     rows, driver_reader = reader_rows(spark, spec, source)
-    trigger = FileTrigger(spec.offsets(), checkpoint_location) if source == TRIGGER_FORMAT else None
+    trigger = FileTrigger(offsets, checkpoint_location) if source == TRIGGER_FORMAT else None
     function = ReaderStage2(
         driver,
         sink,
