@@ -126,3 +126,13 @@ def test_a_pane_is_copied_once_over_many_firings() -> None:
     offsets_in = 6 * firings
     assert kernels.copied <= 2.5 * (values_in + offsets_in)
     assert kernels.copied >= values_in + offsets_in
+
+
+def test_a_span_of_one_pane_reads_its_arrays() -> None:
+    """Tumbling windows read one pane a span: its own arrays, nothing copied."""
+    kernels = CountingKernels()
+    arena = PaneArena(kernels, timed=False)
+    store = {4: _sorted_pane(np.random.default_rng(1), 100, 3, False)}
+    span = pane_span(arena, store, (4, 5, 5), list)
+    assert span.values is store[4].sorted_values and span.offsets is store[4].offsets
+    assert kernels.copied == 0 and arena.buffers[0] is None

@@ -258,8 +258,9 @@ def pane_span(
     it holds at most MAX_SPAN_VALUES values (`extent` = (low, needed, reach)); the span's
     panes sorted first by one call of `sort` (one batched sort of every pane that needs it,
     not a sort per pane: out of order a firing's panes each hold many chunks), then placed in
-    the field's `arena` (only those not there yet are copied). Only the span's panes are
-    listed and their bases read from the arena's starts (no device read)."""
+    the field's `arena` (only those not there yet are copied; a span of one pane, as
+    tumbling windows read, is that pane's arrays). Only the span's panes are listed and
+    their bases read from the arena's starts (no device read)."""
     low, needed, reach = extent
     listed: list[tuple[int, HeldPane]] = []
     held = 0
@@ -271,7 +272,12 @@ def pane_span(
             held += pane.length  # a sort keeps every value
         end += 1
     sort([pane for _, pane in listed])
-    starts = arena.place(store, listed)
+    if len(listed) == 1:  # one pane (tumbling windows): its own arrays, nothing copied
+        (_, pane), starts = listed[0], [(0, 0, 0)]
+        arrays = (pane.sorted_values, pane.offsets, pane.sorted_times)
+    else:
+        starts = arena.place(store, listed)
+        arrays = arena.arrays()
     width = end - low
     # no pane: no offsets (a key slot past a pane's last offset reads its end; -1: none)
     offset_first = np.zeros(width, np.int64)
@@ -283,7 +289,7 @@ def pane_span(
         base[index] = value_start
         offset_first[index] = offset_start
         offset_last[index] = len(pane.offsets) - 1
-    values, offsets, times = arena.arrays()
+    values, offsets, times = arrays
     return PaneSpan(
         low=low,
         end=end,
