@@ -539,8 +539,8 @@ class HolisticTimeWindows:
             for name, store in self.panes.items():
                 done = [q for q in store if q // self.panes_per_slide < next_window]
                 freed = {pane: store.pop(pane) for pane in done}
-                if not store and name in self.arenas:
-                    self.arenas[name].clear()  # nothing held: the buffers go too
+                if name in self.arenas:  # nothing held: the buffers go too
+                    self.arenas[name].forget(freed) if store else self.arenas[name].clear()
                 self.sliding.retire(name, freed, next_window, self.panes_per_slide)
             self.sketches.free(next_window, self.panes_per_slide)
         return out

@@ -4,7 +4,7 @@ window read the pane, its values sorted per key slot."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,25 +169,35 @@ class PaneArena:
         self.used = [0, 0, 0]
         self.placed = {}
 
+    def forget(self, numbers: Iterable[int]) -> None:
+        """The panes `numbers` were freed: their space is taken back at the next compaction
+        (and at once when no pane is left)."""
+        for number in numbers:
+            self.placed.pop(number, None)
+        if not self.placed:
+            self.used = [0, 0, 0]  # nothing live: the buffers are written from their start
+
     def place(
         self, store: dict[int, HeldPane], listed: list[tuple[int, HeldPane]]
     ) -> list[tuple[int, int, int]]:
         """The starts (values, offsets, times) of each of `listed`'s sorted panes (number,
-        pane of `store`) in the buffers, copying in those not there yet."""
-        self.placed = {
-            number: placed
-            for number, placed in self.placed.items()
-            if store.get(number) is placed.pane
-            and all(a is b for a, b in zip(_held_arrays(placed.pane), placed.arrays, strict=True))
-        }
-        if not self.placed:
-            self.used = [0, 0, 0]  # nothing live: the buffers are written from their start
-        new = [(number, pane) for number, pane in listed if number not in self.placed]
+        pane of `store`) in the buffers, copying in those not there yet (or re-sorted since:
+        a sort gives a pane new arrays). Only the listed panes are looked at: a firing costs
+        no pass over every pane placed."""
+        new = []
+        for number, pane in listed:
+            placed = self.placed.get(number)
+            if (
+                placed is None
+                or placed.pane is not pane
+                or placed.arrays[0] is not pane.sorted_values
+            ):
+                new.append((number, pane))
         if new:
-            self._add(new)
+            self._add(store, new)
         return [self.placed[number].starts for number, _ in listed]
 
-    def _add(self, new: list[tuple[int, HeldPane]]) -> None:
+    def _add(self, store: dict[int, HeldPane], new: list[tuple[int, HeldPane]]) -> None:
         needs = [sum(len(_held_arrays(pane)[k]) for _, pane in new) for k in self.parts]
         fits = all(
             self.buffers[k] is not None
@@ -196,7 +206,15 @@ class PaneArena:
             for k in self.parts
         )
         if not fits:  # every live pane and the new ones into fresh buffers
-            new = [(number, placed.pane) for number, placed in self.placed.items()] + new
+            renewed = {number for number, _ in new}
+            live = [
+                (number, placed.pane)
+                for number, placed in self.placed.items()
+                if number not in renewed
+                and store.get(number) is placed.pane
+                and placed.arrays[0] is placed.pane.sorted_values
+            ]
+            new = live + new
             self.placed = {}
             for k in self.parts:
                 pieces = [_held_arrays(pane)[k] for _, pane in new]
