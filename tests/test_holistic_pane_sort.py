@@ -25,6 +25,7 @@ from mangonel.runtime.cpu.kernels import CpuKernels
 from mangonel.runtime.gpu import holistic as gpu_holistic
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.operators import holistic as holistic_driver
+from mangonel.runtime.operators.holistic_pane import HeldPane, pane_span
 
 
 @pytest.fixture(scope="module")
@@ -258,3 +259,21 @@ def test_a_pane_given_late_values_after_its_sort_merges_them(host_module):
         )
         assert np.array_equal(np.asarray(values), want_values)
         assert np.array_equal(np.asarray(offsets), want_offsets)
+
+
+def test_a_span_of_one_pane_reads_its_arrays_and_of_more_a_concatenation() -> None:
+    """Tumbling windows read one pane a span: its own arrays, not a copy; a span of several
+    panes (one empty number between them) is their values in order, each pane's base and
+    offsets where its values start."""
+    kernels = CpuKernels.__new__(CpuKernels)  # `concatenate` reads no state
+    panes = {}
+    for number, values in ((3, [5, 1, 9]), (5, [2, 7])):
+        pane = HeldPane()
+        pane.take_sorted(np.array(values, np.int64), np.array([0, len(values)], np.int64), None)
+        panes[number] = pane
+    one = pane_span(kernels, panes, (3, 4, 4), False, lambda listed: None)
+    assert one.values is panes[3].sorted_values and one.offsets is panes[3].offsets
+    both = pane_span(kernels, panes, (3, 6, 6), False, lambda listed: None)
+    np.testing.assert_array_equal(both.values, [5, 1, 9, 2, 7])
+    np.testing.assert_array_equal(both.base, [0, 3, 3])
+    np.testing.assert_array_equal(both.offset_last, [1, -1, 1])

@@ -716,15 +716,8 @@ class CpuKernels:
         """The holistic step's kernels: these (numba, `runtime.cpu.holistic`)."""
         return self
 
-    def concatenate(self, pieces: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
-        """The pieces in one array (into `out`, of their total length, where given)."""
-        if not pieces:
-            return np.empty(0, np.int64) if out is None else out
-        return np.concatenate(pieces, out=out)
-
-    def allocate(self, length: int, dtype: np.dtype) -> np.ndarray:
-        """An uninitialised array of the holistic values (`holistic_pane.PaneArena`)."""
-        return np.empty(length, dtype)
+    def concatenate(self, pieces: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(pieces) if pieces else np.empty(0, np.int64)
 
     def holistic_select_later(
         self, values, run_start, run_end, row_first, row_runs, evaluation, fraction, sorted_runs

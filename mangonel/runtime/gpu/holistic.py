@@ -484,20 +484,14 @@ class GpuHolistic:
     def to_host(self, array: Any) -> np.ndarray:  # noqa: ANN401
         return _host(array)
 
-    def concatenate(self, pieces: list[Any], out: Any = None) -> Any:  # noqa: ANN401
-        """One flat device array of the pieces (into `out`, of their total length, where
-        given: `holistic_pane.PaneArena`)."""
+    def concatenate(self, pieces: list[Any]) -> Any:  # noqa: ANN401
+        """One flat device array of the panes' sorted values."""
         xp = self.xp
         if not pieces:
-            return xp.zeros(0, xp.int64) if out is None else out
+            return xp.zeros(0, xp.int64)
         # host pieces (slots of a sorted pane, restored chunks) go up; device ones as they are
         # (`asarray` of a device array still costs tens of microseconds a call)
-        pieces = [xp.asarray(p) if isinstance(p, np.ndarray) else p for p in pieces]
-        return xp.concatenate(pieces, out=out)
-
-    def allocate(self, length: int, dtype: Any) -> Any:  # noqa: ANN401
-        """An uninitialised device array (`holistic_pane.PaneArena`'s buffers)."""
-        return self.xp.empty(length, dtype)
+        return xp.concatenate([xp.asarray(p) if isinstance(p, np.ndarray) else p for p in pieces])
 
     def window_runs(
         self,

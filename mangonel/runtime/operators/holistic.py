@@ -51,13 +51,7 @@ from mangonel.runtime.operators import pane_values
 from mangonel.runtime.operators.base import PANE_META
 from mangonel.runtime.operators.holistic_evaluate import evaluate_later
 from mangonel.runtime.operators.holistic_firing import firing_knobs, in_row_order, sketch_answers
-from mangonel.runtime.operators.holistic_pane import (
-    HeldPane,
-    PaneArena,
-    PaneSpan,
-    pane_span,
-    sort_panes,
-)
+from mangonel.runtime.operators.holistic_pane import HeldPane, PaneSpan, pane_span, sort_panes
 from mangonel.runtime.operators.protocol import OperatorMetrics
 from mangonel.runtime.operators.registry import StepKernels
 from mangonel.runtime.operators.results import finalize, window_result_schema
@@ -110,8 +104,6 @@ class HolisticTimeWindows:
         self.key_types = tuple(k.type for k in node.keys)
         self.keys = self.lifting.new_key_map(self.key_types)
         self.panes: dict[str, dict[int, HeldPane]] = {f.name: {} for f in self.value_fields}
-        # per field, the sorted panes firings read, copied once each (`holistic_pane`)
-        self.arenas: dict[str, PaneArena] = {}
         self.incremental, self.holistic = holistic_positions(node)
         self.fields_by_name = {f.name: f for f in node.fields}
         approximate = {
@@ -539,8 +531,6 @@ class HolisticTimeWindows:
             for name, store in self.panes.items():
                 done = [q for q in store if q // self.panes_per_slide < next_window]
                 freed = {pane: store.pop(pane) for pane in done}
-                if name in self.arenas:  # nothing held: the buffers go too
-                    self.arenas[name].forget(freed) if store else self.arenas[name].clear()
                 self.sliding.retire(name, freed, next_window, self.panes_per_slide)
             self.sketches.free(next_window, self.panes_per_slide)
         return out
@@ -669,11 +659,11 @@ class HolisticTimeWindows:
         needed = int(first_panes.max()) + pw
         span = spans.get(name)
         if span is None or low < span.low or needed > span.end:
-            arena = self.arenas.setdefault(name, PaneArena(self.kernels, timed))
             span = spans[name] = pane_span(
-                arena,
+                self.kernels,
                 self.panes[name],
                 (low, needed, max(needed, reach)),
+                timed,
                 lambda panes: sort_panes(self.kernels, panes, timed, self.keys.n_slots),
             )
         runs = self.kernels.window_runs(
@@ -706,7 +696,7 @@ class HolisticTimeWindows:
 
     def state_bytes(self) -> int:
         held = sum(p.nbytes for store in self.panes.values() for p in store.values())
-        held += self.sliding.nbytes + sum(a.spare_bytes for a in self.arenas.values())
+        held += self.sliding.nbytes
         return self.inner.state_bytes() + held + self.sketches.nbytes + self.keys.nbytes
 
     def metrics(self) -> OperatorMetrics:
@@ -798,7 +788,6 @@ class HolisticTimeWindows:
         self._same_slots = True
         self.sketches.restore(arrays)
         self.sliding.clear()  # slots renumbered, panes replaced
-        self.arenas = {}
         for value_field in self.value_fields:
             name = value_field.name
             panes = arrays[f"{name}.pane"]
