@@ -8,6 +8,7 @@ its window), its late counts are Spark's rule's, and a restart loses and repeats
 from __future__ import annotations
 
 import datetime
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -102,6 +103,11 @@ def test_both_reader_placements_equal_spark_native(spark, tmp_path, placement):
     if placement == "driver":  # micro-batches 1-3 were read while the one before ran
         reader = session._driver_queries[next(reversed(session._driver_queries))].driver_reader  # noqa: SLF001
         assert (reader.ahead.hits, reader.ahead.misses) == (3, 1)
+        # the stopped query's reader was closed (Spark's listener bus tells it: not at once)
+        deadline = time.monotonic() + 30
+        while reader.ahead._pool is not None and time.monotonic() < deadline:  # noqa: SLF001
+            time.sleep(0.1)
+        assert reader.ahead._pool is None  # noqa: SLF001
 
 
 @pytest.mark.parametrize("placement", ["driver", "executors"])

@@ -58,13 +58,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
+import weakref
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from mangonel.compiler import physical as ph
 from mangonel.compiler.explain import Parameter, PlanNode, format_duration
@@ -331,6 +332,49 @@ class ReaderStage2:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
+class ReaderCloser(StreamingQueryListener):
+    """Closes a reader-fed query's `DriverReader` (its read-ahead threads and the micro-batch
+    read ahead) once Spark reports the query terminated, stopped or failed: `query.stop()`
+    releases what `start` took, as Spark's own sources do. One per Spark session
+    (`close_when_terminated`)."""
+
+    def __init__(self) -> None:
+        self.readers: dict[str, DriverReader] = {}  # by the query's run id
+
+    def watch(self, query: StreamingQuery, reader: DriverReader) -> None:
+        self.readers[str(query.runId)] = reader
+        if not query.isActive:  # terminated before this listener knew of it
+            self.readers.pop(str(query.runId), None)
+            reader.close()
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: ANN401, N802 - Spark's names
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: ANN401, N802
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: ANN401, N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: ANN401, N802
+        reader = self.readers.pop(str(event.runId), None)
+        if reader is not None:
+            reader.close()
+
+
+# each Spark session's `ReaderCloser`, registered with its streams once
+_CLOSERS: weakref.WeakKeyDictionary[SparkSession, ReaderCloser] = weakref.WeakKeyDictionary()
+
+
+def close_when_terminated(spark: SparkSession, query: StreamingQuery, reader: DriverReader) -> None:
+    """Close `reader` when `query` terminates (`ReaderCloser`)."""
+    closer = _CLOSERS.get(spark)
+    if closer is None:
+        closer = _CLOSERS[spark] = ReaderCloser()
+        spark.streams.addListener(closer)
+    closer.watch(query, reader)
+
+
 def start(
     spark: SparkSession,
     planned: SparkQueryPlan,
@@ -361,7 +405,10 @@ def start(
     writer = rows.writeStream.foreachBatch(function)
     if query_name is not None:
         writer = writer.queryName(query_name)
-    return writer.option("checkpointLocation", checkpoint_location).start(), driver, function
+    query = writer.option("checkpointLocation", checkpoint_location).start()
+    if driver_reader is not None:
+        close_when_terminated(spark, query, driver_reader)
+    return query, driver, function
 
 
 def explain_text(plan: DriverPlan) -> str:
