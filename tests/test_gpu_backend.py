@@ -154,6 +154,19 @@ def test_gpu_count_windows_match_the_oracle(case):
     _check(on_gpu(plan), batches, snapshot_at)
 
 
+def pinned_source_plan(key_type: T, value_type: T) -> ph.ProjectExec:
+    """SUM and COUNT(*) by key over sliding windows with disorder: the pinned-source tests'
+    query, at the source's key and value types."""
+    return make_plan(
+        [("ts", T.TIMESTAMP), ("key", key_type), ("value", value_type)],
+        keys=("key",),
+        aggregates=[(F.SUM, exp.column("value")), (F.COUNT_STAR, None)],
+        size=2_000,
+        slide=100,
+        delay=500,
+    )
+
+
 def test_gpu_pinned_source_batches_equal_cpu():
     """The benchmark's input path: Arrow batches that are views of pinned memory (staged with
     no host copy), 1000 keys, through the fused pass in chunks (copy of chunk c + 1 beside the
@@ -178,14 +191,7 @@ def test_gpu_pinned_source_batches_equal_cpu():
         )
         for a in range(0, 150_000, 50_000)
     ]
-    plan = make_plan(
-        [("ts", T.TIMESTAMP), ("key", T.BIGINT), ("value", T.DOUBLE)],
-        keys=("key",),
-        aggregates=[(F.SUM, exp.column("value")), (F.COUNT_STAR, None)],
-        size=2_000,
-        slide=100,
-        delay=500,
-    )
+    plan = pinned_source_plan(T.BIGINT, T.DOUBLE)
     assert pc.min(pinned[1].column(0)).as_py() is not None
     compare(plan, pinned + disordered, options=options)
 
@@ -204,15 +210,7 @@ def test_gpu_pinned_narrow_source_batches_equal_cpu():
     assert pinned[0].num_rows == (1 << 20) // 16
     assert pinned[0].schema.types[1:] == [pa.int32(), pa.float32()]
     assert pinned[0].column(1).to_numpy().tolist() == source.column("key1000")[:65536].tolist()
-    plan = make_plan(
-        [("ts", T.TIMESTAMP), ("key", T.INT), ("value", T.FLOAT)],
-        keys=("key",),
-        aggregates=[(F.SUM, exp.column("value")), (F.COUNT_STAR, None)],
-        size=2_000,
-        slide=100,
-        delay=500,
-    )
-    compare(plan, pinned, options=options)
+    compare(pinned_source_plan(T.INT, T.FLOAT), pinned, options=options)
     compare(ph.with_backend(bench_plan(shape), "cpu", "test"), pinned[:2], options=options)
 
 
