@@ -67,7 +67,7 @@ def run(aggregate: str, slide_us: int, tuples: int) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) >= 2 and sys.argv[1] == "summarize" and len(sys.argv) == 3:
+    if len(sys.argv) == 3 and sys.argv[1] == "summarize":
         with open(sys.argv[2]) as log:
             print(summary(log.read().splitlines()))
     elif len(sys.argv) == 5 and sys.argv[1] == "run":
