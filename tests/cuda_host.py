@@ -218,3 +218,20 @@ def host_modules(folder: Path, flags: tuple[str, ...] = ()):  # noqa: ANN201 - C
         return modules[generated.digest]
 
     return module
+
+
+def host_key_map(types: tuple, key_words: np.ndarray, strings=None):  # noqa: ANN001, ANN201
+    """A `GpuKeyMap` of `types` whose slots hold `key_words` (slots x words: each key
+    column's word, then the NULL mask), its "device" copy an array of the patched
+    `device.cupy()` (call with it patched): what the finalize kernel reads the result keys
+    from, and what `decode` gathers on the host, without a key kernel run."""
+    from mangonel.compiler.options import GpuOptions
+    from mangonel.runtime.gpu import device
+    from mangonel.runtime.gpu.keys import GpuKeyMap
+    from mangonel.runtime.host.keys import StringDictionary
+
+    key_map = GpuKeyMap(types, strings or StringDictionary(), None, GpuOptions())
+    key_map.host_words = np.ascontiguousarray(key_words, np.int64)
+    key_map.n_slots = len(key_words)
+    key_map.slot_words_device = device.cupy().asarray(key_map.host_words.reshape(-1))
+    return key_map

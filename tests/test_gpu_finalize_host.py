@@ -15,7 +15,7 @@ import shutil
 import numpy as np
 import pyarrow as pa
 import pytest
-from cuda_host import HostCupy, host_modules
+from cuda_host import HostCupy, host_key_map, host_modules
 from plans import make_plan
 from sqlglot import exp
 
@@ -26,6 +26,7 @@ from mangonel.compiler.logical import AggregateFunction as F
 from mangonel.compiler.options import GpuOptions
 from mangonel.runtime.gpu import device
 from mangonel.runtime.gpu.state import GpuPaneState
+from mangonel.runtime.host.keys import StringDictionary
 from mangonel.runtime.operators.results import cells_with_rows, finalize
 
 COLUMNS = [("ts", T.TIMESTAMP), ("k", T.BIGINT), ("x", T.DOUBLE), ("i", T.INT), ("b", T.BOOLEAN)]
@@ -82,6 +83,21 @@ def _state(window, cells: int, rng: np.random.Generator, empty_share: float):
     return parts, values
 
 
+def _key_map(n_keys: int, rng: np.random.Generator, with_nulls: bool):
+    """A key map of n_keys (STRING, INT) keys, some of either column NULL where
+    `with_nulls`: what the finalize kernel writes the result rows' keys from."""
+    strings = StringDictionary()
+    codes, _ = strings.encode(pa.array([f"key {i}" for i in range(n_keys)]))
+    numbers = rng.integers(-(2**31), 2**31, n_keys)
+    null_mask = rng.integers(0, 4, n_keys) if with_nulls else np.zeros(n_keys, np.int64)
+    if with_nulls:
+        null_mask[:2] = (1, 2)  # a NULL of either column at least
+    words = np.stack(
+        (np.where(null_mask & 1, 0, codes), np.where(null_mask & 2, 0, numbers), null_mask), 1
+    )
+    return host_key_map((T.STRING, T.INT), words, strings)
+
+
 def _same(got, want) -> bool:
     if got.type != want.type or len(got) != len(want):
         return False
@@ -122,16 +138,25 @@ def test_device_finalize_equals_the_host_finalize(
     window_ids = np.arange(100, 100 + windows, dtype=np.int64)
     if consecutive is False:
         window_ids = 100 + np.cumsum(rng.integers(1, 5, windows))
-    for _ in range(2):  # the second firing reuses the device and pinned buffers
-        starts, ends, slots, results = state._finalize_cells(
-            found, out, cells, n_keys, plans, window_ids, (10, 100)
+    keys = _key_map(n_keys, rng, with_nulls=n_keys > 1)
+    for with_slots in (True, False, True):  # later firings reuse the device and pinned buffers
+        starts, ends, slots, key_columns, results = state._finalize_cells(
+            found, out, cells, n_keys, plans, window_ids, (10, 100), keys, with_slots
         )
+        assert (slots is None) is not with_slots
     want_windows, want_slots, chosen = cells_with_rows(
         {name: tuple(v) for name, v in by_field.items()}, window.fields[0].name, n_keys, window_ids
     )
     np.testing.assert_array_equal(starts, want_windows * 10)
     np.testing.assert_array_equal(ends, want_windows * 10 + 100)
     np.testing.assert_array_equal(slots, want_slots)
+    # the keys the kernel wrote beside the results are those the host decodes of the slots
+    want_keys = keys.decode(want_slots)
+    assert len(key_columns) == 2
+    for got, expected in zip(key_columns, want_keys, strict=True):
+        assert got.equals(expected), (got, expected)
+    if n_keys > 1 and empty_share == 0.0:
+        assert want_keys[1].null_count and want_keys[0].null_count
     want = finalize(plans, chosen)
     assert len(results) == len(want) == len(AGGREGATES)
     for plan, got, expected in zip(plans, results, want, strict=True):

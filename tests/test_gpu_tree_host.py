@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from cuda_host import HostArray, HostCupy
+from cuda_host import HostArray, HostCupy, host_key_map
 from cuda_warp_host import WarpHostModule
 from plans import make_plan
 from sqlglot import exp
@@ -124,11 +124,18 @@ def _fire_and_compare(s, n_keys: int, first_window: int, windows: int, cpu=None)
     runs = [(first_window * PS, windows)]
     window_ids = np.arange(first_window, first_window + windows, dtype=np.int64)
     plans = s.window.aggregates
-    got = s.gpu.fire(n_keys, runs, PS, PW, 64, window_ids, plans, (PS, PW))
-    want = (cpu or s.cpu).fire(n_keys, runs, PS, PW, 64, window_ids, plans, (PS, PW))
+    # the keys: 10 * slot (the CPU decodes the slots on the host, the GPU's finalize kernel
+    # writes the words; without slots asked for it writes none)
+    keys = host_key_map((T.BIGINT,), np.stack((10 * np.arange(KEYS), np.zeros(KEYS)), 1))
+    want = (cpu or s.cpu).fire(n_keys, runs, PS, PW, 64, window_ids, plans, (PS, PW), keys)
+    for with_slots in (False, True):
+        got = s.gpu.fire(n_keys, runs, PS, PW, 64, window_ids, plans, (PS, PW), keys, with_slots)
+        assert (got[2] is None) is not with_slots
+        np.testing.assert_array_equal(got[3][0].to_numpy(), want[2] * 10)
+        assert got[3][0].equals(want[3][0])
     for index in range(3):  # window starts, ends, key slots
         np.testing.assert_array_equal(got[index], want[index])
-    for plan, a, b in zip(plans, got[3], want[3], strict=True):
+    for plan, a, b in zip(plans, got[4], want[4], strict=True):
         assert a.type == b.type and a.null_count == b.null_count, plan.function
         for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True):
             if isinstance(x, float) and isinstance(y, float):

@@ -353,15 +353,18 @@ class CpuPaneState:
         window_ids,
         plans,
         bounds,
+        keys,
+        with_slots=True,
     ):
         """The results of the runs' cells that hold rows: the tree, then finalize on the host
-        (the state is already there)."""
+        (the state is already there); the keys decoded from the slots (which are returned
+        whether or not `with_slots` asks)."""
         values = self.windows(n_keys, runs, panes_per_slide, panes_per_window, windows_per_batch)
         window_of_cell, slot_of_cell, chosen = cells_with_rows(
             values, self.fields[0].name, n_keys, window_ids
         )
         starts, ends = window_bounds(window_of_cell, *bounds)
-        return starts, ends, slot_of_cell, finalize(plans, chosen)
+        return starts, ends, slot_of_cell, keys.decode(slot_of_cell), finalize(plans, chosen)
 
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         """`[n_keys, panes]` blocks (the snapshot layout every backend writes)."""

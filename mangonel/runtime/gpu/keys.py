@@ -217,19 +217,34 @@ class GpuKeyMap:
         # took 0.2 s of 0.53 s for 17 M result rows on the H100 host
         slots = np.asarray(slots, np.int64)
         null_words = self.host_words[:, -1]
-        any_null = bool(null_words.any())
-        nulls = parallel_gather(null_words, slots) if any_null else None
+        nulls = parallel_gather(null_words, slots) if null_words.any() else None
+        values = [parallel_gather(self.host_words[:, i], slots) for i in range(len(self.types))]
+        return self.columns_of_words(values, nulls)
+
+    @property
+    def has_null_keys(self) -> bool:
+        """Whether a known key has a NULL column (its NULL-mask word is not 0)."""
+        return bool(self.host_words[:, -1].any())
+
+    def columns_of_words(
+        self, values: list[np.ndarray], nulls: np.ndarray | None
+    ) -> list[pa.Array]:
+        """Key columns (declared Arrow types) of rows' key words: `values[i]` the rows' word
+        of column i (int64, STRING: dictionary ids), `nulls` their NULL-mask words (None: no
+        NULL). The words of a firing's rows come from `decode`'s gather, or straight from
+        the device where the finalize kernel wrote them beside the results
+        (`GpuPaneState.fire(keys=)`): then a BIGINT key column is a view, no host pass."""
         columns = []
         for index, sql_type in enumerate(self.types):
-            is_null = ((nulls >> index) & 1).astype(bool) if any_null else None
-            values = parallel_gather(self.host_words[:, index], slots)
+            is_null = ((nulls >> index) & 1).astype(bool) if nulls is not None else None
+            words = values[index]
             if sql_type is SqlType.STRING:
                 if is_null is None:
-                    is_null = np.zeros(len(slots), np.bool_)
-                columns.append(self.dictionaries[index].decode(values.astype(np.int32), is_null))
+                    is_null = np.zeros(len(words), np.bool_)
+                columns.append(self.dictionaries[index].decode(words.astype(np.int32), is_null))
             else:
                 arrow = sql_type.info.arrow
-                array = array_with_nulls(values.astype(sql_type.info.numpy, copy=False), is_null)
+                array = array_with_nulls(words.astype(sql_type.info.numpy, copy=False), is_null)
                 columns.append(array.cast(arrow) if array.type != arrow else array)
         return columns
 

@@ -13,6 +13,7 @@ from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import StateField
 from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.gpu.host_loops import parallel_copy
+from mangonel.runtime.gpu.keys import GpuKeyMap
 from mangonel.runtime.host.arrays import array_with_nulls
 from mangonel.runtime.operators.kernels import neutral
 from mangonel.runtime.operators.results import cells_with_rows, finalize, window_bounds
@@ -464,10 +465,13 @@ class GpuPaneState:
         window_ids,
         plans,
         bounds,
+        keys: GpuKeyMap,
+        with_slots: bool = True,
     ):
-        """The runs' results, finalized on the device with their window bounds
-        (`_finalize_cells`); aggregates with no device finalize (`codegen.finalize_ctypes` is
-        None) are finalized on the host from one copy of the cells' values."""
+        """The runs' results, finalized on the device with their window bounds and key
+        columns (`_finalize_cells`); aggregates with no device finalize
+        (`codegen.finalize_ctypes` is None) are finalized on the host from one copy of the
+        cells' values, their keys decoded from the slots."""
         out, total = self._window_values(n_keys, runs, panes_per_slide, panes_per_window)
         found = self._finalize_module_of(plans) if total and n_keys else None
         if found is None:
@@ -480,30 +484,44 @@ class GpuPaneState:
                 values, self.fields[0].name, max(n_keys, 1), window_ids
             )
             starts, ends = window_bounds(window_of_cell, *bounds)
-            return starts, ends, slot_of_cell, finalize(plans, chosen)
-        return self._finalize_cells(found, out, total * n_keys, n_keys, plans, window_ids, bounds)
+            return starts, ends, slot_of_cell, keys.decode(slot_of_cell), finalize(plans, chosen)
+        return self._finalize_cells(
+            found, out, total * n_keys, n_keys, plans, window_ids, bounds, keys, with_slots
+        )
 
     def _finalize_cells(
-        self, found, out: dict[str, Any], cells: int, n_keys: int, plans, window_ids, bounds
+        self,
+        found,
+        out: dict[str, Any],
+        cells: int,
+        n_keys: int,
+        plans,
+        window_ids,
+        bounds,
+        keys: GpuKeyMap,
+        with_slots: bool = True,
     ):
         """The output path: which of `cells` (window-major, `n_keys` per window) hold rows
         (a running count on the device), then one generated kernel finalizes and packs them
-        with their window bounds (`finalize.cu.j2`; window w of the cells is `window_ids[w]`,
-        bounds (slide, size) in microseconds), one copy into a reused pinned buffer, one host
-        copy out of it (the results outlive the next firing, which reuses the buffer), and
-        Arrow arrays that are views of that copy: no per-row Python, one device round trip
-        for the row count. (window start, window end, key slot, one Arrow array per
-        aggregate)."""
+        with their window bounds and their keys' words (`finalize.cu.j2`; window w of the
+        cells is `window_ids[w]`, bounds (slide, size) in microseconds; the words read from
+        the key map's device copy), one copy into a reused pinned buffer, one host copy out
+        of it (the results outlive the next firing, which reuses the buffer), and Arrow
+        arrays that are views of that copy: no per-row Python, no host gather of the keys,
+        one device round trip for the row count. (window start, window end, key slot (None
+        unless `with_slots`), key columns, one Arrow array per aggregate)."""
         cp = device.cupy()
         generated, module, ctypes = found
         rows_member = out[self.parts[0].member]
         position = cp.cumsum(rows_member > 0, dtype=cp.int64)
         rows = int(position[-1])
         count = len(plans)
-        row_bytes = 8 * (3 + count) + count
-        nbytes = rows * row_bytes
+        key_values = len(keys.types)
+        null_word = keys.has_null_keys
+        # 8-byte columns (slot, key words, start, end, results), then a NULL byte per result
+        columns = int(with_slots) + key_values + int(null_word) + 2 + count
+        nbytes = rows * (8 * columns + count)
         if rows == 0:
-            empty = np.empty(0, np.int64)
             data = np.empty(0, np.uint8)
         else:
             window_ids = np.asarray(window_ids, np.int64)
@@ -528,6 +546,11 @@ class GpuPaneState:
                     np.int64(window_ids[0]),
                     np.int64(bounds[0]),
                     np.int64(bounds[1]),
+                    np.int32(with_slots),
+                    keys.slot_words_device,
+                    np.int64(keys.words),
+                    np.int32(key_values),
+                    np.int32(null_word),
                     packed,
                 ),
             )
@@ -536,18 +559,24 @@ class GpuPaneState:
             packed[:nbytes].get(out=staging)  # one device -> pinned copy (synchronous)
             data = parallel_copy(staging)  # out of the reused buffer, in parallel slices
             pinned.give_back(buffer)
-        slot_of_cell = data[: 8 * rows].view(np.int64) if rows else empty
-        starts = data[8 * rows : 16 * rows].view(np.int64) if rows else empty
-        ends = data[16 * rows : 24 * rows].view(np.int64) if rows else empty
-        nulls = data[8 * (3 + count) * rows :].view(np.bool_)
+        column_views = iter(
+            data[8 * rows * i : 8 * rows * (i + 1)].view(np.int64) for i in range(columns)
+        )
+        slot_of_cell = next(column_views) if with_slots else None
+        key_words = [next(column_views) for _ in range(key_values)]
+        nulls_of_keys = next(column_views) if null_word else None
+        starts, ends = next(column_views), next(column_views)
+        nulls = data[8 * columns * rows :].view(np.bool_)
         results = []
         for k, (plan, ctype) in enumerate(zip(plans, ctypes, strict=True)):
-            dtype = np.float64 if ctype == "double" else np.int64
-            values = data[8 * (3 + k) * rows : 8 * (4 + k) * rows].view(dtype)
+            values = next(column_views)
+            if ctype == "double":
+                values = values.view(np.float64)
             array = array_with_nulls(values, nulls[k * rows : (k + 1) * rows])
             arrow = plan.result_type.info.arrow
             results.append(array if array.type == arrow else array.cast(arrow))
-        return starts, ends, slot_of_cell, results
+        key_columns = keys.columns_of_words(key_words, nulls_of_keys)
+        return starts, ends, slot_of_cell, key_columns, results
 
     def _by_field(self, arrays: dict[str, object]) -> dict[str, tuple]:
         result: dict[str, list] = {}

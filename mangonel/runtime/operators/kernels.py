@@ -197,12 +197,16 @@ class PaneState(Protocol):
         window_ids: np.ndarray,
         plans: tuple[AggregatePlan, ...],
         bounds: tuple[int, int],
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[pa.Array]]:
+        keys: KeyMap,
+        with_slots: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, list[pa.Array], list[pa.Array]]:
         """The finalized results of the runs' (window, key) cells that hold rows (the first
         field's row count > 0), window-major then key order: host (window start and end of
         cell in microseconds, `results.window_bounds` of its window id (from `window_ids`, one
-        per window of the runs) and `bounds` = (slide, size); key slot of cell; one Arrow
-        array per aggregate of `plans`, its result type)."""
+        per window of the runs) and `bounds` = (slide, size); key slot of cell (may be None
+        unless `with_slots`); the key columns of `keys` (the slots' keys: a backend may make
+        them where it finalizes); one Arrow array per aggregate of `plans`, its result
+        type)."""
 
     def to_arrays(self, n_keys: int, first_pane: int, end_pane: int) -> dict[str, np.ndarray]:
         """Host copy of the cells of keys [0, n_keys) and panes [first_pane, end_pane)."""

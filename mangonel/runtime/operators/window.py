@@ -643,7 +643,7 @@ class TimeWindowOperator(OperatorBase):
             emitted = self._emit(keys, finalize(self.window.aggregates, chosen), starts, ends)
             return self._with_slots(emitted, slot_of_cell)
         ps = self.panes_per_slide
-        starts, ends, slot_of_cell, aggregates = segment.state.fire(
+        starts, ends, slot_of_cell, keys, aggregates = segment.state.fire(
             n_keys,
             [(first * ps, count) for first, count in runs],
             ps,
@@ -652,12 +652,15 @@ class TimeWindowOperator(OperatorBase):
             window_ids_of(runs),
             self.window.aggregates,
             (ps * self.pane_length, self.panes_per_window * self.pane_length),
+            self.keys,
+            # the slots only where a holistic driver reads them: each is a fresh host write
+            with_slots=self.result_slots is not None,
         )
-        emitted = self._emit(self.keys.decode(slot_of_cell), aggregates, starts, ends)
+        emitted = self._emit(keys, aggregates, starts, ends)
         return self._with_slots(emitted, slot_of_cell)
 
     def _with_slots(
-        self, emitted: list[pa.RecordBatch], slot_of_cell: np.ndarray
+        self, emitted: list[pa.RecordBatch], slot_of_cell: np.ndarray | None
     ) -> list[pa.RecordBatch]:
         """`emitted` (at most one result batch), its rows' key slots recorded where a
         holistic driver reads them (`result_slots`)."""
