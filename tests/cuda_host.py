@@ -14,6 +14,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
 import uuid
@@ -173,9 +174,73 @@ def _built_library(digest: str) -> Path:
     return folder / f"module_{digest}.so"
 
 
+# bytes of each scalar parameter type the templates declare
+_SCALAR_BYTES = {
+    "bool": 1,
+    "char": 1,
+    "unsigned char": 1,
+    "short": 2,
+    "int": 4,
+    "unsigned": 4,
+    "unsigned int": 4,
+    "float": 4,
+    "i64": 8,
+    "u64": 8,
+    "long long": 8,
+    "unsigned long long": 8,
+    "double": 8,
+}
+
+
+def kernel_parameters(source: str, name: str) -> list[str]:
+    """The C types of kernel `name`'s parameters as its source declares them ("i64", "int",
+    "double", ...; "*" for any pointer), `const` and `__restrict__` dropped."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.DOTALL)  # comments hold ")"
+    found = re.search(r'extern "C" __global__ void\s+' + re.escape(name) + r"\s*\(([^)]*)\)", code)
+    assert found is not None, f"no kernel {name} in the source"
+    types = []
+    for declaration in found.group(1).split(","):
+        words = declaration.replace("*", " * ").split()
+        if "*" in words:
+            types.append("*")
+            continue
+        kept = [w for w in words[:-1] if w not in ("const", "__restrict__")]
+        types.append(" ".join(kept))
+    return types
+
+
+def check_arguments(name: str, parameters: list[str], arguments) -> None:  # noqa: ANN001
+    """Fail where CuPy would pass an argument the kernel reads wrongly. CuPy hands the driver
+    a pointer to each argument's own value, and the kernel reads as many bytes as its
+    parameter's type: a value narrower than the parameter (an np.int32 or a bool for an
+    i64, any float for another width) reads bytes beside it; a wider integer reads its low
+    bytes (right on the little-endian GPU). The shim's ctypes call takes any integer width
+    alike on x86-64, so this check is what catches a mismatch without a GPU."""
+    assert len(arguments) == len(parameters), (name, len(arguments), parameters)
+    for position, (parameter, argument) in enumerate(zip(parameters, arguments, strict=True)):
+        where = f"{name} argument {position} ({parameter}): {type(argument).__name__}"
+        if parameter == "*":
+            assert argument is None or isinstance(argument, np.ndarray), where
+            continue
+        assert parameter in _SCALAR_BYTES, f"{where}: add the type to _SCALAR_BYTES"
+        assert not isinstance(argument, np.ndarray), where
+        if parameter in ("float", "double"):
+            wanted = np.float32 if parameter == "float" else (np.float64, float)
+            assert isinstance(argument, wanted), where
+        elif parameter == "bool":
+            assert isinstance(argument, bool | np.bool_), where
+        elif isinstance(argument, bool | np.bool_):
+            raise AssertionError(f"{where}: a bool passes one byte")
+        elif isinstance(argument, np.integer):
+            assert argument.dtype.itemsize >= _SCALAR_BYTES[parameter], where
+        else:  # a Python int: CuPy passes 8 bytes
+            assert isinstance(argument, int), where
+
+
 def kernel_arguments(arguments) -> list:  # noqa: ANN001
     """A launch's arguments as C values: arrays by address, floats as doubles, the rest as
-    64-bit integers (the shim's kernels take i64 and int the same way on x86-64)."""
+    64-bit integers (the shim's kernels take i64 and int the same way on x86-64; the modules
+    check each against its parameter's type first, `check_arguments`)."""
     converted = []
     for argument in arguments:
         if argument is None:
@@ -195,12 +260,15 @@ class HostModule:
     CuPy's RawModule `get_function(name)(grid, block, arguments)` launch."""
 
     def __init__(self, source: str, folder: Path, flags: tuple[str, ...] = ()) -> None:
+        self.source = source
         self.library = compile_library(source, folder, folder / "shim.h", flags)
 
     def get_function(self, name: str):  # noqa: ANN201
         function = getattr(self.library, name)
+        parameters = kernel_parameters(self.source, name)
 
         def launch(grid, block, arguments) -> None:  # noqa: ANN001
+            check_arguments(name, parameters, arguments)
             function(*kernel_arguments(arguments))
 
         return launch

@@ -20,7 +20,7 @@ import ctypes
 import threading
 from pathlib import Path
 
-from cuda_host import compile_library, kernel_arguments
+from cuda_host import check_arguments, compile_library, kernel_arguments, kernel_parameters
 
 WARP_SHIM = r"""
 #include <cmath>
@@ -131,13 +131,16 @@ class WarpHostModule:
 
     def __init__(self, source: str, folder: Path) -> None:
         (folder / "warp_shim.h").write_text(WARP_SHIM)
+        self.source = source
         self.library = compile_library(source, folder, folder / "warp_shim.h", ("-pthread",))
 
     def get_function(self, name: str):  # noqa: ANN201
         function = getattr(self.library, name)
         library = self.library
+        parameters = kernel_parameters(self.source, name)
 
         def launch(grid, block, arguments) -> None:  # noqa: ANN001
+            check_arguments(name, parameters, arguments)
             threads = int(block[0])
             assert threads % 32 == 0 and 32 <= threads <= 1024, threads
             converted = kernel_arguments(arguments)
