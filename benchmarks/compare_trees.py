@@ -2,13 +2,17 @@
 
     python benchmarks/compare_trees.py --old REF [--new DIR] [--rounds 2] cpu [bench args...]
     python benchmarks/compare_trees.py --old-tree DIR [--new DIR] gpu [tuples [budget_s [slides]]]
+    python benchmarks/compare_trees.py --old REF bench [mangonel bench args...]
 
 The old tree is exported with `git archive REF` (or given as a folder, e.g. one unpacked from
 such an archive on a machine without git history); the new tree is this checkout. Each round
 runs the old tree's benchmark, then the new tree's (`benchmarks/bench_cpu.py --no-peer --json`
-or `benchmarks/bench_gpu.py`, each from its own tree, in a fresh process, so neither imports
-the other's modules), and the table gives every shape's best tuples/s of each tree over the
-rounds and new / old. Alternating rounds put the machine's drift on both sides.
+or `benchmarks/bench_gpu.py`, or `bench`: `mangonel bench --json` with the arguments given,
+e.g. the public GPU path on a config of shapes at an event rate, `bench --backend gpu --rate
+40000000 --tuples 40000000 --no-peer /abs/path/shapes.json` (the config's path absolute: each
+run has its own working directory), each from its own tree, in a fresh process, so neither
+imports the other's modules), and the table gives every shape's best tuples/s of each tree
+over the rounds and new / old. Alternating rounds put the machine's drift on both sides.
 """
 
 from __future__ import annotations
@@ -49,6 +53,17 @@ def run_tree(tree: Path, backend: str, arguments: list[str], workdir: Path) -> l
             sys.executable,
             str(tree / "benchmarks" / "bench_cpu.py"),
             "--no-peer",
+            "--json",
+            str(output),
+            *arguments,
+        ]
+    elif backend == "bench":
+        output = workdir / "bench.json"
+        command = [
+            sys.executable,
+            "-c",
+            "from mangonel.cli import main; main()",
+            "bench",
             "--json",
             str(output),
             *arguments,
@@ -98,7 +113,7 @@ def main() -> int:
     parser.add_argument("--new", type=Path, default=HERE, help="the new tree (this checkout)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, help="also write every round's rows as JSON here")
-    parser.add_argument("backend", choices=("cpu", "gpu"))
+    parser.add_argument("backend", choices=("cpu", "gpu", "bench"))
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to the benchmark")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mangonel-compare-") as scratch:
