@@ -75,11 +75,19 @@ def _batch(ts, keys, values, ts_valid=None, key_valid=None, value_valid=None) ->
     )
 
 
-def _compare(plan, batches, options: GpuOptions, lookahead: bool = False):
+def _compare(plan, batches, options: GpuOptions, lookahead: bool = False, staged_extremes=False):
     """The GPU's rows equal the CPU's batch by batch (or, with `lookahead`, over
-    `LocalQuery.stream` of the list); counters equal; returns the GPU kernels' metrics."""
+    `LocalQuery.stream` of the list); counters equal; returns the GPU kernels' metrics.
+    `staged_extremes`: the GPU's conformer must never measure event times itself (the
+    staging gives them)."""
     cpu = LocalQuery(plan)
     gpu = LocalQuery(ph.with_backend(plan, "gpu", "test"), gpu_options=options)
+    if staged_extremes:
+
+        def measured_again(batch):
+            raise AssertionError("the conformer read the event times again")
+
+        gpu.window_operator.conform.event_time_extremes = measured_again
     if lookahead:
         want = [row for b in batches for row in _rows(cpu.process(b))] + _rows(cpu.finish())
         got = _rows(list(gpu.stream(batches)))
@@ -181,6 +189,45 @@ def test_nulls_and_out_of_range_event_times_equal_cpu():
         cpu_check.process(batch)
     assert cpu_check.metrics.event_time_out_of_range_dropped == 12
     _compare(_plan(100_000, 25_000, 60_000), batches, GpuOptions(chunk_rows=4_096))
+
+
+def _pinned_batch(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, object]:
+    """The same batch with every column's values in page-locked memory (no NULLs allowed):
+    the stager copies them as they are, and measures the event time by its own pass."""
+    import cupy
+
+    columns = [np.asarray(c.view(pa.int64()) if c.type == STAMP else c) for c in batch.columns]
+    memory = cupy.cuda.alloc_pinned_memory(sum(c.nbytes for c in columns))
+    arrays, offset = [], 0
+    for values, column in zip(columns, batch.columns, strict=True):
+        view = np.frombuffer(memory, values.dtype, len(values), offset)
+        view[:] = values
+        offset += values.nbytes
+        buffer = pa.foreign_buffer(view.ctypes.data, view.nbytes, base=memory)
+        arrays.append(pa.Array.from_buffers(column.type, len(values), [None, buffer]))
+    return pa.RecordBatch.from_arrays(arrays, schema=batch.schema), memory
+
+
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_pinned_batches_with_out_of_range_event_times_equal_cpu(lookahead):
+    """Batches already in pinned memory (copied as they are, their event times' min and max
+    measured by the stager's parallel pass, not the conformer's), with disorder, late rows
+    and event times beyond the last window that fits int64 (clipped and counted apart)."""
+    rng = np.random.default_rng(16)
+    rows, batches, memories = 20_000, [], []
+    for b in range(4):
+        ts = 1_764_000_000_000_000 + (b * rows + np.arange(rows)) * 100
+        ts = ts - rng.integers(0, 500_000, rows)
+        if b == 2:
+            ts[::997] = np.iinfo(np.int64).max - 5
+        batch, memory = _pinned_batch(
+            _batch(ts, rng.integers(0, 200, rows), rng.standard_normal(rows))
+        )
+        batches.append(batch)
+        memories.append(memory)
+    options = GpuOptions(chunk_rows=8_192)
+    metrics = _compare(_plan(200_000, 50_000, 100_000), batches, options, lookahead, True)
+    assert metrics.prefetches >= 4
 
 
 def test_string_keys_and_default_chunks_through_the_public_api():

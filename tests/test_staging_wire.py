@@ -778,7 +778,12 @@ def test_pinned_columns_are_copied_as_they_are(host_cupy):
     assert all(not w.narrow for c in staged.chunks for w in c.wires)
     assert np.array_equal(_device_column(staged, 0, rows), pinned[:rows])
     assert np.array_equal(_device_column(staged, 1, rows), pinned[rows:])
-    assert staged.extremes == [None, None]  # the conformer measures them itself
+    assert staged.extremes == [None, None]  # none asked for: no pass read them
+    # the event time asked for (`measured`): a parallel pass over the pinned column gives
+    # what Arrow's one-thread min_max would (the range check and the firing read it)
+    pinned[rows // 2] = 1_764_000_000_000_000 - 3
+    measured = stager.stage_later(arrays, columns, 1_000, (True, True), False, 0).result()
+    assert measured.extremes == [(pinned[rows // 2], pinned[rows - 1]), None]
 
 
 def test_stage_gives_each_column_in_its_device_type(host_cupy):

@@ -306,7 +306,9 @@ class GpuKernels:
         format (`compiler.wire`: offset columns narrowed per chunk where they fit)."""
         return self._counted(self._stage_later(generated, batch, background=False).result())
 
-    def _stage_later(self, generated, batch: pa.RecordBatch, background: bool) -> PendingBatch:
+    def _stage_later(
+        self, generated, batch: pa.RecordBatch, background: bool, measured: int | None = None
+    ) -> PendingBatch:
         columns = batch_columns(batch)
         return self.stager.stage_later(
             [column(columns, c.name) for c in generated.columns],
@@ -314,6 +316,7 @@ class GpuKernels:
             self.options.chunk_rows,
             tuple(c.offset for c in generated.columns),
             background=background,
+            measured=measured,
         )
 
     @property
@@ -342,9 +345,9 @@ class GpuKernels:
         where `stages_in_background`, else here); `lift_merge` (and the split path's
         `lift_tuples`) of the same batch object then wait only for those copies' events.
         Returns the staging (`operators.kernels.Staging`): it gives the event time's (min,
-        max) the copy pass measured (None for a column read straight from pinned memory),
-        waiting for the pass. Count windows and empty batches take no fused pass, so nothing
-        is copied for them (None).
+        max) the copy pass measured (a column read straight from pinned memory is measured
+        by a parallel pass here), waiting for the pass. Count windows and empty batches take
+        no fused pass, so nothing is copied for them (None).
 
         Contract: a prefetch is used by the `lift_merge` that receives the very same batch
         object (and an equal lift). Identity, not equality, on purpose: comparing contents
@@ -355,13 +358,16 @@ class GpuKernels:
         if window.window.kind is ph.WindowKind.COUNT or batch.num_rows == 0:
             return None
         generated, _ = self.module_for(lift, window)
-        pending = self._stage_later(generated, batch, background=self.stages_in_background)
+        event_time = lift.scan.stream.event_time.lower()
+        timed = [k for k, c in enumerate(generated.columns) if c.name.lower() == event_time]
+        measured = timed[0] if timed else None
+        pending = self._stage_later(
+            generated, batch, background=self.stages_in_background, measured=measured
+        )
         self.metrics.prefetches += 1
         entry = _Prefetched(batch, lift, pending)
         self._prefetched = [*self._prefetched[-1:], entry]
-        event_time = lift.scan.stream.event_time.lower()
-        timed = [k for k, c in enumerate(generated.columns) if c.name.lower() == event_time]
-        return _Staging(self, entry, timed[0] if timed else None)
+        return _Staging(self, entry, measured)
 
     def _peek_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> StagedBatch | None:
         """The columns a prefetch staged for this batch object, left for its `lift_merge`,

@@ -31,6 +31,7 @@ import pyarrow as pa
 from mangonel.catalog.types import SqlType
 from mangonel.runtime.gpu import pinned
 from mangonel.runtime.gpu.device import cupy
+from mangonel.runtime.gpu.host_loops import parallel_extremes
 from mangonel.runtime.gpu.wire import (
     ChunkSource,
     ChunkWire,
@@ -96,7 +97,8 @@ class StagedBatch:
     """A batch's columns on the device (values, validity or None per column; an offset
     column's values as a uint8 buffer of 8 bytes a row, chunk c's data at byte 8 * first),
     the chunks, and the min/max of each offset column over the batch's rows (None where
-    the column was not read by a host pass: pinned, or no rows)."""
+    no pass read it: a column copied straight from pinned memory and not `measured` by
+    `Stager.stage_later`, or no rows)."""
 
     inputs: list[Any]
     chunks: list[StagedChunk]
@@ -181,6 +183,8 @@ class PendingBatch:
     buffer: pinned.PinnedBuffer | None
     kept: list[np.ndarray]
     after: Any
+    # (min, max) of offset columns read straight from pinned memory, by column
+    direct_extremes: dict[int, tuple[int, int] | None]
     _result: StagedBatch | None = field(default=None, init=False)
 
     @property
@@ -229,6 +233,8 @@ class PendingBatch:
         extremes = [
             None if low is None else (low, high) for low, high in zip(lows, highs, strict=True)
         ]
+        for k, pair in self.direct_extremes.items():
+            extremes[k] = pair
         return StagedBatch(self.inputs, chunks, self.offsets, extremes)
 
 
@@ -307,6 +313,7 @@ class Stager:
         chunk_rows: int | None,
         offsets: tuple[bool, ...] | None,
         background: bool = True,
+        measured: int | None = None,
     ) -> PendingBatch:
         """Copy the batch's columns to the device chunk after chunk (`chunk_rows` rows each;
         None: one chunk), each chunk's event recorded on the copy stream; the compute stream
@@ -317,6 +324,12 @@ class Stager:
         `background`: the copy pass and its copies run in the process's copy worker
         (`wire.CopyWorker`) while the caller goes on; `result()` of the returned batch waits
         for them (no chunk event may be waited on before: it is recorded by the worker).
+
+        `measured`: the int64 column whose (min, max) the batch's `extremes` must give (the
+        event time: the range check and the firing decision read it). The copy pass
+        measures every column it narrows; a column copied straight from pinned memory is
+        measured here by a parallel pass (`host_loops.parallel_extremes`), where the
+        operator would otherwise read it again in one thread.
 
         Stream discipline: the device arrays are allocated on the compute (current) stream, so
         CuPy's stream-aware pool hands this stream a block only once its earlier users are
@@ -395,8 +408,22 @@ class Stager:
         else:  # nothing through the host pass: this thread records the chunks' events
             for event in events:
                 event.record(self.copy_stream)
+        direct_extremes = {}
+        if measured is not None and direct[2 * measured]:
+            direct_extremes[measured] = parallel_extremes(host[2 * measured])
         pending = PendingBatch(
-            self, host, inputs, through, bounds, events, tuple(offsets), staged, buffer, kept, ready
+            self,
+            host,
+            inputs,
+            through,
+            bounds,
+            events,
+            tuple(offsets),
+            staged,
+            buffer,
+            kept,
+            ready,
+            direct_extremes,
         )
         self._in_flight.append(pending)
         return pending
