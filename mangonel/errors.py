@@ -54,3 +54,9 @@ class BackendUnavailableError(MangonelError):
 
 class DataError(MangonelError):
     """Input batches that do not match the stream's declared schema."""
+
+
+class FunctionError(MangonelError):
+    """A user's Python window function failed on a window's values while the query ran (it
+    raised, or read past the window's values): the query stops with the function's name and
+    its error, as a Spark UDF's exception fails its query."""

@@ -25,7 +25,7 @@ import mangonel
 from mangonel.aggregates.holistic import order_keys
 from mangonel.compiler import physical as ph
 from mangonel.compiler.holistic import holistic_cpu_reason
-from mangonel.errors import CatalogError, PlanError, SqlError
+from mangonel.errors import CatalogError, FunctionError, PlanError, SqlError
 from mangonel.runtime.cpu import python_window
 from mangonel.runtime.local.query import LocalQuery
 
@@ -182,6 +182,35 @@ def test_trimmed_mean_of_known_values_with_nulls_and_an_all_null_window():
     # sorted: -50 1 2 3 4 5 6 7 8 100: without -50 and 100, the mean of 1..8
     assert got[0]["t"] == pytest.approx(4.5) and got[0]["m"] == 4.5 and got[0]["c"] == 12
     assert got[1]["t"] is None and got[1]["c"] == 3
+
+
+def test_a_function_that_fails_stops_the_query_with_its_name_and_error():
+    """An index past the window's values raises IndexError (the function is compiled with
+    bounds checking; its values are a view of a larger scratch buffer, so without it the
+    read would return another window's value), and what a function raises stops the query
+    with the function's name (docs/semantics.md); a function that does neither still runs."""
+    session = cpu_session()
+
+    def past_the_end(values):
+        return values[values.shape[0]]
+
+    def refuses_many(values):
+        if values.shape[0] > 2:
+            raise ValueError("more than two values")
+        return values[0]
+
+    session.register_window_function("past_the_end", past_the_end, returns="DOUBLE")
+    session.register_window_function("refuses_many", refuses_many, returns="DOUBLE")
+    rows = [{"ts": t, "v": float(t)} for t in range(5)] + [{"ts": 300, "v": 1.0}]
+    for name, error in (("past_the_end", "IndexError"), ("refuses_many", "more than two")):
+        with pytest.raises(FunctionError, match=f"'{name}' raised .*{error}"):
+            run_rows(session, f"SELECT {name}(v) AS f FROM s [RANGE 100 MICROSECONDS]", rows)
+    got = run_rows(
+        session,
+        "SELECT refuses_many(v) AS f FROM s [RANGE 100 MICROSECONDS]",
+        [{"ts": 0, "v": 2.0}, {"ts": 1, "v": 1.0}, {"ts": 300, "v": 5.0}],
+    )
+    assert got == [{"f": 1.0}, {"f": 5.0}]
 
 
 def test_integer_arguments_arrive_as_int64_and_bigint_results():

@@ -31,7 +31,7 @@ from numba.core.registry import CPUDispatcher
 
 from mangonel.aggregates.python import WindowFunction, result_dtype, values_dtype
 from mangonel.catalog.types import SqlType
-from mangonel.errors import PlanError
+from mangonel.errors import FunctionError, PlanError
 
 _ARRAY_TYPES = {
     np.dtype(np.float64): numba.types.Array(numba.types.float64, 1, "C"),
@@ -50,9 +50,12 @@ def _dispatcher(function: Callable[..., Any]) -> CPUDispatcher:
         dispatcher = _DISPATCHERS.get(function)
         if dispatcher is None:
             if isinstance(function, CPUDispatcher):
-                dispatcher = function
+                dispatcher = function  # compiled by the user: their options, as they are
             else:
-                dispatcher = numba.njit(function)
+                # bounds checked: the values are a view of a scratch buffer, so an index past
+                # the window's last value would read another window's (or beyond the buffer)
+                # instead of raising IndexError
+                dispatcher = numba.njit(function, boundscheck=True)
             _DISPATCHERS[function] = dispatcher
         return dispatcher
 
@@ -344,21 +347,28 @@ def evaluate_python(
     largest = _totals(run_start, run_end, row_first, row_runs, n)
     bits = np.empty(largest, np.int64)
     key = (np.dtype(np.float64 if floating else np.int64), out.dtype)
-    _evaluate(key)(
-        _caller(function, key),
-        np.ascontiguousarray(keys, np.int64),
-        np.ascontiguousarray(times if timed else np.zeros(0), np.int64),
-        run_start,
-        run_end,
-        row_first,
-        row_runs,
-        bool(sorted_runs),
-        bool(floating),
-        bool(timed),
-        n,
-        bits,
-        bits.view(np.float64) if floating else bits,
-        np.empty(largest if timed else 0, np.int64),
-        out,
-    )
+    caller = _caller(function, key)
+    try:
+        _evaluate(key)(
+            caller,
+            np.ascontiguousarray(keys, np.int64),
+            np.ascontiguousarray(times if timed else np.zeros(0), np.int64),
+            run_start,
+            run_end,
+            row_first,
+            row_runs,
+            bool(sorted_runs),
+            bool(floating),
+            bool(timed),
+            n,
+            bits,
+            bits.view(np.float64) if floating else bits,
+            np.empty(largest if timed else 0, np.int64),
+            out,
+        )
+    except Exception as error:  # what the user's function raised, inside the compiled loop
+        raise FunctionError(
+            f"Python window function {function.name!r} raised {type(error).__name__}: "
+            f"{error} (on a window of at most {largest} values); the query stops"
+        ) from error
     return n, out
