@@ -463,6 +463,10 @@ def test_a_snapshot_of_another_query_is_refused():
         other.restore(one.snapshot())
     with pytest.raises(DataError):
         other.restore(b"not a snapshot at all")
+    whole = one.snapshot()  # empty, cut short, cut to its start: a clear error, not numpy's
+    for broken in (b"", whole[:-10], whole[:20]):
+        with pytest.raises(DataError, match="not a mangonel window-operator snapshot"):
+            one.restore(broken)
 
 
 def test_split_lift_merge_equals_process():

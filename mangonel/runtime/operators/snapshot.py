@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,15 @@ def unpack(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
         header = json.loads(arrays.pop("__header__").tobytes().decode("utf-8"))
-    except (ValueError, OSError, KeyError, AttributeError, UnicodeDecodeError) as error:
+    except (
+        ValueError,
+        OSError,
+        KeyError,
+        AttributeError,
+        UnicodeDecodeError,
+        EOFError,  # empty
+        zipfile.BadZipFile,  # truncated or corrupt
+    ) as error:
         raise DataError(f"not a mangonel window-operator snapshot ({error})") from error
     if header.get("format") != SNAPSHOT_FORMAT:
         raise DataError("not a mangonel window-operator snapshot")
