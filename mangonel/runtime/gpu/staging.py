@@ -183,7 +183,7 @@ class PendingBatch:
     buffer: pinned.PinnedBuffer | None
     kept: list[np.ndarray]
     after: Any
-    # (min, max) of offset columns read straight from pinned memory, by column
+    # the (min, max) of the `measured` column where it was read straight from pinned memory
     direct_extremes: dict[int, tuple[int, int] | None]
     _result: StagedBatch | None = field(default=None, init=False)
 
