@@ -4,6 +4,9 @@
 `python benchmarks/gpu_public_timers.py TUPLES SHAPE...`, each SHAPE
 `slide_us:keys:aggregate:delay_us:batch_rows:rate` (e.g. `10000:1000:MEDIAN:0:1000000:10000000`;
 the aggregate may be the bench's Python function, `1000000:1000:trimmed_mean:0:1000000:10000000`).
+`python benchmarks/gpu_public_timers.py --harness TUPLES SHAPE...` times the labelled
+pinned-source harness instead (`gpu_bench.run_shape`, SUM), each SHAPE
+`slide_us:keys:delay_us:batch_mib[:narrow]` (e.g. `10000:1000:0:32:narrow`).
 Every method of the driver, operator, kernel, staging and holistic classes listed in TARGETS,
 and each function in IMPORTED where the module that imported it calls it, is wrapped with an
 inclusive wall-clock timer (not cProfile, which inflates every small call); per shape, two
@@ -116,6 +119,8 @@ def _wrap_device(owner: type, name: str, label: str) -> None:
 
 def device_totals() -> dict[str, float]:
     """Seconds of device time per DEVICE_TARGETS label in the timed run."""
+    if not EVENTS:
+        return {}
     import cupy
 
     cupy.cuda.Device().synchronize()
@@ -156,34 +161,82 @@ def parse(text: str) -> PublicShape:
     return PublicShape(int(slide), int(keys), aggregate, int(delay), int(batch_rows), int(rate))
 
 
-def main() -> None:
-    tuples = int(sys.argv[1])
-    lines = int(os.environ.get("MANGONEL_TIMER_LINES", LINES))
-    instrument()
-    for text in sys.argv[2:]:
-        shape = parse(text)
-        whole = dataset(shape, tuples, 7)
-        batches = batches_of(whole, shape.batch_rows)
-        untimed = [tuples / run_public_shape(shape, batches)[0] / 1e6 for _ in range(2)]
-        TOTALS.clear()
-        CALLS.clear()
-        EVENTS.clear()
-        TIMING[0] = True
-        seconds, rows, _ = run_public_shape(shape, batches)
-        TIMING[0] = False
-        count = len(batches)
-        print(
-            f"== {shape.name} rate={shape.rate}: untimed {[round(x, 1) for x in untimed]} M/s; "
-            f"timed {tuples / seconds / 1e6:.1f} M/s, {seconds / count * 1e3:.3f} ms/batch, "
-            f"rows {rows}"
+def parse_harness(text: str):  # noqa: ANN201 - a gpu_bench.GpuShape
+    """slide_us:keys:delay_us:batch_mib[:narrow] (the pinned-source harness's shape; `narrow`:
+    INT keys and FLOAT values, 16 bytes a tuple at the source)"""
+    from mangonel.runtime.local.gpu_bench import GpuShape
+
+    slide, keys, delay, mib, *rest = text.split(":")
+    if rest not in ([], ["narrow"]):
+        raise ValueError(
+            f"a harness shape is slide_us:keys:delay_us:batch_mib[:narrow], not {text}"
         )
-        for label, total in sorted(TOTALS.items(), key=lambda item: -item[1])[:lines]:
-            print(
-                f"   {total / count * 1e3:8.3f} ms/b {CALLS[label] / count:7.2f} calls/b  {label}"
+    return GpuShape(int(slide), int(keys), int(delay), int(mib) << 20, narrow=rest == ["narrow"])
+
+
+def report(title: str, tuples: int, seconds: float, count: int, untimed: list[float]) -> None:
+    """The timed run's pieces, ms a batch and calls a batch, largest first; then device time."""
+    lines = int(os.environ.get("MANGONEL_TIMER_LINES", LINES))
+    print(
+        f"== {title}: untimed {[round(x, 1) for x in untimed]} M/s; "
+        f"timed {tuples / seconds / 1e6:.1f} M/s, {seconds / count * 1e3:.3f} ms/batch"
+    )
+    for label, total in sorted(TOTALS.items(), key=lambda item: -item[1])[:lines]:
+        print(f"   {total / count * 1e3:8.3f} ms/b {CALLS[label] / count:7.2f} calls/b  {label}")
+    for label, total in sorted(device_totals().items(), key=lambda item: -item[1]):
+        calls = len(EVENTS[label]) / count
+        print(f"   {total / count * 1e3:8.3f} ms/b {calls:7.2f} calls/b  device: {label}")
+
+
+def timed(run: Callable[[], tuple[float, int, int]]) -> tuple[float, int, int, list[float]]:
+    """Two untimed runs, then one timed: (seconds, batches, result rows, untimed seconds)."""
+    untimed = [run()[0] for _ in range(2)]
+    TOTALS.clear()
+    CALLS.clear()
+    EVENTS.clear()
+    TIMING[0] = True
+    try:
+        seconds, count, rows = run()
+    finally:
+        TIMING[0] = False
+    return seconds, count, rows, untimed
+
+
+def main() -> None:
+    arguments = sys.argv[1:]
+    harness = arguments[:1] == ["--harness"]
+    if harness:
+        arguments = arguments[1:]
+    tuples = int(arguments[0])
+    instrument()
+    if harness:  # the labelled pinned-source harness: `gpu_bench.run_shape` over views of it
+        from mangonel.runtime.local.gpu_bench import PinnedSource, run_shape
+
+        shapes = [parse_harness(text) for text in arguments[1:]]
+        source = PinnedSource(tuples, narrow=any(shape.narrow for shape in shapes))
+        for shape in shapes:
+
+            def run_harness(shape=shape) -> tuple[float, int, int]:  # noqa: ANN001
+                row = run_shape(shape, source, tuples)
+                return row["seconds"], row["batches"], row["rows_out"]
+
+            seconds, count, rows, untimed = timed(run_harness)
+            rates = [tuples / s / 1e6 for s in untimed]
+            report(
+                f"{shape.name} (pinned-source harness), rows {rows}", tuples, seconds, count, rates
             )
-        for label, total in sorted(device_totals().items(), key=lambda item: -item[1]):
-            calls = len(EVENTS[label]) / count
-            print(f"   {total / count * 1e3:8.3f} ms/b {calls:7.2f} calls/b  device: {label}")
+        return
+    for text in arguments[1:]:
+        shape = parse(text)
+        batches = batches_of(dataset(shape, tuples, 7), shape.batch_rows)
+
+        def run_public(shape=shape, batches=batches) -> tuple[float, int, int]:  # noqa: ANN001
+            seconds, rows, _ = run_public_shape(shape, batches)
+            return seconds, len(batches), rows
+
+        seconds, count, rows, untimed = timed(run_public)
+        rates = [tuples / s / 1e6 for s in untimed]
+        report(f"{shape.name} rate={shape.rate}, rows {rows}", tuples, seconds, count, rates)
 
 
 if __name__ == "__main__":

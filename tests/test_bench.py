@@ -301,3 +301,45 @@ def test_kernel_times_sums_ncu_durations_by_kernel() -> None:
     assert "mg_select" in text.splitlines()[1]
     with pytest.raises(ValueError, match="unknown unit"):
         module.kernel_times([header, '"0","k","gpu__time_duration.sum","cycle","3"'])
+
+
+def test_public_timers_count_only_the_timed_run_and_parse_harness_shapes(capsys) -> None:
+    """benchmarks/gpu_public_timers.py: a wrapped method's time and calls are counted in the
+    timed run only (two untimed runs first), printed per batch; harness shapes parse to the
+    pinned-source harness's shapes (`--harness`), a malformed one is refused."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_public_timers.py"
+    spec = importlib.util.spec_from_file_location("gpu_public_timers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Piece:
+        def work(self) -> int:
+            return 1
+
+    module._wrap(Piece, "work", Piece.work, "Piece.work")
+    piece = Piece()
+
+    def run() -> tuple[float, int, int]:
+        for _ in range(6):
+            piece.work()
+        return 0.5, 3, 7  # seconds, batches, result rows
+
+    seconds, count, rows, untimed = module.timed(run)
+    assert (seconds, count, rows, untimed) == (0.5, 3, 7, [0.5, 0.5])
+    assert module.CALLS["Piece.work"] == 6 and not module.TIMING[0]
+    module.report("shape", 3_000_000, seconds, count, [6.0, 6.0])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "== shape: untimed [6.0, 6.0] M/s; timed 6.0 M/s, 166.667 ms/batch"
+    assert printed[1].split()[2:4] == ["2.00", "calls/b"] and printed[1].endswith("Piece.work")
+    shape = module.parse_harness("10000:1000:0:32:narrow")
+    assert (shape.slide_us, shape.keys, shape.batch_bytes, shape.narrow) == (
+        10_000,
+        1000,
+        32 << 20,
+        True,
+    )
+    assert not module.parse_harness("100:1:1000000:4").narrow
+    with pytest.raises(ValueError, match="harness shape"):
+        module.parse_harness("100:1:0:4:wide")
