@@ -308,3 +308,27 @@ def test_percentiles_over_an_array_of_p_equal_the_standalone_session(spark, tmp_
     got, want = rows(ours), rows(expected)
     assert len(want) > 5 and any(r[2] is None for r in want)  # key 3: all NULL
     assert got == want
+
+
+def test_a_failing_function_stops_the_spark_query_with_its_name(spark, tmp_path):
+    """A Python window function that reads past its values fails the streaming query, as a
+    failing UDF does, with mangonel's FunctionError naming it (docs/semantics.md)."""
+    from pyspark.errors import StreamingQueryException
+
+    data = micro_batches(files=2, rows=100)
+    write_micro_batches(tmp_path / "in", data)
+    session = mg.attach(spark)
+    session.register(
+        "s",
+        file_stream(spark, tmp_path / "in", DDL),
+        event_time="ts",
+        watermark=f"{DELAY_MS} milliseconds",
+    )
+
+    def past_the_end(values):  # nested: Spark's workers get it by value
+        return values[values.shape[0]]
+
+    session.register_window_function("past_the_end", past_the_end, returns="DOUBLE")
+    frame = session.sql(f"SELECT k, window_start, past_the_end(v) AS p FROM s {WINDOW} GROUP BY k")
+    with pytest.raises(StreamingQueryException, match="'past_the_end' raised IndexError"):
+        run_to_memory(frame, tmp_path / "ck")
