@@ -70,16 +70,23 @@ def final_watermark(tables: list[pa.Table]) -> pd.Timestamp:
     return pd.Timestamp((latest - DELAY_MS) * 1000, unit="us", tz="UTC")
 
 
-def test_holistic_functions_equal_spark_and_the_standalone_session(spark, tmp_path):
-    data = micro_batches()
+def attached_stream(spark, tmp_path, data: list[pa.Table], **options):  # noqa: ANN001, ANN201
+    """A mangonel session on `spark` (`options`: `mg.attach`'s) whose stream `s` reads `data`
+    as Parquet files, one micro-batch each."""
     write_micro_batches(tmp_path / "in", data)
-    session = mg.attach(spark)
+    session = mg.attach(spark, **options)
     session.register(
         "s",
         file_stream(spark, tmp_path / "in", DDL),
         event_time="ts",
         watermark=f"{DELAY_MS} milliseconds",
     )
+    return session
+
+
+def test_holistic_functions_equal_spark_and_the_standalone_session(spark, tmp_path):
+    data = micro_batches()
+    session = attached_stream(spark, tmp_path, data)
 
     def trimmed(values):  # nested: Spark's workers get it by value
         cut = len(values) // 10
@@ -237,14 +244,7 @@ def test_a_function_with_timestamps_gets_the_event_times_through_either_stage1(
     spark, tmp_path, stage1
 ):
     data = micro_batches(files=3, rows=200)
-    write_micro_batches(tmp_path / "in", data)
-    session = mg.attach(spark, stage1=stage1)
-    session.register(
-        "s",
-        file_stream(spark, tmp_path / "in", DDL),
-        event_time="ts",
-        watermark=f"{DELAY_MS} milliseconds",
-    )
+    session = attached_stream(spark, tmp_path, data, stage1=stage1)
     time_spread = timed_function()
     session.register_window_function("time_spread", time_spread, with_timestamps=True)
     ours = run_to_memory(session.sql(TIMED_QUERY), tmp_path / "ck")
@@ -275,14 +275,7 @@ def test_percentiles_over_an_array_of_p_equal_the_standalone_session(spark, tmp_
     """ARRAY results leave stage 2 as list cells (Spark's ArrayType); a key whose values are
     all NULL gives NULL, not a list of NULLs."""
     data = micro_batches(files=3, rows=200)
-    write_micro_batches(tmp_path / "in", data)
-    session = mg.attach(spark)
-    session.register(
-        "s",
-        file_stream(spark, tmp_path / "in", DDL),
-        event_time="ts",
-        watermark=f"{DELAY_MS} milliseconds",
-    )
+    session = attached_stream(spark, tmp_path, data)
     ours = run_to_memory(session.sql(ARRAY_QUERY), tmp_path / "ck")
     standalone = mg.Session(backend="cpu")
     standalone.execute(
@@ -316,14 +309,7 @@ def test_a_failing_function_stops_the_spark_query_with_its_name(spark, tmp_path)
     from pyspark.errors import StreamingQueryException
 
     data = micro_batches(files=2, rows=100)
-    write_micro_batches(tmp_path / "in", data)
-    session = mg.attach(spark)
-    session.register(
-        "s",
-        file_stream(spark, tmp_path / "in", DDL),
-        event_time="ts",
-        watermark=f"{DELAY_MS} milliseconds",
-    )
+    session = attached_stream(spark, tmp_path, data)
 
     def past_the_end(values):  # nested: Spark's workers get it by value
         return values[values.shape[0]]
