@@ -2,7 +2,7 @@
 
     python benchmarks/bench_cpu.py [--quick] [--tuples N] [--no-peer] [--json out.json]
 
-The same as `mangonel bench --backend cpu`; record results in docs/performance.md.
+The same as `mangonel bench --backend cpu`; record results in docs/performance/cpu.md.
 """
 
 import sys

@@ -1,5 +1,5 @@
 """What page-locking a user's own buffers costs (`cuMemHostRegister`), against the ways the
-public GPU path could move them (docs/performance.md, "Tried, not built: registering the
+public GPU path could move them (docs/performance/gpu.md, "Tried, not built: registering the
 user's Arrow buffers with the driver instead of the copy pass").
 
 `python benchmarks/gpu_host_register.py [rows,...]` (default 1 M and 4 M rows). Per size, a

@@ -1,5 +1,5 @@
-"""Every kernel of a public-API run, timed by Nsight Compute (docs/performance.md, "The GPU
-path's kernels timed one by one"): how much of a batch the device works.
+"""Every kernel of a public-API run, timed by Nsight Compute (docs/performance/holistic-gpu.md, "The
+GPU path's kernels timed one by one"): how much of a batch the device works.
 
     ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file K.csv \\
         python benchmarks/gpu_kernel_times.py run "APPROX_PERCENTILE(value, 0.5)" 10000 6000000

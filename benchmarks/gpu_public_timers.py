@@ -1,5 +1,5 @@
 """Wall-clock timers around the GPU public path's pieces, per batch, for several shapes
-(docs/performance.md, "Public path: where a batch's time goes, by timers").
+(docs/performance/gpu.md, "Public path: where a batch's time goes, by timers").
 
 `python benchmarks/gpu_public_timers.py TUPLES SHAPE...`, each SHAPE
 `slide_us:keys:aggregate:delay_us:batch_rows:rate` (e.g. `10000:1000:MEDIAN:0:1000000:10000000`;

@@ -1,6 +1,7 @@
-"""The holistic selection kernel alone, on the GPU benchmark's firing (docs/performance.md,
-"GPU MEDIAN above 300 M/s"): 1000 keys, 19 windows a key of 100 panes of 100 sorted values
-(w = 1 s, s = 10 ms at 10 M tuples a second), one launch over all 19,000 windows.
+"""The holistic selection kernel alone, on the GPU benchmark's firing
+(docs/performance/holistic-gpu.md, "GPU MEDIAN above 300 M/s"): 1000 keys, 19 windows a key of 100
+panes of 100 sorted values (w = 1 s, s = 10 ms at 10 M tuples a second), one launch over all 19,000
+windows.
 
 `python benchmarks/gpu_selection_kernel.py [values_per_pane]`. Per form and function, the
 device time of a launch by CUDA events, median of 20 after one warm-up, and a checksum of

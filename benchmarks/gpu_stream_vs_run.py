@@ -1,7 +1,7 @@
 """The output-heavy GPU shape (w = 1 s, s = 100 us, 1000 keys) through `Query.run()` (every
 result kept) and `Query.stream()` (each result dropped as it comes, so its memory is free for
 the next), alternating in one process, three runs each, SUM and the six aggregates
-(docs/performance.md, "Tried, not kept: result memory faulted in ahead on background
+(docs/performance/gpu.md, "Tried, not kept: result memory faulted in ahead on background
 threads"). `python benchmarks/gpu_stream_vs_run.py`; needs CuPy and a GPU.
 """
 

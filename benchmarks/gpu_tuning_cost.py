@@ -1,5 +1,5 @@
-"""What the holistic firing's online tuner costs a run (docs/performance.md, "GPU MEDIAN above
-300 M/s"): the public path's MEDIAN shape (w = 1 s, s = 10 ms, 1000 keys, 1 M-row Arrow
+"""What the holistic firing's online tuner costs a run (docs/performance/holistic-gpu.md, "GPU
+MEDIAN above 300 M/s"): the public path's MEDIAN shape (w = 1 s, s = 10 ms, 1000 keys, 1 M-row Arrow
 batches, 10 M tuples a second) with the tuner online, off, and with the GPU form fixed (only
 the windows per launch tuned), interleaved, three runs each; the last round prints each
 tuner's state and the configurations it compared.

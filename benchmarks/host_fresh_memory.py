@@ -1,6 +1,6 @@
 """The GPU output path's copy out of its pinned buffer (`host_loops.parallel_copy`) into
 fresh memory, as every firing does, against the same copy into a target already touched
-(docs/performance.md, "Tried, not kept: the output's window bounds filled on the host").
+(docs/performance/gpu.md, "Tried, not kept: the output's window bounds filled on the host").
 
 `python benchmarks/host_fresh_memory.py [megabytes]` (default 55: an s = 100 us firing's
 packed rows). The source is pinned where CuPy and a GPU are there, ordinary memory elsewhere.

@@ -1,6 +1,6 @@
 """The reader-fed plan's start and per-micro-batch cost at w/s = 100, and what a run of Spark's
-own aggregation just before it in the same JVM does to it (docs/performance.md, "Inside Spark:
-the reader-fed plan's start and slope at w/s = 100").
+own aggregation just before it in the same JVM does to it (docs/performance/spark-driver.md, "Inside
+Spark: the reader-fed plan's start and slope at w/s = 100").
 
 `PYTHONPATH=$PWD python benchmarks/spark_reader_start.py slope`: the reader-fed plan alone
 (`start(plan="reader")`, w = 1 s, s = 10 ms, the bench's stream) over 2, 6 and 10 micro-batches

@@ -1,5 +1,5 @@
 """The driver-side plan (`ms.start`) with and without `late_rows=`, alternating, in one local
-Spark session (docs/performance.md, "Inside Spark: late rows on the driver-side plan").
+Spark session (docs/performance/spark-driver.md, "Inside Spark: late rows on the driver-side plan").
 
 Input: the bench's stream (`mangonel bench --spark`: 1000 keys, SUM(value), event time 1 M
 tuples/s, watermark delay 0) as Parquet files of `--batch` rows, one per micro-batch, twice:

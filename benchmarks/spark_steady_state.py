@@ -1,10 +1,10 @@
 """The reader-fed plan (`ms.start` over a declared stream) against Spark's own streaming window
-aggregation, alternating, at several stream lengths (docs/performance.md, "Inside Spark: the
-reader-fed plan in the steady state").
+aggregation, alternating, at several stream lengths (docs/performance/spark-driver.md, "Inside
+Spark: the reader-fed plan in the steady state").
 
 `mangonel bench --spark` times 4 M tuples (2 micro-batches), where a plan's start weighs as
 much as its micro-batches (the reader-fed plan's took about 2 s while a Python source paced
-it, docs/performance.md); a streaming query runs far longer. Here the same stream (the
+it, docs/performance/spark-driver.md); a streaming query runs far longer. Here the same stream (the
 bench's: 1000 keys, event time 1 M tuples/s, watermark delay 0, Parquet files of `--batch`
 rows, one per micro-batch) runs at each of `--tuples` lengths, each of `--slides` (w = 1 s)
 and each of `--aggregates` of the value (default SUM): both plans once to warm up, then
@@ -103,8 +103,8 @@ def _run_in_turn(
         reader(placement)
     spark_own()
     for number in range(rounds):
-        # the first reader-fed run after Spark's own pays a few seconds more (docs/
-        # performance.md, "the reader-fed plan's start and slope"): each placement in turn
+        # the first reader-fed run after Spark's own pays a few seconds more (docs/performance/
+        # spark-driver.md, "the reader-fed plan's start and slope"): each placement in turn
         turn = number % len(placements)
         ours = {placement: reader(placement) for placement in placements[turn:] + placements[:turn]}
         theirs, their_rows = spark_own()

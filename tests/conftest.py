@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # kernel is compiled once for the run, not once per worker (a clean clone starts empty).
 # Processes compiling side by side are safe there since `mangonel.runtime.cpu.numba_cache`
 # names each cached file uniquely (numba's own numbering let one overload load another's
-# code: a segfault, docs/performance.md). Set before anything imports numba, which reads it
+# code: a segfault, docs/performance/gpu.md). Set before anything imports numba, which reads it
 # once; Spark's Python workers inherit it from the worker that started Spark.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).parent.parent / ".numba-cache"))

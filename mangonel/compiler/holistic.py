@@ -143,7 +143,7 @@ def gpu_forms_to_try(panes_per_window: int, planned: str | None = None) -> tuple
     `HOLISTIC_GPU_FORMS` order: the `planned` one (by default `gpu_form`'s) and any other
     whose band of panes lies within a factor of two of the window's. Farther off, a form is
     several times slower (windows of 100 panes: a thread per window 5.5x the warp's cost, a
-    block 6x; H100 and H200, 2026-12-06, docs/performance.md), and every step the tuner
+    block 6x; H100 and H200, 2026-12-06, docs/performance/holistic-gpu.md), and every step the tuner
     tries it on costs the stream a whole firing at that cost."""
     bands = {
         "thread-per-window": panes_per_window < 2 * WARP_PANES,
@@ -266,7 +266,7 @@ APPROX_PERCENTILE_PATHS = ("auto", "exact", "sketch")
 # bytes a sample against 8 for a raw value) until its key holds about 1.5 x accuracy values
 # in the pane (Spark's COMPRESS merges nothing below 2 eps n = 3), and a window's answer then
 # merges its panes' summaries: ~all of its values, the slow way. The exact path sorts each
-# pane once and selects (PERCENTILE_DISC: rank error 0). Measured (docs/performance.md,
+# pane once and selects (PERCENTILE_DISC: rank error 0). Measured (docs/performance/sketches.md,
 # "APPROX_PERCENTILE by exact selection"): from this accuracy exact was 3.4-27x faster in
 # every shape; at 100 the sketch won (1.7x faster, 1/14 of the state) where a key held 100x
 # the accuracy in a pane. Below it the sketch keeps its memory bound (raw values grow with

@@ -424,7 +424,8 @@ def sort_panes(
     per pane, as `sort_pane` / `sort_pane_timed` give. A pane is (its sorted part as (values,
     offsets, times) or None, its chunks as (slots, values, times)); the sorted part's values
     need be grouped by slot only. A loop over the panes: the per-pane counting sort is
-    O(n) whatever the panes' number (a batched form measured no faster, docs/performance.md)."""
+    O(n) whatever the panes' number (a batched form measured no faster,
+    docs/performance/holistic.md)."""
     out = []
     for sorted_part, chunks in panes:
         slots, values, times = pane_rows(sorted_part, chunks, timed)

@@ -16,7 +16,7 @@ in order and the right ones at their paired slots, so only one side's cells are 
 columns are written with streaming stores (`intrinsics.store_streaming`): nothing reads them
 soon, and writing them through the caches read every line first and evicted what the next
 batch's input reads (the combine 0.011 -> 0.007 s for the 2.6 M result rows of the sliding
-bench, docs/performance.md).
+bench, docs/performance/joins.md).
 """
 
 from __future__ import annotations

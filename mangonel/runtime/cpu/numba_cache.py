@@ -6,7 +6,7 @@ index held when the process read it. Two processes that compile new overloads of
 function at once both read the same index, take the same number and write different code
 under the same name; the index one of them writes can then name the file the other wrote,
 and a later process loads machine code compiled for other argument types: a segmentation
-fault (seen on the GPU machine, 2026-11-27, docs/performance.md). That is the situation of
+fault (seen on the GPU machine, 2026-11-27, docs/performance/gpu.md). That is the situation of
 Spark's Python workers (several per host, one cache directory: the package's
 `__pycache__` or `NUMBA_CACHE_DIR`) and of test processes running in parallel.
 

@@ -30,7 +30,7 @@ The host faces of the protocol (key maps, the evaluation of residual/WHERE/aggre
 over joined Arrow columns, their partials, the factorised join's cell match) are `host`'s:
 another backend's JoinKernels the GPU operator factory passes in (the CPU's; this package may
 not import it). The probe form's
-kernels passed `pytest -m gpu` on an H100 (docs/performance.md).
+kernels passed `pytest -m gpu` on an H100 (docs/performance/joins-gpu.md).
 """
 
 from __future__ import annotations

@@ -72,7 +72,8 @@ def function_threads(windows: int, multiprocessors: int) -> int:
     THREADS_PER_BLOCK, fewer when the windows would not fill a block on every multiprocessor.
     Why: the function runs serially over its window's values, so a firing of 1000 tumbling
     windows at 128 a block ran on 8 of an H100's or H200's 132 multiprocessors; 8 a block
-    spreads them over 125 (tumbling trimmed_mean 4-9 % faster end to end, docs/performance.md)."""
+    spreads them over 125 (tumbling trimmed_mean 4-9 % faster end to end,
+    docs/performance/holistic-gpu.md)."""
     return max(1, min(THREADS_PER_BLOCK, -(-windows // max(1, multiprocessors))))
 
 

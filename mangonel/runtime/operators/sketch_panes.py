@@ -47,7 +47,7 @@ MAX_RING_ROWS = 1 << 20
 # prefix/suffix sets (two merges a (window, key)); smaller ones, and GK summaries, merge
 # their panes' sketches directly. GK's sets would be merges of large summaries (at accuracy
 # 10000 a summary keeps about every value up to 10^4 values), built B times per block: on
-# the benchmark they cost as much as the k-way merge they replace (docs/performance.md).
+# the benchmark they cost as much as the k-way merge they replace (docs/performance/sketches.md).
 BLOCKED_FROM = 3
 BLOCKED_SKETCHES = ("approx_count_distinct",)
 

@@ -435,7 +435,7 @@ def run_spark_benchmarks(
     print("warming up (Python workers, JIT, each shape's plans) ...", flush=True)
     # every shape's own plans once, small: Spark compiles each plan's generated code on its
     # first run (and caches it by its text), which cost the first engine of a shape up to
-    # 3x on tumbling windows when only one two-stage shape was warmed (docs/performance.md)
+    # 3x on tumbling windows when only one two-stage shape was warmed (docs/performance/spark.md)
     for shape in chosen:
         measure_shape(
             spark,

@@ -4,7 +4,7 @@ aggregation inside `foreachBatch`, stage 2 as mangonel's window operator on the 
 Why: a streaming query whose stage 2 is a stateful Spark operator pays that operator's fixed
 cost every micro-batch (`applyInPandasWithState`, about 1 s a micro-batch on 2 cores even
 doing nothing), and its stage 1 must copy every row into Python (`mapInArrow`), since
-Structured Streaming has no stateless grouped aggregation (docs/performance.md, "Inside
+Structured Streaming has no stateless grouped aggregation (docs/performance/spark.md, "Inside
 Spark"). Inside `foreachBatch` a micro-batch is a *batch* DataFrame, which does have one:
 
 - **Stage 1** (JVM, stateless): the streaming query is the stream with Spark's watermark, the
@@ -148,8 +148,8 @@ def choose_start(
     stream mangonel reads itself, tumbling windows included, where the reader can run the
     query (`choose_reader`; `reader_batch.refused` says where not: session windows, holistic
     aggregates, late rows as data); otherwise the driver-side plan where it ran faster than
-    `sql()`'s plan on this project's measurements (docs/performance.md, "Inside Spark: stage 2
-    on the driver under `foreachBatch`"): windows with w/s > 1 whose aggregates are
+    `sql()`'s plan on this project's measurements (docs/performance/spark-driver.md, "Inside Spark:
+    stage 2 on the driver under `foreachBatch`"): windows with w/s > 1 whose aggregates are
     Spark aggregates. Where Spark's own aggregation is the plan (w/s <= 1: each tuple in one
     window) the driver-side plan's stage 1 is the same hash aggregation plus its tick and was
     slower; holistic functions would take every row to the driver (one process), not
@@ -197,8 +197,8 @@ def choose_reader(
 ) -> tuple[str, str] | None:
     """("reader", why) where `start()` runs the reader-fed plan (reader_batch.py), else None:
     forced, or by default over a stream mangonel reads itself. It was faster than this
-    module's plan at every measured shape and needs no tick (docs/performance.md, "Inside
-    Spark: mangonel's reader feeding stage 2 on the driver"), and on tumbling windows, where
+    module's plan at every measured shape and needs no tick (docs/performance/spark-driver.md,
+    "Inside Spark: mangonel's reader feeding stage 2 on the driver"), and on tumbling windows, where
     `sql()` plans Spark's own aggregation, it is faster than that too: about 0.16 s a 2 M-row
     micro-batch against Spark's 0.36-0.45 s, and where Spark's file source paces it (a folder
     of files read on the driver) it starts as fast; behind a Python source (the generator,

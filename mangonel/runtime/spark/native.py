@@ -4,7 +4,7 @@ For windows where each tuple belongs to one window (tumbling, w/s = 1), Spark's 
 `GROUP BY window(ts, w, s), keys` has nothing to expand (its Expand is one row per tuple) and
 keeps every row in the JVM, while mangonel's two stages move every row into Python for the
 pane pre-aggregation (Arrow copy ~0.5 us a row on 2 cores) before any work is saved: there
-native Spark is the faster plan (measured: docs/performance.md, "Inside Spark"), and results
+native Spark is the faster plan (measured: docs/performance/spark.md, "Inside Spark"), and results
 are Spark's by construction. The planner picks it by cost (`choose_native`) and EXPLAIN says
 so with the reason. Session windows run here by default (`SESSION_NATIVE`): Spark's
 `session_window` over the same rows; `native=False` or `late_rows=` runs them as the per-tuple
@@ -32,7 +32,7 @@ from mangonel.runtime.spark.schema import quote
 from mangonel.runtime.spark.sql import aggregate_sql, lift_sql, output_sql
 
 # Largest windows-per-tuple (w / s) planned as native Spark aggregation. Measured on 2 cores,
-# 10 M tuples (docs/performance.md, "Inside Spark"): native wins at w/s = 1 (1.8 vs 0.96 M
+# 10 M tuples (docs/performance/spark.md, "Inside Spark"): native wins at w/s = 1 (1.8 vs 0.96 M
 # tuples/s); the two-stage plan wins at w/s = 10 (1.4x) and w/s = 100 (14.7x).
 NATIVE_MAX_WINDOWS_PER_TUPLE = 1
 

@@ -4,7 +4,7 @@ The reader path (reader.py) hands Spark one partial row per (key, pane): keys, `
 state fields' parts and the partition's watermark time. Where every aggregate of the query
 merges with a Spark aggregate function (COUNT, SUM, MIN, MAX, AVG as sum + count, BOOL_AND,
 BOOL_OR), stage 2 need not be mangonel's Python operator (`applyInPandasWithState`, whose
-fixed cost per micro-batch bounds the inside-Spark rate: docs/performance.md): Spark's
+fixed cost per micro-batch bounds the inside-Spark rate: docs/performance/spark.md): Spark's
 `GROUP BY window(pane_start, w, s), keys` does the pane-to-window expansion (a pane lies in
 exactly the windows that cover its start, since windows start at multiples of s and
 gcd(w, s) divides both), merges the partials with `sum`/`min`/`max` and fires in append

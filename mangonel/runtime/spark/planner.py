@@ -35,7 +35,7 @@ STAGE1_KINDS = ("arrow", "kernels", "reader")
 STAGE2_KINDS = ("native", "python")
 # Largest windows per pane (w / gcd(w, s)) for which the reader path's stage 2 runs as
 # Spark's own aggregation over the partials. Measured on 2 cores, 4 M tuples, 1000 keys
-# (docs/performance.md, "Inside Spark: Spark's own stage 2"): mangonel's Python stage 2 is
+# (docs/performance/spark.md, "Inside Spark: Spark's own stage 2"): mangonel's Python stage 2 is
 # 1.1-1.2x faster at 10 windows per pane and 2.3x at 100; at 1 they tie. So by default the
 # reader path keeps the Python stage 2 (a pane in one window means w/s <= 1, which runs as
 # Spark's native plan over its own source); stage2="native" forces Spark's.
@@ -45,7 +45,7 @@ READER_SOURCES = ("generator", "parquet", "csv")
 # where the planner takes the reader unasked: the generator (its rows are made in Python
 # anyway) and CSV (parsed by mangonel's rules, as standalone). A Parquet stream reads through
 # Spark's vectorized reader, then Arrow stage 1: faster than the reader on this project's
-# measurements (docs/performance.md, "Inside Spark: Spark's own stage 2"); stage1="reader"
+# measurements (docs/performance/spark.md, "Inside Spark: Spark's own stage 2"); stage1="reader"
 # forces the reader there
 READER_DEFAULT_SOURCES = ("generator", "csv")
 PARQUET_THROUGH_SPARK = (
@@ -171,7 +171,7 @@ def plan_spark(
     if stage1 is None and reader and (stage2 is not None or two_stages):
         # where the cost rule keeps the two stages (w/s > 1), stage 1 runs in the reader of
         # the streams it is the default for; where each tuple falls in one window Spark's own
-        # aggregation still wins, also against the reader path (docs/performance.md, "Inside
+        # aggregation still wins, also against the reader path (docs/performance/spark.md, "Inside
         # Spark: the reader path"); a forced stage2 names the reader path's stage 2, so it
         # takes the reader
         if stage2 is not None or stream_source(window) in READER_DEFAULT_SOURCES:

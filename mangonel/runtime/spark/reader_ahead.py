@@ -11,8 +11,8 @@ reader_batch.py): no Spark job of Python tasks a micro-batch, no partial through
 And as soon as a micro-batch's parts are taken, the next micro-batch's
 (the source's offset rules, reader_offsets.py, from this one's end offset) are read on
 threads while Spark writes its offset and commit logs and runs the micro-batch's stage 2
-(docs/performance.md, "Inside Spark: the reader's parts read on the driver, one micro-batch
-ahead").
+(docs/performance/spark-driver.md, "Inside Spark: the reader's parts read on the driver, one
+micro-batch ahead").
 
 A read ahead is used only for exactly the parts the next micro-batch takes (a file added in
 between, a replay after a restart: the parts differ, they are read anew); the parts of one

@@ -6,7 +6,8 @@ Spark watermark at all.
 Why: the driver-side plan (foreach_batch.py) takes Spark's watermark of the micro-batch,
 which needs a stateful operator (its "tick", a window aggregation over no rows) so that Spark
 runs the no-data micro-batch firing the last windows; the tick costs a shuffle stage with
-state every micro-batch (docs/performance.md, "Inside Spark: stage 2 on the driver"). Here:
+state every micro-batch (docs/performance/spark-driver.md, "Inside Spark: stage 2 on the driver").
+Here:
 
 - **Stage 1** is the reader's (`pane_reader.partition_batches`): each part reads its rows in
   Python and yields one carrier row and its (key, pane) partials, every row with the part's
@@ -24,7 +25,7 @@ state every micro-batch (docs/performance.md, "Inside Spark: stage 2 on the driv
   reader_offsets.py) and records them under the checkpoint before reading them
   (`FileTrigger`), so a re-run batch id reads the same parts. Why: a Python Data Source
   costs Spark fresh Python processes at every query start (its first micro-batch about 2 s
-  after `start()` on the project's 2-core VM, docs/performance.md); with the JVM's file
+  after `start()` on the project's 2-core VM, docs/performance/spark-driver.md); with the JVM's file
   source, about 0.2 s. The
   generator (no files) keeps `mangonel_parts` (reader_source.py), which hands the driver
   the parts as rows.
