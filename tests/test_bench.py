@@ -343,3 +343,39 @@ def test_public_timers_count_only_the_timed_run_and_parse_harness_shapes(capsys)
     assert not module.parse_harness("100:1:1000000:4").narrow
     with pytest.raises(ValueError, match="harness shape"):
         module.parse_harness("100:1:0:4:wide")
+
+
+def test_worker_timeline_records_each_job_and_wait_and_summarizes_them(monkeypatch) -> None:
+    """benchmarks/gpu_worker_timeline.py: a job handed to a real copy worker is recorded with
+    its submit, begin and return times in order, the driver's wait for it too; the summary's
+    figures come from the recorded times (the ends left out)."""
+    import importlib.util
+    import time
+
+    from mangonel.runtime.gpu import wire
+
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(benchmarks))
+    spec = importlib.util.spec_from_file_location(
+        "gpu_worker_timeline", benchmarks / "gpu_worker_timeline.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # the originals, restored after the test
+    monkeypatch.setattr(wire.CopyWorker, "submit", wire.CopyWorker.submit)
+    monkeypatch.setattr(wire.Pending, "result", wire.Pending.result)
+    module.instrument()
+    worker = wire.CopyWorker()
+    pending = worker.submit(lambda seconds: time.sleep(seconds) or 7, (0.02,), lambda value: value)
+    assert pending.result() == 7
+    ((submitted, begun, returned),) = module.JOBS
+    assert submitted <= begun and returned - begun >= 0.02
+    ((called, ended, _),) = module.WAITS
+    assert called <= ended
+    jobs = [(float(k), k + 0.5, k + 1.5) for k in range(8)]  # each ran 1 s, queued 0.5 s
+    waits = [(float(k), k + 0.25, k % 2 == 0) for k in range(8)]
+    figures = module.summarize(jobs, waits, batches=4)
+    assert figures["queued_median"] == 500.0 and figures["ran_median"] == 1000.0
+    assert figures["between_median"] == 0.0  # the next job begins as the one before returns
+    assert figures["wait_mean"] == 250.0 and figures["waited_a_batch"] == 250.0
+    assert figures["already_done"] == 0.5
