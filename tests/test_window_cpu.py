@@ -535,3 +535,25 @@ def test_through_the_session_sql_front_end():
         {"k": 1, "window_start": -5, "window_end": 5, "n": 2, "mean": 2.0},
         {"k": 1, "window_start": 0, "window_end": 10, "n": 2, "mean": 2.0},
     ]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "3", 2.0, True])
+def test_windows_per_batch_must_be_a_whole_number_of_at_least_one(bad) -> None:
+    """A bad `windows_per_batch` is refused when the session is made (-1 once hung the first
+    firing; 0 was replaced by the default without a word, "3" failed inside numba); a
+    NumPy integer is taken."""
+    import numpy as np
+
+    from mangonel import Session
+    from mangonel.errors import PlanError
+
+    with pytest.raises(PlanError, match="windows_per_batch must be a whole number >= 1"):
+        Session("cpu", windows_per_batch=bad)
+    s = Session("cpu", windows_per_batch=np.int64(3))
+    s.execute("CREATE STREAM s (ts TIMESTAMP, k BIGINT) WITH (event_time = 'ts')")
+    query = s.sql("SELECT k, window_start, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k")
+    assert "windows_per_batch=3" in query.explain()
+    rows = query.run(
+        [pa.RecordBatch.from_pydict({"ts": pa.array([0], pa.timestamp("us")), "k": [1]})]
+    )
+    assert rows.column("n").to_pylist() == [1]

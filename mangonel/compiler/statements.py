@@ -8,6 +8,7 @@ runner uses it without importing the session layer above it.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,23 @@ class QueryOptions:
     join_factorised: bool = True  # aggregated joins: factorised where the shape allows
     tuning: TuningOptions = TuningOptions()  # the holistic firing's online auto-tuner
     approx_percentile: str = "auto"  # APPROX_PERCENTILE: "auto", "exact" or "sketch"
+
+
+def _windows_per_batch(value: object) -> int | None:
+    """The session's windows_per_batch: None (chosen from each window) or a whole number >= 1
+    (PlanError otherwise: 0 or a negative count once hung the firing loop)."""
+    if value is None:
+        return None
+    try:
+        count = operator.index(value)  # ints and NumPy integers, not floats, strings or bools
+    except TypeError:
+        count = None
+    if count is None or isinstance(value, bool) or count < 1:
+        raise PlanError(
+            f"windows_per_batch must be a whole number >= 1, not {value!r}",
+            hint="leave it out (None) to have it chosen from each window's panes",
+        )
+    return count
 
 
 class PlannedQuery:
@@ -116,7 +134,7 @@ class StatementRunner:
                 hint="choose 'auto', " + " or ".join(repr(a) for a in physical.JOIN_ALGORITHMS),
             )
         self.options = QueryOptions(
-            windows_per_batch=windows_per_batch,
+            windows_per_batch=_windows_per_batch(windows_per_batch),
             join_algorithm=join_algorithm,
             gpu_join=gpu_join,
             join_factorised=join_factorised,
