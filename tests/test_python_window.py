@@ -230,6 +230,28 @@ def test_integer_arguments_arrive_as_int64_and_bigint_results():
     assert query.schema.field("a").type == pa.int64()
 
 
+def test_an_int_result_outside_32_bits_wraps_as_a_cast_does():
+    """returns="INT" with a result past int32: the low 32 bits, as Spark's non-ANSI CAST(x AS
+    INT) gives and as a BIGINT result past int64 wraps (Arrow's checked cast raised
+    ArrowInvalid out of the firing before); in range it is the value itself."""
+    session = cpu_session()
+
+    def count_plus(values):
+        return values.shape[0] + 2**31 + 4  # 2**31 + 5 for one value: -(2**31) + 5 wrapped
+
+    def how_many(values):
+        return values.shape[0]
+
+    session.register_window_function("count_plus", count_plus, returns="INT")
+    session.register_window_function("how_many", how_many, returns="INT")
+    got = run_rows(
+        session,
+        "SELECT count_plus(x) AS wrapped, how_many(x) AS plain FROM s [RANGE 100 MICROSECONDS]",
+        [{"ts": 0, "x": 1.0}],
+    )
+    assert got == [{"wrapped": -(2**31) + 5, "plain": 1}]
+
+
 def test_the_plan_names_the_function_and_a_gpu_plan_unchecked_for_cuda_keeps_it_on_the_cpu():
     # (plans the session checks for CUDA: tests/test_python_window_cuda.py)
     session = cpu_session()

@@ -98,6 +98,17 @@ def return_type(name: str, returns: str | SqlType) -> SqlType:
     return sql_type
 
 
+def _finalize_returned(xp, count, value, result_type):  # noqa: ANN001, ANN202
+    """`finalize_selected` of the function's results, which the backends hold as int64 or
+    float64: an INT result outside int32's range wraps to 32 bits, as BIGINT's wraps to 64
+    in numba's conversion and as Spark's non-ANSI CAST(... AS INT) does (Arrow's checked cast
+    raised ArrowInvalid out of the firing instead)."""
+    data, null = finalize_selected(xp, count, value, result_type)
+    if result_type is SqlType.INT:
+        data = data.astype(xp.int32)
+    return data, null
+
+
 PYTHON = register_aggregate(
     Aggregate(
         key="PYTHON",
@@ -111,7 +122,7 @@ PYTHON = register_aggregate(
         ),
         accepts="numeric",
         state=VALUES_USE,
-        finalize=finalize_selected,
+        finalize=_finalize_returned,
         spark_name="python",
         holistic=Holistic("python"),
     )
