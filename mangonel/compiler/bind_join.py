@@ -229,7 +229,18 @@ class JoinBinder(_Binder):
             raise _error(
                 f"both sides of the join are named {left.alias!r}",
                 right.table_node,
-                "give each side its own alias: FROM s [RANGE ..] AS a JOIN s [RANGE ..] AS b",
+                "give each side its own alias: FROM a [RANGE ..] AS l JOIN b [RANGE ..] AS r",
+            )
+        if left.is_stream and right.is_stream and left.source.name == right.source.name:
+            # the runner feeds a batch to the input its name gives: one side would get them
+            # all and the join would emit nothing
+            raise _error(
+                f"the stream {left.source.name!r} is joined with itself, which is not "
+                "supported yet",
+                right.table_node,
+                f"declare it again under another name (CREATE STREAM {left.source.name}_2 "
+                "with the same columns and options) and send each batch to both: "
+                f"query.run([('{left.source.name}', b), ('{left.source.name}_2', b), ...])",
             )
         for side in (left, right):
             if not side.is_stream and side.clause is not None:
