@@ -227,6 +227,32 @@ def test_a_table_batch_after_the_streams_started_is_refused() -> None:
         runner.process(batch(ADS, [{"k": 1, "c": "x"}]), runner.inputs["ads"])
 
 
+def test_a_table_batch_is_conformed_as_a_stream_batch_is() -> None:
+    """A static table's batch must match its declared columns (lossless widening only, NOT
+    NULL kept), or it is refused with a DataError naming the column and the table: before,
+    a STRING '1' or a DOUBLE 1.0 key was cast and joined the stream's key 1, a NULL in a NOT
+    NULL column was taken, and a key of 5.7 raised Arrow's ArrowInvalid."""
+    s = session()
+    s.execute("CREATE TABLE strict_ads (k BIGINT NOT NULL, c STRING)")
+    query = s.sql("SELECT l.x, a.c FROM clicks AS l JOIN strict_ads AS a ON l.k = a.k")
+    clicks = batch(CLICKS, [{"ts": 0, "k": 1, "x": 7}])
+    refused = [
+        (pa.array(["1"]), "declared BIGINT .* the batch has string"),
+        (pa.array([1.0]), "declared BIGINT .* the batch has double"),
+        (pa.array([5.7]), "declared BIGINT .* the batch has double"),
+        (pa.array([None], pa.int64()), "declared NOT NULL"),
+    ]
+    for keys, message in refused:
+        table = pa.RecordBatch.from_arrays([keys, pa.array(["one"])], names=["k", "c"])
+        with pytest.raises(DataError, match=f"column 'k' of table 'strict_ads' is {message}"):
+            query.run([("strict_ads", table), ("clicks", clicks)])
+    widened = pa.RecordBatch.from_pydict(  # int32 widens; an unread column is not looked at
+        {"k": pa.array([1], pa.int32()), "c": ["one"], "extra": [b"x"]}
+    )
+    got = query.run([("strict_ads", widened), ("clicks", clicks)])
+    assert got.to_pylist() == [{"x": 7, "c": "one"}]
+
+
 def test_inputs_by_name_round_robin_and_unknown_names() -> None:
     query = session().sql(ROWS_SQL.format(kind="", residual=""))
     by_name = {

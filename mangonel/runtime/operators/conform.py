@@ -96,21 +96,21 @@ def _widening_types(sql_type: SqlType) -> tuple[pa.DataType, ...]:
     return ()
 
 
-def _type_error(column: Column, stream: str, arrow_type: pa.DataType) -> DataError:
+def _type_error(column: Column, source: str, arrow_type: pa.DataType) -> DataError:
     declared = column.type.info.arrow
     return DataError(
-        f"column {column.name!r} of stream {stream!r} is declared {column.type} ({declared}) "
+        f"column {column.name!r} of {source} is declared {column.type} ({declared}) "
         f"but the batch has {arrow_type}; only lossless widenings are accepted "
         f"(cast the column to {declared} before passing the batch)"
     )
 
 
-def _converter(column: Column, stream: str, arrow_type: pa.DataType) -> Convert | None:
+def _converter(column: Column, source: str, arrow_type: pa.DataType) -> Convert | None:
     """How a batch column of `arrow_type` becomes the declared type: None when it is read as
     it is; raises DataError when no lossless conversion exists."""
     declared = column.type.info.arrow
     if pa.types.is_dictionary(arrow_type):
-        inner = _converter(column, stream, arrow_type.value_type)
+        inner = _converter(column, source, arrow_type.value_type)
 
         def decode(array: pa.Array) -> pa.Array:
             decoded = array.dictionary_decode()
@@ -124,22 +124,22 @@ def _converter(column: Column, stream: str, arrow_type: pa.DataType) -> Convert 
     if column.type is SqlType.TIMESTAMP and pa.types.is_timestamp(arrow_type):
         if arrow_type.unit == "us":
             return None  # microseconds in any time zone: the same values
-        return lambda array: _checked_cast(array, declared, column, stream)
+        return lambda array: _checked_cast(array, declared, column, source)
     if column.type is SqlType.BIGINT and arrow_type == pa.uint64():
-        return lambda array: _checked_cast(array, declared, column, stream)
+        return lambda array: _checked_cast(array, declared, column, source)
     if arrow_type in _widening_types(column.type):
         return lambda array: array.cast(declared)
-    raise _type_error(column, stream, arrow_type)
+    raise _type_error(column, source, arrow_type)
 
 
-def _checked_cast(array: pa.Array, target: pa.DataType, column: Column, stream: str) -> pa.Array:
+def _checked_cast(array: pa.Array, target: pa.DataType, column: Column, source: str) -> pa.Array:
     """A cast Arrow checks value by value (safe=True): uint64 above int64, timestamps with
     sub-microsecond digits or out of the int64 microsecond range are refused."""
     try:
         return array.cast(target, safe=True)
     except (pa.ArrowInvalid, OverflowError) as error:
         raise DataError(
-            f"column {column.name!r} of stream {stream!r} is declared {column.type} ({target}) "
+            f"column {column.name!r} of {source} is declared {column.type} ({target}) "
             f"but the batch's {array.type} column has a value that does not convert without "
             f"loss ({error})"
         ) from error
@@ -164,12 +164,17 @@ class BatchConformer:
         self,
         columns: tuple[Column, ...],
         stream: str,
-        event_time: str,
+        event_time: str | None,
         event_time_range: tuple[int, int],
+        kind: str = "stream",
     ) -> None:
         self.columns = columns
         self.stream = stream
-        self.event_time_index = next(i for i, c in enumerate(columns) if c.name == event_time)
+        self.source = f"{kind} {stream!r}"  # in messages: "stream 'trades'", "table 'ads'"
+        # None: a static table (no event time)
+        self.event_time_index = next(
+            (i for i, c in enumerate(columns) if c.name == event_time), None
+        )
         self.event_time_range = event_time_range
         self.not_null = tuple(i for i, c in enumerate(columns) if not c.nullable)
         self.schema = pa.schema([pa.field(c.name, c.type.info.arrow, c.nullable) for c in columns])
@@ -190,6 +195,8 @@ class BatchConformer:
         """Event times outside the range made NULL, and how many. `extremes`: the (min, max)
         of the batch's non-NULL event times when a pass over them already measured it (the
         GPU's staging copy): then a batch inside the range costs no pass here."""
+        if self.event_time_index is None:
+            return batch, 0
         position = batch.schema.get_field_index(self.columns[self.event_time_index].name)
         times = batch.column(position)
         if not len(times) or times.null_count == len(times):
@@ -208,6 +215,8 @@ class BatchConformer:
     def event_time_extremes(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
         """The (min, max) of a typed batch's non-NULL event times (microseconds), None when
         it has none: one pass over the column."""
+        if self.event_time_index is None:
+            return None
         times = batch.column(self.columns[self.event_time_index].name)
         if not len(times) or times.null_count == len(times):
             return None
@@ -241,7 +250,7 @@ class BatchConformer:
         if array.null_count:
             column = self.columns[index]
             raise DataError(
-                f"column {column.name!r} of stream {self.stream!r} is declared NOT NULL but "
+                f"column {column.name!r} of {self.source} is declared NOT NULL but "
                 f"the batch has {array.null_count} NULL value(s) in it"
             )
 
@@ -251,7 +260,7 @@ class BatchConformer:
         for column in self.columns:
             position = self._position(column, names)
             positions.append(position)
-            converts.append(_converter(column, self.stream, schema.field(position).type))
+            converts.append(_converter(column, self.source, schema.field(position).type))
         # as is: no conversion, and every column under its declared spelling (expressions
         # look columns up by that spelling; a batch with other spellings is rebuilt, which
         # renames without copying data)
@@ -269,7 +278,7 @@ class BatchConformer:
             return folded[0]
         if not folded:
             raise DataError(
-                f"the batch has no column {column.name!r}, which stream {self.stream!r} "
+                f"the batch has no column {column.name!r}, which {self.source} "
                 f"declares {column.type} (the batch has: {', '.join(names) or 'no columns'})"
             )
         raise DataError(

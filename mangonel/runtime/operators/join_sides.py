@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.compiler import physical as ph
-from mangonel.errors import DataError
+from mangonel.runtime.operators.conform import BatchConformer
 from mangonel.runtime.operators.join_stats import key_sample
 
 
@@ -163,22 +163,19 @@ class JoinSide:
         return total + sum(b.nbytes for b in self.batches)
 
 
-class TableConformer:
-    """A static table's batches, cast to the declared types of the columns the query reads."""
+class TableConformer(BatchConformer):
+    """A static table's batches conformed as a stream's are (`conform`: the declared types,
+    lossless widening only, NOT NULL checked, a DataError naming the column otherwise), the
+    columns the query reads only; a table has no event time."""
 
     def __init__(self, scan: ph.TableScanExec) -> None:
-        self.columns = scan.columns
-        self.schema = pa.schema([pa.field(c.name, c.type.info.arrow) for c in scan.columns])
+        super().__init__(scan.columns, scan.table.name, None, (0, 0), kind="table")
 
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
-        arrays = []
-        for c in self.columns:
-            position = names.get(c.name.lower())
-            if position is None:
-                raise DataError(f"the table's batch has no column {c.name!r}")
-            arrays.append(batch.column(position).cast(c.type.info.arrow))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:  # type: ignore[override]
+        """The batch as the side stores it: the read columns only, in the declared types."""
+        conformed = self.conform_types(batch)
+        columns = [conformed.column(f.name) for f in self.schema]
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
 def to_ipc(batches: list[pa.RecordBatch], schema: pa.Schema) -> np.ndarray:
