@@ -142,6 +142,24 @@ def test_late_rows_keep_the_batch_columns_as_given() -> None:
     assert query.late_rows().schema.names == ["ts", "k", "v", "late_reason", "late_watermark"]
 
 
+def test_late_rows_whose_columns_cannot_be_unified_are_all_returned() -> None:
+    """A column given as BIGINT in one late batch and STRING in another comes out as STRING
+    (each value's text), and a batch column already named `late_reason` is kept as
+    `late_reason_in_batch`: before, `late_rows()` raised, having already forgotten the rows,
+    so they were lost for good."""
+    query = session().sql("SELECT k, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k")
+    numbered = batch([0], [1], [1.0]).append_column("e", pa.array([12], pa.int64()))
+    texted = batch([1], [1], [2.0]).append_column("e", pa.array(["x"]))
+    named = batch([2], [1], [3.0]).append_column("late_reason", pa.array(["mine"]))
+    query.run([batch([2_000_000], [1], [0.0]), numbered, texted, named])
+    late = query.late_rows()
+    assert late.column("e").to_pylist() == ["12", "x", None]
+    assert late.column("late_reason_in_batch").to_pylist() == [None, None, "mine"]
+    assert late.column("late_reason").to_pylist() == ["window closed"] * 3
+    assert late.num_rows == 3
+    assert query.late_rows().num_rows == 0
+
+
 def test_stream_yields_each_batchs_late_rows_before_its_results() -> None:
     query = session().sql("SELECT k, SUM(v) AS s FROM s [RANGE 1 SECOND] GROUP BY k")
     third = batch([2_500_000, 300_000, 1_999_999], [1, 2, 3], [5.0, 6.0, 7.0])

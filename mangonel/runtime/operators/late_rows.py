@@ -29,8 +29,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mangonel.errors import DataError
-
 REASON_COLUMN = "late_reason"
 WATERMARK_COLUMN = "late_watermark"
 STREAM_COLUMN = "late_stream"
@@ -87,11 +85,17 @@ class LateRows:
 def with_late_columns(
     rows: pa.RecordBatch, reason: str, watermark: int | None, stream: str | None
 ) -> pa.RecordBatch:
-    """`rows` with `late_reason`, `late_watermark` (and `late_stream` for a stream name)."""
+    """`rows` with `late_reason`, `late_watermark` (and `late_stream` for a stream name); a
+    column of the batch already named so is kept as `<name>_in_batch` (two columns of one
+    name could not be unified with later batches' rows)."""
     n = rows.num_rows
     arrays = [*rows.columns, pa.array([reason] * n, pa.string())]
     arrays.append(pa.array([watermark] * n, WATERMARK_TYPE))
-    names = [*rows.schema.names, REASON_COLUMN, WATERMARK_COLUMN]
+    added = {REASON_COLUMN, WATERMARK_COLUMN, STREAM_COLUMN}
+    given = [
+        _renamed(name, rows.schema.names) if name in added else name for name in rows.schema.names
+    ]
+    names = [*given, REASON_COLUMN, WATERMARK_COLUMN]
     if stream is not None:
         arrays.append(pa.array([stream] * n, pa.string()))
         names.append(STREAM_COLUMN)
@@ -110,17 +114,59 @@ def late_schema(columns: pa.Schema, stream: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
+def _renamed(name: str, taken: list[str]) -> str:
+    """`name` + "_in_batch" (again until no column of `taken` has it)."""
+    renamed = f"{name}_in_batch"
+    while renamed in taken:
+        renamed += "_in_batch"
+    return renamed
+
+
 def late_table(pieces: list[pa.RecordBatch], empty: pa.Schema) -> pa.Table:
     """One table of late-row batches. Batches of one stream may differ in shape (a column
     given as int32 once and int64 later; two streams of a join): their columns are unified,
-    types promoted as Arrow promotes them, NULL where a batch had no such column."""
+    types promoted as Arrow promotes them, NULL where a batch had no such column. A column
+    whose types Arrow cannot promote to one (BIGINT in one batch, STRING in another) comes out
+    as STRING, each value as its text: the rows are taken already, so failing here would
+    lose them."""
     if not pieces:
         return empty.empty_table()
     tables = [pa.Table.from_batches([piece]) for piece in pieces]
     try:
         return pa.concat_tables(tables, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-        raise DataError(
-            f"the late rows' batches have columns of the same name and incompatible types "
-            f"({error}); take the late rows of one stream at a time: late_rows(stream=...)"
-        ) from error
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        conflicting = _conflicting_columns(tables)
+        tables = [_as_text(table, conflicting) for table in tables]
+        return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _conflicting_columns(tables: list[pa.Table]) -> set[str]:
+    """The column names whose types across `tables` Arrow cannot promote to one."""
+    fields: dict[str, list[pa.Field]] = {}
+    for table in tables:
+        for f in table.schema:
+            fields.setdefault(f.name, []).append(f)
+    conflicting = set()
+    for name, found in fields.items():
+        try:
+            pa.unify_schemas([pa.schema([f]) for f in found], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            conflicting.add(name)
+    return conflicting
+
+
+def _as_text(table: pa.Table, names: set[str]) -> pa.Table:
+    """`table` with its columns of `names` as STRING (Arrow's cast, or each value's Python
+    text where Arrow has no cast: nested types); NULL stays NULL."""
+    for position, name in enumerate(table.schema.names):
+        if name not in names:
+            continue
+        column = table.column(position)
+        try:
+            text = column.cast(pa.string())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            text = pa.chunked_array(
+                [pa.array([None if v is None else str(v) for v in column.to_pylist()], pa.string())]
+            )
+        table = table.set_column(position, pa.field(name, pa.string()), text)
+    return table
