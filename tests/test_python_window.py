@@ -320,6 +320,9 @@ def test_names_are_case_insensitive_and_replacing_needs_replace():
     [
         ("median", "DOUBLE", "built-in function"),
         ("abs", "DOUBLE", "built-in function"),
+        ("window", "DOUBLE", "built-in function"),  # window(...) defines the window
+        ("Session_Window", "DOUBLE", "built-in function"),
+        ("window_time", "DOUBLE", "built-in function"),
         ("2fast", "DOUBLE", "not an identifier"),
         ("my fn", "DOUBLE", "not an identifier"),
         ("fine", "STRING", "returns=STRING is not supported"),
@@ -338,6 +341,17 @@ def test_a_function_numba_cannot_compile_is_refused_at_registration_with_the_rea
 
     with pytest.raises(PlanError, match="'uses_a_dict' does not compile with numba"):
         cpu_session().register_window_function("uses_a_dict", uses_a_dict)
+
+
+def test_a_function_that_returns_nothing_is_refused_saying_so():
+    """numba types a function that raises on every path (or never returns) as returning
+    `none`: refused as returning nothing, not as a type that "does not fit"."""
+
+    def always_raises(values):
+        raise ValueError("boom")
+
+    with pytest.raises(PlanError, match="'always_raises' returns nothing for float64 values"):
+        cpu_session().register_window_function("always_raises", always_raises)
 
 
 def test_a_float_result_for_an_integer_return_type_is_refused():

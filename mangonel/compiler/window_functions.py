@@ -24,6 +24,7 @@ from mangonel.catalog.catalog import Catalog
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import logical as lg
 from mangonel.compiler.parse import parse_statement
+from mangonel.compiler.window_syntax import GROUP_BY_WINDOW_FUNCTIONS
 from mangonel.errors import CatalogError, SqlError
 
 Compile = Callable[[WindowFunction, SqlType | None], None]
@@ -79,8 +80,17 @@ def register(
     return window_function
 
 
+# calls the window syntax reads besides GROUP_BY_WINDOW_FUNCTIONS' (window_syntax.py,
+# sessions' syntax)
+_WINDOW_CALLS = frozenset({"window_time", "session_window"})
+
+
 def _free_name(name: str) -> bool:
-    """Whether `name(x)` parses as a call of an unknown function (not MEDIAN, ABS, ...)."""
+    """Whether `name(x)` parses as a call of an unknown function (not MEDIAN, ABS, ...) that
+    does not define a window either (Spark's `window(...)`, `session_window(...)`,
+    `window_time(...)`: SQL reads those as the window, never as the user's function)."""
+    if name.upper() in GROUP_BY_WINDOW_FUNCTIONS or name.lower() in _WINDOW_CALLS:
+        return False
     try:
         select = parse_statement(f"SELECT {name}(x) FROM s")
     except SqlError:

@@ -133,6 +133,13 @@ def _compile_problem(function: WindowFunction, dtype: np.dtype) -> PlanError | N
     returned = dispatcher.overloads[arguments].signature.return_type
     integer = isinstance(returned, (numba.types.Integer, numba.types.Boolean))
     floating = isinstance(returned, numba.types.Float)
+    if isinstance(returned, numba.types.NoneType):
+        return PlanError(
+            f"Python window function {function.name!r} returns nothing for {dtype} values: "
+            "every path of it raises or ends without a return",
+            hint="return one number; a function that raises for some windows only stops "
+            "the query with FunctionError when it does",
+        )
     if not (integer or floating) or (floating and not function.returns.is_floating):
         return PlanError(
             f"Python window function {function.name!r} returns {returned} for {dtype} "
