@@ -408,6 +408,13 @@ def test_timestamp_literals_are_bound_as_utc_text(catalog: Catalog) -> None:
     assert predicate.sql(dialect="spark") == (
         "`ts` > CAST('2026-01-01 00:00:00.000000Z' AS TIMESTAMP)"
     )
+    # years before 1000 keep four digits (strftime's %Y wrote "1-01-01", refused on reading)
+    early = bound(
+        catalog, "SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE ts > TIMESTAMP '0001-01-02'"
+    )
+    assert unwrap(early)[3].sql(dialect="spark") == (
+        "`ts` > CAST('0001-01-02 00:00:00.000000Z' AS TIMESTAMP)"
+    )
 
 
 def test_a_350_term_chain_and_deep_parentheses_plan_explain_and_run() -> None:

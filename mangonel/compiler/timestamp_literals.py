@@ -59,7 +59,9 @@ def utc_timestamp_literal(microseconds: int) -> exp.Cast:
     """`CAST('<UTC time>Z' AS TIMESTAMP)`: a TIMESTAMP literal whose text names its zone, so
     Spark reads the same instant whatever its session time zone."""
     moment = _EPOCH + datetime.timedelta(microseconds=microseconds)
-    text = moment.strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"
+    # the year padded to four digits by hand: strftime's %Y gives "1" for year 1 on Linux,
+    # a text this module then could not read back
+    text = f"{moment.year:04d}-" + moment.strftime("%m-%d %H:%M:%S.%f") + "Z"
     return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP"))
 
 
