@@ -74,6 +74,8 @@ def test_parse_duration(text: str, microseconds: int) -> None:
         ("1 second 2", "unexpected '2' after the duration", 10),
         ("INTERVAL 5 MINUTE", "INTERVAL needs a quoted amount", 10),
         ("INTERVAL '5 minutes' MINUTE", "gives the unit twice", 22),
+        ("INTERVAL '' SECOND", "has no amount", 10),
+        ("INTERVAL '1-2' YEAR TO MONTH", "is not one number", 16),
         ("1e3 ms", "1e3 is not a plain decimal amount", 1),
     ],
 )

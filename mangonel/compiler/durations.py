@@ -172,10 +172,19 @@ def read_duration(token_list: Sequence[Token], index: int, end_token: Token) -> 
         unit = at(index + 2)
         has_outer_unit = is_word(unit) and unit.text.upper() not in CLAUSE_WORDS
         if has_outer_unit:
-            if len(inner) != 1:
+            if not inner:
                 raise DurationError(
-                    f"INTERVAL '{quoted.text}' {unit.text} gives the unit twice", unit
+                    f"INTERVAL '' {unit.text} has no amount: quote a number, e.g. "
+                    f"INTERVAL '5' {unit.text}",
+                    quoted,
                 )
+            if len(inner) != 1:
+                problem = (
+                    "gives the unit twice"
+                    if is_word(inner[-1])
+                    else "is not one number (year-month and day-time ranges are not supported)"
+                )
+                raise DurationError(f"INTERVAL '{quoted.text}' {unit.text} {problem}", unit)
             amount = _amount(inner[0], 1)
             text = f"INTERVAL '{quoted.text}' {unit.text}"
             return _whole_microseconds(amount, unit, text), index + 3
