@@ -379,3 +379,25 @@ def test_worker_timeline_records_each_job_and_wait_and_summarizes_them(monkeypat
     assert figures["between_median"] == 0.0  # the next job begins as the one before returns
     assert figures["wait_mean"] == 250.0 and figures["waited_a_batch"] == 250.0
     assert figures["already_done"] == 0.5
+
+
+def test_host_copy_contention_times_the_pass_beside_each_kind_of_busy_thread(monkeypatch) -> None:
+    """benchmarks/host_copy_contention.py: the stager's host pass timed alone and beside each
+    kind of busy thread (small chunks here), every rate positive and every busy thread
+    stopped afterwards."""
+    import importlib.util
+    import threading
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "host_copy_contention.py"
+    spec = importlib.util.spec_from_file_location("host_copy_contention", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "CHUNK_ROWS", 1 << 15)
+    monkeypatch.setattr(module, "CHUNKS", 2)
+    monkeypatch.setattr(module, "PASSES", 2)
+    sources, slot = module.sources_and_slot()
+    before = threading.active_count()
+    for busy in ("none", "core", "gil", "copy"):
+        median, slowest = module.rates(1, busy, sources, slot)
+        assert median >= slowest > 0
+    assert threading.active_count() == before
