@@ -24,6 +24,7 @@ import numpy as np
 
 from mangonel.runtime.gpu.host_loops import parallel_copy
 from mangonel.runtime.gpu.wire import ChunkSource, CopyPool
+from mangonel.runtime.local.gpu_bench import staging_sources
 
 CHUNK_ROWS, CHUNKS, PASSES = 1 << 20, 8, 7
 
@@ -91,20 +92,9 @@ def rates(slices: int, busy: str, sources: list[ChunkSource], slot: np.ndarray) 
 
 
 def sources_and_slot() -> tuple[list[ChunkSource], np.ndarray]:
-    """The (ts, key, value) columns of CHUNKS chunks and a slot for one chunk."""
-    rows = CHUNK_ROWS * CHUNKS
-    rng = np.random.default_rng(7)
-    columns = (
-        1_764_000_000_000_000 + np.arange(rows, dtype=np.int64) // 100,
-        rng.integers(0, 1000, rows),
-        rng.random(rows),
-    )
-    # 8 bytes a row each: an offset column's region holds its wide form if a chunk needs it
-    regions = [CHUNK_ROWS * 8 * k for k in range(3)]
-    sources = [
-        ChunkSource(c, r, o) for c, r, o in zip(columns, regions, (True, True, False), strict=True)
-    ]
-    return sources, _slot(CHUNK_ROWS * 24)
+    """The staging bench's (ts, key, value) columns of CHUNKS chunks and a one-chunk slot."""
+    sources, slot_bytes = staging_sources(CHUNK_ROWS, CHUNKS)
+    return sources, _slot(slot_bytes)
 
 
 def main() -> None:

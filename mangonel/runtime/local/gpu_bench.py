@@ -137,16 +137,12 @@ def _measure_pinned_copy(nbytes: int, repeats: int, to_device: bool) -> float:
     return nbytes / float(np.median(times))
 
 
-def measure_staging_rate(threads: int, chunk_rows: int, chunks: int = 8) -> tuple[float, int]:
-    """(tuples/s, threads) of the pageable -> pinned staging pass alone, as the stager runs
-    it (`wire.CopyPool.fill_chunk` with `threads` copy threads, 0: one per core): (ts, key,
-    value) int64/int64/float64 columns in ordinary memory, ts and key narrowed to int32
-    offsets, `chunks` chunks of `chunk_rows` into one pinned slot; the median of 5 passes
-    over all chunks after one warm-up pass."""
-    from mangonel.runtime.gpu.wire import ChunkSource, shared_pool
+def staging_sources(chunk_rows: int, chunks: int) -> tuple[list, int]:
+    """The staging pass's bench input: (ts, key, value) int64/int64/float64 columns of
+    `chunks` chunks of `chunk_rows` in ordinary memory as `wire.ChunkSource`s, ts and key
+    narrowed to int32 offsets, and the bytes of the one-chunk slot they are copied into."""
+    from mangonel.runtime.gpu.wire import ChunkSource
 
-    cp = device.cupy()
-    pool = shared_pool(threads)
     rows = chunk_rows * chunks
     rng = np.random.default_rng(7)
     columns = (
@@ -155,14 +151,28 @@ def measure_staging_rate(threads: int, chunk_rows: int, chunks: int = 8) -> tupl
         rng.random(rows),
     )
     widths = (8, 8, 8)  # an offset column's region holds its wide form if a chunk needs it
-    slot_bytes = sum(chunk_rows * w for w in widths)
-    memory = cp.cuda.alloc_pinned_memory(slot_bytes)
-    slot = np.frombuffer(memory, np.uint8, slot_bytes)
     regions = [chunk_rows * sum(widths[:k]) for k in range(len(widths))]
     sources = [
         ChunkSource(column, region, offset)
         for column, region, offset in zip(columns, regions, (True, True, False), strict=True)
     ]
+    return sources, sum(chunk_rows * w for w in widths)
+
+
+def measure_staging_rate(threads: int, chunk_rows: int, chunks: int = 8) -> tuple[float, int]:
+    """(tuples/s, threads) of the pageable -> pinned staging pass alone, as the stager runs
+    it (`wire.CopyPool.fill_chunk` with `threads` copy threads, 0: one per core): (ts, key,
+    value) int64/int64/float64 columns in ordinary memory, ts and key narrowed to int32
+    offsets, `chunks` chunks of `chunk_rows` into one pinned slot; the median of 5 passes
+    over all chunks after one warm-up pass."""
+    from mangonel.runtime.gpu.wire import shared_pool
+
+    cp = device.cupy()
+    pool = shared_pool(threads)
+    rows = chunk_rows * chunks
+    sources, slot_bytes = staging_sources(chunk_rows, chunks)
+    memory = cp.cuda.alloc_pinned_memory(slot_bytes)
+    slot = np.frombuffer(memory, np.uint8, slot_bytes)
     times = []
     for _ in range(6):
         started = time.perf_counter()
