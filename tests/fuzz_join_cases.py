@@ -53,6 +53,22 @@ class JoinCase:
     arrivals: tuple[tuple[str, tuple[dict, ...]], ...]
     restore_at: int | None  # arrivals before the snapshot/restore; None: none
     form: str = "clause"  # one of FORMS; Flink's only where SLIDE divides RANGE (as HOP's)
+    self_join: bool = False  # clicks joined with itself (every arrival is of clicks)
+
+    @property
+    def right(self) -> str:
+        """The right side's stream."""
+        return "clicks" if self.self_join else "views"
+
+    @property
+    def right_value(self) -> str:
+        """The right side's value column, qualified."""
+        return "r.x" if self.self_join else "r.y"
+
+    @property
+    def right_delay(self) -> int:
+        """Which of `delays` the right side takes (a self-join's sides share one)."""
+        return 0 if self.self_join else 1
 
     @property
     def rows(self) -> int:
@@ -70,19 +86,20 @@ class JoinCase:
         if self.form != "clause":
             return self._flink_query()
         window = f"[RANGE {self.size} MICROSECONDS SLIDE {self.slide} MICROSECONDS]"
-        on = "l.k = r.k" + (" AND r.y > l.x" if self.residual else "")
+        value = self.right_value
+        on = "l.k = r.k" + (f" AND {value} > l.x" if self.residual else "")
         where = " WHERE l.x IS NULL OR l.x < 7" if self.where else ""
         if self.aggregated:
             calls = (
                 "COUNT(l.x) AS s, SUM(l.x) AS m"
                 if self.integers
-                else "SUM(r.y) AS s, MIN(l.x) AS m"
+                else f"SUM({value}) AS s, MIN(l.x) AS m"
             )
             select = f"l.k, window_start AS start, COUNT(*) AS n, {calls}"
             tail = " GROUP BY l.k"
         else:
-            select, tail = "l.x, r.y, window_start AS start", ""
-        sources = f"clicks {window} AS l {JOIN_WORDS[self.kind]} views {window} AS r ON {on}"
+            select, tail = f"l.x, {value} AS y, window_start AS start", ""
+        sources = f"clicks {window} AS l {JOIN_WORDS[self.kind]} {self.right} {window} AS r ON {on}"
         return f"SELECT {select} FROM {sources}{where}{tail}"
 
     def _flink_query(self) -> str:
@@ -108,8 +125,9 @@ class JoinCase:
                 else (f"{text} AS {alias}")
             )
 
+        value = self.right_value
         on = "l.k = r.k AND l.window_start = r.window_start AND r.window_end = l.window_end" + (
-            " AND r.y > l.x" if self.residual else ""
+            f" AND {value} > l.x" if self.residual else ""
         )
         where = " WHERE l.x IS NULL OR l.x < 7" if self.where else ""
         start = {
@@ -122,23 +140,24 @@ class JoinCase:
             calls = (
                 "COUNT(l.x) AS s, SUM(l.x) AS m"
                 if self.integers
-                else "SUM(r.y) AS s, MIN(l.x) AS m"
+                else f"SUM({value}) AS s, MIN(l.x) AS m"
             )
             select = f"l.k, l.window_start AS start, COUNT(*) AS n, {calls}"
             tail = " GROUP BY l.k, l.window_start, r.window_end"
         else:
-            select, tail = f"l.x, r.y, {start} AS start", ""
-        sources = f"{side('clicks', 'l')} {JOIN_WORDS[self.kind]} {side('views', 'r')} ON {on}"
+            select, tail = f"l.x, {value} AS y, {start} AS start", ""
+        sources = f"{side('clicks', 'l')} {JOIN_WORDS[self.kind]} {side(self.right, 'r')} ON {on}"
         return f"SELECT {select} FROM {sources}{where}{tail}"
 
     def oracle_query(self) -> JoinOracleQuery:
-        extra: dict = {"outputs": ROWS_OUT}
+        value = ["col", self.right_value]
+        extra: dict = {"outputs": (*ROWS_OUT[:1], ("y", value), *ROWS_OUT[2:])}
         if self.aggregated:
             extra = {
                 "keys": ("l.k",),
                 "aggregates": (
                     ("count_star", None),
-                    ("count", ["col", "l.x"]) if self.integers else ("sum", ["col", "r.y"]),
+                    ("count", ["col", "l.x"]) if self.integers else ("sum", value),
                     ("sum", ["col", "l.x"]) if self.integers else ("min", ["col", "l.x"]),
                 ),
                 "outputs": AGGREGATED_OUT,
@@ -146,13 +165,13 @@ class JoinCase:
         where = ["or", ["is_null", ["col", "l.x"]], ["<", ["col", "l.x"], ["lit", 7]]]
         return JoinOracleQuery(
             JoinInput("l", "clicks", COLUMNS["clicks"], "ts", self.delays[0]),
-            JoinInput("r", "views", COLUMNS["views"], "ts", self.delays[1]),
+            JoinInput("r", self.right, COLUMNS[self.right], "ts", self.delays[self.right_delay]),
             self.kind,
             self.size,
             self.slide,
             ("k",),
             ("k",),
-            residual=[">", ["col", "r.y"], ["col", "l.x"]] if self.residual else None,
+            residual=[">", value, ["col", "l.x"]] if self.residual else None,
             where=where if self.where else None,
             **extra,
         )
@@ -166,7 +185,7 @@ class JoinCase:
     def describe(self) -> str:
         lines = [
             f"-- join case seed {self.seed}, {self.algorithm}, restore_at {self.restore_at}, "
-            f"form {self.form}"
+            f"form {self.form}, self_join {self.self_join}"
         ]
         lines += [*self.ddl(), self.query()]
         lines += [f"-- {name}: {list(rows)}" for name, rows in self.arrivals]
@@ -216,7 +235,22 @@ def draw_join_case(seed: int) -> JoinCase:
     # drawn last, so every other draw of a seed is what it was before the Flink form
     if case.size % case.slide == 0:
         case = replace(case, form=rng.choice(["clause", "clause", *FORMS[1:]]))
+    if rng.random() < 0.2:  # clicks joined with itself: every arrival becomes one of clicks
+        arrivals = [
+            (name, rows if name == "clicks" else _as_clicks(rows)) for name, rows in arrivals
+        ]
+        case = replace(
+            case, self_join=True, arrivals=tuple(("clicks", rows) for _, rows in arrivals)
+        )
     return case
+
+
+def _as_clicks(rows: tuple[dict, ...]) -> tuple[dict, ...]:
+    """Rows of views as rows of clicks (y to a small whole x)."""
+    return tuple(
+        {"ts": r["ts"], "k": r["k"], "x": None if r["y"] is None else int(r["y"]) % 15 - 5}
+        for r in rows
+    )
 
 
 def engine_join_rows(case: JoinCase) -> tuple[list[dict], dict]:
@@ -236,7 +270,7 @@ def engine_join_rows(case: JoinCase) -> tuple[list[dict], dict]:
             saved = runner.snapshot()
             runner = LocalQuery(query.plan)
             runner.restore(saved)
-        out += runner.process(batch, runner.inputs[name])
+        out += runner.process(batch, name)  # by name: a self-join's arrivals feed both sides
     if case.restore_at == len(case.arrivals):
         saved = runner.snapshot()
         runner = LocalQuery(query.plan)

@@ -132,10 +132,14 @@ class JoinOracle:
         self.table[index].extend(rows_of(batch))
 
     def _index(self, name: str) -> int:
-        for index, side in enumerate(self.sides):
-            if side.name.lower() == name.lower():
-                return index
-        raise KeyError(name)
+        return self._indices(name)[0]
+
+    def _indices(self, name: str) -> list[int]:
+        """The sides reading input `name`: both for a stream joined with itself."""
+        found = [i for i, side in enumerate(self.sides) if side.name.lower() == name.lower()]
+        if not found:
+            raise KeyError(name)
+        return found
 
     def query_watermark(self) -> int | None:
         streams = [i for i, side in enumerate(self.sides) if not side.is_table]
@@ -147,7 +151,10 @@ class JoinOracle:
         return min(values)
 
     def process(self, name: str, batch: Any) -> list[dict]:
-        index = self._index(name)
+        """One arrival. A stream joined with itself: its rows arrive on both sides at once,
+        judged against the watermark before them and counted (late, no time) once."""
+        indices = self._indices(name)
+        index = indices[0]
         side = self.sides[index]
         if side.is_table:
             self.load_table(name, batch)
@@ -170,12 +177,13 @@ class JoinOracle:
             if ts is None:
                 self.null_time[side.name] += 1
                 continue
-            self.max_ts[index] = ts if self.max_ts[index] is None else max(self.max_ts[index], ts)
             windows = [
                 k
                 for k in range((ts - q.size) // q.slide + 1, ts // q.slide + 1)
                 if watermark is None or k * q.slide + q.size > watermark
             ]
+            for i in indices:
+                self.max_ts[i] = ts if self.max_ts[i] is None else max(self.max_ts[i], ts)
             if not windows:
                 self.late[side.name] += 1
                 self.late_rows.append(
@@ -188,12 +196,14 @@ class JoinOracle:
                 )
                 continue
             for k in windows:
-                self.windows[k].rows[index].append(row)
-        self.seen[index] = True
-        if self.max_ts[index] is not None:
-            candidate = self.max_ts[index] - side.delay
-            if self.watermarks[index] is None or candidate > self.watermarks[index]:
-                self.watermarks[index] = candidate
+                for i in indices:
+                    self.windows[k].rows[i].append(row)
+        for i in indices:
+            self.seen[i] = True
+            if self.max_ts[i] is not None:
+                candidate = self.max_ts[i] - self.sides[i].delay
+                if self.watermarks[i] is None or candidate > self.watermarks[i]:
+                    self.watermarks[i] = candidate
         return self._fire(final=False)
 
     def finish(self) -> list[dict]:

@@ -60,12 +60,12 @@ def run_engine(
     tables = [(n, b) for n, b in arrivals if n == "ads"]
     streams = [(n, b) for n, b in arrivals if n != "ads"]
     for name, b in tables + streams[:restore_at]:
-        out += runner.process(b, runner.inputs[name])
+        out += runner.process(b, name)
     saved = runner.snapshot()
     runner = LocalQuery(query.plan)
     runner.restore(saved)
     for name, b in streams[restore_at:]:
-        out += runner.process(b, runner.inputs[name])
+        out += runner.process(b, name)
     out += runner.finish()
     return engine_rows(pa.Table.from_batches(out, schema=runner.schema))
 

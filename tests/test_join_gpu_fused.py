@@ -52,24 +52,26 @@ class FusedCase(JoinCase):
 
     def query(self) -> str:
         window = f"[RANGE {self.size} MICROSECONDS SLIDE {self.slide} MICROSECONDS]"
-        on = "l.k = r.k" + (" AND r.y > l.x" if self.residual else "")
+        value = self.right_value  # r.y, or r.x where clicks is joined with itself
+        on = "l.k = r.k" + (f" AND {value} > l.x" if self.residual else "")
         where = " WHERE l.x IS NULL OR l.x < 7" if self.where else ""
         group, _, out = GROUPINGS[self.grouping]
         key = "" if out is None else f"{group} AS k, "
         # integers: every field a count or an integer sum, credited by differences when
         # sliding
         calls = (
-            "SUM(l.x * r.k) AS s, COUNT(r.y) AS m"
+            f"SUM(l.x * r.k) AS s, COUNT({value}) AS m"
             if self.integers
-            else "SUM(l.x * r.y) AS s, MAX(r.y - l.x) AS m"
+            else f"SUM(l.x * {value}) AS s, MAX({value} - l.x) AS m"
         )
         select = f"{key}window_start AS start, COUNT(*) AS n, {calls}"
         tail = "" if group is None else f" GROUP BY {group}"
-        sources = f"clicks {window} AS l {JOIN_WORDS[self.kind]} views {window} AS r ON {on}"
+        sources = f"clicks {window} AS l {JOIN_WORDS[self.kind]} {self.right} {window} AS r ON {on}"
         return f"SELECT {select} FROM {sources}{where}{tail}"
 
     def oracle_query(self):  # noqa: ANN201
         _, keys, out = GROUPINGS[self.grouping]
+        value = ["col", self.right_value]
         outputs = tuple(o for o in AGGREGATED_OUT if o[0] != "k")
         return replace(
             super().oracle_query(),
@@ -78,10 +80,8 @@ class FusedCase(JoinCase):
                 ("count_star", None),
                 ("sum", ["*", ["col", "l.x"], ["col", "r.k"]])
                 if self.integers
-                else ("sum", ["*", ["col", "l.x"], ["col", "r.y"]]),
-                ("count", ["col", "r.y"])
-                if self.integers
-                else ("max", ["-", ["col", "r.y"], ["col", "l.x"]]),
+                else ("sum", ["*", ["col", "l.x"], value]),
+                ("count", value) if self.integers else ("max", ["-", value, ["col", "l.x"]]),
             ),
             outputs=outputs if out is None else (out, *outputs),
         )
@@ -116,7 +116,7 @@ def test_device_fusion_applies_to_inner_joins_grouped_per_row() -> None:
         assert isinstance(fusion, DeviceFusion), (grouping, fusion)
         # the group side: the first whose rows hold every GROUP BY value (r.k: l.k equals it)
         assert fusion.group_side == 0
-        assert {c.joined for c in fusion.columns} == {"l.x", "r.y"}
+        assert {c.joined for c in fusion.columns} == {"l.x", case.right_value}
     for kind, kept in (("left", (0,)), ("right", (1,)), ("full", (0, 1)), ("inner", ())):
         fusion = device_fusion(_node(replace(fused_case(0), kind=kind)))
         assert fusion.kept == kept

@@ -167,3 +167,27 @@ def test_stream_joined_with_a_table_with_and_without_a_window() -> None:
 def test_the_join_oracle_shares_no_code_with_the_engine() -> None:
     imported = imported_modules(HERE / "oracle_join.py")
     assert imported <= {"__future__", "collections", "dataclasses", "typing", "oracle"}
+
+
+def test_a_stream_joined_with_itself_pairs_its_rows_and_counts_late_rows_once() -> None:
+    """Each batch arrives on both sides at once, judged against the watermark before it:
+    a row pairs with itself and with every same-key row of its windows; a late row is
+    counted (and kept) once."""
+    again = JoinInput("r", "clicks", LEFT.columns, "ts", 0)
+    outputs = (("start", ["bound", "start"]), ("x", ["col", "l.x"]), ("y", ["col", "r.x"]))
+    oracle = JoinOracle(query(right=again, outputs=outputs))
+    steps = run(
+        oracle,
+        [
+            ("clicks", [click(0.1, 1, 10), click(0.2, 1, 11), click(0.3, 2, 12)]),  # W = 0.3 s
+            ("clicks", [click(1.5, 1, 13), click(0.9, 2, 14)]),  # W = 1.5 s: [0, 1) fires
+            ("clicks", [click(0.5, 1, 15)]),  # late: [0, 1) has fired
+        ],
+    )
+    assert steps[0] == []
+    pairs = [(10, 10), (10, 11), (11, 10), (11, 11), (12, 12), (12, 14), (14, 12), (14, 14)]
+    assert canonical(steps[1]) == canonical([{"start": 0, "x": x, "y": y} for x, y in pairs])
+    assert steps[2] == []
+    assert steps[3] == [{"start": S, "x": 13, "y": 13}]
+    assert oracle.late == {"clicks": 1}
+    assert [row["x"] for row in oracle.late_rows] == [15]

@@ -187,25 +187,17 @@ def test_several_key_pairs_in_either_order() -> None:
     assert [k.name for k in join.right_keys] == ["r.user_id", "r.ad_id"]
 
 
-def test_a_stream_joined_with_itself_is_refused_and_its_second_name_joins() -> None:
-    """A self-join planned and ran before, but the runner gave each batch to one side only
-    (the inputs are found by stream name), so it emitted nothing: refused until supported;
-    the stream declared again under another name, fed the same batches, gives the pairs."""
+def test_a_stream_joined_with_itself_pairs_each_batch_on_both_sides() -> None:
+    """A self-join: the runner found inputs by stream name and gave each batch to one side,
+    so it emitted nothing (then it was refused). Now each batch of the stream arrives on both
+    sides, in either input form; its late rows are reported and counted once; two different
+    WATERMARKs are refused (tests/golden/errors.sql)."""
     s = session()
-    with pytest.raises(SqlError, match="'clicks' is joined with itself"):
-        s.sql(
-            "SELECT l.user_id, window_start FROM clicks [RANGE 1 SECOND] AS l "
-            "JOIN clicks [RANGE 1 SECOND] AS r ON l.ad_id = r.ad_id"
-        )
-    s.execute(
-        "CREATE STREAM clicks_2 (ts TIMESTAMP, ad_id BIGINT, user_id BIGINT, bid DOUBLE) "
-        "WITH (event_time = 'ts')"
-    )
     query = s.sql(
-        "SELECT l.user_id, r.user_id AS other FROM clicks [RANGE 1 SECOND] AS l "
-        "JOIN clicks_2 [RANGE 1 SECOND] AS r ON l.ad_id = r.ad_id"
+        "SELECT l.user_id, r.user_id AS other, window_start FROM clicks [RANGE 1 SECOND] AS l "
+        "JOIN clicks [RANGE 1 SECOND] AS r ON l.ad_id = r.ad_id AND l.user_id < r.user_id"
     )
-    batch = pa.RecordBatch.from_pydict(
+    first = pa.RecordBatch.from_pydict(
         {
             "ts": pa.array([0, 1], pa.timestamp("us")),
             "ad_id": [5, 5],
@@ -213,10 +205,41 @@ def test_a_stream_joined_with_itself_is_refused_and_its_second_name_joins() -> N
             "bid": [1.0, 2.0],
         }
     )
-    got = query.run([("clicks", batch), ("clicks_2", batch)])
-    users, others = got.column("user_id").to_pylist(), got.column("other").to_pylist()
-    pairs = sorted(zip(users, others, strict=True))
-    assert pairs == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    later = pa.RecordBatch.from_pydict(
+        {
+            "ts": pa.array([1_500_000, 2, 2_500_000, 3], pa.timestamp("us")),
+            "ad_id": [5, 5, 5, 5],
+            "user_id": [3, 4, 5, 6],
+            "bid": [3.0, 4.0, 5.0, 6.0],
+        }
+    )
+    for arrivals in ([("clicks", first), ("clicks", later)], {"clicks": [first, later]}):
+        got = query.run(arrivals)
+        users, others = got.column("user_id").to_pylist(), got.column("other").to_pylist()
+        # ts=2 and 3 arrive after W = 1 us: on time; the later windows hold one row each
+        pairs = [(1, 2), (1, 4), (1, 6), (2, 4), (2, 6), (4, 6)]
+        assert sorted(zip(users, others, strict=True)) == pairs
+        assert query.metrics.tuples_in == 6  # the stream's rows, read once
+    # a third batch after W = 2.5 s: the row at 0.5 s is late, once
+    late = pa.RecordBatch.from_pydict(
+        {
+            "ts": pa.array([500_000], pa.timestamp("us")),
+            "ad_id": [5],
+            "user_id": [7],
+            "bid": [7.0],
+        }
+    )
+    query.run([("clicks", first), ("clicks", later), ("clicks", late)])
+    assert query.metrics.late_tuples_dropped == 1
+    assert dict(query.metrics.late_by_input) == {"clicks": 1}
+    rows = query.late_rows()
+    assert rows.column("user_id").to_pylist() == [7]
+    assert rows.column("late_stream").to_pylist() == ["clicks"]
+    # the same WATERMARK written on both sides joins
+    s.sql(
+        "SELECT l.user_id FROM clicks [RANGE 1 SECOND WATERMARK 1 SECOND] AS l "
+        "JOIN clicks [RANGE 1 SECOND WATERMARK 1 SECOND] AS r ON l.ad_id = r.ad_id"
+    )
 
 
 def test_errors_are_positioned() -> None:

@@ -235,7 +235,7 @@ def join_late_rows(seed: int) -> tuple[list[dict], list[dict]]:
             saved = runner.snapshot()
             runner = LocalQuery(plan, keep_late_rows=True)
             runner.restore(saved)
-        runner.process(batch, runner.inputs[name])
+        runner.process(batch, name)  # by name: a self-join's arrivals feed both sides
         oracle.process(name, rows_of(batch))
         got += late_of(runner)
     runner.finish()

@@ -231,17 +231,6 @@ class JoinBinder(_Binder):
                 right.table_node,
                 "give each side its own alias: FROM a [RANGE ..] AS l JOIN b [RANGE ..] AS r",
             )
-        if left.is_stream and right.is_stream and left.source.name == right.source.name:
-            # the runner feeds a batch to the input its name gives: one side would get them
-            # all and the join would emit nothing
-            raise _error(
-                f"the stream {left.source.name!r} is joined with itself, which is not "
-                "supported yet",
-                right.table_node,
-                f"declare it again under another name (CREATE STREAM {left.source.name}_2 "
-                "with the same columns and options) and send each batch to both: "
-                f"query.run([('{left.source.name}', b), ('{left.source.name}_2', b), ...])",
-            )
         for side in (left, right):
             if not side.is_stream and side.clause is not None:
                 raise _error(
@@ -315,9 +304,30 @@ class JoinBinder(_Binder):
                     "differ)",
                     construct=display_sql(right.clause),
                 )
+            if left.source.name == right.source.name:
+                self._check_self_join(left, right)
             return left.window
         stream_side = left if left.is_stream else right
         return stream_side.window
+
+    @staticmethod
+    def _check_self_join(left: _Side, right: _Side) -> None:
+        """A stream joined with itself: each of its batches arrives on both sides, which
+        must judge its rows against one watermark (docs/semantics.md, "A stream joined with
+        itself"), so the two sides take the same WATERMARK."""
+        assert left.window is not None and right.window is not None
+        delays = (left.window.watermark_delay_us, right.window.watermark_delay_us)
+        if delays[0] != delays[1]:
+            raise _error(
+                f"the stream {left.source.name!r} is joined with itself with two "
+                f"watermarks ({format_duration(delays[0])} as {left.alias!r}, "
+                f"{format_duration(delays[1])} as {right.alias!r})",
+                right.clause,
+                "each batch of the stream arrives on both sides, so both judge its rows "
+                "against one watermark: give both sides the same WATERMARK (or none, to "
+                "take the stream's)",
+                construct=display_sql(right.clause),
+            )
 
     @staticmethod
     def _window_text(side: _Side) -> str:

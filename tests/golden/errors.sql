@@ -300,10 +300,10 @@ SELECT t.symbol, s.symbol, window_start
 FROM trades [RANGE 1 SECOND] AS t
 JOIN symbols AS s ON t.symbol = s.symbol
 
--- name: join_stream_with_itself
+-- name: join_stream_with_itself_two_watermarks
 SELECT l.user_id, window_start
 FROM clicks [RANGE 1 SECOND] AS l
-JOIN clicks [RANGE 1 SECOND] AS r ON l.user_id = r.user_id
+JOIN clicks [RANGE 1 SECOND WATERMARK 2 SECONDS] AS r ON l.user_id = r.user_id
 
 -- name: join_table_on_both_sides
 SELECT s.sector FROM symbols AS s JOIN symbols AS x ON s.symbol = x.symbol

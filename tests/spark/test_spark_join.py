@@ -144,6 +144,46 @@ def test_flink_window_join_form_equals_sparks_stream_stream_join(spark, tmp_path
     assert_same_results(ours, theirs, ["k"])
 
 
+def test_stream_joined_with_itself_equals_sparks_self_join(spark, tmp_path):
+    """A self-join (`a AS l JOIN a AS r`): inside Spark each side's rows are the one
+    registered stream's, tagged by side (both sides read the same micro-batches), and the
+    result is Spark's own join of the stream with itself."""
+    write_streams(tmp_path)
+    session = attach(spark, tmp_path)
+    clause = window_clause("1 SECOND", "500 MILLISECONDS")
+    ours = run_to_memory(
+        session.sql(
+            f"SELECT l.k AS k, window_start, window_end, COUNT(*) AS n, SUM(l.v * r.v) AS s, "
+            f"MAX(r.v) AS m FROM a {clause} AS l JOIN a {clause} AS r ON l.k = r.k "
+            "GROUP BY l.k"
+        ),
+        tmp_path / "ck_ours",
+    )
+    stream = file_stream(spark, tmp_path / "a", LEFT_DDL).withWatermark("ts", DELAY)
+    window = F.window("ts", "1 second", "500 milliseconds")
+    left = stream.select(window.alias("lw"), F.col("k").alias("lk"), F.col("v").alias("lv"))
+    right = stream.select(window.alias("rw"), F.col("k").alias("rk"), F.col("v").alias("rv"))
+    joined = left.join(right, (F.col("lk") == F.col("rk")) & (F.col("lw") == F.col("rw")))
+    native = joined.groupBy("lw", "lk").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.col("lv") * F.col("rv")).alias("s"),
+        F.max("rv").alias("m"),
+    )
+    theirs = run_to_memory(
+        native.select(
+            F.col("lk").alias("k"),
+            F.col("lw.start").alias("window_start"),
+            F.col("lw.end").alias("window_end"),
+            "n",
+            "s",
+            "m",
+        ),
+        tmp_path / "ck_theirs",
+    )
+    assert len(ours) > 0
+    assert_same_results(ours, theirs, ["k"])
+
+
 def test_materialised_join_rows_equal_sparks(spark, tmp_path):
     write_streams(tmp_path, files=3)
     session = attach(spark, tmp_path)

@@ -59,7 +59,13 @@ class LocalQuery:
         # a join reads named inputs: input i is the plan's i-th scan (stream or table)
         scans = [n for n in ph.walk(plan) if isinstance(n, ph.SCAN_TYPES)]
         self.is_join = any(isinstance(n, ph.WindowJoinExec) for n in ph.walk(plan))
-        self.inputs = {_scan_name(scan).lower(): i for i, scan in enumerate(scans)}
+        # name -> its inputs: two where a stream is joined with itself (each of its batches
+        # arrives on both sides); `inputs` names each name's first
+        self.routes: dict[str, tuple[int, ...]] = {}
+        for i, scan in enumerate(scans):
+            name = _scan_name(scan).lower()
+            self.routes[name] = (*self.routes.get(name, ()), i)
+        self.inputs = {name: numbers[0] for name, numbers in self.routes.items()}
         self.tables = {i for i, scan in enumerate(scans) if isinstance(scan, ph.TableScanExec)}
 
     def keep_late_rows(self) -> None:
@@ -182,13 +188,8 @@ class LocalQuery:
                     "name -> batches: query.run([('clicks', batch), ('views', batch), ...])"
                 )
             name, batch = arrival
-            number = self.inputs.get(str(name).lower())
-            if number is None:
-                raise DataError(
-                    f"{name!r} is not an input of this query; its inputs: "
-                    + ", ".join(sorted(self.inputs))
-                )
-            numbered.append((number, as_record_batch(batch)))  # one object: prefetch, process
+            batch = as_record_batch(batch)  # one object: prefetch, process
+            numbered += [(number, batch) for number in self._route(name)]
         for number, batch in numbered:  # the table as it is when the query starts
             if number in self.tables:
                 yield self.operator.process(batch, number)
@@ -199,10 +200,28 @@ class LocalQuery:
             yield self.operator.process(batch, number)
         yield self.operator.finish()
 
-    def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
+    def process(
+        self, batch: pa.RecordBatch | pa.Table, input: int | str = 0
+    ) -> list[pa.RecordBatch]:
         """One batch without ending the input (for callers that drive batches themselves);
-        `input`: which input of a join (`self.inputs` maps names to numbers)."""
-        return self.operator.process(batch, input)
+        `input`: which input of a join, by number (`self.inputs` maps names to numbers) or by
+        name (a stream joined with itself: both its sides)."""
+        if isinstance(input, int):
+            return self.operator.process(batch, input)
+        batch = as_record_batch(batch)
+        return [
+            out for number in self._route(input) for out in self.operator.process(batch, number)
+        ]
+
+    def _route(self, name: object) -> tuple[int, ...]:
+        """The inputs a batch of the input `name` arrives on."""
+        numbers = self.routes.get(str(name).lower())
+        if numbers is None:
+            raise DataError(
+                f"{name!r} is not an input of this query; its inputs: "
+                + ", ".join(sorted(self.routes))
+            )
+        return numbers
 
     def finish(self) -> list[pa.RecordBatch]:
         return self.operator.finish()
