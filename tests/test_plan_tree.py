@@ -201,10 +201,11 @@ def test_a_tree_of_one_stateful_operator_keeps_its_snapshot_format() -> None:
 def test_background_staging_stages_each_batch_beside_the_whole_batch_before(
     fake_gpu: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Where the kernels stage in the background (the GPU's copy worker), the time window
-    stages batch k + 1 when the runner names it, before batch k is lifted (not during batch
-    k's fused pass), asks for each batch's measured extremes once, and gives the results of
-    the plain CPU plan, late rows, NULL event times and combined firings included."""
+    """Where the kernels stage in the background (the GPU's copy worker), the runner names
+    two batches ahead and the time window stages batch k + 2 when the runner names it, before
+    batch k is lifted (not during batch k's fused pass), asks for each batch's measured
+    extremes once, and gives the results of the plain CPU plan, late rows, NULL event times
+    and combined firings included."""
     monkeypatch.setattr(fake_gpu_backend, "BACKGROUND", [True])
     fake_gpu_backend.STAGING.clear()
     plan = _plan()
@@ -224,6 +225,8 @@ def test_background_staging_stages_each_batch_beside_the_whole_batch_before(
     assert len(prefetched) == len(batches) and len(lifted) >= len(batches)
     for k in range(1, len(batches)):  # batch k is staged before batch k - 1's lift
         assert prefetched[k] < lifted[k - 1]
+    for k in range(2, len(batches)):  # two batches named ahead: before batch k - 2's lift too
+        assert prefetched[k] < lifted[k - 2]
     assert [rows for what, rows in log if what == "extremes"] == [len(b) for b in batches]
 
 

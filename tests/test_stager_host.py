@@ -357,15 +357,17 @@ def test_a_failed_driver_call_raises_and_the_next_batch_stages(host_cupy, monkey
     assert np.array_equal(_device_column(staged, 0, 4_000), ts)
 
 
-def test_two_batches_of_a_stager_are_in_flight_at_most(host_cupy, monkeypatch):
-    """The worker may hold the next batch and the one after; a third waits for the first
-    (whose pinned buffer then goes back), and a batch whose copies this thread enqueues
-    (pinned sources) waits for every batch in flight."""
+def test_a_stagers_batches_in_flight_are_bounded(host_cupy, monkeypatch):
+    """The worker may hold IN_FLIGHT batches (the one processed and those a runner names
+    ahead of it); one more waits for the first (whose pinned buffer then goes back), and a
+    batch whose copies this thread enqueues (pinned sources) waits for every batch in
+    flight."""
     from mangonel.runtime.gpu import wire
+    from mangonel.runtime.gpu.staging import IN_FLIGHT
 
     if not _worker_available():
         pytest.skip("numba's threading layer takes parallel loops from one thread only")
-    gates = [threading.Event() for _ in range(3)]  # the worker's k-th loop waits for gate k
+    gates = [threading.Event() for _ in range(IN_FLIGHT + 1)]  # the k-th loop waits for gate k
     calls = iter(gates)
     loop = wire.stage_chunks
 
@@ -376,15 +378,17 @@ def test_two_batches_of_a_stager_are_in_flight_at_most(host_cupy, monkeypatch):
     monkeypatch.setattr(wire, "stage_chunks", held)
     arrays, columns, (ts, *_) = _three_columns(4_000, 5)
     stager = _stager(host_cupy)
-    first = stager.stage_later(arrays, columns, 1_000, (True, True, False))
-    second = stager.stage_later(arrays, columns, 1_000, (True, True, False))
-    assert not first.ready and not second.ready and stager._in_flight == [first, second]
-    threading.Timer(0.2, gates[0].set).start()  # the first only: the second stays held
-    third = stager.stage_later(arrays, columns, 1_000, (True, True, False))
-    assert first._result is not None and stager._in_flight == [second, third]
-    assert not second.ready
-    gates[1].set()
-    gates[2].set()
+    first, *rest = [
+        stager.stage_later(arrays, columns, 1_000, (True, True, False)) for _ in range(IN_FLIGHT)
+    ]
+    assert IN_FLIGHT == 3 and stager._in_flight == [first, *rest]
+    assert not first.ready and not any(later.ready for later in rest)
+    threading.Timer(0.2, gates[0].set).start()  # the first only: the others stay held
+    extra = stager.stage_later(arrays, columns, 1_000, (True, True, False))
+    assert first._result is not None and stager._in_flight == [*rest, extra]
+    assert not rest[0].ready
+    for gate in gates[1:]:
+        gate.set()
     pinned_rows = np.empty(4_000, np.int64)
     host_cupy.pin(pinned_rows)
     pinned_rows[:] = ts
@@ -394,10 +398,10 @@ def test_two_batches_of_a_stager_are_in_flight_at_most(host_cupy, monkeypatch):
         1_000,
         (True,),
     )
-    assert second._result is not None and third._result is not None
+    assert all(later._result is not None for later in [*rest, extra])
     assert stager._in_flight == [own]
     assert np.array_equal(_device_column(own.result(), 0, 4_000), ts)
-    assert np.array_equal(_device_column(third.result(), 0, 4_000), ts)
+    assert np.array_equal(_device_column(extra.result(), 0, 4_000), ts)
 
 
 def test_pinned_columns_are_copied_as_they_are(host_cupy):

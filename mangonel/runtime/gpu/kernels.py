@@ -51,6 +51,9 @@ from mangonel.runtime.host.keys import StringDictionary
 from mangonel.runtime.operators.kernels import FusedMerge, LiftedTuples, PaneTarget
 
 _STATUS_WORDS = 6
+# prefetched batches kept: the one being processed and the two a runner names ahead of it
+# (`TimeWindowOperator.prefetch_depth` with the copy worker)
+PREFETCHES_KEPT = 3
 _INT64_MIN = int(np.iinfo(np.int64).min)
 _U64 = (1 << 64) - 1
 
@@ -353,8 +356,9 @@ class GpuKernels:
         object (and an equal lift). Identity, not equality, on purpose: comparing contents
         would cost a pass over the data, and an Arrow batch is immutable, so the same object
         is the same data. The caller (`OperatorBase._input`) conforms each input once and
-        hands that one object to both calls. Two prefetches are kept (batch k and k + 1);
-        older ones, and those before the one used, were never processed: they are dropped."""
+        hands that one object to both calls. PREFETCHES_KEPT prefetches are kept (batch k and
+        those named ahead of it); older ones, and those before the one used, were never
+        processed: they are dropped."""
         if window.window.kind is ph.WindowKind.COUNT or batch.num_rows == 0:
             return None
         generated, _ = self.module_for(lift, window)
@@ -366,7 +370,7 @@ class GpuKernels:
         )
         self.metrics.prefetches += 1
         entry = _Prefetched(batch, lift, pending)
-        self._prefetched = [*self._prefetched[-1:], entry]
+        self._prefetched = [*self._prefetched[-(PREFETCHES_KEPT - 1) :], entry]
         return _Staging(self, entry, measured)
 
     def _peek_prefetched(self, lift: LiftExec, batch: pa.RecordBatch) -> StagedBatch | None:

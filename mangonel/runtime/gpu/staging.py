@@ -45,9 +45,9 @@ from mangonel.runtime.host.arrays import to_values
 from mangonel.runtime.host.keys import StringDictionary
 
 _HOST_MEMORY = 1  # cudaMemoryTypeHost: page-locked host memory
-# batches of one stager staged ahead at most (the worker's queue): the next one and the one
-# after (a runner's lookahead names batch k + 1 before batch k is processed)
-IN_FLIGHT = 2
+# batches of one stager in flight at most (the worker's queue): the one being processed and
+# the two a runner names ahead of it (`TimeWindowOperator.prefetch_depth` with a copy worker)
+IN_FLIGHT = 3
 _ALIGN = 256
 
 
@@ -336,7 +336,7 @@ class Stager:
         enqueued there; the copy stream first waits for everything enqueued on the compute
         stream (the block's last reader included), then copies; the compute stream waits for
         the copies. No block is ever written by one stream while another may still read it.
-        Two batches of a stager may be in flight (the worker runs them in order, so the copy
+        IN_FLIGHT batches of a stager may be in flight (the worker runs them in order, so the copy
         stream's order is theirs); a batch this thread enqueues copies for itself (pinned
         sources, or nothing through the host pass) first waits for those in flight.
         """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -123,11 +124,12 @@ class LocalQuery:
     ) -> Iterator[pa.RecordBatch]:
         """Results as windows fire, batch after batch, then the rest at end of input.
 
-        With `lookahead`, batch k + 1 is handed to the operator's `prefetch` before batch k is
+        With `lookahead`, batch k + 1 (and k + 2 where the operator's `prefetch_depth` is two:
+        the GPU's copy worker) is handed to the operator's `prefetch` before batch k is
         processed and fired, so (on the GPU) its host-to-device copy overlaps that work. It
-        reads the next batch before yielding batch k's results, so it is on by default only
+        reads those batches before yielding batch k's results, so it is on by default only
         when `batches` is a sequence (every batch already in memory: no result waits on the
-        source); pass True to read one batch ahead of a live iterator as well.
+        source); pass True to read ahead of a live iterator as well.
         """
         for results in self._steps(batches, lookahead):
             yield from results
@@ -148,15 +150,16 @@ class LocalQuery:
                 yield self.operator.process(batch)
             yield self.operator.finish()
             return
-        pending: pa.RecordBatch | None = None
+        depth = getattr(self.operator, "prefetch_depth", 1)  # batches named ahead
+        pending: deque[pa.RecordBatch] = deque()
         for batch in batches:
             batch = as_record_batch(batch)  # one object for prefetch and process
             self.operator.prefetch(batch)
-            if pending is not None:
-                yield self.operator.process(pending)
-            pending = batch
-        if pending is not None:
-            yield self.operator.process(pending)
+            pending.append(batch)
+            if len(pending) > depth:
+                yield self.operator.process(pending.popleft())
+        while pending:
+            yield self.operator.process(pending.popleft())
         yield self.operator.finish()
 
     def _combine_firings(self, allowed: bool) -> None:

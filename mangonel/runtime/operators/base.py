@@ -165,7 +165,8 @@ class OperatorBase:
                 return entry
         typed = self.conform.conform_types(as_record_batch(batch))
         entry = _Admitted(batch, typed, self._stage_input(typed))
-        self._conformed = [*self._conformed[-1:], entry]
+        # the batches named ahead (`prefetch_depth`) and the one being processed
+        self._conformed = [*self._conformed[-self.prefetch_depth :], entry]
         return entry
 
     def _admitted(self, batch: pa.RecordBatch | pa.Table) -> _Admitted | None:
@@ -244,6 +245,11 @@ class OperatorBase:
         whose kernels stage their input: the time window's `prefetch`); returns the staging
         when it measures the event time's (min, max), else None."""
         return None
+
+    @property
+    def prefetch_depth(self) -> int:
+        """How many batches the runner may name (`prefetch`) ahead of the one it processes."""
+        return 1
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
         """Let the kernels start moving `batch` (the next one `process` gets) to the device,

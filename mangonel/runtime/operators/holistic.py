@@ -237,6 +237,10 @@ class HolisticTimeWindows:
         finally:
             self.inner.result_slots = None
 
+    @property
+    def prefetch_depth(self) -> int:
+        return self.inner.prefetch_depth
+
     def prefetch(self, batch: pa.RecordBatch) -> None:
         self.inner.prefetch(batch)
 

@@ -114,6 +114,11 @@ class OperatorTree:
             leaf, operator.process(batch, number) if number else operator.process(batch)
         )
 
+    @property
+    def prefetch_depth(self) -> int:
+        """The first leaf operator's (1 where it takes no hint)."""
+        return getattr(self.operators[self.leaves[0]], "prefetch_depth", 1)
+
     def prefetch(self, batch: pa.RecordBatch, input: int = 0) -> None:
         """The leaf operator's hint that `batch` comes next (a no-op where it has none)."""
         prefetch = getattr(self.operators[self.leaves[input]], "prefetch", None)

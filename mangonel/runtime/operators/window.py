@@ -89,6 +89,11 @@ FIRST_HEAD_ROWS = 1 << 16  # rows of a run's first batch that make its segment a
 # At most this many consecutive batches share one firing when the runner holds the input in
 # memory (`LocalQuery._combine_firings`): results wait at most this many batches.
 COMBINED_FIRING_BATCHES = 8
+# Batches named ahead of the one processed where the kernels stage in the background: with
+# one, the GPU's copy worker idled whenever the driver fired (a 1 M-row batch's job and the
+# driver's own work both took ~1.2 ms on an H100 host, the worker idle 0.2-0.4 ms a batch on
+# average, docs/performance/gpu.md); with two it has the batch after next queued.
+BACKGROUND_PREFETCH_DEPTH = 2
 
 
 def _capacity(start: int, need: int) -> int:
@@ -133,8 +138,9 @@ class TimeWindowOperator(OperatorBase):
         self.segments: list[_Segment] = []  # ordered by pane, at least a window apart
         self.next_window: int | None = None  # the oldest window that has not fired
         self._deferred: pa.RecordBatch | None = None  # the next batch, staged during this one
-        # the batch `prefetch` named last, until it is processed (`_firing_can_wait` reads it)
-        self._next_batch: pa.RecordBatch | None = None
+        # the batches `prefetch` named, in order, until each is processed (`_firing_can_wait`
+        # reads the first: the next batch)
+        self._next_batches: list[pa.RecordBatch] = []
         # how many batches' firings may combine into one (`_after_batch`; the runner raises
         # it for input already in memory) and how many have waited since the last firing
         self.batches_per_firing = 1
@@ -165,24 +171,36 @@ class TimeWindowOperator(OperatorBase):
         the event time's min and max, which the range check then reuses)."""
         return self.kernels.prefetch(self.lift_node, self.window, batch)
 
+    @property
+    def prefetch_depth(self) -> int:
+        """Batches the runner may name ahead of the one processed: two where the kernels
+        stage in the background (the GPU's copy worker then always has the next batch but
+        one queued, so its pass goes on while the driver fires), else one."""
+        return BACKGROUND_PREFETCH_DEPTH if self._stages_in_background else 1
+
+    @property
+    def _stages_in_background(self) -> bool:
+        return bool(getattr(self.kernels, "stages_in_background", False))
+
     def prefetch(self, batch: pa.RecordBatch) -> None:
-        """The hint that `batch` comes next. Where the kernels stage in the background (the
-        GPU's copy worker) it is staged now, beside the whole of the current batch's work;
-        else the hint is kept and acted on while the current batch's fused pass runs
-        (`_stage_deferred`), so the host copy pass overlaps the device's work on it. A batch
-        processed with no pass before it is conformed and staged by `process`, as without a
-        hint."""
+        """The hint that `batch` comes after those named before it. Where the kernels stage in
+        the background (the GPU's copy worker) it is staged now, beside the whole of the
+        current batch's work; else the hint is kept and acted on while the current batch's
+        fused pass runs (`_stage_deferred`), so the host copy pass overlaps the device's work
+        on it. A batch processed with no pass before it is conformed and staged by
+        `process`, as without a hint."""
         if self.finished:
             return
-        self._next_batch = batch
-        if getattr(self.kernels, "stages_in_background", False):
+        self._next_batches = [*self._next_batches[-self.prefetch_depth + 1 :], batch]
+        if self._stages_in_background:
             super().prefetch(batch)
         else:
             self._deferred = batch
 
     def process(self, batch: pa.RecordBatch | pa.Table, input: int = 0) -> list[pa.RecordBatch]:
-        if batch is self._next_batch:
-            self._next_batch = None
+        named = [i for i, named in enumerate(self._next_batches) if named is batch]
+        if named:  # those named before it were never processed: no longer next
+            del self._next_batches[: named[0] + 1]
         # results come first, as the batch's early ones (so an error in the batch keeps them)
         self._early = [*self._early, *self.fire_waiting_before(batch)]
         return super().process(batch, input)
@@ -230,19 +248,20 @@ class TimeWindowOperator(OperatorBase):
         (`fire_waiting_before`) rather than this batch waiting for the worker. A next batch whose
         columns could not be conformed (its `process` raises) lets nothing wait: what is due
         comes out before its error."""
-        if self._batches_waiting + 1 >= self.batches_per_firing or self._next_batch is None:
+        if self._batches_waiting + 1 >= self.batches_per_firing or not self._next_batches:
             return False
         if self.watermark is not None:
             watermark = max(watermark, self.watermark)
         last_due = self._last_window_ending_by(watermark)
         if self.next_window is not None and last_due < self.next_window:
             return False  # nothing is due: firing costs nothing
-        admitted = self._admitted(self._next_batch)
+        next_batch = self._next_batches[0]
+        admitted = self._admitted(next_batch)
         if admitted is None:
             return False
         if not admitted.ready:  # still staging: decided by its `process` (`fire_waiting_before`)
             return True
-        conformed, earliest = self._earliest_event_time(self._next_batch)
+        conformed, earliest = self._earliest_event_time(next_batch)
         if not conformed:
             return False
         return earliest is None or earliest >= self._end_pane_of_window(last_due) * self.pane_length
