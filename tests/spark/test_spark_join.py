@@ -79,8 +79,14 @@ def native_join_aggregate(spark, tmp_path, size: str, slide: str, summed):  # no
     """Spark's own join aggregation per (key, window): n = COUNT(*), s = SUM(`summed`),
     m = MAX(w), as k, window_start, window_end, n, s, m rows."""
     joined = spark_window_join(spark, tmp_path, size, slide)
+    return aggregate_natively(joined, tmp_path, summed, "w")
+
+
+def aggregate_natively(joined, tmp_path, summed, maximum: str):  # noqa: ANN001, ANN201
+    """Spark's own aggregation of joined rows (window `lw`, key `lk`) per (key, window):
+    n = COUNT(*), s = SUM(`summed`), m = MAX(`maximum`)."""
     native = joined.groupBy("lw", "lk").agg(
-        F.count(F.lit(1)).alias("n"), F.sum(summed).alias("s"), F.max("w").alias("m")
+        F.count(F.lit(1)).alias("n"), F.sum(summed).alias("s"), F.max(maximum).alias("m")
     )
     return run_to_memory(
         native.select(
@@ -164,22 +170,7 @@ def test_stream_joined_with_itself_equals_sparks_self_join(spark, tmp_path):
     left = stream.select(window.alias("lw"), F.col("k").alias("lk"), F.col("v").alias("lv"))
     right = stream.select(window.alias("rw"), F.col("k").alias("rk"), F.col("v").alias("rv"))
     joined = left.join(right, (F.col("lk") == F.col("rk")) & (F.col("lw") == F.col("rw")))
-    native = joined.groupBy("lw", "lk").agg(
-        F.count(F.lit(1)).alias("n"),
-        F.sum(F.col("lv") * F.col("rv")).alias("s"),
-        F.max("rv").alias("m"),
-    )
-    theirs = run_to_memory(
-        native.select(
-            F.col("lk").alias("k"),
-            F.col("lw.start").alias("window_start"),
-            F.col("lw.end").alias("window_end"),
-            "n",
-            "s",
-            "m",
-        ),
-        tmp_path / "ck_theirs",
-    )
+    theirs = aggregate_natively(joined, tmp_path, F.col("lv") * F.col("rv"), "rv")
     assert len(ours) > 0
     assert_same_results(ours, theirs, ["k"])
 
