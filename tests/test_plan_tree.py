@@ -230,6 +230,25 @@ def test_background_staging_stages_each_batch_beside_the_whole_batch_before(
     assert [rows for what, rows in log if what == "extremes"] == [len(b) for b in batches]
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_batches_named_ahead_are_kept_at_most_prefetch_depth(
+    fake_gpu: list[int], monkeypatch: pytest.MonkeyPatch, background: bool
+) -> None:
+    """A caller that names batches (`prefetch`) and never processes them does not grow what
+    the time window keeps; the next batch it decides firings by is the first named after
+    the one processed."""
+    monkeypatch.setattr(fake_gpu_backend, "BACKGROUND", [background])
+    query = LocalQuery(ph.with_backend(_plan(), "gpu", "test"))
+    operator = query.window_operator
+    assert operator.prefetch_depth == (2 if background else 1)
+    named = [batch([t], k=[1], v=[1.0]) for t in range(6)]
+    for b in named:
+        operator.prefetch(b)
+    assert operator._next_batches == named[-operator.prefetch_depth :]
+    query.process(named[-2])
+    assert operator._next_batches == [named[-1]]  # the batch after the one processed
+
+
 def test_background_staging_defers_a_bad_batchs_error_to_its_turn(
     fake_gpu: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -90,9 +90,8 @@ FIRST_HEAD_ROWS = 1 << 16  # rows of a run's first batch that make its segment a
 # memory (`LocalQuery._combine_firings`): results wait at most this many batches.
 COMBINED_FIRING_BATCHES = 8
 # Batches named ahead of the one processed where the kernels stage in the background: with
-# one, the GPU's copy worker idled whenever the driver fired (a 1 M-row batch's job and the
-# driver's own work both took ~1.2 ms on an H100 host, the worker idle 0.2-0.4 ms a batch on
-# average, docs/performance/gpu.md); with two it has the batch after next queued.
+# one, the GPU's copy worker idled 0.2-0.4 ms a 1 M-row batch while the driver fired; with two
+# it has the batch after next queued (docs/performance/gpu.md: +6 % at 1 M rows, H100).
 BACKGROUND_PREFETCH_DEPTH = 2
 
 
@@ -191,7 +190,8 @@ class TimeWindowOperator(OperatorBase):
         `process`, as without a hint."""
         if self.finished:
             return
-        self._next_batches = [*self._next_batches[-self.prefetch_depth + 1 :], batch]
+        # the last `prefetch_depth` named: bounded whatever the caller names
+        self._next_batches = [*self._next_batches, batch][-self.prefetch_depth :]
         if self._stages_in_background:
             super().prefetch(batch)
         else:
