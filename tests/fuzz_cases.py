@@ -256,6 +256,8 @@ def _argument(rng: random.Random, function: str) -> list:
         return ["col", "ok"] if rng.random() < 0.4 else _predicate(rng, 1)
     if function in ("min", "max") and rng.random() < 0.15:
         return ["col", "ts"]
+    if function == "count" and rng.random() < 0.2:  # COUNT takes any type
+        return ["col", rng.choice(["sk", "ok", "ts"])]
     column = ["col", rng.choice(["x", "n", "v", "v", "x"])]
     roll = rng.random()
     if roll < 0.55:

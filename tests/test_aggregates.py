@@ -403,3 +403,29 @@ def test_null_when_empty_masks_only_the_cells_with_a_zero_count():
     assert null_when_empty(np, np.zeros(0, np.int64)) is None
     mask = null_when_empty(np, np.array([4, 0, -1, 0], np.int64))
     assert mask is not None and mask.tolist() == [False, True, False, True]
+
+
+@pytest.mark.parametrize(
+    "window", ["[RANGE 2 SECONDS SLIDE 1 SECOND]", "[ROWS 2]", "[SESSION GAP 1 SECOND]"]
+)
+def test_count_of_a_string_column_counts_its_non_null_values(window: str) -> None:
+    """COUNT takes any type (docs/sql.md): a STRING argument is counted by its validity in
+    time, count and session windows (the CPU lift read its values as numbers and raised)."""
+    import mangonel
+
+    session = mangonel.Session("cpu")
+    session.execute("CREATE STREAM s (ts TIMESTAMP, k STRING, g BIGINT) WITH (event_time = 'ts')")
+    batch = pa.table(
+        {
+            "ts": pa.array([0, 1, 2, 3], pa.timestamp("us")),
+            "k": ["a", None, "b", None],
+            "g": [1, 1, 2, 2],
+        }
+    )
+    bound = "" if window == "[ROWS 2]" else "window_start, "
+    got = session.sql(
+        f"SELECT g, {bound}COUNT(k) AS n, COUNT(*) AS m FROM s {window} GROUP BY g"
+    ).run([batch])
+    assert got.num_rows > 0
+    assert set(zip(got.column("n").to_pylist(), got.column("m").to_pylist())) == {(1, 2)}
+    assert to_values(pa.array(["x", None]), np.dtype(np.int64))[1].tolist() == [True, False]

@@ -36,6 +36,10 @@ def to_values(array: pa.Array, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]
         array = array.cast(pa.timestamp("us", tz=array.type.tz)).cast(pa.int64())
     elif pa.types.is_boolean(array.type):
         array = array.cast(pa.int8())
+    elif not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
+        # a STRING (or other non-numeric) argument: only COUNT takes one, and it reads the
+        # validity alone, so the values are 0
+        return np.zeros(len(array), dtype), np.asarray(array.is_valid())
     if array.null_count:
         valid = np.asarray(array.is_valid())
         array = array.fill_null(0)
