@@ -427,5 +427,6 @@ def test_count_of_a_string_column_counts_its_non_null_values(window: str) -> Non
         f"SELECT g, {bound}COUNT(k) AS n, COUNT(*) AS m FROM s {window} GROUP BY g"
     ).run([batch])
     assert got.num_rows > 0
-    assert set(zip(got.column("n").to_pylist(), got.column("m").to_pylist())) == {(1, 2)}
+    pairs = zip(got.column("n").to_pylist(), got.column("m").to_pylist(), strict=True)
+    assert set(pairs) == {(1, 2)}
     assert to_values(pa.array(["x", None]), np.dtype(np.int64))[1].tolist() == [True, False]
