@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mangonel.catalog.catalog import Column, Schema
 from mangonel.catalog.sources import GeneratorConfig, generate
+from mangonel.catalog.sources.files import read_files
+from mangonel.catalog.types import SqlType
 from mangonel.cli import main
+from mangonel.errors import DataError
 from mangonel.session import Session
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "trades.sql"
@@ -137,6 +142,18 @@ QUERY = (
 )
 
 
+def catalog_schema() -> Schema:
+    """The columns of STREAM's trades."""
+    return Schema(
+        (
+            Column("ts", SqlType.TIMESTAMP),
+            Column("symbol", SqlType.STRING),
+            Column("price", SqlType.DOUBLE),
+            Column("volume", SqlType.BIGINT),
+        )
+    )
+
+
 def _script(tmp_path: Path, options: str = "", query: str = QUERY) -> Path:
     script = tmp_path / "q.sql"
     script.write_text(STREAM.format(options=options) + query)
@@ -167,6 +184,50 @@ def test_naive_csv_timestamps_are_utc_and_empty_fields_null(tmp_path: Path) -> N
         ("2026-01-01 00:00:00+00:00", "a", 2, 1.5),
         ("2026-01-01 00:00:01+00:00", "b", 1, 4.0),
     ]
+
+
+def test_csv_text_like_na_is_text_nan_is_a_double_and_headers_match_any_case(
+    tmp_path: Path,
+) -> None:
+    """Only an empty CSV field is NULL (Spark's nullValue): `NA`, `null`, `N/A` stay three
+    symbols (Arrow's default list read them all as one NULL group), `NaN` is the DOUBLE NaN
+    (Spark's nanValue); header names match the stream's case-insensitively, after Excel's
+    byte-order mark; a header naming a column twice is an error."""
+    data = tmp_path / "in.csv"
+    data.write_text(
+        "\ufeffTS,Symbol,PRICE,volume\n"
+        "2026-01-01 00:00:00.1,NA,NaN,1\n"
+        "2026-01-01 00:00:00.2,null,1.5,1\n"
+        "2026-01-01 00:00:00.3,N/A,2,1\n"
+        "2026-01-01 00:00:00.4,,3,1\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out.parquet"
+    script = _script(tmp_path)
+    assert main(["run", str(script), "--backend", "cpu", "--quiet", "--source", f"csv:{data}",
+                 "--output", str(out)]) == 0  # fmt: skip
+    rows = {r["symbol"]: r["total"] for r in pq.read_table(out).to_pylist()}
+    assert set(rows) == {"NA", "null", "N/A", None}
+    assert math.isnan(rows["NA"]) and rows["null"] == 1.5 and rows[None] == 3.0
+    twice = tmp_path / "twice.csv"
+    twice.write_text("ts,symbol,price,volume,Price\n2026-01-01 00:00:00,a,1,1,2\n")
+    with pytest.raises(DataError, match="2 columns named 'price'"):
+        list(read_files(str(twice), "csv", catalog_schema()))
+
+
+def test_parquet_columns_match_the_stream_in_any_case(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "TS": pa.array([0, 1], pa.timestamp("us")),
+            "Symbol": ["a", "a"],
+            "price": [1.0, 2.0],
+            "VOLUME": [1, 1],
+        }
+    )
+    pq.write_table(table, tmp_path / "in.parquet")
+    batches = list(read_files(str(tmp_path / "in.parquet"), "parquet", catalog_schema()))
+    assert batches[0].schema.names == ["ts", "symbol", "price", "volume"]
+    assert batches[0].column("price").to_pylist() == [1.0, 2.0]
 
 
 def test_malformed_csv_values_are_null_as_in_spark_and_counted(

@@ -2,9 +2,10 @@
 
 Rules (docs/spark.md, "Sources"): a folder is read file by file in name order (also its
 subfolders; names starting with `.` or `_` are skipped, as Spark and Arrow do); an empty
-(0-byte) file holds no rows; the stream's columns are found by name (CSV: by position when
-`header` is false) and extra columns are ignored. CSV follows Spark's defaults (PERMISSIVE
-mode): an empty field is NULL, a value that does not parse as its column's type is NULL (and
+(0-byte) file holds no rows; the stream's columns are found by name, case-insensitively (CSV:
+by position when `header` is false) and extra columns are ignored. CSV follows Spark's
+defaults (PERMISSIVE mode): only an empty field is NULL (`NA` or `null` is text; `NaN`, `Inf`
+and `-Inf` are DOUBLEs), a value that does not parse as its column's type is NULL (and
 counted: `on_malformed`), and a timestamp without a zone offset (`2026-01-01 00:00:00.1`) is
 UTC, like Spark with the session time zone UTC (`local_spark` sets it). A file that cannot be
 read — a missing path, a corrupt Parquet file, a CSV row with the wrong number of fields, a
@@ -52,9 +53,13 @@ def read_files(
     target = schema.to_arrow()
     files = data_files(path)
     if file_format == "parquet":
-        for file in files:
-            _check_columns(file, _parquet_columns(file), target)
-        return _batches(files, target, batch_size, _parquet_batches)
+        found = {file: _file_names(file, _parquet_columns(file), target) for file in files}
+        return _batches(
+            files,
+            target,
+            batch_size,
+            lambda file, target, size: _parquet_batches(file, target, size, found[file]),
+        )
     readers = {file: _csv_reader_options(file, target, header) for file in files}
     return _batches(
         files,
@@ -100,26 +105,44 @@ def _parquet_columns(file: Path) -> list[str]:
         raise DataError(f"{file}: not a readable Parquet file ({_problem(error)})") from None
 
 
-def _check_columns(file: Path, names: list[str], target: pa.Schema) -> None:
-    missing = [name for name in target.names if name not in names]
+def _file_names(file: Path, names: list[str], target: pa.Schema) -> list[str]:
+    """The file's name of each stream column: found case-insensitively (as Spark's default
+    `spark.sql.caseSensitive=false` and mangonel's SQL do); a DataError where a column is
+    missing or two of the file's match one."""
+    by_lower: dict[str, list[str]] = {}
+    for name in names:
+        by_lower.setdefault(name.lower(), []).append(name)
+    missing = [name for name in target.names if name.lower() not in by_lower]
     if missing:
         raise DataError(
             f"{file}: the file lacks column(s) {', '.join(missing)} of the stream "
             f"(it has {', '.join(names) or 'none'})"
         )
+    for name in target.names:
+        if len(by_lower[name.lower()]) > 1:
+            raise DataError(
+                f"{file}: the file has {len(by_lower[name.lower()])} columns named "
+                f"{name!r} ({', '.join(by_lower[name.lower()])}; names are "
+                "case-insensitive): rename all but one"
+            )
+    return [by_lower[name.lower()][0] for name in target.names]
 
 
 def _csv_reader_options(
     file: Path, target: pa.Schema, header: bool
-) -> tuple[pa_csv.ReadOptions, pa_csv.ConvertOptions]:
-    """How to read one CSV file, after checking its first line names the stream's columns."""
+) -> tuple[pa_csv.ReadOptions, pa_csv.ConvertOptions, list[str]]:
+    """How to read one CSV file, after checking its first line names the stream's columns
+    (a UTF-8 byte-order mark, as Excel writes, is skipped, as Arrow's reader does)."""
     try:
-        with open(file, newline="", encoding="utf-8") as text:
+        with open(file, newline="", encoding="utf-8-sig") as text:
             first = next(csv.reader(text), [])
     except (UnicodeDecodeError, csv.Error) as error:
         raise DataError(f"{file}: not a readable CSV file ({error})") from None
     if header:
-        _check_columns(file, [name.strip() for name in first], target)
+        found = _file_names(file, [name.strip() for name in first], target)
+        # the header's own spelling of each name (stripped) becomes the stream's
+        spelled = {name.strip(): name for name in first}
+        names = [spelled[name] for name in found]
         read = pa_csv.ReadOptions(block_size=1 << 22)
     else:
         # by position, as Spark does without a header: extra columns get throwaway names
@@ -130,30 +153,35 @@ def _csv_reader_options(
             )
         extra = [f"_extra_{i}" for i in range(len(first) - len(target))]
         read = pa_csv.ReadOptions(column_names=[*target.names, *extra], block_size=1 << 22)
+        names = target.names
     convert = pa_csv.ConvertOptions(
         # read as text and converted per column afterwards: a value that does not parse is
         # NULL (Spark's PERMISSIVE mode), and naive timestamps can be taken as UTC
-        column_types={name: pa.string() for name in target.names},
-        include_columns=target.names,
-        strings_can_be_null=True,  # Spark reads an empty CSV field as NULL
+        column_types={name: pa.string() for name in names},
+        include_columns=names,
+        # Spark's nullValue: only an empty field is NULL (Arrow's default list would also
+        # read NA, null, N/A, NaN, ... as NULL, in STRING columns too); NaN, Inf and -Inf
+        # then parse as DOUBLEs, as Spark's nanValue/positiveInf/negativeInf
+        null_values=[""],
+        strings_can_be_null=True,
     )
-    return read, convert
+    return read, convert, names
 
 
 def _csv_batches(
     file: Path,
     target: pa.Schema,
     batch_size: int,
-    options: tuple[pa_csv.ReadOptions, pa_csv.ConvertOptions],
+    options: tuple[pa_csv.ReadOptions, pa_csv.ConvertOptions, list[str]],
     on_malformed: Callable[[Path, int], None] | None,
 ) -> Iterator[pa.RecordBatch]:
-    read, convert = options
+    read, convert, names = options  # names: the file's spelling of each stream column
     reader = pa_csv.open_csv(file, read_options=read, convert_options=convert)
     malformed = 0
     for batch in reader:
         columns = []
-        for field in target:
-            column, bad = from_text(batch.column(field.name), field.type)
+        for field, name in zip(target, names, strict=True):
+            column, bad = from_text(batch.column(name), field.type)
             columns.append(column)
             malformed += bad
         yield pa.RecordBatch.from_arrays(columns, names=target.names)
@@ -192,8 +220,13 @@ def parse_timestamps(strings: pa.Array, column: str = "") -> pa.Array:
     return pc.if_else(zoned, with_zone, naive.cast(UTC_MICROS))
 
 
-def _parquet_batches(file: Path, target: pa.Schema, batch_size: int) -> Iterator[pa.RecordBatch]:
-    yield from pq.ParquetFile(file).iter_batches(batch_size=batch_size, columns=target.names)
+def _parquet_batches(
+    file: Path, target: pa.Schema, batch_size: int, names: list[str]
+) -> Iterator[pa.RecordBatch]:
+    """`names`: the file's spelling of each stream column; the batches name them as the
+    stream does."""
+    for batch in pq.ParquetFile(file).iter_batches(batch_size=batch_size, columns=names):
+        yield pa.RecordBatch.from_arrays([batch.column(name) for name in names], names=target.names)
 
 
 def _batches(
