@@ -327,3 +327,37 @@ def test_drop_table_on_a_stream_says_it_is_a_stream(if_exists: str) -> None:
     assert caught.value.hint == "known tables: venues"
     session.execute("DROP STREAM trades")
     assert session.execute("SHOW STREAMS").num_rows == 0
+
+
+def test_create_stream_names_arguments_of_the_wrong_kind() -> None:
+    """`watermark`/`event_time` among the options in another case were stored and never
+    read (the stream kept a 0 watermark); arguments of the wrong Python type raised from
+    deep inside; a uint32 field became INT and its own batches were then refused (found by
+    probing bad inputs)."""
+    import datetime as dt
+
+    session = Session(backend="cpu")
+    schema = pa.schema([("ts", pa.timestamp("us")), ("k", pa.uint32())])
+    for options in ({"Watermark": "10 seconds"}, {"EVENT_TIME": "k"}):
+        with pytest.raises(CatalogError, match="given as an option"):
+            session.create_stream("s", schema, event_time="ts", **options)
+    for watermark in (1.5, None, True):
+        with pytest.raises(TypeError, match="watermark is a duration"):
+            session.create_stream("s", schema, event_time="ts", watermark=watermark)
+    with pytest.raises(TypeError, match="non-empty str"):
+        session.create_stream("", schema, event_time="ts")
+    with pytest.raises(TypeError, match="pyarrow.Schema, got list"):
+        session.create_stream("s", [("ts", pa.timestamp("us"))], event_time="ts")
+    for text in (None, 3):
+        with pytest.raises(TypeError, match="SQL text"):
+            session.sql(text)
+        with pytest.raises(TypeError, match="SQL text"):
+            session.execute(text)
+    stream = session.create_stream("s", schema, event_time="ts", watermark=dt.timedelta(seconds=2))
+    assert stream.watermark_delay_us == 2_000_000
+    assert stream.schema.find("k").type is SqlType.BIGINT  # uint32 does not fit INT
+    big = pa.table(
+        {"ts": pa.array([0], pa.timestamp("us")), "k": pa.array([4_000_000_000], pa.uint32())}
+    )
+    got = session.sql("SELECT k, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k").run([big])
+    assert got.to_pylist() == [{"k": 4_000_000_000, "n": 1}]

@@ -160,7 +160,9 @@ def type_from_arrow(arrow_type: pa.DataType) -> SqlType | None:
     if pa.types.is_int64(arrow_type):
         return SqlType.BIGINT
     if pa.types.is_integer(arrow_type):
-        return SqlType.INT if arrow_type.bit_width <= 32 else SqlType.BIGINT
+        # uint32 does not fit INT (int32): BIGINT, as Spark reads it (LongType)
+        signed = pa.types.is_signed_integer(arrow_type)
+        return SqlType.INT if arrow_type.bit_width <= (32 if signed else 16) else SqlType.BIGINT
     if pa.types.is_float64(arrow_type):
         return SqlType.DOUBLE
     if pa.types.is_floating(arrow_type):

@@ -524,6 +524,8 @@ _DDL_KEYWORDS = frozenset({"CREATE", "DROP", "SHOW"})
 
 def parse_statement(text: str) -> Statement:
     """Parse one statement: a query, `EXPLAIN [CODEGEN] <query>`, or DDL."""
+    if not isinstance(text, str):
+        raise TypeError(f"a statement is SQL text (a str), got {type(text).__name__}")
     dialect = MangonelDialect()
     token_list = _tokenize(dialect, text)
     if not token_list:

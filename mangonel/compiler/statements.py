@@ -8,6 +8,7 @@ runner uses it without importing the session layer above it.
 
 from __future__ import annotations
 
+import datetime as dt
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -174,13 +175,17 @@ class StatementRunner:
         schema: pa.Schema,
         *,
         event_time: str,
-        watermark: str | int = 0,
+        watermark: str | int | dt.timedelta = 0,
         replace: bool = False,
         **options: str,
     ) -> Stream:
         """Declare a stream from an Arrow schema (the API twin of CREATE STREAM): the same
         column rules (names case-insensitively distinct) and the same options (`source` and
-        its options, see docs/sql.md); `watermark` is a duration or microseconds."""
+        its options, see docs/sql.md); `watermark` is a duration text, a `timedelta` or
+        whole microseconds."""
+        _check_stream_arguments(name, schema, event_time, watermark)
+        if isinstance(watermark, dt.timedelta):
+            watermark = watermark // dt.timedelta(microseconds=1)
         columns = []
         for field in schema:
             sql_type = type_from_arrow(field.type)
@@ -198,6 +203,12 @@ class StatementRunner:
                 hint=f"{DUPLICATE_COLUMN_HINT} (rename the Arrow field)",
             )
         options = {key.lower(): str(value) for key, value in options.items()}
+        for keyword in ("event_time", "watermark"):
+            if keyword in options:  # in another case than the keyword argument's
+                raise CatalogError(
+                    f"stream {name!r}: {keyword!r} given as an option",
+                    hint=f"pass it as the keyword argument {keyword}=..., in lower case",
+                )
         problem = check_stream_options(name, options.items())
         if problem is not None:
             raise CatalogError(problem.message, hint=problem.hint)
@@ -357,6 +368,27 @@ def _tuning(tuning: str | TuningOptions | None) -> TuningOptions:
             hint="tuning='online' (the default), 'off', or "
             "TuningOptions(windows_per_launch=..., gpu_form=...) to fix knobs",
         ) from None
+
+
+def _check_stream_arguments(
+    name: object, schema: object, event_time: object, watermark: object
+) -> None:
+    """`create_stream`'s arguments of the wrong Python type, named (a TypeError, as Python's
+    own); a bool is not a watermark, though Python counts it an int."""
+    if not isinstance(name, str) or not name.strip():
+        raise TypeError(f"the stream's name is a non-empty str, got {name!r}")
+    if not isinstance(schema, pa.Schema):
+        raise TypeError(
+            f"stream {name!r}: the schema is a pyarrow.Schema, got {type(schema).__name__} "
+            "(e.g. pa.schema([('ts', pa.timestamp('us')), ('k', pa.int64())]))"
+        )
+    if not isinstance(event_time, str):
+        raise TypeError(f"stream {name!r}: event_time is a column name, got {event_time!r}")
+    if isinstance(watermark, bool) or not isinstance(watermark, str | int | dt.timedelta):
+        raise TypeError(
+            f"stream {name!r}: watermark is a duration ('500 milliseconds'), a timedelta or "
+            f"whole microseconds, got {watermark!r}"
+        )
 
 
 def _columns_text(schema: Schema) -> str:
