@@ -38,6 +38,28 @@ def duplicate_column(columns: Sequence[Column]) -> tuple[int, str] | None:
 
 
 DUPLICATE_COLUMN_HINT = "column names are case-insensitive; give each column its own name"
+# a query names its window's bounds so (docs/sql.md): a stream column of that name would hide
+# one, silently (Flink's window TVFs refuse a table with such a column the same way)
+WINDOW_COLUMN_NAMES = ("window_start", "window_end", "window_time")
+
+
+def stream_column_problem(columns: Sequence[Column]) -> tuple[int, str, str] | None:
+    """(index, message, hint) of the first column a stream cannot have: a name declared
+    twice (`duplicate_column`), an empty name, or a window bound's name; None if none."""
+    duplicate = duplicate_column(columns)
+    if duplicate is not None:
+        return duplicate[0], duplicate[1], DUPLICATE_COLUMN_HINT
+    for index, column in enumerate(columns):
+        if not column.name.strip():
+            return index, "a column has an empty name", "give every column a name"
+        if column.name.lower() in WINDOW_COLUMN_NAMES:
+            return (
+                index,
+                f"column {column.name!r} has the name of a window bound, which queries read "
+                "as the window's",
+                f"rename it (e.g. {column.name}_at); reserved: " + ", ".join(WINDOW_COLUMN_NAMES),
+            )
+    return None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,12 @@ from functools import cache
 
 import lark
 
-from mangonel.catalog.catalog import DUPLICATE_COLUMN_HINT, Column, duplicate_column
+from mangonel.catalog.catalog import (
+    DUPLICATE_COLUMN_HINT,
+    Column,
+    duplicate_column,
+    stream_column_problem,
+)
 from mangonel.catalog.types import TYPE_NAMES, SqlType, type_from_name
 from mangonel.errors import CatalogError, SqlError
 
@@ -254,20 +259,21 @@ def _column(node: lark.Tree) -> Column:
     return Column(_name(name_node), sql_type, nullable)
 
 
-def _columns(statement: lark.Tree) -> tuple[Column, ...]:
+def _columns(statement: lark.Tree, stream: bool = False) -> tuple[Column, ...]:
+    """The declared columns; a stream's pass `stream_column_problem` too."""
     nodes = _children(statement, "column")
     columns = tuple(_column(node) for node in nodes)
-    duplicate = duplicate_column(columns)
-    if duplicate is not None:
-        index, message = duplicate
+    problem: tuple[int, str, str] | None = None
+    if stream:
+        problem = stream_column_problem(columns)
+    else:
+        duplicate = duplicate_column(columns)
+        if duplicate is not None:
+            problem = (*duplicate, DUPLICATE_COLUMN_HINT)
+    if problem is not None:
+        index, message, hint = problem
         line, col = _position(nodes[index])
-        raise CatalogError(
-            message,
-            line=line,
-            column=col,
-            construct=columns[index].name,
-            hint=DUPLICATE_COLUMN_HINT,
-        )
+        raise CatalogError(message, line=line, column=col, construct=columns[index].name, hint=hint)
     return columns
 
 
@@ -309,7 +315,7 @@ def _create_stream(statement: lark.Tree) -> CreateStream:
     options, option_positions, option_key_positions = _options(statement)
     return CreateStream(
         name=_name(name_node),
-        columns=_columns(statement),
+        columns=_columns(statement, stream=True),
         options=options,
         or_replace=bool(_children(statement, "or_replace")),
         position=_position(name_node),

@@ -19,13 +19,12 @@ from sqlglot import exp
 
 from mangonel.aggregates.python import WindowFunction
 from mangonel.catalog.catalog import (
-    DUPLICATE_COLUMN_HINT,
     Catalog,
     Column,
     Schema,
     Stream,
     Table,
-    duplicate_column,
+    stream_column_problem,
 )
 from mangonel.catalog.options import check_stream_options
 from mangonel.catalog.types import SqlType, type_from_arrow
@@ -196,11 +195,10 @@ class StatementRunner:
                     hint="supported: " + ", ".join(t.value for t in SqlType),
                 )
             columns.append(Column(field.name, sql_type, field.nullable))
-        duplicate = duplicate_column(columns)
-        if duplicate is not None:
+        problem = stream_column_problem(columns)
+        if problem is not None:
             raise CatalogError(
-                f"stream {name!r}: {duplicate[1]}",
-                hint=f"{DUPLICATE_COLUMN_HINT} (rename the Arrow field)",
+                f"stream {name!r}: {problem[1]}", hint=f"{problem[2]} (rename the Arrow field)"
             )
         options = {key.lower(): str(value) for key, value in options.items()}
         for keyword in ("event_time", "watermark"):

@@ -462,6 +462,9 @@ SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE price >> > 1
 -- name: two_statements
 SELECT COUNT(*) FROM trades [RANGE 1 SECOND]; SELECT COUNT(*) FROM clicks [ROWS 5]
 
+-- name: stream_column_named_as_a_window_bound
+CREATE STREAM quotes (ts TIMESTAMP, window_start TIMESTAMP) WITH (event_time = 'ts')
+
 -- name: create_stream_unknown_type
 CREATE STREAM quotes (ts TIMESTAMP, bid DECIMAL) WITH (event_time = 'ts')
 
