@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mangonel.catalog.types import result_type_from_arrow
 from mangonel.errors import MangonelError
@@ -149,6 +150,8 @@ class Progress:
             sys.stderr.write("\n")
 
 
+# `mangonel run`'s flags that act on a run (an EXPLAIN runs nothing)
+RUN_FLAGS = ("output", "source", "tuples", "rate", "keys", "skew", "delay", "seed", "batch_size")
 # `mangonel run`'s generator settings when neither the flags nor the stream's options set them
 RUN_GENERATOR_DEFAULTS = {
     "tuples": "1000000",
@@ -173,9 +176,15 @@ def _source_batches(
     path = None
     if arguments.source:
         source, _, path = arguments.source.partition(":")
-        if source not in ("generator", "parquet", "csv") or (source != "generator") != bool(path):
+        if source not in ("generator", "parquet", "csv"):
             raise MangonelError(
                 f"unknown source {arguments.source!r}; use generator, parquet:PATH or csv:PATH"
+            )
+        if (source != "generator") != bool(path):
+            raise MangonelError(
+                f"--source {source} needs a path: {source}:PATH"
+                if source != "generator"
+                else "--source generator takes no path"
             )
     else:
         source = source_of(options, stream.name) or "generator"
@@ -189,6 +198,8 @@ def _source_batches(
     }
     if source == "generator":
         flags["rows_per_batch"] = arguments.batch_size
+        if flags["delay"] is not None:  # parsed by the flag: microseconds, given a unit again
+            flags["delay"] = f"{flags['delay']} microseconds"
         options.update({key: str(value) for key, value in flags.items() if value is not None})
         generator = generator_source(
             options,
@@ -231,8 +242,9 @@ def _source_batches(
 
 
 def format_table(table: pa.Table, limit: int) -> str:
-    """A plain fixed-width rendering of the first `limit` rows."""
-    shown = table.slice(0, limit).to_pylist()
+    """A plain fixed-width rendering of the first `limit` rows. Timestamps are written by
+    Arrow, not through Python's datetime, which ends at year 9999."""
+    shown = _printable(table.slice(0, limit)).to_pylist()
     names = table.column_names
     cells = [[_cell(row[name]) for name in names] for row in shown]
     widths = [max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(names)]
@@ -243,6 +255,19 @@ def format_table(table: pa.Table, limit: int) -> str:
         lines.append(f"... {table.num_rows - limit:,} more rows")
     lines.append(f"({table.num_rows:,} rows)")
     return "\n".join(lines)
+
+
+def _printable(table: pa.Table) -> pa.Table:
+    """`table` with each TIMESTAMP column as text, as `datetime.isoformat(sep=" ")` writes
+    it (`2026-01-01 00:00:00.500000+00:00`, no fraction when it is zero)."""
+    for index, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type):
+            utc = table.column(index).cast(pa.timestamp("us", tz="UTC"))
+            text = pc.strftime(utc, "%Y-%m-%d %H:%M:%S", "C")  # %S: with its microseconds
+            text = pc.replace_substring_regex(text, r"\.000000$", "")
+            joined = pc.binary_join_element_wise(text, pa.scalar("+00:00"), "")
+            table = table.set_column(index, field.name, joined)
+    return table
 
 
 def _cell(value: object) -> str:
@@ -306,11 +331,26 @@ def write_table(table: pa.Table, path: str) -> None:
 def command_run(arguments: argparse.Namespace) -> int:
     session, query_text = _load_script(arguments.query, arguments.backend)
     query = _plan(session, query_text, arguments.query)
+    flags = [
+        f"--{name.replace('_', '-')}" for name in RUN_FLAGS if getattr(arguments, name) is not None
+    ]
     if isinstance(query, str):
+        if flags:  # the file's statement is EXPLAIN: nothing runs
+            raise MangonelError(
+                f"{arguments.query}: the query is an EXPLAIN, which prints the plan and runs "
+                f"nothing, so {', '.join(flags)} would do nothing; drop the EXPLAIN to run it "
+                "(`mangonel explain` prints a plan)"
+            )
         print(query)
         return 0
-    from mangonel.compiler.physical import StreamScanExec, find
+    from mangonel.compiler.physical import StreamScanExec, WindowJoinExec, find, walk
 
+    if any(isinstance(node, WindowJoinExec) for node in walk(query.plan)):
+        raise MangonelError(
+            f"{arguments.query}: `mangonel run` runs queries over one stream; a join runs from "
+            'Python (query.run([(name, batch), ...]), docs/semantics.md, "Joins") or inside '
+            'Spark (docs/spark.md, "Window joins")'
+        )
     if arguments.output:
         check_output_columns(query.schema, arguments.output)
     if query.backend == "gpu":

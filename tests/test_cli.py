@@ -14,7 +14,7 @@ from mangonel.catalog.catalog import Column, Schema
 from mangonel.catalog.sources import GeneratorConfig, generate
 from mangonel.catalog.sources.files import read_files
 from mangonel.catalog.types import SqlType
-from mangonel.cli import main
+from mangonel.cli import format_table, main
 from mangonel.errors import DataError
 from mangonel.session import Session
 
@@ -346,7 +346,18 @@ def test_a_query_files_source_options_are_honoured(tmp_path: Path) -> None:
             ", source = 'generator', delay = 'soon'",
             "option delay = 'soon' must be a duration >= 0 such as",
         ),
-        (", source = 'generator', skew = '-1'", "option skew = '-1' must be a number >= 0"),
+        (", source = 'generator', skew = '-1'", "skew = '-1' is out of range (generator skew"),
+        # a bare number was microseconds here only, where every other duration needs a unit
+        (", source = 'generator', delay = '5'", "option delay = '5' must be a duration >= 0"),
+        (", source = 'generator', key_columns = ''", "key_columns = '' names no column"),
+        (  # positions * 1e6 // rate overflowed int64 in a traceback
+            ", source = 'generator', rate = '99999999999999999999'",
+            "generator rate must be at most 1,000,000,000,000",
+        ),
+        (  # every key spelled up front: memory and time grew with it, whatever the tuples
+            ", source = 'generator', keys = '3000000000'",
+            "generator keys must be at most 2,147,483,647",
+        ),
         (
             ", source = 'generator', key_columns = 'ts'",
             "key_columns names 'ts', which is not a non-event-time column",
@@ -361,6 +372,48 @@ def test_bad_source_options_in_a_query_file_are_clear_errors(
 ) -> None:
     assert main(["run", str(_script(tmp_path, options)), "--backend", "cpu"]) == 2
     assert problem in capsys.readouterr().err
+
+
+def test_run_refuses_what_it_cannot_run_before_reading_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A join (its error spoke of the Python call), run flags on an EXPLAIN (ignored), a file
+    source without its path (called an unknown source): one line each, exit 2."""
+    join = tmp_path / "join.sql"
+    join.write_text(
+        STREAM.format(options="")
+        + STREAM.format(options="").replace("trades", "quotes")
+        + "SELECT t.symbol, window_start, COUNT(*) AS n FROM trades [RANGE 1 SECOND] AS t "
+        "JOIN quotes [RANGE 1 SECOND] AS q ON t.symbol = q.symbol GROUP BY t.symbol\n"
+    )
+    assert main(["run", str(join), "--backend", "cpu"]) == 2
+    assert "`mangonel run` runs queries over one stream" in _one_line_error(capsys)
+    explained = _script(tmp_path, query="EXPLAIN " + QUERY)
+    assert main(["run", str(explained), "--backend", "cpu", "--tuples", "10"]) == 2
+    assert "is an EXPLAIN, which prints the plan and runs nothing, so --tuples" in (
+        _one_line_error(capsys)
+    )
+    assert main(["run", str(explained), "--backend", "cpu"]) == 0  # no flags: the plan
+    assert capsys.readouterr().out.startswith("Project:")
+    assert main(["run", str(_script(tmp_path)), "--source", "parquet"]) == 2
+    assert "--source parquet needs a path: parquet:PATH" in _one_line_error(capsys)
+
+
+def test_the_printed_table_shows_timestamps_past_year_9999() -> None:
+    """Python's datetime ends at 9999 (the table raised OverflowError); Arrow writes them."""
+    table = pa.table(
+        {
+            "t": pa.array([0, 500_000, 253_402_300_800_000_000, None], pa.timestamp("us", "UTC")),
+            "n": [1, 2, 3, 4],
+        }
+    )
+    lines = format_table(table, 10).splitlines()
+    assert [line.split("|")[0].strip() for line in lines[2:6]] == [
+        "1970-01-01 00:00:00+00:00",
+        "1970-01-01 00:00:00.500000+00:00",
+        "10000-01-01 00:00:00+00:00",
+        "NULL",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -126,7 +126,7 @@ def test_generator_rows_do_not_depend_on_micro_batch_boundaries():
         "tuples": str(3 * CHUNK_ROWS),
         "keys": "5",
         "seed": "9",
-        "delay": "1000",
+        "delay": "1000 microseconds",
     }
     cut = CHUNK_ROWS + 123
     whole = [*read_generator_rows(options, CHUNK_ROWS, 2 * CHUNK_ROWS)]

@@ -25,6 +25,20 @@ class GeneratorSettingError(ValueError):
         self.field = field
 
 
+# Upper bounds of the whole-number settings: event times are whole microseconds of int64
+# (`tuples * 1e6` must fit) and key ids fit an INT column.
+MAX_SETTING = {
+    "tuples": 10**12,
+    "rate": 10**12,
+    "keys": 2**31 - 1,
+    "batch_size": 10**9,
+}
+MAX_SKEWED_KEYS = 10**8  # with skew, each key's weight is tabulated (8 bytes a key)
+MAX_SKEW = 100.0  # a Zipf exponent past it puts every tuple on the first key anyway
+# Below this many keys their STRING spellings are made once, above per batch
+SPELLED_KEYS = 1 << 20
+
+
 @dataclass(frozen=True)
 class GeneratorConfig:
     """rate: tuples per second of event time. delay_us: each tuple's timestamp is moved back
@@ -48,6 +62,22 @@ class GeneratorConfig:
                 raise GeneratorSettingError(
                     name, f"generator {name} must be positive, got {getattr(self, name)}"
                 )
+            if getattr(self, name) > MAX_SETTING[name]:
+                raise GeneratorSettingError(
+                    name,
+                    f"generator {name} must be at most {MAX_SETTING[name]:,}, "
+                    f"got {getattr(self, name):,}",
+                )
+        if self.skew > MAX_SKEW:
+            raise GeneratorSettingError(
+                "skew", f"generator skew must be at most {MAX_SKEW}, got {self.skew}"
+            )
+        if self.skew > 0 and self.keys > MAX_SKEWED_KEYS:
+            raise GeneratorSettingError(
+                "keys",
+                f"generator keys must be at most {MAX_SKEWED_KEYS:,} with skew > 0 (their "
+                f"popularity is tabulated), got {self.keys:,}",
+            )
         for name in ("delay_us", "skew", "seed"):
             if getattr(self, name) < 0:
                 raise GeneratorSettingError(
@@ -97,6 +127,8 @@ def _values(
 
 def _key_array(sql_type: SqlType, ids: np.ndarray, dictionary: pa.Array | None) -> pa.Array:
     if sql_type is SqlType.STRING:
+        if dictionary is None:  # many keys: spelled for this batch only
+            return pc.binary_join_element_wise("k", pc.cast(pa.array(ids), pa.string()), "")
         return pc.take(dictionary, pa.array(ids))
     return pa.array(ids.astype(sql_type.info.numpy))
 
@@ -116,7 +148,9 @@ def generate(
     if key_columns is None:
         key_columns = default_key_columns(schema, event_time)
     arrow_schema = schema.to_arrow()
-    dictionary = pa.array([f"k{i}" for i in range(config.keys)])
+    dictionary = (
+        pa.array([f"k{i}" for i in range(config.keys)]) if config.keys <= SPELLED_KEYS else None
+    )
     produced = 0
     while produced < config.tuples:
         count = min(config.batch_size, config.tuples - produced)

@@ -23,8 +23,8 @@ from mangonel.errors import CatalogError, SqlError
 
 SOURCES = ("generator", "parquet", "csv", "kafka")
 
-# option -> (GeneratorConfig field, what its value is). `delay` is a duration; a bare number
-# is microseconds (how the Spark reader receives it).
+# option -> (GeneratorConfig field, what its value is). `delay` is a duration with its unit
+# (the Spark reader receives it as '<n> microseconds').
 GENERATOR_FIELDS: dict[str, tuple[str, str]] = {
     "tuples": ("tuples", "a positive whole number"),
     "rate": ("rate", "a positive whole number (tuples per second of event time)"),
@@ -74,8 +74,7 @@ def _whole(text: str) -> int:
 
 
 def _delay(text: str, durations: Callable[[str], int]) -> int:
-    if text.strip().lstrip("-").isdigit():
-        return int(text)
+    # a bare number is refused, as every other duration is ('5' has no unit)
     return durations(text)
 
 
@@ -119,7 +118,9 @@ def generator_source(
         config = GeneratorConfig(**values)  # type: ignore[arg-type]
     except GeneratorSettingError as error:  # in range is GeneratorConfig's to say
         key = next(k for k, (f, _) in GENERATOR_FIELDS.items() if f == error.field)
-        raise _bad(stream, key, given[key], GENERATOR_FIELDS[key][1]) from None
+        raise CatalogError(
+            f"stream {stream!r}: option {key} = {given[key]!r} is out of range ({error})"
+        ) from None
     return GeneratorSource(config, _key_columns(given, schema, event_time, stream))
 
 
@@ -130,6 +131,12 @@ def _key_columns(
     if text is None:
         return default_key_columns(schema, event_time)
     names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise CatalogError(
+            f"stream {stream!r}: key_columns = {text!r} names no column",
+            hint="name the key column(s), comma-separated, or leave the option out for the "
+            "first STRING or integer column",
+        )
     for name in names:
         column = schema.find(name)
         if column is None or column.name == event_time:
@@ -177,5 +184,7 @@ def generator_reader_options(source: GeneratorSource) -> dict[str, str]:
     reads back unchanged: what the Spark reader on each executor receives."""
     fields = dataclasses.asdict(source.config)
     options = {key: str(fields[field]) for key, (field, _) in GENERATOR_FIELDS.items()}
-    options["key_columns"] = ",".join(source.key_columns)
+    options["delay"] = f"{source.config.delay_us} microseconds"
+    if source.key_columns:  # none: the stream has no column a key could be in (the default)
+        options["key_columns"] = ",".join(source.key_columns)
     return options
