@@ -13,7 +13,7 @@ from fuzz_join_cases import check_join, draw_join_case, shrink_join
 from oracle import rows_of
 from oracle_join import JoinInput, JoinOracle, JoinOracleQuery, canonical
 
-from mangonel.errors import DataError
+from mangonel.errors import CatalogError, DataError
 from mangonel.runtime.local.query import LocalQuery
 from mangonel.session import Session
 
@@ -217,6 +217,40 @@ def test_stream_joined_with_a_table() -> None:
         outputs=(("c", ["col", "a.c"]), ("start", ["bound", "start"]), ("n", ["agg", 0])),
     )
     assert_same(run_engine(counted, arrivals), run_oracle(oracle_query, arrivals)[0])
+
+
+def test_a_table_declared_with_files_is_read_from_them(tmp_path) -> None:  # noqa: ANN001
+    """`CREATE TABLE .. WITH (source = 'csv' | 'parquet', path = ..)` declared files nothing
+    read (the join found an empty table); a run now reads them when the inputs hold no batch
+    of the table, and the inputs' batches when they do."""
+    rows = [{"k": 1, "c": "one"}, {"k": 1, "c": "uno"}, {"k": None, "c": "none"}]
+    (tmp_path / "ads.csv").write_text("K,c\n1,one\n1,uno\n,none\n")  # header in any case
+    clicks = [arrival for arrival in ARRIVALS if arrival[0] == "clicks"]
+    text = "SELECT l.x, a.c FROM clicks AS l LEFT JOIN ads AS a ON l.k = a.k"
+    want = run_engine(session().sql(text), [*clicks, ("ads", batch(ADS, rows))])
+    declared = session()
+    declared.execute(
+        f"CREATE OR REPLACE TABLE ads (k BIGINT, c STRING) WITH (source = 'csv', path = "
+        f"'{tmp_path / 'ads.csv'}')"
+    )
+    query = declared.sql(text)
+    assert sorted(map(str, run_engine(query, clicks))) == sorted(map(str, want))
+    given = run_engine(query, [*clicks, ("ads", batch(ADS, rows[:1]))])  # the inputs' rows
+    assert {row["c"] for row in given} == {"one", None}
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ("k = '1'", "table 't': options without a source"),
+        ("source = 'generator'", "source = 'generator', which a table cannot read"),
+        ("source = 'csv'", "needs the option 'path'"),
+        ("source = 'parquet', path = 'x', header = 'true'", "unknown option 'header'"),
+    ],
+)
+def test_table_options_that_nothing_reads_are_refused(options: str, problem: str) -> None:
+    with pytest.raises(CatalogError, match=problem):
+        Session("cpu").execute(f"CREATE TABLE t (k BIGINT) WITH ({options})")
 
 
 def test_a_table_batch_after_the_streams_started_is_refused() -> None:

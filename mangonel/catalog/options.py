@@ -15,6 +15,10 @@ from collections.abc import Iterable
 from mangonel.catalog.sources.options import SOURCE_OPTIONS, SOURCES
 
 STREAM_OPTIONS: tuple[str, ...] = ("event_time", "watermark", "source")
+# a static table's files (read once, when a query starts): the file sources' options that
+# mean something without time
+TABLE_SOURCES: tuple[str, ...] = ("parquet", "csv")
+TABLE_OPTIONS: dict[str, tuple[str, ...]] = {"parquet": ("path",), "csv": ("path", "header")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,4 +60,44 @@ def check_stream_options(stream: str, options: Iterable[tuple[str, str]]) -> Opt
                 f"unknown option {key!r} for stream {stream!r}",
                 f"a stream {where} takes " + ", ".join(known) + also,
             )
+    return None
+
+
+def check_table_options(table: str, options: Iterable[tuple[str, str]]) -> OptionProblem | None:
+    """The first option a static table cannot take (keys are lower-case), or None: only
+    `source` = 'parquet' | 'csv' with its `path` (and CSV's `header`); without options the
+    table's rows are given by the caller (standalone: the query's inputs; Spark:
+    `register_table`)."""
+    values = dict(options)
+    source = values.get("source")
+    if not values:
+        return None
+    if source is None or source.lower() not in TABLE_SOURCES:
+        return OptionProblem(
+            "source",
+            f"table {table!r}: "
+            + (
+                "options without a source"
+                if source is None
+                else f"source = {source!r}, which a table cannot read"
+            ),
+            "a table reads files: WITH (source = 'parquet' | 'csv', path = '<file or "
+            "folder>'), or no options (its rows given with the query's inputs, or by "
+            "register_table inside Spark)",
+        )
+    known = ("source", *TABLE_OPTIONS[source.lower()])
+    for key in values:
+        if key not in known:
+            return OptionProblem(
+                key,
+                f"unknown option {key!r} for table {table!r}",
+                f"a table with source = '{source.lower()}' takes " + ", ".join(known),
+            )
+    if not values.get("path"):
+        return OptionProblem(
+            "path",
+            f"table {table!r} with source = '{source.lower()}' needs the option 'path'",
+            f"CREATE TABLE {table} (...) WITH (source = '{source.lower()}', path = '<file or "
+            "folder>')",
+        )
     return None

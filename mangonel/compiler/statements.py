@@ -26,7 +26,7 @@ from mangonel.catalog.catalog import (
     Table,
     stream_column_problem,
 )
-from mangonel.catalog.options import check_stream_options
+from mangonel.catalog.options import check_stream_options, check_table_options
 from mangonel.catalog.types import SqlType, type_from_arrow
 from mangonel.compiler import ddl, physical, window_functions
 from mangonel.compiler.backend import BACKENDS, choose_backend, needs_probe
@@ -158,6 +158,9 @@ class StatementRunner:
             )
             return None
         if isinstance(parsed, ddl.CreateTable):
+            problem = check_table_options(parsed.name, parsed.options)
+            if problem is not None:
+                raise CatalogError(problem.message, hint=problem.hint)
             table = Table(parsed.name, Schema(parsed.columns), parsed.options)
             self.catalog.add_table(table, replace=getattr(parsed, "or_replace", False))
             return None

@@ -8,6 +8,7 @@ import datetime as dt
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 from spark_harness import (
@@ -216,14 +217,24 @@ def test_materialised_join_rows_equal_sparks(spark, tmp_path):
     )
 
 
-def test_stream_static_join_equals_sparks(spark, tmp_path):
+@pytest.mark.parametrize("declared", [False, True])
+def test_stream_static_join_equals_sparks(spark, tmp_path, declared):
+    """The table registered as a DataFrame, or declared with its files (`CREATE TABLE ..
+    WITH (source = 'parquet', path = ..)`, which Spark's batch reader reads)."""
     write_streams(tmp_path, files=3)
     session = attach(spark, tmp_path)
-    ads = spark.createDataFrame(
-        pd.DataFrame({"k": [0, 1, 2, 3, 3, 7], "campaign": ["x", "y", "x", "z", "w", "q"]}),
-        "k INT, campaign STRING",
-    )
-    session.register_table("ads", ads)
+    rows = {"k": [0, 1, 2, 3, 3, 7], "campaign": ["x", "y", "x", "z", "w", "q"]}
+    ads = spark.createDataFrame(pd.DataFrame(rows), "k INT, campaign STRING")
+    if declared:
+        (tmp_path / "ads").mkdir()
+        table = pa.table({"k": pa.array(rows["k"], pa.int32()), "campaign": rows["campaign"]})
+        pq.write_table(table, tmp_path / "ads" / "part-0.parquet")
+        session.execute(
+            "CREATE TABLE ads (k INT, campaign STRING) "
+            f"WITH (source = 'parquet', path = '{tmp_path / 'ads'}')"
+        )
+    else:
+        session.register_table("ads", ads)
     ours = run_to_memory(
         session.sql(
             "SELECT c.k AS k, x.campaign AS campaign, window_start, window_end, COUNT(*) AS n, "

@@ -254,3 +254,11 @@ def _batches(
             raise DataError(f"{file}: {_problem(error)}") from None
         if held:
             yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
+
+
+def table_files(schema: Schema, options: dict[str, str]) -> Iterator[pa.RecordBatch]:
+    """The batches of a static table declared `WITH (source = 'parquet' | 'csv', path = ...)`
+    (options checked by `catalog.options.check_table_options`), read as a stream's files."""
+    source = options["source"].lower()
+    header = options.get("header", "true").strip().lower() == "true"
+    return read_files(options["path"], source, schema, header=header)

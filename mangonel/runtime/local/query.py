@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from mangonel.catalog.sources.files import table_files
 from mangonel.compiler import physical as ph
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import ProjectExec
@@ -68,6 +69,12 @@ class LocalQuery:
             self.routes[name] = (*self.routes.get(name, ()), i)
         self.inputs = {name: numbers[0] for name, numbers in self.routes.items()}
         self.tables = {i for i, scan in enumerate(scans) if isinstance(scan, ph.TableScanExec)}
+        # tables declared with files (`WITH (source = ..., path = ...)`), by input number
+        self.table_sources = {
+            i: scan.table
+            for i, scan in enumerate(scans)
+            if isinstance(scan, ph.TableScanExec) and scan.table.options
+        }
 
     def keep_late_rows(self) -> None:
         """Keep every row judged late from now on, until `late_rows()` takes them."""
@@ -193,6 +200,11 @@ class LocalQuery:
             name, batch = arrival
             batch = as_record_batch(batch)  # one object: prefetch, process
             numbered += [(number, batch) for number in self._route(name)]
+        given = {number for number, _ in numbered}
+        for number, table in self.table_sources.items():
+            if number not in given:  # its batches not among the inputs: its files
+                files = table_files(table.schema, dict(table.options))
+                numbered[:0] = [(number, batch) for batch in files]
         for number, batch in numbered:  # the table as it is when the query starts
             if number in self.tables:
                 yield self.operator.process(batch, number)

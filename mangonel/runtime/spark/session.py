@@ -49,7 +49,7 @@ from mangonel.runtime.spark.planner import (
     spark_stages_text,
 )
 from mangonel.runtime.spark.schema import schema_from_spark, spark_interval
-from mangonel.runtime.spark.sources import create_source
+from mangonel.runtime.spark.sources import create_source, read_table
 
 _EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN(\s+CODEGEN)?\s+", re.IGNORECASE)
 
@@ -206,6 +206,9 @@ class SparkMangonelSession:
                     # a stream Spark cannot read is not declared (the DDL can be retried)
                     self.catalog.drop("STREAM", stream.name)
                     raise
+        for table in list(self.catalog.tables.values()):
+            if table.options and table.name.lower() not in self._frames:
+                self._frames[table.name.lower()] = read_table(self.spark, table)
         for name in list(self._frames):
             if self.catalog.stream(name) is None and self.catalog.table(name) is None:
                 del self._frames[name]  # dropped

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from mangonel.catalog.catalog import Schema, Stream
+from mangonel.catalog.catalog import Schema, Stream, Table
 from mangonel.catalog.sources.options import (
     file_source,
     generator_reader_options,
@@ -131,6 +131,19 @@ def generator_options(stream: Stream) -> dict[str, str]:
     options["columns"] = columns_option(stream.schema)
     options["event_time"] = stream.event_time
     return options
+
+
+def read_table(spark: SparkSession, table: Table) -> DataFrame:
+    """The DataFrame of a static table declared `WITH (source = 'parquet' | 'csv', path =
+    ...)` (options checked by `catalog.options.check_table_options`): Spark's batch reader,
+    with the table's columns (CSV: PERMISSIVE, as a stream's files)."""
+    options = dict(table.options)
+    source = options["source"].lower()
+    reader = spark.read.schema(schema_ddl(table.schema))
+    if source == "csv":
+        header = options.get("header", "true").strip().lower()
+        reader = reader.option("header", header).option("mode", "PERMISSIVE")
+    return reader.format(source).load(options["path"])
 
 
 def create_source(spark: SparkSession, stream: Stream) -> DataFrame:
