@@ -12,9 +12,12 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +25,7 @@ import pyarrow as pa
 from mangonel.catalog.catalog import Column, Schema
 from mangonel.catalog.sources.generator import GeneratorConfig, generate
 from mangonel.catalog.types import SqlType
+from mangonel.errors import MangonelError, SqlError
 
 BENCH_SCHEMA = Schema(
     (
@@ -163,8 +167,8 @@ def make_batches(shape: Shape, tuples: int, rate: int, batch_size: int, seed: in
     return list(generate(BENCH_SCHEMA, "ts", config, key_columns=("key",)))
 
 
-def run_engine(shape: Shape, batches: list, backend: str) -> tuple[float, int]:
-    """Seconds to push every batch through the query (end of input included), rows out."""
+def make_session(shape: Shape, backend: str):  # noqa: ANN201
+    """A session holding the shape's `events` stream (and its Python window function)."""
     from mangonel.session import Session
 
     session = Session(backend=backend, approx_percentile=shape.approx_percentile)
@@ -173,17 +177,23 @@ def run_engine(shape: Shape, batches: list, backend: str) -> tuple[float, int]:
     )
     if shape.aggregate in WINDOW_FUNCTIONS:
         session.register_window_function(shape.aggregate, WINDOW_FUNCTIONS[shape.aggregate])
-    query = session.sql(shape.query())
+    return session
+
+
+def run_engine(shape: Shape, batches: list, backend: str) -> tuple[float, int]:
+    """Seconds to push every batch through the query (end of input included), rows out."""
+    query = make_session(shape, backend).sql(shape.query())
     query.run(batches[:1])  # warm-up: JIT compilation stays out of the timing
     started = time.perf_counter()
     table = query.run(batches)
     return time.perf_counter() - started, table.num_rows
 
 
-def run_public(arguments: argparse.Namespace) -> list[Result]:
-    """The shapes through the public API (`Session.sql().run()` over the generator's Arrow
-    batches) on `arguments.backend`, each against the physical limit measured in this run:
-    memory copy bandwidth on the CPU, pinned host-to-device bandwidth on the GPU."""
+def run_public(arguments: argparse.Namespace, shapes: list[Shape]) -> list[Result]:
+    """The shapes (checked by `check_arguments`) through the public API (`Session.sql().run()`
+    over the generator's Arrow batches) on `arguments.backend`, each against the physical
+    limit measured in this run: memory copy bandwidth on the CPU, pinned host-to-device
+    bandwidth on the GPU."""
     backend = arguments.backend
     if backend == "gpu":
         from mangonel.runtime.local.gpu_bench import device_name, measure_h2d_bandwidth
@@ -210,7 +220,7 @@ def run_public(arguments: argparse.Namespace) -> list[Result]:
             print("bench: no Spark peer (pyspark is not installed here)")
     results = []
     cache: dict[tuple[int, int], list] = {}
-    for shape in _selected(arguments):
+    for shape in shapes:
         key = (shape.keys, shape.delay_us)
         if key not in cache:
             cache = {
@@ -288,30 +298,92 @@ def _spark_peer(arguments: argparse.Namespace):  # noqa: ANN202
     return peer
 
 
-def load_shapes(path: str) -> list[Shape]:
-    """The shapes of a JSON config file (a list of objects with Shape's fields), or a
-    one-line error naming the file and what is wrong."""
-    from mangonel.errors import MangonelError
-
+def load_shapes(path: str, backend: str = "cpu") -> list[Shape]:
+    """The shapes of a JSON config file (a list of objects with Shape's fields), each
+    checked (`check_shape`), or a one-line error naming the file and what is wrong."""
     try:
-        with open(path) as config:
+        with open(path, encoding="utf-8") as config:
             entries = json.load(config)
     except OSError as error:
         raise MangonelError(f"{path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise MangonelError(
+            f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
     except json.JSONDecodeError as error:
         raise MangonelError(f"{path}: not JSON ({error})") from None
     fields = ", ".join(f.name for f in dataclasses.fields(Shape))
     if not isinstance(entries, list):
         raise MangonelError(f"{path}: expected a JSON list of shapes ({fields})")
+    if not entries:
+        raise MangonelError(f"{path}: CONFIG holds no shapes; list at least one ({fields})")
     shapes = []
     for number, entry in enumerate(entries, 1):
         try:
-            shapes.append(Shape(**entry))
+            shape = Shape(**entry)
         except TypeError:
             raise MangonelError(
                 f"{path}: shape {number} must have exactly the fields {fields}"
             ) from None
+        try:
+            check_shape(shape, backend)
+        except MangonelError as error:
+            raise MangonelError(f"{path}: shape {number}: {error}") from None
+        shapes.append(shape)
     return shapes
+
+
+# Shape's whole-number fields and the least each may be: a window is never empty, the
+# generator needs a key, a delay of 0 is in order
+WHOLE_NUMBER_FIELDS = {"range_us": 1, "slide_us": 1, "keys": 1, "delay_us": 0}
+
+
+def check_shape(shape: Shape, backend: str) -> None:
+    """A one-line error naming the field of a shape that cannot run, and why: its values,
+    then its query planned (no data needed: milliseconds), so that nothing is measured
+    before a later shape fails."""
+    for field, smallest in WHOLE_NUMBER_FIELDS.items():
+        value = getattr(shape, field)
+        # bool is an int to Python, but `true` in a config is no number
+        if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
+            # the words of the CLI's own flags (cli.positive_int, cli.non_negative_int)
+            wanted = "a positive whole number" if smallest else "a whole number >= 0"
+            raise MangonelError(f"{field} must be {wanted}, got {value!r}")
+    if not isinstance(shape.aggregate, str) or not shape.aggregate.strip():
+        raise MangonelError(
+            f"aggregate must name an aggregate (SUM) or be a call over value "
+            f"(APPROX_PERCENTILE(value, 0.5)), got {shape.aggregate!r}"
+        )
+    if shape.approx_percentile is not None and not isinstance(shape.approx_percentile, str):
+        raise MangonelError(
+            f"approx_percentile must be a path name or null, got {shape.approx_percentile!r}"
+        )
+    for field, plan in _planning_steps(shape, backend):
+        try:
+            plan()
+        except MangonelError as error:
+            raise MangonelError(f"{field}: {_one_line(error)}") from None
+
+
+def _planning_steps(shape: Shape, backend: str) -> list[tuple[str, Callable[[], object]]]:
+    """Planning the shape's query part by part, each with the field its failure blames:
+    the watermark, the session's APPROX_PERCENTILE path, the window alone (with SUM), and
+    last the aggregate."""
+    window_only = dataclasses.replace(shape, aggregate="SUM", approx_percentile=None)
+    return [
+        ("delay_us", lambda: make_session(window_only, backend)),
+        ("approx_percentile", lambda: make_session(shape, backend)),
+        ("range_us, slide_us", lambda: make_session(window_only, backend).sql(window_only.query())),
+        ("aggregate", lambda: make_session(shape, backend).sql(shape.query())),
+    ]
+
+
+def _one_line(error: MangonelError) -> str:
+    """A planning error on one line: a SqlError's message and hint, without its position in
+    the bench's own query text (which the user never wrote)."""
+    if isinstance(error, SqlError):
+        return f"{error.message} ({error.hint})" if error.hint else error.message
+    return " ".join(str(error).split())
 
 
 def _generic_shapes(arguments: argparse.Namespace) -> bool:
@@ -327,7 +399,7 @@ def _generic_shapes(arguments: argparse.Namespace) -> bool:
 
 def _selected(arguments: argparse.Namespace) -> list[Shape]:
     if arguments.config:
-        shapes = load_shapes(arguments.config)
+        shapes = load_shapes(arguments.config, arguments.backend)
     elif getattr(arguments, "holistic", False):
         shapes = holistic_shapes()
     elif getattr(arguments, "window_function", False):
@@ -476,14 +548,75 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--join-shapes",
-        help="join shapes: only these labels, separated by semicolons",
+        help="--join: only the join shapes of these labels, separated by semicolons",
     )
+
+
+# the arguments that each choose the shapes to run (CONFIG: the positional config file)
+SHAPE_CHOICES = {
+    "CONFIG": "config",
+    "--holistic": "holistic",
+    "--window-function": "window_function",
+    "--sketches": "sketches",
+    "--join": "join",
+}
+
+
+def check_arguments(arguments: argparse.Namespace) -> list[Shape] | None:
+    """Every problem of the arguments as a one-line error, before anything is measured (a
+    problem found after a shape ran would cost its results). Returns the shapes `run_public`
+    runs, checked; None where another runner's shapes run (join, Spark, the GPU's own)."""
+    chosen = _shape_choice(arguments)
+    if arguments.json:
+        check_writable(arguments.json)
+    if arguments.join:
+        from mangonel.bench_join import select_join_shapes
+
+        select_join_shapes(arguments)
+    if arguments.join or arguments.spark:
+        return None
+    if arguments.backend == "gpu" and not _generic_shapes(arguments):
+        return None
+    shapes = _selected(arguments)
+    if not shapes:
+        family = chosen[0] if chosen else "the default"
+        raise MangonelError(f"--quick keeps only the s = 10 ms SUM shapes; {family} has none")
+    return shapes
+
+
+def _shape_choice(arguments: argparse.Namespace) -> list[str]:
+    """The flags given that choose the shapes (at most one), refused where they contradict
+    each other or a flag that would ignore them."""
+    chosen = [flag for flag, name in SHAPE_CHOICES.items() if getattr(arguments, name)]
+    if len(chosen) > 1:
+        raise MangonelError(
+            f"{' and '.join(chosen)} each choose the shapes to run; "
+            f"choose one of {', '.join(SHAPE_CHOICES)}"
+        )
+    if arguments.spark and chosen and chosen != ["--holistic"]:
+        raise MangonelError(f"--spark runs its own shapes or --holistic's, not {chosen[0]}'s")
+    if arguments.join_shapes is not None and not arguments.join:
+        raise MangonelError("--join-shapes needs --join")
+    return chosen
+
+
+def check_writable(path: str) -> None:
+    """The --json file can be written, checked before the run rather than after it (the
+    results would be lost). Not `cli.output_format`: that one asks for a .parquet, .csv or
+    .json suffix, and --json writes JSON whatever the name."""
+    file = Path(path)
+    if not file.parent.is_dir():
+        raise MangonelError(f"{path}: the folder {file.parent} does not exist")
+    if file.is_dir():
+        raise MangonelError(f"{path}: is a folder; give a file name for the JSON results")
+    writable = file if file.exists() else file.parent
+    if not os.access(writable, os.W_OK):
+        raise MangonelError(f"{path}: cannot be written (no permission on {writable})")
 
 
 def main(arguments: argparse.Namespace) -> int:
     # everything that can be wrong is checked before the first measurement
-    if arguments.config:
-        load_shapes(arguments.config)
+    shapes = check_arguments(arguments)
     if arguments.backend == "gpu":
         from mangonel.runtime.gpu.probe import require_gpu
 
@@ -502,7 +635,7 @@ def main(arguments: argparse.Namespace) -> int:
         # MEDIAN: mangonel's own engine on the same files beside Spark (issue 11)
         standalone = run_standalone_like_spark if arguments.holistic else None
         rows = run_spark_benchmarks(arguments, standalone=standalone)
-    elif arguments.backend == "gpu" and not _generic_shapes(arguments):
+    elif shapes is None:  # the GPU's own shapes
         from mangonel.bench_gpu import run_gpu_public
 
         arguments.tuples = arguments.tuples or 100_000_000
@@ -511,7 +644,7 @@ def main(arguments: argparse.Namespace) -> int:
         arguments.tuples = arguments.tuples or (
             100_000_000 if arguments.backend == "gpu" else 20_000_000
         )
-        rows = [asdict(result) for result in run_public(arguments)]
+        rows = [asdict(result) for result in run_public(arguments, shapes)]
     if arguments.json:
         with open(arguments.json, "w") as out:
             json.dump(rows, out, indent=2, default=str)

@@ -231,6 +231,7 @@ def same_rows(ours: pa.Table, theirs: pa.Table, aggregate: bool) -> bool:
 
 
 def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
+    shapes = select_join_shapes(arguments)  # before Spark starts or a bandwidth is measured
     rows = arguments.tuples or 4_000_000
     rate = arguments.join_rate
     batch_size = arguments.join_batch_size
@@ -280,7 +281,7 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
     results = []
     ran: list[tuple[JoinShape, JoinResult]] = []
     cache: dict[tuple, list] = {}
-    for shape in _selected_join_shapes(arguments):
+    for shape in shapes:
         size = max(2 * batch_size, int(rows * shape.share))
         key = (shape.keys, shape.skew, size)
         if key not in cache:
@@ -342,11 +343,13 @@ def _spark_installed() -> bool:
     return importlib.util.find_spec("pyspark") is not None
 
 
-def _selected_join_shapes(arguments: argparse.Namespace) -> list[JoinShape]:
+def select_join_shapes(arguments: argparse.Namespace) -> list[JoinShape]:
+    """The join shapes to run (--quick, --join-shapes), or a one-line error."""
     shapes = default_join_shapes()
     if arguments.quick:
         shapes = shapes[:1]
-    if arguments.join_shapes:
+    # an empty --join-shapes selects nothing: refused below, not read as "all"
+    if arguments.join_shapes is not None:
         # labels hold commas: the parts are separated by semicolons
         wanted = [part.strip() for part in arguments.join_shapes.split(";") if part.strip()]
         shapes = [s for s in shapes if s.label in wanted]

@@ -401,3 +401,145 @@ def test_host_copy_contention_times_the_pass_beside_each_kind_of_busy_thread(mon
         median, slowest = module.rates(1, busy, sources, slot)
         assert median >= slowest > 0
     assert threading.active_count() == before
+
+
+# -- bad input: a one-line error before anything is measured ---------------------------------
+
+GOOD_SHAPE = {
+    "range_us": 1_000_000,
+    "slide_us": 10_000,
+    "keys": 10,
+    "aggregate": "SUM",
+    "delay_us": 0,
+}
+SMALL_RUN = ["--no-peer", "--tuples", "1000", "--repeat", "1"]
+
+
+@pytest.fixture
+def nothing_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that gets as far as measuring fails the test: every error must come first."""
+
+    def measured(*_: object) -> None:
+        raise AssertionError("measured before the arguments were checked")
+
+    monkeypatch.setattr("mangonel.bench.measure_memory_bandwidth", measured)
+    monkeypatch.setattr("mangonel.bench_join.make_arrivals", measured)
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    return err.strip()
+
+
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ({"keys": 0}, "shape 2: keys must be a positive whole number, got 0"),
+        ({"delay_us": -5}, "shape 2: delay_us must be a whole number >= 0, got -5"),
+        (
+            {"range_us": "1 second"},
+            "shape 2: range_us must be a positive whole number, got '1 second'",
+        ),
+        (
+            {"slide_us": 2_000_000},
+            "shape 2: range_us, slide_us: SLIDE 2 SECONDS is larger than RANGE",
+        ),
+        ({"aggregate": "FOO"}, "shape 2: aggregate: unknown function FOO"),
+        (
+            {"approx_percentile": "fast"},
+            "shape 2: approx_percentile: unknown approx_percentile path",
+        ),
+    ],
+)
+def test_a_bad_shape_is_refused_before_any_shape_runs(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    nothing_measured: None,
+    bad: dict,
+    problem: str,
+) -> None:
+    config = tmp_path / "shapes.json"
+    config.write_text(json.dumps([GOOD_SHAPE, {**GOOD_SHAPE, **bad}]))
+    assert main(["bench", str(config), *SMALL_RUN]) == 2
+    assert _one_line_error(capsys).startswith(f"error: {config}: {problem}")
+
+
+def test_a_config_that_is_not_utf8_or_holds_no_shapes_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], nothing_measured: None
+) -> None:
+    config = tmp_path / "shapes.json"
+    config.write_bytes(b'[{"aggregate": "\xff"}]')
+    assert main(["bench", str(config), *SMALL_RUN]) == 2
+    assert _one_line_error(capsys).startswith(f"error: {config}: not UTF-8 text")
+    config.write_text("[]")
+    assert main(["bench", str(config), *SMALL_RUN]) == 2
+    assert _one_line_error(capsys).startswith(f"error: {config}: CONFIG holds no shapes")
+
+
+def test_quick_that_keeps_no_shape_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], nothing_measured: None
+) -> None:
+    config = tmp_path / "shapes.json"
+    config.write_text(json.dumps([{**GOOD_SHAPE, "aggregate": "AVG"}]))
+    assert main(["bench", str(config), "--quick", *SMALL_RUN]) == 2
+    assert "--quick keeps only the s = 10 ms SUM shapes" in _one_line_error(capsys)
+    assert main(["bench", "--window-function", "--quick", *SMALL_RUN]) == 2
+    assert "--window-function has none" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("destination", ["missing/r.json", "."])
+def test_json_destination_is_checked_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], nothing_measured: None, destination: str
+) -> None:
+    """The results are not lost at the end of a long run: a --json file that cannot be
+    written is refused before anything is measured."""
+    out = tmp_path / destination
+    assert main(["bench", "--json", str(out), *SMALL_RUN]) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith(f"error: {out}: ")
+    assert "does not exist" in err or "is a folder" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (["CONFIG", "--holistic"], "CONFIG and --holistic each choose the shapes to run; choose"),
+        (["CONFIG", "--sketches"], "CONFIG and --sketches each choose"),
+        (["--window-function", "--sketches"], "--window-function and --sketches each choose"),
+        (["CONFIG", "--join"], "CONFIG and --join each choose"),
+        (["--join-shapes", "uniform, tumbling 1 s, aggregated"], "--join-shapes needs --join"),
+        (["--join", "--join-shapes", "no such shape"], "--join-shapes 'no such shape' matches"),
+    ],
+)
+def test_contradictory_flags_are_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    nothing_measured: None,
+    flags: list[str],
+    problem: str,
+) -> None:
+    config = tmp_path / "shapes.json"
+    config.write_text(json.dumps([GOOD_SHAPE]))
+    arguments = [str(config) if flag == "CONFIG" else flag for flag in flags]
+    assert main(["bench", *arguments, *SMALL_RUN]) == 2
+    assert problem in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("family", ["CONFIG", "--sketches", "--window-function", "--join"])
+def test_spark_runs_only_its_own_or_the_holistic_shapes(tmp_path: Path, family: str) -> None:
+    """Checked on the parsed arguments alone: nothing here may start Spark."""
+    from mangonel.bench import check_arguments
+    from mangonel.cli import build_parser
+    from mangonel.errors import MangonelError
+
+    config = tmp_path / "shapes.json"
+    config.write_text(json.dumps([GOOD_SHAPE]))
+    flag = str(config) if family == "CONFIG" else family
+    parsed = build_parser().parse_args(["bench", "--spark", flag])
+    with pytest.raises(
+        MangonelError, match=f"--spark runs its own shapes or --holistic's, not {family}"
+    ):
+        check_arguments(parsed)
+    assert check_arguments(build_parser().parse_args(["bench", "--spark", "--holistic"])) is None
