@@ -12,7 +12,7 @@ import pytest
 
 from mangonel.catalog.catalog import Column, Schema
 from mangonel.catalog.sources import GeneratorConfig, generate
-from mangonel.catalog.sources.files import read_files
+from mangonel.catalog.sources.files import from_text, read_files
 from mangonel.catalog.types import SqlType
 from mangonel.cli import format_table, main
 from mangonel.errors import DataError
@@ -213,6 +213,18 @@ def test_csv_text_like_na_is_text_nan_is_a_double_and_headers_match_any_case(
     twice.write_text("ts,symbol,price,volume,Price\n2026-01-01 00:00:00,a,1,1,2\n")
     with pytest.raises(DataError, match="2 columns named 'price'"):
         list(read_files(str(twice), "csv", catalog_schema()))
+
+
+def test_csv_numbers_and_booleans_read_as_spark_reads_them() -> None:
+    """Arrow's cast read `0x10` as 16 and `1` as true, silently, and refused `+5` and
+    ` 1.5 `; Spark's CSV reader (Java's parseLong/parseDouble, Scala's toBoolean) does the
+    opposite. What Spark refuses is NULL and counted."""
+    integers, bad = from_text(pa.array(["0x10", "+5", "-5", " 5", "7", None]), pa.int64())
+    assert integers.to_pylist() == [None, 5, -5, None, 7, None] and bad == 2
+    booleans, bad = from_text(pa.array(["1", "true", "FALSE", "yes", None]), pa.bool_())
+    assert booleans.to_pylist() == [None, True, False, None, None] and bad == 2
+    doubles, bad = from_text(pa.array([" 1.5 ", "-Inf", "x"]), pa.float64())
+    assert doubles.to_pylist() == [1.5, float("-inf"), None] and bad == 1
 
 
 def test_parquet_columns_match_the_stream_in_any_case(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ subfolders; names starting with `.` or `_` are skipped, as Spark and Arrow do); 
 (0-byte) file holds no rows; the stream's columns are found by name, case-insensitively (CSV:
 by position when `header` is false) and extra columns are ignored. CSV follows Spark's
 defaults (PERMISSIVE mode): only an empty field is NULL (`NA` or `null` is text; `NaN`, `Inf`
-and `-Inf` are DOUBLEs), a value that does not parse as its column's type is NULL (and
+and `-Inf` are DOUBLEs; integers and booleans are read as Spark reads them: `+5` is 5, `0x10`
+and `1` as a BOOLEAN are not values), a value that does not parse as its column's type is NULL (and
 counted: `on_malformed`), and a timestamp without a zone offset (`2026-01-01 00:00:00.1`) is
 UTC, like Spark with the session time zone UTC (`local_spark` sets it). A file that cannot be
 read — a missing path, a corrupt Parquet file, a CSV row with the wrong number of fields, a
@@ -195,6 +196,10 @@ def from_text(strings: pa.Array, sql_type: pa.DataType) -> tuple[pa.Array, int]:
     values cost O(k log n) conversions."""
     if pa.types.is_string(sql_type):
         return strings, 0
+    strings, refused = _as_spark_reads(strings, sql_type)
+    if refused:
+        converted, bad = from_text(strings, sql_type)
+        return converted, bad + refused
     try:
         if pa.types.is_timestamp(sql_type):
             return parse_timestamps(strings), 0
@@ -206,6 +211,33 @@ def from_text(strings: pa.Array, sql_type: pa.DataType) -> tuple[pa.Array, int]:
     left, left_bad = from_text(strings.slice(0, middle), sql_type)
     right, right_bad = from_text(strings.slice(middle), sql_type)
     return pa.concat_arrays([left, right]), left_bad + right_bad
+
+
+# the text Spark's CSV reader takes for these types (Java's parseLong and Scala's toBoolean):
+# Arrow's cast also reads `0x10` as 16 and `1`/`0` as booleans, and refuses `+5`
+_INTEGER_TEXT = r"^[+-]?[0-9]+$"
+_BOOLEAN_TEXT = r"(?i)^(true|false)$"
+
+
+def _as_spark_reads(strings: pa.Array, sql_type: pa.DataType) -> tuple[pa.Array, int]:
+    """The text Arrow's cast would read otherwise than Spark made NULL (and counted), a
+    leading `+` of an integer dropped, a number's surrounding white space trimmed (Java's
+    parseDouble trims it)."""
+    if pa.types.is_floating(sql_type):
+        return pc.utf8_trim_whitespace(strings), 0
+    if pa.types.is_integer(sql_type):
+        pattern = _INTEGER_TEXT
+    elif pa.types.is_boolean(sql_type):
+        pattern = _BOOLEAN_TEXT
+    else:
+        return strings, 0
+    readable = pc.match_substring_regex(strings, pattern)
+    refused = int(pc.sum(pc.invert(readable)).as_py() or 0)  # NULLs stay NULL, uncounted
+    if refused:
+        strings = pc.if_else(readable, strings, pa.scalar(None, pa.string()))
+    if pa.types.is_integer(sql_type):
+        strings = pc.replace_substring_regex(strings, r"^\+", "")
+    return strings, refused
 
 
 def parse_timestamps(strings: pa.Array, column: str = "") -> pa.Array:
