@@ -300,3 +300,20 @@ def test_parquet_files_meet_the_same_rules(tmp_path) -> None:  # noqa: ANN001
     pq.write_table(lossy, tmp_path / "lossy.parquet")
     with pytest.raises(DataError, match="'v'.*BIGINT.*double"):
         query.run(read_files(str(tmp_path / "lossy.parquet"), "parquet", schema))
+
+
+def test_run_takes_one_table_alone_and_names_what_holds_no_batches() -> None:
+    """`run(table)` iterated the table's columns ("expected a RecordBatch or Table, got
+    ChunkedArray"); a pandas DataFrame gave "got str"; None a bare TypeError (found by
+    probing bad inputs)."""
+    session = mg.Session("cpu")
+    session.execute("CREATE STREAM s (ts TIMESTAMP, v BIGINT) WITH (event_time = 'ts')")
+    query = session.sql("SELECT window_start, COUNT(*) AS n FROM s [RANGE 1 SECOND]")
+    table = pa.table({"ts": pa.array([0, 1], pa.timestamp("us")), "v": [1, 2]})
+    assert query.run(table).column("n").to_pylist() == [2]
+    assert query.run(table.to_batches()[0]).column("n").to_pylist() == [2]
+    with pytest.raises(DataError, match="not a DataFrame: pass"):
+        query.run(table.to_pandas())
+    for nothing in (None, "batches"):
+        with pytest.raises(DataError, match="read a sequence"):
+            query.run(nothing)

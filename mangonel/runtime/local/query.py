@@ -145,6 +145,7 @@ class LocalQuery:
         self, batches: Iterable[pa.RecordBatch | pa.Table] | Any, lookahead: bool | None
     ) -> Iterator[list[pa.RecordBatch]]:
         """The results of each input batch (then of end of input), one list per step."""
+        batches = _batch_sequence(batches)
         if self.is_join:
             yield from self._arrivals(batches)
             return
@@ -291,6 +292,24 @@ def _operator_name(node: ph.PhysicalNode) -> str:
     """EXPLAIN's name of a plan node: `WindowAggregate` for `WindowAggregateExec`."""
     name = type(node).__name__
     return name[: -len("Exec")] if name.endswith("Exec") else name
+
+
+def _batch_sequence(batches: Any) -> Any:  # noqa: ANN401
+    """The batches a run reads: one Table or RecordBatch given alone is one batch (iterated,
+    it would give its columns); what holds no batches is named."""
+    if isinstance(batches, pa.Table | pa.RecordBatch):
+        return [batches]
+    if type(batches).__name__ == "DataFrame":  # pandas (or Spark): not Arrow
+        raise DataError(
+            "run() and stream() read Arrow batches, not a DataFrame: pass "
+            "[pa.Table.from_pandas(df)] (inside Spark, register the streaming DataFrame)"
+        )
+    if batches is None or isinstance(batches, str | bytes) or not isinstance(batches, Iterable):
+        raise DataError(
+            "run() and stream() read a sequence (or iterator) of pyarrow RecordBatches or "
+            f"Tables, got {type(batches).__name__}"
+        )
+    return batches
 
 
 def _scan_name(scan: ph.StreamScanExec | ph.TableScanExec) -> str:
