@@ -235,10 +235,36 @@ def _source_batches(
             "NULL (Spark's PERMISSIVE CSV mode)"
         )
 
+    if source == "parquet":
+        _check_parquet_types(files.path, stream)
     batches = read_files(
         files.path, source, stream.schema, batch_size, header=files.header, on_malformed=malformed
     )
     return batches, None
+
+
+def _check_parquet_types(path: str, stream: Stream) -> None:
+    """Each Parquet file's column types against the stream's, before the first batch: a file
+    that cannot be read as declared is named (the query's conformance step found it only
+    when its batch came, without the file)."""
+    import pyarrow.parquet as pq
+
+    from mangonel.catalog.sources.files import data_files
+    from mangonel.runtime.operators.conform import is_readable_as
+
+    for file in data_files(path):
+        try:
+            fields = {field.name.lower(): field for field in pq.read_schema(file)}
+        except (pa.ArrowException, OSError):
+            continue  # read_files names an unreadable file
+        for column in stream.schema.columns:
+            found = fields.get(column.name.lower())
+            if found is not None and not is_readable_as(column, found.type):
+                raise MangonelError(
+                    f"{file}: column {found.name!r} is {found.type}; stream {stream.name!r} "
+                    f"declares {column.name} {column.type} ({column.type.info.arrow}), read "
+                    "as it is or widened without loss only"
+                )
 
 
 def format_table(table: pa.Table, limit: int) -> str:

@@ -227,6 +227,23 @@ def test_csv_numbers_and_booleans_read_as_spark_reads_them() -> None:
     assert doubles.to_pylist() == [1.5, float("-inf"), None] and bad == 1
 
 
+def test_a_parquet_file_of_the_wrong_type_is_named_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The conformance step found it when its batch came, mid-run, without naming the file
+    and with advice for the Python API."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    good = {"ts": pa.array([0], pa.timestamp("us")), "symbol": ["a"], "price": [1.0]}
+    pq.write_table(pa.table({**good, "volume": pa.array([1], pa.int32())}), folder / "a.parquet")
+    pq.write_table(pa.table({**good, "volume": ["many"]}), folder / "b.parquet")
+    script = str(_script(tmp_path))
+    assert main(["run", script, "--backend", "cpu", "--source", f"parquet:{folder}"]) == 2
+    error = _one_line_error(capsys)
+    assert f"{folder / 'b.parquet'}: column 'volume' is string" in error
+    assert "declares volume BIGINT" in error
+
+
 def test_parquet_columns_match_the_stream_in_any_case(tmp_path: Path) -> None:
     table = pa.table(
         {

@@ -132,6 +132,16 @@ def _converter(column: Column, source: str, arrow_type: pa.DataType) -> Convert 
     raise _type_error(column, source, arrow_type)
 
 
+def is_readable_as(column: Column, arrow_type: pa.DataType) -> bool:
+    """Whether a batch column of `arrow_type` conforms to the declared `column` (as it is,
+    or by a lossless widening): what a file source checks in each file's schema up front."""
+    try:
+        _converter(column, "", arrow_type)
+    except DataError:
+        return False
+    return True
+
+
 def _checked_cast(array: pa.Array, target: pa.DataType, column: Column, source: str) -> pa.Array:
     """A cast Arrow checks value by value (safe=True): uint64 above int64, timestamps with
     sub-microsecond digits or out of the int64 microsecond range are refused."""
