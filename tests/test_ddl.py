@@ -62,11 +62,14 @@ def test_type_spellings_and_case() -> None:
 def test_quoted_names_and_keywords_as_names() -> None:
     statement = parse_ddl(
         'CREATE STREAM `my stream` ("event ""time""" TIMESTAMP, `a``b` INT, stream INT, '
-        "table INT, not INT) WITH (`Event_Time` = 'event \"time\"')"
+        "table INT, `not` INT) WITH (`Event_Time` = 'event \"time\"')"
     )
     assert statement.name == "my stream"
     assert [c.name for c in statement.columns] == ['event "time"', "a`b", "stream", "table", "not"]
     assert statement.options == (("event_time", 'event "time"'),)
+    # unquoted, a word queries read as a keyword could never be read back: refused
+    with pytest.raises(SqlError, match="'not' is an SQL keyword"):
+        parse_ddl("CREATE STREAM s (ts TIMESTAMP, not INT) WITH (event_time = 'ts')")
 
 
 def test_string_values_unescape_quotes_and_keep_text() -> None:

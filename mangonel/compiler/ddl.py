@@ -221,6 +221,25 @@ def _name(node: lark.Tree) -> str:
     return text
 
 
+def _identifier(node: lark.Tree) -> str:
+    """A stream, table or column name (`_name`); unquoted, it must not be a word queries
+    read as a keyword (declared, it could then never be read: `FROM select [..]`)."""
+    from mangonel.compiler.parse import reserved_words  # parse imports this module
+
+    token = node.children[0]
+    name = _name(node)
+    if token.type == "NAME" and name.upper() in reserved_words():
+        line, column = _position(node)
+        raise SqlError(
+            f"{name!r} is an SQL keyword, which a query cannot read as a name",
+            line=line,
+            column=column,
+            construct=name,
+            hint=f"quote it here and in queries: `{name}` (or choose another name)",
+        )
+    return name
+
+
 def _value(token: lark.Token) -> str:
     text = str(token)
     if token.type == "STRING":
@@ -256,7 +275,7 @@ def _column(node: lark.Tree) -> Column:
             hint=f"write {sql_type.value}",
         )
     nullable = not _children(node, "not_null")
-    return Column(_name(name_node), sql_type, nullable)
+    return Column(_identifier(name_node), sql_type, nullable)
 
 
 def _columns(statement: lark.Tree, stream: bool = False) -> tuple[Column, ...]:
@@ -314,7 +333,7 @@ def _create_stream(statement: lark.Tree) -> CreateStream:
     name_node = _name_child(statement)
     options, option_positions, option_key_positions = _options(statement)
     return CreateStream(
-        name=_name(name_node),
+        name=_identifier(name_node),
         columns=_columns(statement, stream=True),
         options=options,
         or_replace=bool(_children(statement, "or_replace")),
@@ -328,7 +347,7 @@ def _create_table(statement: lark.Tree) -> CreateTable:
     name_node = _name_child(statement)
     options, _, _ = _options(statement)
     return CreateTable(
-        name=_name(name_node),
+        name=_identifier(name_node),
         columns=_columns(statement),
         options=options,
         or_replace=bool(_children(statement, "or_replace")),

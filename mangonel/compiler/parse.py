@@ -20,6 +20,7 @@ offending construct in the statement text.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -514,6 +515,19 @@ class MangonelDialect(Dialect):
 
     Parser = MangonelParser
     Generator = MangonelGenerator
+
+
+@functools.cache
+def reserved_words() -> frozenset[str]:
+    """The keywords a query cannot read as a name unquoted (`FROM select` is a syntax
+    error): the dialect's keywords whose tokens its parser never takes as an identifier."""
+    dialect = MangonelDialect()
+    identifiers = dialect.parser_class.ID_VAR_TOKENS
+    return frozenset(
+        word
+        for word, token in dialect.tokenizer_class.KEYWORDS.items()
+        if word.isalpha() and token not in identifiers
+    )
 
 
 # ---------------------------------------------------------------------------------------

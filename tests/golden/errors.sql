@@ -462,6 +462,9 @@ SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE price >> > 1
 -- name: two_statements
 SELECT COUNT(*) FROM trades [RANGE 1 SECOND]; SELECT COUNT(*) FROM clicks [ROWS 5]
 
+-- name: stream_named_by_an_sql_keyword
+CREATE STREAM select (ts TIMESTAMP, v INT) WITH (event_time = 'ts')
+
 -- name: stream_column_named_as_a_window_bound
 CREATE STREAM quotes (ts TIMESTAMP, window_start TIMESTAMP) WITH (event_time = 'ts')
 
