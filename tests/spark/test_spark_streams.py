@@ -182,9 +182,12 @@ def test_register_refuses_a_batch_dataframe_and_register_table_a_streaming_one(s
     ("option", "message"),
     [
         ("keys = 'many'", "option keys = 'many' must be a positive whole number"),
-        ("rate = '0'", "option rate = '0' must be a positive whole number"),
+        ("rate = '0'", r"option rate = '0' is out of range \(generator rate must be positive"),
         ("delay = 'soon'", "option delay = 'soon' must be a duration"),
-        ("null_fraction = '1.5'", r"option null_fraction = '1.5' must be a number in \[0, 1\)"),
+        (
+            "null_fraction = '1.5'",
+            r"null_fraction = '1.5' is out of range \(generator null_fraction must be in \[0, 1\)",
+        ),
         ("key_columns = 'nope'", "key_columns names 'nope'"),
     ],
 )
