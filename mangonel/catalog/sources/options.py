@@ -73,11 +73,6 @@ def _whole(text: str) -> int:
     return int(text.strip())
 
 
-def _delay(text: str, durations: Callable[[str], int]) -> int:
-    # a bare number is refused, as every other duration is ('5' has no unit)
-    return durations(text)
-
-
 def _number(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -105,7 +100,8 @@ def generator_source(
     duration's text (`mangonel.compiler.parse.parse_duration`: durations are the SQL
     dialect's syntax, which the catalog below the compiler does not import)."""
     given = {**(defaults or {}), **options}
-    parsers = {**_PARSERS, "delay_us": lambda text: _delay(text, durations)}
+    # a bare number is refused by `durations`, as every other duration is ('5' has no unit)
+    parsers = {**_PARSERS, "delay_us": durations}
     values: dict[str, int | float] = {}
     for key, (field, wanted) in GENERATOR_FIELDS.items():
         if key not in given:
@@ -119,7 +115,7 @@ def generator_source(
     except GeneratorSettingError as error:  # in range is GeneratorConfig's to say
         key = next(k for k, (f, _) in GENERATOR_FIELDS.items() if f == error.field)
         raise CatalogError(
-            f"stream {stream!r}: option {key} = {given[key]!r} is out of range ({error})"
+            f"stream {stream!r}: option {key} = {given.get(key)!r} is out of range ({error})"
         ) from None
     return GeneratorSource(config, _key_columns(given, schema, event_time, stream))
 
