@@ -369,21 +369,13 @@ def command_run(arguments: argparse.Namespace) -> int:
             )
         print(query)
         return 0
-    from mangonel.compiler.physical import StreamScanExec, WindowJoinExec, find, walk
-
-    if any(isinstance(node, WindowJoinExec) for node in walk(query.plan)):
-        raise MangonelError(
-            f"{arguments.query}: `mangonel run` runs queries over one stream; a join runs from "
-            'Python (query.run([(name, batch), ...]), docs/semantics.md, "Joins") or inside '
-            'Spark (docs/spark.md, "Window joins")'
-        )
+    stream, is_join = _one_stream(query.plan, arguments.query)
     if arguments.output:
         check_output_columns(query.schema, arguments.output)
     if query.backend == "gpu":
         from mangonel.runtime.gpu.probe import require_gpu
 
         require_gpu()
-    stream = find(query.plan, StreamScanExec).stream
     warnings: list[str] = []
     batches, total = _source_batches(arguments, stream, warnings)
     progress = Progress(total, enabled=not arguments.quiet and sys.stderr.isatty())
@@ -395,7 +387,10 @@ def command_run(arguments: argparse.Namespace) -> int:
             progress.advance(batch.num_rows, rows_out)
 
     results = []
-    for result in query.stream(counted(batches)):
+    inputs: Iterable = counted(batches)
+    if is_join:  # a join reads its inputs by name (the stream's batches feed both sides)
+        inputs = ((stream.name, batch) for batch in inputs)
+    for result in query.stream(inputs):
         results.append(result)
         rows_out += result.num_rows
     progress.close()
@@ -415,6 +410,30 @@ def command_run(arguments: argparse.Namespace) -> int:
     else:
         print(format_table(table, arguments.limit))
     return 0
+
+
+def _one_stream(plan, path: str) -> tuple[Stream, bool]:  # noqa: ANN001
+    """The one stream a run reads, and whether the query is a join: a window query over it,
+    the stream joined with itself, or joined with a table declared with its files. A join
+    of two streams, or with a table whose rows only the Python API gives, is refused."""
+    from mangonel.compiler.physical import StreamScanExec, TableScanExec, WindowJoinExec, walk
+
+    nodes = list(walk(plan))
+    scans = [node for node in nodes if isinstance(node, StreamScanExec)]
+    if len({scan.stream.name.lower() for scan in scans}) > 1:
+        raise MangonelError(
+            f"{path}: `mangonel run` reads one stream and this join reads two; a join of two "
+            "streams runs from Python (query.run([(name, batch), ...]), docs/semantics.md, "
+            '"Joins") or inside Spark (docs/spark.md, "Window joins")'
+        )
+    for node in nodes:
+        if isinstance(node, TableScanExec) and not node.table.options:
+            raise MangonelError(
+                f"{path}: table {node.table.name!r} has no files for `mangonel run` to read: "
+                "declare it WITH (source = 'parquet' | 'csv', path = '<file or folder>'), or "
+                "give its rows from Python"
+            )
+    return scans[0].stream, any(isinstance(node, WindowJoinExec) for node in nodes)
 
 
 def command_bench(arguments: argparse.Namespace) -> int:

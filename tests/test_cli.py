@@ -406,8 +406,9 @@ def test_bad_source_options_in_a_query_file_are_clear_errors(
 def test_run_refuses_what_it_cannot_run_before_reading_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A join (its error spoke of the Python call), run flags on an EXPLAIN (ignored), a file
-    source without its path (called an unknown source): one line each, exit 2."""
+    """A join of two streams or with a table without files (its error spoke of the Python
+    call), run flags on an EXPLAIN (ignored), a file source without its path (called an
+    unknown source): one line each, exit 2."""
     join = tmp_path / "join.sql"
     join.write_text(
         STREAM.format(options="")
@@ -416,7 +417,16 @@ def test_run_refuses_what_it_cannot_run_before_reading_anything(
         "JOIN quotes [RANGE 1 SECOND] AS q ON t.symbol = q.symbol GROUP BY t.symbol\n"
     )
     assert main(["run", str(join), "--backend", "cpu"]) == 2
-    assert "`mangonel run` runs queries over one stream" in _one_line_error(capsys)
+    assert "`mangonel run` reads one stream and this join reads two" in _one_line_error(capsys)
+    table = tmp_path / "table.sql"
+    table.write_text(
+        STREAM.format(options="")
+        + "CREATE TABLE sectors (symbol STRING, sector STRING);\n"
+        + "SELECT s.sector, window_start, COUNT(*) AS n FROM trades [RANGE 1 SECOND] AS t "
+        "JOIN sectors AS s ON t.symbol = s.symbol GROUP BY s.sector\n"
+    )
+    assert main(["run", str(table), "--backend", "cpu"]) == 2
+    assert "table 'sectors' has no files for `mangonel run` to read" in _one_line_error(capsys)
     explained = _script(tmp_path, query="EXPLAIN " + QUERY)
     assert main(["run", str(explained), "--backend", "cpu", "--tuples", "10"]) == 2
     assert "is an EXPLAIN, which prints the plan and runs nothing, so --tuples" in (
@@ -426,6 +436,41 @@ def test_run_refuses_what_it_cannot_run_before_reading_anything(
     assert capsys.readouterr().out.startswith("Project:")
     assert main(["run", str(_script(tmp_path)), "--source", "parquet"]) == 2
     assert "--source parquet needs a path: parquet:PATH" in _one_line_error(capsys)
+
+
+def test_run_reads_a_stream_joined_with_itself_or_with_a_table_of_files(tmp_path: Path) -> None:
+    """A join over one stream runs: the stream's batches feed both sides of a self-join, and
+    a table declared with its files is read from them; the rows are the Python API's."""
+    sectors = tmp_path / "sectors.csv"
+    sectors.write_text("symbol,sector\nk1,tech\nk2,bank\nk3,tech\n")
+    table = (
+        "CREATE TABLE sectors (symbol STRING, sector STRING) "
+        f"WITH (source = 'csv', path = '{sectors}');\n"
+    )
+    queries = {
+        "self": "SELECT l.symbol, window_start, COUNT(*) AS pairs FROM trades [RANGE 1 SECOND] "
+        "AS l JOIN trades [RANGE 1 SECOND] AS r ON l.symbol = r.symbol AND l.price < r.price "
+        "GROUP BY l.symbol\n",
+        "table": "SELECT s.sector, window_start, COUNT(*) AS n, SUM(t.volume) AS v FROM trades "
+        "[RANGE 1 SECOND] AS t JOIN sectors AS s ON t.symbol = s.symbol GROUP BY s.sector\n",
+    }
+    for name, query in queries.items():
+        script = tmp_path / f"{name}.sql"
+        script.write_text(STREAM.format(options="") + (table if name == "table" else "") + query)
+        out = tmp_path / f"{name}.parquet"
+        assert main(["run", str(script), "--backend", "cpu", "--quiet", *SMALL,
+                     "--output", str(out)]) == 0  # fmt: skip
+        session = Session(backend="cpu")
+        session.execute(STREAM.format(options="").rstrip().rstrip(";"))
+        if name == "table":
+            session.execute(table.rstrip().rstrip(";"))
+        stream = session.catalog.stream("trades")
+        config = GeneratorConfig(tuples=50000, rate=20000, keys=7, batch_size=5000)
+        batches = list(generate(stream.schema, "ts", config))
+        want = session.sql(query).run([("trades", b) for b in batches])
+        got = pq.read_table(out)
+        assert got.num_rows == want.num_rows > 0, name
+        assert sorted(map(str, got.to_pylist())) == sorted(map(str, want.to_pylist())), name
 
 
 def test_the_printed_table_shows_timestamps_past_year_9999() -> None:
