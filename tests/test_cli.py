@@ -215,7 +215,7 @@ def test_csv_text_like_na_is_text_nan_is_a_double_and_headers_match_any_case(
         list(read_files(str(twice), "csv", catalog_schema()))
 
 
-def test_csv_numbers_and_booleans_read_as_spark_reads_them() -> None:
+def test_csv_numbers_booleans_and_timestamps_read_as_spark_reads_them() -> None:
     """Arrow's cast read `0x10` as 16 and `1` as true, silently, and refused `+5` and
     ` 1.5 `; Spark's CSV reader (Java's parseLong/parseDouble, Scala's toBoolean) does the
     opposite. What Spark refuses is NULL and counted."""
@@ -225,6 +225,13 @@ def test_csv_numbers_and_booleans_read_as_spark_reads_them() -> None:
     assert booleans.to_pylist() == [None, True, False, None, None] and bad == 2
     doubles, bad = from_text(pa.array([" 1.5 ", "-Inf", "x"]), pa.float64())
     assert doubles.to_pylist() == [1.5, float("-inf"), None] and bad == 1
+    # nanoseconds: the digits past the sixth dropped, as Spark does (they made the value NULL)
+    times, bad = from_text(
+        pa.array(["2026-01-01 00:00:00.123456789", "2026-01-01T01:00:00.1234567+01:00"]),
+        pa.timestamp("us", tz="UTC"),
+    )
+    assert [t.microsecond for t in times.to_pylist()] == [123456, 123456] and bad == 0
+    assert times.to_pylist()[1].hour == 0
 
 
 def test_a_parquet_file_of_the_wrong_type_is_named_before_the_run(

@@ -242,7 +242,9 @@ def _as_spark_reads(strings: pa.Array, sql_type: pa.DataType) -> tuple[pa.Array,
 
 def parse_timestamps(strings: pa.Array, column: str = "") -> pa.Array:
     """Timestamp text as UTC microseconds: with a zone offset as written, without one as UTC
-    (Spark with session time zone UTC)."""
+    (Spark with session time zone UTC); digits of a second past the sixth are dropped, as
+    Spark's parser drops them (Arrow's cast to microseconds refused the value)."""
+    strings = pc.replace_substring_regex(strings, r"(:\d{2}\.\d{6})\d+", r"\1")
     zoned = pc.match_substring_regex(strings, _ZONED)
     try:
         with_zone = pc.cast(pc.if_else(zoned, strings, None), UTC_MICROS)
