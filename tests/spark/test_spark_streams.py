@@ -178,6 +178,44 @@ def test_register_refuses_a_batch_dataframe_and_register_table_a_streaming_one(s
         session.register_table("t", spark.readStream.schema(DDL).parquet(str(tmp_path)))
 
 
+def test_the_embedding_names_arguments_it_cannot_use(spark, tmp_path):
+    """Found by probing bad inputs: something other than a DataFrame failed on a missing
+    attribute; a TIMESTAMP_NTZ event time planned and failed inside Spark at sql(); a
+    stream replaced by DDL kept the old DataFrame, read with the new types (silently wrong
+    sums); start() took a sink or a checkpoint it could not use and failed in the first
+    micro-batch; a missing path came as Spark's AnalysisException."""
+    from mangonel.errors import PlanError
+
+    session = mg.attach(spark)
+    for method, given in (("register", None), ("register_table", [1, 2])):
+        with pytest.raises(CatalogError, match=rf"{method}\('x', \.\.\.\) takes a pyspark"):
+            if method == "register":
+                session.register("x", given, event_time="ts")
+            else:
+                session.register_table("x", given)
+    naive = spark.readStream.schema("ts TIMESTAMP_NTZ, v DOUBLE").parquet(str(tmp_path))
+    with pytest.raises(CatalogError, match="event_time 'ts' of 'n' is TIMESTAMP_NTZ"):
+        session.register("n", naive, event_time="ts")
+    frame = spark.readStream.schema(DDL).parquet(str(tmp_path))
+    session.register("s", frame, event_time="ts")
+    replaced = DDL.replace("v DOUBLE", "v BIGINT")
+    session.execute(f"CREATE OR REPLACE STREAM s ({replaced}) WITH (event_time = 'ts')")
+    with pytest.raises(CatalogError, match="has no Spark DataFrame behind it"):
+        session.sql("SELECT window_start, COUNT(*) AS n FROM s [RANGE 1 SECOND]")
+    session.register("s", frame, event_time="ts", replace=True)
+    query = "SELECT window_start, COUNT(*) AS n FROM s [RANGE 1 SECOND]"
+    with pytest.raises(PlanError, match="sink must be a directory path or a callable"):
+        session.start(query, 42, checkpoint_location=str(tmp_path / "ck"))
+    with pytest.raises(PlanError, match="checkpoint_location must be a directory path"):
+        session.start(query, str(tmp_path / "out"), checkpoint_location=None)
+    with pytest.raises(CatalogError, match="path = '.*nowhere' does not exist"):
+        session.execute(
+            f"CREATE STREAM p ({DDL}) WITH (event_time = 'ts', source = 'parquet', "
+            f"path = '{tmp_path / 'nowhere'}')"
+        )
+    assert session.catalog.stream("p") is None
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [

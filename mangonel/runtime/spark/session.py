@@ -156,6 +156,7 @@ class SparkMangonelSession:
     ) -> None:
         """Make a streaming DataFrame queryable as stream `name` (its event-time column and
         out-of-orderness bound: a duration string or microseconds)."""
+        _check_data_frame(name, streaming_df, "register")
         if not streaming_df.isStreaming:
             # a batch DataFrame would plan, then fail inside Spark's stateful operator
             raise CatalogError(
@@ -174,6 +175,7 @@ class SparkMangonelSession:
                 hint=f"register the DataFrame without withWatermark and pass "
                 f"register({name!r}, df, event_time=..., watermark='<delay>')",
             )
+        _check_event_time_type(name, streaming_df, event_time)
         self.session.create_stream(
             name, schema.to_arrow(), event_time=event_time, watermark=watermark, replace=replace
         )
@@ -182,6 +184,7 @@ class SparkMangonelSession:
     def register_table(self, name: str, df: DataFrame, *, replace: bool = False) -> None:
         """A static DataFrame as table `name`, for stream-table joins (read once, when a
         query that joins it is built by `sql()`)."""
+        _check_data_frame(name, df, "register_table")
         if df.isStreaming:
             raise CatalogError(
                 f"the DataFrame registered as table {name!r} is a streaming DataFrame",
@@ -195,9 +198,16 @@ class SparkMangonelSession:
         """DDL as in mangonel.Session; `CREATE STREAM ... WITH (source = 'generator' |
         'parquet' | 'csv' | 'kafka', ...)` also creates the Spark source. A query returns a
         streaming DataFrame (as `sql`)."""
+        declared = {**self.catalog.streams, **self.catalog.tables}
         result = self.session.execute(statement)
         if isinstance(result, PlannedQuery):
             return self._build(result)
+        for name in list(self._frames):
+            now = self.catalog.stream(name) or self.catalog.table(name)
+            if now is not None and now is not declared.get(name):
+                # replaced by DDL: the DataFrame registered for the old declaration would be
+                # read with the new one's types (a source option makes a new one below)
+                del self._frames[name]
         for stream in list(self.catalog.streams.values()):
             if stream.option("source") and stream.name.lower() not in self._frames:
                 try:
@@ -350,6 +360,12 @@ class SparkMangonelSession:
         `start_metrics(query)`."""
         if late_rows is not None and not (isinstance(late_rows, str) or callable(late_rows)):
             raise PlanError(f"late_rows must be a directory path or a callable, not {late_rows!r}")
+        if not (isinstance(sink, str | os.PathLike) or callable(sink)):
+            raise PlanError(f"sink must be a directory path or a callable, not {sink!r}")
+        if not isinstance(checkpoint_location, str | os.PathLike) or not str(checkpoint_location):
+            raise PlanError(
+                f"checkpoint_location must be a directory path, not {checkpoint_location!r}"
+            )
         result = self.session.sql(query)
         if isinstance(result, str):
             raise PlanError("start() takes a query; EXPLAIN goes to sql() or explain()")
@@ -444,3 +460,31 @@ class SparkMangonelSession:
 
 
 __all__ = ["SparkMangonelSession", "local_spark", "spark_interval"]
+
+
+def _check_data_frame(name: str, df: object, method: str) -> None:
+    """A pyspark DataFrame, named where something else was given (it failed on a missing
+    attribute)."""
+    if not isinstance(df, DataFrame):
+        raise CatalogError(
+            f"{method}({name!r}, ...) takes a pyspark DataFrame, not {type(df).__name__}",
+            hint="a pandas DataFrame becomes one with spark.createDataFrame(df); a stream is "
+            "built with spark.readStream",
+        )
+
+
+def _check_event_time_type(name: str, df: DataFrame, event_time: str) -> None:
+    """Spark's watermark takes a TIMESTAMP column only: a TIMESTAMP_NTZ event time planned
+    and then failed inside Spark at `sql()`."""
+    from pyspark.sql.types import TimestampNTZType
+
+    for field in df.schema.fields:
+        if field.name.lower() == str(event_time).lower() and isinstance(
+            field.dataType, TimestampNTZType
+        ):
+            raise CatalogError(
+                f"event_time {field.name!r} of {name!r} is TIMESTAMP_NTZ; Spark's watermark "
+                "takes a TIMESTAMP (with the session time zone)",
+                hint=f"cast it: df.withColumn({field.name!r}, "
+                f"F.col({field.name!r}).cast('timestamp'))",
+            )

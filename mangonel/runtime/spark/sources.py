@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -133,12 +134,23 @@ def generator_options(stream: Stream) -> dict[str, str]:
     return options
 
 
+def _check_local_path(path: str, owner: str) -> None:
+    """A local path (no `scheme://`) that does not exist, named with its option: Spark's
+    own error came as an AnalysisException with a plan. Remote paths are Spark's to check."""
+    if "://" not in path and not Path(path).exists():
+        raise CatalogError(
+            f"{owner}: path = {path!r} does not exist",
+            hint="give an existing file or folder (relative paths start at the working directory)",
+        )
+
+
 def read_table(spark: SparkSession, table: Table) -> DataFrame:
     """The DataFrame of a static table declared `WITH (source = 'parquet' | 'csv', path =
     ...)` (options checked by `catalog.options.check_table_options`): Spark's batch reader,
     with the table's columns (CSV: PERMISSIVE, as a stream's files)."""
     options = dict(table.options)
     source = options["source"].lower()
+    _check_local_path(options["path"], f"table {table.name!r}")
     reader = spark.read.schema(schema_ddl(table.schema))
     if source == "csv":
         header = options.get("header", "true").strip().lower()
@@ -162,6 +174,7 @@ def create_source(spark: SparkSession, stream: Stream) -> DataFrame:
         return spark.readStream.format(GENERATOR_FORMAT).options(**options).load()
     if source in ("parquet", "csv"):
         files = file_source(dict(stream.options), stream.name, source)
+        _check_local_path(files.path, f"stream {stream.name!r}")
         reader = spark.readStream.schema(ddl).option("maxFilesPerTrigger", files.files_per_trigger)
         if source == "csv":
             reader = reader.option("header", str(files.header).lower()).option("mode", "PERMISSIVE")
