@@ -464,3 +464,56 @@ def test_partials_wrap_order_nan_and_booleans_as_the_two_stage_plan(spark, tmp_p
     assert (ours["sb"] < 0).any()  # some sums wrapped
     assert ours["hi"].isna().any() or np.isinf(ours["hi"]).any()
     assert_same_results(ours, two_stage, ["k"])
+
+
+EARLY_DDL = "ts TIMESTAMP, k STRING, v DOUBLE"
+
+
+def test_event_times_before_1970_give_sparks_rows_in_every_plan(spark, tmp_path):
+    """Spark judges its first micro-batch against its initial watermark, 0 (the epoch): a
+    window ending at or before 1970 is dropped. The native plan did so; the two-stage and
+    driver-side plans started at minus infinity and emitted those windows (found by probing
+    the Spark embedding)."""
+    from pyspark.sql import functions
+
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    times = [[-2.5, -1.7, -0.7, 0.4], [8.0]]
+    batches = [
+        pa.table(
+            {
+                "ts": pa.array(
+                    [epoch + datetime.timedelta(seconds=t) for t in batch],
+                    pa.timestamp("us", "UTC"),
+                ),
+                "k": ["a"] * len(batch),
+                "v": [1.0] * len(batch),
+            }
+        )
+        for batch in times
+    ]
+    write_micro_batches(tmp_path / "in", batches)
+    for size, slide, native in (
+        ("1 SECOND", "1 SECOND", False),
+        ("1 SECOND", "300 MILLISECONDS", None),
+    ):
+        session = mg.attach(spark, native=native)
+        session.register("s", file_stream(spark, tmp_path / "in", EARLY_DDL), event_time="ts")
+        query = (
+            "SELECT k, window_start, window_end, COUNT(*) AS n "
+            f"FROM s [RANGE {size} SLIDE {slide}] GROUP BY k"
+        )
+        name = f"{size}-{slide}-{native}".replace(" ", "")
+        ours = run_to_memory(session.sql(query), tmp_path / f"ck_{name}")
+        own = file_stream(spark, tmp_path / "in", EARLY_DDL).withWatermark("ts", "0 seconds")
+        window = functions.window("ts", size.lower(), slide.lower())
+        theirs = run_to_memory(
+            own.groupBy(window, "k")
+            .agg(functions.count(functions.lit(1)).alias("n"))
+            .select("k", "window.start", "window.end", "n")
+            .withColumnRenamed("start", "window_start")
+            .withColumnRenamed("end", "window_end"),
+            tmp_path / f"ck_theirs_{name}",
+        )
+        assert_same_results(ours, theirs, ["k"])
+        driver = run_start(session, query, tmp_path / f"ck_driver_{name}").frame()
+        assert_same_results(driver[list(ours.columns)], theirs, ["k"])

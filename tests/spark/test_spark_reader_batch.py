@@ -400,3 +400,38 @@ def test_generator_and_csv_streams_take_the_reader_fed_plan_and_equal_spark(
     )
     assert len(ours) > 0
     assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
+
+
+def test_event_times_before_1970_are_judged_against_sparks_initial_watermark(spark, tmp_path):
+    """The reader-fed plan's first micro-batch starts at Spark's watermark 0 (the epoch):
+    windows ending at or before 1970 are late, as in Spark's own aggregation (the operator
+    started at minus infinity and emitted them)."""
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    early = pa.table(
+        {
+            "ts": pa.array(
+                [epoch + datetime.timedelta(seconds=t) for t in (-2.5, -0.7, 0.4)],
+                pa.timestamp("us", "UTC"),
+            ),
+            "k": ["a"] * 3,
+            "v": [1.0] * 3,
+        }
+    )
+    later = early.set_column(
+        0, "ts", pa.array([epoch + datetime.timedelta(seconds=5)] * 3, pa.timestamp("us", "UTC"))
+    )
+    write_micro_batches(tmp_path / "in", [early, later])  # the second moves W past [0 s, 1 s)
+    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
+    session = declared(spark, tmp_path / "in", ddl, "0ms")
+    query = "SELECT k, window_start, window_end, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k"
+    planned = session._spark_plan(session.session.sql(query))  # noqa: SLF001
+    sink = Collect()
+    streaming, _, function = reader_batch.start(spark, planned, "test", sink, str(tmp_path / "ck"))
+    try:
+        streaming.processAllAvailable()
+    finally:
+        streaming.stop()
+    ours = sink.frame()
+    native = _native_counts(spark, tmp_path / "in", ddl)
+    assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
+    assert list(ours["n"]) == [1] and function.late_tuples == 2

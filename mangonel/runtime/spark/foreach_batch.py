@@ -477,6 +477,8 @@ class DriverStage2:
                 )
             # the operator's watermark is now W_{N-1}: Spark's bound for late rows
             tree.restore(snapshot)
+        else:  # Spark's initial watermark, 0 (the epoch), not minus infinity (stage2.py)
+            tree.on_watermark(watermark_ms * 1000)
         # the micro-batch's one Spark job (a second one only for late rows, below)
         partials, rows = batch_partials(self.plan, batch)
         operator = tree.leaf()

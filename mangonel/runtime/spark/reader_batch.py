@@ -277,8 +277,9 @@ class ReaderStage2:
 
     def restore(self, batch_id: int):  # noqa: ANN201 - (OperatorTree, W_N in ms)
         tree = bucket_tree(self.plan.plan)
-        if batch_id == 0:
-            return tree, 0  # Spark's watermark starts at 0
+        if batch_id == 0:  # Spark's watermark starts at 0 (the epoch), not minus infinity
+            tree.on_watermark(0)
+            return tree, 0
         saved = self.store.read(batch_id - 1)
         if saved is None:
             raise DataError(

@@ -130,6 +130,11 @@ def bucket_function(plan: ph.ProjectExec, late_rows: str | None = None):  # noqa
             calls = int(state.get[1]) if late_rows is not None else 0
         watermark_ms = state.getCurrentWatermarkMs()
         fired: list[pa.RecordBatch] = []
+        if not state.exists and not counted:
+            # a new bucket (every bucket runs from the first micro-batch with data) starts at
+            # Spark's watermark, not minus infinity: 0 (the epoch) in micro-batch 0, so a
+            # window ending at or before 1970 is late, as Spark's own aggregation drops it
+            tree.on_watermark(watermark_ms * 1000)
         if counted:
             # count windows: W_N first (tuples with ts < W_N are final, their windows fire),
             # then this micro-batch's tuples, late when ts < W_N: the watermark the standalone
