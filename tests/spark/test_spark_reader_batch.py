@@ -169,15 +169,9 @@ def _native_counts(spark, folder: Path, ddl: str):  # noqa: ANN001, ANN202
     )
 
 
-def test_a_row_behind_the_watermark_by_one_micro_batch_counts_as_in_spark(spark, tmp_path):
-    """Micro-batch 0 moves the watermark to 5.5 s; micro-batch 1 holds a row at 4.5 s, whose
-    window [4 s, 5 s) ended at or before that watermark. Spark judges micro-batch 1's rows
-    against the watermark before micro-batch 0 (0) and emits [4 s, 5 s) with it; firing
-    every window up to 5.5 s right after micro-batch 0 would have lost it. A row at 3.5 s in
-    micro-batch 2 is late (its window ended before micro-batch 1's watermark): dropped and
-    counted."""
-    tables = [_rows([5.5]), _rows([4.5, 6.2]), _rows([3.5, 7.1])]
-    write_micro_batches(tmp_path / "in", tables)
+def _counts_equal_sparks(spark, tmp_path):  # noqa: ANN001, ANN202
+    """COUNT(*) per key over 1 s tumbling windows of the files in `tmp_path / "in"`, through
+    the reader-fed plan (delay 0), checked equal to Spark's own: (rows, sink, function)."""
     ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
     session = declared(spark, tmp_path / "in", ddl, "0ms")
     query = "SELECT k, window_start, window_end, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k"
@@ -191,6 +185,19 @@ def test_a_row_behind_the_watermark_by_one_micro_batch_counts_as_in_spark(spark,
     ours = sink.frame()
     native = _native_counts(spark, tmp_path / "in", ddl)
     assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
+    return ours, sink, function
+
+
+def test_a_row_behind_the_watermark_by_one_micro_batch_counts_as_in_spark(spark, tmp_path):
+    """Micro-batch 0 moves the watermark to 5.5 s; micro-batch 1 holds a row at 4.5 s, whose
+    window [4 s, 5 s) ended at or before that watermark. Spark judges micro-batch 1's rows
+    against the watermark before micro-batch 0 (0) and emits [4 s, 5 s) with it; firing
+    every window up to 5.5 s right after micro-batch 0 would have lost it. A row at 3.5 s in
+    micro-batch 2 is late (its window ended before micro-batch 1's watermark): dropped and
+    counted."""
+    tables = [_rows([5.5]), _rows([4.5, 6.2]), _rows([3.5, 7.1])]
+    write_micro_batches(tmp_path / "in", tables)
+    ours, sink, function = _counts_equal_sparks(spark, tmp_path)
     starts = sorted(ours["window_start"].dt.second)
     assert starts == [4, 5, 6] and function.late_tuples == 1
     # W after micro-batch 2 is 7.1 s, and no file follows: [6 s, 7 s) fires in micro-batch 2
@@ -421,17 +428,5 @@ def test_event_times_before_1970_are_judged_against_sparks_initial_watermark(spa
         0, "ts", pa.array([epoch + datetime.timedelta(seconds=5)] * 3, pa.timestamp("us", "UTC"))
     )
     write_micro_batches(tmp_path / "in", [early, later])  # the second moves W past [0 s, 1 s)
-    ddl = "ts TIMESTAMP, k STRING, v DOUBLE"
-    session = declared(spark, tmp_path / "in", ddl, "0ms")
-    query = "SELECT k, window_start, window_end, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k"
-    planned = session._spark_plan(session.session.sql(query))  # noqa: SLF001
-    sink = Collect()
-    streaming, _, function = reader_batch.start(spark, planned, "test", sink, str(tmp_path / "ck"))
-    try:
-        streaming.processAllAvailable()
-    finally:
-        streaming.stop()
-    ours = sink.frame()
-    native = _native_counts(spark, tmp_path / "in", ddl)
-    assert_same_results(ours, run_to_memory(native, tmp_path / "native"), ["k"])
+    ours, sink, function = _counts_equal_sparks(spark, tmp_path)
     assert list(ours["n"]) == [1] and function.late_tuples == 2
