@@ -180,7 +180,8 @@ def test_register_refuses_a_batch_dataframe_and_register_table_a_streaming_one(s
 
 def test_the_embedding_names_arguments_it_cannot_use(spark, tmp_path):
     """Found by probing bad inputs: something other than a DataFrame failed on a missing
-    attribute; a TIMESTAMP_NTZ event time planned and failed inside Spark at sql(); a
+    attribute; a TIMESTAMP_NTZ event time planned and failed inside Spark at sql() (any other
+    TIMESTAMP_NTZ column came back retyped as TIMESTAMP); a
     stream replaced by DDL kept the old DataFrame, read with the new types (silently wrong
     sums); start() took a sink or a checkpoint it could not use and failed in the first
     micro-batch; a missing path came as Spark's AnalysisException."""
@@ -196,6 +197,16 @@ def test_the_embedding_names_arguments_it_cannot_use(spark, tmp_path):
     naive = spark.readStream.schema("ts TIMESTAMP_NTZ, v DOUBLE").parquet(str(tmp_path))
     with pytest.raises(CatalogError, match="event_time 'ts' of 'n' is TIMESTAMP_NTZ"):
         session.register("n", naive, event_time="ts")
+    # any other TIMESTAMP_NTZ column came back as a TIMESTAMP (MAX(t2) of 13:00 in New York
+    # was the instant 17:00 UTC where Spark's own MAX keeps the local 13:00)
+    other = spark.readStream.schema("ts TIMESTAMP, t2 TIMESTAMP_NTZ, v DOUBLE").parquet(
+        str(tmp_path)
+    )
+    with pytest.raises(CatalogError, match="column 't2' of 'o' is TIMESTAMP_NTZ"):
+        session.register("o", other, event_time="ts")
+    with pytest.raises(CatalogError, match="column 't2' of 'ot' is TIMESTAMP_NTZ"):
+        session.register_table("ot", spark.createDataFrame([], "k BIGINT, t2 TIMESTAMP_NTZ"))
+    assert session.catalog.stream("o") is None and session.catalog.table("ot") is None
     frame = spark.readStream.schema(DDL).parquet(str(tmp_path))
     session.register("s", frame, event_time="ts")
     replaced = DDL.replace("v DOUBLE", "v BIGINT")

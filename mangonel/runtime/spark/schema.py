@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType as SparkStructType
+from pyspark.sql.types import TimestampNTZType
 
 from mangonel.catalog.catalog import Column, Schema
 from mangonel.catalog.types import ResultType, SqlType, StructType, type_from_arrow
@@ -94,6 +95,16 @@ def schema_from_spark(name: str, spark_schema: SparkStructType) -> Schema:
     the column, since a query could not read them."""
     columns = []
     for field in arrow_schema(spark_schema):
+        if isinstance(spark_schema[field.name].dataType, TimestampNTZType):
+            # Arrow hands it over as a timestamp without a zone, which mangonel reads as a
+            # TIMESTAMP: results came back retyped (an instant through the session time zone)
+            raise CatalogError(
+                f"column {field.name!r} of {name!r} is TIMESTAMP_NTZ, which mangonel does not "
+                "support: its TIMESTAMP is Spark's (an instant, shown in the session time "
+                "zone), so the column would come back retyped",
+                hint=f"cast it before registering: df.withColumn({field.name!r}, "
+                f"F.col({field.name!r}).cast('timestamp'))",
+            )
         sql_type = type_from_arrow(field.type)
         if sql_type is None:
             raise CatalogError(

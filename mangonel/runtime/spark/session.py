@@ -164,6 +164,7 @@ class SparkMangonelSession:
                 "a streaming one",
                 hint="build it with spark.readStream (a static DataFrame goes to register_table)",
             )
+        _check_event_time_type(name, streaming_df, event_time)
         schema = schema_from_spark(name, streaming_df.schema)
         watermarked = [
             f.name for f in streaming_df.schema.fields if "spark.watermarkDelayMs" in f.metadata
@@ -175,7 +176,6 @@ class SparkMangonelSession:
                 hint=f"register the DataFrame without withWatermark and pass "
                 f"register({name!r}, df, event_time=..., watermark='<delay>')",
             )
-        _check_event_time_type(name, streaming_df, event_time)
         self.session.create_stream(
             name, schema.to_arrow(), event_time=event_time, watermark=watermark, replace=replace
         )
