@@ -305,8 +305,10 @@ def test_kernel_times_sums_ncu_durations_by_kernel() -> None:
 
 def test_public_timers_count_only_the_timed_run_and_parse_harness_shapes(capsys) -> None:
     """benchmarks/gpu_public_timers.py: a wrapped method's time and calls are counted in the
-    timed run only (two untimed runs first), printed per batch; harness shapes parse to the
-    pinned-source harness's shapes (`--harness`), a malformed one is refused."""
+    timed run only (two untimed runs first), printed per batch; the methods it times on the
+    device exist; harness shapes parse to the pinned-source harness's shapes (`--harness`), a
+    malformed one is refused."""
+    import importlib
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_public_timers.py"
@@ -333,6 +335,9 @@ def test_public_timers_count_only_the_timed_run_and_parse_harness_shapes(capsys)
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "== shape: untimed [6.0, 6.0] M/s; timed 6.0 M/s, 166.667 ms/batch"
     assert printed[1].split()[2:4] == ["2.00", "calls/b"] and printed[1].endswith("Piece.work")
+    for module_name, class_name, name in module.DEVICE_TARGETS:  # each names a method
+        owner = getattr(importlib.import_module(module_name), class_name)
+        assert callable(getattr(owner, name)), (module_name, class_name, name)
     shape = module.parse_harness("10000:1000:0:32:narrow")
     assert (shape.slide_us, shape.keys, shape.batch_bytes, shape.narrow) == (
         10_000,
