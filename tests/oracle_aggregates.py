@@ -147,7 +147,7 @@ def _holistic(function: str, present: list) -> Any:
     low, high = float(ordered[lower]), float(ordered[higher])
     if lower == higher:
         return low
-    return (higher - position) * low + (position - lower) * high
+    return low + (position - lower) * (high - low)
 
 
 @dataclass(frozen=True)

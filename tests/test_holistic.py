@@ -195,6 +195,27 @@ def test_known_values_of_every_function_in_one_tumbling_window():
     }
 
 
+def test_percentile_interpolates_as_spark_4_bit_for_bit():
+    """v[lower] + (position - lower) * (v[higher] - v[lower]), each step rounded in that
+    order: Spark 4.3's `percentile` gave it for 40 of 40 random pairs where the form
+    (higher - position) * v[lower] + (position - lower) * v[higher] differs in the last bit
+    (found by probing against Spark SQL, which also gives +inf for the median of
+    +/-1.7e308 and NaN for that of -inf and 0; the old form gave 0.0 and -inf)."""
+    rng = np.random.default_rng(23)
+    pairs = rng.uniform(-100.0, 100.0, (60, 2))
+    rows = [
+        {"ts": 0, "k": key, "v": float(value)} for key, pair in enumerate(pairs) for value in pair
+    ]
+    rows += [{"ts": 0, "k": 60, "v": v} for v in (-1.7e308, 1.7e308)]
+    rows += [{"ts": 0, "k": 61, "v": v} for v in (-math.inf, 0.0)]
+    query = "SELECT k, PERCENTILE(v, 0.3) AS p FROM s [RANGE 100 MICROSECONDS] GROUP BY k"
+    got = {row["k"]: row["p"] for row in run_rows(cpu_session(), query, rows)}
+    for key, pair in enumerate(pairs):
+        low, high = sorted(float(v) for v in pair)
+        assert got[key] == low + 0.3 * (high - low), key  # bit for bit, not approximately
+    assert got[60] == math.inf and math.isnan(got[61])
+
+
 def test_all_null_window_gives_null_and_zero_distinct():
     rows = [{"ts": 1, "v": None}, {"ts": 2, "v": None}]
     query = (

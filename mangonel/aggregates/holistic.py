@@ -16,8 +16,8 @@ Functions (NULLs skipped; a window without a non-NULL value gives NULL, 0 for CO
 MEDIAN(x) = PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY x).
 PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x), PERCENTILE(x, p): Spark's interpolation over
         the n sorted values: position = p * (n - 1), lower = floor, higher = ceil; the value at
-        lower if they are equal, else (higher - position) * v[lower] + (position - lower) *
-        v[higher]. DOUBLE.
+        lower if they are equal, else v[lower] + (position - lower) * (v[higher] - v[lower])
+        (Spark 4's order of operations). DOUBLE.
 PERCENTILE_DISC(p) WITHIN GROUP (ORDER BY x): v[max(ceil(p * n) - 1, 0)], the argument's type.
 COUNT(DISTINCT x): the number of distinct non-NULL values (BIGINT).
 """
