@@ -179,6 +179,27 @@ def test_having_may_name_a_select_alias(catalog: Catalog) -> None:
     assert len(aggregate.aggregates) == 1
 
 
+def test_a_having_alias_shadowing_an_ungrouped_column_is_the_alias(catalog: Catalog) -> None:
+    """As Spark resolves it (found by probing against Spark SQL: `MIN(price) AS price ..
+    HAVING price < 0` was refused as an ungrouped column); a grouped column keeps its name."""
+    query = bound(
+        catalog,
+        "SELECT symbol, SUM(volume) AS total, MIN(price) AS price FROM trades [RANGE 1 SECOND] "
+        "GROUP BY symbol HAVING price < 0",
+    )
+    _, having, aggregate, _, _ = unwrap(query)
+    assert aggregate.aggregates[1] == lg.Aggregate(F.MIN, col("price"), SqlType.DOUBLE)
+    assert having == exp.LT(this=ref(1), expression=exp.Literal.number(0))
+    grouped = bound(
+        catalog,
+        "SELECT symbol, COUNT(*) AS venue FROM trades [RANGE 1 SECOND] "
+        "GROUP BY symbol, venue HAVING venue > 1",
+    )
+    _, having, aggregate, _, _ = unwrap(grouped)
+    assert aggregate.aggregates[0].function is F.COUNT_STAR
+    assert having.this != ref(0)  # the grouped column, not COUNT(*)
+
+
 def test_identical_aggregate_calls_share_one_slot(catalog: Catalog) -> None:
     query = bound(
         catalog,

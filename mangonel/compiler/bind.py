@@ -27,6 +27,7 @@ from mangonel.compiler.nodes import AggregateRef, WindowBound, WindowClause
 from mangonel.compiler.parse import (
     copy_position,
     display_sql,
+    double_quote_hint,
     output_text,
     position_of,
 )
@@ -112,11 +113,13 @@ def _shorten(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _from_expression_error(error: ExpressionError, fallback: exp.Expression) -> SqlError:
+def _from_expression_error(
+    error: ExpressionError, fallback: exp.Expression, name_aggregates: bool = False
+) -> SqlError:
+    """`error` as a positioned SqlError; `name_aggregates`: its hint also lists the
+    aggregates (a function the query names is not supported: it may be meant as one)."""
     hint = error.hint
-    if isinstance(error.node, (exp.Anonymous, exp.Func)) and not isinstance(
-        error.node, (exp.AggFunc, exp.Cast)
-    ):
+    if name_aggregates:
         hint = f"{hint}; {AGGREGATES_HINT}" if hint else AGGREGATES_HINT
     return _error(error.message, error.node, hint, fallback=fallback)
 
@@ -124,7 +127,12 @@ def _from_expression_error(error: ExpressionError, fallback: exp.Expression) -> 
 def _check_function(node: exp.Expression) -> None:
     error = unsupported_function(node)
     if error is not None:
-        raise _from_expression_error(error, node)
+        raise _from_expression_error(
+            error,
+            node,
+            name_aggregates=isinstance(error.node, (exp.Anonymous, exp.Func))
+            and not isinstance(error.node, (exp.AggFunc, exp.Cast)),
+        )
 
 
 def _utc_timestamp_literal(node: exp.Expression) -> exp.Expression | None:
@@ -434,10 +442,11 @@ class _Binder:
             return copy_position(WindowBound(this=bound), column)
         if clause == "HAVING" and not qualifier and name.lower() in self.outputs_by_alias:
             return self.outputs_by_alias[name.lower()].copy()
+        hint = self._column_names_hint(with_bounds=clause in ("SELECT", "HAVING"))
         raise _error(
             f"unknown column {name!r} in stream {self.stream.name!r}",
             column,
-            self._column_names_hint(with_bounds=clause in ("SELECT", "HAVING")),
+            f"{double_quote_hint(column)}{hint}",
             error_class=CatalogError,
         )
 
@@ -648,6 +657,12 @@ class _Binder:
             if isinstance(node, exp.Column):
                 resolved = self._resolve_column(node, clause)
                 if isinstance(resolved, exp.Column) and resolved.name not in key_names:
+                    alias = self.outputs_by_alias.get(node.name.lower())
+                    if clause == "HAVING" and not node.table and alias is not None:
+                        # a SELECT alias shadowing a column neither grouped nor aggregated
+                        # (`MIN(n) AS n .. HAVING n < 0`) is the alias, as in Spark; a
+                        # grouped column keeps its name
+                        return alias.copy()
                     if self.keys:
                         hint = (
                             f"add {resolved.name} to GROUP BY, or aggregate it, e.g. "

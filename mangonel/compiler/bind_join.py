@@ -40,7 +40,13 @@ from mangonel.compiler.bind import (
 from mangonel.compiler.bind_window import window_spec
 from mangonel.compiler.logical import JoinKind, WindowSpec, joined_name
 from mangonel.compiler.nodes import WindowBound, WindowClause
-from mangonel.compiler.parse import conjuncts, copy_position, display_sql, format_duration
+from mangonel.compiler.parse import (
+    conjuncts,
+    copy_position,
+    display_sql,
+    double_quote_hint,
+    format_duration,
+)
 from mangonel.errors import CatalogError
 
 JOIN_HINT = (
@@ -437,10 +443,11 @@ class JoinBinder(_Binder):
                 return self.outputs_by_alias[name.lower()].copy()
             owners = [side for side in self.sides if side.schema.find(name) is not None]
             if not owners:
+                hint = self._column_names_hint(with_bounds=clause in ("SELECT", "HAVING"))
                 raise _error(
                     f"unknown column {name!r}",
                     column,
-                    self._column_names_hint(with_bounds=clause in ("SELECT", "HAVING")),
+                    f"{double_quote_hint(column)}{hint}",
                     error_class=CatalogError,
                 )
             spelled = " or ".join(f"{side.alias}.{name}" for side in owners)
@@ -466,7 +473,7 @@ class JoinBinder(_Binder):
             raise _error(
                 f"unknown column {name!r} in {side.kind_word} {side.source.name!r}",
                 column,
-                f"columns of {side.alias}: "
+                f"{double_quote_hint(column)}columns of {side.alias}: "
                 + ", ".join(f"{side.alias}.{n}" for n in side.schema.names()),
                 error_class=CatalogError,
             )

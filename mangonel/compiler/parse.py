@@ -88,6 +88,23 @@ def _annotate_start_positions(tree: exp.Expression, text: str) -> None:
         start = node.meta.get("start")
         if start is not None and "start_line" not in node.meta:
             node.meta["start_line"], node.meta["start_col"] = line_and_column(text, start)
+        if isinstance(node, exp.Identifier) and start is not None and text[start] == '"':
+            # a name, as in standard SQL; Spark reads "s" as a string: errors say so
+            node.meta["double_quoted"] = True
+
+
+def double_quote_hint(column: exp.Column) -> str:
+    """The start of an unknown column's hint where the query double-quoted it (`k = "s"`):
+    double quotes quote a name here, as in standard SQL and Flink SQL, where Spark reads a
+    string; '' otherwise."""
+    identifier = column.args.get("this")
+    if not isinstance(identifier, exp.Identifier) or not identifier.meta.get("double_quoted"):
+        return ""
+    text = identifier.name.replace("'", "''")
+    return (
+        f'"{identifier.name}" is a name: double quotes quote names; a string is written in '
+        f"single quotes, '{text}'; "
+    )
 
 
 def position_of(node: exp.Expression) -> tuple[int, int] | None:
@@ -498,6 +515,9 @@ class MangonelGenerator(generator.Generator):
         WindowTableFunction: lambda self, e: e.meta.get("text", f"TABLE({e.function}(..))"),
         WindowBound: lambda self, e: f"window_{e.bound}",
         WindowStruct: lambda self, e: "window",
+        # IF prints as written (sqlglot's default spells it as a CASE); a CASE's branches
+        # print through the CASE
+        exp.If: lambda self, e: self.func("IF", e.this, e.args.get("true"), e.args.get("false")),
         AggregateRef: _aggregate_ref_sql,
         Explain: _explain_sql,
     }

@@ -595,11 +595,16 @@ def _type_case(typer: _Typer, node: exp.Case) -> SqlType | None:
 
 
 def _type_if(typer: _Typer, node: exp.If) -> SqlType | None:
+    # IF(cond, x): Spark refuses it (a CASE's branches, IFs without `false`, are typed by
+    # _type_case)
+    if node.args.get("false") is None:
+        raise ExpressionError(
+            "IF takes three arguments: IF(condition, value, otherwise)",
+            node=node,
+            hint="CASE WHEN condition THEN value END is NULL where the condition does not hold",
+        )
     _require(typer, node, node.this, "boolean")
-    results = [node.args["true"]]
-    if node.args.get("false") is not None:
-        results.append(node.args["false"])
-    return common_type(typer, node, results, "IF")
+    return common_type(typer, node, [node.args["true"], node.args["false"]], "IF")
 
 
 def _type_coalesce(typer: _Typer, node: exp.Coalesce) -> SqlType | None:

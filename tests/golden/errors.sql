@@ -613,3 +613,9 @@ SELECT symbol, COUNT(*) FROM TABLE(SESSION(TABLE trades PARTITION BY symbol, DES
 
 -- name: flink_session_group_by_not_partition
 SELECT venue, COUNT(*) FROM TABLE(SESSION(TABLE trades PARTITION BY symbol, DESCRIPTOR(ts), INTERVAL '30' SECOND)) GROUP BY window_start, window_end, venue
+
+-- name: if_with_two_arguments
+SELECT symbol, SUM(IF(price > 1, volume)) AS v FROM trades [RANGE 1 SECOND] GROUP BY symbol
+
+-- name: double_quoted_string
+SELECT symbol, COUNT(*) AS n FROM trades [RANGE 1 SECOND] WHERE symbol = "AAPL" GROUP BY symbol

@@ -8,6 +8,8 @@ the user's session). Under ANSI a single bad row would raise and kill the whole 
 query, so no generated form can raise:
 
 - `a / b` -> `try_divide(a, b)`, `a % b` -> `try_mod(a, b)`: NULL when b = 0;
+- a number written with a decimal point (`0.1`) gets the `D` suffix: a DOUBLE, as mangonel
+  types it, where Spark would read a DECIMAL;
 - integer `+`, `-`, `*`, unary `-`, ABS and ROUND to a negative scale wrap around in two's
   complement: INT operands are computed exactly in BIGINT and the low 32 bits kept
   (`shiftleft`/`shiftright` never raise); BIGINT operands are computed exactly in
@@ -93,6 +95,7 @@ class _NonRaisingSpark(Spark.Generator):  # type: ignore[misc,name-defined]
         exp.Ceil: lambda self, e: self.floor_or_ceil_sql(e, "CEIL"),
         exp.Cast: lambda self, e: self.cast_sql(e),
         exp.TryCast: lambda self, e: self.trycast_sql(e),
+        exp.Literal: lambda self, e: self.literal_sql(e),
         WindowBound: lambda self, e: self.resolved_sql(e),
         AggregateRef: lambda self, e: self.resolved_sql(e),
         WindowStruct: lambda self, e: self.resolved_sql(e),
@@ -106,6 +109,15 @@ class _NonRaisingSpark(Spark.Generator):  # type: ignore[misc,name-defined]
         super().__init__(dialect=Spark())
         self._types = types
         self._names = names
+
+    def literal_sql(self, expression: exp.Literal) -> str:
+        """A number written with a decimal point is a DOUBLE in mangonel (`compiler.typing`)
+        and a DECIMAL in Spark: with the `D` suffix Spark reads it as mangonel does (else
+        `i * 0.1 = 0.7` held inside Spark for i = 7 and not standalone)."""
+        text = expression.this or ""
+        if expression.is_number and not expression.is_int and "e" not in text.lower():
+            return f"{text}D"
+        return super().literal_sql(expression)
 
     def _type(self, node: exp.Expression) -> SqlType | None:
         return self._types.get(id(node))
