@@ -10,6 +10,10 @@ query, so no generated form can raise:
 - `a / b` -> `try_divide(a, b)`, `a % b` -> `try_mod(a, b)`: NULL when b = 0;
 - a number written with a decimal point (`0.1`) gets the `D` suffix: a DOUBLE, as mangonel
   types it, where Spark would read a DECIMAL;
+- CAST of INT/BIGINT to FLOAT is wrapped in a no-op `nanvl`, which Spark's optimizer cannot
+  fold away inside a cast to DOUBLE (it did: the FLOAT rounding was lost), and an integer
+  operand of an operation mangonel computes in FLOAT gets that cast explicitly (under ANSI
+  Spark widens FLOAT and an integer to DOUBLE);
 - integer `+`, `-`, `*`, unary `-`, ABS and ROUND to a negative scale wrap around in two's
   complement: INT operands are computed exactly in BIGINT and the low 32 bits kept
   (`shiftleft`/`shiftright` never raise); BIGINT operands are computed exactly in
@@ -195,6 +199,11 @@ class _NonRaisingSpark(Spark.Generator):  # type: ignore[misc,name-defined]
             return _saturating(self.sql(expression, "this"), target)
         if source is SqlType.BIGINT and target is SqlType.INT:
             return wrap_int(self.sql(expression, "this"))
+        if source in (SqlType.INT, SqlType.BIGINT) and target is SqlType.FLOAT:
+            # Spark's optimizer (SimplifyCasts) drops an integer's cast to FLOAT inside a
+            # cast to DOUBLE as a widening, so `CAST(i AS FLOAT) + d` skipped the FLOAT
+            # rounding (2147483647 stayed exact): nanvl, a no-op on a number, keeps it
+            return f"nanvl(CAST({self.sql(expression, 'this')} AS FLOAT), CAST('NaN' AS FLOAT))"
         return None
 
     def cast_sql(self, expression: exp.Cast, safe_prefix: str | None = None) -> str:
@@ -213,11 +222,70 @@ class _NonRaisingSpark(Spark.Generator):  # type: ignore[misc,name-defined]
         return self._names(expression)
 
 
+# operations whose numeric operands are converted to one type before they are combined
+_SHARED_OPERAND_TYPE = (
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Mod,
+    exp.EQ,
+    exp.NEQ,
+    exp.LT,
+    exp.LTE,
+    exp.GT,
+    exp.GTE,
+    exp.NullSafeEQ,
+    exp.Greatest,
+    exp.Least,
+    exp.Coalesce,
+    exp.Between,
+    exp.In,
+    exp.If,
+    exp.Case,
+)
+
+
+def _operands(node: exp.Expression) -> list[exp.Expression]:
+    """The operands `node` converts to one type (a CASE's and an IF's results)."""
+    if isinstance(node, exp.If):  # a CASE's branch (no `false`) is the CASE's operand
+        otherwise = node.args.get("false")
+        return [node.args["true"], otherwise] if otherwise is not None else []
+    if isinstance(node, exp.Case):
+        results = [branch.args["true"] for branch in node.args["ifs"]]
+        return results + ([node.args["default"]] if node.args.get("default") else [])
+    if isinstance(node, exp.Between):
+        return [node.this, node.args["low"], node.args["high"]]
+    found = [node.this, node.args.get("expression"), *node.args.get("expressions", [])]
+    return [operand for operand in found if isinstance(operand, exp.Expression)]
+
+
+def _integers_as_float(expression: exp.Expression, env: TypeEnv) -> exp.Expression:
+    """`expression` with an explicit CAST to FLOAT on each integer operand of an operation
+    mangonel computes in FLOAT (a FLOAT with an INT or BIGINT, no DOUBLE): under ANSI (Spark
+    4's default) Spark widens FLOAT and an integer to DOUBLE, so `CAST(x AS FLOAT) % i`
+    kept i exact inside Spark and rounded it standalone."""
+    expression = expression.copy()
+    types = annotate_types(expression, env).types
+    integers = (SqlType.INT, SqlType.BIGINT)
+    for node in reversed(list(expression.walk())):  # operands before their operation
+        if not isinstance(node, _SHARED_OPERAND_TYPE):
+            continue
+        operands = _operands(node)
+        kinds = {types.get(id(operand)) for operand in operands}
+        if SqlType.FLOAT not in kinds or SqlType.DOUBLE in kinds or not kinds & set(integers):
+            continue
+        for operand in operands:
+            if types.get(id(operand)) in integers:
+                operand.replace(exp.Cast(this=operand.copy(), to=exp.DataType.build("FLOAT")))
+    return expression
+
+
 def _render(
     expression: exp.Expression,
     env: TypeEnv,
     names: Callable[[exp.Expression], str] | None = None,
 ) -> str:
+    expression = _integers_as_float(expression, env)
     types = annotate_types(expression, env).types
     return _NonRaisingSpark(types, names).generate(expression, copy=False)
 
