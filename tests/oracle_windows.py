@@ -114,8 +114,9 @@ class CountWindows:
 
 class SessionWindows:
     """SESSION GAP g: each key's accepted tuples are regrouped from scratch at every firing:
-    sorted by ts, a tuple joins the session before it when its ts is before that session's
-    last ts + gap; a session fires when last ts + gap <= W (its tuples are then forgotten);
+    sorted by ts, a tuple joins the session before it when its ts is at or before that
+    session's last ts + gap (touching intervals merge, as in Spark); a session fires when
+    last ts + gap <= W (its tuples are then forgotten);
     a tuple with ts + gap <= W on arrival is late."""
 
     def __init__(self, gap: int) -> None:
@@ -138,7 +139,7 @@ class SessionWindows:
         for key in list(self.tuples):
             sessions: list[list] = []
             for ts, args in sorted(self.tuples[key], key=lambda t: t[0]):
-                if sessions and ts < sessions[-1][-1][0] + gap:
+                if sessions and ts <= sessions[-1][-1][0] + gap:
                     sessions[-1].append((ts, args))
                 else:
                     sessions.append([(ts, args)])

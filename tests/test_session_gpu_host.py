@@ -146,14 +146,15 @@ def test_assign_sessions_of_intervals_of_any_length_equal_the_cpu(modules, seed)
 
 
 def _disjoint_set(rng: np.random.Generator, keys: int, per_key: int):
-    """Intervals disjoint within each slot (some touching: end == the next start), shuffled:
-    what the driver's open sessions, or a batch's sessions, are."""
+    """Intervals disjoint within each slot, none touching (touching ones are one session;
+    some end one before the next start), shuffled: what the driver's open sessions, or a
+    batch's sessions, are."""
     slots, starts, ends = [], [], []
     for slot in range(keys):
         cuts = np.sort(rng.choice(np.arange(-300, 300), 2 * per_key, replace=False))
         first, last = cuts[0::2], cuts[1::2].copy()
         touch = rng.random(per_key - 1) < 0.2
-        last[:-1][touch] = first[1:][touch]
+        last[:-1][touch] = first[1:][touch] - 1
         slots += [slot] * per_key
         starts += first.tolist()
         ends += last.tolist()
@@ -189,11 +190,12 @@ def test_two_disjoint_sets_merge_at_once_as_the_cpu_walks(modules, seed):
 
 
 def _disjoint_within_slots(slots, starts, ends) -> np.ndarray:
-    """A mask keeping intervals so that the kept ones are disjoint within each slot."""
+    """A mask keeping intervals so that the kept ones are disjoint and do not touch within
+    each slot."""
     keep = np.zeros(len(slots), np.bool_)
     reach: dict[int, int] = {}
     for i in np.lexsort((starts, slots)):
-        if starts[i] >= reach.get(int(slots[i]), -(2**62)):
+        if starts[i] > reach.get(int(slots[i]), -(2**62)):
             keep[i] = True
             reach[int(slots[i])] = int(ends[i])
     return keep
