@@ -22,7 +22,7 @@ class WindowKind(enum.Enum):
     COUNT = "count"
     CUMULATE = "cumulate"
     SESSION = (
-        "session"  # per key, rows closer than the gap; `size` is the gap (compiler/session.py)
+        "session"  # per key, rows at most the gap apart; `size` is the gap (compiler/session.py)
     )
 
     @property
