@@ -259,13 +259,16 @@ def _operands(node: exp.Expression) -> list[exp.Expression]:
     return [operand for operand in found if isinstance(operand, exp.Expression)]
 
 
-def _integers_as_float(expression: exp.Expression, env: TypeEnv) -> exp.Expression:
-    """`expression` with an explicit CAST to FLOAT on each integer operand of an operation
-    mangonel computes in FLOAT (a FLOAT with an INT or BIGINT, no DOUBLE): under ANSI (Spark
-    4's default) Spark widens FLOAT and an integer to DOUBLE, so `CAST(x AS FLOAT) % i`
-    kept i exact inside Spark and rounded it standalone."""
+def _integers_as_float(
+    expression: exp.Expression, env: TypeEnv
+) -> tuple[exp.Expression, Mapping[int, SqlType | None]]:
+    """`expression` (a copy) with an explicit CAST to FLOAT on each integer operand of an
+    operation mangonel computes in FLOAT (a FLOAT with an INT or BIGINT, no DOUBLE), and its
+    nodes' types: under ANSI (Spark 4's default) Spark widens FLOAT and an integer to
+    DOUBLE, so `CAST(x AS FLOAT) % i` kept i exact inside Spark and rounded it standalone."""
     expression = expression.copy()
     types = annotate_types(expression, env).types
+    changed = False
     integers = (SqlType.INT, SqlType.BIGINT)
     for node in reversed(list(expression.walk())):  # operands before their operation
         if not isinstance(node, _SHARED_OPERAND_TYPE):
@@ -277,7 +280,9 @@ def _integers_as_float(expression: exp.Expression, env: TypeEnv) -> exp.Expressi
         for operand in operands:
             if types.get(id(operand)) in integers:
                 operand.replace(exp.Cast(this=operand.copy(), to=exp.DataType.build("FLOAT")))
-    return expression
+                changed = True
+    # the casts are new nodes: typed again only where there are some
+    return expression, annotate_types(expression, env).types if changed else types
 
 
 def _render(
@@ -285,8 +290,7 @@ def _render(
     env: TypeEnv,
     names: Callable[[exp.Expression], str] | None = None,
 ) -> str:
-    expression = _integers_as_float(expression, env)
-    types = annotate_types(expression, env).types
+    expression, types = _integers_as_float(expression, env)
     return _NonRaisingSpark(types, names).generate(expression, copy=False)
 
 
