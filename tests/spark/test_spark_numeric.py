@@ -81,6 +81,10 @@ EXPRESSIONS = [
     "CAST(FLOOR(i * d) AS FLOAT) % (- i)",
     "CAST(d AS FLOAT) = i",
     "GREATEST(CAST(d AS FLOAT), b)",
+    # CASE x WHEN v compares as x = v: in FLOAT when one is FLOAT and the other an integer
+    # (1 standalone, 0 inside Spark for i = 2147483647 before the CASE became x = v)
+    "CASE CAST(i AS FLOAT) WHEN i - 1 THEN 1 ELSE 0 END",
+    "CASE i - 1 WHEN 0 THEN 2 WHEN CAST(i AS FLOAT) THEN 1 ELSE 0 END",
 ]
 
 
@@ -151,7 +155,7 @@ def _random_expression(rng: random.Random, depth: int = 0) -> str:
     def inner() -> str:
         return _random_expression(rng, depth + 1)
 
-    form = rng.randrange(12)
+    form = rng.randrange(13)
     if form < 4:
         return f"({inner()} {rng.choice(['+', '-', '*', '/', '%'])} {inner()})"
     if form == 4:
@@ -166,6 +170,9 @@ def _random_expression(rng: random.Random, depth: int = 0) -> str:
         return f"{rng.choice(['GREATEST', 'LEAST', 'COALESCE'])}({inner()}, {inner()})"
     if form == 9:
         return f"IF({inner()} {rng.choice(['<', '=', '>='])} {inner()}, {inner()}, {inner()})"
+    if form == 12:
+        whens = " ".join(f"WHEN {inner()} THEN {inner()}" for _ in range(rng.randint(1, 2)))
+        return f"CASE {inner()} {whens} ELSE {inner()} END"
     return f"CASE WHEN {inner()} IS NULL THEN {inner()} ELSE {inner()} END"
 
 

@@ -13,7 +13,8 @@ query, so no generated form can raise:
 - CAST of INT/BIGINT to FLOAT is wrapped in a no-op `nanvl`, which Spark's optimizer cannot
   fold away inside a cast to DOUBLE (it did: the FLOAT rounding was lost), and an integer
   operand of an operation mangonel computes in FLOAT gets that cast explicitly (under ANSI
-  Spark widens FLOAT and an integer to DOUBLE);
+  Spark widens FLOAT and an integer to DOUBLE); `CASE x WHEN v` is written `CASE WHEN x = v`
+  so that the rule reaches each comparison;
 - integer `+`, `-`, `*`, unary `-`, ABS and ROUND to a negative scale wrap around in two's
   complement: INT operands are computed exactly in BIGINT and the low 32 bits kept
   (`shiftleft`/`shiftright` never raise); BIGINT operands are computed exactly in
@@ -259,6 +260,21 @@ def _operands(node: exp.Expression) -> list[exp.Expression]:
     return [operand for operand in found if isinstance(operand, exp.Expression)]
 
 
+def _searched_cases(expression: exp.Expression) -> exp.Expression:
+    """`expression` with each `CASE x WHEN v THEN ...` written `CASE WHEN x = v THEN ...`:
+    mangonel compares x with each v on its own (as `x = v`), and an equality is where the
+    FLOAT rule below can reach an integer operand (x is shared by every WHEN, so it could not
+    be cast for one of them). x is repeated; expressions have no side effects."""
+    for case in list(expression.find_all(exp.Case)):
+        subject = case.args.get("this")
+        if subject is None:
+            continue
+        for branch in case.args["ifs"]:
+            branch.set("this", exp.EQ(this=subject.copy(), expression=branch.this))
+        case.set("this", None)
+    return expression
+
+
 def _integers_as_float(
     expression: exp.Expression, env: TypeEnv
 ) -> tuple[exp.Expression, Mapping[int, SqlType | None]]:
@@ -266,7 +282,7 @@ def _integers_as_float(
     operation mangonel computes in FLOAT (a FLOAT with an INT or BIGINT, no DOUBLE), and its
     nodes' types: under ANSI (Spark 4's default) Spark widens FLOAT and an integer to
     DOUBLE, so `CAST(x AS FLOAT) % i` kept i exact inside Spark and rounded it standalone."""
-    expression = expression.copy()
+    expression = _searched_cases(expression.copy())
     types = annotate_types(expression, env).types
     changed = False
     integers = (SqlType.INT, SqlType.BIGINT)
