@@ -386,6 +386,17 @@ class SnapshotStore:
         with self.filesystem.open_input_stream(path) as stream:
             return stream.read()
 
+    def before(self, batch_id: int) -> bytes:
+        """The snapshot micro-batch `batch_id` starts from: the one `batch_id - 1` wrote."""
+        saved = self.read(batch_id - 1)
+        if saved is None:
+            raise DataError(
+                f"micro-batch {batch_id}: no mangonel snapshot of micro-batch {batch_id - 1} "
+                f"under {self.folder}: the checkpoint location holds Spark's checkpoint "
+                "without mangonel's state; start the query with a new checkpoint location"
+            )
+        return saved
+
     def write(self, batch_id: int, data: bytes) -> None:
         temporary = f"{self.folder}/.{uuid.uuid4().hex}.tmp"
         with self.filesystem.open_output_stream(temporary) as stream:
@@ -467,16 +478,8 @@ class DriverStage2:
         watermark_ms = micro_batch_watermark_ms(self.spark, batch_id)
         tree = bucket_tree(self.plan.plan)
         if batch_id > 0:
-            snapshot = self.store.read(batch_id - 1)
-            if snapshot is None:
-                raise DataError(
-                    f"micro-batch {batch_id}: no mangonel snapshot of micro-batch "
-                    f"{batch_id - 1} under {self.store.folder}: the checkpoint location "
-                    "holds Spark's checkpoint without mangonel's state; start the query with a "
-                    "new checkpoint location"
-                )
             # the operator's watermark is now W_{N-1}: Spark's bound for late rows
-            tree.restore(snapshot)
+            tree.restore(self.store.before(batch_id))
         else:  # Spark's initial watermark, 0 (the epoch), not minus infinity (stage2.py)
             tree.on_watermark(watermark_ms * 1000)
         # the micro-batch's one Spark job (a second one only for late rows, below)

@@ -280,12 +280,7 @@ class ReaderStage2:
         if batch_id == 0:  # Spark's watermark starts at 0 (the epoch), not minus infinity
             tree.on_watermark(0)
             return tree, 0
-        saved = self.store.read(batch_id - 1)
-        if saved is None:
-            raise DataError(
-                f"micro-batch {batch_id}: no mangonel snapshot of micro-batch {batch_id - 1} "
-                f"under {self.store.folder}: start the query with a new checkpoint location"
-            )
+        saved = self.store.before(batch_id)
         (watermark_ms,) = _WATERMARK.unpack_from(saved)
         tree.restore(saved[_WATERMARK.size :])  # the operator's watermark is W_{N-1}
         return tree, watermark_ms
