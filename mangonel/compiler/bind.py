@@ -277,10 +277,15 @@ class _Binder:
             if node is query:
                 continue
             if isinstance(node, (exp.Subquery, exp.Select, exp.SetOperation)):
+                join_side = self.joins_allowed and isinstance(node.parent, (exp.Join, exp.From))
                 raise _error(
                     "subqueries are not supported",
                     node,
-                    "write one window query over one stream",
+                    "a join side is a stream with a window clause (clicks [RANGE 1 SECOND] AS l), "
+                    "a table, or Flink's (SELECT * FROM TABLE(TUMBLE(TABLE clicks, "
+                    "DESCRIPTOR(ts), INTERVAL '1' SECOND))) AS l"
+                    if join_side
+                    else "write one window query over one stream",
                 )
             if isinstance(node, exp.Window):
                 raise _error(

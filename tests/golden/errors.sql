@@ -447,6 +447,10 @@ SELECT DISTINCT symbol FROM trades [RANGE 1 SECOND] GROUP BY symbol
 -- name: subquery_in_where
 SELECT COUNT(*) FROM trades [RANGE 1 SECOND] WHERE symbol IN (SELECT symbol FROM symbols)
 
+-- name: subquery_as_join_side
+SELECT t.symbol FROM trades [RANGE 1 SECOND] AS t
+JOIN (SELECT * FROM clicks) AS c ON t.volume = c.user_id
+
 -- name: union
 SELECT COUNT(*) FROM trades [RANGE 1 SECOND]
 UNION ALL
