@@ -21,6 +21,7 @@ from test_expressions import ENV as EXPRESSION_ENV
 
 from mangonel.catalog.types import TYPE_INFO, SqlType
 from mangonel.compiler import nodes
+from mangonel.compiler.codegen import COMPILE_OPTIONS
 from mangonel.compiler.cuda_expressions import (
     STRING_LITERAL_IDS,
     CudaContext,
@@ -57,6 +58,7 @@ CORPUS_SQL = [
     "-2147483648 + i",
     "l + -9223372036854775808",
     "d * 1e300",
+    "d * 3 - 0.3",  # 5.55e-17 for d = 0.1 rounded twice, 2.78e-17 as one fused multiply-add
     # comparisons
     "i = l",
     "d <> f",
@@ -271,7 +273,7 @@ def compiled(tmp_path_factory) -> tuple[str, list[Kernel]]:
     folder = tmp_path_factory.mktemp("expressions_nvcc")
     (folder / "expressions.cu").write_text(source)
     result = subprocess.run(
-        [nvcc, "--ptx", "-arch=sm_90", "-o", str(folder / "expressions.ptx"), "expressions.cu"],
+        [nvcc, "--ptx", "-arch=sm_90", *COMPILE_OPTIONS, "-o", "expressions.ptx", "expressions.cu"],
         cwd=folder,
         capture_output=True,
         text=True,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +56,7 @@ def built(monkeypatch):
     """Compiles counted by source hash instead of run (no GPU, no nvcc needed)."""
     calls: list[str] = []
 
-    def fake_build(generated, options=()):
+    def fake_build(generated):
         calls.append(generated.digest)
         return ("module", generated.digest)
 
@@ -97,3 +99,43 @@ def test_plan_keyed_kernels_render_once_per_key(built):
     assert context.key_module(3)[0] is generated
     assert context.key_module(4)[0].key_words == 4
     assert context.compiles == 2
+
+
+def test_every_module_is_built_without_contraction_and_says_so_in_its_source(monkeypatch):
+    """nvcc (and NVRTC) get codegen.COMPILE_OPTIONS for every module, and every module's
+    source names them in its first line, so a cache keyed by the source's hash never hands
+    out a module built otherwise (the query module was built with multiply-adds contracted:
+    `x * 3 - 0.3` gave 2.78e-17 on the GPU and 5.55e-17 on the CPU for x = 0.1)."""
+    note = f"// compile with {' '.join(codegen.COMPILE_OPTIONS)}"
+    assert "-fmad=false" in codegen.COMPILE_OPTIONS
+    modules = [
+        codegen.render_key_kernels(1),
+        codegen.render_session_kernels(),
+        codegen.render_holistic_runs_kernel(),
+    ]
+    assert all(module.source.startswith(note) for module in modules)
+
+    class FakeCupy:
+        class cuda:  # noqa: N801 - CuPy's spelling
+            class Device:
+                compute_capability = "90"
+
+        @staticmethod
+        def RawModule(**arguments):  # noqa: N802 - CuPy's spelling
+            return arguments
+
+    ran: list[list[str]] = []
+
+    def fake_nvcc(command, **_):
+        ran.append(command)
+        Path(command[command.index("-o") + 1]).write_bytes(b"cubin")
+
+    monkeypatch.setattr(gpu_compile.device, "cupy", lambda: FakeCupy)
+    with tempfile.TemporaryDirectory() as folder:
+        monkeypatch.setattr(gpu_compile, "cache_directory", lambda: Path(folder))
+        monkeypatch.setattr(gpu_compile.shutil, "which", lambda _: None)  # NVRTC
+        assert set(codegen.COMPILE_OPTIONS) <= set(gpu_compile._build(modules[0])["options"])
+        monkeypatch.setattr(gpu_compile.shutil, "which", lambda _: "nvcc")
+        monkeypatch.setattr(gpu_compile.subprocess, "run", fake_nvcc)
+        gpu_compile._build(modules[1])
+    assert len(ran) == 1 and set(codegen.COMPILE_OPTIONS) <= set(ran[0])

@@ -65,6 +65,15 @@ CASES = {
             {"vp": 1.0, "vs": 2.0, "sp": 1.0, "a": 2.0},
         ],
     ),
+    # 0.1 * 3 rounds to 0.30000000000000004 before 0.3 is taken off: 5.55e-17, Spark's and
+    # the CPU's answer; one fused multiply-add rounds once and gives 2.78e-17 (the GPU's,
+    # while nvcc contracted the lift's expressions)
+    "each-operation-rounds-alone": (
+        "DOUBLE",
+        [[0.1], [0.1, 0.2]],
+        "MAX(x * 3 - 0.3) AS m, COUNT(CASE WHEN x * 3 - 0.3 > 4E-17 THEN 1 END) AS c",
+        [{"m": 5.551115123125783e-17, "c": 1}, {"m": 0.3000000000000001, "c": 2}],
+    ),
     "division-and-modulo-by-zero-are-null": (
         "BIGINT",
         [[4, 0, 6], [0]],

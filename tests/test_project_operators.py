@@ -23,10 +23,12 @@ from cuda_host import HostCupy, HostModule, write_shim
 from sqlglot import exp
 from test_expressions_nvcc import ENV, HOSTILE_NUMBER, HOSTILE_STRING, corpus, parse
 
+import mangonel as mg
 from mangonel.catalog.types import SqlType
 from mangonel.compiler import nodes
+from mangonel.compiler import physical as ph
+from mangonel.compiler.codegen import COMPILE_OPTIONS, render_kernels
 from mangonel.compiler.codegen_project import (
-    PROJECT_COMPILE_OPTIONS,
     gpu_unsupported_reason,
     is_bare_reference,
     render_project_kernels,
@@ -403,23 +405,28 @@ def test_project_kernels_compile_with_nvcc(tmp_path) -> None:
         render_project_kernels([parse("1 + 2")], ENV),  # no input at all
         render_project_kernels([exp.column("b"), parse("NOT b")], ENV),  # BOOLEAN in and out
     ]
-    assert all(kernel.compile_options == PROJECT_COMPILE_OPTIONS for kernel in kernels)
     assert kernels[0].has_mask and not kernels[2].has_mask and kernels[2].inputs == ()
     assert len(kernels[0].outputs) == len(computed)
     source = "\n".join(k.source for k in kernels)
     for forbidden in [HOSTILE_NUMBER, HOSTILE_STRING, "abort", "rm -rf"]:
         assert forbidden not in source
-    ptx = nvcc_ptx(source, tmp_path, PROJECT_COMPILE_OPTIONS)
+    ptx = nvcc_ptx(source, tmp_path, COMPILE_OPTIONS)
     for kernel in kernels:
         assert f".entry {kernel.names['project']}(" in ptx
 
 
 def test_compile_options_keep_multiply_and_add_apart(tmp_path) -> None:
-    """The host rounds `d * d + d` twice; nvcc contracts it to one fma unless told not to."""
-    kernel = render_project_kernels([parse("d * d + d"), parse("f * f - f")], ENV)
-    assert " ".join(PROJECT_COMPILE_OPTIONS) in kernel.source.splitlines()[0]  # in the hash
-    assert "fma.rn" in nvcc_ptx(kernel.source, tmp_path, ())
-    assert "fma.rn" not in nvcc_ptx(kernel.source, tmp_path, PROJECT_COMPILE_OPTIONS)
+    """The host rounds `d * d + d` twice; nvcc contracts it to one fma unless told not to:
+    in the project kernel and in the query module (the lift's WHERE and arguments)."""
+    project = render_project_kernels([parse("d * d + d"), parse("f * f - f")], ENV)
+    session = mg.Session(backend="cpu")
+    session.execute("CREATE STREAM t (ts TIMESTAMP, d DOUBLE) WITH (event_time = 'ts')")
+    plan = session.sql("SELECT SUM(d * d + d) FROM t [RANGE 1 SECOND] WHERE d * 3 - 0.3 > 0").plan
+    query = render_kernels(ph.find(plan, ph.LiftExec), ph.find(plan, ph.WindowAggregateExec))
+    for kernel in (project, query):
+        assert " ".join(COMPILE_OPTIONS) in kernel.source.splitlines()[0]  # in the hash
+        assert "fma.rn" in nvcc_ptx(kernel.source, tmp_path, ())
+        assert "fma.rn" not in nvcc_ptx(kernel.source, tmp_path, COMPILE_OPTIONS)
 
 
 # --- GPU: the operators equal the CPU operators (GPU hosts only) ----------------------------
@@ -505,8 +512,8 @@ def host_gpu_evaluator(tmp_path, monkeypatch):
     write_shim(tmp_path)
     options_seen = []
 
-    def load_module(generated, options=()):
-        options_seen.append(options)
+    def load_module(generated):
+        options_seen.append(generated.source.splitlines()[0])
         return HostModule(generated.source, tmp_path)
 
     monkeypatch.setattr(device, "cupy", lambda: HostCupy())
@@ -515,7 +522,7 @@ def host_gpu_evaluator(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_project, "shared_context", lambda: context)
     evaluator = GpuProjectEvaluator()
     yield evaluator
-    assert options_seen and set(options_seen) == {PROJECT_COMPILE_OPTIONS}
+    assert options_seen and all(" ".join(COMPILE_OPTIONS) in line for line in options_seen)
 
 
 def test_gpu_evaluator_on_the_host_equals_cpu(host_gpu_evaluator) -> None:

@@ -43,6 +43,13 @@ from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
 from mangonel.compiler.wire import describe_wire, wire_columns
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "kernels_templates"
+# nvcc contracts `a * b + c` into one fused multiply-add (one rounding instead of two), even
+# across the renderer's temporaries, and no pragma stops it: results would then differ from
+# the host evaluator's (Arrow rounds each operation) and Spark's by an ulp, or entirely where
+# a product cancels a sum (`x * 3 - 0.3` for x = 0.1). Every module is compiled without
+# contraction (`runtime.gpu.compile`); `_finish` writes the options into the source's first
+# line, so they are part of its hash and no cache holds a module built otherwise.
+COMPILE_OPTIONS = ("-fmad=false",)
 # keys before fused: the fused kernel probes the key hash table (mg_find_slot)
 TEMPLATES = (
     "prelude.cu.j2",
@@ -300,7 +307,8 @@ def _finish(context: dict[str, Any], templates: tuple[str, ...], roles: tuple[st
     draft = _render({**context, "suffix": "q", "names": {r: f"mg_{r}" for r in roles}}, templates)
     tag = hashlib.sha256(draft.encode()).hexdigest()[:12]
     names = {role: f"mg_{role}_{tag}" for role in roles}
-    source = _render({**context, "suffix": tag, "names": names}, templates)
+    source = f"// compile with {' '.join(COMPILE_OPTIONS)}: every operation rounds alone\n"
+    source += _render({**context, "suffix": tag, "names": names}, templates)
     if "codegen" in os.environ.get("MANGONEL_DEBUG", "").split(","):
         print(f"// ---- mangonel codegen {tag} ----\n{source}", file=sys.stderr)
     return source, hashlib.sha256(source.encode()).hexdigest(), names

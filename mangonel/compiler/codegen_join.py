@@ -59,9 +59,6 @@ ALGORITHM_ROLES = {
 # "auto" plans choose the algorithm per batch (`WindowJoinExec.adaptive`): both are rendered
 ALGORITHM_ROLES["auto"] = ALGORITHM_ROLES["hash"] + ALGORITHM_ROLES["sort-merge"]
 COMMON_ROLES = ("expand_count", "expand_write", "mark")
-# the fused kernel evaluates expressions as the project kernel does: no contraction into fused
-# multiply-adds (codegen_project.PROJECT_COMPILE_OPTIONS says why)
-FUSED_COMPILE_OPTIONS = ("-fmad=false",)
 FUSED_ROLES = {
     "hash": ("fused_hash", "chain_insert"),
     "sort-merge": ("fused_merge",),
@@ -299,7 +296,6 @@ def device_rows(join: ph.WindowJoinExec) -> DeviceRowsPlan | str:
             {"role": f"rows_lonely_{side}", "side": side} for side in kept if join.where is not None
         ],
         "statements": list(context.statements),
-        "compile_note": "compile with " + " ".join(FUSED_COMPILE_OPTIONS),
     }
     return DeviceRowsPlan(columns, positions, check, kept, outputs)
 
@@ -382,7 +378,6 @@ def _fused_context(
             }
             for side in kept
         ],
-        "compile_note": "compile with " + " ".join(FUSED_COMPILE_OPTIONS),
     }
 
 

@@ -39,12 +39,6 @@ from mangonel.compiler.typing import (
 )
 
 PROJECT_TEMPLATES = ("project.cu.j2",)
-# nvcc contracts `a * b + c` into one fused multiply-add (one rounding instead of two), even
-# across the renderer's temporaries, and no pragma stops it: results would then differ from
-# the host evaluator's (Arrow rounds each operation) by an ulp, or entirely where a product
-# cancels a sum. The project kernel is compiled without contraction; the note in the source
-# makes the option part of the source hash, so the module cache cannot mix the two.
-PROJECT_COMPILE_OPTIONS = ("-fmad=false",)
 
 # A reference of the window-result batch: ("column", key name), ("window_bound", "start" or
 # "end"), ("aggregate", number).
@@ -77,7 +71,6 @@ class GeneratedProject:
     inputs: tuple[ProjectInput, ...]
     outputs: tuple[ProjectOutput, ...]
     has_mask: bool  # the kernel writes the predicate's mask (uint8) after the outputs
-    compile_options: tuple[str, ...] = PROJECT_COMPILE_OPTIONS
 
 
 def is_bare_reference(expression: exp.Expression) -> bool:
@@ -187,7 +180,6 @@ def render_project_kernels(
         for r in read
     )
     template_context = {
-        "compile_note": "compile with " + " ".join(PROJECT_COMPILE_OPTIONS),
         "inputs": [
             {
                 "ctype": input.ctype,

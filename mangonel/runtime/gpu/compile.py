@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from mangonel.compiler import codegen
-from mangonel.compiler.codegen import GeneratedModule
+from mangonel.compiler.codegen import COMPILE_OPTIONS, GeneratedModule
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import StateField
 from mangonel.runtime.gpu import device
@@ -41,7 +41,7 @@ def nvcc_command(
     source_path: Path, output_path: Path, *, ptx: bool, arch: str, options: tuple[str, ...] = ()
 ) -> list[str]:
     """The nvcc command line that compiles one generated source (`--ptx` or `--cubin`), with
-    extra compiler flags `options` (e.g. the project kernel's -fmad=false)."""
+    extra compiler flags `options` (the modules': `codegen.COMPILE_OPTIONS`)."""
     kind = "--ptx" if ptx else "--cubin"
     return [
         "nvcc",
@@ -92,13 +92,13 @@ class CompileContext:
         self._rendered: _Lru[tuple[GeneratedModule, Any]] = _Lru(capacity)
         self.compiles = 0  # modules built (from source or a disk cubin): misses of the cache
 
-    def module(self, generated: GeneratedModule, options: tuple[str, ...] = ()) -> Any:
-        """A `cupy.RawModule` of the generated source (memory cache, then disk, then build).
-        Extra compiler flags `options` must be named in the source: every cache is keyed by
-        the source's hash alone."""
+    def module(self, generated: GeneratedModule) -> Any:
+        """A `cupy.RawModule` of the generated source (memory cache, then disk, then build),
+        compiled with `codegen.COMPILE_OPTIONS`, which the source names in its first line:
+        every cache is keyed by the source's hash alone."""
         module = self._modules.get(generated.digest)
         if module is None:
-            module = _build(generated, options)
+            module = _build(generated)
             self.compiles += 1
             self._modules.put(generated.digest, module)
         return module
@@ -123,7 +123,7 @@ class CompileContext:
         return self.rendered(("state", fields), lambda: codegen.render_state_kernels(fields))
 
 
-def _build(generated: GeneratedModule, options: tuple[str, ...] = ()) -> Any:
+def _build(generated: GeneratedModule) -> Any:
     """Compile or load one module. With nvcc on the PATH the disk cache holds a cubin per
     hash under cache_directory(); without it NVRTC compiles (CuPy keeps its own disk cache)."""
     cp = device.cupy()
@@ -136,7 +136,7 @@ def _build(generated: GeneratedModule, options: tuple[str, ...] = ()) -> Any:
         source_path.write_text(generated.source)
         partial = cubin.with_suffix(f".{os.getpid()}.tmp")
         subprocess.run(
-            nvcc_command(source_path, partial, ptx=False, arch=arch, options=options),
+            nvcc_command(source_path, partial, ptx=False, arch=arch, options=COMPILE_OPTIONS),
             check=True,
             capture_output=True,
             text=True,
@@ -144,7 +144,7 @@ def _build(generated: GeneratedModule, options: tuple[str, ...] = ()) -> Any:
         partial.replace(cubin)  # atomic: concurrent processes never read half a file
     if cubin.exists():
         return cp.RawModule(path=str(cubin))
-    return cp.RawModule(code=generated.source, options=("-std=c++17", *options))
+    return cp.RawModule(code=generated.source, options=("-std=c++17", *COMPILE_OPTIONS))
 
 
 _SHARED: dict[int, CompileContext] = {}

@@ -42,7 +42,6 @@ import numpy as np
 from mangonel.aggregates.state import StateKind
 from mangonel.compiler import physical as ph
 from mangonel.compiler.codegen_join import (
-    FUSED_COMPILE_OPTIONS,
     DeviceFusion,
     DeviceRowsPlan,
     device_fusion,
@@ -73,12 +72,7 @@ class GpuJoinKernels:
         self.options = options or GpuOptions()
         self.host = host
         self.generated = render_node_join_kernels(node)
-        # the fused kernel and the rows check evaluate expressions: compiled as the project
-        # kernel is
-        fused = any(r.startswith("fused_") or r == "rows_check" for r in self.generated.names)
-        module = shared_context(self.options.module_cache_size).module(
-            self.generated, FUSED_COMPILE_OPTIONS if fused else ()
-        )
+        module = shared_context(self.options.module_cache_size).module(self.generated)
         self._functions = {
             role: module.get_function(name) for role, name in self.generated.names.items()
         }

@@ -1,7 +1,7 @@
 """The GPU evaluator of Filter and Project: one generated CUDA kernel per bound expression list.
 
 Binding renders the kernel (`compiler.codegen_project`) and compiles it once
-(`compile.CompileContext.module`, without fused multiply-add: see PROJECT_COMPILE_OPTIONS). A batch
+(`compile.CompileContext.module`, without fused multiply-adds: `codegen.COMPILE_OPTIONS`). A batch
 then costs: the inputs the expressions read (numbers, timestamps, booleans; never a bare
 reference) through the pinned stager, one launch, and one device-to-host copy of every
 output's values and validity and the predicate's mask, packed in one buffer. A bare reference
@@ -75,7 +75,7 @@ class _ProjectKernel:
         if reason is not None:
             raise PlanError(f"the GPU cannot evaluate this step: {reason}")
         self.generated: GeneratedProject = render_project_kernels(expressions, env, predicate)
-        module = shared_context().module(self.generated, self.generated.compile_options)
+        module = shared_context().module(self.generated)
         self._kernel = module.get_function(self.generated.names["project"])
         self._positions = [layout.position(i.reference) for i in self.generated.inputs]
         self._stager = stager()
