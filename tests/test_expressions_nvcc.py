@@ -421,7 +421,7 @@ def test_gpu_results_equal_cpu_results(compiled) -> None:
     cupy = pytest.importorskip("cupy")
     _, kernels = compiled
     source, _ = build_source(corpus())
-    module = cupy.RawModule(code=source, options=("-std=c++17",))
+    module = cupy.RawModule(code=source, options=("-std=c++17", *COMPILE_OPTIONS))
     inputs = [cupy.asarray(array) for values, valid in device_inputs() for array in (values, valid)]
     found = []
     for kernel in kernels:
