@@ -13,6 +13,7 @@ may differ from glibc's by an ulp or two; same_value allows that.
 
 from __future__ import annotations
 
+import random
 import shutil
 import subprocess
 import sys
@@ -103,15 +104,18 @@ def _ctype(dtype: np.dtype) -> str:
     }[dtype]
 
 
-def test_rendered_cuda_runs_on_the_host_like_the_cpu(tmp_path: Path) -> None:
+def host_mismatches(expressions: list, folder: Path) -> list[tuple]:
+    """Each expression rendered as CUDA (test_expressions_nvcc's kernels), compiled by g++
+    under UndefinedBehaviorSanitizer and run on the corpus's rows: every row where its value
+    or validity differs from the CPU evaluator's (a sanitizer report fails at once)."""
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("g++ is not on PATH")
-    source, kernels = nvcc_corpus.build_source(nvcc_corpus.corpus())
+    source, kernels = nvcc_corpus.build_source(expressions)
     inputs = [array for pair in nvcc_corpus.device_inputs() for array in pair]
-    program = tmp_path / "expressions.cpp"
+    program = folder / "expressions.cpp"
     program.write_text(HOST_PRELUDE + source + host_program(kernels, inputs))
-    binary = tmp_path / "expressions"
+    binary = folder / "expressions"
     sanitize = "-fsanitize=undefined,float-cast-overflow"
     built = subprocess.run(
         [gxx, "-O1", "-w", sanitize, "-fno-sanitize-recover=all", "-o", str(binary), str(program)],
@@ -120,15 +124,15 @@ def test_rendered_cuda_runs_on_the_host_like_the_cpu(tmp_path: Path) -> None:
         timeout=600,
     )
     assert built.returncode == 0, built.stderr[-4000:]
-    (tmp_path / "inputs.bin").write_bytes(b"".join(array.tobytes() for array in inputs))
+    (folder / "inputs.bin").write_bytes(b"".join(array.tobytes() for array in inputs))
     ran = subprocess.run(
-        [str(binary), str(tmp_path / "inputs.bin"), str(tmp_path / "outputs.bin")],
+        [str(binary), str(folder / "inputs.bin"), str(folder / "outputs.bin")],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert ran.returncode == 0 and "runtime error" not in ran.stderr, ran.stderr[-4000:]
-    output = (tmp_path / "outputs.bin").read_bytes()
+    output = (folder / "outputs.bin").read_bytes()
     offset, found = 0, []
     rows = nvcc_corpus.ROWS
     for kernel in kernels:
@@ -139,4 +143,20 @@ def test_rendered_cuda_runs_on_the_host_like_the_cpu(tmp_path: Path) -> None:
         offset += rows
         found += nvcc_corpus.mismatches(kernel, values, valid)
     assert offset == len(output)
+    return found
+
+
+def test_rendered_cuda_runs_on_the_host_like_the_cpu(tmp_path: Path) -> None:
+    found = host_mismatches(nvcc_corpus.corpus(), tmp_path)
     assert not found, "\n".join(map(str, found))
+
+
+def test_random_expressions_run_on_the_host_like_the_cpu(tmp_path, request, fuzz_summary):
+    """Random numeric expressions (a fresh seed each run, or --fuzz-seed; printed at the end
+    of the run) over the corpus's edge rows: the CUDA mangonel renders gives the CPU
+    evaluator's value in every row, with no undefined behaviour on any path."""
+    seed = request.config.getoption("--fuzz-seed") or random.SystemRandom().randrange(2**31)
+    fuzz_summary.append(f"host CUDA expressions: seed {seed} (--fuzz-seed={seed} replays it)")
+    expressions = nvcc_corpus.random_corpus(random.Random(seed), 150)
+    found = host_mismatches(expressions, tmp_path)
+    assert not found, (seed, "\n".join(map(str, found)))

@@ -8,6 +8,7 @@ equal the CPU renderer's.
 from __future__ import annotations
 
 import math
+import random
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import sqlglot
+from random_expressions import random_expression
 from sqlglot import exp
 from test_expressions import ENV as EXPRESSION_ENV
 
@@ -181,6 +183,12 @@ def corpus() -> list[exp.Expression]:
         + cases
         + deep
     )
+
+
+def random_corpus(rng: random.Random, count: int) -> list[exp.Expression]:
+    """`count` random numeric expressions over the numeric columns (`random_expressions`)."""
+    columns = ["i", "l", "d", "f"]
+    return [parse(random_expression(rng, columns)) for _ in range(count)]
 
 
 @dataclass
@@ -416,11 +424,11 @@ def mismatches(kernel: Kernel, values: list, valid: list) -> list[tuple]:
     return found
 
 
-@pytest.mark.gpu
-def test_gpu_results_equal_cpu_results(compiled) -> None:
+def gpu_mismatches(expressions: list[exp.Expression]) -> list[tuple]:
+    """Each expression's kernel (build_source) compiled as the runtime compiles its modules
+    and run on the GPU over the corpus's rows: every row that differs from the CPU's."""
     cupy = pytest.importorskip("cupy")
-    _, kernels = compiled
-    source, _ = build_source(corpus())
+    source, kernels = build_source(expressions)
     module = cupy.RawModule(code=source, options=("-std=c++17", *COMPILE_OPTIONS))
     inputs = [cupy.asarray(array) for values, valid in device_inputs() for array in (values, valid)]
     found = []
@@ -439,4 +447,20 @@ def test_gpu_results_equal_cpu_results(compiled) -> None:
         )
         module.get_function(kernel.name)((1,), (32,), arguments)
         found += mismatches(kernel, out.get().tolist(), out_valid.get().tolist())
+    return found
+
+
+@pytest.mark.gpu
+def test_gpu_results_equal_cpu_results(compiled) -> None:
+    found = gpu_mismatches(corpus())
     assert not found, "\n".join(map(str, found))
+
+
+@pytest.mark.gpu
+def test_random_expressions_on_the_gpu_equal_cpu_results(request, fuzz_summary) -> None:
+    """tests/test_expressions_host.py's random expressions (a fresh seed, or --fuzz-seed),
+    run on the device: its math, its float conversions and the compiler's options."""
+    seed = request.config.getoption("--fuzz-seed") or random.SystemRandom().randrange(2**31)
+    fuzz_summary.append(f"GPU expressions: seed {seed} (--fuzz-seed={seed} replays it)")
+    found = gpu_mismatches(random_corpus(random.Random(seed), 200))
+    assert not found, (seed, "\n".join(map(str, found)))

@@ -10,6 +10,7 @@ import random
 
 import pyarrow as pa
 import pytest
+from random_expressions import random_expression
 from spark_harness import file_stream, run_to_memory, write_micro_batches
 
 import mangonel as mg
@@ -143,39 +144,6 @@ def test_generated_spark_sql_never_raises_and_equals_standalone(spark):
     _assert_spark_evaluates_as_standalone(spark, edge_rows(), EXPRESSIONS)
 
 
-def _random_expression(rng: random.Random, depth: int = 0) -> str:
-    """A numeric expression over i (INT), b (BIGINT) and d (DOUBLE) of the forms mangonel
-    renders for Spark."""
-    if depth > 3 or rng.random() < 0.3:
-        return rng.choice(
-            ["i", "b", "d", "i", "b", "d", "0", "1", "-1", "7", "2147483647"]
-            + ["3000000000", "0.5", "2.5E0", "1.1", "-0.0"]
-        )
-
-    def inner() -> str:
-        return _random_expression(rng, depth + 1)
-
-    form = rng.randrange(13)
-    if form < 4:
-        return f"({inner()} {rng.choice(['+', '-', '*', '/', '%'])} {inner()})"
-    if form == 4:
-        return f"(- {inner()})"
-    if form == 5:
-        return f"CAST({inner()} AS {rng.choice(['INT', 'BIGINT', 'DOUBLE', 'FLOAT'])})"
-    if form in (6, 11):  # no LN, EXP or POWER: the platform's, Spark's may differ in a bit
-        return f"{rng.choice(['ABS', 'FLOOR', 'CEIL', 'SIGN', 'SQRT'])}({inner()})"
-    if form == 7:
-        return f"ROUND({inner()}, {rng.choice([0, 1, -1, 2])})"
-    if form == 8:
-        return f"{rng.choice(['GREATEST', 'LEAST', 'COALESCE'])}({inner()}, {inner()})"
-    if form == 9:
-        return f"IF({inner()} {rng.choice(['<', '=', '>='])} {inner()}, {inner()}, {inner()})"
-    if form == 12:
-        whens = " ".join(f"WHEN {inner()} THEN {inner()}" for _ in range(rng.randint(1, 2)))
-        return f"CASE {inner()} {whens} ELSE {inner()} END"
-    return f"CASE WHEN {inner()} IS NULL THEN {inner()} ELSE {inner()} END"
-
-
 def test_random_expressions_spark_evaluates_as_standalone(spark, request, fuzz_summary):
     """Random expressions (a fresh seed each run, or --fuzz-seed; the seed is printed at the
     end of the run) over the edge rows and random rows of edge values: the SQL mangonel
@@ -195,7 +163,8 @@ def test_random_expressions_spark_evaluates_as_standalone(spark, request, fuzz_s
             "d": pa.array([rng.choice(pools["d"]) for _ in range(24)], pa.float64()),
         }
     )
-    texts = [_random_expression(rng) for _ in range(40)]  # every form plans: all numeric
+    columns = ["i", "b", "d", "i", "b", "d"]
+    texts = [random_expression(rng, columns) for _ in range(40)]  # all numeric: every one plans
     _assert_spark_evaluates_as_standalone(spark, pa.concat_tables([edges, drawn]), texts, seed)
 
 

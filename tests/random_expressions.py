@@ -1,0 +1,43 @@
+"""Random numeric SQL expressions for differential tests (a fresh seed each run): the
+standalone evaluator against the SQL mangonel renders for Spark (tests/spark/
+test_spark_numeric.py) and against the CUDA it renders, compiled for the host and the GPU
+(tests/test_expressions_host.py, tests/test_expressions_nvcc.py).
+
+No LN, EXP or POWER: they are the platform's (docs/semantics.md) and may differ in a bit."""
+
+from __future__ import annotations
+
+import random
+
+LITERALS = ["0", "1", "-1", "7", "2147483647", "3000000000", "0.5", "2.5E0", "1.1", "-0.0"]
+
+
+def random_expression(rng: random.Random, columns: list[str], depth: int = 0) -> str:
+    """A numeric expression over `columns` (numeric columns; a name listed twice is drawn
+    twice as often) of every form mangonel compiles: arithmetic, casts, the numeric
+    functions, GREATEST/LEAST/COALESCE, IF and both CASE forms."""
+    if depth > 3 or rng.random() < 0.3:
+        return rng.choice(columns + LITERALS)
+
+    def inner() -> str:
+        return random_expression(rng, columns, depth + 1)
+
+    form = rng.randrange(13)
+    if form < 4:
+        return f"({inner()} {rng.choice(['+', '-', '*', '/', '%'])} {inner()})"
+    if form == 4:
+        return f"(- {inner()})"
+    if form == 5:
+        return f"CAST({inner()} AS {rng.choice(['INT', 'BIGINT', 'DOUBLE', 'FLOAT'])})"
+    if form in (6, 11):
+        return f"{rng.choice(['ABS', 'FLOOR', 'CEIL', 'SIGN', 'SQRT'])}({inner()})"
+    if form == 7:
+        return f"ROUND({inner()}, {rng.choice([0, 1, -1, 2])})"
+    if form == 8:
+        return f"{rng.choice(['GREATEST', 'LEAST', 'COALESCE'])}({inner()}, {inner()})"
+    if form == 9:
+        return f"IF({inner()} {rng.choice(['<', '=', '>='])} {inner()}, {inner()}, {inner()})"
+    if form == 12:
+        whens = " ".join(f"WHEN {inner()} THEN {inner()}" for _ in range(rng.randint(1, 2)))
+        return f"CASE {inner()} {whens} ELSE {inner()} END"
+    return f"CASE WHEN {inner()} IS NULL THEN {inner()} ELSE {inner()} END"
