@@ -86,6 +86,7 @@ EXPRESSIONS = [
     # (1 standalone, 0 inside Spark for i = 2147483647 before the CASE became x = v)
     "CASE CAST(i AS FLOAT) WHEN i - 1 THEN 1 ELSE 0 END",
     "CASE i - 1 WHEN 0 THEN 2 WHEN CAST(i AS FLOAT) THEN 1 ELSE 0 END",
+    "CASE CASE CAST(i AS FLOAT) WHEN i - 1 THEN 1 ELSE 0 END WHEN 1 THEN 5 ELSE 6 END",
 ]
 
 

@@ -264,8 +264,9 @@ def _searched_cases(expression: exp.Expression) -> exp.Expression:
     """`expression` with each `CASE x WHEN v THEN ...` written `CASE WHEN x = v THEN ...`:
     mangonel compares x with each v on its own (as `x = v`), and an equality is where the
     FLOAT rule below can reach an integer operand (x is shared by every WHEN, so it could not
-    be cast for one of them). x is repeated; expressions have no side effects."""
-    for case in list(expression.find_all(exp.Case)):
+    be cast for one of them). x is repeated; expressions have no side effects. Innermost
+    first: a CASE inside x is rewritten before x is copied into each WHEN."""
+    for case in reversed(list(expression.find_all(exp.Case))):
         subject = case.args.get("this")
         if subject is None:
             continue
