@@ -284,8 +284,7 @@ def _integers_as_float(
     nodes' types: under ANSI (Spark 4's default) Spark widens FLOAT and an integer to
     DOUBLE, so `CAST(x AS FLOAT) % i` kept i exact inside Spark and rounded it standalone."""
     expression = _searched_cases(expression.copy())
-    types = annotate_types(expression, env).types
-    changed = False
+    types = dict(annotate_types(expression, env).types)
     integers = (SqlType.INT, SqlType.BIGINT)
     for node in reversed(list(expression.walk())):  # operands before their operation
         if not isinstance(node, _SHARED_OPERAND_TYPE):
@@ -296,10 +295,13 @@ def _integers_as_float(
             continue
         for operand in operands:
             if types.get(id(operand)) in integers:
-                operand.replace(exp.Cast(this=operand.copy(), to=exp.DataType.build("FLOAT")))
-                changed = True
-    # the casts are new nodes: typed again only where there are some
-    return expression, annotate_types(expression, env).types if changed else types
+                # the operand itself moves under the cast (its type stays known); typing the
+                # tree again would refuse a cast literal in an IN list
+                cast = exp.Cast(to=exp.DataType.build("FLOAT"))
+                operand.replace(cast)
+                cast.set("this", operand)
+                types[id(cast)] = SqlType.FLOAT
+    return expression, types
 
 
 def _render(
