@@ -15,7 +15,8 @@ LITERALS = ["0", "1", "-1", "7", "2147483647", "3000000000", "0.5", "2.5E0", "1.
 def random_expression(rng: random.Random, columns: list[str], depth: int = 0) -> str:
     """A numeric expression over `columns` (numeric columns; a name listed twice is drawn
     twice as often) of every form mangonel compiles: arithmetic, casts, the numeric
-    functions, GREATEST/LEAST/COALESCE, IF and both CASE forms."""
+    functions, GREATEST/LEAST/COALESCE, IF and both CASE forms (conditions from
+    `random_predicate`)."""
     if depth > 3 or rng.random() < 0.3:
         return rng.choice(columns + LITERALS)
 
@@ -36,8 +37,32 @@ def random_expression(rng: random.Random, columns: list[str], depth: int = 0) ->
     if form == 8:
         return f"{rng.choice(['GREATEST', 'LEAST', 'COALESCE'])}({inner()}, {inner()})"
     if form == 9:
-        return f"IF({inner()} {rng.choice(['<', '=', '>='])} {inner()}, {inner()}, {inner()})"
+        return f"IF({random_predicate(rng, columns, depth + 1)}, {inner()}, {inner()})"
     if form == 12:
         whens = " ".join(f"WHEN {inner()} THEN {inner()}" for _ in range(rng.randint(1, 2)))
         return f"CASE {inner()} {whens} ELSE {inner()} END"
-    return f"CASE WHEN {inner()} IS NULL THEN {inner()} ELSE {inner()} END"
+    condition = random_predicate(rng, columns, depth + 1)
+    return f"CASE WHEN {condition} THEN {inner()} ELSE {inner()} END"
+
+
+def random_predicate(rng: random.Random, columns: list[str], depth: int = 0) -> str:
+    """A BOOLEAN expression over numeric ones: comparisons, IS [NOT] NULL, BETWEEN, IN and
+    AND/OR/NOT over them (three-valued: NULL operands included)."""
+
+    def value() -> str:
+        return random_expression(rng, columns, depth + 1)
+
+    form = rng.randrange(8)
+    if form < 3:
+        return f"({value()} {rng.choice(['<', '<=', '=', '<>', '>', '>='])} {value()})"
+    if form == 3:
+        return f"({value()} IS {rng.choice(['', 'NOT '])}NULL)"
+    if form == 4:
+        return f"({value()} {rng.choice(['', 'NOT '])}BETWEEN {value()} AND {value()})"
+    if form == 5:
+        listed = ", ".join(rng.sample(LITERALS + ["NULL"], rng.randint(1, 3)))
+        return f"({value()} {rng.choice(['', 'NOT '])}IN ({listed}))"
+    if depth > 3 or form == 6:
+        return f"(NOT {random_predicate(rng, columns, depth + 1)})"
+    left, right = (random_predicate(rng, columns, depth + 1) for _ in range(2))
+    return f"({left} {rng.choice(['AND', 'OR'])} {right})"

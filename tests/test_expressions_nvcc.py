@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import sqlglot
-from random_expressions import random_expression
+from random_expressions import random_expression, random_predicate
 from sqlglot import exp
 from test_expressions import ENV as EXPRESSION_ENV
 
@@ -186,9 +186,11 @@ def corpus() -> list[exp.Expression]:
 
 
 def random_corpus(rng: random.Random, count: int) -> list[exp.Expression]:
-    """`count` random numeric expressions over the numeric columns (`random_expressions`)."""
+    """`count` random expressions over the numeric columns (`random_expressions`), one in
+    four a predicate."""
     columns = ["i", "l", "d", "f"]
-    return [parse(random_expression(rng, columns)) for _ in range(count)]
+    draw = [random_expression] * 3 + [random_predicate]
+    return [parse(rng.choice(draw)(rng, columns)) for _ in range(count)]
 
 
 @dataclass

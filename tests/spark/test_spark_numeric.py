@@ -10,7 +10,7 @@ import random
 
 import pyarrow as pa
 import pytest
-from random_expressions import random_expression
+from random_expressions import random_expression, random_predicate
 from spark_harness import file_stream, run_to_memory, write_micro_batches
 
 import mangonel as mg
@@ -168,7 +168,8 @@ def test_random_expressions_spark_evaluates_as_standalone(spark, request, fuzz_s
         }
     )
     columns = ["i", "b", "d", "i", "b", "d"]
-    texts = [random_expression(rng, columns) for _ in range(40)]  # all numeric: every one plans
+    draw = [random_expression] * 3 + [random_predicate]  # every one plans
+    texts = [rng.choice(draw)(rng, columns) for _ in range(40)]
     _assert_spark_evaluates_as_standalone(spark, pa.concat_tables([edges, drawn]), texts, seed)
 
 
