@@ -414,6 +414,13 @@ class _Binder:
             names += ["window_start", "window_end"]
         return f"columns of {self.stream.name}: " + ", ".join(names)
 
+    def _unknown_column_hint(self, column: exp.Column, clause: str) -> str:
+        """The hint of an unknown column: the names it could have been (the window bounds
+        where SELECT and HAVING can read them), after a word on double quotes if it had
+        them."""
+        names = self._column_names_hint(with_bounds=clause in ("SELECT", "HAVING"))
+        return f"{double_quote_hint(column)}{names}"
+
     def _resolve_column(self, column: exp.Column, clause: str) -> exp.Expression:
         """A schema column (resolved), a WindowBound, or (HAVING) a SELECT alias."""
         if column.args.get("db") or column.args.get("catalog"):
@@ -447,11 +454,10 @@ class _Binder:
             return copy_position(WindowBound(this=bound), column)
         if clause == "HAVING" and not qualifier and name.lower() in self.outputs_by_alias:
             return self.outputs_by_alias[name.lower()].copy()
-        hint = self._column_names_hint(with_bounds=clause in ("SELECT", "HAVING"))
         raise _error(
             f"unknown column {name!r} in stream {self.stream.name!r}",
             column,
-            f"{double_quote_hint(column)}{hint}",
+            self._unknown_column_hint(column, clause),
             error_class=CatalogError,
         )
 

@@ -443,11 +443,10 @@ class JoinBinder(_Binder):
                 return self.outputs_by_alias[name.lower()].copy()
             owners = [side for side in self.sides if side.schema.find(name) is not None]
             if not owners:
-                hint = self._column_names_hint(with_bounds=clause in ("SELECT", "HAVING"))
                 raise _error(
                     f"unknown column {name!r}",
                     column,
-                    f"{double_quote_hint(column)}{hint}",
+                    self._unknown_column_hint(column, clause),
                     error_class=CatalogError,
                 )
             spelled = " or ".join(f"{side.alias}.{name}" for side in owners)

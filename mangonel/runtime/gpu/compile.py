@@ -37,11 +37,9 @@ def cache_directory() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "mangonel"
 
 
-def nvcc_command(
-    source_path: Path, output_path: Path, *, ptx: bool, arch: str, options: tuple[str, ...] = ()
-) -> list[str]:
-    """The nvcc command line that compiles one generated source (`--ptx` or `--cubin`), with
-    extra compiler flags `options` (the modules': `codegen.COMPILE_OPTIONS`)."""
+def nvcc_command(source_path: Path, output_path: Path, *, ptx: bool, arch: str) -> list[str]:
+    """The nvcc command line that compiles one generated source (`--ptx` or `--cubin`) with
+    `codegen.COMPILE_OPTIONS`."""
     kind = "--ptx" if ptx else "--cubin"
     return [
         "nvcc",
@@ -51,7 +49,7 @@ def nvcc_command(
         "-std=c++17",
         "-diag-suppress",
         "177",
-        *options,
+        *COMPILE_OPTIONS,
         "-o",
         str(output_path),
         str(source_path),
@@ -136,7 +134,7 @@ def _build(generated: GeneratedModule) -> Any:
         source_path.write_text(generated.source)
         partial = cubin.with_suffix(f".{os.getpid()}.tmp")
         subprocess.run(
-            nvcc_command(source_path, partial, ptx=False, arch=arch, options=COMPILE_OPTIONS),
+            nvcc_command(source_path, partial, ptx=False, arch=arch),
             check=True,
             capture_output=True,
             text=True,

@@ -285,13 +285,13 @@ def _integers_as_float(
     DOUBLE, so `CAST(x AS FLOAT) % i` kept i exact inside Spark and rounded it standalone."""
     expression = _searched_cases(expression.copy())
     types = dict(annotate_types(expression, env).types)
-    integers = (SqlType.INT, SqlType.BIGINT)
+    integers = {SqlType.INT, SqlType.BIGINT}
     for node in reversed(list(expression.walk())):  # operands before their operation
         if not isinstance(node, _SHARED_OPERAND_TYPE):
             continue
         operands = _operands(node)
         kinds = {types.get(id(operand)) for operand in operands}
-        if SqlType.FLOAT not in kinds or SqlType.DOUBLE in kinds or not kinds & set(integers):
+        if SqlType.FLOAT not in kinds or SqlType.DOUBLE in kinds or not kinds & integers:
             continue
         for operand in operands:
             if types.get(id(operand)) in integers:
