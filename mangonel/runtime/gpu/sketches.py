@@ -46,7 +46,7 @@ HLL = "approx_count_distinct"
 # the kernels' hash modes (`sketch_hll.cu.j2` MG_HLL_*: as runtime/cpu/sketch_hll.py's)
 _LONG, _INT, _DOUBLE, _FLOAT = 0, 1, 2, 3
 THREADS = 256
-HISTOGRAM_THREADS = 128
+HISTOGRAM_THREADS = 128  # whole warps: the histograms count a value once per warp
 MAX_BLOCKS = 65_535
 HISTOGRAM_BINS = 64  # the kernel's bins per cell (values 0 .. 65 - p fit for every p >= 4)
 
