@@ -11,7 +11,8 @@ Every method of the driver, operator, kernel, staging and holistic classes liste
 and each function in IMPORTED where the module that imported it calls it, is wrapped with an
 inclusive wall-clock timer (not cProfile, which inflates every small call); per shape, two
 untimed runs of `bench_gpu.run_public_shape` (the public API over ordinary Arrow batches),
-then one timed run, whose pieces print as ms a batch and calls a batch, largest first (the
+then one timed run, whose pieces (and the garbage collector's passes) print as ms a batch and
+calls a batch, largest first (the
 first 28, or MANGONEL_TIMER_LINES), then the device time of the DEVICE_TARGETS calls (CUDA
 events). Times nest (a caller's includes its callees'), and the run counted includes
 `run_public_shape`'s one-batch warm-up. Needs CuPy and a GPU.
@@ -20,6 +21,7 @@ events). Times nest (a caller's includes its callees'), and the run counted incl
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import inspect
 import os
@@ -63,10 +65,14 @@ IMPORTED = [
     ("mangonel.runtime.gpu.state", "parallel_copy"),
     ("mangonel.runtime.gpu.state", "array_with_nulls"),
     ("mangonel.runtime.gpu.pinned", "borrow"),
+    # every read of the sketch kernels (a firing's answer ends in one): the copy and its wait
+    # apart from the rest of `GpuSketches._estimates`
+    ("mangonel.runtime.gpu.sketches", "_host"),
 ]
 # methods whose device work is timed too: CUDA events on the current stream before and after
-# each call (the stream's time between them: the work the call enqueued, and any queued
-# before it that had not finished), summed once the timed run is done
+# each call (the stream's time between them: the work the call enqueued, and any time the
+# stream waits for the call's host side; work queued before the call is done before the
+# first event is), summed once the timed run is done
 DEVICE_TARGETS = (
     [
         ("mangonel.runtime.gpu.holistic", "GpuHolistic", name)
@@ -200,6 +206,23 @@ def report(title: str, tuples: int, seconds: float, count: int, untimed: list[fl
         print(f"   {total / count * 1e3:8.3f} ms/b {calls:7.2f} calls/b  device: {label}")
 
 
+def _collections(phase: str, info: dict[str, int]) -> None:
+    """`gc.callbacks`: the garbage collector's passes in the timed run, as one more piece (a
+    pass inside a timed call is in that call's time too)."""
+    if not TIMING[0]:
+        return
+    label = f"garbage collection (generation {info['generation']})"
+    if phase == "start":
+        COLLECTING[0] = time.perf_counter()
+    elif COLLECTING[0] is not None:
+        TOTALS[label] += time.perf_counter() - COLLECTING[0]
+        CALLS[label] += 1
+        COLLECTING[0] = None
+
+
+COLLECTING: list[float | None] = [None]
+
+
 def timed(run: Callable[[], tuple[float, int, int]]) -> tuple[float, int, int, list[float]]:
     """Two untimed runs, then one timed: (seconds, batches, result rows, untimed seconds)."""
     untimed = [run()[0] for _ in range(2)]
@@ -207,10 +230,12 @@ def timed(run: Callable[[], tuple[float, int, int]]) -> tuple[float, int, int, l
     CALLS.clear()
     EVENTS.clear()
     TIMING[0] = True
+    gc.callbacks.append(_collections)
     try:
         seconds, count, rows = run()
     finally:
         TIMING[0] = False
+        gc.callbacks.remove(_collections)
     return seconds, count, rows, untimed
 
 

@@ -305,9 +305,11 @@ def test_kernel_times_sums_ncu_durations_by_kernel() -> None:
 
 def test_public_timers_count_only_the_timed_run_and_parse_harness_shapes(capsys) -> None:
     """benchmarks/gpu_public_timers.py: a wrapped method's time and calls are counted in the
-    timed run only (two untimed runs first), printed per batch; the methods it times on the
-    device exist; harness shapes parse to the pinned-source harness's shapes (`--harness`), a
-    malformed one is refused."""
+    timed run only (two untimed runs first), printed per batch, and so are the garbage
+    collector's passes; the methods it times on the device and the functions it wraps where
+    they are imported exist; harness shapes parse to the pinned-source harness's shapes
+    (`--harness`), a malformed one is refused."""
+    import gc
     import importlib
     import importlib.util
 
@@ -326,15 +328,22 @@ def test_public_timers_count_only_the_timed_run_and_parse_harness_shapes(capsys)
     def run() -> tuple[float, int, int]:
         for _ in range(6):
             piece.work()
+        gc.collect()
         return 0.5, 3, 7  # seconds, batches, result rows
 
     seconds, count, rows, untimed = module.timed(run)
     assert (seconds, count, rows, untimed) == (0.5, 3, 7, [0.5, 0.5])
     assert module.CALLS["Piece.work"] == 6 and not module.TIMING[0]
+    # the timed run's pass (the untimed runs' two are not counted; an automatic one may add)
+    assert 1 <= module.CALLS["garbage collection (generation 2)"] < 3
+    assert module._collections not in gc.callbacks
     module.report("shape", 3_000_000, seconds, count, [6.0, 6.0])
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "== shape: untimed [6.0, 6.0] M/s; timed 6.0 M/s, 166.667 ms/batch"
-    assert printed[1].split()[2:4] == ["2.00", "calls/b"] and printed[1].endswith("Piece.work")
+    work = [line for line in printed if line.endswith("Piece.work")]
+    assert len(work) == 1 and work[0].split()[2:4] == ["2.00", "calls/b"]
+    for module_name, name in module.IMPORTED:
+        assert callable(getattr(importlib.import_module(module_name), name)), (module_name, name)
     for module_name, class_name, name in module.DEVICE_TARGETS:  # each names a method
         owner = getattr(importlib.import_module(module_name), class_name)
         assert callable(getattr(owner, name)), (module_name, class_name, name)
