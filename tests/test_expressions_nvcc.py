@@ -61,6 +61,8 @@ CORPUS_SQL = [
     "l + -9223372036854775808",
     "d * 1e300",
     "d * 3 - 0.3",  # 5.55e-17 for d = 0.1 rounded twice, 2.78e-17 as one fused multiply-add
+    "l IN (9223372036854775806, 0.5)",  # one type for the value and every item: DOUBLE
+    "f BETWEEN 0.5 AND l",  # each bound its own: f >= 0.5 in DOUBLE, f <= l in FLOAT
     # comparisons
     "i = l",
     "d <> f",

@@ -74,6 +74,17 @@ CASES = {
         "MAX(x * 3 - 0.3) AS m, COUNT(CASE WHEN x * 3 - 0.3 > 4E-17 THEN 1 END) AS c",
         [{"m": 5.551115123125783e-17, "c": 1}, {"m": 0.3000000000000001, "c": 2}],
     ),
+    # IN compares the value and every item in one type, their common one (Spark's rule): with
+    # a DOUBLE item, 2^63 - 1 and 2^63 - 2 are the same DOUBLE; BETWEEN meets each bound on
+    # its own (x >= low AND x <= high): x <= 2^63 - 2 stays a BIGINT comparison
+    "in-takes-one-type-between-each-bound-its-own": (
+        "BIGINT",
+        [[INT64_MAX], [INT64_MAX - 2]],
+        "COUNT(CASE WHEN x IN (9223372036854775806, 0.5) THEN 1 END) AS i, "
+        "COUNT(CASE WHEN x IN (9223372036854775806, 1) THEN 1 END) AS e, "
+        "COUNT(CASE WHEN x BETWEEN 0.5 AND 9223372036854775806 THEN 1 END) AS b",
+        [{"i": 1, "e": 0, "b": 0}, {"i": 1, "e": 0, "b": 1}],
+    ),
     "division-and-modulo-by-zero-are-null": (
         "BIGINT",
         [[4, 0, 6], [0]],

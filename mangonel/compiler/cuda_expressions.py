@@ -447,13 +447,18 @@ def _cuda_string_operand(r: _CudaRenderer, node: exp.Expression) -> CudaValue:
 
 
 def _cuda_compare(
-    r: _CudaRenderer, kind: type[exp.Expression], left: exp.Expression, right: exp.Expression
+    r: _CudaRenderer,
+    kind: type[exp.Expression],
+    left: exp.Expression,
+    right: exp.Expression,
+    among: list[exp.Expression] | None = None,
 ) -> CudaValue:
-    """`left <kind> right` for kind in EQ, NEQ, LT, LTE, GT, GTE."""
+    """`left <kind> right` for kind in EQ, NEQ, LT, LTE, GT, GTE, in the common type of
+    `among` (IN: the value and every item) or of the two."""
     if kind is exp.NEQ:
-        equal = _cuda_compare(r, exp.EQ, left, right)
+        equal = _cuda_compare(r, exp.EQ, left, right, among)
         return CudaValue(_c_not(equal.value), equal.valid, SqlType.BOOLEAN)
-    operand_type = comparison_type(r.annotation, [left, right])
+    operand_type = comparison_type(r.annotation, among or [left, right])
     if operand_type is None:
         return r.null(SqlType.BOOLEAN)
     if operand_type is SqlType.STRING:
@@ -498,8 +503,9 @@ def _cuda_between(r: _CudaRenderer, node: exp.Between) -> CudaValue:
 
 def _cuda_in(r: _CudaRenderer, node: exp.In) -> CudaValue:
     result = None
+    among = [node.this, *node.expressions]  # one type for all (Spark's IN)
     for item in node.expressions:
-        matches = _cuda_compare(r, exp.EQ, node.this, item)  # node.this renders once
+        matches = _cuda_compare(r, exp.EQ, node.this, item, among)  # node.this renders once
         result = matches if result is None else _c_kleene_or(r.share(result), matches)
     return result
 

@@ -320,12 +320,17 @@ _CPU_COMPARISONS: dict[type[exp.Expression], tuple[Callable, Callable, bool]] = 
 
 
 def _cpu_compare(
-    r: _CpuRenderer, kind: type[exp.Expression], left: exp.Expression, right: exp.Expression
+    r: _CpuRenderer,
+    kind: type[exp.Expression],
+    left: exp.Expression,
+    right: exp.Expression,
+    among: list[exp.Expression] | None = None,
 ) -> pa.Array:
-    """`left <kind> right` for kind in EQ, NEQ, LT, LTE, GT, GTE."""
+    """`left <kind> right` for kind in EQ, NEQ, LT, LTE, GT, GTE, in the common type of
+    `among` (IN: the value and every item) or of the two."""
     if kind is exp.NEQ:
-        return pc.invert(_cpu_compare(r, exp.EQ, left, right))
-    operand_type = comparison_type(r.annotation, [left, right])
+        return pc.invert(_cpu_compare(r, exp.EQ, left, right, among))
+    operand_type = comparison_type(r.annotation, among or [left, right])
     if operand_type is None:
         return r.nulls(SqlType.BOOLEAN)
     if operand_type is SqlType.STRING:
@@ -350,8 +355,9 @@ def _cpu_between(r: _CpuRenderer, node: exp.Between) -> pa.Array:
 
 def _cpu_in(r: _CpuRenderer, node: exp.In) -> pa.Array:
     result = None
+    among = [node.this, *node.expressions]  # one type for all (Spark's IN)
     for item in node.expressions:
-        matches = _cpu_compare(r, exp.EQ, node.this, item)
+        matches = _cpu_compare(r, exp.EQ, node.this, item, among)
         result = matches if result is None else pc.or_kleene(result, matches)
     return result
 

@@ -14,7 +14,8 @@ query, so no generated form can raise:
   fold away inside a cast to DOUBLE (it did: the FLOAT rounding was lost), and an integer
   operand of an operation mangonel computes in FLOAT gets that cast explicitly (under ANSI
   Spark widens FLOAT and an integer to DOUBLE); `CASE x WHEN v` is written `CASE WHEN x = v`
-  so that the rule reaches each comparison;
+  and a BETWEEN over a FLOAT and an integer `(x >= low AND x <= high)` so that the rule
+  reaches each comparison;
 - integer `+`, `-`, `*`, unary `-`, ABS and ROUND to a negative scale wrap around in two's
   complement: INT operands are computed exactly in BIGINT and the low 32 bits kept
   (`shiftleft`/`shiftright` never raise); BIGINT operands are computed exactly in
@@ -276,6 +277,34 @@ def _searched_cases(expression: exp.Expression) -> exp.Expression:
     return expression
 
 
+def _bounds_apart(
+    expression: exp.Expression, types: Mapping[int, SqlType | None]
+) -> exp.Expression | None:
+    """`expression` with each `x BETWEEN low AND high` over a FLOAT and an integer written
+    `(x >= low AND x <= high)`, or None where there is none. x meets each bound on its own
+    (standalone and in Spark's own rewrite of BETWEEN), so the FLOAT rule below must reach each
+    comparison apart: as one group, a DOUBLE bound kept an integer bound from its FLOAT cast
+    (found by the random predicates, seed 306461054)."""
+    integers = {SqlType.INT, SqlType.BIGINT}
+    found = False
+    for node in list(expression.find_all(exp.Between)):
+        kinds = {types.get(id(operand)) for operand in _operands(node)}
+        if SqlType.FLOAT not in kinds or not kinds & integers:
+            continue
+        subject, low, high = node.this, node.args["low"], node.args["high"]
+        apart = exp.And(
+            this=exp.GTE(this=subject.copy(), expression=low),
+            expression=exp.LTE(this=subject, expression=high),
+        )
+        grouped = exp.Paren(this=apart)
+        if node is expression:
+            expression = grouped
+        else:
+            node.replace(grouped)
+        found = True
+    return expression if found else None
+
+
 def _integers_as_float(
     expression: exp.Expression, env: TypeEnv
 ) -> tuple[exp.Expression, Mapping[int, SqlType | None]]:
@@ -285,6 +314,10 @@ def _integers_as_float(
     DOUBLE, so `CAST(x AS FLOAT) % i` kept i exact inside Spark and rounded it standalone."""
     expression = _searched_cases(expression.copy())
     types = dict(annotate_types(expression, env).types)
+    apart = _bounds_apart(expression, types)
+    if apart is not None:  # no casts yet: the tree types again
+        expression = apart
+        types = dict(annotate_types(expression, env).types)
     integers = {SqlType.INT, SqlType.BIGINT}
     for node in reversed(list(expression.walk())):  # operands before their operation
         if not isinstance(node, _SHARED_OPERAND_TYPE):
