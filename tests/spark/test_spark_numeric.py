@@ -95,6 +95,8 @@ EXPRESSIONS = [
     # the random predicates, seed 306461054)
     "ROUND(CAST(LEAST(d, 2147483647) AS FLOAT), 0) BETWEEN -1.0 AND CAST(2147483647 AS BIGINT)",
     "i BETWEEN CAST(d AS FLOAT) AND 16777216",
+    "CAST(CASE WHEN i BETWEEN CAST(d AS FLOAT) AND 16777216 THEN i ELSE 2 END AS FLOAT) "
+    "BETWEEN -1.0 AND CAST(2147483647 AS BIGINT)",
     # IN compares in the common type of the value and all items, as Spark does (the standalone
     # evaluators compared each item on its own: b = 2^63 - 1 matched inside Spark only)
     "b IN (9223372036854775806, 0.5)",

@@ -287,7 +287,9 @@ def _bounds_apart(
     (found by the random predicates, seed 306461054)."""
     integers = {SqlType.INT, SqlType.BIGINT}
     found = False
-    for node in list(expression.find_all(exp.Between)):
+    # innermost first (descendants after ancestors breadth-first): one inside an x is
+    # rewritten before x is copied
+    for node in reversed(list(expression.find_all(exp.Between))):
         kinds = {types.get(id(operand)) for operand in _operands(node)}
         if SqlType.FLOAT not in kinds or not kinds & integers:
             continue
