@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 LITERALS = ["0", "1", "-1", "7", "2147483647", "3000000000", "0.5", "2.5E0", "1.1", "-0.0"]
 
 
@@ -66,3 +68,18 @@ def random_predicate(rng: random.Random, columns: list[str], depth: int = 0) -> 
         return f"(NOT {random_predicate(rng, columns, depth + 1)})"
     left, right = (random_predicate(rng, columns, depth + 1) for _ in range(2))
     return f"({left} {rng.choice(['AND', 'OR'])} {right})"
+
+
+def random_sql(rng: random.Random, columns: list[str], count: int) -> list[str]:
+    """`count` random numeric expressions over `columns`, one in four a predicate (every one
+    plans: all are numeric or BOOLEAN)."""
+    draw = [random_expression] * 3 + [random_predicate]
+    return [rng.choice(draw)(rng, columns) for _ in range(count)]
+
+
+def run_seed(request: pytest.FixtureRequest, fuzz_summary: list[str], label: str) -> int:
+    """This run's seed: --fuzz-seed, or a fresh one; printed at the end of the test run
+    (`fuzz_summary`) with the option that replays it."""
+    seed = request.config.getoption("--fuzz-seed") or random.SystemRandom().randrange(2**31)
+    fuzz_summary.append(f"{label}: seed {seed} (--fuzz-seed={seed} replays it)")
+    return seed

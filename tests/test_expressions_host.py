@@ -26,6 +26,7 @@ from mangonel.catalog.types import TYPE_INFO
 
 sys.path.insert(0, str(Path(__file__).parent))
 import test_expressions_nvcc as nvcc_corpus  # noqa: E402
+from random_expressions import run_seed  # noqa: E402
 
 HOST_PRELUDE = r"""
 #include <cmath>
@@ -155,8 +156,7 @@ def test_random_expressions_run_on_the_host_like_the_cpu(tmp_path, request, fuzz
     """Random numeric expressions (a fresh seed each run, or --fuzz-seed; printed at the end
     of the run) over the corpus's edge rows: the CUDA mangonel renders gives the CPU
     evaluator's value in every row, with no undefined behaviour on any path."""
-    seed = request.config.getoption("--fuzz-seed") or random.SystemRandom().randrange(2**31)
-    fuzz_summary.append(f"host CUDA expressions: seed {seed} (--fuzz-seed={seed} replays it)")
+    seed = run_seed(request, fuzz_summary, "host CUDA expressions")
     expressions = nvcc_corpus.random_corpus(random.Random(seed), 150)
     found = host_mismatches(expressions, tmp_path)
     assert not found, (seed, "\n".join(map(str, found)))

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import sqlglot
-from random_expressions import random_expression, random_predicate
+from random_expressions import random_sql, run_seed
 from sqlglot import exp
 from test_expressions import ENV as EXPRESSION_ENV
 
@@ -190,9 +190,7 @@ def corpus() -> list[exp.Expression]:
 def random_corpus(rng: random.Random, count: int) -> list[exp.Expression]:
     """`count` random expressions over the numeric columns (`random_expressions`), one in
     four a predicate."""
-    columns = ["i", "l", "d", "f"]
-    draw = [random_expression] * 3 + [random_predicate]
-    return [parse(rng.choice(draw)(rng, columns)) for _ in range(count)]
+    return [parse(sql) for sql in random_sql(rng, ["i", "l", "d", "f"], count)]
 
 
 @dataclass
@@ -464,7 +462,6 @@ def test_gpu_results_equal_cpu_results(compiled) -> None:
 def test_random_expressions_on_the_gpu_equal_cpu_results(request, fuzz_summary) -> None:
     """tests/test_expressions_host.py's random expressions (a fresh seed, or --fuzz-seed),
     run on the device: its math, its float conversions and the compiler's options."""
-    seed = request.config.getoption("--fuzz-seed") or random.SystemRandom().randrange(2**31)
-    fuzz_summary.append(f"GPU expressions: seed {seed} (--fuzz-seed={seed} replays it)")
+    seed = run_seed(request, fuzz_summary, "GPU expressions")
     found = gpu_mismatches(random_corpus(random.Random(seed), 200))
     assert not found, (seed, "\n".join(map(str, found)))

@@ -10,7 +10,7 @@ import random
 
 import pyarrow as pa
 import pytest
-from random_expressions import random_expression, random_predicate
+from random_expressions import random_sql, run_seed
 from spark_harness import file_stream, run_to_memory, write_micro_batches
 
 import mangonel as mg
@@ -164,8 +164,7 @@ def test_random_expressions_spark_evaluates_as_standalone(spark, request, fuzz_s
     end of the run) over the edge rows and random rows of edge values: the SQL mangonel
     renders for Spark gives the standalone result in every row. Found, when it was written,
     that Spark's optimizer dropped an integer's cast to FLOAT inside a DOUBLE expression."""
-    seed = request.config.getoption("--fuzz-seed") or random.SystemRandom().randrange(2**31)
-    fuzz_summary.append(f"spark expressions: seed {seed} (--fuzz-seed={seed} replays it)")
+    seed = run_seed(request, fuzz_summary, "spark expressions")
     rng = random.Random(seed)
     edges = edge_rows()
     pools = {name: edges[name].to_pylist() + [2, -3, 46341, 1 << 24] for name in ("i", "b")}
@@ -178,9 +177,7 @@ def test_random_expressions_spark_evaluates_as_standalone(spark, request, fuzz_s
             "d": pa.array([rng.choice(pools["d"]) for _ in range(24)], pa.float64()),
         }
     )
-    columns = ["i", "b", "d", "i", "b", "d"]
-    draw = [random_expression] * 3 + [random_predicate]  # every one plans
-    texts = [rng.choice(draw)(rng, columns) for _ in range(40)]
+    texts = random_sql(rng, ["i", "b", "d", "i", "b", "d"], 40)
     _assert_spark_evaluates_as_standalone(spark, pa.concat_tables([edges, drawn]), texts, seed)
 
 
