@@ -277,6 +277,15 @@ def _searched_cases(expression: exp.Expression) -> exp.Expression:
     return expression
 
 
+_INTEGERS = frozenset({SqlType.INT, SqlType.BIGINT})
+
+
+def _float_with_integer(kinds: set[SqlType | None]) -> bool:
+    """Do operands of these types hold a FLOAT and an integer (where the FLOAT rule may
+    apply)?"""
+    return SqlType.FLOAT in kinds and bool(kinds & _INTEGERS)
+
+
 def _bounds_apart(
     expression: exp.Expression, types: Mapping[int, SqlType | None]
 ) -> exp.Expression | None:
@@ -285,13 +294,12 @@ def _bounds_apart(
     (standalone and in Spark's own rewrite of BETWEEN), so the FLOAT rule below must reach each
     comparison apart: as one group, a DOUBLE bound kept an integer bound from its FLOAT cast
     (found by the random predicates, seed 306461054)."""
-    integers = {SqlType.INT, SqlType.BIGINT}
     found = False
     # innermost first (descendants after ancestors breadth-first): one inside an x is
     # rewritten before x is copied
     for node in reversed(list(expression.find_all(exp.Between))):
         kinds = {types.get(id(operand)) for operand in _operands(node)}
-        if SqlType.FLOAT not in kinds or not kinds & integers:
+        if not _float_with_integer(kinds):
             continue
         subject, low, high = node.this, node.args["low"], node.args["high"]
         apart = exp.And(
@@ -320,16 +328,15 @@ def _integers_as_float(
     if apart is not None:  # no casts yet: the tree types again
         expression = apart
         types = dict(annotate_types(expression, env).types)
-    integers = {SqlType.INT, SqlType.BIGINT}
     for node in reversed(list(expression.walk())):  # operands before their operation
         if not isinstance(node, _SHARED_OPERAND_TYPE):
             continue
         operands = _operands(node)
         kinds = {types.get(id(operand)) for operand in operands}
-        if SqlType.FLOAT not in kinds or SqlType.DOUBLE in kinds or not kinds & integers:
+        if not _float_with_integer(kinds) or SqlType.DOUBLE in kinds:
             continue
         for operand in operands:
-            if types.get(id(operand)) in integers:
+            if types.get(id(operand)) in _INTEGERS:
                 # the operand itself moves under the cast (its type stays known); typing the
                 # tree again would refuse a cast literal in an IN list
                 cast = exp.Cast(to=exp.DataType.build("FLOAT"))
