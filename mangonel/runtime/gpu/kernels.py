@@ -37,7 +37,7 @@ from mangonel.compiler import physical as ph
 from mangonel.compiler.holistic import HolisticPlan
 from mangonel.compiler.options import GpuOptions
 from mangonel.compiler.physical import LiftExec, StateField, WindowAggregateExec
-from mangonel.runtime.gpu import device
+from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.gpu.compile import CompileContext, shared_context
 from mangonel.runtime.gpu.holistic import GpuHolistic
 from mangonel.runtime.gpu.keys import GpuKeyMap
@@ -638,7 +638,9 @@ class GpuKernels:
     def sketches(self) -> GpuSketches:
         """APPROX_COUNT_DISTINCT's HLL registers on the device (`runtime.gpu.sketches`)."""
         if self._sketches is None:
-            self._sketches = GpuSketches(device.cupy(), self.compiler.module)
+            self._sketches = GpuSketches(
+                device.cupy(), self.compiler.module, lambda array: pinned.download([array])[0]
+            )
         return self._sketches
 
     def to_host(self, array) -> np.ndarray:

@@ -117,9 +117,13 @@ class GpuSketches:
         self,
         xp: Any,  # noqa: ANN401 - cupy (or a host stand-in in tests)
         module_of: Callable[[GeneratedModule], Any],
+        read: Callable[[Any], np.ndarray] | None = None,
     ) -> None:
         self.xp = xp
         self.module_of = module_of
+        # a firing's answer comes back through `read` (the GPU's: a pinned buffer of the
+        # process's pool, `gpu.pinned`); None: a plain copy into new host memory
+        self.read = read or _host
         self._functions: dict[str, Any] | None = None
 
     def _function(self, role: str) -> Any:  # noqa: ANN401
@@ -363,7 +367,7 @@ class GpuSketches:
                 ),
             )
         columns = (z_inverse, histograms[:, 0].astype(xp.float64), tops.astype(xp.float64), rounded)
-        read = _host(xp.concatenate(columns))
+        read = self.read(xp.concatenate(columns))
         sums, zeros, top = read[:cells], read[cells : 2 * cells], read[2 * cells : 3 * cells]
         estimate = read[3 * cells :].astype(np.int64)
         left = np.flatnonzero(estimate < 0)  # linear counting or Ertl's band: the host's
