@@ -11,10 +11,10 @@ Every method of the driver, operator, kernel, staging and holistic classes liste
 and each function in IMPORTED where the module that imported it calls it, is wrapped with an
 inclusive wall-clock timer (not cProfile, which inflates every small call); per shape, two
 untimed runs of `bench_gpu.run_public_shape` (the public API over ordinary Arrow batches),
-then one timed run, whose pieces (and the garbage collector's passes) print as ms a batch and
-calls a batch, largest first (the
-first 28, or MANGONEL_TIMER_LINES), then the device time of the DEVICE_TARGETS calls (CUDA
-events). Times nest (a caller's includes its callees'), and the run counted includes
+then one timed run, whose pieces (and the garbage collector's passes) print as ms a batch,
+calls a batch and the longest single call, largest first (the first 28, or
+MANGONEL_TIMER_LINES), then the device time of the DEVICE_TARGETS calls (CUDA events). Times
+nest (a caller's includes its callees'), and the run counted includes
 `run_public_shape`'s one-batch warm-up. Needs CuPy and a GPU.
 """
 
@@ -35,6 +35,9 @@ from mangonel.bench_gpu import PublicShape, batches_of, dataset, run_public_shap
 
 TOTALS: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
+# the longest single call: a piece whose total is one slow call (a module loaded at the first
+# firing, a garbage collection) reads apart from one that is slow every batch
+LONGEST: dict[str, float] = defaultdict(float)
 TARGETS = [
     ("mangonel.runtime.local.query", "LocalQuery"),
     ("mangonel.runtime.operators.window", "TimeWindowOperator"),
@@ -66,8 +69,9 @@ IMPORTED = [
     ("mangonel.runtime.gpu.state", "array_with_nulls"),
     ("mangonel.runtime.gpu.pinned", "borrow"),
     # every read of the sketch kernels (a firing's answer ends in one): the copy and its wait
-    # apart from the rest of `GpuSketches._estimates`
+    # apart from the rest of `GpuSketches._estimates`, and the host's finish of the estimates
     ("mangonel.runtime.gpu.sketches", "_host"),
+    ("mangonel.runtime.gpu.sketches", "hll_estimate_of_sums"),
 ]
 # methods whose device work is timed too: CUDA events on the current stream before and after
 # each call (the stream's time between them: the work the call enqueued, and any time the
@@ -109,10 +113,15 @@ def _wrap(owner: type, name: str, function: Callable, label: str) -> None:
         try:
             return function(*arguments, **keywords)
         finally:
-            TOTALS[label] += time.perf_counter() - started
-            CALLS[label] += 1
+            _count(label, time.perf_counter() - started)
 
     setattr(owner, name, timed)
+
+
+def _count(label: str, seconds: float) -> None:
+    TOTALS[label] += seconds
+    CALLS[label] += 1
+    LONGEST[label] = max(LONGEST[label], seconds)
 
 
 def _wrap_device(owner: type, name: str, label: str) -> None:
@@ -193,14 +202,18 @@ def parse_harness(text: str):  # noqa: ANN201 - a gpu_bench.GpuShape
 
 
 def report(title: str, tuples: int, seconds: float, count: int, untimed: list[float]) -> None:
-    """The timed run's pieces, ms a batch and calls a batch, largest first; then device time."""
+    """The timed run's pieces, ms a batch, calls a batch and the longest call, largest first;
+    then device time."""
     lines = int(os.environ.get("MANGONEL_TIMER_LINES", LINES))
     print(
         f"== {title}: untimed {[round(x, 1) for x in untimed]} M/s; "
         f"timed {tuples / seconds / 1e6:.1f} M/s, {seconds / count * 1e3:.3f} ms/batch"
     )
     for label, total in sorted(TOTALS.items(), key=lambda item: -item[1])[:lines]:
-        print(f"   {total / count * 1e3:8.3f} ms/b {CALLS[label] / count:7.2f} calls/b  {label}")
+        print(
+            f"   {total / count * 1e3:8.3f} ms/b {CALLS[label] / count:7.2f} calls/b "
+            f"{LONGEST[label] * 1e3:8.3f} ms longest  {label}"
+        )
     for label, total in sorted(device_totals().items(), key=lambda item: -item[1]):
         calls = len(EVENTS[label]) / count
         print(f"   {total / count * 1e3:8.3f} ms/b {calls:7.2f} calls/b  device: {label}")
@@ -215,8 +228,7 @@ def _collections(phase: str, info: dict[str, int]) -> None:
     if phase == "start":
         COLLECTING[0] = time.perf_counter()
     elif COLLECTING[0] is not None:
-        TOTALS[label] += time.perf_counter() - COLLECTING[0]
-        CALLS[label] += 1
+        _count(label, time.perf_counter() - COLLECTING[0])
         COLLECTING[0] = None
 
 
@@ -228,6 +240,7 @@ def timed(run: Callable[[], tuple[float, int, int]]) -> tuple[float, int, int, l
     untimed = [run()[0] for _ in range(2)]
     TOTALS.clear()
     CALLS.clear()
+    LONGEST.clear()
     EVENTS.clear()
     TIMING[0] = True
     gc.callbacks.append(_collections)

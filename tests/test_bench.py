@@ -305,10 +305,10 @@ def test_kernel_times_sums_ncu_durations_by_kernel() -> None:
 
 def test_public_timers_count_only_the_timed_run_and_parse_harness_shapes(capsys) -> None:
     """benchmarks/gpu_public_timers.py: a wrapped method's time and calls are counted in the
-    timed run only (two untimed runs first), printed per batch, and so are the garbage
-    collector's passes; the methods it times on the device and the functions it wraps where
-    they are imported exist; harness shapes parse to the pinned-source harness's shapes
-    (`--harness`), a malformed one is refused."""
+    timed run only (two untimed runs first), printed per batch with the longest call, and so
+    are the garbage collector's passes; the methods it times on the device and the functions
+    it wraps where they are imported exist; harness shapes parse to the pinned-source
+    harness's shapes (`--harness`), a malformed one is refused."""
     import gc
     import importlib
     import importlib.util
@@ -342,6 +342,10 @@ def test_public_timers_count_only_the_timed_run_and_parse_harness_shapes(capsys)
     assert printed[0] == "== shape: untimed [6.0, 6.0] M/s; timed 6.0 M/s, 166.667 ms/batch"
     work = [line for line in printed if line.endswith("Piece.work")]
     assert len(work) == 1 and work[0].split()[2:4] == ["2.00", "calls/b"]
+    module.LONGEST["Piece.work"] = 0.0125  # the longest single call, in ms
+    module.report("shape", 3_000_000, seconds, count, [6.0, 6.0])
+    longest = [line for line in capsys.readouterr().out.splitlines() if "Piece.work" in line]
+    assert longest[0].split()[4:7] == ["12.500", "ms", "longest"]
     for module_name, name in module.IMPORTED:
         assert callable(getattr(importlib.import_module(module_name), name)), (module_name, name)
     for module_name, class_name, name in module.DEVICE_TARGETS:  # each names a method
