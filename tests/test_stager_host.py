@@ -47,6 +47,12 @@ class _DevicePointer:
         ctypes.memmove(self.buffer.ctypes.data + self.offset, source, nbytes)
         stream.copied += nbytes
 
+    def copy_to_host_async(self, target: int, nbytes: int, stream) -> None:  # noqa: ANN001
+        import ctypes
+
+        assert self.offset + nbytes <= self.buffer.nbytes
+        ctypes.memmove(target, self.buffer.ctypes.data + self.offset, nbytes)
+
 
 class _DeviceArray(np.ndarray):
     @property
@@ -66,6 +72,12 @@ class _Stream:
         pass
 
     def synchronize(self) -> None:
+        pass
+
+    def __enter__(self) -> _Stream:  # CuPy's: the current stream inside the block
+        return self
+
+    def __exit__(self, *exception) -> None:  # noqa: ANN002
         pass
 
 
@@ -133,6 +145,7 @@ class _Cupy:
     def __init__(self) -> None:
         self.pinned: list[tuple[int, int]] = []
         self.pinned_allocations = 0
+        self.stacked = 0  # device reductions gathered (a pinned column's extremes)
         self.current = _Stream()
         error = type("CUDARuntimeError", (Exception,), {})
 
@@ -166,6 +179,10 @@ class _Cupy:
 
     def asarray(self, array: np.ndarray) -> np.ndarray:
         return np.asarray(array)
+
+    def stack(self, arrays) -> _DeviceArray:  # noqa: ANN001
+        self.stacked += 1
+        return np.stack([np.asarray(a) for a in arrays]).view(_DeviceArray)
 
 
 @pytest.fixture
@@ -404,7 +421,7 @@ def test_a_stagers_batches_in_flight_are_bounded(host_cupy, monkeypatch):
     assert np.array_equal(_device_column(extra.result(), 0, 4_000), ts)
 
 
-def test_pinned_columns_are_copied_as_they_are(host_cupy):
+def test_pinned_columns_are_copied_as_they_are(host_cupy, monkeypatch):
     from mangonel.compiler.codegen import InputColumn
 
     rows = 4_000
@@ -426,12 +443,21 @@ def test_pinned_columns_are_copied_as_they_are(host_cupy):
     assert all(not w.narrow for c in staged.chunks for w in c.wires)
     assert np.array_equal(_device_column(staged, 0, rows), pinned[:rows])
     assert np.array_equal(_device_column(staged, 1, rows), pinned[rows:])
-    assert staged.extremes == [None, None]  # none asked for: no pass read them
-    # the event time asked for (`measured`): a parallel pass over the pinned column gives
-    # what Arrow's one-thread min_max would (the range check and the firing read it)
-    pinned[rows // 2] = 1_764_000_000_000_000 - 3
-    measured = stager.stage_later(arrays, columns, 1_000, (True, True), False, 0).result()
-    assert measured.extremes == [(pinned[rows // 2], pinned[rows - 1]), None]
+    assert staged.extremes == [None, None]  # none asked for: nothing read them
+    assert host_cupy.stacked == 0
+    # the event time asked for (`measured`): the device reduces the copied column and its
+    # (min, max) come back through a pinned slot, what Arrow's min_max would give (the range
+    # check and the firing read it); slots are reused, each batch reads its own
+    monkeypatch.setattr(_Event, "done", False)  # the device still busy: nothing ready
+    for smallest in (1_764_000_000_000_000 - 3, 1_764_000_000_000_000 - 9):
+        pinned[rows // 2] = smallest
+        pending = [
+            stager.stage_later(arrays, columns, 1_000, (True, True), True, 0) for _ in range(2)
+        ]
+        assert stager._in_flight == pending  # pinned batches need not wait for each other
+        measured = [batch.result() for batch in pending]
+        assert [m.extremes for m in measured] == [[(smallest, pinned[rows - 1]), None]] * 2
+    assert host_cupy.stacked == 4 and host_cupy.pinned_allocations == 1
 
 
 def test_stage_gives_each_column_in_its_device_type(host_cupy):

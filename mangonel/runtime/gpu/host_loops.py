@@ -277,26 +277,6 @@ def gather_into(source, rows, target, tasks):  # noqa: ANN001, ANN202
             target[i] = source[rows[i]]
 
 
-@numba.njit(parallel=True, nogil=True, cache=True)
-def extremes_into(values, lows, highs, tasks):  # noqa: ANN001, ANN202
-    """lows[t], highs[t]: the min and max of slice t of `values` (`tasks` slices, none
-    empty), block by block so that max reads what min left in the core's cache."""
-    rows = values.shape[0]
-    for task in numba.prange(tasks):
-        first = rows * task // tasks
-        end = rows * (task + 1) // tasks
-        low = values[first]
-        high = values[first]
-        for block in range(first, end, CACHE_BLOCK_ROWS):
-            stop = min(block + CACHE_BLOCK_ROWS, end)
-            for i in range(block, stop):
-                low = min(low, values[i])
-            for i in range(block, stop):
-                high = max(high, values[i])
-        lows[task] = low
-        highs[task] = high
-
-
 def threads_may_overlap() -> bool:
     """Whether numba's threading layer runs parallel loops launched from two threads at
     once (False before any parallel loop has run: the layer is not chosen yet)."""
@@ -322,28 +302,13 @@ def parallel_gather(source: np.ndarray, rows: np.ndarray, threads: int = MAX_THR
     return target
 
 
-def parallel_extremes(values: np.ndarray, threads: int = MAX_THREADS) -> tuple[int, int] | None:
-    """(min, max) of a 1-D integer array, None when it is empty, in parallel slices: Arrow's
-    `min_max` reads a column in one thread (1.8 ms for 2 M event times of a pinned batch on
-    the H100 host, 2026-12-07: half of that batch's time)."""
-    if not len(values):
-        return None
-    tasks = tasks_for(len(values), threads)
-    lows = np.empty(tasks, values.dtype)
-    highs = np.empty(tasks, values.dtype)
-    extremes_into(values, lows, highs, tasks)
-    return int(lows.min()), int(highs.max())
-
-
 __all__ = [
     "CACHE_BLOCK_ROWS",
     "copy_into",
-    "extremes_into",
     "fill_slot",
     "stage_chunks",
     "gather_into",
     "parallel_copy",
-    "parallel_extremes",
     "parallel_gather",
     "tasks_for",
     "threads_may_overlap",
