@@ -1,4 +1,5 @@
-"""Device basics every GPU module uses: lazy CuPy, struct arguments, launch geometry."""
+"""Device basics every GPU module uses: lazy CuPy, struct arguments, launch geometry, the
+alignment of segments in a shared buffer."""
 
 from __future__ import annotations
 
@@ -26,3 +27,9 @@ def fused_grid(n: int, threads: int) -> int:
     """Blocks of the fused pass: four rows per thread, so the status totals cost one set of
     atomics per block."""
     return max(1, min((n + 4 * threads - 1) // (4 * threads), 65_535))
+
+
+def round_up(nbytes: int, alignment: int) -> int:
+    """`nbytes` rounded up to a multiple of `alignment`: where the next segment of a buffer
+    that several arrays share starts."""
+    return (nbytes + alignment - 1) // alignment * alignment

@@ -94,7 +94,7 @@ class GpuJoinKernels:
     @staticmethod
     def _down(array: Any) -> np.ndarray:  # noqa: ANN401
         """A device array on the host through a buffer of the process's pinned pool."""
-        return pinned.download([array])[0]
+        return pinned.download_one(array)
 
     @staticmethod
     def _offsets(counts: Any) -> tuple[Any, int]:  # noqa: ANN401

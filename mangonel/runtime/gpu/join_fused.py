@@ -183,6 +183,11 @@ class DeviceRows:
             kernels._launch("chain_insert", new, *arguments)
         self.size = need
 
+    def matched_to_host(self, side: Any) -> None:  # noqa: ANN401 - a join driver's side
+        """A kept side's matched flags, set on the device, into the driver's rows."""
+        if self.kept and self.size:
+            side.matched.view[...] = pinned.download_one(self.view("matched"))
+
     def view(self, name: str, start: int = 0) -> Any:  # noqa: ANN401
         """The rows from `start` of one array (a contiguous device view)."""
         return self.arrays[name][start : self.size]
@@ -378,9 +383,7 @@ class DeviceJoinCells:
         a snapshot takes them)."""
         self._sync(sides)
         for side in sides:
-            rows = self.rows[side.index]
-            if rows.kept and rows.size:
-                side.matched.view[...] = pinned.download([rows.view("matched")])[0]
+            self.rows[side.index].matched_to_host(side)
 
     # -- firing ---------------------------------------------------------------------------
 

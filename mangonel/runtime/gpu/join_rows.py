@@ -51,10 +51,6 @@ def cp_contiguous(array: Any) -> Any:  # noqa: ANN401
     return device.cupy().ascontiguousarray(array)
 
 
-def _aligned(nbytes: int) -> int:
-    return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
 class PinnedLease:
     """A buffer of the process's pinned pool (`gpu.pinned`) lent to Arrow buffers (their
     `base`): when the last buffer over it is released, it goes back to the pool."""
@@ -240,9 +236,7 @@ class DeviceJoinRows:
         a snapshot takes them)."""
         self._sync(sides)
         for side in sides:
-            rows = self.rows[side.index]
-            if rows.kept and rows.size:
-                side.matched.view[...] = pinned.download([rows.view("matched")])[0]
+            self.rows[side.index].matched_to_host(side)
 
     # -- firing ---------------------------------------------------------------------------
 
@@ -342,7 +336,8 @@ class DeviceJoinRows:
                 values = cp.packbits(values, bitorder="little")
             segments.append((cp.ascontiguousarray(values), bitmap, nulls))
         total = sum(
-            _aligned(int(d.nbytes)) + (0 if b is None else _aligned(int(b.nbytes)))
+            device.round_up(int(d.nbytes), _ALIGN)
+            + (0 if b is None else device.round_up(int(b.nbytes), _ALIGN))
             for d, b, _ in (s for s in segments if not isinstance(s, pa.Array))
         )
         block = lease(total)
@@ -353,7 +348,7 @@ class DeviceJoinRows:
             nbytes = int(array.nbytes)
             array.get(out=block.host[offset : offset + nbytes].view(array.dtype))
             buffer = block.buffer(offset, nbytes)
-            offset += _aligned(nbytes)
+            offset += device.round_up(nbytes, _ALIGN)
             return buffer
 
         arrays = []

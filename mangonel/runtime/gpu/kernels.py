@@ -638,9 +638,7 @@ class GpuKernels:
     def sketches(self) -> GpuSketches:
         """APPROX_COUNT_DISTINCT's HLL registers on the device (`runtime.gpu.sketches`)."""
         if self._sketches is None:
-            self._sketches = GpuSketches(
-                device.cupy(), self.compiler.module, lambda array: pinned.download([array])[0]
-            )
+            self._sketches = GpuSketches(device.cupy(), self.compiler.module, pinned.download_one)
         return self._sketches
 
     def to_host(self, array) -> np.ndarray:

@@ -20,6 +20,8 @@ import numpy as np
 
 from mangonel.runtime.gpu import device
 
+_ALIGN = 64  # bytes: each array's place in a buffer that several share starts aligned
+
 MIN_BYTES = 1 << 20
 KEEP = 8  # free buffers kept; beyond that the smallest go back to CuPy
 # a borrower waits on a busy buffer only when this many of the size are already busy: chunk
@@ -110,7 +112,7 @@ def download(arrays: list[Any]) -> list[np.ndarray]:  # noqa: ANN401
     cp = device.cupy()
     contiguous = [cp.ascontiguousarray(a) for a in arrays]
     sizes = [int(a.nbytes) for a in contiguous]
-    starts = np.cumsum([0] + [_aligned(size) for size in sizes])
+    starts = np.cumsum([0] + [device.round_up(size, _ALIGN) for size in sizes])
     buffer = borrow(int(starts[-1]))
     try:
         out = []
@@ -123,9 +125,9 @@ def download(arrays: list[Any]) -> list[np.ndarray]:  # noqa: ANN401
     return out
 
 
-def _aligned(nbytes: int) -> int:
-    """Each array's place in a shared buffer starts at a multiple of 64 bytes."""
-    return (nbytes + 63) // 64 * 64
+def download_one(array: Any) -> np.ndarray:  # noqa: ANN401
+    """One device array on the host (`download`)."""
+    return download([array])[0]
 
 
 def free_count() -> int:

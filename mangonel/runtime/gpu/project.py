@@ -38,14 +38,6 @@ _THREADS = 256  # one row per thread, grid-stride: an elementwise kernel, as the
 _ALIGN = 8  # bytes: every segment of the output buffer starts 8-byte aligned
 
 
-def _blocks(rows: int) -> int:
-    return max(1, min((rows + _THREADS - 1) // _THREADS, 65_535))  # grid-stride beyond
-
-
-def _aligned(nbytes: int) -> int:
-    return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
 def _arrow_array(values: np.ndarray, valid: np.ndarray, sql_type: SqlType) -> pa.Array:
     """An Arrow array of the SQL type's Arrow type from device-layout values and validity
     bytes, built from buffers (no per-element conversion; BOOLEAN bits are packed)."""
@@ -87,10 +79,10 @@ class _ProjectKernel:
         for output in self.generated.outputs:
             for dtype in (np.dtype(output.numpy), np.dtype(np.uint8)):
                 segments.append((offset, dtype, rows))
-                offset += _aligned(rows * dtype.itemsize)
+                offset += device.round_up(rows * dtype.itemsize, _ALIGN)
         if self.generated.has_mask:
             segments.append((offset, np.dtype(np.uint8), rows))
-            offset += _aligned(rows)
+            offset += device.round_up(rows, _ALIGN)
         return segments, offset
 
     def run(self, batch: pa.RecordBatch) -> tuple[list[pa.Array], np.ndarray | None]:
@@ -104,7 +96,8 @@ class _ProjectKernel:
             )
             buffer = cp.empty(max(nbytes, 1), cp.uint8)
             views = [buffer[o : o + n * d.itemsize].view(d) for o, d, n in segments]
-            self._kernel((_blocks(rows),), (_THREADS,), (*inputs, *views, np.int64(rows)))
+            blocks = device.grid(rows, _THREADS)
+            self._kernel((blocks,), (_THREADS,), (*inputs, *views, np.int64(rows)))
             host = buffer.get()  # one copy, after the launch on the same stream
         else:
             host = np.zeros(max(nbytes, 1), np.uint8)

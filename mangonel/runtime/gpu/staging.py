@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from mangonel.catalog.types import SqlType
-from mangonel.runtime.gpu import pinned
+from mangonel.runtime.gpu import device, pinned
 from mangonel.runtime.gpu.device import cupy
 from mangonel.runtime.gpu.wire import (
     ChunkSource,
@@ -49,10 +49,6 @@ _HOST_MEMORY = 1  # cudaMemoryTypeHost: page-locked host memory
 IN_FLIGHT = 3
 _ALIGN = 256
 _EXTREMES_SLOTS = 16  # pinned (min, max) pairs of a stager: a block of them, taken in turn
-
-
-def _aligned(nbytes: int) -> int:
-    return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
 def _is_pinned(address: int) -> bool:
@@ -418,7 +414,8 @@ class Stager:
             regions, slot_bytes = [], 0
             for i in through:
                 regions.append(slot_bytes)
-                slot_bytes += _aligned(largest * (8 if narrowable[i] else host[i].itemsize))
+                width = 8 if narrowable[i] else host[i].itemsize
+                slot_bytes += device.round_up(largest * width, _ALIGN)
             slots = min(len(bounds), pinned.RING)  # chunk c + 1 fills one while c's copy reads
             buffer = pinned.borrow(slot_bytes * slots)
             sources = [
