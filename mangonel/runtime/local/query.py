@@ -210,13 +210,9 @@ class LocalQuery:
             if number in self.tables:
                 yield self.operator.process(batch, number)
         streamed = [(number, batch) for number, batch in numbered if number not in self.tables]
-        # every arrival is in memory: name `prefetch_depth` of them ahead of the one processed
-        depth = getattr(self.operator, "prefetch_depth", 1)
-        named = 0  # the last arrival named
         for position, (number, batch) in enumerate(streamed):
-            while named < min(position + depth, len(streamed) - 1):
-                named += 1
-                self.operator.prefetch(streamed[named][1], streamed[named][0])
+            if position + 1 < len(streamed):  # every arrival is in memory: read one ahead
+                self.operator.prefetch(streamed[position + 1][1], streamed[position + 1][0])
             yield self.operator.process(batch, number)
         yield self.operator.finish()
 
