@@ -286,7 +286,9 @@ def test_every_template_compiles_with_nvcc(tmp_path):
     extra.write_text(fields.source)
     keys = tmp_path / "keys.cu"
     keys.write_text(codegen.render_key_kernels(3).source)
-    paths += [extra, keys]
+    extremes = tmp_path / "extremes.cu"  # the stager's measure of a pinned column
+    extremes.write_text(codegen.render_extremes_kernels().source)
+    paths += [extra, keys, extremes]
     # the window finalize kernel of every plan whose aggregates have a device finalize
     windows = [find(plan, WindowAggregateExec) for _, plan in corpus()]
     finalizers = {

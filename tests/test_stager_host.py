@@ -141,11 +141,11 @@ class _Cupy:
     """The part of CuPy the stager uses; "pinned" memory is a registry of host ranges."""
 
     uint8 = np.uint8
+    int64 = np.int64
 
     def __init__(self) -> None:
         self.pinned: list[tuple[int, int]] = []
         self.pinned_allocations = 0
-        self.stacked = 0  # device reductions gathered (a pinned column's extremes)
         self.current = _Stream()
         error = type("CUDARuntimeError", (Exception,), {})
 
@@ -180,10 +180,6 @@ class _Cupy:
     def asarray(self, array: np.ndarray) -> np.ndarray:
         return np.asarray(array)
 
-    def stack(self, arrays) -> _DeviceArray:  # noqa: ANN001
-        self.stacked += 1
-        return np.stack([np.asarray(a) for a in arrays]).view(_DeviceArray)
-
 
 @pytest.fixture
 def host_cupy(monkeypatch):
@@ -201,11 +197,19 @@ def host_cupy(monkeypatch):
     return fake
 
 
-def _stager(host_cupy):  # noqa: ANN001, ANN202
+def _stager(host_cupy, module_of=None):  # noqa: ANN001, ANN202
     from mangonel.runtime.gpu.staging import Stager
     from mangonel.runtime.host.keys import StringDictionary
 
-    return Stager(StringDictionary(), threads=2)
+    return Stager(StringDictionary(), threads=2, module_of=module_of)
+
+
+@pytest.fixture(scope="module")
+def host_module(tmp_path_factory):  # noqa: ANN001, ANN201
+    """`CompileContext.module` on the host: the generated kernels built by g++ over the shim."""
+    from cuda_host import host_modules
+
+    return host_modules(tmp_path_factory.mktemp("extremes_shim"))
 
 
 def _device_column(staged, k: int, rows: int) -> np.ndarray:
@@ -421,7 +425,7 @@ def test_a_stagers_batches_in_flight_are_bounded(host_cupy, monkeypatch):
     assert np.array_equal(_device_column(extra.result(), 0, 4_000), ts)
 
 
-def test_pinned_columns_are_copied_as_they_are(host_cupy, monkeypatch):
+def test_pinned_columns_are_copied_as_they_are(host_cupy, host_module, monkeypatch):
     from mangonel.compiler.codegen import InputColumn
 
     rows = 4_000
@@ -437,17 +441,24 @@ def test_pinned_columns_are_copied_as_they_are(host_cupy, monkeypatch):
         InputColumn("ts", T.TIMESTAMP, "long long", True),
         InputColumn("k", T.BIGINT, "long long", True),
     )
-    stager = _stager(host_cupy)
+    launches = []
+
+    def counted(generated, options=()):  # noqa: ANN001, ANN202
+        module = host_module(generated)
+        return SimpleNamespace(get_function=lambda name: _counted(module, name, launches))
+
+    stager = _stager(host_cupy, counted)
     staged = stager.stage_batch(arrays, columns, 1_000, (True, True))
     assert host_cupy.pinned_allocations == 0  # no slot: nothing went through the host pass
     assert all(not w.narrow for c in staged.chunks for w in c.wires)
     assert np.array_equal(_device_column(staged, 0, rows), pinned[:rows])
     assert np.array_equal(_device_column(staged, 1, rows), pinned[rows:])
     assert staged.extremes == [None, None]  # none asked for: nothing read them
-    assert host_cupy.stacked == 0
-    # the event time asked for (`measured`): the device reduces the copied column and its
-    # (min, max) come back through a pinned slot, what Arrow's min_max would give (the range
-    # check and the firing read it); slots are reused, each batch reads its own
+    assert not launches
+    # the event time asked for (`measured`): the device reduces the copied column (the
+    # generated kernels, `extremes.cu.j2`) and its (min, max) come back through a pinned
+    # slot, what Arrow's min_max would give (the range check and the firing read it); slots
+    # and device words are reused, each batch reads its own
     monkeypatch.setattr(_Event, "done", False)  # the device still busy: nothing ready
     for smallest in (1_764_000_000_000_000 - 3, 1_764_000_000_000_000 - 9):
         pinned[rows // 2] = smallest
@@ -457,7 +468,27 @@ def test_pinned_columns_are_copied_as_they_are(host_cupy, monkeypatch):
         assert stager._in_flight == pending  # pinned batches need not wait for each other
         measured = [batch.result() for batch in pending]
         assert [m.extremes for m in measured] == [[(smallest, pinned[rows - 1]), None]] * 2
-    assert host_cupy.stacked == 4 and host_cupy.pinned_allocations == 1
+    assert len(launches) == 8 and host_cupy.pinned_allocations == 1
+    # ranges of every length the parts cut: a column shorter than the parts, one row, the
+    # extremes at either end
+    for length in (1, 3, 255, 257, 1_000):
+        column = pinned[:length].copy()
+        column[-1] = -(2**63)
+        column[0] = 2**63 - 1
+        found = stager._measure_on_device(column.view(_DeviceArray)).result()
+        want = (-(2**63), 2**63 - 1) if length > 1 else (2**63 - 1, 2**63 - 1)
+        assert found == want, length
+
+
+def _counted(module, name: str, launches: list):  # noqa: ANN001, ANN202
+    """A host kernel whose launches are recorded."""
+    function = module.get_function(name)
+
+    def launch(grid, block, arguments) -> None:  # noqa: ANN001
+        launches.append(name)
+        function(grid, block, arguments)
+
+    return launch
 
 
 def test_stage_gives_each_column_in_its_device_type(host_cupy):

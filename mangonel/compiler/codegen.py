@@ -541,6 +541,19 @@ def render_hll_kernels() -> GeneratedModule:
     return GeneratedModule(source, digest, names, (), (), (), 0)
 
 
+EXTREMES_TEMPLATES = ("prelude.cu.j2", "extremes.cu.j2")
+EXTREMES_THREADS = 256  # a power of two: the blocks' shared-memory tree halves it
+
+
+def render_extremes_kernels() -> GeneratedModule:
+    """The (min, max) of an int64 device column in two launches (the parts, then one block
+    over them; `kernels_templates/extremes.cu.j2`): the stager measures a pinned batch's
+    event times with it. One module for every query."""
+    roles = ("part_extremes", "extremes")
+    source, digest, names = _finish({"threads": EXTREMES_THREADS}, EXTREMES_TEMPLATES, roles)
+    return GeneratedModule(source, digest, names, (), (), (), 0)
+
+
 def render_plan(plan: ph.ProjectExec) -> GeneratedModule:
     # holistic aggregates run on the CPU: the kernels compute the incremental part
     window = incremental_part(ph.find(plan, ph.WindowAggregateExec))

@@ -145,7 +145,7 @@ class GpuKernels:
         self._last_module: tuple | None = None  # (lift, window, found) of the last call
         self._fields_module: dict[tuple, tuple] = {}
         self.strings = StringDictionary()
-        self.stager = Stager(self.strings, self.options.staging_threads)
+        self.stager = Stager(self.strings, self.options.staging_threads, self.compiler.module)
         cp = device.cupy()
         # the fused pass's status words and their pinned host mirror: one copy, one sync
         self._status = cp.zeros(_STATUS_WORDS, cp.uint64)
