@@ -504,9 +504,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeat",
         type=positive_int,
         default=3,
-        help="timed runs per shape of the public path (both backends; not the Spark or join "
-        "runs); the row gives their median and range (a process's first run is the slowest, "
-        "and a single run of 40-100 M tuples on the GPU lasts ~0.1 s and moves by up to 2x)",
+        help="timed runs per shape of the public path and of the joins (both backends; not "
+        "the Spark runs); the row gives their median and range (a process's first run is the "
+        "slowest, and a single run of 40-100 M tuples on the GPU lasts ~0.1 s and moves by up "
+        "to 2x)",
     )
     parser.add_argument(
         "--profile",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import math
 import time
 from dataclasses import dataclass
@@ -131,6 +132,8 @@ class JoinResult:
     # firing's expansion, gather, copy back and Arrow arrays), and its share of D2H
     output_step_bytes_per_second: float | None = None
     output_step_bound_share: float | None = None
+    # every timed run's rows/s, ascending (`--repeat`); `rows_per_second` is their median's
+    runs_rows_per_second: list[float] = dataclasses.field(default_factory=list)
 
 
 def make_arrivals(
@@ -180,6 +183,10 @@ def run_engine(shape: JoinShape, arrivals: list, backend: str = "cpu") -> Engine
     materialised: `Query.stream`, each batch counted and dropped), after a warm-up."""
     query = make_session(shape, backend).sql(shape.query())
     query.run(arrivals[:4])  # warm-up: JIT compilation stays out of the timing
+    # the garbage of the queries before (and of the warm-up) is collected outside the clock,
+    # as `bench_gpu` does between datasets: a GPU run of 40 M rows lasts ~0.07 s, and one
+    # pass of the collector over a process's objects ~0.1 s
+    gc.collect()
     started = time.perf_counter()
     if shape.aggregate:
         table = query.run(arrivals)
@@ -236,6 +243,7 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
     rate = arguments.join_rate
     batch_size = arguments.join_batch_size
     backend = getattr(arguments, "backend", "cpu")
+    repeat = getattr(arguments, "repeat", 1)
     peer = None
     if arguments.peer and not _spark_installed():
         if backend == "cpu":
@@ -286,9 +294,15 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         key = (shape.keys, shape.skew, size)
         if key not in cache:
             cache = {key: make_arrivals(shape, size, rate, batch_size, arguments.seed)}
-        run = run_engine(shape, cache[key], backend)
+        # the median of `repeat` runs (the lower middle one of an even count)
+        runs = sorted(
+            (run_engine(shape, cache[key], backend) for _ in range(repeat)),
+            key=lambda run: run.seconds,
+        )
+        run = runs[(len(runs) - 1) // 2]
         seconds = run.seconds
         result = JoinResult(shape.label, size, seconds, size / seconds, run.rows_out, run.algorithm)
+        result.runs_rows_per_second = [size / r.seconds for r in reversed(runs)]
         if bounds is not None:
             result.input_bound_share = result.rows_per_second * ROW_BYTES / bounds[0]
             result.result_bytes_per_second = run.result_bytes / seconds
@@ -379,6 +393,9 @@ def _print_join_row(result: JoinResult) -> None:
             f" (output step {result.output_step_bytes_per_second / 1e9:.2f} GB/s ="
             f" {result.output_step_bound_share:6.2%} of D2H)"
         )
+    runs = result.runs_rows_per_second
+    if len(runs) > 1:
+        bounds += f" (runs {runs[0] / 1e6:.1f}-{runs[-1] / 1e6:.1f} M/s)"
     print(
         f"{result.shape:46s} {result.rows_in:>11,} {result.rows_per_second / 1e6:8.2f} M/s "
         f"{result.rows_out:>12,} {result.algorithm:>10s} {peer}{bounds}",

@@ -79,17 +79,22 @@ def test_bench_prints_one_row_per_shape(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_bench_join_runs_every_join_shape(tmp_path: Path) -> None:
     """`mangonel bench --join` without the peer: one row per shape, each with joined output
-    (the peer and its equality check need Spark: tests/spark)."""
+    (the peer and its equality check need Spark: tests/spark), its rate the median of
+    `--repeat` runs, whose range the row keeps."""
     from mangonel.bench_join import default_join_shapes
 
     out_json = tmp_path / "join.json"
-    arguments = ["bench", "--join", "--tuples", "8000", "--join-rate", "2000"]
+    arguments = ["bench", "--join", "--tuples", "8000", "--join-rate", "2000", "--repeat", "3"]
     arguments += ["--join-batch-size", "1000", "--no-peer", "--json", str(out_json)]
     assert main(arguments) == 0
     rows = json.loads(out_json.read_text())
     assert [r["shape"] for r in rows] == [s.label for s in default_join_shapes()]
     assert rows[0]["rows_in"] == 8000 and all(r["rows_out"] > 0 for r in rows)
     assert {r["algorithm"] for r in rows} >= {"hash", "sort-merge"}
+    for row in rows:
+        runs = row["runs_rows_per_second"]
+        assert len(runs) == 3 and runs == sorted(runs)
+        assert row["rows_per_second"] == runs[1]
 
 
 def test_join_rows_compare_as_multisets() -> None:
