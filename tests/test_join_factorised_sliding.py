@@ -311,6 +311,31 @@ def test_the_next_arrival_is_conformed_while_the_current_one_merges(fake_gpu, mo
     assert {pair for pair in during} >= {(0, 1), (1, 0)}  # across sides too
 
 
+def test_with_a_copy_worker_two_arrivals_are_named_ahead(fake_gpu, monkeypatch):
+    """Where the sides' kernels stage in the background (the GPU's copy worker), the runner
+    names two arrivals ahead of the one processed, as a window aggregation's does, and each
+    goes to the kernels when named (not while the arrival before merges): before the first
+    arrival's lift it and the two after it are staging; every arrival is staged once, in
+    order (so the kernels' three kept prefetches are the arrival processed and the two named
+    after it: none is dropped and staged again)."""
+    monkeypatch.setattr(fake_gpu_backend, "BACKGROUND", [True])
+    fake_gpu_backend.STAGING.clear()
+    query = session(delays=(300_000, 0)).sql(sql(1000, 100))
+    cases = arrivals(5, 1.2)
+    runner = LocalQuery(ph.with_backend(query.plan, "gpu", "test"))
+    join = runner.operator.find(JoinOperator)
+    assert join.prefetch_depth == 2
+    got = runner.run(cases)
+    assert got.equals(LocalQuery(query.plan).run(cases))
+    log = fake_gpu_backend.STAGING
+    # arrivals 0, 1 and 2 named before 0 is processed, then one more per arrival
+    staged = [n for what, n in log if what == "prefetch"]
+    assert staged == [b.num_rows for _, b in cases]
+    steps = [what for what, _ in log if what != "extremes"]
+    assert steps[: steps.index("lift")] == ["prefetch"] * 3
+    fake_gpu_backend.STAGING.clear()
+
+
 # -- the fuzzer -----------------------------------------------------------------------
 
 

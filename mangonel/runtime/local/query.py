@@ -210,9 +210,14 @@ class LocalQuery:
             if number in self.tables:
                 yield self.operator.process(batch, number)
         streamed = [(number, batch) for number, batch in numbered if number not in self.tables]
+        # every arrival is in memory: each is named (from the first, as `stream` names
+        # batches) `prefetch_depth` ahead of its processing
+        depth = getattr(self.operator, "prefetch_depth", 1)
+        named = -1  # the last arrival named
         for position, (number, batch) in enumerate(streamed):
-            if position + 1 < len(streamed):  # every arrival is in memory: read one ahead
-                self.operator.prefetch(streamed[position + 1][1], streamed[position + 1][0])
+            while named < min(position + depth, len(streamed) - 1):
+                named += 1
+                self.operator.prefetch(streamed[named][1], streamed[named][0])
             yield self.operator.process(batch, number)
         yield self.operator.finish()
 

@@ -255,10 +255,15 @@ class JoinOperator:
 
     # -- input ----------------------------------------------------------------------------
 
+    @property
+    def prefetch_depth(self) -> int:
+        """Arrivals the runner may name ahead (`prefetch`): the factorised join's sides' (two
+        with the GPU's copy worker); one for the other forms, which ignore the hint."""
+        return self.cells.prefetch_depth if self.factorised else 1
+
     def prefetch(self, batch: pa.RecordBatch, input: int = 0) -> None:
-        """The hint that `batch` is the next arrival, on input `input`: a factorised join
-        stages it while the current arrival's side kernels run (`FactorisedJoin.prefetch`);
-        the other forms keep no staged input."""
+        """The hint that `batch` is an arrival to come, on input `input`: a factorised join
+        stages it (`FactorisedJoin.prefetch`); the other forms keep no staged input."""
         side = self.sides[input]
         if self.factorised and not side.is_table:
             self.cells.prefetch(side.index, batch)

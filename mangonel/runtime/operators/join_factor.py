@@ -289,10 +289,23 @@ class FactorisedJoin:
     ) -> None:
         self.sides[index].add(batch, watermark, watermark_after)
 
+    @property
+    def prefetch_depth(self) -> int:
+        """Arrivals the runner may name ahead of the one processed: two where the sides'
+        kernels stage in the background (the GPU's copy worker, shared by both sides), as a
+        window aggregation's runner names them (`TimeWindowOperator.prefetch_depth`)."""
+        return max(side.prefetch_depth for side in self.sides)
+
     def prefetch(self, index: int, batch: pa.RecordBatch) -> None:
-        """`batch` is the next arrival, for side `index`: it is conformed and staged (on the
-        GPU: its host copy pass and upload) while the current arrival's kernels run, on
-        whichever side that arrival is (`FactorisedSide._stage_deferred`)."""
+        """`batch` is an arrival to come, for side `index`: it is conformed and staged (on
+        the GPU: its host copy pass and upload). Where the side's kernels stage in the
+        background it goes to the copy worker now, beside the whole of the current arrival's
+        work (its merge, the join's firing); else it is staged while the current arrival's
+        kernels run, on whichever side that arrival is (`FactorisedSide._stage_deferred`)."""
+        side = self.sides[index]
+        if side.stages_in_background:
+            OperatorBase.prefetch(side, batch)
+            return
         self._next_arrival = (index, batch)
 
     def _stage_next_arrival(self) -> None:

@@ -175,10 +175,11 @@ class TimeWindowOperator(OperatorBase):
         """Batches the runner may name ahead of the one processed: two where the kernels
         stage in the background (the GPU's copy worker then always has the next batch but
         one queued, so its pass goes on while the driver fires), else one."""
-        return BACKGROUND_PREFETCH_DEPTH if self._stages_in_background else 1
+        return BACKGROUND_PREFETCH_DEPTH if self.stages_in_background else 1
 
     @property
-    def _stages_in_background(self) -> bool:
+    def stages_in_background(self) -> bool:
+        """Whether the kernels stage a named batch in another thread (the GPU's copy worker)."""
         return bool(getattr(self.kernels, "stages_in_background", False))
 
     def prefetch(self, batch: pa.RecordBatch) -> None:
@@ -192,7 +193,7 @@ class TimeWindowOperator(OperatorBase):
             return
         # the last `prefetch_depth` named: bounded whatever the caller names
         self._next_batches = [*self._next_batches, batch][-self.prefetch_depth :]
-        if self._stages_in_background:
+        if self.stages_in_background:
             super().prefetch(batch)
         else:
             self._deferred = batch
