@@ -134,6 +134,8 @@ class JoinResult:
     output_step_bound_share: float | None = None
     # every timed run's rows/s, ascending (`--repeat`); `rows_per_second` is their median's
     runs_rows_per_second: list[float] = dataclasses.field(default_factory=list)
+    # the garbage collector's passes inside the median run's clock
+    collector_seconds: float = 0.0
 
 
 def make_arrivals(
@@ -176,6 +178,23 @@ class EngineRun:
     result_bytes: int
     algorithm: str  # the join algorithms it ran (what "auto" chose per batch)
     metrics: object  # the query's JoinMetrics
+    collector_seconds: float = 0.0  # the garbage collector's passes inside `seconds`
+
+
+class CollectorTime:
+    """The garbage collector's passes while it is in `gc.callbacks`: how long they took in
+    all (a pass inside a GPU run of ~0.07 s can double it: the row should say so)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started: float | None = None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.seconds += time.perf_counter() - self._started
+            self._started = None
 
 
 def run_engine(shape: JoinShape, arrivals: list, backend: str = "cpu") -> EngineRun:
@@ -187,23 +206,28 @@ def run_engine(shape: JoinShape, arrivals: list, backend: str = "cpu") -> Engine
     # as `bench_gpu` does between datasets: a GPU run of 40 M rows lasts ~0.07 s, and one
     # pass of the collector over a process's objects ~0.1 s
     gc.collect()
-    started = time.perf_counter()
-    if shape.aggregate:
-        table = query.run(arrivals)
-        rows, nbytes = table.num_rows, table.nbytes
-        del table
-    else:
-        rows = nbytes = 0
-        for batch in query.stream(arrivals):
-            rows += batch.num_rows
-            nbytes += batch.nbytes
-    seconds = time.perf_counter() - started
+    collector = CollectorTime()
+    gc.callbacks.append(collector)
+    try:
+        started = time.perf_counter()
+        if shape.aggregate:
+            table = query.run(arrivals)
+            rows, nbytes = table.num_rows, table.nbytes
+            del table
+        else:
+            rows = nbytes = 0
+            for batch in query.stream(arrivals):
+                rows += batch.num_rows
+                nbytes += batch.nbytes
+        seconds = time.perf_counter() - started
+    finally:
+        gc.callbacks.remove(collector)
     metrics = query.metrics
     if shape.aggregate and ph.find(query.plan, ph.JoinAggregateExec).factorised is not None:
         algorithm = "factorised"  # no pairs formed: no join algorithm ran
     else:
         algorithm = "+".join(name for name, _ in metrics.batches_by_algorithm)
-    return EngineRun(seconds, rows, nbytes, algorithm, metrics)
+    return EngineRun(seconds, rows, nbytes, algorithm, metrics, collector.seconds)
 
 
 def same_rows(ours: pa.Table, theirs: pa.Table, aggregate: bool) -> bool:
@@ -303,6 +327,7 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         seconds = run.seconds
         result = JoinResult(shape.label, size, seconds, size / seconds, run.rows_out, run.algorithm)
         result.runs_rows_per_second = [size / r.seconds for r in reversed(runs)]
+        result.collector_seconds = run.collector_seconds
         if bounds is not None:
             result.input_bound_share = result.rows_per_second * ROW_BYTES / bounds[0]
             result.result_bytes_per_second = run.result_bytes / seconds
@@ -396,6 +421,11 @@ def _print_join_row(result: JoinResult) -> None:
     runs = result.runs_rows_per_second
     if len(runs) > 1:
         bounds += f" (runs {runs[0] / 1e6:.1f}-{runs[-1] / 1e6:.1f} M/s)"
+    if result.collector_seconds * 100 >= result.seconds:  # 1 % of the run or more
+        bounds += (
+            f" (the garbage collector {result.collector_seconds * 1e3:.1f} ms of "
+            f"{result.seconds * 1e3:.1f})"
+        )
     print(
         f"{result.shape:46s} {result.rows_in:>11,} {result.rows_per_second / 1e6:8.2f} M/s "
         f"{result.rows_out:>12,} {result.algorithm:>10s} {peer}{bounds}",
