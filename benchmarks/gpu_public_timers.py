@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mangonel.bench_gpu import PublicShape, batches_of, dataset, run_public_shape
+from mangonel.bench_join import CollectorTime
 
 TOTALS: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
@@ -219,20 +220,10 @@ def report(title: str, tuples: int, seconds: float, count: int, untimed: list[fl
         print(f"   {total / count * 1e3:8.3f} ms/b {calls:7.2f} calls/b  device: {label}")
 
 
-def _collections(phase: str, info: dict[str, int]) -> None:
-    """`gc.callbacks`: the garbage collector's passes in the timed run, as one more piece (a
-    pass inside a timed call is in that call's time too)."""
-    if not TIMING[0]:
-        return
-    label = f"garbage collection (generation {info['generation']})"
-    if phase == "start":
-        COLLECTING[0] = time.perf_counter()
-    elif COLLECTING[0] is not None:
-        _count(label, time.perf_counter() - COLLECTING[0])
-        COLLECTING[0] = None
-
-
-COLLECTING: list[float | None] = [None]
+def _collection(generation: int, seconds: float) -> None:
+    """A pass of the garbage collector in the timed run, as one more piece (a pass inside a
+    timed call is in that call's time too)."""
+    _count(f"garbage collection (generation {generation})", seconds)
 
 
 def timed(run: Callable[[], tuple[float, int, int]]) -> tuple[float, int, int, list[float]]:
@@ -243,12 +234,13 @@ def timed(run: Callable[[], tuple[float, int, int]]) -> tuple[float, int, int, l
     LONGEST.clear()
     EVENTS.clear()
     TIMING[0] = True
-    gc.callbacks.append(_collections)
+    collections = CollectorTime(_collection)
+    gc.callbacks.append(collections)
     try:
         seconds, count, rows = run()
     finally:
         TIMING[0] = False
-        gc.callbacks.remove(_collections)
+        gc.callbacks.remove(collections)
     return seconds, count, rows, untimed
 
 

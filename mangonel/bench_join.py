@@ -24,6 +24,7 @@ import dataclasses
 import gc
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -183,18 +184,23 @@ class EngineRun:
 
 class CollectorTime:
     """The garbage collector's passes while it is in `gc.callbacks`: how long they took in
-    all (a pass inside a GPU run of ~0.07 s can double it: the row should say so)."""
+    all (a pass inside a GPU run of ~0.07 s can double it: the row should say so), and each
+    pass's (generation, seconds) to `each` where given (`benchmarks/gpu_public_timers.py`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, each: Callable[[int, float], None] | None = None) -> None:
         self.seconds = 0.0
+        self.each = each
         self._started: float | None = None
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
             self._started = time.perf_counter()
         elif self._started is not None:
-            self.seconds += time.perf_counter() - self._started
+            seconds = time.perf_counter() - self._started
+            self.seconds += seconds
             self._started = None
+            if self.each is not None:
+                self.each(info["generation"], seconds)
 
 
 def run_engine(shape: JoinShape, arrivals: list, backend: str = "cpu") -> EngineRun:
