@@ -4,6 +4,9 @@
 `python benchmarks/gpu_public_timers.py TUPLES SHAPE...`, each SHAPE
 `slide_us:keys:aggregate:delay_us:batch_rows:rate` (e.g. `10000:1000:MEDIAN:0:1000000:10000000`;
 the aggregate may be the bench's Python function, `1000000:1000:trimmed_mean:0:1000000:10000000`).
+`python benchmarks/gpu_public_timers.py --join TUPLES LABEL...` times `mangonel bench
+--join`'s shapes by label (both streams' rows, 1 M-row arrivals, 10 M rows a second of event
+time a stream; `bench_join.run_engine`, ms an arrival).
 `python benchmarks/gpu_public_timers.py --harness TUPLES SHAPE...` times the labelled
 pinned-source harness instead (`gpu_bench.run_shape`, SUM), each SHAPE
 `slide_us:keys:delay_us:batch_mib[:narrow]` (e.g. `10000:1000:0:32:narrow`).
@@ -59,6 +62,9 @@ TARGETS = [
     ("mangonel.runtime.operators.sketch_ring", None),
     ("mangonel.runtime.operators.holistic_firing", None),
     ("mangonel.runtime.operators.holistic_evaluate", None),
+    # the window join (`--join`): its operator, the factorised plan's sides and firing
+    ("mangonel.runtime.operators.join", "JoinOperator"),
+    ("mangonel.runtime.operators.join_factor", None),
 ]
 # functions a module imported by name (`from x import f`): wrapped where they are called
 IMPORTED = [
@@ -247,10 +253,27 @@ def timed(run: Callable[[], tuple[float, int, int]]) -> tuple[float, int, int, l
 def main() -> None:
     arguments = sys.argv[1:]
     harness = arguments[:1] == ["--harness"]
-    if harness:
+    join = arguments[:1] == ["--join"]
+    if harness or join:
         arguments = arguments[1:]
     tuples = int(arguments[0])
     instrument()
+    if join:  # `mangonel bench --join`'s shapes by label, 1 M-row arrivals, 10 M rows/s a stream
+        from mangonel.bench_join import default_join_shapes, make_arrivals, run_engine
+
+        known = {shape.label: shape for shape in default_join_shapes()}
+        for label in arguments[1:]:
+            shape = known[label]
+            arrivals = make_arrivals(shape, tuples, 10_000_000, 1_000_000, 1)
+
+            def run_join(shape=shape, arrivals=arrivals) -> tuple[float, int, int]:  # noqa: ANN001
+                run = run_engine(shape, arrivals, "gpu")
+                return run.seconds, len(arrivals), run.rows_out
+
+            seconds, count, rows, untimed = timed(run_join)
+            rates = [tuples / s / 1e6 for s in untimed]
+            report(f"join {label!r}, rows {rows} (per arrival)", tuples, seconds, count, rates)
+        return
     if harness:  # the labelled pinned-source harness: `gpu_bench.run_shape` over views of it
         from mangonel.runtime.local.gpu_bench import PinnedSource, run_shape
 

@@ -548,6 +548,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--join-batch-size", type=positive_int, default=20_000, help="join shapes: rows per batch"
     )
     parser.add_argument(
+        "--join-pinned",
+        action="store_true",
+        help="--join --backend gpu: each shape again on its arrivals copied into pinned host "
+        "memory, a second row labelled [pinned] (the engine without the pageable -> pinned "
+        "pass; not a user's figure)",
+    )
+    parser.add_argument(
         "--join-shapes",
         help="--join: only the join shapes of these labels, separated by semicolons",
     )
@@ -598,6 +605,8 @@ def _shape_choice(arguments: argparse.Namespace) -> list[str]:
         raise MangonelError(f"--spark runs its own shapes or --holistic's, not {chosen[0]}'s")
     if arguments.join_shapes is not None and not arguments.join:
         raise MangonelError("--join-shapes needs --join")
+    if arguments.join_pinned and not (arguments.join and arguments.backend == "gpu"):
+        raise MangonelError("--join-pinned needs --join --backend gpu (pinned memory is CUDA's)")
     return chosen
 
 

@@ -137,6 +137,8 @@ class JoinResult:
     runs_rows_per_second: list[float] = dataclasses.field(default_factory=list)
     # the garbage collector's passes inside the median run's clock
     collector_seconds: float = 0.0
+    # --join-pinned's second row: the arrivals' buffers in pinned host memory
+    pinned_arrivals: bool = False
 
 
 def make_arrivals(
@@ -311,6 +313,21 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
             f"{bounds[0] / ROW_BYTES / 1e9:.2f} G rows/s at {ROW_BYTES} B/row), pinned D2H "
             f"{bounds[1] / 1e9:.1f} GB/s"
         )
+    pinned = backend == "gpu" and getattr(arguments, "join_pinned", False)
+    pinned_cache: tuple[tuple | None, tuple[list, object] | None] = (None, None)
+    if pinned:
+        from mangonel.runtime.local.gpu_bench import pinned_copies
+
+        def pinned_copies_of(arrivals: list) -> tuple[list, object]:
+            copies, block = pinned_copies([batch for _, batch in arrivals])
+            named = [(name, copy) for (name, _), copy in zip(arrivals, copies, strict=True)]
+            return named, block
+
+        print(
+            "--join-pinned: each shape again on its arrivals copied into pinned host memory "
+            "before the clock, rows labelled [pinned]: what the engine does without the "
+            "stager's pageable -> pinned pass, not what a user with ordinary batches gets"
+        )
     print(f"backend: {backend}; rates count both streams' input rows")
     print(
         f"{'shape':46s} {'rows in':>11s} {'mangonel':>12s} {'rows out':>12s} {'algorithm':>10s}"
@@ -324,25 +341,7 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         key = (shape.keys, shape.skew, size)
         if key not in cache:
             cache = {key: make_arrivals(shape, size, rate, batch_size, arguments.seed)}
-        # the median of `repeat` runs (the lower middle one of an even count)
-        runs = sorted(
-            (run_engine(shape, cache[key], backend) for _ in range(repeat)),
-            key=lambda run: run.seconds,
-        )
-        run = runs[(len(runs) - 1) // 2]
-        seconds = run.seconds
-        result = JoinResult(shape.label, size, seconds, size / seconds, run.rows_out, run.algorithm)
-        result.runs_rows_per_second = [size / r.seconds for r in reversed(runs)]
-        result.collector_seconds = run.collector_seconds
-        if bounds is not None:
-            result.input_bound_share = result.rows_per_second * ROW_BYTES / bounds[0]
-            result.result_bytes_per_second = run.result_bytes / seconds
-            result.result_bound_share = result.result_bytes_per_second / bounds[1]
-            output_seconds = getattr(run.metrics, "rows_output_seconds", 0.0)
-            if not shape.aggregate and output_seconds > 0:
-                output_bytes = run.metrics.rows_output_bytes
-                result.output_step_bytes_per_second = output_bytes / output_seconds
-                result.output_step_bound_share = result.output_step_bytes_per_second / bounds[1]
+        result = _timed_result(shape, shape.label, cache[key], backend, repeat, bounds)
         if peer is not None and not shape.both_sides:
             small = make_arrivals(shape, arguments.peer_tuples, rate, batch_size, arguments.seed)
             peer_seconds, theirs = peer(shape, small)
@@ -354,9 +353,51 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         results.append(result)
         _print_join_row(result)
         ran.append((shape, result))
+        if pinned:
+            # the same arrivals with their buffers in pinned host memory: a second, labelled
+            # row (the stager's pageable -> pinned pass left out), never the shape's figure
+            if pinned_cache[0] != key:
+                pinned_cache = (key, pinned_copies_of(cache[key]))
+            label = f"{shape.label} [pinned]"
+            pinned_result = _timed_result(shape, label, pinned_cache[1][0], backend, repeat, bounds)
+            pinned_result.pinned_arrivals = True
+            results.append(pinned_result)
+            _print_join_row(pinned_result)
     for line in sliding_against_tumbling(ran):
         print(line)
     return results
+
+
+def _timed_result(
+    shape: JoinShape,
+    label: str,
+    arrivals: list,
+    backend: str,
+    repeat: int,
+    bounds: tuple[float, float] | None,
+) -> JoinResult:
+    """The shape timed `repeat` times over the arrivals: its row, the median run's (the lower
+    middle one of an even count), with the runs' range and the bounds' shares."""
+    size = sum(batch.num_rows for _, batch in arrivals)
+    runs = sorted(
+        (run_engine(shape, arrivals, backend) for _ in range(repeat)),
+        key=lambda run: run.seconds,
+    )
+    run = runs[(len(runs) - 1) // 2]
+    seconds = run.seconds
+    result = JoinResult(label, size, seconds, size / seconds, run.rows_out, run.algorithm)
+    result.runs_rows_per_second = [size / r.seconds for r in reversed(runs)]
+    result.collector_seconds = run.collector_seconds
+    if bounds is not None:
+        result.input_bound_share = result.rows_per_second * ROW_BYTES / bounds[0]
+        result.result_bytes_per_second = run.result_bytes / seconds
+        result.result_bound_share = result.result_bytes_per_second / bounds[1]
+        output_seconds = getattr(run.metrics, "rows_output_seconds", 0.0)
+        if not shape.aggregate and output_seconds > 0:
+            output_bytes = run.metrics.rows_output_bytes
+            result.output_step_bytes_per_second = output_bytes / output_seconds
+            result.output_step_bound_share = result.output_step_bytes_per_second / bounds[1]
+    return result
 
 
 def sliding_against_tumbling(ran: list[tuple[JoinShape, JoinResult]]) -> list[str]:

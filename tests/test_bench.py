@@ -121,6 +121,37 @@ def test_the_join_bench_times_the_collector_inside_its_clock() -> None:
     assert collector.seconds == took
 
 
+def test_pinned_copies_are_views_of_one_block_equal_to_the_batches() -> None:
+    """`gpu_bench.pinned_copies` (--join-pinned's arrivals; here over ordinary memory): every
+    buffer copied into the one block, 64-byte aligned, the batches equal to the originals,
+    validity and sliced arrays included."""
+    import numpy as np
+    import pyarrow as pa
+
+    from mangonel.runtime.local.gpu_bench import pinned_copies
+
+    blocks = []
+
+    def allocate(nbytes: int) -> bytearray:
+        blocks.append(bytearray(nbytes))
+        return blocks[-1]
+
+    ts = pa.array(np.arange(7, dtype=np.int64) * 10, pa.timestamp("us", tz="UTC"))
+    keys = pa.array([1, None, 3, 4, None, 6, 7], pa.int32())
+    values = pa.array(np.linspace(0, 1, 9, dtype=np.float32)).slice(2, 7)
+    batches = [pa.RecordBatch.from_arrays([ts, keys, values], ["ts", "key", "value"])] * 2
+    copies, block = pinned_copies(batches, allocate)
+    assert len(blocks) == 1 and block is blocks[0]
+    base = np.frombuffer(block, np.uint8).ctypes.data
+    for original, copy in zip(batches, copies, strict=True):
+        assert copy.equals(original) and copy.schema == original.schema
+        for array in copy.columns:
+            for buffer in array.buffers():
+                if buffer is not None:
+                    assert base <= buffer.address < base + len(block)
+                    assert (buffer.address - base) % 64 == 0
+
+
 def test_join_rows_compare_as_multisets() -> None:
     """same_rows: the check of mangonel's rows against Spark's (order-free, sums to 1e-9)."""
     import pyarrow as pa
@@ -377,6 +408,9 @@ def test_public_timers_count_only_the_timed_run_and_parse_harness_shapes(capsys)
     assert longest[0].split()[4:7] == ["12.500", "ms", "longest"]
     for module_name, name in module.IMPORTED:
         assert callable(getattr(importlib.import_module(module_name), name)), (module_name, name)
+    for module_name, class_name in module.TARGETS:  # each names a module and class
+        imported = importlib.import_module(module_name)
+        assert class_name is None or isinstance(getattr(imported, class_name), type)
     for module_name, class_name, name in module.DEVICE_TARGETS:  # each names a method
         owner = getattr(importlib.import_module(module_name), class_name)
         assert callable(getattr(owner, name)), (module_name, class_name, name)
@@ -558,6 +592,8 @@ def test_json_destination_is_checked_before_the_run(
         (["CONFIG", "--join"], "CONFIG and --join each choose"),
         (["--join-shapes", "uniform, tumbling 1 s, aggregated"], "--join-shapes needs --join"),
         (["--join", "--join-shapes", "no such shape"], "--join-shapes 'no such shape' matches"),
+        (["--join", "--join-pinned"], "--join-pinned needs --join --backend gpu"),
+        (["--join-pinned"], "--join-pinned needs --join --backend gpu"),
     ],
 )
 def test_contradictory_flags_are_refused(

@@ -22,7 +22,9 @@ declares the key INT and the value FLOAT: the columns cross at their declared wi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -255,6 +257,48 @@ def source_batches(shape: GpuShape, source: PinnedSource, tuples: int) -> list[p
         ]
         batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
     return batches
+
+
+def pinned_copies(
+    batches: list[pa.RecordBatch], allocate: Callable[[int], Any] | None = None
+) -> tuple[list[pa.RecordBatch], Any]:
+    """The batches copied, once, into one block of pinned host memory, each rebuilt as views
+    of it: Arrow batches whose buffers are already pinned, as a source that receives into
+    pinned memory hands them (the stager then copies them to the device as they are, without
+    its pageable -> pinned pass). Fixed-width columns only. Returns (batches, the block: keep
+    it alive as long as the batches). `allocate(nbytes)`: the block's allocator (default
+    CuPy's pinned one; a test gives ordinary memory)."""
+    if allocate is None:
+        allocate = device.cupy().cuda.alloc_pinned_memory
+    sizes = [
+        buffer.size
+        for batch in batches
+        for array in batch.columns
+        for buffer in array.buffers()
+        if buffer is not None
+    ]
+    nbytes = sum(sizes) + 64 * len(sizes)  # room for each buffer's alignment
+    block = allocate(max(1, nbytes))
+    memory = np.frombuffer(block, np.uint8, nbytes)
+    position = 0
+    copies = []
+    for batch in batches:
+        arrays = []
+        for array in batch.columns:
+            buffers = []
+            for buffer in array.buffers():
+                if buffer is None:
+                    buffers.append(None)
+                    continue
+                target = memory[position : position + buffer.size]
+                target[:] = np.frombuffer(buffer, np.uint8)
+                buffers.append(pa.foreign_buffer(target.ctypes.data, buffer.size, base=block))
+                position += -(-buffer.size // 64) * 64  # each buffer 64-byte aligned, as Arrow's
+            arrays.append(
+                pa.Array.from_buffers(array.type, len(array), buffers, offset=array.offset)
+            )
+        copies.append(pa.RecordBatch.from_arrays(arrays, schema=batch.schema))
+    return copies, block
 
 
 def run_shape(shape: GpuShape, source: PinnedSource, tuples: int) -> dict:
