@@ -314,7 +314,8 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
             f"{bounds[1] / 1e9:.1f} GB/s"
         )
     pinned = backend == "gpu" and getattr(arguments, "join_pinned", False)
-    pinned_cache: tuple[tuple | None, tuple[list, object] | None] = (None, None)
+    # the arrivals of `cache`'s one entry in pinned memory, with the block they are views of
+    pinned_cache: dict[tuple, tuple[list, object]] = {}
     if pinned:
         from mangonel.runtime.local.gpu_bench import pinned_copies
 
@@ -356,10 +357,11 @@ def run_join_benchmarks(arguments: argparse.Namespace) -> list[JoinResult]:
         if pinned:
             # the same arrivals with their buffers in pinned host memory: a second, labelled
             # row (the stager's pageable -> pinned pass left out), never the shape's figure
-            if pinned_cache[0] != key:
-                pinned_cache = (key, pinned_copies_of(cache[key]))
+            if key not in pinned_cache:
+                pinned_cache = {key: pinned_copies_of(cache[key])}
             label = f"{shape.label} [pinned]"
-            pinned_result = _timed_result(shape, label, pinned_cache[1][0], backend, repeat, bounds)
+            pinned_arrivals = pinned_cache[key][0]
+            pinned_result = _timed_result(shape, label, pinned_arrivals, backend, repeat, bounds)
             pinned_result.pinned_arrivals = True
             results.append(pinned_result)
             _print_join_row(pinned_result)

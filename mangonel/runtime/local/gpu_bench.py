@@ -293,7 +293,7 @@ def pinned_copies(
                 target = memory[position : position + buffer.size]
                 target[:] = np.frombuffer(buffer, np.uint8)
                 buffers.append(pa.foreign_buffer(target.ctypes.data, buffer.size, base=block))
-                position += -(-buffer.size // 64) * 64  # each buffer 64-byte aligned, as Arrow's
+                position += device.round_up(buffer.size, 64)  # 64-byte aligned, as Arrow's
             arrays.append(
                 pa.Array.from_buffers(array.type, len(array), buffers, offset=array.offset)
             )
